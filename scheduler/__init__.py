@@ -1,0 +1,1 @@
+"""slotsched: who gets the next warm slot, who waits, and who yields."""

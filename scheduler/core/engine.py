@@ -1,0 +1,831 @@
+"""The policy core: one deterministic state machine that decides who holds, waits and yields.
+
+`Core.handle(event, now)` applies one event at time `now` and returns the decisions it caused.
+Every rule of DESIGN.md lives here; the server, the simulator and the tests drive this same class.
+
+A pass over the queue (`_schedule`) repeats two steps until neither applies:
+  1. a free slot on a ready worker goes to the first waiter in the order of service that may take
+     it (`_pick_for_free_slot`);
+  2. with no free slot, the first waiter with a right to a slot gets one victim asked to yield
+     (`_preempt_once`), never more than one per waiter.
+Both steps read heads of indexed heaps, so a decision costs O(log queued + log tenants).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+from scheduler.core.indexes import Fenwick, VersionedHeap
+from scheduler.core.lifecycle import LeaseState, WorkerState, check_lease, check_worker
+from scheduler.core.tenants import BE, CLASS_INDEX, CLASSES, G, B, TenantState
+from scheduler.core.types import (
+    Acquire,
+    Decision,
+    EndReason,
+    Ended,
+    ErrorCode,
+    Event,
+    Expired,
+    Granted,
+    Lease,
+    LeaseId,
+    Queued,
+    Refused,
+    RefuseReason,
+    Rejected,
+    Release,
+    Renew,
+    Renewed,
+    Revoked,
+    RevokeReason,
+    SessionId,
+    SlotId,
+    SnapshotRef,
+    TenantName,
+    Tick,
+    WorkerAdded,
+    WorkerDraining,
+    WorkerId,
+    WorkerRemoved,
+    Yield,
+    YieldCause,
+    YieldRequested,
+)
+from scheduler.policy import Policy, TenantSpec
+
+TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED = 1, 2, 3
+_DEFAULT_MEAN_HOLD_S = 60.0
+
+
+@dataclass(slots=True)
+class _Request:
+    session: SessionId
+    tenant: TenantState
+    cls: int
+    arrival: float  # original arrival: a yielded session keeps its place in line
+    seq: int
+    enqueued_at: float  # when this wait began (time-to-slot counts every wait)
+    resume_from: SnapshotRef | None
+    earmark: LeaseId | None = None  # the victim yielding for this request, if any
+    earmark_tier: int = 0
+
+
+@dataclass(slots=True)
+class _LeaseRec:
+    lease: Lease
+    tenant: TenantState
+    cls: int
+    state: LeaseState
+    arrival: float
+    seq: int
+    worker: _Worker
+    for_session: SessionId | None = None
+
+
+@dataclass(slots=True)
+class _Worker:
+    worker_id: WorkerId
+    address: str
+    slots: int
+    seq: int
+    state: WorkerState = WorkerState.READY
+    leases: dict[int, LeaseId] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SessionView:
+    session: SessionId
+    tenant: TenantName
+    qos: str
+    phase: str  # queued | active | yielding
+    lease: Lease | None
+    position: int
+    estimated_wait_s: float
+    resume_from: SnapshotRef | None
+    waiting_since: float
+
+
+@dataclass(frozen=True)
+class TenantView:
+    name: str
+    weight: float
+    held: tuple[int, int, int]
+    pending: tuple[int, int, int]
+    borrowed: int
+    share: float
+    guaranteed: int
+    burstable_nominal: int
+    burstable_limit: int
+    best_effort_limit: int | None
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    worker_id: WorkerId
+    address: str
+    slots: int
+    busy: int
+    state: WorkerState
+    lease_seconds: float  # slot-seconds since the grant of each of its leases, summed
+
+
+@dataclass(frozen=True)
+class PoolView:
+    capacity: int
+    free: int
+    floor: int
+    held: tuple[int, int, int]
+    pending: tuple[int, int, int]
+    preemptible: int
+    yielding: int
+    workers: tuple[WorkerView, ...]
+    tenants: tuple[TenantView, ...]
+    oldest_wait_s: tuple[float, float, float]
+    mean_hold_s: float
+
+
+class Core:
+    """The scheduler's state machine. Not thread-safe by design: one loop owns it."""
+
+    def __init__(self, policy: Policy) -> None:
+        self._policy = policy
+        self._tenants: dict[str, TenantState] = {}
+        self._retired: set[str] = set()
+        self._workers: dict[WorkerId, _Worker] = {}
+        self._worker_seq = 0
+        self._epochs: dict[SlotId, int] = {}
+        self._free: list[tuple[int, int, WorkerId]] = []
+        self._free_in_heap: set[tuple[WorkerId, int]] = set()
+        self._free_ready = 0
+        self._capacity = 0
+        self._floor = 0
+        self._requests: dict[SessionId, _Request] = {}
+        self._holders: dict[SessionId, _LeaseRec] = {}
+        self._leases: dict[LeaseId, _LeaseRec] = {}
+        self._orphans: dict[LeaseId, None] = {}  # yielding leases no waiter is counting on
+        self._held_g = 0
+        self._preemptible = 0
+        self._inflight_nominal = 0
+        self._waiting_cls = [0, 0, 0]
+        self._positions = (Fenwick(), Fenwick(), Fenwick())
+        self._seq = 0
+        self._now = float("-inf")
+        self._mean_hold = _DEFAULT_MEAN_HOLD_S
+
+        def current(name: str, version: int) -> bool:
+            return self._tenants[name].version == version
+
+        self._tier1 = VersionedHeap(current)
+        self._tier2 = VersionedHeap(current)
+        self._tier3 = VersionedHeap(current)
+        self._victims_any = (VersionedHeap(current), VersionedHeap(current))  # (BE, B)
+        self._victims_mature = (VersionedHeap(current), VersionedHeap(current))
+        self._earmarked: list[tuple[int, float, int, SessionId]] = []
+        self._maturing: deque[tuple[float, LeaseId, int]] = deque()
+        self._yield_deadlines: list[tuple[float, LeaseId, int]] = []
+        self._expiries: list[tuple[float, LeaseId, int]] = []
+        for spec in policy.tenants:
+            self._tenants[spec.name] = TenantState(spec)
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    def handle(self, event: Event, now: float) -> list[Decision]:
+        """Apply one event at time `now`; return every decision it caused, in order."""
+        now = max(now, self._now)
+        self._now = now
+        out: list[Decision] = []
+        self._advance(now, out)
+        if isinstance(event, Acquire):
+            self._acquire(event, now, out)
+        elif isinstance(event, Release):
+            self._release(event, now, out)
+        elif isinstance(event, Renew):
+            self._renew(event, now, out)
+        elif isinstance(event, Yield):
+            self._yield(event, now, out)
+        elif isinstance(event, Tick):
+            pass
+        elif isinstance(event, WorkerAdded):
+            self._worker_added(event, out)
+        elif isinstance(event, WorkerDraining):
+            self._worker_draining(event, now, out)
+        elif isinstance(event, WorkerRemoved):
+            self._worker_removed(event, now, out)
+        self._schedule(now, out)
+        return out
+
+    def apply_policy(self, policy: Policy, now: float) -> list[Decision]:
+        """Swap in a new policy. Leases over a lowered quota finish normally; none is cut short."""
+        self._policy = policy
+        names = {t.name for t in policy.tenants}
+        for spec in policy.tenants:
+            t = self._tenants.get(spec.name)
+            if t is None:
+                self._tenants[spec.name] = TenantState(spec)
+            else:
+                t.spec = spec
+            self._retired.discard(spec.name)
+        for name in self._tenants:
+            if name not in names:
+                self._retired.add(name)  # keeps its leases and queue; takes no new requests
+        for t in self._tenants.values():
+            self._refresh(t)
+        self._set_capacity(self._capacity)
+        return self.handle(Tick(), now)
+
+    def next_deadline(self) -> float | None:
+        """The earliest time at which a Tick would change something (timers), if any."""
+        times = []
+        if self._yield_deadlines:
+            times.append(self._yield_deadlines[0][0])
+        if self._expiries:
+            times.append(self._expiries[0][0])
+        if self._maturing and self._tier3.peek() is not None:
+            times.append(self._maturing[0][0])
+        return min(times) if times else None
+
+    def session(self, session: SessionId) -> SessionView | None:
+        rec = self._holders.get(session)
+        if rec is not None:
+            phase = "yielding" if rec.state is LeaseState.YIELDING else "active"
+            return SessionView(
+                session, TenantName(rec.tenant.name), CLASSES[rec.cls].value, phase, rec.lease, 0, 0.0,
+                rec.lease.resume_from, rec.lease.granted_at,
+            )
+        req = self._requests.get(session)
+        if req is None:
+            return None
+        pos = self._position(req)
+        return SessionView(
+            session, TenantName(req.tenant.name), CLASSES[req.cls].value, "queued", None, pos,
+            self._estimate(pos), req.resume_from, req.enqueued_at,
+        )
+
+    def leases(self) -> Iterator[tuple[Lease, LeaseState]]:
+        for rec in self._leases.values():
+            yield rec.lease, rec.state
+
+    def queue(self) -> Iterator[SessionView]:
+        for s in self._requests:
+            view = self.session(s)
+            if view is not None:
+                yield view
+
+    def lease(self, lease_id: LeaseId) -> Lease | None:
+        rec = self._leases.get(lease_id)
+        return None if rec is None else rec.lease
+
+    def describe(self) -> PoolView:
+        now = self._now
+        workers = tuple(
+            WorkerView(
+                w.worker_id, w.address, w.slots, len(w.leases), w.state,
+                sum(now - self._leases[lid].lease.granted_at for lid in w.leases.values()),
+            )
+            for w in self._workers.values()
+        )
+        tenants = tuple(
+            TenantView(
+                t.name, t.spec.weight, (t.held[0], t.held[1], t.held[2]),
+                (t.waiting[0], t.waiting[1], t.waiting[2]), t.borrowed_effective(), t.share(),
+                t.spec.guaranteed, t.spec.burstable_nominal, t.spec.burstable_limit,
+                t.spec.best_effort_limit,
+            )
+            for t in self._tenants.values()
+        )
+        oldest = [0.0, 0.0, 0.0]
+        for r in self._requests.values():
+            oldest[r.cls] = max(oldest[r.cls], now - r.enqueued_at)
+        held = [0, 0, 0]
+        yielding = 0
+        for t in self._tenants.values():
+            for c in (G, B, BE):
+                held[c] += t.held[c]
+            yielding += sum(t.yielding)
+        return PoolView(
+            self._capacity, self._free_ready, self._floor, (held[0], held[1], held[2]),
+            (self._waiting_cls[0], self._waiting_cls[1], self._waiting_cls[2]), self._preemptible,
+            yielding, workers, tenants, (oldest[0], oldest[1], oldest[2]), self._mean_hold,
+        )
+
+    # ------------------------------------------------------------------ events
+
+    def _acquire(self, ev: Acquire, now: float, out: list[Decision]) -> None:
+        s = ev.session
+        if s in self._requests or s in self._holders:
+            out.append(Refused(s, RefuseReason.DUPLICATE_SESSION, f"session {s} already holds or waits"))
+            return
+        t = self._tenants.get(ev.tenant)
+        if t is None or ev.tenant in self._retired:
+            out.append(Refused(s, RefuseReason.UNKNOWN_TENANT, f"tenant {ev.tenant!r} is not in the policy"))
+            return
+        cls = CLASS_INDEX[ev.qos]
+        if not t.class_allowed(cls):
+            out.append(
+                Refused(s, RefuseReason.NO_QUOTA, f"tenant {t.name!r} has no {ev.qos.value} quota")
+            )
+            return
+        if self._free_ready == 0:
+            refusal = self._cap_refusal(s, t, cls)
+            if refusal is not None:
+                out.append(refusal)
+                return
+        self._seq += 1
+        req = _Request(s, t, cls, now, self._seq, now, ev.resume_from)
+        self._enqueue(req)
+        self._schedule(now, out)
+        self._report_queued(req, out)
+
+    def _cap_refusal(self, s: SessionId, t: TenantState, cls: int) -> Refused | None:
+        q = self._policy.queue
+        frac = q.best_effort_fraction if cls == BE else 1.0
+        pending = sum(self._waiting_cls)
+        if pending >= q.max_pending * frac:
+            reason, msg = RefuseReason.QUEUE_FULL, f"pool queue holds {pending} of {q.max_pending}"
+        elif t.pending() >= q.max_pending_per_tenant * frac:
+            reason = RefuseReason.TENANT_QUEUE_FULL
+            msg = f"tenant {t.name!r} has {t.pending()} queued of {q.max_pending_per_tenant}"
+        else:
+            return None
+        if cls == BE and frac < 1.0:
+            msg += f" (BestEffort is refused past {frac:.0%})"
+        est = self._estimate(pending)
+        # Come back when about half the queue ahead has drained, within sane bounds.
+        retry = min(60.0, max(1.0, est / 2))
+        return Refused(s, reason, msg, retry_after_s=retry, estimated_wait_s=est)
+
+    def _release(self, ev: Release, now: float, out: list[Decision]) -> None:
+        if ev.lease_id is None:
+            req = self._requests.get(ev.session)
+            if req is None:
+                out.append(Rejected(ev.session, ErrorCode.NOT_FOUND, f"session {ev.session} is not queued"))
+                return
+            self._dequeue(req)
+            out.append(Ended(ev.session, EndReason.WITHDRAWN))
+            return
+        rec = self._check_call(ev.session, ev.lease_id, ev.epoch, out)
+        if rec is None:
+            return
+        self._observe_hold(now - rec.lease.granted_at)
+        self._end_lease(rec, LeaseState.RELEASED)
+        out.append(Ended(ev.session, EndReason.RELEASED, rec.lease))
+
+    def _renew(self, ev: Renew, now: float, out: list[Decision]) -> None:
+        rec = self._check_call(ev.session, ev.lease_id, ev.epoch, out)
+        if rec is None:
+            return
+        rec.lease = replace(rec.lease, expires_at=now + self._policy.timing.lease_ttl_s)
+        out.append(Renewed(rec.lease))
+
+    def _yield(self, ev: Yield, now: float, out: list[Decision]) -> None:
+        rec = self._check_call(ev.session, ev.lease_id, ev.epoch, out)
+        if rec is None:
+            return
+        self._observe_hold(now - rec.lease.granted_at)
+        self._end_lease(rec, LeaseState.YIELDED)
+        out.append(Ended(ev.session, EndReason.YIELDED, rec.lease))
+        self._requeue(rec, ev.snapshot or rec.lease.resume_from, now, out)
+
+    def _worker_added(self, ev: WorkerAdded, out: list[Decision]) -> None:
+        if ev.slots <= 0:
+            out.append(Rejected(None, ErrorCode.INVALID, f"worker {ev.worker} must offer slots > 0"))
+            return
+        w = self._workers.get(ev.worker)
+        if w is not None:
+            out.append(Rejected(None, ErrorCode.INVALID, f"worker {ev.worker} is already registered"))
+            return
+        self._worker_seq += 1
+        w = _Worker(ev.worker, ev.address, ev.slots, self._worker_seq)
+        self._workers[ev.worker] = w
+        for i in range(ev.slots):
+            self._push_free(w, i)
+        self._set_capacity(self._capacity + ev.slots)
+
+    def _worker_draining(self, ev: WorkerDraining, now: float, out: list[Decision]) -> None:
+        w = self._workers.get(ev.worker)
+        if w is None:
+            out.append(Rejected(None, ErrorCode.NOT_FOUND, f"worker {ev.worker} is not registered"))
+            return
+        if w.state is WorkerState.DRAINING:
+            return  # idempotent: draining twice changes nothing
+        w.state = check_worker(w.state, WorkerState.DRAINING)
+        self._free_ready -= w.slots - len(w.leases)
+        self._set_capacity(self._capacity - w.slots)
+        for lid in list(w.leases.values()):
+            rec = self._leases[lid]
+            t = rec.tenant
+            t.candidates[rec.cls].pop(lid, None)  # its slot cannot be handed on: not a victim
+            t.mature[rec.cls].pop(lid, None)
+            if ev.yield_within_s is not None and rec.state is LeaseState.ACTIVE:
+                self._ask_to_yield(rec, now + ev.yield_within_s, YieldCause.DRAIN, None, out)
+            self._refresh(t)
+
+    def _worker_removed(self, ev: WorkerRemoved, now: float, out: list[Decision]) -> None:
+        w = self._workers.get(ev.worker)
+        if w is None:
+            out.append(Rejected(None, ErrorCode.NOT_FOUND, f"worker {ev.worker} is not registered"))
+            return
+        if w.state is WorkerState.READY:
+            self._free_ready -= w.slots - len(w.leases)
+            self._set_capacity(self._capacity - w.slots)
+        # Removed before its leases are revoked, so their slots are not handed out again.
+        w.state = check_worker(w.state, WorkerState.REMOVED)
+        for lid in list(w.leases.values()):
+            self._revoke(self._leases[lid], RevokeReason.WORKER_REMOVED, now, out)
+        del self._workers[ev.worker]
+
+    # ------------------------------------------------------------------ timers
+
+    def _advance(self, now: float, out: list[Decision]) -> None:
+        maturing = self._maturing
+        while maturing and maturing[0][0] <= now:
+            _, lid, epoch = maturing.popleft()
+            rec = self._leases.get(lid)
+            if rec is None or rec.lease.epoch != epoch:
+                continue
+            t = rec.tenant
+            granted = t.candidates[rec.cls].get(lid)
+            if granted is not None:
+                t.mature[rec.cls][lid] = granted
+                self._refresh(t)
+        deadlines = self._yield_deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _, lid, epoch = heapq.heappop(deadlines)
+            rec = self._leases.get(lid)
+            if rec is not None and rec.lease.epoch == epoch and rec.state is LeaseState.YIELDING:
+                self._revoke(rec, RevokeReason.YIELD_DEADLINE, now, out)
+        expiries = self._expiries
+        while expiries and expiries[0][0] <= now:
+            _, lid, epoch = heapq.heappop(expiries)
+            rec = self._leases.get(lid)
+            if rec is None or rec.lease.epoch != epoch:
+                continue
+            if rec.lease.expires_at > now:
+                heapq.heappush(expiries, (rec.lease.expires_at, lid, epoch))  # renewed meanwhile
+                continue
+            self._end_lease(rec, LeaseState.EXPIRED)
+            out.append(Expired(rec.lease, now - rec.lease.granted_at))
+
+    # ------------------------------------------------------------------ the pass
+
+    def _schedule(self, now: float, out: list[Decision]) -> None:
+        while True:
+            if self._free_ready > 0:
+                req = self._pick_for_free_slot()
+                if req is None:
+                    return
+                self._grant(req, self._pop_free(), now, out)
+            elif not self._preempt_once(now, out):
+                return
+
+    def _slack(self) -> int:
+        """How far the floor invariant holds above its bound (>= 0 whenever it holds)."""
+        return self._free_ready + self._preemptible - max(0, self._floor - self._held_g)
+
+    def _pick_for_free_slot(self) -> _Request | None:
+        # Candidates in order of service: (tier, earmarked first). A Burstable grant within
+        # nominal is not preemptible, so it may only take a slot the floor can spare.
+        nominal_ok = self._slack() >= 1
+        best: _Request | None = None
+        best_key = (9, 9)
+        e = self._earmarked_head()
+        if e is not None and (e.earmark_tier != TIER_NOMINAL or nominal_ok):
+            best, best_key = e, (e.earmark_tier, 0)
+        for tier, heap in ((TIER_GUARANTEED, self._tier1), (TIER_NOMINAL, self._tier2), (TIER_SHARED, self._tier3)):
+            if (tier, 1) >= best_key:
+                break
+            if tier == TIER_NOMINAL and not nominal_ok:
+                continue
+            top = heap.peek()
+            if top is not None:
+                return self._requests[top[-3]]
+        return best
+
+    def _preempt_once(self, now: float, out: list[Decision]) -> bool:
+        """Ask one victim to yield for the first waiter with a right to a slot; False if none."""
+        top = self._tier1.peek()
+        if top is not None:
+            return self._preempt_for(self._requests[top[-3]], TIER_GUARANTEED, YieldCause.GUARANTEED, now, out)
+        top = self._tier2.peek()
+        if top is not None and self._slack() - self._inflight_nominal >= 1:
+            return self._preempt_for(self._requests[top[-3]], TIER_NOMINAL, YieldCause.NOMINAL, now, out)
+        top = self._tier3.peek()
+        if top is not None:
+            return self._preempt_for(self._requests[top[-3]], TIER_SHARED, YieldCause.FAIR_SHARE, now, out)
+        return False
+
+    def _preempt_for(self, req: _Request, tier: int, cause: YieldCause, now: float, out: list[Decision]) -> bool:
+        if self._orphans:
+            # A yield already under way serves this waiter: no second victim.
+            lid = next(iter(self._orphans))
+            del self._orphans[lid]
+            self._earmark(req, self._leases[lid], tier)
+            return True
+        victim = self._fair_victim(req.tenant) if tier == TIER_SHARED else self._any_victim()
+        if victim is None:
+            return False
+        self._earmark(req, victim, tier)
+        self._ask_to_yield(victim, now + self._policy.timing.yield_grace_s, cause, req.session, out)
+        return True
+
+    # ------------------------------------------------------------------ victims
+
+    def _any_victim(self) -> _LeaseRec | None:
+        """Victim order: BestEffort before borrowing Burstable; then the tenant furthest above its
+        share (highest borrowed/weight); then the lease that loses least work (newest grant).
+        Heap ties fall to the tenant name, so the order is total and deterministic."""
+        for cls, heap in ((BE, self._victims_any[0]), (B, self._victims_any[1])):
+            top = heap.peek()
+            if top is not None:
+                t = self._tenants[top[-2]]
+                return self._leases[next(reversed(t.candidates[cls]))]
+        return None
+
+    def _fair_victim(self, a: TenantState) -> _LeaseRec | None:
+        """A fairness victim: same order as `_any_victim`, restricted to leases that ran
+        min_runtime and to other tenants, and only if the requester's share after taking the slot
+        is no larger than the victim tenant's after losing it (Kueue's
+        LessThanOrEqualToFinalShare). Checking the top tenant suffices: others have lower shares."""
+        a_after = a.borrowed_effective() + a.earmarked_fair + 1
+        for cls, heap in ((BE, self._victims_mature[0]), (B, self._victims_mature[1])):
+            top = heap.peek()
+            skipped = []
+            if top is not None and top[-2] == a.name:
+                skipped.append(heap.pop_current())
+                top = heap.peek()
+            heap.push_back([e for e in skipped if e is not None])
+            if top is None:
+                continue
+            t = self._tenants[top[-2]]
+            # Cross-multiplied so equal shares compare exactly: a_after/wa <= (tb-1)/wt.
+            if a_after * t.spec.weight <= (t.borrowed_effective() - 1) * a.spec.weight:
+                return self._leases[next(reversed(t.mature[cls]))]
+        return None
+
+    def _ask_to_yield(
+        self, rec: _LeaseRec, deadline: float, cause: YieldCause, for_session: SessionId | None,
+        out: list[Decision],
+    ) -> None:
+        rec.state = check_lease(rec.state, LeaseState.YIELDING)
+        rec.for_session = for_session
+        t = rec.tenant
+        t.yielding[rec.cls] += 1
+        t.candidates[rec.cls].pop(rec.lease.lease_id, None)
+        t.mature[rec.cls].pop(rec.lease.lease_id, None)
+        if for_session is None and cause is not YieldCause.DRAIN:
+            self._orphans[rec.lease.lease_id] = None
+        heapq.heappush(self._yield_deadlines, (deadline, rec.lease.lease_id, rec.lease.epoch))
+        out.append(YieldRequested(rec.lease, deadline, cause, for_session))
+        self._refresh(t)
+
+    def _earmark(self, req: _Request, victim: _LeaseRec, tier: int) -> None:
+        t = req.tenant
+        req.earmark = victim.lease.lease_id
+        req.earmark_tier = tier
+        victim.for_session = req.session
+        t.earmarked[req.cls] += 1
+        if tier == TIER_SHARED:
+            t.earmarked_fair += 1
+        elif tier == TIER_NOMINAL:
+            self._inflight_nominal += 1
+        heapq.heappush(self._earmarked, (tier, req.arrival, req.seq, req.session))
+        self._refresh(t)
+
+    def _unearmark(self, req: _Request) -> None:
+        t = req.tenant
+        t.earmarked[req.cls] -= 1
+        if req.earmark_tier == TIER_SHARED:
+            t.earmarked_fair -= 1
+        elif req.earmark_tier == TIER_NOMINAL:
+            self._inflight_nominal -= 1
+        victim = self._leases.get(req.earmark) if req.earmark is not None else None
+        if victim is not None and victim.for_session == req.session:
+            victim.for_session = None
+            if victim.state is LeaseState.YIELDING:
+                self._orphans[victim.lease.lease_id] = None
+        req.earmark = None
+        req.earmark_tier = 0
+        t.push_request(req.cls, (req.arrival, req.seq, req.session))
+
+    def _earmarked_head(self) -> _Request | None:
+        heap = self._earmarked
+        while heap:
+            _, _, seq, s = heap[0]
+            req = self._requests.get(s)
+            if req is not None and req.seq == seq and req.earmark is not None:
+                return req
+            heapq.heappop(heap)
+        return None
+
+    # ------------------------------------------------------------------ lease and queue changes
+
+    def _grant(self, req: _Request, slot: SlotId, now: float, out: list[Decision]) -> None:
+        t = req.tenant
+        self._dequeue(req, refresh=False)
+        epoch = self._epochs.get(slot, 0) + 1
+        self._epochs[slot] = epoch
+        lid = LeaseId(f"{slot}#{epoch}")
+        lease = Lease(
+            lid, req.session, TenantName(t.name), CLASSES[req.cls], slot, epoch, now,
+            now + self._policy.timing.lease_ttl_s, req.resume_from,
+        )
+        w = self._workers[slot.worker]
+        rec = _LeaseRec(lease, t, req.cls, LeaseState.ACTIVE, req.arrival, req.seq, w)
+        w.leases[slot.index] = lid
+        self._leases[lid] = rec
+        self._holders[req.session] = rec
+        t.held[req.cls] += 1
+        if req.cls == G:
+            self._held_g += 1
+        else:
+            t.candidates[req.cls][lid] = now
+            self._maturing.append((now + self._policy.timing.min_runtime_s, lid, epoch))
+        heapq.heappush(self._expiries, (lease.expires_at, lid, epoch))
+        self._refresh(t)
+        out.append(Granted(lease, now - req.enqueued_at))
+
+    def _end_lease(self, rec: _LeaseRec, state: LeaseState) -> None:
+        was_yielding = rec.state is LeaseState.YIELDING
+        rec.state = check_lease(rec.state, state)
+        t, cls, lid = rec.tenant, rec.cls, rec.lease.lease_id
+        t.held[cls] -= 1
+        if was_yielding:
+            t.yielding[cls] -= 1
+        t.candidates[cls].pop(lid, None)
+        t.mature[cls].pop(lid, None)
+        if cls == G:
+            self._held_g -= 1
+        del self._leases[lid]
+        del self._holders[rec.lease.session]
+        self._orphans.pop(lid, None)
+        w = rec.worker
+        del w.leases[rec.lease.slot.index]
+        if w.state is WorkerState.READY:
+            self._push_free(w, rec.lease.slot.index)
+        if rec.for_session is not None:
+            waiter = self._requests.get(rec.for_session)
+            if waiter is not None and waiter.earmark == lid:
+                # The slot it waited for is free now: back into line, where it is first anyway.
+                self._unearmark(waiter)
+                self._refresh(waiter.tenant)
+        self._refresh(t)
+
+    def _revoke(self, rec: _LeaseRec, reason: RevokeReason, now: float, out: list[Decision]) -> None:
+        self._end_lease(rec, LeaseState.REVOKED)
+        slot = rec.lease.slot
+        self._epochs[slot] = self._epochs.get(slot, 0) + 1  # fence: the old epoch is dead now
+        out.append(Revoked(rec.lease, reason, now - rec.lease.granted_at))
+        self._requeue(rec, rec.lease.resume_from, now, out)
+
+    def _requeue(self, rec: _LeaseRec, snap: SnapshotRef | None, now: float, out: list[Decision]) -> None:
+        req = _Request(rec.lease.session, rec.tenant, rec.cls, rec.arrival, rec.seq, now, snap)
+        self._enqueue(req)
+        self._schedule(now, out)
+        self._report_queued(req, out)
+
+    def _report_queued(self, req: _Request, out: list[Decision]) -> None:
+        if self._requests.get(req.session) is req:
+            pos = self._position(req)
+            out.append(Queued(req.session, pos, self._estimate(pos)))
+
+    def _enqueue(self, req: _Request) -> None:
+        t = req.tenant
+        self._requests[req.session] = req
+        t.waiting[req.cls] += 1
+        self._waiting_cls[req.cls] += 1
+        self._positions[req.cls].add(req.seq, 1)
+        t.push_request(req.cls, (req.arrival, req.seq, req.session))
+        self._refresh(t)
+
+    def _dequeue(self, req: _Request, refresh: bool = True) -> None:
+        t = req.tenant
+        if req.earmark is not None:
+            self._unearmark(req)
+        del self._requests[req.session]
+        t.waiting[req.cls] -= 1
+        self._waiting_cls[req.cls] -= 1
+        self._positions[req.cls].add(req.seq, -1)
+        if refresh:
+            self._refresh(t)
+
+    def _check_call(
+        self, session: SessionId, lease_id: LeaseId, epoch: int, out: list[Decision]
+    ) -> _LeaseRec | None:
+        rec = self._holders.get(session)
+        if rec is not None and rec.lease.lease_id == lease_id and rec.lease.epoch == epoch:
+            return rec
+        other = self._leases.get(lease_id)
+        if other is not None and other.lease.session != session:
+            out.append(Rejected(session, ErrorCode.NOT_HOLDER, f"lease {lease_id} is not held by {session}"))
+        elif rec is not None or session in self._requests:
+            now_holds = f"holds {rec.lease.lease_id}" if rec is not None else "is queued"
+            out.append(
+                Rejected(
+                    session, ErrorCode.STALE_EPOCH,
+                    f"lease {lease_id} epoch {epoch} is stale: session {session} {now_holds}",
+                )
+            )
+        else:
+            out.append(Rejected(session, ErrorCode.NOT_FOUND, f"session {session} holds no lease"))
+        return None
+
+    # ------------------------------------------------------------------ slots and accounting
+
+    def _push_free(self, w: _Worker, index: int) -> None:
+        self._free_ready += 1
+        key = (w.worker_id, index)
+        if key not in self._free_in_heap:
+            self._free_in_heap.add(key)
+            heapq.heappush(self._free, (w.seq, index, w.worker_id))
+
+    def _pop_free(self) -> SlotId:
+        # Lowest worker first: packing onto old workers leaves new ones empty to drain.
+        while True:
+            _, index, wid = heapq.heappop(self._free)
+            self._free_in_heap.discard((wid, index))
+            w = self._workers.get(wid)
+            if w is not None and w.state is WorkerState.READY and index not in w.leases:
+                self._free_ready -= 1
+                return SlotId(wid, index)
+
+    def _set_capacity(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._floor = self._policy.pool.floor_slots(capacity)
+
+    def _observe_hold(self, seconds: float) -> None:
+        self._mean_hold = 0.9 * self._mean_hold + 0.1 * max(0.0, seconds)
+
+    def _position(self, req: _Request) -> int:
+        ahead = sum(self._waiting_cls[: req.cls])
+        return ahead + self._positions[req.cls].prefix(req.seq)
+
+    def _estimate(self, position: int) -> float:
+        """Expected wait: the slots ahead, drained at capacity / mean hold per second."""
+        return (position + 1) * self._mean_hold / max(1, self._capacity)
+
+    def _head(self, t: TenantState, cls: int) -> tuple[float, int, SessionId] | None:
+        q = t.queues[cls]
+        requests = self._requests
+        while q:
+            arrival, seq, s = q[0]
+            req = requests.get(s)
+            if req is not None and req.seq == seq and req.earmark is None and req.cls == cls:
+                return q[0]
+            heapq.heappop(q)
+        return None
+
+    def _refresh(self, t: TenantState) -> None:
+        """Re-index a tenant after any change: floor accounting, order of service, victims."""
+        t.version += 1
+        v = t.version
+        name = t.spec.name
+        n = len(self._tenants)
+        spec = t.spec
+        contrib = t.preemptible()
+        self._preemptible += contrib - t.preemptible_contrib
+        t.preemptible_contrib = contrib
+        held, ear, waiting = t.held, t.earmarked, t.waiting
+
+        if waiting[G] > ear[G] and held[G] + ear[G] < spec.guaranteed:
+            h = self._head(t, G)
+            if h is not None:
+                self._tier1.push((h[0], h[1], h[2], name, v), n)
+        shared = None
+        if waiting[B] > ear[B] and held[B] + ear[B] < spec.burstable_limit:
+            h = self._head(t, B)
+            if h is not None:
+                used = held[B] + ear[B]
+                if used < spec.burstable_nominal:
+                    self._tier2.push((used / spec.burstable_nominal, h[0], h[1], h[2], name, v), n)
+                else:
+                    shared = h
+        if waiting[BE] > ear[BE] and (spec.best_effort_limit is None or held[BE] + ear[BE] < spec.best_effort_limit):
+            h = self._head(t, BE)
+            if h is not None and (shared is None or h < shared):
+                shared = h
+        if shared is not None:
+            order_share = (t.borrowed_effective() + t.earmarked_fair) / spec.weight
+            self._tier3.push((order_share, shared[0], shared[1], shared[2], name, v), n)
+
+        share = -t.share()
+        if t.candidates[BE]:
+            self._victims_any[0].push((share, name, v), n)
+        if t.mature[BE]:
+            self._victims_mature[0].push((share, name, v), n)
+        if t.borrowed_b_effective() > 0:
+            if t.candidates[B]:
+                self._victims_any[1].push((share, name, v), n)
+            if t.mature[B]:
+                self._victims_mature[1].push((share, name, v), n)
+
+
+def tenant_spec(name: str, **kw: object) -> TenantSpec:
+    """Shorthand for tests and the simulator: TenantSpec with keyword overrides."""
+    return TenantSpec(name=name, **kw)  # type: ignore[arg-type]

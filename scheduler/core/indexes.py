@@ -1,0 +1,113 @@
+"""Indexed structures that keep every decision logarithmic: versioned lazy heaps, a Fenwick tree.
+
+A tenant's entries are pushed again whenever its state changes, stamped with its new version;
+older entries are skipped when they surface. The heap is rebuilt when stale entries outnumber
+live ones, so memory stays proportional to the tenants it indexes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import Any
+
+Entry = tuple[Any, ...]
+
+
+class VersionedHeap:
+    """A min-heap of entries whose last two fields are (owner, version).
+
+    `is_current(owner, version)` decides whether an entry still stands.
+    """
+
+    __slots__ = ("_heap", "_is_current", "_live_hint")
+
+    def __init__(self, is_current: Callable[[str, int], bool]) -> None:
+        self._heap: list[Entry] = []
+        self._is_current = is_current
+        self._live_hint = 64
+
+    def push(self, entry: Entry, live_owners: int) -> None:
+        heapq.heappush(self._heap, entry)
+        if len(self._heap) > 4 * live_owners + self._live_hint:
+            self._compact()
+
+    def peek(self) -> Entry | None:
+        heap = self._heap
+        is_current = self._is_current
+        while heap:
+            top = heap[0]
+            if is_current(top[-2], top[-1]):
+                return top
+            heapq.heappop(heap)
+        return None
+
+    def pop_current(self) -> Entry | None:
+        top = self.peek()
+        if top is not None:
+            heapq.heappop(self._heap)
+        return top
+
+    def push_back(self, entries: list[Entry]) -> None:
+        for e in entries:
+            heapq.heappush(self._heap, e)
+
+    def _compact(self) -> None:
+        self._heap = [e for e in self._heap if self._is_current(e[-2], e[-1])]
+        heapq.heapify(self._heap)
+        self._live_hint = max(64, len(self._heap))
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+class Fenwick:
+    """Counts by position (a request's arrival sequence number) with prefix sums in O(log n).
+
+    Grows by doubling, so sequence numbers need no bound.
+    """
+
+    __slots__ = ("_tree", "_size")
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._tree = [0] * (size + 1)
+
+    def add(self, index: int, delta: int) -> None:
+        i = index + 1
+        if i > self._size:
+            self._grow(i)
+        tree = self._tree
+        size = self._size
+        while i <= size:
+            tree[i] += delta
+            i += i & (-i)
+
+    def prefix(self, index: int) -> int:
+        """Sum of counts at positions < index."""
+        i = min(index, self._size)
+        total = 0
+        tree = self._tree
+        while i > 0:
+            total += tree[i]
+            i -= i & (-i)
+        return total
+
+    def _grow(self, needed: int) -> None:
+        size = self._size
+        while size < needed:
+            size *= 2
+        counts = [0] * (size + 1)
+        # Recover point counts from the old tree, then rebuild: O(n), amortised by doubling.
+        old = self._tree
+        for i in range(1, self._size + 1):
+            counts[i] = self.prefix(i) - self.prefix(i - 1)
+        self._size = size
+        self._tree = [0] * (size + 1)
+        for i in range(1, len(counts)):
+            if counts[i]:
+                j = i
+                while j <= size:
+                    self._tree[j] += counts[i]
+                    j += j & (-j)
+        del old

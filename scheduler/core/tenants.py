@@ -1,0 +1,78 @@
+"""Per-tenant accounting: what a tenant holds and waits for, by class, and its weighted share.
+
+Class indexes (G, B, BE) are small ints because this is the hot path of every decision.
+`borrowed` is what a tenant holds beyond what it can count on: Burstable leases beyond its
+nominal plus all BestEffort leases (DESIGN.md, "Who gets the next free slot", rule 3).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from scheduler.core.types import LeaseId, QoS, SessionId
+from scheduler.policy import TenantSpec
+
+G, B, BE = 0, 1, 2
+CLASSES: tuple[QoS, QoS, QoS] = (QoS.GUARANTEED, QoS.BURSTABLE, QoS.BEST_EFFORT)
+CLASS_INDEX: dict[QoS, int] = {q: i for i, q in enumerate(CLASSES)}
+
+# A queue entry: (arrival, seq, session). Arrival is the original arrival, kept across yields.
+QueueEntry = tuple[float, int, SessionId]
+
+
+@dataclass(slots=True)
+class TenantState:
+    spec: TenantSpec
+    # Leases held per class, including those asked to yield (they still hold their slot).
+    held: list[int] = field(default_factory=lambda: [0, 0, 0])
+    yielding: list[int] = field(default_factory=lambda: [0, 0, 0])
+    # Waiting requests per class, and how many of them have a victim yielding for them.
+    waiting: list[int] = field(default_factory=lambda: [0, 0, 0])
+    earmarked: list[int] = field(default_factory=lambda: [0, 0, 0])
+    earmarked_fair: int = 0
+    queues: list[list[QueueEntry]] = field(default_factory=lambda: [[], [], []])
+    # Preemption candidates (active, not yielding, on a ready worker): lease -> granted_at, in
+    # grant order, so the newest (least work lost) is `next(reversed(d))`.
+    candidates: list[dict[LeaseId, float]] = field(default_factory=lambda: [{}, {}, {}])
+    # Candidates that have run min_runtime: only these can be fairness victims.
+    mature: list[dict[LeaseId, float]] = field(default_factory=lambda: [{}, {}, {}])
+    version: int = 0
+    preemptible_contrib: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def quota(self, cls: int) -> int | None:
+        """Most leases the tenant may hold in a class; None means no cap."""
+        if cls == G:
+            return self.spec.guaranteed
+        if cls == B:
+            return self.spec.burstable_limit
+        return self.spec.best_effort_limit
+
+    def class_allowed(self, cls: int) -> bool:
+        q = self.quota(cls)
+        return q is None or q > 0
+
+    def preemptible(self) -> int:
+        """Leases of this tenant that can be taken back (counted by the floor invariant)."""
+        return max(0, self.held[B] - self.spec.burstable_nominal) + self.held[BE]
+
+    def borrowed_effective(self) -> int:
+        """Borrowed leases not already on their way out (yielding ones are gone for fairness)."""
+        b_eff = self.held[B] - self.yielding[B]
+        return max(0, b_eff - self.spec.burstable_nominal) + self.held[BE] - self.yielding[BE]
+
+    def borrowed_b_effective(self) -> int:
+        return max(0, self.held[B] - self.yielding[B] - self.spec.burstable_nominal)
+
+    def share(self) -> float:
+        return self.borrowed_effective() / self.spec.weight
+
+    def pending(self) -> int:
+        return self.waiting[G] + self.waiting[B] + self.waiting[BE]
+
+    def push_request(self, cls: int, entry: QueueEntry) -> None:
+        heapq.heappush(self.queues[cls], entry)

@@ -1,0 +1,235 @@
+"""Vocabulary of the policy core: ids, classes, events in and decisions out.
+
+Every event carries the time it happens at (`now`, seconds on any monotonic scale); the core
+never reads a clock. Decisions are frozen dataclasses, so a replay can compare them with `==`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import NewType
+
+SessionId = NewType("SessionId", str)
+TenantName = NewType("TenantName", str)
+WorkerId = NewType("WorkerId", str)
+LeaseId = NewType("LeaseId", str)
+
+
+class QoS(enum.StrEnum):
+    GUARANTEED = "guaranteed"
+    BURSTABLE = "burstable"
+    BEST_EFFORT = "besteffort"
+
+    @classmethod
+    def parse(cls, text: str) -> QoS:
+        key = text.strip().lower().replace("_", "").replace("-", "")
+        for q in cls:
+            if q.value == key:
+                return q
+        raise ValueError(f"qos_class must be guaranteed, burstable or besteffort, not {text!r}")
+
+
+@dataclass(frozen=True, order=True)
+class SlotId:
+    worker: WorkerId
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.worker}/{self.index}"
+
+
+@dataclass(frozen=True)
+class SnapshotRef:
+    """Where a checkpoint of an actor lives; sha256 lets the restorer verify the bytes."""
+
+    uri: str
+    size_bytes: int = 0
+    sha256: str = ""
+    created: float = 0.0
+
+
+class RefuseReason(enum.StrEnum):
+    NO_QUOTA = "no_quota"  # the tenant's quota for this class is zero: it could never be served
+    UNKNOWN_TENANT = "unknown_tenant"
+    QUEUE_FULL = "queue_full"  # pool-wide pending cap
+    TENANT_QUEUE_FULL = "tenant_queue_full"  # per-tenant pending cap
+    DUPLICATE_SESSION = "duplicate_session"  # the session already holds a lease or waits
+    DRAINING_POOL = "no_capacity"  # unused by the core today; kept for adapters
+    SHUTTING_DOWN = "shutting_down"
+
+
+class RevokeReason(enum.StrEnum):
+    YIELD_DEADLINE = "yield_deadline"  # asked to yield, did not within grace
+    WORKER_REMOVED = "worker_removed"
+
+
+class YieldCause(enum.StrEnum):
+    GUARANTEED = "guaranteed"  # reclaiming the floor / a Guaranteed request within quota
+    NOMINAL = "nominal"  # a Burstable request below its nominal
+    FAIR_SHARE = "fair_share"  # a tenant below its weighted share
+    DRAIN = "drain"  # the worker is being drained
+
+
+class EndReason(enum.StrEnum):
+    RELEASED = "released"
+    YIELDED = "yielded"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+    WITHDRAWN = "withdrawn"  # a queued request cancelled by its caller or its deadline
+
+
+# ---------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class WorkerAdded:
+    worker: WorkerId
+    slots: int
+    address: str = ""
+
+
+@dataclass(frozen=True)
+class WorkerDraining:
+    worker: WorkerId
+    # Leases on it are asked to yield with this deadline from now (None: let them finish).
+    yield_within_s: float | None = None
+
+
+@dataclass(frozen=True)
+class WorkerRemoved:
+    worker: WorkerId
+
+
+@dataclass(frozen=True)
+class Acquire:
+    session: SessionId
+    tenant: TenantName
+    qos: QoS
+    resume_from: SnapshotRef | None = None
+
+
+@dataclass(frozen=True)
+class Release:
+    """Ends a lease (lease_id + epoch) or, with lease_id None, withdraws the queued request."""
+
+    session: SessionId
+    lease_id: LeaseId | None = None
+    epoch: int = 0
+
+
+@dataclass(frozen=True)
+class Renew:
+    session: SessionId
+    lease_id: LeaseId
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Yield:
+    session: SessionId
+    lease_id: LeaseId
+    epoch: int
+    snapshot: SnapshotRef | None = None
+
+
+@dataclass(frozen=True)
+class Tick:
+    pass
+
+
+Event = WorkerAdded | WorkerDraining | WorkerRemoved | Acquire | Release | Renew | Yield | Tick
+
+
+# ---------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True)
+class Lease:
+    lease_id: LeaseId
+    session: SessionId
+    tenant: TenantName
+    qos: QoS
+    slot: SlotId
+    epoch: int
+    granted_at: float
+    expires_at: float
+    resume_from: SnapshotRef | None = None
+
+
+@dataclass(frozen=True)
+class Granted:
+    lease: Lease
+    waited_s: float  # since this request (or re-queue after a yield) entered the queue
+
+
+@dataclass(frozen=True)
+class Queued:
+    session: SessionId
+    position: int  # 0 = next to be served in its class
+    estimated_wait_s: float
+
+
+@dataclass(frozen=True)
+class YieldRequested:
+    lease: Lease
+    deadline: float
+    cause: YieldCause
+    for_session: SessionId | None = None
+
+
+@dataclass(frozen=True)
+class Revoked:
+    lease: Lease
+    reason: RevokeReason
+    lost_slot_seconds: float  # work since the lease's grant, which no snapshot saved
+
+
+@dataclass(frozen=True)
+class Expired:
+    lease: Lease
+    lost_slot_seconds: float
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A lease or queued request ended normally (release, yield, withdrawal)."""
+
+    session: SessionId
+    reason: EndReason
+    lease: Lease | None = None
+
+
+@dataclass(frozen=True)
+class Renewed:
+    lease: Lease
+
+
+@dataclass(frozen=True)
+class Refused:
+    session: SessionId
+    reason: RefuseReason
+    message: str
+    retry_after_s: float = 0.0
+    estimated_wait_s: float = 0.0
+
+
+class ErrorCode(enum.StrEnum):
+    NOT_FOUND = "not_found"  # no such session / lease
+    STALE_EPOCH = "stale_epoch"  # the lease moved on (revoked, expired, re-granted)
+    NOT_HOLDER = "not_holder"  # lease id does not belong to that session
+    INVALID = "invalid"  # the event itself is malformed (unknown worker, bad slots)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A call that changed nothing because it was wrong; adapters map `code` to a status."""
+
+    session: SessionId | None
+    code: ErrorCode
+    message: str
+
+
+Decision = (
+    Granted | Queued | YieldRequested | Revoked | Expired | Ended | Renewed | Refused | Rejected
+)

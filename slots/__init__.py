@@ -1,0 +1,1 @@
+"""Pool model, worker agent, autoscaler decision and actuators."""
