@@ -1,0 +1,230 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from scheduler.api.gen.slotsched.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class YieldCause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    YIELD_CAUSE_UNSPECIFIED: _ClassVar[YieldCause]
+    YIELD_CAUSE_GUARANTEED: _ClassVar[YieldCause]
+    YIELD_CAUSE_NOMINAL: _ClassVar[YieldCause]
+    YIELD_CAUSE_FAIR_SHARE: _ClassVar[YieldCause]
+    YIELD_CAUSE_DRAIN: _ClassVar[YieldCause]
+
+class RevokeReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REVOKE_REASON_UNSPECIFIED: _ClassVar[RevokeReason]
+    REVOKE_REASON_YIELD_DEADLINE: _ClassVar[RevokeReason]
+    REVOKE_REASON_WORKER_REMOVED: _ClassVar[RevokeReason]
+    REVOKE_REASON_EXPIRED: _ClassVar[RevokeReason]
+
+class EndReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    END_REASON_UNSPECIFIED: _ClassVar[EndReason]
+    END_REASON_RELEASED: _ClassVar[EndReason]
+    END_REASON_YIELDED: _ClassVar[EndReason]
+    END_REASON_EXPIRED: _ClassVar[EndReason]
+    END_REASON_WITHDRAWN: _ClassVar[EndReason]
+    END_REASON_REVOKED: _ClassVar[EndReason]
+
+class SessionPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SESSION_PHASE_UNSPECIFIED: _ClassVar[SessionPhase]
+    SESSION_PHASE_QUEUED: _ClassVar[SessionPhase]
+    SESSION_PHASE_HOLDING: _ClassVar[SessionPhase]
+    SESSION_PHASE_YIELDING: _ClassVar[SessionPhase]
+    SESSION_PHASE_ENDED: _ClassVar[SessionPhase]
+YIELD_CAUSE_UNSPECIFIED: YieldCause
+YIELD_CAUSE_GUARANTEED: YieldCause
+YIELD_CAUSE_NOMINAL: YieldCause
+YIELD_CAUSE_FAIR_SHARE: YieldCause
+YIELD_CAUSE_DRAIN: YieldCause
+REVOKE_REASON_UNSPECIFIED: RevokeReason
+REVOKE_REASON_YIELD_DEADLINE: RevokeReason
+REVOKE_REASON_WORKER_REMOVED: RevokeReason
+REVOKE_REASON_EXPIRED: RevokeReason
+END_REASON_UNSPECIFIED: EndReason
+END_REASON_RELEASED: EndReason
+END_REASON_YIELDED: EndReason
+END_REASON_EXPIRED: EndReason
+END_REASON_WITHDRAWN: EndReason
+END_REASON_REVOKED: EndReason
+SESSION_PHASE_UNSPECIFIED: SessionPhase
+SESSION_PHASE_QUEUED: SessionPhase
+SESSION_PHASE_HOLDING: SessionPhase
+SESSION_PHASE_YIELDING: SessionPhase
+SESSION_PHASE_ENDED: SessionPhase
+
+class AcquireRequest(_message.Message):
+    __slots__ = ("session_id", "qos", "resume_from", "wait_timeout")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    QOS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
+    WAIT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    qos: _common_pb2.QosClass
+    resume_from: _common_pb2.SnapshotRef
+    wait_timeout: _duration_pb2.Duration
+    def __init__(self, session_id: _Optional[str] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., resume_from: _Optional[_Union[_common_pb2.SnapshotRef, _Mapping]] = ..., wait_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class LeaseEvent(_message.Message):
+    __slots__ = ("queued", "granted", "yield_requested", "revoked", "ended", "at")
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    YIELD_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    queued: Queued
+    granted: Granted
+    yield_requested: YieldRequested
+    revoked: Revoked
+    ended: Ended
+    at: _timestamp_pb2.Timestamp
+    def __init__(self, queued: _Optional[_Union[Queued, _Mapping]] = ..., granted: _Optional[_Union[Granted, _Mapping]] = ..., yield_requested: _Optional[_Union[YieldRequested, _Mapping]] = ..., revoked: _Optional[_Union[Revoked, _Mapping]] = ..., ended: _Optional[_Union[Ended, _Mapping]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Queued(_message.Message):
+    __slots__ = ("position", "estimated_wait")
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_WAIT_FIELD_NUMBER: _ClassVar[int]
+    position: int
+    estimated_wait: _duration_pb2.Duration
+    def __init__(self, position: _Optional[int] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class Granted(_message.Message):
+    __slots__ = ("lease", "waited")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    WAITED_FIELD_NUMBER: _ClassVar[int]
+    lease: _common_pb2.Lease
+    waited: _duration_pb2.Duration
+    def __init__(self, lease: _Optional[_Union[_common_pb2.Lease, _Mapping]] = ..., waited: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class YieldRequested(_message.Message):
+    __slots__ = ("lease_id", "epoch", "deadline", "cause")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    epoch: int
+    deadline: _timestamp_pb2.Timestamp
+    cause: YieldCause
+    def __init__(self, lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cause: _Optional[_Union[YieldCause, str]] = ...) -> None: ...
+
+class Revoked(_message.Message):
+    __slots__ = ("lease_id", "epoch", "reason", "lost_slot_seconds", "resume_from")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    LOST_SLOT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    epoch: int
+    reason: RevokeReason
+    lost_slot_seconds: float
+    resume_from: _common_pb2.SnapshotRef
+    def __init__(self, lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., reason: _Optional[_Union[RevokeReason, str]] = ..., lost_slot_seconds: _Optional[float] = ..., resume_from: _Optional[_Union[_common_pb2.SnapshotRef, _Mapping]] = ...) -> None: ...
+
+class Ended(_message.Message):
+    __slots__ = ("reason", "lease_id", "epoch", "session_over")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SESSION_OVER_FIELD_NUMBER: _ClassVar[int]
+    reason: EndReason
+    lease_id: str
+    epoch: int
+    session_over: bool
+    def __init__(self, reason: _Optional[_Union[EndReason, str]] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., session_over: _Optional[bool] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("session_id", "lease_id", "epoch")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    lease_id: str
+    epoch: int
+    def __init__(self, session_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: EndReason
+    def __init__(self, reason: _Optional[_Union[EndReason, str]] = ...) -> None: ...
+
+class RenewRequest(_message.Message):
+    __slots__ = ("session_id", "lease_id", "epoch")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    lease_id: str
+    epoch: int
+    def __init__(self, session_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class RenewResponse(_message.Message):
+    __slots__ = ("expires_at", "state", "yield_deadline")
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    YIELD_DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    expires_at: _timestamp_pb2.Timestamp
+    state: _common_pb2.LeaseState
+    yield_deadline: _timestamp_pb2.Timestamp
+    def __init__(self, expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.LeaseState, str]] = ..., yield_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class YieldRequest(_message.Message):
+    __slots__ = ("session_id", "lease_id", "epoch", "snapshot")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    lease_id: str
+    epoch: int
+    snapshot: _common_pb2.SnapshotRef
+    def __init__(self, session_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., snapshot: _Optional[_Union[_common_pb2.SnapshotRef, _Mapping]] = ...) -> None: ...
+
+class YieldResponse(_message.Message):
+    __slots__ = ("position",)
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    position: int
+    def __init__(self, position: _Optional[int] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class SessionState(_message.Message):
+    __slots__ = ("session_id", "state", "lease", "position", "estimated_wait", "last_snapshot", "qos", "tenant", "queued_since", "end_reason")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_WAIT_FIELD_NUMBER: _ClassVar[int]
+    LAST_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    QOS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_SINCE_FIELD_NUMBER: _ClassVar[int]
+    END_REASON_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    state: SessionPhase
+    lease: _common_pb2.Lease
+    position: int
+    estimated_wait: _duration_pb2.Duration
+    last_snapshot: _common_pb2.SnapshotRef
+    qos: _common_pb2.QosClass
+    tenant: str
+    queued_since: _timestamp_pb2.Timestamp
+    end_reason: EndReason
+    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[_Union[SessionPhase, str]] = ..., lease: _Optional[_Union[_common_pb2.Lease, _Mapping]] = ..., position: _Optional[int] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., last_snapshot: _Optional[_Union[_common_pb2.SnapshotRef, _Mapping]] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., tenant: _Optional[str] = ..., queued_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_reason: _Optional[_Union[EndReason, str]] = ...) -> None: ...
