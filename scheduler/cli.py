@@ -1,0 +1,144 @@
+"""`slotsched` command line: serve, status, policy validate, simulate, worker, demo, trace.
+
+Each subcommand imports what it needs lazily, so `slotsched policy validate` starts fast and does
+not import gRPC.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from scheduler.policy_load import PolicyError, default_policy, load_policy
+    from scheduler.sim.render import render_text
+    from scheduler.sim.simulator import SimConfig, Simulator
+    from scheduler.sim.workload import WorkloadError, load_workload
+
+    try:
+        policy = load_policy(args.policy)[0] if args.policy else default_policy()
+        plans = load_workload(args.workload)
+    except (PolicyError, WorkloadError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.compare:
+        from scheduler.sim.compare import run_compare
+
+        rc: int = run_compare(policy, plans, args)
+        return rc
+    config = SimConfig(checkpoint_s=args.checkpoint_seconds, until_s=args.until)
+
+    def progress(frac: float) -> None:
+        if not args.json and sys.stderr.isatty():
+            print(f"\rsimulating… {frac:6.1%}", end="", file=sys.stderr, flush=True)
+
+    stats = Simulator(policy, plans, config).run(progress)
+    if sys.stderr.isatty() and not args.json:
+        print("\r" + " " * 30 + "\r", end="", file=sys.stderr)
+    result = stats.to_json()
+    print(json.dumps(result) if args.json else render_text(result))
+    return 0
+
+
+def _policy_validate(args: argparse.Namespace) -> int:
+    from scheduler.policy_load import validate_main
+
+    rc: int = validate_main(args.file)
+    return rc
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from scheduler.server.app import serve_forever
+
+    rc: int = asyncio.run(
+        serve_forever(
+            policy_path=args.policy,
+            listen=args.listen,
+            metrics_listen=args.metrics_listen,
+            snapshot_url=args.snapshots,
+        )
+    )
+    return rc
+
+
+def _status(args: argparse.Namespace) -> int:
+    from scheduler.server.status import status_main
+
+    rc: int = status_main(args.target, args.json, args.token, args.tenant)
+    return rc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="slotsched",
+        description="A scheduler for agent runtimes: who gets the next warm slot, who waits, who yields.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="run the scheduler service (embedded defaults with no flags)")
+    s.add_argument("--policy", help="SchedulingPolicy YAML; without it: built-in policy, INSECURE dev mode")
+    s.add_argument("--listen", default="127.0.0.1:50051", help="gRPC address (default %(default)s)")
+    s.add_argument("--metrics-listen", default="127.0.0.1:9464", help="Prometheus /metrics address")
+    s.add_argument(
+        "--snapshots", default=None, help="snapshot store URL: file:///dir (default) or s3://bucket/prefix"
+    )
+    s.set_defaults(func=_serve)
+
+    st = sub.add_parser("status", help="show pool, floor, classes, tenants and queue")
+    st.add_argument("--target", default="127.0.0.1:50051")
+    st.add_argument("--json", action="store_true")
+    st.add_argument("--token", default=None, help="bearer token (secure mode)")
+    st.add_argument("--tenant", default=None, help="tenant header (insecure dev mode)")
+    st.set_defaults(func=_status)
+
+    pol = sub.add_parser("policy", help="policy file tools")
+    polsub = pol.add_subparsers(dest="policy_command", required=True)
+    v = polsub.add_parser("validate", help="check a SchedulingPolicy file; non-zero exit on any error")
+    v.add_argument("file")
+    v.set_defaults(func=_policy_validate)
+
+    sim = sub.add_parser("simulate", help="run the policy core in virtual time on a workload CSV")
+    sim.add_argument("--policy", help="SchedulingPolicy YAML (default: the built-in policy)")
+    sim.add_argument(
+        "--workload", required=True, help="CSV: arrival_s,session_id,tenant,qos_class,hold_s[,…]"
+    )
+    sim.add_argument(
+        "--checkpoint-seconds", type=float, default=2.0, help="holder's checkpoint time (default 2)"
+    )
+    sim.add_argument(
+        "--until", type=float, default=None, help="stop at this virtual time; the rest is unfinished"
+    )
+    sim.add_argument("--json", action="store_true", help="print the result as JSON")
+    sim.add_argument("--compare", action="store_true", help="run every baseline too and write a report")
+    sim.add_argument("--out", default="out/compare", help="report folder for --compare")
+    sim.set_defaults(func=_simulate)
+
+    _add_optional(sub)
+    return p
+
+
+def _add_optional(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Subcommands whose modules land with later work; each registers itself if present."""
+    for module in ("scheduler.worker_cli", "scheduler.demo_cli", "scheduler.trace_cli"):
+        try:
+            mod = __import__(module, fromlist=["register"])
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
+            continue
+        mod.register(sub)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    rc: int = args.func(args)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

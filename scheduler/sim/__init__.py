@@ -1,0 +1,1 @@
+"""The simulator: the same policy core, driven in virtual time."""

@@ -1,0 +1,28 @@
+"""Human-readable rendering of a simulation result (the JSON form is in stats.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def render_text(result: dict[str, Any]) -> str:
+    lines = ["time to slot (s)        count      p50      p95      p99      max"]
+    for name, c in result["classes"].items():
+        tts = c["time_to_slot"]
+        lines.append(
+            f"  {name:<20} {c['count']:>7} "
+            + " ".join(f"{tts[k]:>8.2f}" for k in ("p50", "p95", "p99", "max"))
+        )
+    lines.append("slot-seconds by tenant")
+    for name, t in result["tenants"].items():
+        by = ", ".join(f"{k} {v:.0f}" for k, v in sorted(t["by_class"].items()))
+        lines.append(f"  {name:<20} {t['slot_seconds']:>12.0f}   ({by})")
+    lines.append(
+        "preemptions {preemptions}  revocations {revocations}  "
+        "expiries {expiries}  refusals {refusals}".format(**result)
+    )
+    lines.append(
+        f"work lost {result['work_lost_slot_seconds']:.1f} slot-s  utilization {result['utilization']:.1%}  "
+        f"completed {result['completed']}  unfinished {result['unfinished']}"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,254 @@
+"""The simulator: the real policy core driven in virtual time by simulated holders.
+
+A simulated holder renews its lease every half TTL, releases when its hold is done, and answers
+`YieldRequested` by checkpointing (`checkpoint_s`) and yielding; its snapshot saves the work done
+up to the request, and it resumes the rest when granted again. A holder that crashes stops
+renewing and never releases. Nothing here decides anything: every decision comes from `Core`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from scheduler.core.engine import Core
+from scheduler.core.types import (
+    Acquire,
+    Decision,
+    Ended,
+    Event,
+    Expired,
+    Granted,
+    Lease,
+    Queued,
+    Refused,
+    Release,
+    Renew,
+    Revoked,
+    SessionId,
+    SnapshotRef,
+    TenantName,
+    Tick,
+    WorkerAdded,
+    WorkerId,
+    Yield,
+    YieldCause,
+    YieldRequested,
+)
+from scheduler.policy import Policy
+from scheduler.sim.stats import SimStats
+from scheduler.sim.workload import SessionPlan
+
+# Event kinds, in the order they apply when simultaneous.
+_ARRIVE, _COMPLETE, _YIELD_ACK, _RENEW, _TICK, _HOOK = range(6)
+
+
+@dataclass
+class SimConfig:
+    checkpoint_s: float = 2.0  # how long a holder takes to checkpoint once asked to yield
+    until_s: float | None = None  # stop here and count what is left as unfinished
+    sample_every_s: float | None = None  # record a time series for plots
+
+
+@dataclass
+class _Live:
+    plan: SessionPlan
+    period: int = 0
+    remaining: float = 0.0
+    lease: Lease | None = None
+    yield_asked_at: float | None = None
+    crashed: bool = False
+    finished: bool = False
+    refused: bool = False
+
+
+class PoolHook(Protocol):
+    """Something that changes the pool during a run (the elastic pool of the autoscaler)."""
+
+    def start(self, sim: Simulator) -> None: ...
+
+    def fire(self, sim: Simulator, now: float) -> None: ...
+
+
+@dataclass
+class Simulator:
+    policy: Policy
+    plans: list[SessionPlan]
+    config: SimConfig = field(default_factory=SimConfig)
+    hook: PoolHook | None = None
+
+    def __post_init__(self) -> None:
+        self.core = Core(self.policy)
+        self.stats = SimStats(self.policy)
+        self._events: list[tuple[float, int, int, object]] = []
+        self._seq = 0
+        self._live: dict[str, _Live] = {p.session_id: _Live(p) for p in self.plans}
+        self._tick_at = math.inf
+        self.now = 0.0
+
+    # ------------------------------------------------------------------ driving
+
+    def at(self, t: float, kind: int, payload: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, kind, self._seq, payload))
+
+    def schedule_hook(self, t: float) -> None:
+        self.at(t, _HOOK, None)
+
+    def apply(self, event: Event) -> list[Decision]:
+        decisions = self.core.handle(event, self.now)
+        for d in decisions:
+            self._on_decision(d)
+        nxt = self.core.next_deadline()
+        if nxt is not None and nxt < self._tick_at:
+            self._tick_at = nxt
+            self.at(max(nxt, self.now), _TICK, None)
+        return decisions
+
+    def run(self, progress: Callable[[float], None] | None = None) -> SimStats:
+        if self.hook is not None:
+            self.hook.start(self)
+        else:
+            pool = self.policy.pool
+            for i in range(pool.workers):
+                self.add_worker(WorkerId(f"w{i:03d}"), pool.slots_per_worker)
+        for p in self.plans:
+            self.at(p.arrival_s, _ARRIVE, p.session_id)
+        if self.config.sample_every_s:
+            self.at(0.0, _HOOK, "sample")
+        until = self.config.until_s if self.config.until_s is not None else math.inf
+        horizon = max((p.arrival_s for p in self.plans), default=0.0)
+        last_report = -1.0
+        while self._events:
+            t, kind, _, payload = self._events[0]
+            if t > until:
+                break
+            if kind == _HOOK and payload is None and self._all_done():
+                break
+            heapq.heappop(self._events)
+            self.now = max(self.now, t)
+            self._dispatch(kind, payload)
+            if progress is not None and self.now - last_report >= 60.0:
+                last_report = self.now
+                progress(min(1.0, self.now / max(horizon, 1.0)))
+        end = min(until, self.now) if until != math.inf else self.now
+        self.stats.finish(end, self.core, self._live_counts())
+        return self.stats
+
+    def add_worker(self, worker: WorkerId, slots: int) -> None:
+        self.apply(WorkerAdded(worker, slots))
+        self.stats.capacity_changed(self.now, self.core.describe().capacity)
+
+    def _all_done(self) -> bool:
+        return all(lv.finished or lv.refused or lv.crashed for lv in self._live.values())
+
+    def _live_counts(self) -> tuple[int, int]:
+        completed = sum(1 for lv in self._live.values() if lv.finished)
+        unfinished = sum(1 for lv in self._live.values() if not lv.finished and not lv.refused)
+        return completed, unfinished
+
+    def _dispatch(self, kind: int, payload: object) -> None:
+        if kind == _ARRIVE:
+            lv = self._live[str(payload)]
+            period = lv.plan.periods[lv.period]
+            lv.remaining = period.hold_s
+            self.apply(Acquire(SessionId(lv.plan.session_id), TenantName(lv.plan.tenant), lv.plan.qos))
+        elif kind == _TICK:
+            self._tick_at = math.inf
+            self.apply(Tick())
+        elif kind == _HOOK:
+            if payload == "sample":
+                self.stats.sample(self.now, self.core)
+                assert self.config.sample_every_s
+                self.at(self.now + self.config.sample_every_s, _HOOK, "sample")
+            elif self.hook is not None:
+                self.hook.fire(self, self.now)
+        else:
+            assert isinstance(payload, tuple)
+            sid: str = payload[0]
+            lease_id: str = payload[1]
+            epoch: int = payload[2]
+            lv = self._live[sid]
+            if lv.lease is None or lv.lease.lease_id != lease_id or lv.lease.epoch != epoch:
+                return  # that lease is gone (revoked, yielded): a stale timer
+            if kind == _RENEW:
+                if not lv.crashed:
+                    self.apply(Renew(SessionId(sid), lv.lease.lease_id, lv.lease.epoch))
+            elif kind == _COMPLETE:
+                self.apply(Release(SessionId(sid), lv.lease.lease_id, lv.lease.epoch))
+            elif kind == _YIELD_ACK:
+                lease = lv.lease
+                assert lv.yield_asked_at is not None
+                done = lv.yield_asked_at - lease.granted_at
+                lv.remaining = max(0.0, lv.remaining - done)
+                snap = SnapshotRef(f"sim://{sid}/{lease.epoch}", lv.plan.periods[lv.period].snapshot_bytes)
+                self.apply(Yield(SessionId(sid), lease.lease_id, lease.epoch, snap))
+
+    # ------------------------------------------------------------------ the holders
+
+    def _on_decision(self, d: Decision) -> None:
+        self.stats.record(d, self.now)
+        if isinstance(d, Granted):
+            lv = self._live[d.lease.session]
+            lv.lease = d.lease
+            lv.yield_asked_at = None
+            key = (d.lease.session, d.lease.lease_id, d.lease.epoch)
+            period = lv.plan.periods[lv.period]
+            if period.crash_after_s is not None and period.crash_after_s < lv.remaining:
+                lv.crashed = True  # it will stop renewing and never release
+            else:
+                self.at(self.now + lv.remaining, _COMPLETE, key)
+            ttl = self.policy.timing.lease_ttl_s
+            renew_every = ttl / 2
+            t = self.now + renew_every
+            crash = period.crash_after_s
+            held_for = crash if crash is not None and lv.crashed else lv.remaining
+            limit = self.now + held_for
+            while t < limit:
+                self.at(t, _RENEW, key)
+                t += renew_every
+        elif isinstance(d, YieldRequested):
+            lv = self._live[d.lease.session]
+            if lv.crashed or lv.lease is None or lv.lease.lease_id != d.lease.lease_id:
+                return
+            lv.yield_asked_at = self.now
+            finish_at = d.lease.granted_at + lv.remaining
+            if finish_at > self.now + self.config.checkpoint_s or d.cause is YieldCause.DRAIN:
+                self.at(
+                    self.now + self.config.checkpoint_s,
+                    _YIELD_ACK,
+                    (d.lease.session, d.lease.lease_id, d.lease.epoch),
+                )
+            # else: it finishes before a checkpoint would, and simply releases.
+        elif isinstance(d, Ended):
+            lv = self._live[d.session]
+            if d.lease is not None and lv.lease is not None and d.lease.lease_id == lv.lease.lease_id:
+                lv.lease = None
+                if d.reason.value == "released":
+                    self._next_period(lv)
+        elif isinstance(d, Revoked | Expired):
+            lv = self._live[d.lease.session]
+            if lv.lease is not None and lv.lease.lease_id == d.lease.lease_id:
+                lv.lease = None
+                # Revoked: re-queued by the core, it resumes from its last snapshot (remaining
+                # unchanged). Expired: the holder is dead; the session ends unfinished.
+        elif isinstance(d, Refused):
+            self._live[d.session].refused = True
+        elif isinstance(d, Queued):
+            pass
+
+    def _next_period(self, lv: _Live) -> None:
+        lv.period += 1
+        if lv.period >= len(lv.plan.periods):
+            lv.finished = True
+            return
+        nxt = lv.plan.periods[lv.period]
+        start = self.now + nxt.think_s if nxt.think_s is not None else max(self.now, nxt.arrival_s)
+        self.at(start, _ARRIVE, lv.plan.session_id)
+
+
+def simulate(policy: Policy, plans: list[SessionPlan], config: SimConfig | None = None) -> SimStats:
+    return Simulator(policy, plans, config or SimConfig()).run()

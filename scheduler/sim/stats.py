@@ -1,0 +1,157 @@
+"""What a run of the simulator (or the demo) measured, and its JSON form.
+
+Every wait counts toward time-to-slot: the first one and each one after a yield or revoke.
+Work lost is slot-seconds that no snapshot saved: revoked leases since their grant, and leases
+that expired under a dead holder.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.core.engine import Core
+from scheduler.core.types import (
+    Decision,
+    Ended,
+    Expired,
+    Granted,
+    Lease,
+    Refused,
+    Revoked,
+    YieldCause,
+    YieldRequested,
+)
+from scheduler.policy import Policy
+
+CLASS_KEYS = ("guaranteed", "burstable", "besteffort")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), 0 for no values."""
+    if not values:
+        return 0.0
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+@dataclass
+class Sample:
+    t: float
+    capacity: int
+    busy: int
+    pending: int
+    held_by_tenant: dict[str, int]
+
+
+@dataclass
+class SimStats:
+    policy: Policy
+    waits: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in CLASS_KEYS})
+    slot_seconds: dict[str, dict[str, float]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(float))
+    )
+    preemptions: int = 0
+    revocations: int = 0
+    expiries: int = 0
+    refusals: int = 0
+    work_lost: float = 0.0
+    completed: int = 0
+    unfinished: int = 0
+    end_s: float = 0.0
+    busy_slot_seconds: float = 0.0
+    capacity_slot_seconds: float = 0.0
+    worker_seconds: float = 0.0
+    scale_actions: int = 0
+    samples: list[Sample] = field(default_factory=list)
+    _cap_at: float = 0.0
+    _cap: int = 0
+
+    def record(self, d: Decision, now: float) -> None:
+        if isinstance(d, Granted):
+            self.waits[d.lease.qos.value].append(d.waited_s)
+        elif isinstance(d, YieldRequested):
+            if d.cause is not YieldCause.DRAIN:
+                self.preemptions += 1
+        elif isinstance(d, Revoked):
+            self.revocations += 1
+            self.work_lost += d.lost_slot_seconds
+            self._held(d.lease, now)
+        elif isinstance(d, Expired):
+            self.expiries += 1
+            self.work_lost += d.lost_slot_seconds
+            self._held(d.lease, now)
+        elif isinstance(d, Ended) and d.lease is not None:
+            self._held(d.lease, now)
+        elif isinstance(d, Refused):
+            self.refusals += 1
+
+    def _held(self, lease: Lease, end: float) -> None:
+        secs = max(0.0, end - lease.granted_at)
+        self.slot_seconds[lease.tenant][lease.qos.value] += secs
+        self.busy_slot_seconds += secs
+
+    def capacity_changed(self, now: float, capacity: int) -> None:
+        self.capacity_slot_seconds += self._cap * (now - self._cap_at)
+        self._cap_at, self._cap = now, capacity
+
+    def sample(self, now: float, core: Core) -> None:
+        view = core.describe()
+        self.samples.append(
+            Sample(
+                now,
+                view.capacity,
+                sum(view.held),
+                sum(view.pending),
+                {t.name: sum(t.held) for t in view.tenants},
+            )
+        )
+
+    def finish(self, end: float, core: Core, counts: tuple[int, int]) -> None:
+        self.end_s = end
+        for lease, _state in list(core.leases()):
+            self._held(lease, end)  # still held at the end: count its time so far
+        self.capacity_changed(end, self._cap)
+        self.completed, self.unfinished = counts
+
+    @property
+    def utilization(self) -> float:
+        return self.busy_slot_seconds / self.capacity_slot_seconds if self.capacity_slot_seconds else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        classes = {}
+        for k in CLASS_KEYS:
+            w = self.waits[k]
+            classes[k] = {
+                "count": len(w),
+                "time_to_slot": {
+                    "p50": round(percentile(w, 50), 3),
+                    "p95": round(percentile(w, 95), 3),
+                    "p99": round(percentile(w, 99), 3),
+                    "max": round(max(w), 3) if w else 0.0,
+                },
+            }
+        tenants = {
+            name: {
+                "slot_seconds": round(sum(by.values()), 3),
+                "by_class": {c: round(v, 3) for c, v in by.items()},
+            }
+            for name, by in sorted(self.slot_seconds.items())
+        }
+        return {
+            "classes": classes,
+            "tenants": tenants,
+            "preemptions": self.preemptions,
+            "revocations": self.revocations,
+            "expiries": self.expiries,
+            "refusals": self.refusals,
+            "work_lost_slot_seconds": round(self.work_lost, 3),
+            "utilization": round(self.utilization, 4),
+            "completed": self.completed,
+            "unfinished": self.unfinished,
+        }

@@ -1,0 +1,138 @@
+"""Workload files for the simulator: who asks for a slot, when, in which class, for how long.
+
+CSV columns: `arrival_s,session_id,tenant,qos_class,hold_s` and optionally `snapshot_bytes`,
+`think_s` and `crash_after_s`.
+
+- Open loop: one row per session; it arrives at `arrival_s` and holds its slot for `hold_s`.
+- Closed loop (agent sessions): several rows with the same `session_id`, in file order, each an
+  active period. The first row arrives at `arrival_s`; each later row with a `think_s` value
+  starts `think_s` after the previous period ended — a session delayed in the queue runs later,
+  as a real agent does. A later row with an empty `think_s` arrives at its own `arrival_s`.
+- `crash_after_s`: the holder dies that long after its grant: it stops renewing and never
+  releases (the lease must expire).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scheduler.core.types import QoS
+
+REQUIRED = ("arrival_s", "session_id", "tenant", "qos_class", "hold_s")
+OPTIONAL = ("snapshot_bytes", "think_s", "crash_after_s")
+
+
+class WorkloadError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Period:
+    hold_s: float
+    think_s: float | None  # gap after the previous period; None for the first or open-loop rows
+    arrival_s: float
+    snapshot_bytes: int = 0
+    crash_after_s: float | None = None
+
+
+@dataclass
+class SessionPlan:
+    session_id: str
+    tenant: str
+    qos: QoS
+    periods: list[Period] = field(default_factory=list)
+
+    @property
+    def arrival_s(self) -> float:
+        return self.periods[0].arrival_s
+
+    @property
+    def total_hold_s(self) -> float:
+        return sum(p.hold_s for p in self.periods)
+
+
+def _num(row: dict[str, str], key: str, line: int, required: bool = True) -> float | None:
+    text = (row.get(key) or "").strip()
+    if not text:
+        if required:
+            raise WorkloadError(f"line {line}: column {key} is empty")
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise WorkloadError(f"line {line}: column {key} must be a number, not {text!r}") from None
+    if value < 0:
+        raise WorkloadError(f"line {line}: column {key} must be >= 0, not {value}")
+    return value
+
+
+def parse_rows(rows: Iterable[dict[str, str]], header: Iterable[str]) -> list[SessionPlan]:
+    cols = list(header)
+    missing = [c for c in REQUIRED if c not in cols]
+    if missing:
+        raise WorkloadError(f"workload lacks column(s) {', '.join(missing)}; needs {', '.join(REQUIRED)}")
+    unknown = [c for c in cols if c not in REQUIRED + OPTIONAL]
+    if unknown:
+        raise WorkloadError(
+            f"unknown column(s) {', '.join(unknown)}; allowed: {', '.join(REQUIRED + OPTIONAL)}"
+        )
+    plans: dict[str, SessionPlan] = {}
+    for line, row in enumerate(rows, start=2):
+        sid = (row.get("session_id") or "").strip()
+        tenant = (row.get("tenant") or "").strip()
+        if not sid or not tenant:
+            raise WorkloadError(f"line {line}: session_id and tenant must not be empty")
+        try:
+            qos = QoS.parse(row.get("qos_class") or "")
+        except ValueError as e:
+            raise WorkloadError(f"line {line}: {e}") from None
+        arrival = _num(row, "arrival_s", line, required=False)
+        hold = _num(row, "hold_s", line)
+        snap = _num(row, "snapshot_bytes", line, required=False)
+        think = _num(row, "think_s", line, required=False)
+        crash = _num(row, "crash_after_s", line, required=False)
+        plan = plans.get(sid)
+        if plan is None:
+            if arrival is None:
+                raise WorkloadError(f"line {line}: the first row of session {sid} needs arrival_s")
+            plan = plans[sid] = SessionPlan(sid, tenant, qos)
+            think = None
+        elif plan.tenant != tenant or plan.qos != qos:
+            raise WorkloadError(f"line {line}: session {sid} changes tenant or class between rows")
+        elif think is None and arrival is None:
+            raise WorkloadError(f"line {line}: a later row of session {sid} needs think_s or arrival_s")
+        assert hold is not None
+        plan.periods.append(
+            Period(hold, think, arrival if arrival is not None else 0.0, int(snap or 0), crash)
+        )
+    return sorted(plans.values(), key=lambda p: (p.arrival_s, p.session_id))
+
+
+def load_workload(path: str | Path) -> list[SessionPlan]:
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        return parse_rows(reader, reader.fieldnames or [])
+
+
+def write_workload(path: str | Path, plans: Iterable[SessionPlan]) -> None:
+    """Write plans back in the same format (closed-loop periods as think_s rows)."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(REQUIRED + OPTIONAL)
+        for p in plans:
+            for i, per in enumerate(p.periods):
+                w.writerow(
+                    [
+                        f"{per.arrival_s:.3f}" if i == 0 or per.think_s is None else "",
+                        p.session_id,
+                        p.tenant,
+                        p.qos.value,
+                        f"{per.hold_s:.3f}",
+                        per.snapshot_bytes or "",
+                        "" if per.think_s is None else f"{per.think_s:.3f}",
+                        "" if per.crash_after_s is None else f"{per.crash_after_s:.3f}",
+                    ]
+                )

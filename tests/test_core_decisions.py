@@ -1,0 +1,457 @@
+"""Decision table for the policy core: one case per rule of DESIGN.md, named after the rule.
+
+Each case runs a script of steps against a fresh core and compares the decisions of the last
+step (as readable summaries); some cases also check a detail with `check`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from scheduler.core.types import SessionId
+from scheduler.policy import Policy
+from tests.core_script import Driver, policy, tenant
+
+SRE = tenant("sre", g=2, nominal=1, limit=4)
+OPS = tenant("ops", g=1)
+PROD = tenant("prod", nominal=0, limit=4)
+BATCH = tenant("batch")
+A = tenant("a")
+C = tenant("c")
+
+
+@dataclass
+class Case:
+    policy: Policy
+    steps: list[tuple[Any, ...]]
+    want: list[str]
+    check: Callable[[Driver], None] | None = field(default=None)
+
+
+def _resume_is(session: str, uri: str) -> Callable[[Driver], None]:
+    def check(d: Driver) -> None:
+        view = d.core.session(SessionId(session))
+        assert view is not None and view.lease is not None
+        assert view.lease.resume_from is not None and view.lease.resume_from.uri == uri
+
+    return check
+
+
+def _epoch_is(session: str, epoch: int) -> Callable[[Driver], None]:
+    def check(d: Driver) -> None:
+        view = d.core.session(SessionId(session))
+        assert view is not None and view.lease is not None and view.lease.epoch == epoch
+
+    return check
+
+
+CASES: dict[str, Case] = {
+    "grant_at_once_when_a_slot_is_free": Case(
+        policy(tenant("t", nominal=1, limit=2)),
+        [("add", "w0", 2), ("acquire", "s1", "t", "b")],
+        ["granted s1 w0/0"],
+    ),
+    "wait_in_queue_when_full_not_rejected": Case(
+        policy(BATCH),
+        [("add", "w0", 1), ("acquire", "x1", "batch", "be"), ("acquire", "x2", "batch", "be")],
+        ["queued x2"],
+    ),
+    "zero_quota_class_refused_at_once": Case(
+        policy(BATCH), [("add", "w0", 1), ("acquire", "s", "batch", "g")], ["refused s no_quota"]
+    ),
+    "unknown_tenant_refused": Case(
+        policy(BATCH), [("add", "w0", 1), ("acquire", "s", "nobody", "be")], ["refused s unknown_tenant"]
+    ),
+    "one_live_lease_or_request_per_session": Case(
+        policy(BATCH),
+        [("add", "w0", 1), ("acquire", "s", "batch", "be"), ("acquire", "s", "batch", "be")],
+        ["refused s duplicate_session"],
+    ),
+    "guaranteed_quota_caps_held_leases": Case(
+        policy(OPS),
+        [("add", "w0", 2), ("acquire", "g1", "ops", "g"), ("acquire", "g2", "ops", "g")],
+        ["queued g2"],
+    ),
+    "burstable_limit_caps_held_leases": Case(
+        policy(tenant("t", nominal=1, limit=1)),
+        [("add", "w0", 2), ("acquire", "b1", "t", "b"), ("acquire", "b2", "t", "b")],
+        ["queued b2"],
+    ),
+    "besteffort_limit_caps_held_leases": Case(
+        policy(tenant("t", be=1)),
+        [("add", "w0", 2), ("acquire", "x1", "t", "be"), ("acquire", "x2", "t", "be")],
+        ["queued x2"],
+    ),
+    "idle_floor_is_lent_to_preemptible_work": Case(
+        policy(BATCH, floor=2),
+        [("add", "w0", 2), ("acquire", "x1", "batch", "be"), ("acquire", "x2", "batch", "be")],
+        ["granted x2 w0/1"],
+    ),
+    "floor_not_given_to_unpreemptible_burstable_but_lent_to_besteffort": Case(
+        policy(tenant("prod", nominal=2, limit=2), BATCH, floor=1),
+        [
+            ("add", "w0", 2),
+            ("acquire", "p1", "prod", "b"),
+            ("acquire", "p2", "prod", "b"),
+            ("acquire", "x1", "batch", "be"),
+        ],
+        ["granted x1 w0/1"],
+    ),
+    "guaranteed_preempts_besteffort_with_grace_deadline": Case(
+        policy(SRE, BATCH, floor=2),
+        [
+            ("add", "w0", 2),
+            ("acquire", "x1", "batch", "be"),
+            ("acquire", "x2", "batch", "be"),
+            (1, "acquire", "g1", "sre", "g"),
+        ],
+        ["yield x2 guaranteed", "queued g1"],
+    ),
+    "victim_besteffort_before_borrowing_burstable": Case(
+        policy(OPS, PROD, BATCH),
+        [
+            ("add", "w0", 2),
+            (0, "acquire", "x1", "batch", "be"),
+            (1, "acquire", "p1", "prod", "b"),
+            (2, "acquire", "g1", "ops", "g"),
+        ],
+        ["yield x1 guaranteed", "queued g1"],
+    ),
+    "victim_from_tenant_furthest_above_share": Case(
+        policy(OPS, A, C),
+        [
+            ("add", "w0", 3),
+            (0, "acquire", "a1", "a", "be"),
+            (1, "acquire", "a2", "a", "be"),
+            (2, "acquire", "c1", "c", "be"),
+            (3, "acquire", "g1", "ops", "g"),
+        ],
+        ["yield a2 guaranteed", "queued g1"],
+    ),
+    "victim_loses_least_work_newest_grant": Case(
+        policy(OPS, A),
+        [
+            ("add", "w0", 2),
+            (0, "acquire", "a1", "a", "be"),
+            (5, "acquire", "a2", "a", "be"),
+            (6, "acquire", "g1", "ops", "g"),
+        ],
+        ["yield a2 guaranteed", "queued g1"],
+    ),
+    "guaranteed_lease_never_a_victim": Case(
+        policy(SRE, OPS),
+        [
+            ("add", "w0", 2),
+            ("acquire", "g1", "sre", "g"),
+            ("acquire", "g2", "sre", "g"),
+            ("acquire", "g3", "ops", "g"),
+        ],
+        ["queued g3"],
+    ),
+    "one_victim_per_waiting_request": Case(
+        policy(SRE, BATCH),
+        [
+            ("add", "w0", 2),
+            ("acquire", "x1", "batch", "be"),
+            ("acquire", "x2", "batch", "be"),
+            (1, "acquire", "g1", "sre", "g"),
+            (
+                2,
+                "tick",
+            ),
+        ],
+        [],
+    ),
+    "second_waiter_gets_its_own_victim": Case(
+        policy(SRE, BATCH),
+        [
+            ("add", "w0", 2),
+            ("acquire", "x1", "batch", "be"),
+            ("acquire", "x2", "batch", "be"),
+            (1, "acquire", "g1", "sre", "g"),
+            (2, "acquire", "g2", "sre", "g"),
+        ],
+        ["yield x1 guaranteed", "queued g2"],
+    ),
+    "burstable_below_nominal_preempts_borrowed_capacity": Case(
+        policy(tenant("prod", nominal=1, limit=2), BATCH),
+        [
+            ("add", "w0", 2),
+            ("acquire", "x1", "batch", "be"),
+            ("acquire", "x2", "batch", "be"),
+            (1, "acquire", "p1", "prod", "b"),
+        ],
+        ["yield x2 nominal", "queued p1"],
+    ),
+    "fairness_preemption_waits_for_min_runtime": Case(
+        policy(A, C, min_runtime=30, ttl=100),
+        [
+            ("add", "w0", 2),
+            (0, "acquire", "a1", "a", "be"),
+            (0, "acquire", "a2", "a", "be"),
+            (1, "acquire", "c1", "c", "be"),
+        ],
+        ["queued c1"],
+    ),
+    "fairness_preemption_after_min_runtime": Case(
+        policy(A, C, min_runtime=30, ttl=100),
+        [
+            ("add", "w0", 2),
+            (0, "acquire", "a1", "a", "be"),
+            (0, "acquire", "a2", "a", "be"),
+            (1, "acquire", "c1", "c", "be"),
+            (31, "tick"),
+        ],
+        ["yield a2 fair_share"],
+    ),
+    "fairness_only_if_requester_share_stays_le_victims": Case(
+        policy(A, C, min_runtime=30, ttl=100),
+        [
+            ("add", "w0", 2),
+            (0, "acquire", "a1", "a", "be"),
+            (0, "acquire", "c1", "c", "be"),
+            (1, "acquire", "c2", "c", "be"),
+            (40, "tick"),
+        ],
+        [],
+    ),
+    "fairness_never_preempts_own_tenant": Case(
+        policy(A, min_runtime=30, ttl=100),
+        [
+            ("add", "w0", 2),
+            (0, "acquire", "a1", "a", "be"),
+            (0, "acquire", "a2", "a", "be"),
+            (1, "acquire", "a3", "a", "be"),
+            (40, "tick"),
+        ],
+        [],
+    ),
+    "fairness_respects_weights": Case(
+        policy(tenant("a", weight=1), tenant("c", weight=3), min_runtime=30, ttl=100),
+        [
+            ("add", "w0", 4),
+            (0, "acquire", "a1", "a", "be"),
+            (0, "acquire", "a2", "a", "be"),
+            (0, "acquire", "a3", "a", "be"),
+            (0, "acquire", "c1", "c", "be"),
+            (1, "acquire", "c2", "c", "be"),
+            (40, "tick"),
+        ],
+        # c after: 2/3 <= a after: 2/1, so c takes one of a's slots.
+        ["yield a3 fair_share"],
+    ),
+    "order_guaranteed_before_older_burstable": Case(
+        policy(SRE, PROD, BATCH),
+        [
+            ("add", "w0", 1),
+            (0, "acquire", "x1", "batch", "be"),
+            (1, "acquire", "p1", "prod", "b"),
+            (2, "acquire", "g1", "sre", "g"),
+            (3, "yield", "x1"),
+        ],
+        ["ended x1 yielded", "granted g1 w0/0", "queued x1"],
+    ),
+    "order_nominal_lowest_usage_ratio_first": Case(
+        policy(
+            tenant("p", nominal=2, limit=2), tenant("q", nominal=2, limit=2), tenant("r", nominal=1, limit=1)
+        ),
+        [
+            ("add", "w0", 2),
+            (0, "acquire", "p1", "p", "b"),
+            (0, "acquire", "r1", "r", "b"),
+            (1, "acquire", "p2", "p", "b"),
+            (2, "acquire", "q1", "q", "b"),
+            (3, "release", "r1"),
+        ],
+        ["ended r1 released", "granted q1 w0/1"],
+    ),
+    "order_shared_lowest_weighted_share_first": Case(
+        policy(A, C),
+        [
+            ("add", "w0", 2),
+            (0, "acquire", "a1", "a", "be"),
+            (0, "acquire", "c1", "c", "be"),
+            (1, "acquire", "a2", "a", "be"),
+            (2, "acquire", "c2", "c", "be"),
+            (3, "release", "c1"),
+        ],
+        ["ended c1 released", "granted c2 w0/1"],
+    ),
+    "order_ties_go_to_oldest_request": Case(
+        policy(A, C, tenant("z", nominal=1, limit=1)),
+        [
+            ("add", "w0", 3),
+            (0, "acquire", "a1", "a", "be"),
+            (0, "acquire", "c1", "c", "be"),
+            (0, "acquire", "z1", "z", "b"),
+            (1, "acquire", "c2", "c", "be"),
+            (2, "acquire", "a2", "a", "be"),
+            (3, "release", "z1"),
+        ],
+        ["ended z1 released", "granted c2 w0/2"],
+    ),
+    "yielded_session_resumes_from_its_snapshot": Case(
+        policy(SRE, BATCH),
+        [
+            ("add", "w0", 1),
+            (0, "acquire", "x1", "batch", "be"),
+            (1, "acquire", "g1", "sre", "g"),
+            (2, "yield", "x1", "s3://b/batch/x1/1.snap"),
+            (3, "release", "g1"),
+        ],
+        ["ended g1 released", "granted x1 w0/0"],
+        _resume_is("x1", "s3://b/batch/x1/1.snap"),
+    ),
+    "yield_deadline_revokes_and_requeues": Case(
+        policy(SRE, BATCH, grace=10),
+        [
+            ("add", "w0", 1),
+            (0, "acquire", "x1", "batch", "be"),
+            (1, "acquire", "g1", "sre", "g"),
+            (11, "tick"),
+        ],
+        ["revoked x1 yield_deadline", "granted g1 w0/0", "queued x1"],
+        _epoch_is("g1", 3),  # grant 1, revoke moves it on, grant 3
+    ),
+    "stale_epoch_refused_after_revoke": Case(
+        policy(SRE, BATCH, grace=10),
+        [
+            ("add", "w0", 1),
+            (0, "acquire", "x1", "batch", "be"),
+            (1, "acquire", "g1", "sre", "g"),
+            (11, "tick"),
+            (12, "stale", "x1"),
+        ],
+        ["rejected x1 stale_epoch"],
+    ),
+    "another_sessions_lease_refused": Case(
+        policy(BATCH),
+        [
+            ("add", "w0", 2),
+            ("acquire", "x1", "batch", "be"),
+            ("acquire", "x2", "batch", "be"),
+            ("steal", "x2", "x1"),
+        ],
+        ["rejected x2 not_holder"],
+    ),
+    "unknown_lease_not_found": Case(
+        policy(BATCH), [("add", "w0", 1), ("bogus", "zz")], ["rejected zz not_found"]
+    ),
+    "unrenewed_lease_expires_after_ttl": Case(
+        policy(BATCH, ttl=30),
+        [
+            ("add", "w0", 1),
+            (0, "acquire", "x1", "batch", "be"),
+            (1, "acquire", "x2", "batch", "be"),
+            (30, "tick"),
+        ],
+        ["expired x1", "granted x2 w0/0"],
+    ),
+    "renew_extends_the_lease": Case(
+        policy(BATCH, ttl=30),
+        [
+            ("add", "w0", 1),
+            (0, "acquire", "x1", "batch", "be"),
+            (1, "acquire", "x2", "batch", "be"),
+            (20, "renew", "x1"),
+            (31, "tick"),
+        ],
+        [],
+    ),
+    "no_grants_on_a_draining_worker": Case(
+        policy(BATCH),
+        [
+            ("add", "w0", 1),
+            ("add", "w1", 1),
+            ("drain", "w0"),
+            ("acquire", "x1", "batch", "be"),
+            ("acquire", "x2", "batch", "be"),
+        ],
+        ["queued x2"],
+    ),
+    "drain_asks_leases_to_yield": Case(
+        policy(BATCH),
+        [("add", "w0", 1), ("acquire", "x1", "batch", "be"), ("drain", "w0", 5)],
+        ["yield x1 drain"],
+    ),
+    "removed_worker_revokes_and_requeues_elsewhere": Case(
+        policy(BATCH),
+        [("add", "w0", 1), ("acquire", "x1", "batch", "be"), ("add", "w1", 1), ("remove", "w0")],
+        ["revoked x1 worker_removed", "granted x1 w1/0"],
+    ),
+    "pool_queue_cap_refuses_with_retry_after": Case(
+        policy(PROD, max_pending=2),
+        [
+            ("add", "w0", 1),
+            ("acquire", "x1", "prod", "b"),
+            ("acquire", "x2", "prod", "b"),
+            ("acquire", "x3", "prod", "b"),
+            ("acquire", "x4", "prod", "b"),
+        ],
+        ["refused x4 queue_full"],
+    ),
+    "besteffort_refused_past_80_percent_of_cap": Case(
+        policy(BATCH, max_pending=5),
+        [("add", "w0", 1)] + [("acquire", f"x{i}", "batch", "be") for i in range(1, 7)],
+        ["refused x6 queue_full"],
+    ),
+    "tenant_queue_cap_refuses": Case(
+        policy(PROD, per_tenant=1),
+        [
+            ("add", "w0", 1),
+            ("acquire", "x1", "prod", "b"),
+            ("acquire", "x2", "prod", "b"),
+            ("acquire", "x3", "prod", "b"),
+        ],
+        ["refused x3 tenant_queue_full"],
+    ),
+    "queued_request_can_be_withdrawn": Case(
+        policy(BATCH),
+        [
+            ("add", "w0", 1),
+            ("acquire", "x1", "batch", "be"),
+            ("acquire", "x2", "batch", "be"),
+            ("withdraw", "x2"),
+        ],
+        ["ended x2 withdrawn"],
+    ),
+    "every_grant_bumps_the_slot_epoch": Case(
+        policy(BATCH),
+        [
+            ("add", "w0", 1),
+            ("acquire", "x1", "batch", "be"),
+            ("acquire", "x2", "batch", "be"),
+            ("release", "x1"),
+        ],
+        ["ended x1 released", "granted x2 w0/0"],
+        _epoch_is("x2", 2),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_decision(name: str) -> None:
+    case = CASES[name]
+    d = Driver(case.policy)
+    assert d.run(case.steps) == case.want
+    if case.check is not None:
+        case.check(d)
+
+
+def test_refusal_carries_retry_after_and_estimate() -> None:
+    d = Driver(policy(PROD, max_pending=1))
+    d.run([("add", "w0", 1), ("acquire", "x1", "prod", "b"), ("acquire", "x2", "prod", "b")])
+    (refused,) = d.step(("acquire", "x3", "prod", "b"))
+    assert refused.retry_after_s >= 1.0 and refused.estimated_wait_s > 0  # type: ignore[union-attr]
+    assert "1 of 1" in refused.message  # type: ignore[union-attr]
+
+
+def test_queued_position_counts_requests_ahead() -> None:
+    d = Driver(policy(BATCH))
+    d.run([("add", "w0", 1), ("acquire", "x1", "batch", "be"), ("acquire", "x2", "batch", "be")])
+    (q,) = d.step(("acquire", "x3", "batch", "be"))
+    assert q.position == 1 and q.estimated_wait_s > 0  # type: ignore[union-attr]
