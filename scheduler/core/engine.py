@@ -20,12 +20,12 @@ from dataclasses import dataclass, field, replace
 
 from scheduler.core.indexes import Fenwick, VersionedHeap
 from scheduler.core.lifecycle import LeaseState, WorkerState, check_lease, check_worker
-from scheduler.core.tenants import BE, CLASS_INDEX, CLASSES, G, B, TenantState
+from scheduler.core.tenants import BE, CLASS_INDEX, CLASSES, B, G, TenantState
 from scheduler.core.types import (
     Acquire,
     Decision,
-    EndReason,
     Ended,
+    EndReason,
     ErrorCode,
     Event,
     Expired,
@@ -256,16 +256,30 @@ class Core:
         if rec is not None:
             phase = "yielding" if rec.state is LeaseState.YIELDING else "active"
             return SessionView(
-                session, TenantName(rec.tenant.name), CLASSES[rec.cls].value, phase, rec.lease, 0, 0.0,
-                rec.lease.resume_from, rec.lease.granted_at,
+                session,
+                TenantName(rec.tenant.name),
+                CLASSES[rec.cls].value,
+                phase,
+                rec.lease,
+                0,
+                0.0,
+                rec.lease.resume_from,
+                rec.lease.granted_at,
             )
         req = self._requests.get(session)
         if req is None:
             return None
         pos = self._position(req)
         return SessionView(
-            session, TenantName(req.tenant.name), CLASSES[req.cls].value, "queued", None, pos,
-            self._estimate(pos), req.resume_from, req.enqueued_at,
+            session,
+            TenantName(req.tenant.name),
+            CLASSES[req.cls].value,
+            "queued",
+            None,
+            pos,
+            self._estimate(pos),
+            req.resume_from,
+            req.enqueued_at,
         )
 
     def leases(self) -> Iterator[tuple[Lease, LeaseState]]:
@@ -286,16 +300,26 @@ class Core:
         now = self._now
         workers = tuple(
             WorkerView(
-                w.worker_id, w.address, w.slots, len(w.leases), w.state,
+                w.worker_id,
+                w.address,
+                w.slots,
+                len(w.leases),
+                w.state,
                 sum(now - self._leases[lid].lease.granted_at for lid in w.leases.values()),
             )
             for w in self._workers.values()
         )
         tenants = tuple(
             TenantView(
-                t.name, t.spec.weight, (t.held[0], t.held[1], t.held[2]),
-                (t.waiting[0], t.waiting[1], t.waiting[2]), t.borrowed_effective(), t.share(),
-                t.spec.guaranteed, t.spec.burstable_nominal, t.spec.burstable_limit,
+                t.name,
+                t.spec.weight,
+                (t.held[0], t.held[1], t.held[2]),
+                (t.waiting[0], t.waiting[1], t.waiting[2]),
+                t.borrowed_effective(),
+                t.share(),
+                t.spec.guaranteed,
+                t.spec.burstable_nominal,
+                t.spec.burstable_limit,
                 t.spec.best_effort_limit,
             )
             for t in self._tenants.values()
@@ -310,9 +334,17 @@ class Core:
                 held[c] += t.held[c]
             yielding += sum(t.yielding)
         return PoolView(
-            self._capacity, self._free_ready, self._floor, (held[0], held[1], held[2]),
-            (self._waiting_cls[0], self._waiting_cls[1], self._waiting_cls[2]), self._preemptible,
-            yielding, workers, tenants, (oldest[0], oldest[1], oldest[2]), self._mean_hold,
+            self._capacity,
+            self._free_ready,
+            self._floor,
+            (held[0], held[1], held[2]),
+            (self._waiting_cls[0], self._waiting_cls[1], self._waiting_cls[2]),
+            self._preemptible,
+            yielding,
+            workers,
+            tenants,
+            (oldest[0], oldest[1], oldest[2]),
+            self._mean_hold,
         )
 
     # ------------------------------------------------------------------ events
@@ -328,9 +360,7 @@ class Core:
             return
         cls = CLASS_INDEX[ev.qos]
         if not t.class_allowed(cls):
-            out.append(
-                Refused(s, RefuseReason.NO_QUOTA, f"tenant {t.name!r} has no {ev.qos.value} quota")
-            )
+            out.append(Refused(s, RefuseReason.NO_QUOTA, f"tenant {t.name!r} has no {ev.qos.value} quota"))
             return
         if self._free_ready == 0:
             refusal = self._cap_refusal(s, t, cls)
@@ -498,7 +528,11 @@ class Core:
         e = self._earmarked_head()
         if e is not None and (e.earmark_tier != TIER_NOMINAL or nominal_ok):
             best, best_key = e, (e.earmark_tier, 0)
-        for tier, heap in ((TIER_GUARANTEED, self._tier1), (TIER_NOMINAL, self._tier2), (TIER_SHARED, self._tier3)):
+        for tier, heap in (
+            (TIER_GUARANTEED, self._tier1),
+            (TIER_NOMINAL, self._tier2),
+            (TIER_SHARED, self._tier3),
+        ):
             if (tier, 1) >= best_key:
                 break
             if tier == TIER_NOMINAL and not nominal_ok:
@@ -512,7 +546,9 @@ class Core:
         """Ask one victim to yield for the first waiter with a right to a slot; False if none."""
         top = self._tier1.peek()
         if top is not None:
-            return self._preempt_for(self._requests[top[-3]], TIER_GUARANTEED, YieldCause.GUARANTEED, now, out)
+            return self._preempt_for(
+                self._requests[top[-3]], TIER_GUARANTEED, YieldCause.GUARANTEED, now, out
+            )
         top = self._tier2.peek()
         if top is not None and self._slack() - self._inflight_nominal >= 1:
             return self._preempt_for(self._requests[top[-3]], TIER_NOMINAL, YieldCause.NOMINAL, now, out)
@@ -521,7 +557,9 @@ class Core:
             return self._preempt_for(self._requests[top[-3]], TIER_SHARED, YieldCause.FAIR_SHARE, now, out)
         return False
 
-    def _preempt_for(self, req: _Request, tier: int, cause: YieldCause, now: float, out: list[Decision]) -> bool:
+    def _preempt_for(
+        self, req: _Request, tier: int, cause: YieldCause, now: float, out: list[Decision]
+    ) -> bool:
         if self._orphans:
             # A yield already under way serves this waiter: no second victim.
             lid = next(iter(self._orphans))
@@ -570,7 +608,11 @@ class Core:
         return None
 
     def _ask_to_yield(
-        self, rec: _LeaseRec, deadline: float, cause: YieldCause, for_session: SessionId | None,
+        self,
+        rec: _LeaseRec,
+        deadline: float,
+        cause: YieldCause,
+        for_session: SessionId | None,
         out: list[Decision],
     ) -> None:
         rec.state = check_lease(rec.state, LeaseState.YIELDING)
@@ -633,8 +675,15 @@ class Core:
         self._epochs[slot] = epoch
         lid = LeaseId(f"{slot}#{epoch}")
         lease = Lease(
-            lid, req.session, TenantName(t.name), CLASSES[req.cls], slot, epoch, now,
-            now + self._policy.timing.lease_ttl_s, req.resume_from,
+            lid,
+            req.session,
+            TenantName(t.name),
+            CLASSES[req.cls],
+            slot,
+            epoch,
+            now,
+            now + self._policy.timing.lease_ttl_s,
+            req.resume_from,
         )
         w = self._workers[slot.worker]
         rec = _LeaseRec(lease, t, req.cls, LeaseState.ACTIVE, req.arrival, req.seq, w)
@@ -728,7 +777,8 @@ class Core:
             now_holds = f"holds {rec.lease.lease_id}" if rec is not None else "is queued"
             out.append(
                 Rejected(
-                    session, ErrorCode.STALE_EPOCH,
+                    session,
+                    ErrorCode.STALE_EPOCH,
                     f"lease {lease_id} epoch {epoch} is stale: session {session} {now_holds}",
                 )
             )
@@ -806,7 +856,9 @@ class Core:
                     self._tier2.push((used / spec.burstable_nominal, h[0], h[1], h[2], name, v), n)
                 else:
                     shared = h
-        if waiting[BE] > ear[BE] and (spec.best_effort_limit is None or held[BE] + ear[BE] < spec.best_effort_limit):
+        if waiting[BE] > ear[BE] and (
+            spec.best_effort_limit is None or held[BE] + ear[BE] < spec.best_effort_limit
+        ):
             h = self._head(t, BE)
             if h is not None and (shared is None or h < shared):
                 shared = h

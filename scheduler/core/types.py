@@ -230,6 +230,4 @@ class Rejected:
     message: str
 
 
-Decision = (
-    Granted | Queued | YieldRequested | Revoked | Expired | Ended | Renewed | Refused | Rejected
-)
+Decision = Granted | Queued | YieldRequested | Revoked | Expired | Ended | Renewed | Refused | Rejected

@@ -1,0 +1,204 @@
+"""Invariants of the core under random event sequences (hypothesis stateful testing).
+
+After every step: leases <= slots and one lease per slot; quotas never exceeded; the floor
+invariant; no session lost; epochs strictly increase per slot. At the end, replaying the same
+events on a fresh core gives the same decisions.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from scheduler.core.engine import Core
+from scheduler.core.lifecycle import LeaseState
+from scheduler.core.types import (
+    Acquire,
+    Decision,
+    Ended,
+    Event,
+    Expired,
+    Granted,
+    QoS,
+    Queued,
+    Refused,
+    Release,
+    Renew,
+    Revoked,
+    SessionId,
+    SnapshotRef,
+    TenantName,
+    Tick,
+    WorkerAdded,
+    WorkerDraining,
+    WorkerId,
+    WorkerRemoved,
+    Yield,
+)
+from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+
+TENANTS = (
+    TenantSpec("sre", weight=1, guaranteed=2, burstable_nominal=1, burstable_limit=3),
+    TenantSpec("prod", weight=2, guaranteed=1, burstable_nominal=2, burstable_limit=4, best_effort_limit=2),
+    TenantSpec("batch", weight=1),
+)
+POLICY = Policy(
+    pool=PoolSpec(slots_per_worker=2, workers=3, floor=2),
+    timing=TimingSpec(yield_grace_s=5, lease_ttl_s=20, min_runtime_s=8),
+    queue=QueueSpec(max_pending=12, max_pending_per_tenant=8),
+    tenants=TENANTS,
+)
+SESSIONS = [SessionId(f"s{i}") for i in range(14)]
+
+
+class CoreMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.core = Core(POLICY)
+        self.now = 0.0
+        self.log: list[tuple[float, Event]] = []
+        self.decisions: list[list[Decision]] = []
+        self.workers: dict[str, int] = {}
+        self.next_worker = 0
+        self.capacity_shrank = False
+        # What every session that ever asked is now, from the decisions alone.
+        self.state: dict[SessionId, str] = {}
+        self.last_epoch: dict[str, int] = {}
+
+    def apply(self, ev: Event) -> list[Decision]:
+        self.log.append((self.now, ev))
+        out = self.core.handle(ev, self.now)
+        self.decisions.append(out)
+        for d in out:
+            if isinstance(d, Granted):
+                self.state[d.lease.session] = "held"
+                slot = str(d.lease.slot)
+                assert d.lease.epoch > self.last_epoch.get(slot, 0), "epoch must strictly increase per slot"
+                self.last_epoch[slot] = d.lease.epoch
+            elif isinstance(d, Queued):
+                self.state[d.session] = "queued"
+            elif isinstance(d, Revoked):
+                assert d.reason.value, "a revoke has a reason"
+                self.state[d.lease.session] = "revoked"  # a Queued or Granted follows
+            elif isinstance(d, Expired):
+                self.state[d.lease.session] = "expired"
+            elif isinstance(d, Ended):
+                self.state[d.session] = "yielded" if d.reason.value == "yielded" else "ended"
+            elif isinstance(d, Refused):
+                assert d.message
+                self.state.setdefault(d.session, "refused")
+        return out
+
+    def advance(self, dt: float) -> None:
+        self.now += dt
+
+    @rule(slots=st.integers(1, 3))
+    def add_worker(self, slots: int) -> None:
+        if len(self.workers) >= 4:
+            return
+        wid = f"w{self.next_worker}"
+        self.next_worker += 1
+        self.workers[wid] = slots
+        self.apply(WorkerAdded(WorkerId(wid), slots))
+
+    @precondition(lambda self: len(self.workers) > 1)
+    @rule(data=st.data(), remove=st.booleans())
+    def drain_or_remove(self, data: st.DataObject, remove: bool) -> None:
+        wid = data.draw(st.sampled_from(sorted(self.workers)))
+        self.capacity_shrank = True
+        if remove:
+            del self.workers[wid]
+            self.apply(WorkerRemoved(WorkerId(wid)))
+        else:
+            self.apply(WorkerDraining(WorkerId(wid), 3.0))
+
+    @rule(
+        s=st.sampled_from(SESSIONS),
+        tenant=st.sampled_from([t.name for t in TENANTS]),
+        qos=st.sampled_from(list(QoS)),
+        dt=st.floats(0, 3),
+    )
+    def acquire(self, s: SessionId, tenant: str, qos: QoS, dt: float) -> None:
+        self.advance(dt)
+        out = self.apply(Acquire(s, TenantName(tenant), qos))
+        assert out, "an acquire is always answered"
+
+    @rule(s=st.sampled_from(SESSIONS), dt=st.floats(0, 3))
+    def release(self, s: SessionId, dt: float) -> None:
+        self.advance(dt)
+        view = self.core.session(s)
+        if view is None:
+            return
+        if view.lease is None:
+            self.apply(Release(s))
+        else:
+            self.apply(Release(s, view.lease.lease_id, view.lease.epoch))
+
+    @rule(s=st.sampled_from(SESSIONS), dt=st.floats(0, 3), with_snapshot=st.booleans())
+    def yield_(self, s: SessionId, dt: float, with_snapshot: bool) -> None:
+        self.advance(dt)
+        view = self.core.session(s)
+        if view is not None and view.lease is not None:
+            snap = SnapshotRef(f"mem://{s}/{self.now}") if with_snapshot else None
+            self.apply(Yield(s, view.lease.lease_id, view.lease.epoch, snap))
+
+    @rule(dt=st.floats(0, 10))
+    def renew_all_and_tick(self, dt: float) -> None:
+        self.advance(dt)
+        for lease, _state in list(self.core.leases()):
+            if hash(lease.session) % 3:  # some holders are dead and never renew
+                self.apply(Renew(lease.session, lease.lease_id, lease.epoch))
+        self.apply(Tick())
+
+    @rule(s=st.sampled_from(SESSIONS))
+    def stale_call_is_refused(self, s: SessionId) -> None:
+        view = self.core.session(s)
+        if view is not None and view.lease is not None:
+            out = self.apply(Renew(s, view.lease.lease_id, view.lease.epoch - 1))
+            assert any(getattr(d, "code", None) == "stale_epoch" for d in out), out
+
+    @invariant()
+    def slots_quotas_floor(self) -> None:
+        view = self.core.describe()
+        busy = {}
+        for lease, _state in self.core.leases():
+            key = str(lease.slot)
+            assert key not in busy, "one lease per slot"
+            busy[key] = lease
+        slots = sum(w.slots for w in view.workers)
+        assert len(busy) <= slots
+        for t in view.tenants:
+            assert t.held[0] <= t.guaranteed
+            assert t.held[1] <= t.burstable_limit
+            assert t.best_effort_limit is None or t.held[2] <= t.best_effort_limit
+        if not self.capacity_shrank:
+            assert view.free + view.preemptible >= view.floor - view.held[0], view
+
+    @invariant()
+    def no_session_lost(self) -> None:
+        for s, st_ in self.state.items():
+            view = self.core.session(s)
+            if st_ == "held":
+                assert view is not None and view.lease is not None, s
+            elif st_ == "queued":
+                assert view is not None and view.lease is None, s
+            elif st_ in ("ended", "expired"):
+                assert view is None, s
+            elif st_ in ("revoked", "yielded"):
+                raise AssertionError(f"{s} was {st_} but neither re-queued nor granted")
+            elif st_ == "refused":
+                assert view is None
+        for _lease, state in self.core.leases():
+            assert state in (LeaseState.ACTIVE, LeaseState.YIELDING)
+
+    def teardown(self) -> None:
+        replay = Core(POLICY)
+        for (now, ev), want in zip(self.log, self.decisions, strict=True):
+            assert replay.handle(ev, now) == want, "replaying the same events gives the same decisions"
+
+
+CoreMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+TestCoreMachine = CoreMachine.TestCase
