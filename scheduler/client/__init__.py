@@ -1,0 +1,65 @@
+"""slotsched client SDK: hold a warm slot for an agent session, yield it when asked, get it back.
+
+Why an SDK: the Scheduler's contract is a stream plus timed duties (renew within the TTL, yield
+before a deadline, re-attach after a broken stream, release at the end). A runtime that gets one
+of them wrong loses its slot or pins one forever; the SDK does all of them, so a runtime only
+says what to do on a grant (start the actor) and on a yield request (checkpoint it):
+
+    from scheduler.client import AsyncClient, Qos, SnapshotRef
+
+    async def checkpoint(lease) -> SnapshotRef:          # may also be a plain (blocking) def
+        return SnapshotRef(uri=await my_worker(lease.worker_address).checkpoint(lease.session_id))
+
+    async with AsyncClient("scheduler:50051", token=TOKEN) as client:
+        async with client.session("sess-42", qos=Qos.BESTEFFORT, on_yield=checkpoint,
+                                  on_grant=lambda lease: start_actor(lease)) as lease:
+            print(lease.worker_address, lease.resume_from)   # kept current across re-grants
+            await run_agent(lease)                           # renewals, yields: in the background
+
+Threaded code uses `Client` the same way (`with client.session(...) as lease:`). Refusals are
+raised from entering the session as typed errors (`QueueFull`, `NoQuota`, `AcquireTimeout`, ...).
+"""
+
+from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield
+from scheduler.client.errors import (
+    AcquireTimeout,
+    InvalidArgument,
+    NoQuota,
+    NotFound,
+    QueueFull,
+    SessionEnded,
+    SlotschedError,
+    StaleLease,
+    Unauthenticated,
+    Unavailable,
+    from_rpc_error,
+)
+from scheduler.client.sync import Client, Session
+from scheduler.client.types import LeaseInfo, Phase, Qos, QueueInfo, SessionInfo, Slot, SnapshotRef
+
+__all__ = [
+    "AcquireTimeout",
+    "AsyncClient",
+    "AsyncSession",
+    "Client",
+    "InvalidArgument",
+    "LeaseInfo",
+    "NoQuota",
+    "NotFound",
+    "OnGrant",
+    "OnYield",
+    "Phase",
+    "Qos",
+    "QueueFull",
+    "QueueInfo",
+    "Session",
+    "SessionEnded",
+    "SessionInfo",
+    "SlotschedError",
+    "Slot",
+    "SnapshotRef",
+    "StaleLease",
+    "Unauthenticated",
+    "Unavailable",
+    "from_rpc_error",
+]

@@ -1,0 +1,262 @@
+"""The blocking SDK for threaded runtimes: the asyncio SDK run on a private event loop.
+
+Why not a second implementation on grpc's blocking stubs: the session logic (stream
+re-attach, TTL/3 renewals, the yield path, release on exit) is the subtle part, and two copies
+would drift. Instead each `Client` owns one event loop in a daemon thread and drives an
+`AsyncClient` on it; every blocking method submits a coroutine to that loop and waits for its
+result, so behaviour is identical to the async SDK by construction. The daemon thread never
+keeps the interpreter alive; a process that dies without releasing simply stops renewing, and
+the lease expires after its TTL.
+
+Callbacks (`on_yield`, `on_grant`) given as plain functions run in the loop's worker threads, so
+they may block; they must not call back into the same `Client` synchronously from the loop
+thread itself (a coroutine callback would), which would deadlock and is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import grpc
+
+from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield
+from scheduler.client.errors import SlotschedError
+from scheduler.client.types import LeaseInfo, Phase, Qos, QueueInfo, SessionInfo, Slot, SnapshotRef
+
+T = TypeVar("T")
+
+
+class Client:
+    """A connection to the slotsched Scheduler for threaded code; same arguments as `AsyncClient`."""
+
+    def __init__(
+        self,
+        target: str,
+        token: str | None = None,
+        tenant: str | None = None,
+        channel_options: Sequence[tuple[str, Any]] | None = None,
+        *,
+        credentials: grpc.ChannelCredentials | None = None,
+        rpc_timeout_s: float = 10.0,
+        reattach_timeout_s: float = 30.0,
+        backoff_initial_s: float = 0.1,
+        backoff_max_s: float = 2.0,
+        renew_interval_s: float | None = None,
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name="slotsched-client", daemon=True)
+        self._thread.start()
+        self._closed = False
+        self._aclient = AsyncClient(
+            target,
+            token=token,
+            tenant=tenant,
+            channel_options=channel_options,
+            credentials=credentials,
+            rpc_timeout_s=rpc_timeout_s,
+            reattach_timeout_s=reattach_timeout_s,
+            backoff_initial_s=backoff_initial_s,
+            backoff_max_s=backoff_max_s,
+            renew_interval_s=renew_interval_s,
+        )
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run `coro` on the client's loop and wait for its result (cancelling it if interrupted)."""
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("blocking slotsched Client call from its own event loop thread")
+        if self._closed:
+            coro.close()
+            raise RuntimeError("Client is closed")
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise TimeoutError(f"slotsched call did not finish within {timeout}s") from None
+        except BaseException:
+            fut.cancel()  # e.g. KeyboardInterrupt: stop (and clean up) the coroutine too
+            raise
+
+    @property
+    def aio(self) -> AsyncClient:
+        """The underlying AsyncClient (lives on the private loop; use only via `run`)."""
+        return self._aclient
+
+    def session(
+        self,
+        session_id: str,
+        qos: Qos | str = Qos.BURSTABLE,
+        on_yield: OnYield | None = None,
+        on_grant: OnGrant | None = None,
+        resume_from: SnapshotRef | None = None,
+        wait_timeout_s: float | None = None,
+    ) -> Session:
+        """A session handle; `with` it to acquire (see `Session`)."""
+
+        async def make() -> AsyncSession:
+            return self._aclient.session(
+                session_id,
+                qos,
+                on_yield=on_yield,
+                on_grant=on_grant,
+                resume_from=resume_from,
+                wait_timeout_s=wait_timeout_s,
+            )
+
+        return Session(self, self.run(make()))
+
+    def get_session(self, session_id: str) -> SessionInfo:
+        """Read a session's state without attaching to it (GetSession)."""
+        return self.run(self._aclient.get_session(session_id))
+
+    def close(self) -> None:
+        """Release every live session (best effort), close the channel and stop the loop thread."""
+        if self._closed:
+            return
+        try:
+            self.run(self._aclient.close())
+        finally:
+            self._closed = True
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5.0)
+            if not self._thread.is_alive():
+                self._loop.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Session:
+    """The blocking twin of `AsyncSession`: `with client.session(...) as lease:`.
+
+    Attributes read the live async session; `lost_lease` and `ended` are `threading.Event`s
+    mirroring the async ones.
+    """
+
+    def __init__(self, client: Client, asession: AsyncSession) -> None:
+        self._client = client
+        self._a = asession
+        self.session_id = asession.session_id
+        self.qos = asession.qos
+        self.lost_lease = threading.Event()
+        self.ended = threading.Event()
+        asession.add_listener(self._mirror)
+
+    def _mirror(self) -> None:
+        # Runs in the loop thread after every state change.
+        if self._a.lost_lease.is_set():
+            self.lost_lease.set()
+        else:
+            self.lost_lease.clear()
+        if self._a.ended.is_set():
+            self.ended.set()
+
+    @property
+    def aio(self) -> AsyncSession:
+        return self._a
+
+    @property
+    def phase(self) -> Phase:
+        return self._a.phase
+
+    @property
+    def lease(self) -> LeaseInfo | None:
+        return self._a.lease
+
+    @property
+    def queue(self) -> QueueInfo | None:
+        return self._a.queue
+
+    @property
+    def resume_from(self) -> SnapshotRef | None:
+        return self._a.resume_from
+
+    @property
+    def yields(self) -> int:
+        return self._a.yields
+
+    @property
+    def grants(self) -> int:
+        return self._a.grants
+
+    @property
+    def reattaches(self) -> int:
+        return self._a.reattaches
+
+    @property
+    def error(self) -> SlotschedError | None:
+        return self._a.error
+
+    @property
+    def callback_errors(self) -> list[BaseException]:
+        return list(self._a.callback_errors)
+
+    @property
+    def end_reason(self) -> str | None:
+        return self._a.end_reason
+
+    @property
+    def lease_id(self) -> str:
+        return self._a.lease_id
+
+    @property
+    def epoch(self) -> int:
+        return self._a.epoch
+
+    @property
+    def worker_address(self) -> str:
+        return self._a.worker_address
+
+    @property
+    def slot(self) -> Slot:
+        return self._a.slot
+
+    def start(self) -> None:
+        """Open the Acquire stream in the background (then poll `.queue`, `wait_granted()`)."""
+
+        async def go() -> None:
+            self._a.start()
+
+        self._client.run(go())
+
+    def wait_granted(self, timeout: float | None = None) -> LeaseInfo:
+        """Block until the session holds a lease (see `AsyncSession.wait_granted`)."""
+        return self._client.run(self._a.wait_granted(timeout))
+
+    def wait_until(self, predicate: Callable[[Session], bool], timeout: float | None = None) -> None:
+        """Block until `predicate(self)` holds; TimeoutError after `timeout` seconds."""
+        self._client.run(self._a.wait_until(lambda _a: predicate(self), timeout))
+
+    def release(self) -> None:
+        """Release the lease or withdraw the queued request (raises typed errors)."""
+        self._client.run(self._a.release())
+
+    def __enter__(self) -> Self:
+        self._client.run(self._a.__aenter__())
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._client.run(self._a.__aexit__(exc_type, exc, tb))

@@ -1,0 +1,270 @@
+"""Client-side value types of the SDK and their conversion to and from the slotsched.v1 protos.
+
+Why separate types from the generated messages: protobuf messages are mutable, carry wire-level
+conventions (`_UNSPECIFIED` enums, unset-vs-empty submessages, Timestamp/Duration wrappers) and
+are awkward to compare or hash. A runtime holding a lease wants plain frozen values it can pass
+to its own code (a worker client, a logger) without touching protobuf. Every conversion lives
+here, so the rest of the SDK never reads a proto field directly.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2
+
+
+def _ts_to_dt(ts: timestamp_pb2.Timestamp) -> datetime:
+    return ts.ToDatetime(tzinfo=UTC)
+
+
+def _opt_ts(msg: object, field: str) -> datetime | None:
+    """A Timestamp field as an aware UTC datetime, or None when unset."""
+    if not msg.HasField(field):  # type: ignore[attr-defined]
+        return None
+    value: timestamp_pb2.Timestamp = getattr(msg, field)
+    return _ts_to_dt(value)
+
+
+def _opt_seconds(msg: object, field: str) -> float | None:
+    """A Duration field in seconds, or None when unset."""
+    if not msg.HasField(field):  # type: ignore[attr-defined]
+        return None
+    value: duration_pb2.Duration = getattr(msg, field)
+    return value.ToNanoseconds() / 1e9
+
+
+class Qos(enum.StrEnum):
+    """A QoS class (a resource contract, not a rank); see DESIGN.md "QoS classes"."""
+
+    GUARANTEED = "guaranteed"
+    BURSTABLE = "burstable"
+    BESTEFFORT = "besteffort"
+
+    def to_proto(self) -> common_pb2.QosClass:
+        return _QOS_TO_PROTO[self]
+
+    @classmethod
+    def from_proto(cls, value: int) -> Qos:
+        """The class for a wire value; ValueError for QOS_CLASS_UNSPECIFIED or unknown values."""
+        try:
+            return _QOS_FROM_PROTO[value]
+        except KeyError:
+            raise ValueError(f"not a valid QoS class on the wire: {value}") from None
+
+    @classmethod
+    def parse(cls, value: Qos | str) -> Qos:
+        """Accept a Qos, or a case-insensitive name ("guaranteed", "best_effort", "BestEffort")."""
+        if isinstance(value, Qos):
+            return value
+        key = value.strip().lower().replace("_", "").replace("-", "")
+        try:
+            return cls(key)
+        except ValueError:
+            raise ValueError(
+                f"unknown QoS class {value!r}; expected one of {[q.value for q in cls]}"
+            ) from None
+
+
+_QOS_TO_PROTO: dict[Qos, common_pb2.QosClass] = {
+    Qos.GUARANTEED: common_pb2.QOS_CLASS_GUARANTEED,
+    Qos.BURSTABLE: common_pb2.QOS_CLASS_BURSTABLE,
+    Qos.BESTEFFORT: common_pb2.QOS_CLASS_BEST_EFFORT,
+}
+_QOS_FROM_PROTO: dict[int, Qos] = {int(v): k for k, v in _QOS_TO_PROTO.items()}
+
+
+@dataclass(frozen=True)
+class SnapshotRef:
+    """Where a checkpoint of an actor lives in the snapshot store (uri is required and non-empty)."""
+
+    uri: str
+    size_bytes: int = 0
+    sha256: str = ""
+    created: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if not self.uri:
+            raise ValueError("SnapshotRef.uri must not be empty")
+
+    def to_proto(self) -> common_pb2.SnapshotRef:
+        msg = common_pb2.SnapshotRef(uri=self.uri, size_bytes=self.size_bytes, sha256=self.sha256)
+        if self.created is not None:
+            msg.created.FromDatetime(self.created)
+        return msg
+
+    @classmethod
+    def from_proto(cls, msg: common_pb2.SnapshotRef) -> SnapshotRef:
+        return cls(
+            uri=msg.uri,
+            size_bytes=msg.size_bytes,
+            sha256=msg.sha256,
+            created=_opt_ts(msg, "created"),
+        )
+
+    @classmethod
+    def from_optional(cls, parent: object, field: str) -> SnapshotRef | None:
+        """The SnapshotRef in `parent.field`, or None when the field is unset or has no uri."""
+        if not parent.HasField(field):  # type: ignore[attr-defined]
+            return None
+        msg: common_pb2.SnapshotRef = getattr(parent, field)
+        return cls.from_proto(msg) if msg.uri else None
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One place an actor can run: slot `index` of worker `worker_id` (written `worker_id/index`)."""
+
+    worker_id: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.worker_id}/{self.index}"
+
+    def to_proto(self) -> common_pb2.Slot:
+        return common_pb2.Slot(worker_id=self.worker_id, index=self.index)
+
+    @classmethod
+    def from_proto(cls, msg: common_pb2.Slot) -> Slot:
+        return cls(worker_id=msg.worker_id, index=msg.index)
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """A session's hold on a slot, as last reported by the server (a snapshot: a re-grant after a
+    yield or revocation produces a new LeaseInfo with a new lease_id/epoch)."""
+
+    session_id: str
+    lease_id: str
+    epoch: int
+    slot: Slot
+    worker_address: str
+    expires_at: datetime | None
+    resume_from: SnapshotRef | None
+    qos: Qos | None
+    tenant: str = ""
+    granted_at: datetime | None = None
+
+    def to_proto(self) -> common_pb2.Lease:
+        msg = common_pb2.Lease(
+            lease_id=self.lease_id,
+            session_id=self.session_id,
+            slot=self.slot.to_proto(),
+            worker_address=self.worker_address,
+            epoch=self.epoch,
+            tenant=self.tenant,
+        )
+        if self.qos is not None:
+            msg.qos = self.qos.to_proto()
+        if self.expires_at is not None:
+            msg.expires_at.FromDatetime(self.expires_at)
+        if self.granted_at is not None:
+            msg.granted_at.FromDatetime(self.granted_at)
+        if self.resume_from is not None:
+            msg.resume_from.CopyFrom(self.resume_from.to_proto())
+        return msg
+
+    @classmethod
+    def from_proto(cls, msg: common_pb2.Lease) -> LeaseInfo:
+        qos = _QOS_FROM_PROTO.get(int(msg.qos))
+        return cls(
+            session_id=msg.session_id,
+            lease_id=msg.lease_id,
+            epoch=msg.epoch,
+            slot=Slot.from_proto(msg.slot),
+            worker_address=msg.worker_address,
+            expires_at=_opt_ts(msg, "expires_at"),
+            resume_from=SnapshotRef.from_optional(msg, "resume_from"),
+            qos=qos,
+            tenant=msg.tenant,
+            granted_at=_opt_ts(msg, "granted_at"),
+        )
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """Where a queued request stands: position 0 is next; the estimate is a guess (None = none yet)."""
+
+    position: int
+    estimated_wait_s: float | None = None
+
+    def to_proto(self) -> scheduler_pb2.Queued:
+        msg = scheduler_pb2.Queued(position=self.position)
+        if self.estimated_wait_s is not None:
+            msg.estimated_wait.FromNanoseconds(round(self.estimated_wait_s * 1e9))
+        return msg
+
+    @classmethod
+    def from_proto(cls, msg: scheduler_pb2.Queued) -> QueueInfo:
+        return cls(position=msg.position, estimated_wait_s=_opt_seconds(msg, "estimated_wait"))
+
+
+class Phase(enum.StrEnum):
+    """Where a session is in its life, as this client last saw it."""
+
+    #: The Acquire stream is not open yet (or is being re-attached before any event).
+    STARTING = "starting"
+    #: Waiting in the queue (initially, or re-queued after a yield or revocation).
+    QUEUED = "queued"
+    #: Holding an active lease.
+    HOLDING = "holding"
+    #: Holding a lease the server asked to yield.
+    YIELDING = "yielding"
+    #: The session is over (released, withdrawn, expired, revoked, or failed).
+    ENDED = "ended"
+
+    @classmethod
+    def from_proto(cls, value: int) -> Phase:
+        return _PHASE_FROM_PROTO.get(value, Phase.STARTING)
+
+
+_PHASE_FROM_PROTO: dict[int, Phase] = {
+    int(scheduler_pb2.SESSION_PHASE_QUEUED): Phase.QUEUED,
+    int(scheduler_pb2.SESSION_PHASE_HOLDING): Phase.HOLDING,
+    int(scheduler_pb2.SESSION_PHASE_YIELDING): Phase.YIELDING,
+    int(scheduler_pb2.SESSION_PHASE_ENDED): Phase.ENDED,
+}
+
+
+def end_reason_name(value: int) -> str:
+    """`END_REASON_RELEASED` -> "released" (and "unspecified" for unknown values)."""
+    try:
+        name = scheduler_pb2.EndReason.Name(value)
+    except ValueError:
+        return "unspecified"
+    return name.removeprefix("END_REASON_").lower()
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session's state read with GetSession (without attaching to it)."""
+
+    session_id: str
+    phase: Phase
+    lease: LeaseInfo | None
+    queue: QueueInfo | None
+    last_snapshot: SnapshotRef | None
+    qos: Qos | None
+    tenant: str
+    end_reason: str | None
+
+    @classmethod
+    def from_proto(cls, msg: scheduler_pb2.SessionState) -> SessionInfo:
+        phase = Phase.from_proto(int(msg.state))
+        queue = None
+        if phase is Phase.QUEUED:
+            queue = QueueInfo(position=msg.position, estimated_wait_s=_opt_seconds(msg, "estimated_wait"))
+        return cls(
+            session_id=msg.session_id,
+            phase=phase,
+            lease=LeaseInfo.from_proto(msg.lease) if msg.HasField("lease") else None,
+            queue=queue,
+            last_snapshot=SnapshotRef.from_optional(msg, "last_snapshot"),
+            qos=_QOS_FROM_PROTO.get(int(msg.qos)),
+            tenant=msg.tenant,
+            end_reason=end_reason_name(int(msg.end_reason)) if phase is Phase.ENDED else None,
+        )
