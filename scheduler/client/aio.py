@@ -221,7 +221,8 @@ class AsyncSession:
     """One session's hold on a slot, from the first wait to the release.
 
     Use `async with client.session(...) as lease:`; `__aenter__` returns this object once a slot
-    is granted, and its attributes stay current through yields and re-grants:
+    is granted and `on_grant` has run for it, and its attributes stay current through yields
+    and re-grants:
 
     * `.lease` — the current `LeaseInfo` (None while queued or after the end); `.lease_id`,
       `.epoch`, `.worker_address`, `.slot` are shortcuts to it.
@@ -285,6 +286,8 @@ class AsyncSession:
         self._closing = False
         self._release_requested = False
         self._yield_started: tuple[str, int] | None = None
+        self._grant_done: tuple[str, int] | None = None
+        self._grant_error: BaseException | None = None
         self._yielded: tuple[str, int] | None = None
         self._renew_interval_s: float | None = None
 
@@ -372,14 +375,24 @@ class AsyncSession:
     async def wait_granted(self, timeout: float | None = None) -> LeaseInfo:
         """Wait until the session holds a lease and return it (at once if it holds one now).
 
+        With `on_grant`, it returns once `on_grant` has run for that lease (an error it raised
+        is in `callback_errors`; `__aenter__` re-raises it for the first grant).
+
         Raises the session's error if it failed (e.g. `QueueFull`, `AcquireTimeout`), or
         `SessionEnded` if it ended without a lease; TimeoutError after `timeout` seconds.
         """
         self.start()
-        await self.wait_until(lambda s: s._lease is not None or s._phase is Phase.ENDED, timeout)
+        await self.wait_until(lambda s: s._ready() or s._phase is Phase.ENDED, timeout)
         if self._lease is not None:
             return self._lease
         raise self._end_error()
+
+    def _ready(self) -> bool:
+        """Holding a lease whose on_grant (if any) has run."""
+        lease = self._lease
+        return lease is not None and (
+            self._on_grant is None or self._grant_done == (lease.lease_id, lease.epoch)
+        )
 
     def _end_error(self) -> SlotschedError:
         if self.error is not None:
@@ -464,6 +477,8 @@ class AsyncSession:
         self.start()
         try:
             await self.wait_granted()
+            if self._grant_error is not None:
+                raise self._grant_error  # the actor did not start: do not run the body
         except BaseException:
             await asyncio.shield(self.aclose())
             raise
@@ -643,8 +658,15 @@ class AsyncSession:
             on_grant = self._on_grant
 
             async def grant_action() -> None:
-                if self._is_current(lease.lease_id, lease.epoch):
-                    await _invoke(on_grant, lease)
+                try:
+                    if self._is_current(lease.lease_id, lease.epoch):
+                        await _invoke(on_grant, lease)
+                except Exception as e:
+                    self._grant_error = e
+                    raise
+                finally:
+                    self._grant_done = (lease.lease_id, lease.epoch)
+                    self._notify()
 
             self._actions.put_nowait(grant_action)
 
