@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from scheduler.core.indexes import Fenwick, VersionedHeap
 from scheduler.core.lifecycle import LeaseState, WorkerState, check_lease, check_worker
@@ -93,6 +93,10 @@ class _Worker:
     seq: int
     state: WorkerState = WorkerState.READY
     leases: dict[int, LeaseId] = field(default_factory=dict)
+    slot_ids: list[SlotId] = field(default_factory=list)  # built once: grants reuse them
+
+    def __post_init__(self) -> None:
+        self.slot_ids = [SlotId(self.worker_id, i) for i in range(self.slots)]
 
 
 @dataclass(frozen=True)
@@ -174,15 +178,22 @@ class Core:
         self._seq = 0
         self._now = float("-inf")
         self._mean_hold = _DEFAULT_MEAN_HOLD_S
+        self._to_report: list[_Request] = []
+        self._mature_n = 0  # mature candidates: none means no fairness preemption is possible
+
+        tenants = self._tenants
 
         def current(name: str, version: int) -> bool:
-            return self._tenants[name].version == version
+            return tenants[name].version == version
+
+        def current_victims(name: str, version: int) -> bool:
+            return tenants[name].vversion == version
 
         self._tier1 = VersionedHeap(current)
         self._tier2 = VersionedHeap(current)
         self._tier3 = VersionedHeap(current)
-        self._victims_any = (VersionedHeap(current), VersionedHeap(current))  # (BE, B)
-        self._victims_mature = (VersionedHeap(current), VersionedHeap(current))
+        self._victims_any = (VersionedHeap(current_victims), VersionedHeap(current_victims))  # (BE, B)
+        self._victims_mature = (VersionedHeap(current_victims), VersionedHeap(current_victims))
         self._earmarked: list[tuple[int, float, int, SessionId]] = []
         self._maturing: deque[tuple[float, LeaseId, int]] = deque()
         self._yield_deadlines: list[tuple[float, LeaseId, int]] = []
@@ -219,6 +230,11 @@ class Core:
         elif isinstance(event, WorkerRemoved):
             self._worker_removed(event, now, out)
         self._schedule(now, out)
+        if self._to_report:
+            # Requests that entered the queue in this event and were not served by the pass.
+            for req in self._to_report:
+                self._report_queued(req, out)
+            self._to_report.clear()
         return out
 
     def apply_policy(self, policy: Policy, now: float) -> list[Decision]:
@@ -370,8 +386,7 @@ class Core:
         self._seq += 1
         req = _Request(s, t, cls, now, self._seq, now, ev.resume_from)
         self._enqueue(req)
-        self._schedule(now, out)
-        self._report_queued(req, out)
+        self._to_report.append(req)
 
     def _cap_refusal(self, s: SessionId, t: TenantState, cls: int) -> Refused | None:
         q = self._policy.queue
@@ -411,7 +426,7 @@ class Core:
         rec = self._check_call(ev.session, ev.lease_id, ev.epoch, out)
         if rec is None:
             return
-        rec.lease = replace(rec.lease, expires_at=now + self._policy.timing.lease_ttl_s)
+        rec.lease = rec.lease._replace(expires_at=now + self._policy.timing.lease_ttl_s)
         out.append(Renewed(rec.lease))
 
     def _yield(self, ev: Yield, now: float, out: list[Decision]) -> None:
@@ -452,7 +467,8 @@ class Core:
             rec = self._leases[lid]
             t = rec.tenant
             t.candidates[rec.cls].pop(lid, None)  # its slot cannot be handed on: not a victim
-            t.mature[rec.cls].pop(lid, None)
+            if t.mature[rec.cls].pop(lid, None) is not None:
+                self._mature_n -= 1
             if ev.yield_within_s is not None and rec.state is LeaseState.ACTIVE:
                 self._ask_to_yield(rec, now + ev.yield_within_s, YieldCause.DRAIN, None, out)
             self._refresh(t)
@@ -484,7 +500,8 @@ class Core:
             granted = t.candidates[rec.cls].get(lid)
             if granted is not None:
                 t.mature[rec.cls][lid] = granted
-                self._refresh(t)
+                self._mature_n += 1
+                self._refresh_victims(t)
         deadlines = self._yield_deadlines
         while deadlines and deadlines[0][0] <= now:
             _, lid, epoch = heapq.heappop(deadlines)
@@ -591,6 +608,8 @@ class Core:
         min_runtime and to other tenants, and only if the requester's share after taking the slot
         is no larger than the victim tenant's after losing it (Kueue's
         LessThanOrEqualToFinalShare). Checking the top tenant suffices: others have lower shares."""
+        if self._mature_n == 0:
+            return None
         a_after = a.borrowed_effective() + a.earmarked_fair + 1
         for cls, heap in ((BE, self._victims_mature[0]), (B, self._victims_mature[1])):
             top = heap.peek()
@@ -620,7 +639,8 @@ class Core:
         t = rec.tenant
         t.yielding[rec.cls] += 1
         t.candidates[rec.cls].pop(rec.lease.lease_id, None)
-        t.mature[rec.cls].pop(rec.lease.lease_id, None)
+        if t.mature[rec.cls].pop(rec.lease.lease_id, None) is not None:
+            self._mature_n -= 1
         if for_session is None and cause is not YieldCause.DRAIN:
             self._orphans[rec.lease.lease_id] = None
         heapq.heappush(self._yield_deadlines, (deadline, rec.lease.lease_id, rec.lease.epoch))
@@ -638,7 +658,7 @@ class Core:
         elif tier == TIER_NOMINAL:
             self._inflight_nominal += 1
         heapq.heappush(self._earmarked, (tier, req.arrival, req.seq, req.session))
-        self._refresh(t)
+        self._refresh_queue(t)
 
     def _unearmark(self, req: _Request) -> None:
         t = req.tenant
@@ -673,7 +693,7 @@ class Core:
         self._dequeue(req, refresh=False)
         epoch = self._epochs.get(slot, 0) + 1
         self._epochs[slot] = epoch
-        lid = LeaseId(f"{slot}#{epoch}")
+        lid = LeaseId(f"{slot.worker}/{slot.index}#{epoch}")
         lease = Lease(
             lid,
             req.session,
@@ -708,7 +728,8 @@ class Core:
         if was_yielding:
             t.yielding[cls] -= 1
         t.candidates[cls].pop(lid, None)
-        t.mature[cls].pop(lid, None)
+        if t.mature[cls].pop(lid, None) is not None:
+            self._mature_n -= 1
         if cls == G:
             self._held_g -= 1
         del self._leases[lid]
@@ -723,7 +744,7 @@ class Core:
             if waiter is not None and waiter.earmark == lid:
                 # The slot it waited for is free now: back into line, where it is first anyway.
                 self._unearmark(waiter)
-                self._refresh(waiter.tenant)
+                self._refresh_queue(waiter.tenant)
         self._refresh(t)
 
     def _revoke(self, rec: _LeaseRec, reason: RevokeReason, now: float, out: list[Decision]) -> None:
@@ -736,8 +757,7 @@ class Core:
     def _requeue(self, rec: _LeaseRec, snap: SnapshotRef | None, now: float, out: list[Decision]) -> None:
         req = _Request(rec.lease.session, rec.tenant, rec.cls, rec.arrival, rec.seq, now, snap)
         self._enqueue(req)
-        self._schedule(now, out)
-        self._report_queued(req, out)
+        self._to_report.append(req)
 
     def _report_queued(self, req: _Request, out: list[Decision]) -> None:
         if self._requests.get(req.session) is req:
@@ -751,7 +771,7 @@ class Core:
         self._waiting_cls[req.cls] += 1
         self._positions[req.cls].add(req.seq, 1)
         t.push_request(req.cls, (req.arrival, req.seq, req.session))
-        self._refresh(t)
+        self._refresh_queue(t)
 
     def _dequeue(self, req: _Request, refresh: bool = True) -> None:
         t = req.tenant
@@ -762,7 +782,7 @@ class Core:
         self._waiting_cls[req.cls] -= 1
         self._positions[req.cls].add(req.seq, -1)
         if refresh:
-            self._refresh(t)
+            self._refresh_queue(t)
 
     def _check_call(
         self, session: SessionId, lease_id: LeaseId, epoch: int, out: list[Decision]
@@ -803,7 +823,7 @@ class Core:
             w = self._workers.get(wid)
             if w is not None and w.state is WorkerState.READY and index not in w.leases:
                 self._free_ready -= 1
-                return SlotId(wid, index)
+                return w.slot_ids[index]
 
     def _set_capacity(self, capacity: int) -> None:
         self._capacity = capacity
@@ -832,15 +852,20 @@ class Core:
         return None
 
     def _refresh(self, t: TenantState) -> None:
-        """Re-index a tenant after any change: floor accounting, order of service, victims."""
+        """Re-index a tenant after a change to what it holds: the floor, its queue, its victims."""
+        contrib = t.preemptible()
+        self._preemptible += contrib - t.preemptible_contrib
+        t.preemptible_contrib = contrib
+        self._refresh_queue(t)
+        self._refresh_victims(t)
+
+    def _refresh_queue(self, t: TenantState) -> None:
+        """Re-index a tenant's place in the order of service (after any change to it)."""
         t.version += 1
         v = t.version
         name = t.spec.name
         n = len(self._tenants)
         spec = t.spec
-        contrib = t.preemptible()
-        self._preemptible += contrib - t.preemptible_contrib
-        t.preemptible_contrib = contrib
         held, ear, waiting = t.held, t.earmarked, t.waiting
 
         if waiting[G] > ear[G] and held[G] + ear[G] < spec.guaranteed:
@@ -856,9 +881,8 @@ class Core:
                     self._tier2.push((used / spec.burstable_nominal, h[0], h[1], h[2], name, v), n)
                 else:
                     shared = h
-        if waiting[BE] > ear[BE] and (
-            spec.best_effort_limit is None or held[BE] + ear[BE] < spec.best_effort_limit
-        ):
+        be_limit = spec.best_effort_limit
+        if waiting[BE] > ear[BE] and (be_limit is None or held[BE] + ear[BE] < be_limit):
             h = self._head(t, BE)
             if h is not None and (shared is None or h < shared):
                 shared = h
@@ -866,6 +890,12 @@ class Core:
             order_share = (t.borrowed_effective() + t.earmarked_fair) / spec.weight
             self._tier3.push((order_share, shared[0], shared[1], shared[2], name, v), n)
 
+    def _refresh_victims(self, t: TenantState) -> None:
+        """Re-index a tenant as a source of victims (after a change to its leases or share)."""
+        t.vversion += 1
+        v = t.vversion
+        name = t.spec.name
+        n = len(self._tenants)
         share = -t.share()
         if t.candidates[BE]:
             self._victims_any[0].push((share, name, v), n)

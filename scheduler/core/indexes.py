@@ -64,19 +64,21 @@ class VersionedHeap:
 class Fenwick:
     """Counts by position (a request's arrival sequence number) with prefix sums in O(log n).
 
-    Grows by doubling, so sequence numbers need no bound.
+    Grows by doubling (an O(n) rebuild from the point counts), so positions need no bound.
     """
 
-    __slots__ = ("_tree", "_size")
+    __slots__ = ("_tree", "_counts", "_size")
 
     def __init__(self, size: int = 1024) -> None:
         self._size = size
         self._tree = [0] * (size + 1)
+        self._counts = [0] * (size + 1)
 
     def add(self, index: int, delta: int) -> None:
         i = index + 1
         if i > self._size:
             self._grow(i)
+        self._counts[i] += delta
         tree = self._tree
         size = self._size
         while i <= size:
@@ -97,17 +99,10 @@ class Fenwick:
         size = self._size
         while size < needed:
             size *= 2
-        counts = [0] * (size + 1)
-        # Recover point counts from the old tree, then rebuild: O(n), amortised by doubling.
-        old = self._tree
-        for i in range(1, self._size + 1):
-            counts[i] = self.prefix(i) - self.prefix(i - 1)
-        self._size = size
-        self._tree = [0] * (size + 1)
-        for i in range(1, len(counts)):
-            if counts[i]:
-                j = i
-                while j <= size:
-                    self._tree[j] += counts[i]
-                    j += j & (-j)
-        del old
+        counts = self._counts + [0] * (size - self._size)
+        tree = counts[:]
+        for i in range(1, size + 1):  # linear-time build: push each node into its parent
+            j = i + (i & (-i))
+            if j <= size:
+                tree[j] += tree[i]
+        self._size, self._counts, self._tree = size, counts, tree

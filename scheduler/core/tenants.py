@@ -37,7 +37,8 @@ class TenantState:
     candidates: list[dict[LeaseId, float]] = field(default_factory=lambda: [{}, {}, {}])
     # Candidates that have run min_runtime: only these can be fairness victims.
     mature: list[dict[LeaseId, float]] = field(default_factory=lambda: [{}, {}, {}])
-    version: int = 0
+    version: int = 0  # of its entries in the order-of-service heaps
+    vversion: int = 0  # of its entries in the victim heaps
     preemptible_contrib: int = 0
 
     @property

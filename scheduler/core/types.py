@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import NewType
+from typing import NamedTuple, NewType
 
 SessionId = NewType("SessionId", str)
 TenantName = NewType("TenantName", str)
@@ -142,10 +142,11 @@ Event = WorkerAdded | WorkerDraining | WorkerRemoved | Acquire | Release | Renew
 
 
 # ---------------------------------------------------------------- decisions
+# The four decisions of every grant/release churn are NamedTuples: as immutable as frozen
+# dataclasses and about five times cheaper to build, which the core's hot path feels.
 
 
-@dataclass(frozen=True)
-class Lease:
+class Lease(NamedTuple):
     lease_id: LeaseId
     session: SessionId
     tenant: TenantName
@@ -157,14 +158,12 @@ class Lease:
     resume_from: SnapshotRef | None = None
 
 
-@dataclass(frozen=True)
-class Granted:
+class Granted(NamedTuple):
     lease: Lease
     waited_s: float  # since this request (or re-queue after a yield) entered the queue
 
 
-@dataclass(frozen=True)
-class Queued:
+class Queued(NamedTuple):
     session: SessionId
     position: int  # 0 = next to be served in its class
     estimated_wait_s: float
@@ -191,8 +190,7 @@ class Expired:
     lost_slot_seconds: float
 
 
-@dataclass(frozen=True)
-class Ended:
+class Ended(NamedTuple):
     """A lease or queued request ended normally (release, yield, withdrawal)."""
 
     session: SessionId

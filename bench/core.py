@@ -1,0 +1,121 @@
+"""Decisions per second of the policy core under acquire/release churn, by queue depth and tenants.
+
+The pool is full and N sessions wait; each step releases a random held lease (the core grants
+the freed slot to the next waiter) and a new session arrives (queued). Decisions counted are
+everything the core returns. Each configuration runs `--repeat` times; the best run counts
+(the least disturbed by other load on this shared machine). The cost ratio compares cost per
+decision at 100k queued with 1k queued, measured side by side in this one process.
+
+    python bench/core.py            # last line: decisions_per_s_1k=N cost_ratio_100k_1k=R
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scheduler.core.engine import Core  # noqa: E402
+from scheduler.core.types import (  # noqa: E402
+    Acquire,
+    Granted,
+    QoS,
+    Release,
+    SessionId,
+    TenantName,
+    WorkerAdded,
+    WorkerId,
+)
+from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec  # noqa: E402
+
+SLOTS = 512
+
+
+def build(
+    queued: int, tenants: int, seed: int
+) -> tuple[Core, list[tuple[SessionId, str, int]], random.Random]:
+    specs = tuple(
+        TenantSpec(f"t{i}", weight=1 + i % 3, burstable_nominal=0, burstable_limit=10**6)
+        for i in range(tenants)
+    )
+    pol = Policy(
+        pool=PoolSpec(slots_per_worker=16, workers=SLOTS // 16, floor=0),
+        timing=TimingSpec(yield_grace_s=10, lease_ttl_s=3600, min_runtime_s=3600),
+        queue=QueueSpec(max_pending=10**7, max_pending_per_tenant=10**7),
+        tenants=specs,
+    )
+    core = Core(pol)
+    for w in range(SLOTS // 16):
+        core.handle(WorkerAdded(WorkerId(f"w{w}"), 16), 0.0)
+    rng = random.Random(seed)
+    held: list[tuple[SessionId, str, int]] = []
+    for i in range(SLOTS + queued):
+        t = TenantName(f"t{rng.randrange(tenants)}")
+        q = QoS.BURSTABLE if rng.random() < 0.5 else QoS.BEST_EFFORT
+        for d in core.handle(Acquire(SessionId(f"s{i}"), t, q), 0.0):
+            if isinstance(d, Granted):
+                held.append((d.lease.session, d.lease.lease_id, d.lease.epoch))
+    return core, held, rng
+
+
+def churn(queued: int, tenants: int, steps: int, seed: int = 1) -> float:
+    """Seconds per decision for `steps` release+acquire pairs at a steady queue depth."""
+    core, held, rng = build(queued, tenants, seed)
+    next_id = SLOTS + queued
+    names = [TenantName(f"t{i}") for i in range(tenants)]
+    classes = (QoS.BURSTABLE, QoS.BEST_EFFORT)
+    decisions = 0
+    now = 1.0
+    gc.collect()
+    gc.disable()
+    start = time.perf_counter()
+    for _ in range(steps):
+        now += 1e-4
+        k = rng.randrange(len(held))
+        s, lid, epoch = held[k]
+        held[k] = held[-1]
+        held.pop()
+        out = core.handle(Release(s, lid, epoch), now)  # type: ignore[arg-type]
+        for d in out:
+            if isinstance(d, Granted):
+                held.append((d.lease.session, d.lease.lease_id, d.lease.epoch))
+        decisions += len(out)
+        out = core.handle(
+            Acquire(SessionId(f"s{next_id}"), names[rng.randrange(tenants)], classes[next_id & 1]), now
+        )
+        next_id += 1
+        decisions += len(out)
+    elapsed = time.perf_counter() - start
+    gc.enable()
+    return elapsed / decisions
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=30000, help="release+acquire pairs per run")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    depths = (1_000, 10_000, 100_000)
+    tenant_counts = (10, 1_000)
+    cost: dict[tuple[int, int], float] = {}
+    print(f"{'queued':>8} {'tenants':>8} {'decisions/s':>12} {'us/decision':>12}", flush=True)
+    for tenants in tenant_counts:
+        for depth in depths:
+            best = min(churn(depth, tenants, args.steps, seed=r + 1) for r in range(args.repeat))
+            cost[(depth, tenants)] = best
+            print(f"{depth:>8} {tenants:>8} {1 / best:>12,.0f} {best * 1e6:>12.2f}", flush=True)
+    ratios = {t: cost[(100_000, t)] / cost[(1_000, t)] for t in tenant_counts}
+    for t, r in ratios.items():
+        print(f"cost ratio 100k/1k queued at {t} tenants: {r:.2f}")
+    dps_1k = min(1 / cost[(1_000, t)] for t in tenant_counts)
+    print(f"decisions_per_s_1k={dps_1k:.0f} cost_ratio_100k_1k={max(ratios.values()):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
