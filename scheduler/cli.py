@@ -60,7 +60,6 @@ def _serve(args: argparse.Namespace) -> int:
             policy_path=args.policy,
             listen=args.listen,
             metrics_listen=args.metrics_listen,
-            snapshot_url=args.snapshots,
         )
     )
     return rc
