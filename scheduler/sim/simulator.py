@@ -39,6 +39,7 @@ from scheduler.core.types import (
     YieldRequested,
 )
 from scheduler.policy import Policy
+from scheduler.sim.decider import Decider
 from scheduler.sim.stats import SimStats
 from scheduler.sim.workload import SessionPlan
 
@@ -79,9 +80,10 @@ class Simulator:
     plans: list[SessionPlan]
     config: SimConfig = field(default_factory=SimConfig)
     hook: PoolHook | None = None
+    decider: Callable[[Policy], Decider] = Core
 
     def __post_init__(self) -> None:
-        self.core = Core(self.policy)
+        self.core: Decider = self.decider(self.policy)
         self.stats = SimStats(self.policy)
         self._events: list[tuple[float, int, int, object]] = []
         self._seq = 0

@@ -12,7 +12,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.core.engine import Core
 from scheduler.core.types import (
     Decision,
     Ended,
@@ -25,6 +24,7 @@ from scheduler.core.types import (
     YieldRequested,
 )
 from scheduler.policy import Policy
+from scheduler.sim.decider import Decider
 
 CLASS_KEYS = ("guaranteed", "burstable", "besteffort")
 
@@ -100,7 +100,7 @@ class SimStats:
         self.capacity_slot_seconds += self._cap * (now - self._cap_at)
         self._cap_at, self._cap = now, capacity
 
-    def sample(self, now: float, core: Core) -> None:
+    def sample(self, now: float, core: Decider) -> None:
         view = core.describe()
         self.samples.append(
             Sample(
@@ -112,7 +112,7 @@ class SimStats:
             )
         )
 
-    def finish(self, end: float, core: Core, counts: tuple[int, int]) -> None:
+    def finish(self, end: float, core: Decider, counts: tuple[int, int]) -> None:
         self.end_s = end
         for lease, _state in list(core.leases()):
             self._held(lease, end)  # still held at the end: count its time so far

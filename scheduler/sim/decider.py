@@ -1,0 +1,22 @@
+"""The seam between the simulator and what decides: the real core, or a baseline policy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+from scheduler.core.engine import PoolView
+from scheduler.core.lifecycle import LeaseState
+from scheduler.core.types import Decision, Event, Lease
+
+
+class Decider(Protocol):
+    """Events in, decisions out, time passed in; `Core` is the one slotsched ships."""
+
+    def handle(self, event: Event, now: float) -> list[Decision]: ...
+
+    def next_deadline(self) -> float | None: ...
+
+    def describe(self) -> PoolView: ...
+
+    def leases(self) -> Iterator[tuple[Lease, LeaseState]]: ...
