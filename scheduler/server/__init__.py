@@ -1,0 +1,7 @@
+"""The gRPC shell around the policy core.
+
+The core decides; this package only carries its decisions over the wire. One asyncio event loop
+owns the core (`loop.SchedulerLoop`), servicers translate proto <-> domain, `errors` maps every
+refusal to a status, `auth` names the tenant, `metrics` exports what was decided, and `app`
+assembles a server. Nothing here makes a scheduling decision.
+"""

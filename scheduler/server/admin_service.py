@@ -1,0 +1,211 @@
+"""The Admin service: the policy in force, and read-only views of pool, leases and queue.
+
+Translation only. Listings page with opaque cursor tokens (the last key returned, base64 JSON
+tagged with the listing it belongs to), so a page is stable when leases come and go between calls
+and a token from another listing fails INVALID_ARGUMENT. Meant for an internal port: any
+authenticated caller is accepted.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from scheduler.api.gen.slotsched.v1 import admin_pb2, admin_pb2_grpc, common_pb2
+from scheduler.core.lifecycle import LeaseState, WorkerState
+from scheduler.core.types import QoS
+from scheduler.policy_load import PolicyError, parse_policy, policy_to_yaml
+from scheduler.server import convert, errors
+from scheduler.server.auth import Authenticator
+from scheduler.server.metrics import CLASS_ORDER
+from scheduler.server.registry import WorkerRegistry
+
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+
+
+def _page_size(n: int) -> int:
+    if n > MAX_PAGE:
+        raise errors.invalid_argument("page_size", f"at most {MAX_PAGE}")
+    return n or DEFAULT_PAGE
+
+
+def _encode_token(listing: str, after: list[Any]) -> str:
+    raw = json.dumps({"k": listing, "a": after}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_token(listing: str, token: str, shape: tuple[type | tuple[type, ...], ...]) -> list[Any] | None:
+    if not token:
+        return None
+    try:
+        doc = json.loads(base64.urlsafe_b64decode(token.encode()))
+        after = doc.get("a") if isinstance(doc, dict) and doc.get("k") == listing else None
+        if (
+            isinstance(after, list)
+            and len(after) == len(shape)
+            and all(isinstance(v, t) for v, t in zip(after, shape, strict=True))
+        ):
+            return after
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        pass
+    raise errors.invalid_argument("page_token", f"not a token from a previous {listing} call")
+
+
+def _qos_filter(value: int) -> QoS | None:
+    if value == common_pb2.QOS_CLASS_UNSPECIFIED:
+        return None
+    qos = convert.PB_TO_QOS.get(value)
+    if qos is None:
+        raise errors.invalid_argument("qos", "unknown QoS class")
+    return qos
+
+
+class AdminService(admin_pb2_grpc.AdminServicer):
+    def __init__(self, registry: WorkerRegistry, auth: Authenticator) -> None:
+        self._registry = registry
+        self._loop = registry.loop
+        self._auth = auth
+
+    def _guard(self, context: Any) -> None:
+        if self._loop.shutting_down:
+            raise errors.unavailable()
+        self._auth.caller(context)
+
+    @errors.unary
+    async def GetPolicy(
+        self, request: admin_pb2.GetPolicyRequest, context: Any
+    ) -> admin_pb2.GetPolicyResponse:
+        self._guard(context)
+        policy = self._loop.core.policy
+        return admin_pb2.GetPolicyResponse(yaml=policy_to_yaml(policy), name=policy.name)
+
+    @errors.unary
+    async def ApplyPolicy(
+        self, request: admin_pb2.ApplyPolicyRequest, context: Any
+    ) -> admin_pb2.ApplyPolicyResponse:
+        self._guard(context)
+        if not request.yaml.strip():
+            raise errors.invalid_argument("yaml", "required")
+        try:
+            policy, warnings = parse_policy(request.yaml)
+        except PolicyError as e:
+            raise errors.policy_invalid(e) from e
+        if not request.dry_run:
+            self._loop.apply_policy(policy)
+        return admin_pb2.ApplyPolicyResponse(warnings=[str(w) for w in warnings], applied=not request.dry_run)
+
+    @errors.unary
+    async def DescribePool(
+        self, request: admin_pb2.DescribePoolRequest, context: Any
+    ) -> admin_pb2.DescribePoolResponse:
+        self._guard(context)
+        view = self._loop.core.describe()
+        at = convert.ts(self._loop.now())
+        out = admin_pb2.DescribePoolResponse(free=view.free, floor=view.floor, at=at)
+        for w in view.workers:
+            entry = self._registry.workers.get(w.worker_id)
+            info = out.workers.add(
+                worker_id=w.worker_id,
+                address=w.address,
+                slots=w.slots,
+                busy=w.busy,
+                state=admin_pb2.WORKER_STATE_DRAINING
+                if w.state is WorkerState.DRAINING
+                else admin_pb2.WORKER_STATE_ACTIVE,
+            )
+            out.capacity += w.slots  # draining workers included, as the proto says
+            if entry is not None:
+                info.labels.update(entry.labels)
+                if entry.last_heartbeat is not None:
+                    info.last_heartbeat.CopyFrom(convert.ts(entry.last_heartbeat))
+        yielding = dict.fromkeys(CLASS_ORDER, 0)
+        for lease, state in self._loop.core.leases():
+            if state is LeaseState.YIELDING:
+                yielding[lease.qos] += 1
+        for i, q in enumerate(CLASS_ORDER):
+            out.classes.add(
+                qos=convert.QOS_TO_PB[q], held=view.held[i], pending=view.pending[i], yielding=yielding[q]
+            )
+        for t in sorted(view.tenants, key=lambda t: t.name):
+            stats = out.tenants.add(
+                tenant=t.name,
+                weight=t.weight,
+                held=admin_pb2.ClassCounts(guaranteed=t.held[0], burstable=t.held[1], best_effort=t.held[2]),
+                pending=admin_pb2.ClassCounts(
+                    guaranteed=t.pending[0], burstable=t.pending[1], best_effort=t.pending[2]
+                ),
+                borrowed=t.borrowed,
+                fair_share=t.share,
+                guaranteed_quota=t.guaranteed,
+                burstable_nominal=t.burstable_nominal,
+                burstable_limit=t.burstable_limit,
+            )
+            if t.best_effort_limit is not None:
+                stats.best_effort_limit = t.best_effort_limit
+        return out
+
+    @errors.unary
+    async def ListLeases(
+        self, request: admin_pb2.ListLeasesRequest, context: Any
+    ) -> admin_pb2.ListLeasesResponse:
+        self._guard(context)
+        size = _page_size(request.page_size)
+        qos = _qos_filter(request.qos)
+        after = _decode_token("leases", request.page_token, ((int, float), str))
+        rows = sorted(
+            (
+                (lease.granted_at, lease.lease_id, lease)
+                for lease, _ in self._loop.core.leases()
+                if (not request.tenant or lease.tenant == request.tenant)
+                and (qos is None or lease.qos is qos)
+            ),
+            key=lambda r: (r[0], r[1]),
+        )
+        if after is not None:
+            rows = [r for r in rows if (r[0], r[1]) > (after[0], after[1])]
+        out = admin_pb2.ListLeasesResponse()
+        for _, _, lease in rows[:size]:
+            y = self._loop.yielding(lease.lease_id)
+            out.leases.append(convert.lease_to_pb(lease, self._loop.address(lease.slot.worker), y))
+        if len(rows) > size:
+            last = rows[size - 1]
+            out.next_page_token = _encode_token("leases", [last[0], last[1]])
+        return out
+
+    @errors.unary
+    async def ListQueue(
+        self, request: admin_pb2.ListQueueRequest, context: Any
+    ) -> admin_pb2.ListQueueResponse:
+        self._guard(context)
+        size = _page_size(request.page_size)
+        qos = _qos_filter(request.qos)
+        after = _decode_token("queue", request.page_token, (int, int, str))
+        rows = []
+        for v in self._loop.core.queue():
+            q = QoS(v.qos)
+            if (request.tenant and v.tenant != request.tenant) or (qos is not None and q is not qos):
+                continue
+            rows.append((CLASS_ORDER.index(q), v.position, str(v.session), v))
+        rows.sort(key=lambda r: (r[0], r[1], r[2]))
+        if after is not None:
+            rows = [r for r in rows if (r[0], r[1], r[2]) > (after[0], after[1], after[2])]
+        now = self._loop.now()
+        out = admin_pb2.ListQueueResponse()
+        for _, _, key, v in rows[:size]:
+            entry = out.entries.add(
+                session_id=convert.split_key(key)[1],
+                tenant=v.tenant,
+                qos=convert.QOS_TO_PB[QoS(v.qos)],
+                position=v.position,
+                waited=convert.dur(now - v.waiting_since),
+                estimated_wait=convert.dur(v.estimated_wait_s),
+            )
+            if v.resume_from is not None:
+                entry.resume_from.CopyFrom(convert.snapshot_to_pb(v.resume_from))
+        if len(rows) > size:
+            last = rows[size - 1]
+            out.next_page_token = _encode_token("queue", [last[0], last[1], last[2]])
+        return out

@@ -1,0 +1,224 @@
+"""Assembles a running slotsched server: loop, servicers, health, reflection, metrics, signals.
+
+`start_server` is what tests and embedders use (binds port 0, returns the ports and a `stop`);
+`serve_forever` is what `slotsched serve` runs: it prints where it listens, then on SIGTERM or
+SIGINT turns health to NOT_SERVING, refuses new work with UNAVAILABLE, ends open Acquire streams
+with UNAVAILABLE (clients re-attach elsewhere), and stops the gRPC server within the grace.
+
+Without a policy file the server runs in INSECURE dev mode on the built-in policy: the tenant is
+taken from the `x-slotsched-tenant` header and nothing is authenticated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIServer
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
+
+from scheduler.api.gen.slotsched.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+    workers_pb2,
+    workers_pb2_grpc,
+)
+from scheduler.core.types import WorkerId
+from scheduler.policy import Policy
+from scheduler.policy_load import PolicyError, default_policy, load_policy
+from scheduler.server.admin_service import AdminService
+from scheduler.server.auth import TENANT_HEADER, Authenticator
+from scheduler.server.loop import SchedulerLoop
+from scheduler.server.metrics import Metrics
+from scheduler.server.registry import WorkerRegistry
+from scheduler.server.scheduler_service import SchedulerService
+from scheduler.server.workers_service import WorkersService
+
+log = logging.getLogger("slotsched.server")
+
+SERVICE_NAMES = (
+    scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name,
+    workers_pb2.DESCRIPTOR.services_by_name["Workers"].full_name,
+    admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
+)
+DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_METRICS_LISTEN = "127.0.0.1:9090"
+
+
+def _split_hostport(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, not {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@dataclass
+class RunningServer:
+    port: int
+    metrics_port: int | None
+    host: str
+    secure: bool
+    policy: Policy
+    loop: SchedulerLoop
+    registry: WorkerRegistry
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    _httpd: WSGIServer | None = None
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _stopped: bool = False
+
+    @property
+    def target(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def begin_shutdown(self) -> None:
+        """Health NOT_SERVING, new calls UNAVAILABLE, open streams ended with UNAVAILABLE."""
+        await self.health.enter_graceful_shutdown()
+        self.loop.begin_shutdown()
+
+    async def stop(self, grace: float | None = 1.0) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        await self.begin_shutdown()
+        if self._httpd is not None:
+            # shutdown() waits out serve_forever's 0.5 s poll; nothing needs to wait for it.
+            threading.Thread(target=_close_httpd, args=(self._httpd,), daemon=True).start()
+        await self.server.stop(grace)
+        for t in self._tasks:
+            t.cancel()
+        self.loop.close()
+
+
+def _close_httpd(httpd: WSGIServer) -> None:
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _load(policy_path: str | None) -> tuple[Policy, bool]:
+    if policy_path is None:
+        log.warning(
+            "INSECURE dev mode: no policy file, using the built-in policy; the tenant is taken from the "
+            "%s header and no caller is authenticated. Do not expose this port.",
+            TENANT_HEADER,
+        )
+        return default_policy(), False
+    policy, warnings = load_policy(policy_path)
+    for w in warnings:
+        log.warning("policy %s: %s", policy_path, w)
+    if not any(t.tokens for t in policy.tenants):
+        log.warning("policy %s lists no token: every Scheduler call will be refused", policy_path)
+    return policy, True
+
+
+async def start_server(
+    policy_path: str | None = None,
+    listen: str = "127.0.0.1:0",
+    metrics_listen: str | None = "127.0.0.1:0",
+    static_pool: bool = True,
+    *,
+    heartbeat_interval_s: float = 5.0,
+) -> RunningServer:
+    """Start a server on the running event loop. Raises PolicyError for a bad policy file."""
+    policy, secure = _load(policy_path)
+    metrics = Metrics()
+    loop = SchedulerLoop(policy, metrics)
+    auth = Authenticator(secure, lambda: loop.core.policy)
+    registry = WorkerRegistry(loop, heartbeat_interval_s)
+    if static_pool:
+        for i in range(policy.pool.workers):
+            registry.register(WorkerId(f"local-{i}"), "local", policy.pool.slots_per_worker, {}, static=True)
+
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth), server)  # type: ignore[no-untyped-call]
+    workers_pb2_grpc.add_WorkersServicer_to_server(WorkersService(registry, auth), server)  # type: ignore[no-untyped-call]
+    admin_pb2_grpc.add_AdminServicer_to_server(AdminService(registry, auth), server)  # type: ignore[no-untyped-call]
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ("", *SERVICE_NAMES):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    names = (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME)
+    reflection.enable_server_reflection(names, server)
+
+    host, _ = _split_hostport(listen)
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}")
+    httpd = None
+    metrics_port = None
+    if metrics_listen:
+        mhost, mport = _split_hostport(metrics_listen)
+        httpd, _ = start_http_server(mport, mhost, registry=metrics.registry)
+        metrics_port = httpd.server_port
+    await server.start()
+    running = RunningServer(
+        port, metrics_port, host, secure, policy, loop, registry, server, health_servicer, httpd
+    )
+    running._tasks.append(asyncio.create_task(registry.run_reaper()))
+    return running
+
+
+async def serve_forever(
+    policy_path: str | None = None,
+    listen: str = DEFAULT_LISTEN,
+    metrics_listen: str | None = DEFAULT_METRICS_LISTEN,
+    static_pool: bool = True,
+    grace_s: float = 5.0,
+) -> int:
+    """Serve until SIGTERM/SIGINT, then shut down gracefully. Returns the process exit code."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        running = await start_server(policy_path, listen, metrics_listen, static_pool)
+    except PolicyError as e:
+        for p in e.problems:
+            print(f"error: {p}", file=sys.stderr)
+        print(f"slotsched: cannot start: invalid policy {policy_path}", file=sys.stderr)
+        return 2
+    except (OSError, RuntimeError, ValueError) as e:
+        print(f"slotsched: cannot start: {e}", file=sys.stderr)
+        return 1
+    print(f"slotsched serving gRPC on {running.target}", flush=True)
+    if running.metrics_port is not None:
+        mhost = _split_hostport(metrics_listen or "")[0]
+        print(f"slotsched metrics on http://{mhost}:{running.metrics_port}/metrics", flush=True)
+    if running.secure:
+        n = len(running.policy.tenants)
+        print(f"slotsched mode: secure, policy {running.policy.name!r} with {n} tenants", flush=True)
+    else:
+        print(f"slotsched mode: INSECURE dev mode (tenant from the {TENANT_HEADER} header)", flush=True)
+
+    stop = asyncio.Event()
+    aloop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        if threading.current_thread() is threading.main_thread():
+            aloop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    print("slotsched shutting down", flush=True)
+    await running.stop(grace_s)
+    print("slotsched stopped", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m scheduler.server.app`: the same as `slotsched serve`, for benches and dev."""
+    p = argparse.ArgumentParser(prog="python -m scheduler.server.app")
+    p.add_argument("--policy", default=None)
+    p.add_argument("--listen", default=DEFAULT_LISTEN)
+    p.add_argument("--metrics-listen", default=DEFAULT_METRICS_LISTEN)
+    args = p.parse_args(argv)
+    return asyncio.run(serve_forever(args.policy, args.listen, args.metrics_listen or None))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Every status the server returns is decided here, and nowhere else.
+
+The core says *why* something did not happen (a `Refused` reason, a `Rejected` code, a policy
+problem); this module says what the caller should *do* about it: which gRPC code, which message,
+which trailing metadata (`retry-after-ms`) and which google.rpc rich detail (BadRequest,
+QuotaFailure). Servicers raise `RpcFailure`; the `unary`/`stream` wrappers turn it into an abort,
+so a handler never builds a status by hand.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import any_pb2
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from scheduler.core.types import Decision, ErrorCode, Refused, RefuseReason, Rejected
+from scheduler.policy_load import PolicyError
+
+DETAILS_KEY = rpc_status.GRPC_DETAILS_METADATA_KEY  # "grpc-status-details-bin"
+RETRY_AFTER_KEY = "retry-after-ms"
+ESTIMATED_WAIT_KEY = "estimated-wait-ms"
+
+
+class RpcFailure(Exception):
+    """A call that ends with a non-OK status; raised by servicers, turned into an abort."""
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        details: Sequence[Message] = (),
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = tuple(details)
+        self.metadata = tuple(metadata)
+
+    def trailing_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        md: list[tuple[str, str | bytes]] = list(self.metadata)
+        if self.details:
+            status = status_pb2.Status(code=self.code.value[0], message=self.message)
+            for d in self.details:
+                packed = any_pb2.Any()
+                packed.Pack(d)
+                status.details.append(packed)
+            md.append((DETAILS_KEY, status.SerializeToString()))
+        return tuple(md)
+
+
+# ---------------------------------------------------------------- builders
+
+
+def invalid_argument(field: str, description: str) -> RpcFailure:
+    """INVALID_ARGUMENT naming the field, in the message and as a BadRequest FieldViolation."""
+    bad = error_details_pb2.BadRequest(
+        field_violations=[error_details_pb2.BadRequest.FieldViolation(field=field, description=description)]
+    )
+    return RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {description}", [bad])
+
+
+def policy_invalid(err: PolicyError) -> RpcFailure:
+    """An ApplyPolicy that does not validate: one FieldViolation per problem, at its key path."""
+    bad = error_details_pb2.BadRequest(
+        field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=p.path, description=p.message)
+            for p in err.problems
+        ]
+    )
+    n = len(err.problems)
+    first = f": {err.problems[0]}" if err.problems else ""
+    more = f" (and {n - 1} more)" if n > 1 else ""
+    return RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"invalid policy{first}{more}", [bad])
+
+
+def unauthenticated(message: str) -> RpcFailure:
+    return RpcFailure(grpc.StatusCode.UNAUTHENTICATED, message)
+
+
+def permission_denied(message: str) -> RpcFailure:
+    return RpcFailure(grpc.StatusCode.PERMISSION_DENIED, message)
+
+
+def not_found(message: str) -> RpcFailure:
+    return RpcFailure(grpc.StatusCode.NOT_FOUND, message)
+
+
+def failed_precondition(message: str) -> RpcFailure:
+    return RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, message)
+
+
+SHUTTING_DOWN = "server is shutting down: retry against another replica or later"
+
+
+def unavailable(message: str = SHUTTING_DOWN) -> RpcFailure:
+    return RpcFailure(grpc.StatusCode.UNAVAILABLE, message)
+
+
+def deadline_exceeded(message: str) -> RpcFailure:
+    return RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, message)
+
+
+def aborted(message: str) -> RpcFailure:
+    return RpcFailure(grpc.StatusCode.ABORTED, message)
+
+
+_CAP_NAMES = {
+    RefuseReason.QUEUE_FULL: ("pool", "queue.maxPending"),
+    RefuseReason.TENANT_QUEUE_FULL: ("tenant", "queue.maxPendingPerTenant"),
+}
+
+
+def from_refused(r: Refused, tenant: str) -> RpcFailure:
+    """An Acquire the core would not queue."""
+    if r.reason in _CAP_NAMES:
+        scope, cap = _CAP_NAMES[r.reason]
+        subject = "pool" if scope == "pool" else f"tenant:{tenant}"
+        quota = error_details_pb2.QuotaFailure(
+            violations=[
+                error_details_pb2.QuotaFailure.Violation(subject=subject, description=f"{cap}: {r.message}")
+            ]
+        )
+        md = (
+            (RETRY_AFTER_KEY, str(round(r.retry_after_s * 1000))),
+            (ESTIMATED_WAIT_KEY, str(round(r.estimated_wait_s * 1000))),
+        )
+        return RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED, r.message, [quota], md)
+    if r.reason in (RefuseReason.NO_QUOTA, RefuseReason.UNKNOWN_TENANT):
+        return permission_denied(r.message)
+    if r.reason is RefuseReason.SHUTTING_DOWN:
+        return unavailable()
+    if r.reason is RefuseReason.DRAINING_POOL:
+        return RpcFailure(grpc.StatusCode.UNAVAILABLE, r.message)
+    # DUPLICATE_SESSION is answered by re-attaching; reaching here is a server bug.
+    return RpcFailure(grpc.StatusCode.INTERNAL, f"unexpected refusal {r.reason}: {r.message}")
+
+
+_REJECT_CODES = {
+    ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.STALE_EPOCH: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.NOT_HOLDER: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.INVALID: grpc.StatusCode.FAILED_PRECONDITION,  # e.g. a worker id already taken
+}
+
+
+def from_rejected(r: Rejected) -> RpcFailure:
+    return RpcFailure(_REJECT_CODES[r.code], r.message)
+
+
+def raise_for(decisions: Iterable[Decision], tenant: str = "") -> None:
+    """Raise the failure for the first Rejected or Refused among `decisions`, if any."""
+    for d in decisions:
+        if isinstance(d, Rejected):
+            raise from_rejected(d)
+        if isinstance(d, Refused):
+            raise from_refused(d, tenant)
+
+
+# ---------------------------------------------------------------- handler wrappers
+
+S = TypeVar("S")
+Q = TypeVar("Q")
+R = TypeVar("R")
+
+
+async def abort(context: Any, failure: RpcFailure) -> None:
+    await context.abort(failure.code, failure.message, trailing_metadata=failure.trailing_metadata())
+
+
+def unary(fn: Callable[[S, Q, Any], Awaitable[R]]) -> Callable[[S, Q, Any], Awaitable[R]]:
+    """Wrap a unary handler: an RpcFailure it raises becomes the call's status."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: S, request: Q, context: Any) -> R:
+        try:
+            return await fn(self, request, context)
+        except RpcFailure as f:
+            await abort(context, f)
+            raise  # abort() raises; keeps the type checker honest
+
+    return wrapper
+
+
+def stream(fn: Callable[[S, Q, Any], AsyncIterator[R]]) -> Callable[[S, Q, Any], AsyncIterator[R]]:
+    """Wrap a server-streaming handler the same way; events already sent stay sent."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: S, request: Q, context: Any) -> AsyncIterator[R]:
+        try:
+            async for item in fn(self, request, context):
+                yield item
+        except RpcFailure as f:
+            await abort(context, f)
+
+    return wrapper
+
+
+__all__ = [
+    "DETAILS_KEY",
+    "ESTIMATED_WAIT_KEY",
+    "RETRY_AFTER_KEY",
+    "RpcFailure",
+    "aborted",
+    "deadline_exceeded",
+    "failed_precondition",
+    "from_refused",
+    "from_rejected",
+    "invalid_argument",
+    "not_found",
+    "permission_denied",
+    "policy_invalid",
+    "raise_for",
+    "unauthenticated",
+    "unavailable",
+]

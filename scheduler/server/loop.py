@@ -1,0 +1,345 @@
+"""The single decision loop: the asyncio event loop owns the core, and nothing else touches it.
+
+Why no lock and no queue in front of the core: every handler runs on the same event loop, and
+`submit` calls `Core.handle` synchronously, so events are applied one at a time in arrival order
+by construction. An extra hop (a queue drained by a task) would only add a wake-up to every
+grant. What `submit` does after `handle`:
+
+* fans each decision out to the affected session's attached Acquire stream (one asyncio.Queue
+  per stream, events already converted to proto);
+* keeps what the core does not expose but the wire needs: worker addresses, the pending yield
+  request per lease (for replays and `Lease.yield_deadline`), each session's `wait_timeout`, and
+  recently ended sessions (for GetSession);
+* observes metrics and the handle() duration, calls observers (a journal subscribes later), and
+  re-arms the one timer that sends `Tick` at `core.next_deadline()`.
+
+Sessions are namespaced `tenant/session_id` in the core so two tenants may use the same id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from scheduler.api.gen.slotsched.v1 import scheduler_pb2
+from scheduler.core.engine import Core, PoolView, SessionView
+from scheduler.core.types import (
+    Acquire,
+    Decision,
+    Ended,
+    EndReason,
+    Event,
+    Expired,
+    Granted,
+    LeaseId,
+    QoS,
+    Queued,
+    Refused,
+    Rejected,
+    Revoked,
+    SessionId,
+    SnapshotRef,
+    Tick,
+    WorkerAdded,
+    WorkerId,
+    WorkerRemoved,
+    YieldRequested,
+)
+from scheduler.policy import Policy
+from scheduler.server import convert
+from scheduler.server.metrics import Metrics
+
+# Kinds of stream items: the handler needs to know queued/granted (for wait_timeout), the last
+# event of a session, and a close order from the loop (re-attach, shutdown).
+QUEUED, GRANTED, OTHER, FINAL, CLOSE = range(5)
+Item = tuple[int, "scheduler_pb2.LeaseEvent | None", float]
+
+_ENDED_KEEP = 10_000  # recently ended sessions remembered for GetSession
+
+
+@dataclass(frozen=True)
+class PolicyApplied:
+    """What observers see for an ApplyPolicy (it is not a core Event)."""
+
+    policy: Policy
+
+
+Observer = Callable[["Event | PolicyApplied", Sequence[Decision], float], None]
+
+
+@dataclass(frozen=True)
+class EndedSession:
+    reason: EndReason
+    qos: QoS
+    last_snapshot: SnapshotRef | None
+    at: float
+
+
+class SessionStream:
+    """One attached Acquire stream: the loop puts events in, the handler takes them out."""
+
+    __slots__ = ("key", "queue", "close_code", "close_message")
+
+    def __init__(self, key: SessionId) -> None:
+        self.key = key
+        self.queue: asyncio.Queue[Item] = asyncio.Queue()
+        self.close_code = grpc.StatusCode.OK
+        self.close_message = ""
+
+    def put(self, kind: int, event: scheduler_pb2.LeaseEvent, at: float) -> None:
+        self.queue.put_nowait((kind, event, at))
+
+    def close(self, code: grpc.StatusCode, message: str) -> None:
+        self.close_code = code
+        self.close_message = message
+        self.queue.put_nowait((CLOSE, None, 0.0))
+
+
+class SchedulerLoop:
+    """Owns the Core on the running asyncio loop. Create and use it from that loop only."""
+
+    def __init__(
+        self, policy: Policy, metrics: Metrics | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.core = Core(policy)
+        self.metrics = metrics
+        self.observers: list[Observer] = []
+        self.shutting_down = False
+        self._clock = clock
+        self._aloop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
+        self._streams: dict[SessionId, SessionStream] = {}
+        self._addresses: dict[WorkerId, str] = {}
+        self._yields: dict[LeaseId, YieldRequested] = {}
+        self._waited: dict[SessionId, float] = {}  # waited_s of the current grant, for replays
+        self._qos: dict[SessionId, QoS] = {}
+        self._wait_timeouts: dict[SessionId, float] = {}
+        self._ended: OrderedDict[SessionId, EndedSession] = OrderedDict()
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_at: float | None = None
+        if metrics is not None:
+            metrics.bind(self.describe_threadsafe)
+
+    # ------------------------------------------------------------------ events in
+
+    def now(self) -> float:
+        return self._clock()
+
+    def submit(self, event: Event) -> list[Decision]:
+        """Apply one event now; fan its decisions out; return them to the caller."""
+        now = self._clock()
+        t0 = time.perf_counter()
+        decisions = self.core.handle(event, now)
+        self._after(event, decisions, now, time.perf_counter() - t0)
+        return decisions
+
+    def apply_policy(self, policy: Policy) -> list[Decision]:
+        now = self._clock()
+        t0 = time.perf_counter()
+        decisions = self.core.apply_policy(policy, now)
+        self._after(PolicyApplied(policy), decisions, now, time.perf_counter() - t0)
+        return decisions
+
+    def acquire(
+        self,
+        key: SessionId,
+        tenant: str,
+        qos: QoS,
+        resume_from: SnapshotRef | None,
+        wait_timeout_s: float | None,
+    ) -> tuple[SessionStream | None, Refused | None]:
+        """Attach a stream, then ask the core. On a refusal nothing stays attached."""
+        stream = self._attach(key)
+        self._qos[key] = qos
+        self._ended.pop(key, None)
+        if wait_timeout_s is not None:
+            self._wait_timeouts[key] = wait_timeout_s
+        decisions = self.submit(Acquire(key, convert.split_key(key)[0], qos, resume_from))
+        for d in decisions:
+            if isinstance(d, Refused) and d.session == key:
+                self._forget(key)
+                if self._streams.get(key) is stream:
+                    del self._streams[key]
+                return None, d
+        return stream, None
+
+    def reattach(self, key: SessionId) -> SessionStream | None:
+        """Attach a new stream to a live session and replay its state; None if not live."""
+        view = self.core.session(key)
+        if view is None:
+            return None
+        stream = self._attach(key)
+        now = self._clock()
+        if view.lease is None:
+            event = convert.queued_event(view.position, view.estimated_wait_s, now)
+            stream.put(QUEUED, event, view.waiting_since)  # the handler times wait_timeout from it
+        else:
+            y = self._yields.get(view.lease.lease_id)
+            lease = convert.lease_to_pb(view.lease, self._addresses.get(view.lease.slot.worker, ""), y)
+            stream.put(GRANTED, convert.granted_event(lease, self._waited.get(key, 0.0), now), now)
+            if y is not None:
+                stream.put(OTHER, convert.yield_event(y, now), now)
+        return stream
+
+    def detach(self, stream: SessionStream) -> None:
+        if self._streams.get(stream.key) is stream:
+            del self._streams[stream.key]
+
+    def _attach(self, key: SessionId) -> SessionStream:
+        old = self._streams.get(key)
+        if old is not None:
+            old.close(grpc.StatusCode.ABORTED, "a newer Acquire stream attached to this session")
+        stream = SessionStream(key)
+        self._streams[key] = stream
+        return stream
+
+    def begin_shutdown(self) -> None:
+        """Refuse new work and end every open stream with UNAVAILABLE (clients re-attach)."""
+        self.shutting_down = True
+        for stream in list(self._streams.values()):
+            stream.close(grpc.StatusCode.UNAVAILABLE, "server is shutting down: re-attach to another replica")
+        self._streams.clear()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # ------------------------------------------------------------------ queries
+
+    def session(self, key: SessionId) -> SessionView | None:
+        return self.core.session(key)
+
+    def ended(self, key: SessionId) -> EndedSession | None:
+        return self._ended.get(key)
+
+    def yielding(self, lease_id: LeaseId) -> YieldRequested | None:
+        return self._yields.get(lease_id)
+
+    def address(self, worker: WorkerId) -> str:
+        return self._addresses.get(worker, "")
+
+    def wait_timeout(self, key: SessionId) -> float | None:
+        return self._wait_timeouts.get(key)
+
+    def describe_threadsafe(self, timeout: float = 2.0) -> PoolView | None:
+        """core.describe() run on the loop, callable from any thread (the metrics scraper)."""
+        if threading.get_ident() == self._thread:
+            return self.core.describe()
+        fut: concurrent.futures.Future[PoolView] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(self.core.describe())
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+                fut.set_exception(e)
+
+        try:
+            self._aloop.call_soon_threadsafe(run)
+            return fut.result(timeout)
+        except (RuntimeError, concurrent.futures.TimeoutError):
+            return None  # loop closed or stuck: export no pool gauges rather than hang a scrape
+
+    # ------------------------------------------------------------------ decisions out
+
+    def _after(self, event: Event | PolicyApplied, decisions: list[Decision], now: float, dt: float) -> None:
+        if self.metrics is not None:
+            self.metrics.observe(decisions, dt)
+        if isinstance(event, WorkerAdded) and not any(isinstance(d, Rejected) for d in decisions):
+            self._addresses[event.worker] = event.address  # before fan-out: grants quote it
+        if decisions:
+            self._fan_out(decisions, now)
+        if isinstance(event, WorkerRemoved):
+            self._addresses.pop(event.worker, None)
+        for obs in self.observers:
+            obs(event, decisions, now)
+        self._arm()
+
+    def _fan_out(self, decisions: list[Decision], now: float) -> None:
+        streams = self._streams
+        for d in decisions:
+            if isinstance(d, Granted):
+                key = d.lease.session
+                self._waited[key] = d.waited_s
+                s = streams.get(key)
+                if s is not None:
+                    pb = convert.lease_to_pb(d.lease, self._addresses.get(d.lease.slot.worker, ""), None)
+                    s.put(GRANTED, convert.granted_event(pb, d.waited_s, now), now)
+            elif isinstance(d, Queued):
+                s = streams.get(d.session)
+                if s is not None:
+                    s.put(QUEUED, convert.queued_event(d.position, d.estimated_wait_s, now), now)
+            elif isinstance(d, Ended):
+                if d.lease is not None:
+                    self._yields.pop(d.lease.lease_id, None)
+                final = d.reason is not EndReason.YIELDED
+                s = streams.get(d.session)
+                if s is not None:
+                    s.put(FINAL if final else OTHER, convert.ended_event(d.reason, d.lease, final, now), now)
+                if final:
+                    snap = d.lease.resume_from if d.lease is not None else None
+                    self._finish(d.session, d.reason, snap, now)
+            elif isinstance(d, YieldRequested):
+                self._yields[d.lease.lease_id] = d
+                s = streams.get(d.lease.session)
+                if s is not None:
+                    s.put(OTHER, convert.yield_event(d, now), now)
+            elif isinstance(d, Revoked):
+                self._yields.pop(d.lease.lease_id, None)
+                s = streams.get(d.lease.session)
+                if s is not None:
+                    reason = convert.REVOKE_TO_PB[d.reason]
+                    s.put(OTHER, convert.revoked_event(d.lease, reason, d.lost_slot_seconds, now), now)
+            elif isinstance(d, Expired):
+                lease = d.lease
+                self._yields.pop(lease.lease_id, None)
+                s = streams.get(lease.session)
+                if s is not None:
+                    expired = scheduler_pb2.REVOKE_REASON_EXPIRED
+                    s.put(OTHER, convert.revoked_event(lease, expired, d.lost_slot_seconds, now), now)
+                    s.put(FINAL, convert.ended_event(EndReason.EXPIRED, lease, True, now), now)
+                self._finish(lease.session, EndReason.EXPIRED, lease.resume_from, now)
+            # Renewed, Refused, Rejected answer the caller; they are not stream events.
+
+    def _finish(self, key: SessionId, reason: EndReason, snap: SnapshotRef | None, now: float) -> None:
+        """The session is over: its stream (if any) ends after the event just queued."""
+        qos = self._qos.get(key)
+        self._forget(key)
+        self._streams.pop(key, None)
+        if qos is not None:
+            self._ended[key] = EndedSession(reason, qos, snap, now)
+            if len(self._ended) > _ENDED_KEEP:
+                self._ended.popitem(last=False)
+
+    def _forget(self, key: SessionId) -> None:
+        self._qos.pop(key, None)
+        self._waited.pop(key, None)
+        self._wait_timeouts.pop(key, None)
+
+    # ------------------------------------------------------------------ timer
+
+    def _arm(self) -> None:
+        """Keep one timer at the core's next deadline; a later deadline leaves an earlier timer
+        armed (it ticks harmlessly and re-arms)."""
+        deadline = self.core.next_deadline()
+        if deadline is None or (self._armed_at is not None and self._armed_at <= deadline):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._armed_at = deadline
+        # +1 ms so the Tick lands at or after the deadline despite float rounding.
+        delay = max(0.001, deadline - self._clock() + 0.001)
+        self._timer = self._aloop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._armed_at = None
+        if not self.shutting_down:
+            self.submit(Tick())

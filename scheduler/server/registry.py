@@ -1,0 +1,101 @@
+"""Pool membership as the wire sees it: who registered, with what address and labels, and when
+each worker was last heard from.
+
+The core knows workers only as slot counts; liveness is a server concern because it is about
+wall-clock silence. A worker silent for `MISSED_HEARTBEATS` intervals is removed
+(`WorkerRemoved`: its leases are revoked and their sessions re-queued). The static local pool
+runs in-process and is exempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from scheduler.core.types import Decision, WorkerAdded, WorkerDraining, WorkerId, WorkerRemoved
+from scheduler.server import errors
+from scheduler.server.loop import SchedulerLoop
+
+MISSED_HEARTBEATS = 3
+log = logging.getLogger("slotsched.server")
+
+
+@dataclass(slots=True)
+class WorkerEntry:
+    worker_id: WorkerId
+    address: str
+    slots: int
+    registered_at: float
+    labels: dict[str, str] = field(default_factory=dict)
+    last_heartbeat: float | None = None
+    draining: bool = False
+    static: bool = False
+
+
+class WorkerRegistry:
+    def __init__(self, loop: SchedulerLoop, heartbeat_interval_s: float) -> None:
+        self.loop = loop
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.workers: dict[WorkerId, WorkerEntry] = {}
+
+    def register(
+        self, worker_id: WorkerId, address: str, slots: int, labels: dict[str, str], static: bool = False
+    ) -> None:
+        now = self.loop.now()
+        w = self.workers.get(worker_id)
+        if w is not None:
+            if w.address != address or w.slots != slots:
+                raise errors.failed_precondition(
+                    f"worker {worker_id} is registered with address {w.address!r} and {w.slots} slots: "
+                    "Deregister first"
+                )
+            w.labels = labels  # idempotent re-register (e.g. after a scheduler restart)
+            w.last_heartbeat = now
+            return
+        errors.raise_for(self.loop.submit(WorkerAdded(worker_id, slots, address)))
+        self.workers[worker_id] = WorkerEntry(worker_id, address, slots, now, labels, static=static)
+
+    def entry(self, worker_id: WorkerId) -> WorkerEntry:
+        w = self.workers.get(worker_id)
+        if w is None:
+            raise errors.not_found(f"worker {worker_id} is not registered: register again")
+        return w
+
+    def heartbeat(self, worker_id: WorkerId) -> WorkerEntry:
+        w = self.entry(worker_id)
+        w.last_heartbeat = self.loop.now()
+        return w
+
+    def drain(self, worker_id: WorkerId, yield_within_s: float | None) -> list[Decision]:
+        w = self.entry(worker_id)
+        decisions = self.loop.submit(WorkerDraining(worker_id, yield_within_s))
+        errors.raise_for(decisions)
+        w.draining = True
+        return decisions
+
+    def deregister(self, worker_id: WorkerId) -> list[Decision]:
+        self.entry(worker_id)
+        decisions = self.loop.submit(WorkerRemoved(worker_id))
+        errors.raise_for(decisions)
+        del self.workers[worker_id]
+        return decisions
+
+    def reap(self) -> list[WorkerId]:
+        """Remove every non-static worker silent for MISSED_HEARTBEATS intervals."""
+        cutoff = self.loop.now() - MISSED_HEARTBEATS * self.heartbeat_interval_s
+        gone = [
+            w.worker_id
+            for w in self.workers.values()
+            if not w.static and (w.last_heartbeat or w.registered_at) < cutoff
+        ]
+        for wid in gone:
+            log.warning("worker %s missed %d heartbeats: removing it", wid, MISSED_HEARTBEATS)
+            self.loop.submit(WorkerRemoved(wid))
+            del self.workers[wid]
+        return gone
+
+    async def run_reaper(self) -> None:
+        while not self.loop.shutting_down:
+            await asyncio.sleep(self.heartbeat_interval_s / 2)
+            self.reap()

@@ -1,0 +1,261 @@
+"""The Scheduler service: proto in, one core event, decisions and stream events out.
+
+No scheduling here. Each rpc authenticates, validates (INVALID_ARGUMENT naming the field),
+submits one event to the loop and translates what came back. The one piece of logic of its own is
+the Acquire stream: it waits on the session's queue and enforces the caller's patience — a
+`wait_timeout` or gRPC deadline passing while still queued withdraws the request. A stream that
+breaks otherwise changes nothing in the core: the caller re-attaches, the lease TTL reclaims the
+dead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from scheduler.core.types import LeaseId, QoS, Queued, Release, Renew, Renewed, SessionId, SnapshotRef, Yield
+from scheduler.server import convert, errors
+from scheduler.server.auth import Authenticator
+from scheduler.server.loop import CLOSE, FINAL, GRANTED, QUEUED, SchedulerLoop, SessionStream
+
+MAX_SESSION_ID_BYTES = 256
+# A gRPC deadline within this much of now counts as passed when the call is cancelled.
+_DEADLINE_SLACK_S = 0.05
+
+_PHASES = {
+    "queued": scheduler_pb2.SESSION_PHASE_QUEUED,
+    "active": scheduler_pb2.SESSION_PHASE_HOLDING,
+    "yielding": scheduler_pb2.SESSION_PHASE_YIELDING,
+}
+
+
+def _require(value: str, field: str) -> None:
+    if not value:
+        raise errors.invalid_argument(field, "required")
+
+
+def _session_id(value: str) -> None:
+    _require(value, "session_id")
+    if len(value.encode()) > MAX_SESSION_ID_BYTES:
+        raise errors.invalid_argument("session_id", f"longer than {MAX_SESSION_ID_BYTES} bytes")
+
+
+def _snapshot(msg: Any, field: str) -> SnapshotRef | None:
+    if not msg.HasField(field):
+        return None
+    ref = getattr(msg, field)
+    if not ref.uri:
+        raise errors.invalid_argument(f"{field}.uri", "required when a snapshot is given")
+    return convert.snapshot_from_pb(ref)
+
+
+class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
+    def __init__(self, loop: SchedulerLoop, auth: Authenticator) -> None:
+        self._loop = loop
+        self._auth = auth
+
+    def _tenant(self, context: Any) -> str:
+        if self._loop.shutting_down:
+            raise errors.unavailable()
+        return self._auth.tenant(context)
+
+    def _check_lease_tenant(self, lease_id: str, tenant: str) -> None:
+        lease = self._loop.core.lease(LeaseId(lease_id))
+        if lease is not None and lease.tenant != tenant:
+            raise errors.failed_precondition(f"lease {lease_id} belongs to another tenant")
+
+    # ------------------------------------------------------------------ Acquire
+
+    @errors.stream
+    async def Acquire(
+        self, request: scheduler_pb2.AcquireRequest, context: Any
+    ) -> AsyncIterator[scheduler_pb2.LeaseEvent]:
+        tenant = self._tenant(context)
+        _session_id(request.session_id)
+        qos = convert.PB_TO_QOS.get(request.qos)
+        if qos is None:
+            raise errors.invalid_argument("qos", "must be GUARANTEED, BURSTABLE or BEST_EFFORT")
+        resume = _snapshot(request, "resume_from")
+        wait_timeout = None
+        if request.HasField("wait_timeout"):
+            wait_timeout = convert.from_dur(request.wait_timeout)
+            if wait_timeout < 0:
+                raise errors.invalid_argument("wait_timeout", "must not be negative")
+        key = convert.session_key(tenant, request.session_id)
+        stream = self._loop.reattach(key)
+        if stream is None:
+            stream, refusal = self._loop.acquire(key, tenant, qos, resume, wait_timeout)
+            if refusal is not None:
+                raise errors.from_refused(refusal, tenant)
+        assert stream is not None
+        async for event in self._pump(stream, key, context):
+            yield event
+
+    async def _pump(
+        self, stream: SessionStream, key: SessionId, context: Any
+    ) -> AsyncIterator[scheduler_pb2.LeaseEvent]:
+        """Relay the session's events until its last one (OK), a close order, or impatience."""
+        q = stream.queue
+        wait_timeout = self._loop.wait_timeout(key)
+        queued_since: float | None = None
+        try:
+            while True:
+                if q.empty() and queued_since is not None:
+                    timeout, why = self._patience(queued_since, wait_timeout, context)
+                    if timeout is not None:
+                        try:
+                            item = await asyncio.wait_for(q.get(), max(0.0, timeout))
+                        except TimeoutError:
+                            async for withdrawn in self._withdraw(stream, key, why):
+                                yield withdrawn
+                            continue  # granted meanwhile: carry on
+                    else:
+                        item = await q.get()
+                else:
+                    item = q.get_nowait() if not q.empty() else await q.get()
+                kind, event, at = item
+                if kind == CLOSE or event is None:
+                    raise errors.RpcFailure(stream.close_code, stream.close_message)
+                if kind == QUEUED:
+                    if queued_since is None:
+                        queued_since = at
+                elif kind == GRANTED:
+                    queued_since = None
+                yield event
+                if kind == FINAL:
+                    return
+        except asyncio.CancelledError:
+            # Client gone or its deadline passed. Only the deadline withdraws a queued request.
+            if queued_since is not None:
+                left = context.time_remaining()
+                if left is not None and left <= _DEADLINE_SLACK_S:
+                    self._withdraw_now(key)
+            raise
+        finally:
+            self._loop.detach(stream)
+
+    def _patience(
+        self, queued_since: float, wait_timeout: float | None, context: Any
+    ) -> tuple[float | None, str]:
+        """Seconds until the caller stops waiting (wait_timeout or gRPC deadline), and which."""
+        timeout, why = None, ""
+        if wait_timeout is not None:
+            timeout, why = queued_since + wait_timeout - self._loop.now(), f"wait_timeout {wait_timeout:g}s"
+        left = context.time_remaining()
+        if left is not None and (timeout is None or left < timeout):
+            timeout, why = left, "the caller's deadline"
+        return timeout, why
+
+    def _withdraw_now(self, key: SessionId) -> bool:
+        view = self._loop.session(key)
+        if view is None or view.lease is not None:
+            return False
+        self._loop.submit(Release(key, None))
+        return True
+
+    async def _withdraw(
+        self, stream: SessionStream, key: SessionId, why: str
+    ) -> AsyncIterator[scheduler_pb2.LeaseEvent]:
+        if not self._withdraw_now(key):
+            return  # a grant is on its way: not queued any more
+        q = stream.queue
+        while not q.empty():  # Ended{WITHDRAWN}, the last event, before the status
+            kind, event, _ = q.get_nowait()
+            if kind == CLOSE or event is None:
+                break
+            yield event
+            if kind == FINAL:
+                break
+        raise errors.deadline_exceeded(f"still queued when {why} passed: the request was withdrawn")
+
+    # ------------------------------------------------------------------ unary rpcs
+
+    @errors.unary
+    async def Release(
+        self, request: scheduler_pb2.ReleaseRequest, context: Any
+    ) -> scheduler_pb2.ReleaseResponse:
+        tenant = self._tenant(context)
+        _session_id(request.session_id)
+        key = convert.session_key(tenant, request.session_id)
+        if request.lease_id:
+            self._check_lease_tenant(request.lease_id, tenant)
+            errors.raise_for(self._loop.submit(Release(key, LeaseId(request.lease_id), request.epoch)))
+            return scheduler_pb2.ReleaseResponse(reason=scheduler_pb2.END_REASON_RELEASED)
+        view = self._loop.session(key)
+        if view is not None and view.lease is not None:
+            raise errors.failed_precondition(
+                f"session {request.session_id} holds lease {view.lease.lease_id}: quote lease_id and epoch"
+            )
+        errors.raise_for(self._loop.submit(Release(key, None)))
+        return scheduler_pb2.ReleaseResponse(reason=scheduler_pb2.END_REASON_WITHDRAWN)
+
+    @errors.unary
+    async def Renew(self, request: scheduler_pb2.RenewRequest, context: Any) -> scheduler_pb2.RenewResponse:
+        tenant = self._tenant(context)
+        _session_id(request.session_id)
+        _require(request.lease_id, "lease_id")
+        self._check_lease_tenant(request.lease_id, tenant)
+        key = convert.session_key(tenant, request.session_id)
+        decisions = self._loop.submit(Renew(key, LeaseId(request.lease_id), request.epoch))
+        errors.raise_for(decisions)
+        for d in decisions:
+            if isinstance(d, Renewed) and d.lease.session == key:
+                resp = scheduler_pb2.RenewResponse(
+                    expires_at=convert.ts(d.lease.expires_at), state=common_pb2.LEASE_STATE_ACTIVE
+                )
+                y = self._loop.yielding(d.lease.lease_id)
+                if y is not None:
+                    resp.state = common_pb2.LEASE_STATE_YIELDING
+                    resp.yield_deadline.CopyFrom(convert.ts(y.deadline))
+                return resp
+        raise errors.not_found(f"lease {request.lease_id} expired")  # expired by this very tick
+
+    @errors.unary
+    async def Yield(self, request: scheduler_pb2.YieldRequest, context: Any) -> scheduler_pb2.YieldResponse:
+        tenant = self._tenant(context)
+        _session_id(request.session_id)
+        _require(request.lease_id, "lease_id")
+        snap = _snapshot(request, "snapshot")
+        self._check_lease_tenant(request.lease_id, tenant)
+        key = convert.session_key(tenant, request.session_id)
+        decisions = self._loop.submit(Yield(key, LeaseId(request.lease_id), request.epoch, snap))
+        errors.raise_for(decisions)
+        position = 0  # re-granted at once if no Queued follows
+        for d in decisions:
+            if isinstance(d, Queued) and d.session == key:
+                position = d.position
+        return scheduler_pb2.YieldResponse(position=position)
+
+    @errors.unary
+    async def GetSession(
+        self, request: scheduler_pb2.GetSessionRequest, context: Any
+    ) -> scheduler_pb2.SessionState:
+        tenant = self._tenant(context)
+        _session_id(request.session_id)
+        key = convert.session_key(tenant, request.session_id)
+        out = scheduler_pb2.SessionState(session_id=request.session_id, tenant=tenant)
+        view = self._loop.session(key)
+        if view is not None:
+            out.state = _PHASES[view.phase]
+            out.qos = convert.QOS_TO_PB[QoS(view.qos)]
+            if view.resume_from is not None:
+                out.last_snapshot.CopyFrom(convert.snapshot_to_pb(view.resume_from))
+            if view.lease is not None:
+                lease, y = view.lease, self._loop.yielding(view.lease.lease_id)
+                out.lease.CopyFrom(convert.lease_to_pb(lease, self._loop.address(lease.slot.worker), y))
+            else:
+                out.position = view.position
+                out.estimated_wait.CopyFrom(convert.dur(view.estimated_wait_s))
+                out.queued_since.CopyFrom(convert.ts(view.waiting_since))
+            return out
+        ended = self._loop.ended(key)
+        if ended is None:
+            raise errors.not_found(f"no session {request.session_id}")
+        out.state = scheduler_pb2.SESSION_PHASE_ENDED
+        out.qos = convert.QOS_TO_PB[ended.qos]
+        out.end_reason = convert.END_TO_PB[ended.reason]
+        if ended.last_snapshot is not None:
+            out.last_snapshot.CopyFrom(convert.snapshot_to_pb(ended.last_snapshot))
+        return out
