@@ -73,7 +73,10 @@ def violations(err: grpc.aio.AioRpcError) -> list[str]:
         ({"session_id": "", "qos": B}, "session_id"),
         ({"session_id": "x" * 257, "qos": B}, "session_id"),
         ({"session_id": "s"}, "qos"),
-        ({"session_id": "s", "qos": B, "resume_from": common_pb2.SnapshotRef(size_bytes=3)}, "resume_from.uri"),
+        (
+            {"session_id": "s", "qos": B, "resume_from": common_pb2.SnapshotRef(size_bytes=3)},
+            "resume_from.uri",
+        ),
         ({"session_id": "s", "qos": B, "wait_timeout": Duration(seconds=-1)}, "wait_timeout"),
     ],
 )
@@ -101,18 +104,26 @@ def test_unary_invalid_argument_names_the_field(grpc_server: ServerThread) -> No
             req = pb.YieldRequest(session_id="s", lease_id="l", snapshot=common_pb2.SnapshotRef())
             err = await unary_error(s.Yield(req, metadata=c.md))
             assert (err.code(), violations(err)) == (Code.INVALID_ARGUMENT, ["snapshot.uri"])
-            err = await unary_error(c.workers.Register(workers_pb2.RegisterRequest(worker_id="w"), metadata=c.md))
+            err = await unary_error(
+                c.workers.Register(workers_pb2.RegisterRequest(worker_id="w"), metadata=c.md)
+            )
             assert (err.code(), violations(err)) == (Code.INVALID_ARGUMENT, ["address"])
-            err = await unary_error(c.admin.ListQueue(admin_pb2.ListQueueRequest(page_token="junk"), metadata=c.md))
+            err = await unary_error(
+                c.admin.ListQueue(admin_pb2.ListQueueRequest(page_token="junk"), metadata=c.md)
+            )
             assert (err.code(), violations(err)) == (Code.INVALID_ARGUMENT, ["page_token"])
-            err = await unary_error(c.admin.ListLeases(admin_pb2.ListLeasesRequest(page_size=5000), metadata=c.md))
+            err = await unary_error(
+                c.admin.ListLeases(admin_pb2.ListLeasesRequest(page_size=5000), metadata=c.md)
+            )
             assert (err.code(), violations(err)) == (Code.INVALID_ARGUMENT, ["page_size"])
 
     asyncio.run(go())
 
 
 def test_apply_policy_invalid_argument_one_violation_per_problem(grpc_server: ServerThread) -> None:
-    bad = policy_yaml().replace("slotsPerWorker: 1", "slotsPerWorker: 0").replace("weight: 1", "weight: -1", 1)
+    bad = (
+        policy_yaml().replace("slotsPerWorker: 1", "slotsPerWorker: 0").replace("weight: 1", "weight: -1", 1)
+    )
 
     async def go() -> None:
         async with Client(grpc_server.target, token=TOKENS["acme"]) as c:
@@ -122,7 +133,9 @@ def test_apply_policy_invalid_argument_one_violation_per_problem(grpc_server: Se
             fields = violations(err)
             assert "spec.pool.slotsPerWorker" in fields
             assert len(fields) >= 1
-            err = await unary_error(c.admin.ApplyPolicy(admin_pb2.ApplyPolicyRequest(yaml="a: [b"), metadata=c.md))
+            err = await unary_error(
+                c.admin.ApplyPolicy(admin_pb2.ApplyPolicyRequest(yaml="a: [b"), metadata=c.md)
+            )
             assert err.code() == Code.INVALID_ARGUMENT and violations(err)
 
     asyncio.run(go())
@@ -164,7 +177,9 @@ def test_not_found(grpc_server: ServerThread) -> None:
             assert (await unary_error(s.Renew(req, metadata=c.md))).code() == Code.NOT_FOUND
             err = await unary_error(s.GetSession(pb.GetSessionRequest(session_id="ghost"), metadata=c.md))
             assert err.code() == Code.NOT_FOUND
-            err = await unary_error(c.workers.Heartbeat(workers_pb2.HeartbeatRequest(worker_id="w9"), metadata=c.md))
+            err = await unary_error(
+                c.workers.Heartbeat(workers_pb2.HeartbeatRequest(worker_id="w9"), metadata=c.md)
+            )
             assert err.code() == Code.NOT_FOUND
 
     asyncio.run(go())

@@ -63,7 +63,9 @@ def test_best_effort_yields_for_guaranteed_and_is_regranted() -> None:
                 assert replay.granted.lease.state == common_pb2.LEASE_STATE_YIELDING
                 assert (await next_event(be)).yield_requested.lease_id == first.lease_id
 
-                snap = common_pb2.SnapshotRef(uri="file:///tmp/snap/crawler-1", size_bytes=42, sha256="ab" * 32)
+                snap = common_pb2.SnapshotRef(
+                    uri="file:///tmp/snap/crawler-1", size_bytes=42, sha256="ab" * 32
+                )
                 req = pb.YieldRequest(
                     session_id="crawler", lease_id=first.lease_id, epoch=first.epoch, snapshot=snap
                 )
@@ -84,7 +86,9 @@ def test_best_effort_yields_for_guaranteed_and_is_regranted() -> None:
                 assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
                 # Guaranteed work done: the BestEffort session resumes from its snapshot.
-                rel = pb.ReleaseRequest(session_id="responder", lease_id=granted_g.lease_id, epoch=granted_g.epoch)
+                rel = pb.ReleaseRequest(
+                    session_id="responder", lease_id=granted_g.lease_id, epoch=granted_g.epoch
+                )
                 await acme.scheduler.Release(rel, metadata=acme.md)
                 assert (await next_event(g)).ended.session_over
                 assert await status_of(g) == (grpc.StatusCode.OK, "")
@@ -111,7 +115,11 @@ def test_broken_stream_keeps_the_lease_and_reattach_replays_granted() -> None:
 
                 first = c.acquire("agent-7", B)
                 replay = (await next_event(first)).granted.lease
-                assert (replay.lease_id, replay.epoch, replay.slot) == (lease.lease_id, lease.epoch, lease.slot)
+                assert (replay.lease_id, replay.epoch, replay.slot) == (
+                    lease.lease_id,
+                    lease.epoch,
+                    lease.slot,
+                )
 
                 # A newer stream of the same session closes the older one with ABORTED.
                 second = c.acquire("agent-7", B)
@@ -119,14 +127,18 @@ def test_broken_stream_keeps_the_lease_and_reattach_replays_granted() -> None:
                 code, details = await status_of(first)
                 assert code == grpc.StatusCode.ABORTED, details
 
-                state = await c.scheduler.GetSession(pb.GetSessionRequest(session_id="agent-7"), metadata=c.md)
+                state = await c.scheduler.GetSession(
+                    pb.GetSessionRequest(session_id="agent-7"), metadata=c.md
+                )
                 assert state.state == pb.SESSION_PHASE_HOLDING and state.lease.lease_id == lease.lease_id
 
                 rel = pb.ReleaseRequest(session_id="agent-7", lease_id=lease.lease_id, epoch=lease.epoch)
                 await c.scheduler.Release(rel, metadata=c.md)
                 assert (await next_event(second)).ended.reason == pb.END_REASON_RELEASED
                 assert await status_of(second) == (grpc.StatusCode.OK, "")
-                state = await c.scheduler.GetSession(pb.GetSessionRequest(session_id="agent-7"), metadata=c.md)
+                state = await c.scheduler.GetSession(
+                    pb.GetSessionRequest(session_id="agent-7"), metadata=c.md
+                )
                 assert state.state == pb.SESSION_PHASE_ENDED and state.end_reason == pb.END_REASON_RELEASED
 
         asyncio.run(go())
@@ -214,7 +226,9 @@ def test_worker_silent_for_three_heartbeats_is_removed_and_its_leases_requeued()
                 assert (await c.workers.Drain(drain, metadata=c.md)).leases == 1
                 ask = (await next_event(call)).yield_requested
                 assert ask.cause == pb.YIELD_CAUSE_DRAIN
-                dereg = await c.workers.Deregister(workers_pb2.DeregisterRequest(worker_id="w2"), metadata=c.md)
+                dereg = await c.workers.Deregister(
+                    workers_pb2.DeregisterRequest(worker_id="w2"), metadata=c.md
+                )
                 assert dereg.revoked == 1
                 assert (await next_event(call)).revoked.reason == pb.REVOKE_REASON_WORKER_REMOVED
                 call.cancel()
