@@ -3,13 +3,21 @@
 A simulated holder renews its lease every half TTL, releases when its hold is done, and answers
 `YieldRequested` by checkpointing (`checkpoint_s`) and yielding; its snapshot saves the work done
 up to the request, and it resumes the rest when granted again. A holder that crashes stops
-renewing and never releases. Nothing here decides anything: every decision comes from `Core`.
+renewing and never releases. Nothing here decides anything: every decision comes from `Core`
+(or from a baseline built on the same `Decider` seam, for comparisons).
+
+With `SimConfig.retry_refused`, a holder refused for lack of room (queue full, no capacity) does
+what a client of a rejecting runtime does: it asks again after `retry_after_s` plus a seeded
+uniform jitter (`retry_jitter_s`, 1.5–3 s by default), keeping its progress and snapshot, until a
+retry lands. Its time-to-slot then counts from the first refused attempt, so a retry loop's wait
+is measured, not hidden. Other refusals (no quota, unknown tenant) are final, as before.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -25,6 +33,7 @@ from scheduler.core.types import (
     Lease,
     Queued,
     Refused,
+    RefuseReason,
     Release,
     Renew,
     Revoked,
@@ -44,7 +53,10 @@ from scheduler.sim.stats import SimStats
 from scheduler.sim.workload import SessionPlan
 
 # Event kinds, in the order they apply when simultaneous.
-_ARRIVE, _COMPLETE, _YIELD_ACK, _RENEW, _TICK, _HOOK = range(6)
+_ARRIVE, _COMPLETE, _YIELD_ACK, _RENEW, _TICK, _HOOK, _RETRY = range(7)
+
+# Refusals a client retries: room may appear later. The others could never be served.
+RETRYABLE = frozenset({RefuseReason.QUEUE_FULL, RefuseReason.TENANT_QUEUE_FULL, RefuseReason.DRAINING_POOL})
 
 
 @dataclass
@@ -52,6 +64,9 @@ class SimConfig:
     checkpoint_s: float = 2.0  # how long a holder takes to checkpoint once asked to yield
     until_s: float | None = None  # stop here and count what is left as unfinished
     sample_every_s: float | None = None  # record a time series for plots
+    retry_refused: bool = False  # a refused holder retries (see the module docstring)
+    retry_jitter_s: tuple[float, float] = (1.5, 3.0)
+    seed: int = 0  # of the retry jitter
 
 
 @dataclass
@@ -64,6 +79,8 @@ class _Live:
     crashed: bool = False
     finished: bool = False
     refused: bool = False
+    waiting_since: float | None = None  # first refused attempt of a retry loop
+    snapshot: SnapshotRef | None = None  # last checkpoint, quoted by a retry
 
 
 class PoolHook(Protocol):
@@ -89,6 +106,7 @@ class Simulator:
         self._seq = 0
         self._live: dict[str, _Live] = {p.session_id: _Live(p) for p in self.plans}
         self._tick_at = math.inf
+        self._rng = random.Random(self.config.seed)
         self.now = 0.0
 
     # ------------------------------------------------------------------ driving
@@ -122,20 +140,19 @@ class Simulator:
         if self.config.sample_every_s:
             self.at(0.0, _HOOK, "sample")
         until = self.config.until_s if self.config.until_s is not None else math.inf
-        horizon = max((p.arrival_s for p in self.plans), default=0.0)
         last_report = -1.0
         while self._events:
             t, kind, _, payload = self._events[0]
             if t > until:
                 break
-            if kind == _HOOK and payload is None and self._all_done():
+            if kind == _HOOK and payload in (None, "sample") and self._all_done():
                 break
             heapq.heappop(self._events)
             self.now = max(self.now, t)
             self._dispatch(kind, payload)
             if progress is not None and self.now - last_report >= 60.0:
                 last_report = self.now
-                progress(min(1.0, self.now / max(horizon, 1.0)))
+                progress(self._progress(until))
         end = min(until, self.now) if until != math.inf else self.now
         self.stats.finish(end, self.core, self._live_counts())
         return self.stats
@@ -143,6 +160,13 @@ class Simulator:
     def add_worker(self, worker: WorkerId, slots: int) -> None:
         self.apply(WorkerAdded(worker, slots))
         self.stats.capacity_changed(self.now, self.core.describe().capacity)
+
+    def _progress(self, until: float) -> float:
+        """Share of the run done: virtual time over `until`, else sessions over; never backwards."""
+        if until != math.inf:
+            return min(1.0, self.now / max(until, 1e-9))
+        done = sum(1 for lv in self._live.values() if lv.finished or lv.refused or lv.crashed)
+        return done / max(1, len(self._live))
 
     def _all_done(self) -> bool:
         return all(lv.finished or lv.refused or lv.crashed for lv in self._live.values())
@@ -158,6 +182,14 @@ class Simulator:
             period = lv.plan.periods[lv.period]
             lv.remaining = period.hold_s
             self.apply(Acquire(SessionId(lv.plan.session_id), TenantName(lv.plan.tenant), lv.plan.qos))
+        elif kind == _RETRY:
+            lv = self._live[str(payload)]
+            if lv.lease is None and not lv.finished:
+                self.apply(
+                    Acquire(
+                        SessionId(lv.plan.session_id), TenantName(lv.plan.tenant), lv.plan.qos, lv.snapshot
+                    )
+                )
         elif kind == _TICK:
             self._tick_at = math.inf
             self.apply(Tick())
@@ -187,14 +219,20 @@ class Simulator:
                 done = lv.yield_asked_at - lease.granted_at
                 lv.remaining = max(0.0, lv.remaining - done)
                 snap = SnapshotRef(f"sim://{sid}/{lease.epoch}", lv.plan.periods[lv.period].snapshot_bytes)
+                lv.snapshot = snap
                 self.apply(Yield(SessionId(sid), lease.lease_id, lease.epoch, snap))
 
     # ------------------------------------------------------------------ the holders
 
     def _on_decision(self, d: Decision) -> None:
-        self.stats.record(d, self.now)
         if isinstance(d, Granted):
             lv = self._live[d.lease.session]
+            if lv.waiting_since is not None:
+                # Granted on a retry: the wait began at the first refused attempt.
+                d = d._replace(waited_s=self.now - lv.waiting_since)
+                lv.waiting_since = None
+        self.stats.record(d, self.now)
+        if isinstance(d, Granted):
             lv.lease = d.lease
             lv.yield_asked_at = None
             key = (d.lease.session, d.lease.lease_id, d.lease.epoch)
@@ -238,7 +276,14 @@ class Simulator:
                 # Revoked: re-queued by the core, it resumes from its last snapshot (remaining
                 # unchanged). Expired: the holder is dead; the session ends unfinished.
         elif isinstance(d, Refused):
-            self._live[d.session].refused = True
+            lv = self._live[d.session]
+            if self.config.retry_refused and d.reason in RETRYABLE:
+                if lv.waiting_since is None:
+                    lv.waiting_since = self.now
+                lo, hi = self.config.retry_jitter_s
+                self.at(self.now + d.retry_after_s + self._rng.uniform(lo, hi), _RETRY, d.session)
+            else:
+                lv.refused = True
         elif isinstance(d, Queued):
             pass
 
@@ -248,6 +293,7 @@ class Simulator:
             lv.finished = True
             return
         nxt = lv.plan.periods[lv.period]
+        lv.snapshot = None
         start = self.now + nxt.think_s if nxt.think_s is not None else max(self.now, nxt.arrival_s)
         self.at(start, _ARRIVE, lv.plan.session_id)
 

@@ -1,0 +1,1 @@
+"""Baseline deciders the comparison runs slotsched against, one documented behaviour per file."""
