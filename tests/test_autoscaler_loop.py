@@ -298,3 +298,20 @@ def test_run_decides_on_its_period_and_stops() -> None:
 
     asyncio.run(go())
     assert len(w.actuator.workers) == 3 and len(w.leases) == 6
+
+
+def test_dry_run_only_says_what_it_would_do() -> None:
+    from slots.actuators.dry_run import DryRunActuator
+
+    core = Core(policy())
+    dry = DryRunActuator()
+    auto = Autoscaler(
+        CoreDemand(core.describe, lambda: core.policy),
+        CoreMembership(lambda ev: core.handle(ev, 0.0)),
+        dry,
+        lambda: core.policy,
+    )
+    r = auto.tick(0.0)
+    assert r.errors == () and r.asked_for == 1
+    assert [c[0] for c in dry.calls] == ["record", "scale_to"] and dry.calls[1] == ("scale_to", 1)
+    assert core.describe().workers == ()  # nothing was started

@@ -1,0 +1,183 @@
+"""The embedded default actuator: worker processes on this machine, one per worker.
+
+Why a command template and not an import: the actuator only starts and stops processes; what a
+worker is (the reference `slotsched worker`, or anything else that registers with the scheduler)
+is configuration. Each argument may use `{worker_id}`, `{slots}` and `{scheduler}`; they are
+replaced textually, so other braces (JSON, shell) pass through untouched.
+
+Stopping never blocks the loop: `remove` sends SIGTERM (the worker deregisters and exits) and
+returns; a worker still alive `stop_grace_s` later gets SIGKILL. A worker that exits when nobody
+asked it to is reported once by `poll_errors` with its exit code, and is no longer listed, so the
+autoscaler loop asks for a replacement on its next tick.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from slots.actuators.base import ActuatorError, WorkerInfo, WorkerPhase
+
+log = logging.getLogger("slotsched.actuators.local")
+
+# The reference worker (`slotsched worker`), run with this interpreter so no install is needed.
+DEFAULT_WORKER_COMMAND: tuple[str, ...] = (
+    sys.executable,
+    "-m",
+    "scheduler.cli",
+    "worker",
+    "--scheduler",
+    "{scheduler}",
+    "--worker-id",
+    "{worker_id}",
+    "--slots",
+    "{slots}",
+)
+
+
+@dataclass
+class _Proc:
+    popen: subprocess.Popen[bytes]
+    log_file: IO[bytes] | None
+    stop_deadline: float | None = None  # set once SIGTERM was sent
+
+
+class LocalActuator:
+    def __init__(
+        self,
+        *,
+        scheduler: str,
+        slots: int,
+        command: Sequence[str] = DEFAULT_WORKER_COMMAND,
+        id_prefix: str = "worker",
+        env: Mapping[str, str] | None = None,
+        log_dir: str | Path | None = None,
+        stop_grace_s: float = 10.0,
+    ) -> None:
+        if not command:
+            raise ValueError("the worker command must not be empty")
+        self.scheduler = scheduler
+        self.slots = slots
+        self.command = tuple(command)
+        self.id_prefix = id_prefix
+        self.env = dict(os.environ if env is None else env)
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.stop_grace_s = stop_grace_s
+        self._procs: dict[str, _Proc] = {}
+        self._errors: builtins.list[str] = []
+        self._seq = 0
+        self._lock = threading.Lock()  # the loop calls from a worker thread; close() from anywhere
+
+    def argv(self, worker_id: str) -> builtins.list[str]:
+        values = {"{worker_id}": worker_id, "{slots}": str(self.slots), "{scheduler}": self.scheduler}
+        out = []
+        for arg in self.command:
+            for key, value in values.items():
+                arg = arg.replace(key, value)
+            out.append(arg)
+        return out
+
+    # ------------------------------------------------------------------ Actuator
+
+    def scale_to(self, n: int) -> None:
+        with self._lock:
+            self._reap()
+            while sum(1 for p in self._procs.values() if p.stop_deadline is None) < n:
+                self._start()
+
+    def remove(self, worker_ids: builtins.list[str]) -> None:
+        with self._lock:
+            now = time.monotonic()
+            for wid in worker_ids:
+                p = self._procs.get(wid)
+                if p is None or p.stop_deadline is not None:
+                    continue  # not ours, or already stopping
+                p.stop_deadline = now + self.stop_grace_s
+                if p.popen.poll() is None:
+                    p.popen.terminate()
+            self._reap()
+
+    def list(self) -> builtins.list[WorkerInfo]:
+        with self._lock:
+            self._reap()
+            return [
+                WorkerInfo(
+                    wid,
+                    WorkerPhase.STOPPING if p.stop_deadline is not None else WorkerPhase.RUNNING,
+                    f"pid {p.popen.pid}",
+                )
+                for wid, p in self._procs.items()
+            ]
+
+    def poll_errors(self) -> builtins.list[str]:
+        with self._lock:
+            self._reap()
+            out, self._errors = self._errors, []
+            return out
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Stop every worker (SIGTERM, then SIGKILL after the grace) and wait for them."""
+        with self._lock:
+            procs = list(self._procs.values())
+            for p in procs:
+                if p.popen.poll() is None:
+                    p.popen.terminate()
+            deadline = time.monotonic() + (self.stop_grace_s if timeout_s is None else timeout_s)
+            for p in procs:
+                try:
+                    p.popen.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.popen.kill()
+                    p.popen.wait()
+                if p.log_file is not None:
+                    p.log_file.close()
+            self._procs.clear()
+
+    def _start(self) -> None:
+        self._seq += 1
+        wid = f"{self.id_prefix}-{self._seq}"
+        while wid in self._procs:
+            self._seq += 1
+            wid = f"{self.id_prefix}-{self._seq}"
+        log_file = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log_file = open(self.log_dir / f"{wid}.log", "ab")  # noqa: SIM115 - closed on reap
+        argv = self.argv(wid)
+        try:
+            popen = subprocess.Popen(
+                argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file
+            )
+        except OSError as e:
+            if log_file is not None:
+                log_file.close()
+            raise ActuatorError(f"cannot start worker {wid} with {argv[0]!r}: {e}", retry=False) from e
+        self._procs[wid] = _Proc(popen, log_file)
+        log.info("started worker %s (pid %d)", wid, popen.pid)
+
+    def _reap(self) -> None:
+        """Forget exited workers (reporting unexpected exits); SIGKILL those past their grace."""
+        now = time.monotonic()
+        for wid, p in list(self._procs.items()):
+            code = p.popen.poll()
+            if code is None:
+                if p.stop_deadline is not None and now >= p.stop_deadline:
+                    log.warning("worker %s did not stop within %.0f s: SIGKILL", wid, self.stop_grace_s)
+                    p.popen.kill()
+                continue
+            if p.stop_deadline is None:
+                self._errors.append(f"worker {wid} (pid {p.popen.pid}) exited with code {code}")
+            if p.log_file is not None:
+                p.log_file.close()
+            del self._procs[wid]
