@@ -1,0 +1,92 @@
+"""KEDA's external scaler contract, served by the scheduler: weighted demand as a metric.
+
+Why a KEDA endpoint besides the autoscaler loop: on a cluster that already runs KEDA, a
+ScaledObject with an `external` trigger pointing here lets the HPA size the worker Deployment on
+the same weighted demand the loop uses — `replicas = ceil(demand / slots_per_worker)` since the
+target per replica is one worker's slots. Run one or the other against a Deployment, not both: the
+HPA does not drain before removal, the loop does.
+
+The servicer only translates: `demand_fn` returns the weighted demand in slots (busy + weighted
+pending + floor headroom) and `slots_per_worker_fn` the target size; both are called on the
+server's event loop, the only place the core may be read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from scheduler.api.gen.externalscaler import externalscaler_pb2 as pb
+from scheduler.api.gen.externalscaler import externalscaler_pb2_grpc as pb_grpc
+
+METRIC_NAME = "slotsched_weighted_demand_slots"
+_EPS = 1e-9  # 2.0000000000000004 slots is 2 slots, as in the decision
+
+
+class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
+    def __init__(
+        self,
+        demand_fn: Callable[[], float],
+        slots_per_worker_fn: Callable[[], int],
+        *,
+        poll_interval_s: float = 1.0,
+    ) -> None:
+        self._demand = demand_fn
+        self._slots = slots_per_worker_fn
+        self.poll_interval_s = poll_interval_s
+
+    async def _read(self, context: grpc.aio.ServicerContext[object, object]) -> float:
+        try:
+            return float(self._demand())
+        except Exception as e:  # the scheduler cannot answer now; KEDA retries on its interval
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"weighted demand unavailable: {e}")
+            raise  # abort raises; this keeps type checkers sure nothing is returned
+
+    async def IsActive(
+        self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.IsActiveResponse:
+        return pb.IsActiveResponse(result=await self._read(context) > _EPS)
+
+    async def StreamIsActive(
+        self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[object, object]
+    ) -> AsyncIterator[pb.IsActiveResponse]:
+        """Push the activity once at once, then on every change (polled every second)."""
+        last: bool | None = None
+        while True:
+            active = await self._read(context) > _EPS
+            if active != last:
+                last = active
+                yield pb.IsActiveResponse(result=active)
+            await asyncio.sleep(self.poll_interval_s)
+
+    async def GetMetricSpec(
+        self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.GetMetricSpecResponse:
+        size = max(1, int(self._slots()))
+        spec = pb.MetricSpec(metricName=METRIC_NAME, targetSize=size, targetSizeFloat=float(size))
+        return pb.GetMetricSpecResponse(metricSpecs=[spec])
+
+    async def GetMetrics(
+        self, request: pb.GetMetricsRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.GetMetricsResponse:
+        demand = await self._read(context)
+        value = pb.MetricValue(
+            metricName=request.metricName or METRIC_NAME,
+            metricValue=max(0, math.ceil(demand - _EPS)),
+            metricValueFloat=demand,
+        )
+        return pb.GetMetricsResponse(metricValues=[value])
+
+
+def add_keda_servicer(
+    server: grpc.aio.Server,
+    demand_fn: Callable[[], float],
+    slots_per_worker_fn: Callable[[], int],
+) -> KedaExternalScaler:
+    """Register the external scaler on a grpc.aio server (before `start`); returns the servicer."""
+    servicer = KedaExternalScaler(demand_fn, slots_per_worker_fn)
+    pb_grpc.add_ExternalScalerServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    return servicer
