@@ -107,6 +107,7 @@ class Simulator:
         self._live: dict[str, _Live] = {p.session_id: _Live(p) for p in self.plans}
         self._tick_at = math.inf
         self._rng = random.Random(self.config.seed)
+        self.waiting_by_tenant: list[dict[str, int]] = []
         self.now = 0.0
 
     # ------------------------------------------------------------------ driving
@@ -161,6 +162,20 @@ class Simulator:
         self.apply(WorkerAdded(worker, slots))
         self.stats.capacity_changed(self.now, self.core.describe().capacity)
 
+    def _sample(self) -> None:
+        """A point of the time series. A holder in a retry loop waits for a slot as surely as a
+        queued one, so it counts as pending (a rejecting decider queues nothing itself); and
+        `waiting_by_tenant[i]` is sample i's waiting sessions per tenant, queued or retrying."""
+        self.stats.sample(self.now, self.core)
+        waiting = {t.name: sum(t.pending) for t in self.core.describe().tenants if sum(t.pending)}
+        retrying = 0
+        for lv in self._live.values():
+            if lv.waiting_since is not None and lv.lease is None:
+                retrying += 1
+                waiting[lv.plan.tenant] = waiting.get(lv.plan.tenant, 0) + 1
+        self.stats.samples[-1].pending += retrying
+        self.waiting_by_tenant.append(waiting)
+
     def _progress(self, until: float) -> float:
         """Share of the run done: virtual time over `until`, else sessions over; never backwards."""
         if until != math.inf:
@@ -195,7 +210,7 @@ class Simulator:
             self.apply(Tick())
         elif kind == _HOOK:
             if payload == "sample":
-                self.stats.sample(self.now, self.core)
+                self._sample()
                 assert self.config.sample_every_s
                 self.at(self.now + self.config.sample_every_s, _HOOK, "sample")
             elif self.hook is not None:
