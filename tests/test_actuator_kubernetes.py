@@ -301,3 +301,15 @@ def test_http_errors_become_typed_actuator_errors(api: tuple[FakeApi, client.Api
     with pytest.raises(ActuatorError, match="HTTP 403") as err:
         act.scale_to(5)
     assert not err.value.retry and "forbidden" in str(err.value)
+
+
+def test_targets_parse_from_text() -> None:
+    from slots.actuators.factory import parse_target
+
+    assert parse_target("Deployment/workers", NS) == ScaleTarget.deployment("workers", NS)
+    assert parse_target("statefulset/w") == ScaleTarget.statefulset("w")
+    assert parse_target("workerpools.slotsched.dev/v1alpha1/WorkerPool/pool", NS) == ScaleTarget.custom(
+        "slotsched.dev", "v1alpha1", "workerpools", "WorkerPool", "pool", NS
+    )
+    with pytest.raises(ValueError, match="expected Deployment/NAME"):
+        parse_target("pods/x")

@@ -105,3 +105,32 @@ def test_a_command_that_cannot_start_raises_a_typed_error(tmp_path: Path) -> Non
     with pytest.raises(ActuatorError, match="cannot start worker worker-1"):
         act.scale_to(1)
     assert act.list() == []
+
+
+def test_the_environment_chooses_the_actuator() -> None:
+    from slots.actuators.dry_run import DryRunActuator
+    from slots.actuators.factory import actuator_from_env
+
+    assert actuator_from_env({}, scheduler="h:1", slots=2) is None
+    assert isinstance(
+        actuator_from_env({"SLOTSCHED_AUTOSCALER": "dry-run"}, scheduler="h:1", slots=2), DryRunActuator
+    )
+    local = actuator_from_env(
+        {
+            "SLOTSCHED_AUTOSCALER": "local",
+            "SLOTSCHED_WORKER_COMMAND": "my-worker --id {worker_id} --to '{scheduler}'",
+        },
+        scheduler="h:1",
+        slots=2,
+    )
+    assert isinstance(local, LocalActuator) and local.argv("w-1") == [
+        "my-worker",
+        "--id",
+        "w-1",
+        "--to",
+        "h:1",
+    ]
+    with pytest.raises(ValueError, match="needs SLOTSCHED_AUTOSCALER_TARGET"):
+        actuator_from_env({"SLOTSCHED_AUTOSCALER": "kubernetes"}, scheduler="h:1", slots=2)
+    with pytest.raises(ValueError, match="expected one of"):
+        actuator_from_env({"SLOTSCHED_AUTOSCALER": "nomad"}, scheduler="h:1", slots=2)

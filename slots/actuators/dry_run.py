@@ -41,3 +41,6 @@ class DryRunActuator:
     def record(self, note: ScaleNote) -> None:
         self.log.info("dry run: decision %s", note.message())
         self.calls.append(("record", note))
+
+    def close(self) -> None:
+        pass

@@ -98,6 +98,8 @@ class KubernetesActuator:
         api = api_client if api_client is not None else load_api_client()
         self.target = target
         self.component = component
+        self._api = api
+        self._owns_api = api_client is None
         self._apps = client.AppsV1Api(api)
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
@@ -181,6 +183,10 @@ class KubernetesActuator:
                 t.namespace, event, _headers={"Content-Type": "application/json"}
             ),
         )
+
+    def close(self) -> None:
+        if self._owns_api:
+            self._api.close()  # type: ignore[no-untyped-call]
 
     # ------------------------------------------------------------------ the target
 

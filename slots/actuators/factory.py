@@ -1,0 +1,70 @@
+"""Choosing an actuator from configuration (flags or the environment of a pod).
+
+Why one function: `slotsched serve` and the Kubernetes manifests (deploy/scheduler-deployment.yaml
+sets SLOTSCHED_AUTOSCALER* variables) name the actuator as text; everything that turns that text
+into an object, and every error about it, lives here.
+
+    SLOTSCHED_AUTOSCALER               off (default) | local | kubernetes | dry-run
+    SLOTSCHED_AUTOSCALER_TARGET        kubernetes: Deployment/NAME, StatefulSet/NAME, or
+                                       PLURAL.GROUP/VERSION/KIND/NAME (a custom resource)
+    SLOTSCHED_AUTOSCALER_POD_SELECTOR  kubernetes: label selector of the worker pods (optional
+                                       for a Deployment or StatefulSet: read from its scale)
+    POD_NAMESPACE                      kubernetes: the target's namespace (default "default")
+    SLOTSCHED_WORKER_COMMAND           local: the worker command line (shell words), with
+                                       {worker_id} {slots} {scheduler}; default `slotsched worker`
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from slots.actuators.base import Actuator
+from slots.actuators.dry_run import DryRunActuator
+from slots.actuators.local import DEFAULT_WORKER_COMMAND, LocalActuator
+
+if TYPE_CHECKING:  # the kubernetes client is imported only when a cluster is the target
+    from slots.actuators.kubernetes import ScaleTarget
+
+KINDS = ("off", "local", "kubernetes", "dry-run")
+
+
+def parse_target(text: str, namespace: str = "default") -> ScaleTarget:
+    """`Deployment/NAME`, `StatefulSet/NAME` or `PLURAL.GROUP/VERSION/KIND/NAME` as a ScaleTarget."""
+    from slots.actuators.kubernetes import ScaleTarget
+
+    parts = text.strip().split("/")
+    if len(parts) == 2 and parts[0].lower() in ("deployment", "deployments"):
+        return ScaleTarget.deployment(parts[1], namespace)
+    if len(parts) == 2 and parts[0].lower() in ("statefulset", "statefulsets"):
+        return ScaleTarget.statefulset(parts[1], namespace)
+    if len(parts) == 4 and "." in parts[0]:
+        plural, group = parts[0].split(".", 1)
+        return ScaleTarget.custom(group, parts[1], plural, parts[2], parts[3], namespace)
+    raise ValueError(
+        f"autoscaler target {text!r}: expected Deployment/NAME, StatefulSet/NAME "
+        "or PLURAL.GROUP/VERSION/KIND/NAME"
+    )
+
+
+def actuator_from_env(env: Mapping[str, str], *, scheduler: str, slots: int) -> Actuator | None:
+    """The actuator the environment asks for, or None for `off`. Raises ValueError on bad config."""
+    kind = env.get("SLOTSCHED_AUTOSCALER", "off").strip().lower() or "off"
+    if kind == "off":
+        return None
+    if kind == "dry-run":
+        return DryRunActuator()
+    if kind == "local":
+        command = env.get("SLOTSCHED_WORKER_COMMAND")
+        argv = shlex.split(command) if command else DEFAULT_WORKER_COMMAND
+        return LocalActuator(scheduler=scheduler, slots=slots, command=argv)
+    if kind == "kubernetes":
+        from slots.actuators.kubernetes import KubernetesActuator
+
+        text = env.get("SLOTSCHED_AUTOSCALER_TARGET", "")
+        if not text:
+            raise ValueError("SLOTSCHED_AUTOSCALER=kubernetes needs SLOTSCHED_AUTOSCALER_TARGET")
+        target = parse_target(text, env.get("POD_NAMESPACE", "default"))
+        return KubernetesActuator(target, pod_selector=env.get("SLOTSCHED_AUTOSCALER_POD_SELECTOR") or None)
+    raise ValueError(f"SLOTSCHED_AUTOSCALER={kind!r}: expected one of {', '.join(KINDS)}")
