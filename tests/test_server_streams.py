@@ -163,6 +163,28 @@ def test_reattach_while_queued_replays_position() -> None:
         asyncio.run(go())
 
 
+def test_queued_position_updates_are_streamed() -> None:
+    with running_server(policy_yaml(workers=1, floor=0)) as srv:
+
+        async def go() -> None:
+            async with Client(srv.target, token=TOKENS["acme"]) as c:
+                holder = c.acquire("holder", B)
+                lease = (await next_event(holder)).granted.lease
+                waiters = []
+                for i in range(2):
+                    waiters.append(c.acquire(f"w{i}", B))
+                    assert (await next_event(waiters[-1])).queued.position == i
+                rel = pb.ReleaseRequest(session_id="holder", lease_id=lease.lease_id, epoch=lease.epoch)
+                await c.scheduler.Release(rel, metadata=c.md)
+                assert kind(await next_event(waiters[0])) == "granted"
+                moved = await next_event(waiters[1], timeout=2)
+                assert moved.queued.position == 0
+                for w in waiters:
+                    w.cancel()
+
+        asyncio.run(go())
+
+
 def test_lease_expiry_after_ttl_gives_the_slot_to_the_next_waiter() -> None:
     with running_server(policy_yaml(workers=1, floor=0, lease_ttl_s=1)) as srv:
 

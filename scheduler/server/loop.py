@@ -62,6 +62,9 @@ QUEUED, GRANTED, OTHER, FINAL, CLOSE = range(5)
 Item = tuple[int, "scheduler_pb2.LeaseEvent | None", float]
 
 _ENDED_KEEP = 10_000  # recently ended sessions remembered for GetSession
+# The core reports a position when a request enters the queue; later moves (others granted or
+# gone) are sent as fresh Queued events, coalesced to at most one pass per this interval.
+POSITION_REFRESH_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -85,15 +88,20 @@ class EndedSession:
 class SessionStream:
     """One attached Acquire stream: the loop puts events in, the handler takes them out."""
 
-    __slots__ = ("key", "queue", "close_code", "close_message")
+    __slots__ = ("key", "queue", "close_code", "close_message", "position")
 
     def __init__(self, key: SessionId) -> None:
         self.key = key
         self.queue: asyncio.Queue[Item] = asyncio.Queue()
         self.close_code = grpc.StatusCode.OK
         self.close_message = ""
+        self.position = -1  # last queue position sent; -1 while not queued
 
     def put(self, kind: int, event: scheduler_pb2.LeaseEvent, at: float) -> None:
+        if kind == QUEUED:
+            self.position = event.queued.position
+        elif kind != OTHER:
+            self.position = -1
         self.queue.put_nowait((kind, event, at))
 
     def close(self, code: grpc.StatusCode, message: str) -> None:
@@ -124,6 +132,7 @@ class SchedulerLoop:
         self._ended: OrderedDict[SessionId, EndedSession] = OrderedDict()
         self._timer: asyncio.TimerHandle | None = None
         self._armed_at: float | None = None
+        self._positions_timer: asyncio.TimerHandle | None = None
         if metrics is not None:
             metrics.bind(self.describe_threadsafe)
 
@@ -208,9 +217,10 @@ class SchedulerLoop:
         self._streams.clear()
 
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._timer, self._positions_timer):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._positions_timer = None
 
     # ------------------------------------------------------------------ queries
 
@@ -256,6 +266,8 @@ class SchedulerLoop:
             self._addresses[event.worker] = event.address  # before fan-out: grants quote it
         if decisions:
             self._fan_out(decisions, now)
+            if self._positions_timer is None and not self.shutting_down:
+                self._positions_timer = self._aloop.call_later(POSITION_REFRESH_S, self._refresh_positions)
         if isinstance(event, WorkerRemoved):
             self._addresses.pop(event.worker, None)
         for obs in self.observers:
@@ -322,6 +334,18 @@ class SchedulerLoop:
         self._qos.pop(key, None)
         self._waited.pop(key, None)
         self._wait_timeouts.pop(key, None)
+
+    def _refresh_positions(self) -> None:
+        """Send Queued again to every attached waiter whose position moved since it was told."""
+        self._positions_timer = None
+        now = self._clock()
+        for stream in self._streams.values():
+            if stream.position < 0:
+                continue
+            view = self.core.session(stream.key)
+            if view is not None and view.lease is None and view.position != stream.position:
+                event = convert.queued_event(view.position, view.estimated_wait_s, now)
+                stream.put(QUEUED, event, view.waiting_since)
 
     # ------------------------------------------------------------------ timer
 
