@@ -1,0 +1,33 @@
+"""`slotsched demo`: one command that shows checkpoint-and-yield scheduling on a pool too small.
+
+Lives outside `scheduler/cli.py` (which imports it if present and calls `register(sub)`), with
+lazy imports so the rest of the CLI does not pay for gRPC.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from scheduler.demo.run import demo_main
+
+    rc: int = demo_main(args.duration, args.snapshots, args.seed, args.json)
+    return rc
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    d = sub.add_parser(
+        "demo",
+        help="run a scheduler, 3 in-process reference workers and a multi-tenant workload; show the outcome",
+    )
+    d.add_argument("--duration", type=float, default=60.0, help="seconds to run (default %(default)s)")
+    d.add_argument(
+        "--snapshots",
+        default=None,
+        help="snapshot store URL: a directory, file:///dir or s3://bucket/prefix?endpoint_url=... "
+        "(default: a temporary directory, removed afterwards)",
+    )
+    d.add_argument("--seed", type=int, default=1, help="workload seed (default %(default)s)")
+    d.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
+    d.set_defaults(func=_demo)
