@@ -179,6 +179,9 @@ class Core:
         self._now = float("-inf")
         self._mean_hold = _DEFAULT_MEAN_HOLD_S
         self._to_report: list[_Request] = []
+        # Tenants whose heap entries are out of date (insertion-ordered, so flushing is deterministic).
+        self._dirty_queue: dict[TenantState, None] = {}
+        self._dirty_victims: dict[TenantState, None] = {}
         self._mature_n = 0  # mature candidates: none means no fairness preemption is possible
 
         tenants = self._tenants
@@ -263,6 +266,7 @@ class Core:
             times.append(self._yield_deadlines[0][0])
         if self._expiries:
             times.append(self._expiries[0][0])
+        self._flush()
         if self._maturing and self._tier3.peek() is not None:
             times.append(self._maturing[0][0])
         return min(times) if times else None
@@ -539,6 +543,7 @@ class Core:
     def _pick_for_free_slot(self) -> _Request | None:
         # Candidates in order of service: (tier, earmarked first). A Burstable grant within
         # nominal is not preemptible, so it may only take a slot the floor can spare.
+        self._flush()
         nominal_ok = self._slack() >= 1
         best: _Request | None = None
         best_key = (9, 9)
@@ -561,6 +566,7 @@ class Core:
 
     def _preempt_once(self, now: float, out: list[Decision]) -> bool:
         """Ask one victim to yield for the first waiter with a right to a slot; False if none."""
+        self._flush()
         top = self._tier1.peek()
         if top is not None:
             return self._preempt_for(
@@ -852,14 +858,34 @@ class Core:
         return None
 
     def _refresh(self, t: TenantState) -> None:
-        """Re-index a tenant after a change to what it holds: the floor, its queue, its victims."""
+        """Re-index a tenant after a change to what it holds: the floor, its queue, its victims.
+
+        The floor accounting is updated at once (the slack is read mid-pass); heap entries are
+        pushed once per tenant when the heaps are next read (`_flush`), so an event that touches
+        a tenant twice pays for one re-index."""
         contrib = t.preemptible()
         self._preemptible += contrib - t.preemptible_contrib
         t.preemptible_contrib = contrib
-        self._refresh_queue(t)
-        self._refresh_victims(t)
+        self._dirty_queue[t] = None
+        self._dirty_victims[t] = None
 
     def _refresh_queue(self, t: TenantState) -> None:
+        self._dirty_queue[t] = None
+
+    def _refresh_victims(self, t: TenantState) -> None:
+        self._dirty_victims[t] = None
+
+    def _flush(self) -> None:
+        if self._dirty_queue:
+            for t in self._dirty_queue:
+                self._reindex_queue(t)
+            self._dirty_queue.clear()
+        if self._dirty_victims:
+            for t in self._dirty_victims:
+                self._reindex_victims(t)
+            self._dirty_victims.clear()
+
+    def _reindex_queue(self, t: TenantState) -> None:
         """Re-index a tenant's place in the order of service (after any change to it)."""
         t.version += 1
         v = t.version
@@ -890,7 +916,7 @@ class Core:
             order_share = (t.borrowed_effective() + t.earmarked_fair) / spec.weight
             self._tier3.push((order_share, shared[0], shared[1], shared[2], name, v), n)
 
-    def _refresh_victims(self, t: TenantState) -> None:
+    def _reindex_victims(self, t: TenantState) -> None:
         """Re-index a tenant as a source of victims (after a change to its leases or share)."""
         t.vversion += 1
         v = t.vversion

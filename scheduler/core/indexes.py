@@ -28,8 +28,9 @@ class VersionedHeap:
         self._live_hint = 64
 
     def push(self, entry: Entry, live_owners: int) -> None:
-        heapq.heappush(self._heap, entry)
-        if len(self._heap) > 4 * live_owners + self._live_hint:
+        heap = self._heap
+        heapq.heappush(heap, entry)
+        if len(heap) > 4 * live_owners + self._live_hint:
             self._compact()
 
     def peek(self) -> Entry | None:

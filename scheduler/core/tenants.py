@@ -21,7 +21,7 @@ CLASS_INDEX: dict[QoS, int] = {q: i for i, q in enumerate(CLASSES)}
 QueueEntry = tuple[float, int, SessionId]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # identity: tenants key the dirty sets
 class TenantState:
     spec: TenantSpec
     # Leases held per class, including those asked to yield (they still hold their slot).
@@ -59,15 +59,18 @@ class TenantState:
 
     def preemptible(self) -> int:
         """Leases of this tenant that can be taken back (counted by the floor invariant)."""
-        return max(0, self.held[B] - self.spec.burstable_nominal) + self.held[BE]
+        over = self.held[B] - self.spec.burstable_nominal
+        return (over if over > 0 else 0) + self.held[BE]
 
     def borrowed_effective(self) -> int:
         """Borrowed leases not already on their way out (yielding ones are gone for fairness)."""
-        b_eff = self.held[B] - self.yielding[B]
-        return max(0, b_eff - self.spec.burstable_nominal) + self.held[BE] - self.yielding[BE]
+        held, yielding = self.held, self.yielding
+        over = held[B] - yielding[B] - self.spec.burstable_nominal
+        return (over if over > 0 else 0) + held[BE] - yielding[BE]
 
     def borrowed_b_effective(self) -> int:
-        return max(0, self.held[B] - self.yielding[B] - self.spec.burstable_nominal)
+        over = self.held[B] - self.yielding[B] - self.spec.burstable_nominal
+        return over if over > 0 else 0
 
     def share(self) -> float:
         return self.borrowed_effective() / self.spec.weight
