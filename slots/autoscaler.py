@@ -207,7 +207,7 @@ class Autoscaler:
             return plan
         policy = self._policy()
         in_core = {w.worker_id: w for w in inp.workers}
-        self._track_draining(now, in_core)
+        self._track_draining(in_core)
         if decide_now:
             plan.decision = d = decide(inp, ScaleConfig.from_policy(policy), self.history)
             self.history = d.history
@@ -224,10 +224,9 @@ class Autoscaler:
         plan.remove.extend(sorted(self._to_stop))
         return plan
 
-    def _track_draining(self, now: float, in_core: dict[str, WorkerView]) -> None:
-        for wid, w in in_core.items():
-            if w.state is WorkerState.DRAINING and wid not in self._draining_since:
-                self._draining_since[wid] = now  # drained by someone else (an admin): ours to remove
+    def _track_draining(self, in_core: dict[str, WorkerView]) -> None:
+        """Follow the workers this loop drained. One drained by someone else (an admin, with its
+        own deadline) is theirs to remove: the loop neither removes it nor counts it as ready."""
         for wid in list(self._draining_since):
             now_w = in_core.get(wid)
             if now_w is None:
