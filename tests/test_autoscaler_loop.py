@@ -80,7 +80,7 @@ class FakeActuator:
 class World:
     """A Core, a virtual clock, and holders that answer yield requests (unless stubborn)."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, clock: Callable[[], float] | None = None) -> None:
         self.core = Core(policy)
         self.now = 0.0
         self.leases: dict[str, Lease] = {}
@@ -93,7 +93,7 @@ class World:
             CoreMembership(self.submit),
             self.actuator,
             lambda: self.core.policy,
-            clock=lambda: self.now,
+            clock=clock or (lambda: self.now),
             registry=self.registry,
         )
 
@@ -275,10 +275,9 @@ def test_scale_input_from_pool_maps_classes_and_workers() -> None:
 
 
 def test_run_decides_on_its_period_and_stops() -> None:
-    w = World(policy())
-    w.auto.period_s = 0.05
     t0 = time.monotonic()
-    w.auto._clock = lambda: time.monotonic() - t0
+    w = World(policy(), clock=lambda: time.monotonic() - t0)
+    w.auto.period_s = 0.05
 
     async def go() -> None:
         stop = asyncio.Event()

@@ -6,6 +6,10 @@ the same weighted demand the loop uses — `replicas = ceil(demand / slots_per_w
 target per replica is one worker's slots. Run one or the other against a Deployment, not both: the
 HPA does not drain before removal, the loop does.
 
+A pool with a floor is always active: floor headroom is demand (the floor must exist as capacity
+for a Guaranteed arrival to be served without waiting for a new worker), so KEDA never scales
+such a pool to zero.
+
 The servicer only translates: `demand_fn` returns the weighted demand in slots (busy + weighted
 pending + floor headroom) and `slots_per_worker_fn` the target size; both are called on the
 server's event loop, the only place the core may be read.
