@@ -9,9 +9,17 @@ pytest-asyncio is not used: async tests run their body with `asyncio.run`.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -21,6 +29,7 @@ from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2
 from scheduler.client import (
     AcquireTimeout,
     AsyncClient,
+    Client,
     InvalidArgument,
     LeaseInfo,
     NoQuota,
@@ -38,6 +47,10 @@ from scheduler.client import (
     Unavailable,
     from_rpc_error,
 )
+from tests.grpc_fixtures import TOKENS, policy_yaml, running_server
+
+ROOT = Path(__file__).resolve().parents[1]
+ACME, GLOBEX, BATCH = TOKENS["acme"], TOKENS["globex"], TOKENS["batch"]
 
 # ------------------------------------------------------------------ conversion to and from protos
 
@@ -208,3 +221,316 @@ def test_error_mapping_aio_through_client(abort_server: str) -> None:
                     assert info.value.retry_after_s is None and info.value.estimated_wait_s is None
 
     asyncio.run(body())
+
+
+# ------------------------------------------------------------------ whole sessions against the real server
+
+
+def _one_slot_policy(**kw: Any) -> str:
+    """One worker with one slot, floor 1 (lent to BestEffort while idle); short timings."""
+    kw.setdefault("lease_ttl_s", 30)
+    kw.setdefault("yield_grace_s", 3)
+    return policy_yaml(workers=1, slots_per_worker=1, floor=kw.pop("floor", 1), **kw)
+
+
+class CuttableProxy:
+    """A loopback TCP proxy in front of the server whose connections can be cut: the client sees
+    its stream break (UNAVAILABLE, connection reset) while the server keeps running."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = 0
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> CuttableProxy:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        self._writers |= {writer, up_writer}
+        try:
+            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        except asyncio.CancelledError:  # the test's loop is closing
+            for w in (writer, up_writer):
+                w.transport.abort()
+
+    def cut(self) -> int:
+        """Reset every open connection (both sides); returns how many were cut."""
+        n = len(self._writers)
+        for w in self._writers:
+            w.transport.abort()
+        self._writers.clear()
+        return n
+
+    async def close(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+
+
+def test_async_acquire_release() -> None:
+    async def body() -> None:
+        async with AsyncClient(server.target, token=ACME) as client:
+            async with client.session("s-basic", qos="burstable") as lease:
+                assert lease.phase is Phase.HOLDING
+                info = lease.lease
+                assert info is not None and info.session_id == "s-basic"
+                assert info.qos is Qos.BURSTABLE and info.tenant == "acme" and info.epoch >= 1
+                assert lease.lease_id == info.lease_id and lease.resume_from is None
+                assert info.expires_at is not None and info.expires_at > datetime.now(UTC)
+                server_view = await client.get_session("s-basic")
+                assert server_view.phase is Phase.HOLDING and server_view.lease is not None
+                assert server_view.lease.lease_id == info.lease_id
+            assert lease.phase is Phase.ENDED and lease.end_reason == "released" and lease.error is None
+            assert lease.ended.is_set() and not lease.lost_lease.is_set()
+            after = await client.get_session("s-basic")
+            assert after.phase is Phase.ENDED and after.end_reason == "released"
+
+    with running_server(policy_yaml()) as server:
+        asyncio.run(body())
+
+
+def test_refusals_are_typed_errors_from_aenter() -> None:
+    policy = _one_slot_policy(floor=0, max_pending_per_tenant=1)
+    with running_server(policy) as server:
+
+        async def body() -> None:
+            async with AsyncClient(server.target, token=GLOBEX) as globex:
+                # globex has no Guaranteed quota: refused at once, never queued.
+                with pytest.raises(NoQuota) as no_quota:
+                    async with globex.session("g-nope", Qos.GUARANTEED):
+                        pytest.fail("entered a session that has no quota")
+                assert isinstance(no_quota.value.__cause__, grpc.aio.AioRpcError)
+                async with globex.session("holder", Qos.BURSTABLE):
+                    # Queued past wait_timeout: withdrawn, AcquireTimeout.
+                    t0 = time.monotonic()
+                    with pytest.raises(AcquireTimeout):
+                        async with globex.session("impatient", Qos.BURSTABLE, wait_timeout_s=0.3):
+                            pytest.fail("granted while the only slot is held")
+                    assert time.monotonic() - t0 < 5
+                    # The tenant's queue cap is 1: a second waiter is refused with a retry hint.
+                    waiter = globex.session("waiter", Qos.BURSTABLE)
+                    waiter.start()
+                    await waiter.wait_until(lambda s: s.queue is not None, 5)
+                    with pytest.raises(QueueFull) as full:
+                        async with globex.session("one-too-many", Qos.BURSTABLE):
+                            pytest.fail("queued past the tenant cap")
+                    assert full.value.retry_after_s is None or full.value.retry_after_s >= 0
+                    await waiter.release()
+                    assert waiter.end_reason == "withdrawn"
+                with pytest.raises(InvalidArgument):
+                    async with globex.session("x" * 300, Qos.BURSTABLE):
+                        pass
+
+        asyncio.run(body())
+
+
+def test_queue_position_visible_then_granted_on_release() -> None:
+    with running_server(_one_slot_policy(floor=0)) as server:
+
+        async def body() -> None:
+            async with AsyncClient(server.target, token=ACME) as client:
+                holder = client.session("holder", Qos.BURSTABLE)
+                await holder.__aenter__()
+                first = client.session("first", Qos.BURSTABLE)
+                second = client.session("second", Qos.BURSTABLE)
+                first.start()
+                await first.wait_until(lambda s: s.queue is not None, 5)
+                second.start()
+                await second.wait_until(lambda s: s.queue is not None, 5)
+                assert first.phase is Phase.QUEUED and first.lease is None
+                assert first.queue is not None and first.queue.position == 0
+                assert second.queue is not None and second.queue.position == 1
+                await holder.__aexit__(None, None, None)
+                lease = await first.wait_granted(5)
+                assert lease.session_id == "first" and first.queue is None
+                # The second one moved up: a Queued update is streamed (coalesced, so not at once).
+                await second.wait_until(lambda s: s.queue is not None and s.queue.position == 0, 3)
+                assert second.phase is Phase.QUEUED
+                await first.release()
+                await second.wait_granted(5)
+                await second.release()
+
+        asyncio.run(body())
+
+
+def test_besteffort_yields_to_guaranteed_and_resumes_from_its_snapshot() -> None:
+    with running_server(_one_slot_policy(yield_grace_s=5)) as server:
+
+        async def body() -> None:
+            grants: list[LeaseInfo] = []
+            asked: list[LeaseInfo] = []
+
+            def checkpoint(lease: LeaseInfo) -> SnapshotRef:  # a plain def: runs in a thread
+                asked.append(lease)
+                return SnapshotRef(uri=f"file:///snapshots/{lease.session_id}/{lease.epoch}", size_bytes=42)
+
+            async def start_actor(lease: LeaseInfo) -> None:
+                grants.append(lease)
+
+            async with (
+                AsyncClient(server.target, token=BATCH) as batch,
+                AsyncClient(server.target, token=ACME) as acme,
+                batch.session("batch-1", Qos.BESTEFFORT, on_yield=checkpoint, on_grant=start_actor) as be,
+            ):
+                first = be.lease
+                assert first is not None and first.resume_from is None
+                assert [g.lease_id for g in grants] == [first.lease_id]
+                async with acme.session("urgent", Qos.GUARANTEED) as g:
+                    # The slot was yielded to the Guaranteed request (our own stream may report
+                    # it a moment after the other client's grant).
+                    assert g.slot == first.slot
+                    await be.wait_until(lambda s: s.yields == 1, 5)
+                    assert be.yields == 1 and be.lease is None and be.phase is Phase.QUEUED
+                    assert [a.lease_id for a in asked] == [first.lease_id]
+                    expected = SnapshotRef(uri=f"file:///snapshots/batch-1/{first.epoch}", size_bytes=42)
+                    assert be.resume_from == expected
+                    assert not be.lost_lease.is_set()
+                # Guaranteed released: BestEffort is re-granted from its snapshot.
+                second = await be.wait_granted(5)
+                assert second.lease_id != first.lease_id and second.epoch > first.epoch
+                assert second.resume_from == expected and be.resume_from == expected
+                assert be.grants == 2 and [x.resume_from for x in grants] == [None, expected]
+                assert be.callback_errors == []
+
+        asyncio.run(body())
+
+
+def test_failing_on_yield_does_not_yield_and_is_revoked_at_the_deadline() -> None:
+    with running_server(_one_slot_policy(yield_grace_s=0.5)) as server:
+
+        async def body() -> None:
+            def broken_checkpoint(lease: LeaseInfo) -> SnapshotRef:
+                raise OSError("disk full")
+
+            async with (
+                AsyncClient(server.target, token=BATCH) as batch,
+                AsyncClient(server.target, token=ACME) as acme,
+            ):
+                be = batch.session("batch-2", Qos.BESTEFFORT, on_yield=broken_checkpoint)
+                await be.__aenter__()
+                async with acme.session("urgent-2", Qos.GUARANTEED):
+                    await be.wait_until(lambda s: s.phase is Phase.QUEUED, 5)
+                    assert be.yields == 0 and be.lost_lease.is_set() and be.lease is None
+                    assert [type(e) for e in be.callback_errors] == [OSError]
+                    assert be.phase is Phase.QUEUED and be.resume_from is None
+                await be.wait_granted(5)
+                assert not be.lost_lease.is_set()
+                await be.release()
+
+        asyncio.run(body())
+
+
+def test_reattach_after_broken_stream_keeps_the_lease() -> None:
+    with running_server(_one_slot_policy(floor=0, lease_ttl_s=1.5)) as server:
+
+        async def body() -> None:
+            proxy = await CuttableProxy(server.port).start()
+            try:
+                async with (
+                    AsyncClient(f"127.0.0.1:{proxy.port}", token=ACME) as client,
+                    AsyncClient(server.target, token=ACME) as direct,
+                ):
+                    async with client.session("sticky", Qos.BURSTABLE) as lease:
+                        before = (lease.lease_id, lease.epoch)
+                        for _ in range(2):
+                            assert proxy.cut() >= 1
+                            await lease.wait_until(lambda s: s.reattaches >= 1 and s._attached, 5)
+                            await asyncio.sleep(0.3)
+                        assert lease.reattaches >= 2
+                        # Longer than the TTL: renewals carried on over the new connection.
+                        await asyncio.sleep(2.0)
+                        assert (lease.lease_id, lease.epoch) == before
+                        assert lease.phase is Phase.HOLDING and not lease.lost_lease.is_set()
+                        view = await direct.get_session("sticky")
+                        assert view.phase is Phase.HOLDING and view.lease is not None
+                        assert (view.lease.lease_id, view.lease.epoch) == before
+                    assert lease.end_reason == "released" and lease.error is None
+            finally:
+                await proxy.close()
+
+        asyncio.run(body())
+
+
+def test_sync_client_basic_flow() -> None:
+    with running_server(_one_slot_policy(floor=0)) as server:
+        granted: list[LeaseInfo] = []
+        with Client(server.target, token=ACME) as client:
+            with client.session("sync-1", "burstable", on_grant=granted.append) as lease:
+                assert lease.phase is Phase.HOLDING and lease.lease is not None
+                assert [g.lease_id for g in granted] == [lease.lease_id]
+                waiter = client.session("sync-2", Qos.BURSTABLE)
+                waiter.start()
+                waiter.wait_until(lambda s: s.queue is not None, 5)
+                assert waiter.queue == QueueInfo(0, waiter.queue.estimated_wait_s)
+            assert lease.ended.is_set() and lease.end_reason == "released"
+            got = waiter.wait_granted(5)
+            assert got.session_id == "sync-2" and waiter.phase is Phase.HOLDING
+            assert client.get_session("sync-2").phase is Phase.HOLDING
+            waiter.release()
+            assert waiter.ended.is_set() and client.get_session("sync-2").end_reason == "released"
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from scheduler.client import Client
+    client = Client(sys.argv[1], token=sys.argv[2])
+    session = client.session("doomed", "burstable")
+    session.__enter__()
+    print(session.lease_id, session.epoch, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_sigkilled_holder_lease_expires_and_slot_goes_to_next_waiter() -> None:
+    ttl = 1.0
+    with running_server(_one_slot_policy(floor=0, lease_ttl_s=ttl)) as server:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        child = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER, server.target, ACME],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=env,
+        )
+        try:
+            assert child.stdout is not None
+            line = child.stdout.readline().split()
+            assert len(line) == 2, "the holder did not get a lease"
+            with Client(server.target, token=ACME) as client:
+                waiter = client.session("next", Qos.BURSTABLE)
+                waiter.start()
+                waiter.wait_until(lambda s: s.queue is not None, 5)
+                # While the child lives, its SDK renews: the lease outlives the TTL.
+                time.sleep(2 * ttl)
+                assert waiter.phase is Phase.QUEUED
+                assert client.get_session("doomed").lease is not None
+                child.send_signal(signal.SIGKILL)
+                child.wait(5)
+                killed = time.monotonic()
+                lease = waiter.wait_granted(5 * ttl)
+                waited = time.monotonic() - killed
+                assert waited < ttl + 1.5, waited
+                dead = client.get_session("doomed")
+                assert dead.phase is Phase.ENDED and dead.end_reason == "expired"
+                assert lease.session_id == "next"
+                waiter.release()
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait(5)

@@ -286,6 +286,7 @@ class AsyncSession:
         self._closing = False
         self._release_requested = False
         self._yield_started: tuple[str, int] | None = None
+        self._yield_ref: tuple[tuple[str, int], SnapshotRef] | None = None
         self._grant_done: tuple[str, int] | None = None
         self._grant_error: BaseException | None = None
         self._yielded: tuple[str, int] | None = None
@@ -382,7 +383,7 @@ class AsyncSession:
         `SessionEnded` if it ended without a lease; TimeoutError after `timeout` seconds.
         """
         self.start()
-        await self.wait_until(lambda s: s._ready() or s._phase is Phase.ENDED, timeout)
+        await self.wait_until(lambda s: s._ready() or s.ended.is_set(), timeout)
         if self._lease is not None:
             return self._lease
         raise self._end_error()
@@ -406,6 +407,10 @@ class AsyncSession:
         session being gone already.
         """
         if self._stream_task is None or self._phase is Phase.ENDED:
+            if self._stream_task is not None and not self.ended.is_set():
+                with contextlib.suppress(TimeoutError):  # the closing status is on its way
+                    await self.wait_until(lambda s: s.ended.is_set() or not s._attached, 1.0)
+                self.ended.set()
             await self._shutdown()
             return
         self._release_requested = True
@@ -520,13 +525,14 @@ class AsyncSession:
             except Exception:  # a listener must never break the stream
                 log.exception("slotsched: session listener failed")
 
-    def _set_ended(self, reason: str) -> None:
+    def _set_ended(self, reason: str, final_status_pending: bool = False) -> None:
         self._stop_renew()
         self._lease = None
         self._queue = None
         self._phase = Phase.ENDED
         self.end_reason = self.end_reason or reason
-        self.ended.set()
+        if not final_status_pending:
+            self.ended.set()
 
     def _fail(self, err: SlotschedError) -> None:
         if self.error is None:
@@ -571,6 +577,7 @@ class AsyncSession:
                     outage_since, backoff = None, client.backoff_initial_s
                     self._handle_event(ev)
                 if self._phase is Phase.ENDED:
+                    self.ended.set()  # after the status: waiters see the final error
                     return
                 failure = Unavailable("Acquire stream closed before the session ended", None)
             except grpc.aio.AioRpcError as e:
@@ -581,7 +588,7 @@ class AsyncSession:
                     # Closing status after the final event: DEADLINE_EXCEEDED names the withdrawal.
                     if code is grpc.StatusCode.DEADLINE_EXCEEDED:
                         self.error = err
-                        self._notify()
+                    self.ended.set()
                     return
                 if self._closing:
                     return
@@ -693,6 +700,8 @@ class AsyncSession:
             self._drop_lease(involuntary=not ours and ended.reason != scheduler_pb2.END_REASON_YIELDED)
         if ended.reason == scheduler_pb2.END_REASON_YIELDED and not ended.session_over:
             self._count_yield((ended.lease_id, ended.epoch))
+            if self._yield_ref is not None and self._yield_ref[0] == (ended.lease_id, ended.epoch):
+                self._resume_from = self._yield_ref[1]  # before the Yield response, maybe
             self._phase = Phase.QUEUED
             return
         if not ended.session_over:
@@ -701,7 +710,9 @@ class AsyncSession:
         if not self._release_requested and self.error is None:
             self.error = SessionEnded(f"session {self.session_id!r} ended: {reason}", reason)
         self.end_reason = reason
-        self._set_ended(reason)
+        # `ended` is set when the stream closes: its status may name the end better (a
+        # DEADLINE_EXCEEDED after Ended{WITHDRAWN} is a wait_timeout).
+        self._set_ended(reason, final_status_pending=True)
 
     def _count_yield(self, key: tuple[str, int]) -> None:
         if self._yielded != key:
@@ -801,6 +812,7 @@ class AsyncSession:
         )
         if ref is not None:
             req.snapshot.CopyFrom(ref.to_proto())
+            self._yield_ref = ((lease.lease_id, lease.epoch), ref)
         stub = self._client.stub()
         for attempt in range(5):
             if not self._is_current(lease.lease_id, lease.epoch) or self._release_requested:
