@@ -465,6 +465,23 @@ def test_reattach_after_broken_stream_keeps_the_lease() -> None:
         asyncio.run(body())
 
 
+def test_reattach_gives_up_when_the_server_stays_unavailable() -> None:
+    with running_server(_one_slot_policy(floor=0)) as server:
+
+        async def body() -> None:
+            client = AsyncClient(server.target, token=ACME, reattach_timeout_s=0.6)
+            async with client, client.session("orphan", Qos.BURSTABLE) as lease:
+                # Shutting down: open streams end UNAVAILABLE, new calls are refused UNAVAILABLE.
+                server.call_async(lambda s: s.begin_shutdown())
+                await asyncio.wait_for(lease.ended.wait(), 5)
+                assert lease.reattaches >= 2 and lease.lost_lease.is_set()
+                assert isinstance(lease.error, Unavailable) and lease.phase is Phase.ENDED
+                assert isinstance(lease.error.__cause__, Unavailable)
+            # Leaving did not raise: the server would expire the lease.
+
+        asyncio.run(body())
+
+
 def test_sync_client_basic_flow() -> None:
     with running_server(_one_slot_policy(floor=0)) as server:
         granted: list[LeaseInfo] = []

@@ -228,7 +228,10 @@ class AsyncSession:
       `.epoch`, `.worker_address`, `.slot` are shortcuts to it.
     * `.queue` — the latest `QueueInfo` while queued (None otherwise).
     * `.resume_from` — the snapshot the current (or next) grant resumes from.
-    * `.phase`, `.yields`, `.grants`, `.reattaches`, `.error`, `.callback_errors`.
+    * `.phase`, `.yields`, `.grants`, `.reattaches`, `.callback_errors`; once over,
+      `.end_reason` ("released", "withdrawn", "expired", "revoked"; "failed" when the stream
+      failed, "abandoned" when a release could not reach the server) and `.error` (None after
+      our own release).
     * `.lost_lease` — an `asyncio.Event` set when a held lease was taken away without this
       client yielding or releasing it (revoked, expired, re-attach gave up); cleared on re-grant.
     * `.ended` — an `asyncio.Event` set when the session is over.
@@ -423,8 +426,10 @@ class AsyncSession:
             # No stream to report the end, and a pending re-attach would re-create the session.
             self._closing = True
             await self._cancel(self._stream_task)
+        released = False
         try:
             await self._release_rpc()
+            released = True
         finally:
             # The stream reports the end (Ended{RELEASED|WITHDRAWN}) and closes; wait for it so
             # the server has really let go when release() returns.
@@ -433,7 +438,9 @@ class AsyncSession:
                     lambda s: s.ended.is_set() or not s._attached, self._client.rpc_timeout_s
                 )
             if not self.ended.is_set():
-                self._set_ended("released")
+                # No final event seen (no stream, or it broke): end it on our side.
+                self._set_ended("released" if released else "abandoned")
+                self._notify()
             await self._shutdown()
 
     async def _release_rpc(self) -> None:
@@ -511,8 +518,12 @@ class AsyncSession:
         if task is None or task.done():
             return
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        try:
             await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # we are being cancelled ourselves, not just the task we cancelled
 
     # ---------------------------------------------------------------------------- state changes
 
