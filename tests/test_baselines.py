@@ -1,4 +1,5 @@
-"""Each baseline's defining behaviour, as tables: a script of events in, the decisions that matter out.
+"""Each baseline's defining behaviour, as tables: deciders (a script of events in, the decisions that
+matter out) and autoscaler rules (observations in, replicas out).
 
 Every case drives a decider directly (no simulator) on a tiny pool, so what is asserted is the
 baseline's rule and nothing else; a last table runs every decider through the simulator to show
@@ -39,12 +40,14 @@ from scheduler.core.types import (
     YieldRequested,
 )
 from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.sim.autoscalers import Demo, Hpa, Keda, Observation, Polling, Rule, WeightedFormula
 from scheduler.sim.baselines.common import Baseline
 from scheduler.sim.baselines.fifo import Fifo
 from scheduler.sim.baselines.kueue_classic import KueueClassic
 from scheduler.sim.baselines.priority_kill import PriorityKill
 from scheduler.sim.baselines.reject_retry import RejectRetry
 from scheduler.sim.baselines.strict_priority import StrictPriority
+from scheduler.sim.scaler_pool import ScalerPool
 from scheduler.sim.simulator import SimConfig, Simulator
 from scheduler.sim.workload import Period, SessionPlan
 
@@ -333,3 +336,71 @@ def test_every_decider_runs_the_simulator_to_completion_with_sim_stats(
     assert useful + stats.work_lost - 1e-6 <= held <= useful + stats.work_lost + overhead + 1e-6
     if cls in (RejectRetry, Fifo, StrictPriority):
         assert stats.preemptions == 0 and stats.work_lost == 0
+
+
+# ---------------------------------------------------------------- baseline autoscaler rules
+
+
+def obs(
+    now: float, replicas: int, waiting: int = 0, held: int = 0, idle: int = 0, oldest: float = 0.0
+) -> Observation:
+    return Observation(now, replicas, replicas, idle, (0, waiting, 0), (0, held, 0), oldest, 2)
+
+
+def test_hpa_tolerance_rate_limit_and_scale_down_stabilization() -> None:
+    hpa = Hpa(target_per_worker=2)
+    assert hpa.desired(obs(0, 10, waiting=21)) == 10  # 21 / (10 x 2) within the 0.1 tolerance
+    assert hpa.desired(obs(15, 2, waiting=40)) == 6  # wants 20; at most max(4 pods, 100%) per sync
+    assert hpa.desired(obs(30, 6, waiting=0)) == 6  # wants 0; the 300 s window still holds 20
+    assert hpa.desired(obs(400, 6, waiting=0)) == 0  # the window has passed
+
+
+def test_keda_activates_from_zero_and_cools_down_to_zero() -> None:
+    k = Keda()
+    assert k.desired(obs(0, 0, waiting=3)) == 1  # activation at a poll
+    assert k.desired(obs(15, 1, waiting=30)) == 5  # the HPA: ceil(30 / listLength 5), +4 at most
+    assert k.desired(obs(30, 5, waiting=0)) == 5  # no activity, but the cooldown runs 300 s
+    assert k.desired(obs(330, 5, waiting=0)) == 0
+
+
+def test_weighted_formula_counts_running_once_and_waiting_by_class_with_a_cooldown() -> None:
+    f = WeightedFormula()
+    o = Observation(0, 1, 1, 0, (2, 2, 4), (1, 1, 0), 0.0, 2)  # 2 + 3*2 + 2 + 0.5*4 = 12
+    assert f.desired(o) == 7  # int(12 / 2) + 1
+    assert f.desired(Observation(10, 7, 7, 0, (0, 0, 0), (0, 0, 0), 0.0, 2)) == 7  # cooldown: 30 s
+    assert f.desired(Observation(40, 7, 7, 5, (0, 0, 0), (0, 0, 0), 0.0, 2)) == 1
+
+
+def test_polling_steps_by_min_5_or_half_with_cooldowns() -> None:
+    p = Polling()
+    assert p.desired(obs(0, 20, waiting=101)) == 25  # > 5 per worker: + min(5, 50%)
+    assert p.desired(obs(30, 25, oldest=31)) == 25  # crowded again, but 60 s up cooldown
+    assert p.desired(obs(60, 25, oldest=31)) == 30
+    assert p.desired(obs(75, 30, idle=2)) == 28  # nothing waits: removes idle workers only
+    assert p.desired(obs(90, 28, idle=9)) == 28  # 120 s down cooldown
+
+
+def test_demo_rule_needs_two_busy_samples_up_and_twelve_idle_down() -> None:
+    d = Demo()
+    assert d.desired(obs(0, 2, waiting=1)) == 2
+    assert d.desired(obs(3, 2, waiting=1)) == 3
+    ups = [d.desired(obs(6 + 3 * i, 3, waiting=1)) for i in range(3)]
+    assert ups == [3, 3, 3]  # 12 s cooldown after the last +1
+    downs = [d.desired(obs(100 + 3 * i, 3, idle=1)) for i in range(12)]
+    assert downs == [3] * 11 + [2]
+
+
+@pytest.mark.parametrize(("rule", "revoked"), [(Hpa, True), (Polling, False)], ids=["deployment", "idle"])
+def test_scale_down_kills_busy_pods_only_for_a_deployment(rule: Callable[[], Rule], revoked: bool) -> None:
+    pol = Policy(
+        pool=PoolSpec(slots_per_worker=1, workers=4, min_workers=1, max_workers=4, floor=0),
+        timing=TimingSpec(lease_ttl_s=30),
+        queue=QueueSpec(max_pending=100, max_pending_per_tenant=100),
+        tenants=(TenantSpec("a", burstable_nominal=4, burstable_limit=4),),
+    )
+    # Four long sessions fill the pool; nothing ever waits, so both rules want a smaller pool.
+    plans = [SessionPlan(f"s{i}", "a", B, [Period(2000.0, None, 0.0)]) for i in range(4)]
+    stats = Simulator(pol, plans, SimConfig(), hook=ScalerPool(rule())).run()
+    assert stats.completed == 4
+    assert (stats.revocations > 0 and stats.work_lost > 0) is revoked
+    assert stats.worker_seconds > 0 and (stats.scale_actions > 0) is revoked

@@ -60,6 +60,8 @@ class RunFigures:
     refusals: int
     completed: int
     unfinished: int
+    peak_capacity: int = 0  # most slots the pool had at a sample
+    top_tenant_share: float = 0.0  # the largest tenant's share of all slot-seconds
 
     def value(self, metric: str) -> float:
         """A figure by name: `g_p99`, `b_max`, `jain`, `work_lost`… (see METRICS in the report)."""
@@ -79,6 +81,17 @@ def contention_jain(stats: SimStats, waiting_by_tenant: Sequence[dict[str, int]]
         tenants = {t for t, n in sample.held_by_tenant.items() if n} | set(waiting)
         values.append(jain([sample.held_by_tenant.get(t, 0) / weights.get(t, 1.0) for t in sorted(tenants)]))
     return sum(values) / len(values) if values else 1.0
+
+
+def pool_figures(stats: SimStats, target: float) -> tuple[int, float, int]:
+    """(SLA misses, worker-seconds, scale actions): `elastic_report`'s, when the elastic pool exists."""
+    try:
+        from scheduler.sim.elastic import elastic_report
+    except ModuleNotFoundError:
+        misses = sum(1 for w in stats.waits["guaranteed"] if w > target + 1e-9)
+        return misses, stats.worker_seconds, stats.scale_actions
+    rep = elastic_report(stats, target)
+    return int(rep["sla_misses"]), float(rep["worker_seconds"]), int(rep["scale_actions"])
 
 
 def tenant_demand(plans: Iterable[SessionPlan]) -> set[str]:
@@ -102,7 +115,7 @@ def figures(
         for k in CLASS_KEYS
     }
     target = sla_target(policy, checkpoint_s)
-    misses = sum(1 for w in stats.waits["guaranteed"] if w > target + 1e-9)
+    misses, worker_s, actions = pool_figures(stats, target)
     weights = {t.name: t.weight for t in policy.tenants}
     shares = [
         sum(stats.slot_seconds[t].values()) / weights.get(t, 1.0) if t in stats.slot_seconds else 0.0
@@ -119,11 +132,13 @@ def figures(
         work_lost=stats.work_lost,
         preemptions=stats.preemptions,
         utilization=stats.utilization,
-        worker_seconds=stats.worker_seconds or static_ws,
-        scale_actions=stats.scale_actions,
+        worker_seconds=worker_s or static_ws,
+        scale_actions=actions,
         refusals=stats.refusals,
         completed=stats.completed,
         unfinished=stats.unfinished,
+        peak_capacity=max((x.capacity for x in stats.samples), default=0),
+        top_tenant_share=max(shares, default=0.0) / sum(shares) if sum(shares) else 0.0,
     )
 
 

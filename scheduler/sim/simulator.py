@@ -108,6 +108,7 @@ class Simulator:
         self._tick_at = math.inf
         self._rng = random.Random(self.config.seed)
         self.waiting_by_tenant: list[dict[str, int]] = []
+        self._in_retry: dict[str, None] = {}  # sessions in a retry loop, in order of entry
         self.now = 0.0
 
     # ------------------------------------------------------------------ driving
@@ -168,13 +169,20 @@ class Simulator:
         `waiting_by_tenant[i]` is sample i's waiting sessions per tenant, queued or retrying."""
         self.stats.sample(self.now, self.core)
         waiting = {t.name: sum(t.pending) for t in self.core.describe().tenants if sum(t.pending)}
-        retrying = 0
-        for lv in self._live.values():
-            if lv.waiting_since is not None and lv.lease is None:
-                retrying += 1
-                waiting[lv.plan.tenant] = waiting.get(lv.plan.tenant, 0) + 1
-        self.stats.samples[-1].pending += retrying
+        for lv in self._retrying():
+            waiting[lv.plan.tenant] = waiting.get(lv.plan.tenant, 0) + 1
+        self.stats.samples[-1].pending += sum(self.retrying())
         self.waiting_by_tenant.append(waiting)
+
+    def _retrying(self) -> list[_Live]:
+        return [self._live[sid] for sid in self._in_retry]
+
+    def retrying(self) -> tuple[int, int, int]:
+        """Holders in a retry loop by class (G, B, BE): waiting for a slot outside the decider."""
+        n = [0, 0, 0]
+        for lv in self._retrying():
+            n[("guaranteed", "burstable", "besteffort").index(lv.plan.qos.value)] += 1
+        return n[0], n[1], n[2]
 
     def _progress(self, until: float) -> float:
         """Share of the run done: virtual time over `until`, else sessions over; never backwards."""
@@ -246,6 +254,7 @@ class Simulator:
                 # Granted on a retry: the wait began at the first refused attempt.
                 d = d._replace(waited_s=self.now - lv.waiting_since)
                 lv.waiting_since = None
+                self._in_retry.pop(lv.plan.session_id, None)
         self.stats.record(d, self.now)
         if isinstance(d, Granted):
             lv.lease = d.lease
@@ -295,6 +304,7 @@ class Simulator:
             if self.config.retry_refused and d.reason in RETRYABLE:
                 if lv.waiting_since is None:
                     lv.waiting_since = self.now
+                    self._in_retry[d.session] = None
                 lo, hi = self.config.retry_jitter_s
                 self.at(self.now + d.retry_after_s + self._rng.uniform(lo, hi), _RETRY, d.session)
             else:
