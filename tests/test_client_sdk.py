@@ -328,7 +328,8 @@ def test_refusals_are_typed_errors_from_aenter() -> None:
                     with pytest.raises(QueueFull) as full:
                         async with globex.session("one-too-many", Qos.BURSTABLE):
                             pytest.fail("queued past the tenant cap")
-                    assert full.value.retry_after_s is None or full.value.retry_after_s >= 0
+                    assert full.value.retry_after_s is not None and full.value.retry_after_s > 0
+                    assert full.value.estimated_wait_s is not None and full.value.estimated_wait_s > 0
                     await waiter.release()
                     assert waiter.end_reason == "withdrawn"
                 with pytest.raises(InvalidArgument):
