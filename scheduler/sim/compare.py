@@ -103,6 +103,15 @@ def compare(
     return out
 
 
+def _short(path: object) -> str:
+    """A path relative to the working directory when it is under it (a command to paste)."""
+    p = Path(str(path))
+    try:
+        return str(p.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)
+
+
 def header_lines(policy: Policy, plans: Sequence[SessionPlan], config: SimConfig, args: Any) -> list[str]:
     pool, timing = policy.pool, policy.timing
     periods = sum(len(p.periods) for p in plans)
@@ -113,7 +122,7 @@ def header_lines(policy: Policy, plans: Sequence[SessionPlan], config: SimConfig
     for flag, attr in (("--policy", "policy"), ("--workload", "workload"), ("--out", "out")):
         v = getattr(args, attr, None)
         if v:
-            cmd += f" {flag} {v}"
+            cmd += f" {flag} {_short(v)}"
     if config.until_s is not None:
         cmd += f" --until {config.until_s:g}"
     holds = sum(p.total_hold_s for p in plans)
@@ -142,7 +151,7 @@ def write_outputs(
     args: Any,
 ) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    images = draw_all([(c.name, s) for c, s, _ in results], out)
+    images = draw_all([(c.name, s) for c, s, _ in results], out, {c.name: c.group for c, _, _ in results})
     text = render(
         [c for c, _, _ in results],
         [f for _, _, f in results],

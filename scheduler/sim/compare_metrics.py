@@ -17,6 +17,10 @@ must agree on every number, so each is computed once, here, from `SimStats`.
   hands the pool to whoever has the most sessions in line.
 - Worker-seconds: what the pool cost — reported by an elastic pool hook, else ready capacity
   over time divided by slots per worker (a static pool).
+- Utilization: busy slot-seconds over the slot-seconds paid for (worker-seconds x slots per
+  worker). For a static pool it is `SimStats.utilization`; for an elastic one it also counts
+  workers starting and draining, which `SimStats` leaves out of capacity (so its ratio can pass
+  100% while leases finish on a draining worker).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class RunFigures:
     unfinished: int
     peak_capacity: int = 0  # most slots the pool had at a sample
     top_tenant_share: float = 0.0  # the largest tenant's share of all slot-seconds
+    contended_samples: int = 0  # samples where someone waited: what Jain under contention averages
 
     def value(self, metric: str) -> float:
         """A figure by name: `g_p99`, `b_max`, `jain`, `work_lost`… (see METRICS in the report)."""
@@ -81,6 +86,11 @@ def contention_jain(stats: SimStats, waiting_by_tenant: Sequence[dict[str, int]]
         tenants = {t for t, n in sample.held_by_tenant.items() if n} | set(waiting)
         values.append(jain([sample.held_by_tenant.get(t, 0) / weights.get(t, 1.0) for t in sorted(tenants)]))
     return sum(values) / len(values) if values else 1.0
+
+
+def _paid_utilization(stats: SimStats, worker_seconds: float, slots_per_worker: int) -> float:
+    paid = worker_seconds * slots_per_worker
+    return stats.busy_slot_seconds / paid if paid else 0.0
 
 
 def pool_figures(stats: SimStats, target: float) -> tuple[int, float, int]:
@@ -131,7 +141,7 @@ def figures(
         jain_contended=contention_jain(stats, waiting_by_tenant, policy),
         work_lost=stats.work_lost,
         preemptions=stats.preemptions,
-        utilization=stats.utilization,
+        utilization=_paid_utilization(stats, worker_s or static_ws, policy.pool.slots_per_worker),
         worker_seconds=worker_s or static_ws,
         scale_actions=actions,
         refusals=stats.refusals,
@@ -139,6 +149,7 @@ def figures(
         unfinished=stats.unfinished,
         peak_capacity=max((x.capacity for x in stats.samples), default=0),
         top_tenant_share=max(shares, default=0.0) / sum(shares) if sum(shares) else 0.0,
+        contended_samples=sum(1 for x in stats.samples if x.pending > 0),
     )
 
 

@@ -1,6 +1,7 @@
 """The comparison's figures, drawn with matplotlib's Agg backend (files only, no display needed).
 
-- `time_to_slot_cdf.png`: for each class, the CDF of time-to-slot, one line per contender. The
+- `time_to_slot_cdf.png`: for each class (columns) and group of contenders (rows: the static pool,
+  the elastic pools), the CDF of time-to-slot, one line per contender (slotsched's thicker). The
   x axis is symlog (linear below 1 s) so a zero wait and an hour's wait fit on one axis.
 - `slots_by_tenant.png`: for each contender, slots held per tenant over time (the largest
   tenants by slot-seconds, the rest summed), with the pool's capacity on top: who got the pool.
@@ -11,7 +12,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -43,21 +44,28 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def cdf_plot(runs: Sequence[tuple[str, SimStats]], path: Path) -> Path:
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5), squeeze=False)
-    for ax, cls in zip(axes[0], CLASS_KEYS, strict=True):
-        for name, stats in runs:
-            w = sorted(stats.waits[cls])
-            if not w:
-                continue
-            ys = [(i + 1) / len(w) for i in range(len(w))]
-            ax.step(w, ys, where="post", label=name)
-        ax.set_xscale("symlog", linthresh=1.0)
-        ax.set_title(f"{cls}: time to slot")
-        ax.set_xlabel("seconds (symlog)")
-        ax.set_ylabel("fraction of grants")
-        ax.grid(True, alpha=0.3)
-    axes[0][0].legend(fontsize="small")
+def cdf_plot(
+    runs: Sequence[tuple[str, SimStats]], path: Path, groups: Mapping[str, str] | None = None
+) -> Path:
+    group_of = groups or {}
+    rows = list(dict.fromkeys(group_of.get(name, "") for name, _ in runs))
+    fig, axes = plt.subplots(len(rows), 3, figsize=(16, 4.2 * len(rows)), squeeze=False)
+    for r, group in enumerate(rows):
+        members = [(n, s) for n, s in runs if group_of.get(n, "") == group]
+        for ax, cls in zip(axes[r], CLASS_KEYS, strict=True):
+            for i, (name, stats) in enumerate(members):
+                w = sorted(stats.waits[cls])
+                if not w:
+                    continue
+                ys = [(k + 1) / len(w) for k in range(len(w))]
+                lw = 2.4 if name.startswith("slotsched") else 1.2
+                ax.step(w, ys, where="post", label=name, color=plt.get_cmap("tab10")(i % 10), lw=lw)
+            ax.set_xscale("symlog", linthresh=1.0)
+            ax.set_title(f"{cls}: time to slot" + (f" ({group} pool)" if group else ""))
+            ax.set_xlabel("seconds (symlog)")
+            ax.set_ylabel("fraction of grants")
+            ax.grid(True, alpha=0.3)
+        axes[r][0].legend(fontsize="small", loc="lower right")
     return _save(fig, path)
 
 
@@ -99,9 +107,12 @@ def pool_plot(runs: Sequence[tuple[str, SimStats]], path: Path) -> Path:
     return _save(fig, path)
 
 
-def draw_all(runs: Sequence[tuple[str, SimStats]], out: Path) -> list[Path]:
+def draw_all(
+    runs: Sequence[tuple[str, SimStats]], out: Path, groups: Mapping[str, str] | None = None
+) -> list[Path]:
+    """The three figures; `groups` (name -> group) splits the CDFs into a row per group."""
     return [
-        cdf_plot(runs, out / "time_to_slot_cdf.png"),
+        cdf_plot(runs, out / "time_to_slot_cdf.png", groups),
         tenants_plot(runs, out / "slots_by_tenant.png"),
         pool_plot(runs, out / "pool_vs_demand.png"),
     ]

@@ -190,10 +190,10 @@ def _be(c: Ctx) -> str:
     )
     if fam == "autoscaler":
         return _same_core(c)
-    if fam in ("fifo", "no-queue"):
-        return (
-            f"{n} ignores class: BestEffort waits in the same line as everyone and is never preempted. {lead}"
-        )
+    if fam == "no-queue":
+        return f"{n} ignores class: a BestEffort request that lands on a free slot keeps it. {lead}"
+    if fam == "fifo":
+        return f"{n} ignores class: BestEffort waits in the same line as everyone, never preempted. {lead}"
     if fam == "priority":
         return f"under {n} BestEffort, once running, is never interrupted. {lead}"
     return f"{lead} {n} did better here ({c.winner.note})."
@@ -202,8 +202,9 @@ def _be(c: Ctx) -> str:
 def _jain(c: Ctx) -> str:
     if c.winner.family == "autoscaler" and c.metric.key == "jain_contended":
         return (
-            _same_core(c)
-            + " The index is averaged over the moments someone waits, and the pool decides which."
+            f"{_same_core(c)} The index is averaged over the samples where someone waits: "
+            f"{c.w.contended_samples} under {c.winner.name}, {c.s.contended_samples} under {c.s.name}"
+            + (" — too few to mean much." if c.s.contended_samples < 10 else ".")
         )
     if c.winner.family == "autoscaler":
         return (
@@ -375,6 +376,8 @@ def verdicts(
                 found.append(Loss(m, best, ref, by_name[best.name]))
             elif better(m, sv, bv):
                 wins.append(f"- {m.label}: {ref.name} {fmt(m, sv)}, best other {best.name} {fmt(m, bv)}")
+            elif fmt(m, sv) == fmt(m, bv):
+                wins.append(f"- {m.label}: tie — {ref.name} and {best.name} {fmt(m, sv)}")
             else:
                 wins.append(
                     f"- {m.label}: tie — {ref.name} {fmt(m, sv)}, {best.name} {fmt(m, bv)} (within noise)"
