@@ -92,23 +92,37 @@ def snapshot_from_pb(pb: common_pb2.SnapshotRef) -> SnapshotRef:
     return SnapshotRef(pb.uri, pb.size_bytes, pb.sha256, created)
 
 
-def lease_to_pb(lease: Lease, address: str, yielding: YieldRequested | None) -> common_pb2.Lease:
-    pb = common_pb2.Lease(
-        lease_id=lease.lease_id,
-        session_id=split_key(lease.session)[1],
-        slot=common_pb2.Slot(worker_id=lease.slot.worker, index=lease.slot.index),
-        worker_address=address,
-        epoch=lease.epoch,
-        expires_at=ts(lease.expires_at),
-        qos=QOS_TO_PB[lease.qos],
-        tenant=lease.tenant,
-        granted_at=ts(lease.granted_at),
-        state=common_pb2.LEASE_STATE_ACTIVE if yielding is None else common_pb2.LEASE_STATE_YIELDING,
-    )
+def _set_ts(msg: Timestamp, t: float) -> None:
+    sec = math.floor(t)
+    msg.seconds = sec
+    msg.nanos = int((t - sec) * 1e9)
+
+
+def fill_lease(pb: common_pb2.Lease, lease: Lease, address: str, yielding: YieldRequested | None) -> None:
+    """Write `lease` into `pb` in place: field by field is ~3x cheaper than nested constructors."""
+    pb.lease_id = lease.lease_id
+    pb.session_id = lease.session.partition("/")[2]
+    slot = pb.slot
+    slot.worker_id = lease.slot.worker
+    slot.index = lease.slot.index
+    pb.worker_address = address
+    pb.epoch = lease.epoch
+    _set_ts(pb.expires_at, lease.expires_at)
+    pb.qos = QOS_TO_PB[lease.qos]
+    pb.tenant = lease.tenant
+    _set_ts(pb.granted_at, lease.granted_at)
     if lease.resume_from is not None:
         pb.resume_from.CopyFrom(snapshot_to_pb(lease.resume_from))
-    if yielding is not None:
-        pb.yield_deadline.CopyFrom(ts(yielding.deadline))
+    if yielding is None:
+        pb.state = common_pb2.LEASE_STATE_ACTIVE
+    else:
+        pb.state = common_pb2.LEASE_STATE_YIELDING
+        _set_ts(pb.yield_deadline, yielding.deadline)
+
+
+def lease_to_pb(lease: Lease, address: str, yielding: YieldRequested | None) -> common_pb2.Lease:
+    pb = common_pb2.Lease()
+    fill_lease(pb, lease, address, yielding)
     return pb
 
 
@@ -116,47 +130,62 @@ def lease_to_pb(lease: Lease, address: str, yielding: YieldRequested | None) -> 
 
 
 def queued_event(position: int, estimate_s: float, at: float) -> scheduler_pb2.LeaseEvent:
-    return scheduler_pb2.LeaseEvent(
-        queued=scheduler_pb2.Queued(position=position, estimated_wait=dur(estimate_s)), at=ts(at)
-    )
+    ev = scheduler_pb2.LeaseEvent()
+    q = ev.queued
+    q.position = position
+    q.estimated_wait.CopyFrom(dur(estimate_s))
+    _set_ts(ev.at, at)
+    return ev
 
 
-def granted_event(lease: common_pb2.Lease, waited_s: float, at: float) -> scheduler_pb2.LeaseEvent:
-    return scheduler_pb2.LeaseEvent(
-        granted=scheduler_pb2.Granted(lease=lease, waited=dur(waited_s)), at=ts(at)
-    )
+def granted_event(
+    lease: Lease, address: str, yielding: YieldRequested | None, waited_s: float, at: float
+) -> scheduler_pb2.LeaseEvent:
+    ev = scheduler_pb2.LeaseEvent()
+    g = ev.granted
+    fill_lease(g.lease, lease, address, yielding)
+    waited = g.waited
+    d = max(0.0, waited_s)
+    sec = math.floor(d)
+    waited.seconds = sec
+    waited.nanos = int((d - sec) * 1e9)
+    _set_ts(ev.at, at)
+    return ev
 
 
 def yield_event(y: YieldRequested, at: float) -> scheduler_pb2.LeaseEvent:
-    return scheduler_pb2.LeaseEvent(
-        yield_requested=scheduler_pb2.YieldRequested(
-            lease_id=y.lease.lease_id,
-            epoch=y.lease.epoch,
-            deadline=ts(y.deadline),
-            cause=CAUSE_TO_PB[y.cause],
-        ),
-        at=ts(at),
-    )
+    ev = scheduler_pb2.LeaseEvent()
+    yr = ev.yield_requested
+    yr.lease_id = y.lease.lease_id
+    yr.epoch = y.lease.epoch
+    _set_ts(yr.deadline, y.deadline)
+    yr.cause = CAUSE_TO_PB[y.cause]
+    _set_ts(ev.at, at)
+    return ev
 
 
 def revoked_event(
     lease: Lease, reason: scheduler_pb2.RevokeReason, lost_s: float, at: float
 ) -> scheduler_pb2.LeaseEvent:
-    pb = scheduler_pb2.Revoked(
-        lease_id=lease.lease_id, epoch=lease.epoch, reason=reason, lost_slot_seconds=lost_s
-    )
+    ev = scheduler_pb2.LeaseEvent()
+    r = ev.revoked
+    r.lease_id = lease.lease_id
+    r.epoch = lease.epoch
+    r.reason = reason
+    r.lost_slot_seconds = lost_s
     if lease.resume_from is not None:
-        pb.resume_from.CopyFrom(snapshot_to_pb(lease.resume_from))
-    return scheduler_pb2.LeaseEvent(revoked=pb, at=ts(at))
+        r.resume_from.CopyFrom(snapshot_to_pb(lease.resume_from))
+    _set_ts(ev.at, at)
+    return ev
 
 
 def ended_event(reason: EndReason, lease: Lease | None, final: bool, at: float) -> scheduler_pb2.LeaseEvent:
-    return scheduler_pb2.LeaseEvent(
-        ended=scheduler_pb2.Ended(
-            reason=END_TO_PB[reason],
-            lease_id=lease.lease_id if lease is not None else "",
-            epoch=lease.epoch if lease is not None else 0,
-            session_over=final,
-        ),
-        at=ts(at),
-    )
+    ev = scheduler_pb2.LeaseEvent()
+    e = ev.ended
+    e.reason = END_TO_PB[reason]
+    if lease is not None:
+        e.lease_id = lease.lease_id
+        e.epoch = lease.epoch
+    e.session_over = final
+    _set_ts(ev.at, at)
+    return ev

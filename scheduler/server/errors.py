@@ -3,14 +3,14 @@
 The core says *why* something did not happen (a `Refused` reason, a `Rejected` code, a policy
 problem); this module says what the caller should *do* about it: which gRPC code, which message,
 which trailing metadata (`retry-after-ms`) and which google.rpc rich detail (BadRequest,
-QuotaFailure). Servicers raise `RpcFailure`; the `unary`/`stream` wrappers turn it into an abort,
-so a handler never builds a status by hand.
+QuotaFailure). Servicers raise `RpcFailure`; the `unary` wrapper (or `abort`, in the Acquire stream)
+turns it into the call's status, so a handler never builds a status by hand.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -184,20 +184,6 @@ def unary(fn: Callable[[S, Q, Any], Awaitable[R]]) -> Callable[[S, Q, Any], Awai
         except RpcFailure as f:
             await abort(context, f)
             raise  # abort() raises; keeps the type checker honest
-
-    return wrapper
-
-
-def stream(fn: Callable[[S, Q, Any], AsyncIterator[R]]) -> Callable[[S, Q, Any], AsyncIterator[R]]:
-    """Wrap a server-streaming handler the same way; events already sent stay sent."""
-
-    @functools.wraps(fn)
-    async def wrapper(self: S, request: Q, context: Any) -> AsyncIterator[R]:
-        try:
-            async for item in fn(self, request, context):
-                yield item
-        except RpcFailure as f:
-            await abort(context, f)
 
     return wrapper
 

@@ -46,6 +46,7 @@ from scheduler.core.types import (
     Revoked,
     SessionId,
     SnapshotRef,
+    TenantName,
     Tick,
     WorkerAdded,
     WorkerId,
@@ -170,7 +171,7 @@ class SchedulerLoop:
         self._ended.pop(key, None)
         if wait_timeout_s is not None:
             self._wait_timeouts[key] = wait_timeout_s
-        decisions = self.submit(Acquire(key, convert.split_key(key)[0], qos, resume_from))
+        decisions = self.submit(Acquire(key, TenantName(tenant), qos, resume_from))
         for d in decisions:
             if isinstance(d, Refused) and d.session == key:
                 self._forget(key)
@@ -190,9 +191,11 @@ class SchedulerLoop:
             event = convert.queued_event(view.position, view.estimated_wait_s, now)
             stream.put(QUEUED, event, view.waiting_since)  # the handler times wait_timeout from it
         else:
-            y = self._yields.get(view.lease.lease_id)
-            lease = convert.lease_to_pb(view.lease, self._addresses.get(view.lease.slot.worker, ""), y)
-            stream.put(GRANTED, convert.granted_event(lease, self._waited.get(key, 0.0), now), now)
+            lease, y = view.lease, self._yields.get(view.lease.lease_id)
+            address = self._addresses.get(lease.slot.worker, "")
+            stream.put(
+                GRANTED, convert.granted_event(lease, address, y, self._waited.get(key, 0.0), now), now
+            )
             if y is not None:
                 stream.put(OTHER, convert.yield_event(y, now), now)
         return stream
@@ -282,8 +285,8 @@ class SchedulerLoop:
                 self._waited[key] = d.waited_s
                 s = streams.get(key)
                 if s is not None:
-                    pb = convert.lease_to_pb(d.lease, self._addresses.get(d.lease.slot.worker, ""), None)
-                    s.put(GRANTED, convert.granted_event(pb, d.waited_s, now), now)
+                    address = self._addresses.get(d.lease.slot.worker, "")
+                    s.put(GRANTED, convert.granted_event(d.lease, address, None, d.waited_s, now), now)
             elif isinstance(d, Queued):
                 s = streams.get(d.session)
                 if s is not None:

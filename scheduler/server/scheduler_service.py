@@ -18,7 +18,7 @@ from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_
 from scheduler.core.types import LeaseId, QoS, Queued, Release, Renew, Renewed, SessionId, SnapshotRef, Yield
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
-from scheduler.server.loop import CLOSE, FINAL, GRANTED, QUEUED, SchedulerLoop, SessionStream
+from scheduler.server.loop import FINAL, GRANTED, QUEUED, Item, SchedulerLoop, SessionStream
 
 MAX_SESSION_ID_BYTES = 256
 # A gRPC deadline within this much of now counts as passed when the call is cancelled.
@@ -68,10 +68,61 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
 
     # ------------------------------------------------------------------ Acquire
 
-    @errors.stream
     async def Acquire(
         self, request: scheduler_pb2.AcquireRequest, context: Any
     ) -> AsyncIterator[scheduler_pb2.LeaseEvent]:
+        """Open or re-attach the session's stream, then relay its events until the last one.
+
+        One flat generator on purpose: every event of every session passes through this loop.
+        """
+        try:
+            stream = self._open(request, context)
+        except errors.RpcFailure as f:
+            await errors.abort(context, f)
+            return
+        key = stream.key
+        q = stream.queue
+        wait_timeout = self._loop.wait_timeout(key)
+        queued_since: float | None = None
+        withdrawn = ""  # why the caller's patience ran out, once the request is withdrawn
+        try:
+            while True:
+                if not q.empty():
+                    kind, event, at = q.get_nowait()
+                elif queued_since is None or withdrawn:
+                    kind, event, at = await q.get()
+                else:
+                    item, why = await self._next_while_queued(stream, queued_since, wait_timeout, context)
+                    if item is None:
+                        withdrawn = why  # Ended{WITHDRAWN} is in the queue now (or a grant was first)
+                        continue
+                    kind, event, at = item
+                if event is None:  # CLOSE: a newer stream attached, or shutdown
+                    await errors.abort(context, errors.RpcFailure(stream.close_code, stream.close_message))
+                    return
+                if kind == QUEUED:
+                    if queued_since is None:
+                        queued_since = at
+                elif kind == GRANTED:
+                    queued_since = None
+                yield event
+                if kind == FINAL:
+                    if withdrawn:
+                        msg = f"still queued when {withdrawn} passed: the request was withdrawn"
+                        await errors.abort(context, errors.deadline_exceeded(msg))
+                    return
+        except asyncio.CancelledError:
+            # Client gone or its deadline passed. Only the deadline withdraws a queued request.
+            if queued_since is not None:
+                left = context.time_remaining()
+                if left is not None and left <= _DEADLINE_SLACK_S:
+                    self._withdraw_now(key)
+            raise
+        finally:
+            self._loop.detach(stream)
+
+    def _open(self, request: scheduler_pb2.AcquireRequest, context: Any) -> SessionStream:
+        """Validate, then re-attach to a live session or ask the core for a new one."""
         tenant = self._tenant(context)
         _session_id(request.session_id)
         qos = convert.PB_TO_QOS.get(request.qos)
@@ -85,56 +136,27 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 raise errors.invalid_argument("wait_timeout", "must not be negative")
         key = convert.session_key(tenant, request.session_id)
         stream = self._loop.reattach(key)
-        if stream is None:
-            stream, refusal = self._loop.acquire(key, tenant, qos, resume, wait_timeout)
-            if refusal is not None:
-                raise errors.from_refused(refusal, tenant)
-        assert stream is not None
-        async for event in self._pump(stream, key, context):
-            yield event
+        if stream is not None:
+            return stream
+        stream, refusal = self._loop.acquire(key, tenant, qos, resume, wait_timeout)
+        if refusal is not None or stream is None:
+            raise errors.from_refused(refusal, tenant) if refusal else errors.unavailable()
+        return stream
 
-    async def _pump(
-        self, stream: SessionStream, key: SessionId, context: Any
-    ) -> AsyncIterator[scheduler_pb2.LeaseEvent]:
-        """Relay the session's events until its last one (OK), a close order, or impatience."""
-        q = stream.queue
-        wait_timeout = self._loop.wait_timeout(key)
-        queued_since: float | None = None
+    async def _next_while_queued(
+        self, stream: SessionStream, queued_since: float, wait_timeout: float | None, context: Any
+    ) -> tuple[Item | None, str]:
+        """The next item, or (None, why) once the caller's patience ran out and the request was
+        withdrawn. If a grant beat the timer, nothing is withdrawn and waiting goes on."""
+        timeout, why = self._patience(queued_since, wait_timeout, context)
+        if timeout is None:
+            return await stream.queue.get(), ""
         try:
-            while True:
-                if q.empty() and queued_since is not None:
-                    timeout, why = self._patience(queued_since, wait_timeout, context)
-                    if timeout is not None:
-                        try:
-                            item = await asyncio.wait_for(q.get(), max(0.0, timeout))
-                        except TimeoutError:
-                            async for withdrawn in self._withdraw(stream, key, why):
-                                yield withdrawn
-                            continue  # granted meanwhile: carry on
-                    else:
-                        item = await q.get()
-                else:
-                    item = q.get_nowait() if not q.empty() else await q.get()
-                kind, event, at = item
-                if kind == CLOSE or event is None:
-                    raise errors.RpcFailure(stream.close_code, stream.close_message)
-                if kind == QUEUED:
-                    if queued_since is None:
-                        queued_since = at
-                elif kind == GRANTED:
-                    queued_since = None
-                yield event
-                if kind == FINAL:
-                    return
-        except asyncio.CancelledError:
-            # Client gone or its deadline passed. Only the deadline withdraws a queued request.
-            if queued_since is not None:
-                left = context.time_remaining()
-                if left is not None and left <= _DEADLINE_SLACK_S:
-                    self._withdraw_now(key)
-            raise
-        finally:
-            self._loop.detach(stream)
+            return await asyncio.wait_for(stream.queue.get(), max(0.0, timeout)), ""
+        except TimeoutError:
+            if self._withdraw_now(stream.key):
+                return None, why
+            return await stream.queue.get(), ""  # not queued any more: the grant is coming
 
     def _patience(
         self, queued_since: float, wait_timeout: float | None, context: Any
@@ -154,21 +176,6 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             return False
         self._loop.submit(Release(key, None))
         return True
-
-    async def _withdraw(
-        self, stream: SessionStream, key: SessionId, why: str
-    ) -> AsyncIterator[scheduler_pb2.LeaseEvent]:
-        if not self._withdraw_now(key):
-            return  # a grant is on its way: not queued any more
-        q = stream.queue
-        while not q.empty():  # Ended{WITHDRAWN}, the last event, before the status
-            kind, event, _ = q.get_nowait()
-            if kind == CLOSE or event is None:
-                break
-            yield event
-            if kind == FINAL:
-                break
-        raise errors.deadline_exceeded(f"still queued when {why} passed: the request was withdrawn")
 
     # ------------------------------------------------------------------ unary rpcs
 

@@ -1,0 +1,286 @@
+"""What does the scheduler add to a gRPC call? Acquire->Granted against a no-op unary call.
+
+Why this comparison: with a free slot, a grant should cost about one round trip; anything beyond
+that is the scheduler's own overhead (auth, core decision, fan-out, proto building). Both servers
+run the same way (grpc.aio, each in its own subprocess) and are driven from one client process:
+
+* latency at concurrency 1 and 64: Acquire until the Granted event, vs one no-op unary call;
+* throughput at concurrency 64: acquire+release pairs per second (Acquire, Granted, Release,
+  Ended, end of stream) vs no-op calls per second. A pair is two RPCs, so 0.5 is the ceiling.
+
+A third server, the "shape floor", serves the same Scheduler rpcs with no scheduler behind them
+(Acquire yields a canned Granted, Release ends the stream): what grpc.aio itself costs for this
+rpc shape. The distance from the floor is the scheduler's own overhead (auth, core, fan-out).
+
+The pool (8 workers x 16 slots, floor 0, one tenant with a Burstable nominal of 128) always has a
+free slot. Usage: `python bench/grpc_latency.py [--seconds S] [--iterations N]`. The last line is
+`p50_ratio_c1=R pairs_per_s_c64=N noop_calls_per_s_c64=N`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import grpc  # noqa: E402
+
+from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc  # noqa: E402
+from scheduler.policy_load import hash_token  # noqa: E402
+
+TOKEN = "bench-token"
+NOOP_METHOD = "/bench.Noop/Call"
+POLICY = f"""\
+apiVersion: slotsched.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {{name: bench}}
+spec:
+  pool: {{slotsPerWorker: 16, workers: 8, minWorkers: 1, maxWorkers: 8, floor: 0}}
+  timing: {{leaseTTLSeconds: 300}}
+  tenants:
+    - name: bench
+      burstable: {{nominal: 128, limit: 128}}
+      tokens: ["{hash_token(TOKEN)}"]
+"""
+_SERVE = (
+    "import asyncio, sys\n"
+    "from scheduler.server.app import serve_forever\n"
+    "sys.exit(asyncio.run(serve_forever(sys.argv[1], '127.0.0.1:0', None)))\n"
+)
+
+
+# ---------------------------------------------------------------- the no-op server (subprocess)
+
+
+async def _noop(request: bytes, context: object) -> bytes:
+    return b""
+
+
+async def noop_server_main() -> None:
+    server = grpc.aio.server()
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Noop", {"Call": grpc.unary_unary_rpc_method_handler(_noop)}
+    )
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(f"noop serving gRPC on 127.0.0.1:{port}", flush=True)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await server.stop(0)
+
+
+class _ShapeFloor(scheduler_pb2_grpc.SchedulerServicer):
+    """The Scheduler rpc shape with nothing behind it."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, asyncio.Queue[None]] = {}
+        self.seq = 0
+
+    async def Acquire(self, request, context):  # type: ignore[no-untyped-def]
+        self.seq += 1
+        q: asyncio.Queue[None] = asyncio.Queue()
+        self.waiting[request.session_id] = q
+        lease = common_pb2.Lease(lease_id=f"l{self.seq}", session_id=request.session_id, epoch=1)
+        yield scheduler_pb2.LeaseEvent(granted=scheduler_pb2.Granted(lease=lease))
+        await q.get()
+        yield scheduler_pb2.LeaseEvent(ended=scheduler_pb2.Ended(reason=scheduler_pb2.END_REASON_RELEASED))
+
+    async def Release(self, request, context):  # type: ignore[no-untyped-def]
+        self.waiting.pop(request.session_id).put_nowait(None)
+        return scheduler_pb2.ReleaseResponse()
+
+
+async def floor_server_main() -> None:
+    server = grpc.aio.server()
+    scheduler_pb2_grpc.add_SchedulerServicer_to_server(_ShapeFloor(), server)  # type: ignore[no-untyped-call]
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(f"floor serving gRPC on 127.0.0.1:{port}", flush=True)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await server.stop(0)
+
+
+# ---------------------------------------------------------------- the client
+
+
+def _spawn(args: list[str]) -> tuple[subprocess.Popen[str], str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if "serving gRPC on" in line:
+            return proc, line.rsplit(" ", 1)[1].strip()
+    proc.kill()
+    raise RuntimeError(f"{args} did not start")
+
+
+class Target:
+    """One server, driven by one kind of operation: an acquire+release pair or a no-op call."""
+
+    def __init__(self, address: str, kind: str) -> None:
+        self.channel = grpc.aio.insecure_channel(address)
+        self.kind = kind
+        self.stub = scheduler_pb2_grpc.SchedulerStub(self.channel)  # type: ignore[no-untyped-call]
+        self.noop = self.channel.unary_unary(NOOP_METHOD)
+        self.md = (("authorization", f"Bearer {TOKEN}"),)
+        self.seq = 0
+
+    async def op(self) -> float:
+        """One operation; returns its latency (for a pair: Acquire until Granted)."""
+        if self.kind == "noop":
+            t0 = time.perf_counter()
+            await self.noop(b"")
+            return time.perf_counter() - t0
+        self.seq += 1
+        sid = f"s{self.seq}"
+        t0 = time.perf_counter()
+        call = self.stub.Acquire(
+            scheduler_pb2.AcquireRequest(session_id=sid, qos=common_pb2.QOS_CLASS_BURSTABLE), metadata=self.md
+        )
+        ev = await call.read()
+        latency = time.perf_counter() - t0
+        lease = ev.granted.lease
+        assert lease.lease_id, ev
+        await self.stub.Release(
+            scheduler_pb2.ReleaseRequest(session_id=sid, lease_id=lease.lease_id, epoch=lease.epoch),
+            metadata=self.md,
+        )
+        while await call.read() is not grpc.aio.EOF:  # Ended, then the end of the stream
+            pass
+        return latency
+
+    async def sequential(self, n: int) -> list[float]:
+        return [await self.op() for _ in range(n)]
+
+    async def concurrent(self, workers: int, seconds: float) -> tuple[list[float], float]:
+        """`workers` loops for `seconds`; returns latencies and completed operations per second."""
+        latencies: list[float] = []
+        stop_at = time.perf_counter() + seconds
+
+        async def loop() -> None:
+            while time.perf_counter() < stop_at:
+                latencies.append(await self.op())
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(loop() for _ in range(workers)))
+        return latencies, len(latencies) / (time.perf_counter() - t0)
+
+
+def _pct(xs: list[float], q: int) -> float:
+    return statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) > 1 else xs[0]
+
+
+async def run(targets: dict[str, Target], iterations: int, seconds: float, rounds: int) -> None:
+    """Interleave short blocks of every target, so drift (other load, CPU frequency) hits all alike."""
+    c1: dict[str, list[float]] = {name: [] for name in targets}
+    c64: dict[str, list[float]] = {name: [] for name in targets}
+    rates: dict[str, list[float]] = {name: [] for name in targets}
+    for t in targets.values():
+        await t.sequential(300)  # warm up channels, caches, code paths
+        await t.concurrent(64, 0.5)
+    for _ in range(rounds):
+        for name, t in targets.items():
+            c1[name] += await t.sequential(iterations // rounds)
+        for name, t in targets.items():
+            lat, rate = await t.concurrent(64, seconds / rounds)
+            c64[name] += lat
+            rates[name].append(rate)
+    for t in targets.values():
+        await t.channel.close(None)
+
+    ms = 1000.0
+    names = list(targets)
+    print(f"{'':16}" + "".join(f"{n:>18}" for n in names))
+    rows = [
+        ("c1 p50 (ms)", {n: _pct(c1[n], 50) * ms for n in names}),
+        ("c1 p99 (ms)", {n: _pct(c1[n], 99) * ms for n in names}),
+        ("c64 p50 (ms)", {n: _pct(c64[n], 50) * ms for n in names}),
+        ("c64 p99 (ms)", {n: _pct(c64[n], 99) * ms for n in names}),
+        ("c64 ops/s", {n: statistics.median(rates[n]) for n in names}),
+    ]
+    for label, values in rows:
+        print(f"{label:16}" + "".join(f"{values[n]:>18.3f}" for n in names))
+    print(
+        "(slotsched, floor: latency = Acquire until Granted, ops = acquire+release pairs; noop: unary calls)"
+    )
+    p50_ratio = _pct(c1["slotsched"], 50) / _pct(c1["noop"], 50)
+    pairs = statistics.median(rates["slotsched"])
+    noop = statistics.median(rates["noop"])
+    if "floor" in targets:
+        floor_p50 = _pct(c1["floor"], 50) / _pct(c1["noop"], 50)
+        floor_rate = statistics.median(rates["floor"]) / noop
+        print(f"shape floor: p50 ratio c1 {floor_p50:.2f}, pairs/no-op calls c64 {floor_rate:.2f}")
+    print(
+        f"targets: p50 ratio c1 {p50_ratio:.2f} (<= 1.3); pairs/no-op calls c64 {pairs / noop:.2f} (>= 0.4)"
+    )
+    print(f"p50_ratio_c1={p50_ratio:.2f} pairs_per_s_c64={pairs:.0f} noop_calls_per_s_c64={noop:.0f}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--iterations", type=int, default=2000, help="sequential operations per server at c1")
+    p.add_argument("--seconds", type=float, default=8.0, help="total duration of the c64 runs per server")
+    p.add_argument("--rounds", type=int, default=4, help="interleaved blocks per measurement")
+    p.add_argument("--no-floor", action="store_true", help="skip the shape-floor reference server")
+    p.add_argument("--noop-server", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--floor-server", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.noop_server:
+        asyncio.run(noop_server_main())
+        return 0
+    if args.floor_server:
+        asyncio.run(floor_server_main())
+        return 0
+    me = str(Path(__file__).resolve())
+    with tempfile.TemporaryDirectory(prefix="slotsched-bench-") as d:
+        policy = Path(d) / "policy.yaml"
+        policy.write_text(POLICY)
+        procs: list[subprocess.Popen[str]] = []
+        try:
+            servers = {"slotsched": [sys.executable, "-c", _SERVE, str(policy)]}
+            if not args.no_floor:
+                servers["floor"] = [sys.executable, me, "--floor-server"]
+            servers["noop"] = [sys.executable, me, "--noop-server"]
+            addresses = {}
+            for name, cmd in servers.items():
+                proc, addresses[name] = _spawn(cmd)
+                procs.append(proc)
+
+            async def go() -> None:
+                targets = {n: Target(a, "noop" if n == "noop" else "pair") for n, a in addresses.items()}
+                await run(targets, args.iterations, args.seconds, args.rounds)
+
+            asyncio.run(go())
+        finally:
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+            for proc in procs:
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
