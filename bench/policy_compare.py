@@ -7,7 +7,7 @@ Steps, each the library call behind a CLI command (bench/README.md gives the com
      policy sized to it (scheduler/trace_policy.py) for 24 workers x 2 slots, at most 48 workers.
   2. `slotsched simulate --compare --until 14400`: every contender on that workload and pool for
      four virtual hours; report.md and PNGs in --out.
-Runs in well under 3 minutes on 2 cores (about 20 s of CPU).
+Runs in well under 3 minutes on 2 cores (about 15 s of CPU).
 
     python bench/policy_compare.py     # last line: slotsched_g_p99=… best_baseline_g_p99=… …
 """
