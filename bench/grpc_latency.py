@@ -240,7 +240,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--iterations", type=int, default=2000, help="sequential operations per server at c1")
     p.add_argument("--seconds", type=float, default=8.0, help="total duration of the c64 runs per server")
-    p.add_argument("--rounds", type=int, default=4, help="interleaved blocks per measurement")
+    p.add_argument("--rounds", type=int, default=8, help="interleaved blocks per measurement")
     p.add_argument("--no-floor", action="store_true", help="skip the shape-floor reference server")
     p.add_argument("--noop-server", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--floor-server", action="store_true", help=argparse.SUPPRESS)

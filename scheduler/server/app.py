@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -188,6 +189,9 @@ async def serve_forever(
     except (OSError, RuntimeError, ValueError) as e:
         print(f"slotsched: cannot start: {e}", file=sys.stderr)
         return 1
+    # Everything allocated so far (modules, descriptors, the policy) lives as long as the process:
+    # keep it out of the collector's full passes, which otherwise stall the loop now and then.
+    gc.freeze()
     print(f"slotsched serving gRPC on {running.target}", flush=True)
     if running.metrics_port is not None:
         mhost = _split_hostport(metrics_listen or "")[0]
