@@ -32,6 +32,7 @@ from snapshots.store import (
     snapshot_name,
     validate_keep,
     validate_name,
+    validate_sha256,
 )
 
 SIDECAR_SUFFIX = ".sha256"
@@ -65,10 +66,17 @@ class LocalSnapshotStore:
     # --- writing -------------------------------------------------------------------------------
 
     def put(
-        self, tenant: str, session: str, chunks: Iterable[bytes], created: float | None = None
+        self,
+        tenant: str,
+        session: str,
+        chunks: Iterable[bytes],
+        created: float | None = None,
+        *,
+        sha256: str | None = None,
     ) -> SnapshotRef:
         validate_name("tenant", tenant)
         validate_name("session", session)
+        expected = validate_sha256(sha256)
         ms = created_ms(created)
         directory = self._ensure_dir(tenant, session)
         fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".part")
@@ -86,6 +94,8 @@ class LocalSnapshotStore:
                 os.fsync(f.fileno())
             sha = digest.hexdigest()
             final = directory / snapshot_name(ms, sha)
+            if expected is not None and sha != expected:
+                raise ChecksumMismatch(SnapshotRef(final.as_uri(), size, expected, ms / 1000), expected, sha)
             self._write_sidecar(self._sidecar(final), sha)
             sidecar_written = True
             os.replace(tmp_name, final)

@@ -15,6 +15,9 @@ Why it is built this way:
   (`<tenant>/<session>/.partial/...`, never listed), then committed with a server-side multipart
   copy (`UploadPartCopy`, no bytes through this process) to its final key with the metadata set,
   and the staging object is deleted. Small snapshots are hashed in memory and need one `PutObject`.
+  A caller that already knows the hash (`put(..., sha256=...)`, e.g. an actor hashing its state as
+  it grows) skips the staging: parts go straight to the final key, and the streamed bytes are
+  checked against the hash before the upload is completed (a mismatch aborts it).
 * Each part and small object carries Content-MD5, so the store rejects a body damaged in transit.
 * Failures are typed: connection errors, timeouts and 5xx/throttling after botocore's retries become
   `SnapshotUnavailable` (temporary, transport error chained); timeouts and retry counts are set here.
@@ -52,7 +55,15 @@ from snapshots.errors import (
     SnapshotUnavailable,
     TenantMismatch,
 )
-from snapshots.store import NAME_RE, created_ms, name_created, snapshot_name, validate_keep, validate_name
+from snapshots.store import (
+    NAME_RE,
+    created_ms,
+    name_created,
+    snapshot_name,
+    validate_keep,
+    validate_name,
+    validate_sha256,
+)
 
 MiB = 1 << 20
 MIN_PART_SIZE = 5 * MiB  # S3's minimum for every part but the last
@@ -152,10 +163,17 @@ class S3SnapshotStore:
     # --- writing -------------------------------------------------------------------------------
 
     def put(
-        self, tenant: str, session: str, chunks: Iterable[bytes], created: float | None = None
+        self,
+        tenant: str,
+        session: str,
+        chunks: Iterable[bytes],
+        created: float | None = None,
+        *,
+        sha256: str | None = None,
     ) -> SnapshotRef:
         base = self._session_prefix(validate_name("tenant", tenant), validate_name("session", session))
         ms = created_ms(created)
+        expected = validate_sha256(sha256)
         it = iter(chunks)
         digest = hashlib.sha256()
         head = bytearray()
@@ -163,13 +181,17 @@ class S3SnapshotStore:
         while len(head) <= self.multipart_threshold:
             chunk = next(it, None)
             if chunk is None:
-                return self._put_small(base, ms, bytes(head), digest.hexdigest())
+                return self._put_small(base, ms, bytes(head), digest.hexdigest(), expected)
             head += chunk
             digest.update(chunk)
-        return self._put_multipart(base, ms, head, it, digest)
+        return self._put_multipart(base, ms, head, it, digest, expected)
 
-    def _put_small(self, base: str, ms: int, body: bytes, sha: str) -> SnapshotRef:
+    def _put_small(
+        self, base: str, ms: int, body: bytes, sha: str, expected: str | None = None
+    ) -> SnapshotRef:
         key = base + snapshot_name(ms, sha)
+        if expected is not None and sha != expected:
+            raise ChecksumMismatch(SnapshotRef(self._uri(key), len(body), expected, ms / 1000), expected, sha)
         self._call(
             "PutObject",
             key,
@@ -185,15 +207,29 @@ class S3SnapshotStore:
         return SnapshotRef(self._uri(key), len(body), sha, ms / 1000)
 
     def _put_multipart(
-        self, base: str, ms: int, buf: bytearray, rest: Iterator[bytes], digest: Any
+        self,
+        base: str,
+        ms: int,
+        buf: bytearray,
+        rest: Iterator[bytes],
+        digest: Any,
+        expected: str | None = None,
     ) -> SnapshotRef:
-        staging = f"{base}{STAGING_DIR}/{ms:015d}-{uuid.uuid4().hex}.part"
+        # With the hash known up front the final key and its metadata are known too: upload there
+        # directly and check the hash before completing (nothing is visible until then). Without
+        # it, upload to a hidden staging key and copy to the final key once the hash is known.
+        if expected is not None:
+            staging = base + snapshot_name(ms, expected)
+            create_extra: dict[str, Any] = {"Metadata": {"sha256": expected}}
+        else:
+            staging = f"{base}{STAGING_DIR}/{ms:015d}-{uuid.uuid4().hex}.part"
+            create_extra = {}
         size = len(buf)
         upload_id: str = self._call(
             "CreateMultipartUpload",
             staging,
             lambda: self._client.create_multipart_upload(
-                Bucket=self.bucket, Key=staging, ContentType="application/octet-stream"
+                Bucket=self.bucket, Key=staging, ContentType="application/octet-stream", **create_extra
             ),
         )["UploadId"]
         parts: list[dict[str, Any]] = []
@@ -235,6 +271,9 @@ class S3SnapshotStore:
             if buf or not parts:
                 send(bytes(buf))
             buf.clear()
+            if expected is not None and digest.hexdigest() != expected:
+                ref = SnapshotRef(self._uri(staging), size, expected, ms / 1000)
+                raise ChecksumMismatch(ref, expected, digest.hexdigest())
             self._call(
                 "CompleteMultipartUpload",
                 staging,
@@ -247,6 +286,8 @@ class S3SnapshotStore:
             raise
 
         sha = digest.hexdigest()
+        if expected is not None:
+            return SnapshotRef(self._uri(staging), size, sha, ms / 1000)
         key = base + snapshot_name(ms, sha)
         try:
             self._commit_copy(staging, key, size, sha)

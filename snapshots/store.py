@@ -50,7 +50,13 @@ class SnapshotStore(Protocol):
     """
 
     def put(
-        self, tenant: str, session: str, chunks: Iterable[bytes], created: float | None = None
+        self,
+        tenant: str,
+        session: str,
+        chunks: Iterable[bytes],
+        created: float | None = None,
+        *,
+        sha256: str | None = None,
     ) -> SnapshotRef:
         """Store the concatenation of `chunks` as a new snapshot of `session` and return its ref.
 
@@ -59,6 +65,11 @@ class SnapshotStore(Protocol):
         the rounded value, so it compares equal to the ref `list` returns. The ref's `sha256` is the
         hex digest of the bytes and `size_bytes` their length. If the iterator raises, the exception
         propagates and nothing is stored.
+
+        `sha256`: the hex digest of the bytes when the caller already knows it (an actor that hashes
+        its state as it grows). A backend may then write to the final location directly (S3: no
+        staging object and server-side copy); the bytes are still hashed as they stream and, if
+        they do not match, nothing is stored and `ChecksumMismatch` is raised.
         """
         ...
 
@@ -100,6 +111,16 @@ def validate_name(kind: str, value: str) -> str:
         raise ValueError(
             f"{kind} name {value!r} is invalid: use at most 200 of A-Z a-z 0-9 and . _ : @ = + -"
         )
+    return value
+
+
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def validate_sha256(value: str | None) -> str | None:
+    """`value` if it is None or a lower-case hex SHA-256, else a ValueError."""
+    if value is not None and not (isinstance(value, str) and _SHA256_RE.match(value)):
+        raise ValueError(f"sha256 must be 64 lower-case hex digits, got {value!r}")
     return value
 
 

@@ -260,6 +260,21 @@ def test_resuming_from_an_older_snapshot_counts_the_newer_work_as_lost(tmp_path:
     run(go)
 
 
+def test_any_session_id_gets_a_store_name(tmp_path: Path) -> None:
+    async def go() -> None:
+        host = _host(LocalSnapshotStore(tmp_path))
+        sid = "user 42/chat #7"  # not a valid path segment
+        await host.start(sid, "acme", 0, "l1", 1)
+        await until(lambda: (a := host.running(sid)) is not None and a.turns >= 2)
+        ref = await host.checkpoint(sid)
+        await host.stop(sid)
+        res = await host.start(sid, "acme", 1, "l2", 2, resume_from=ref)
+        assert res.state_sha256 == ref.sha256
+        await host.aclose()
+
+    run(go)
+
+
 def test_fencing_by_epoch_and_by_heartbeat(tmp_path: Path) -> None:
     async def go() -> None:
         host = _host(LocalSnapshotStore(tmp_path))

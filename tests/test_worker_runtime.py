@@ -21,7 +21,9 @@ from scheduler.worker.actor import ActorConfig
 from scheduler.worker.agent import DRAINED
 from scheduler.worker.main import RunningWorker, start_worker
 from scheduler.worker.runtime import ActorRuntime, WorkerClients, actor_session
-from tests.grpc_fixtures import Client, ServerThread, policy_yaml, running_server
+
+pytest.register_assert_rewrite("tests.grpc_fixtures")  # imported before pytest loads it as a plugin
+from tests.grpc_fixtures import Client, ServerThread, policy_yaml, running_server  # noqa: E402
 
 TOKENS = {"batch": "batch-token", "prod": "prod-token", "sre": "sre-token"}
 TENANTS: list[dict[str, Any]] = [

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import hashlib
 import logging
 import time
 from collections import deque
@@ -162,6 +164,15 @@ class _Running:
     stopped: bool = False
 
 
+def store_name(session_id: str) -> str:
+    """The session's name in the snapshot store: itself when the store accepts it as a path
+    segment, else a stable digest (session ids may hold any character; store keys may not)."""
+    try:
+        return validate_name("session", session_id)
+    except ValueError:
+        return "sid-" + hashlib.sha256(session_id.encode()).hexdigest()[:40]
+
+
 def _ref_created(ref: SnapshotRef) -> float | None:
     if ref.created:
         return ref.created
@@ -252,11 +263,10 @@ class ActorHost:
             raise InvalidArgument("session_id: required")
         if not lease_id:
             raise InvalidArgument("lease_id: required")
-        for kind, value in (("session_id", session_id), ("tenant", tenant)):
-            try:
-                validate_name(kind, value)
-            except ValueError as e:
-                raise InvalidArgument(f"{kind}: {e}") from None
+        try:
+            validate_name("tenant", tenant)
+        except ValueError as e:
+            raise InvalidArgument(f"tenant: {e}") from None
         if worker_id is not None and worker_id != self.worker_id:
             raise FailedPrecondition(f"slot {worker_id}/{slot} is not on this worker ({self.worker_id})")
         if not 0 <= slot < self.slots:
@@ -353,7 +363,7 @@ class ActorHost:
         # Walk back through the session's snapshots to the newest older one that verifies.
         bad_created = _ref_created(ref)
         try:
-            listing = self.store.list(tenant, session_id)
+            listing = self.store.list(tenant, store_name(session_id))
         except SnapshotError as e:
             self.metrics.resume_failures.labels(RESUME_UNAVAILABLE).inc()
             raise Unavailable(
@@ -393,7 +403,7 @@ class ActorHost:
     def _count_superseded(self, session_id: str, tenant: str, used: SnapshotRef, actor: Actor) -> None:
         """Count the work of snapshots newer than the one resumed from (written, never used)."""
         try:
-            listing = self.store.list(tenant, session_id)
+            listing = self.store.list(tenant, store_name(session_id))
         except SnapshotError as e:
             log.warning("session %s: could not list snapshots to check for lost work: %s", session_id, e)
             return
@@ -493,9 +503,13 @@ class ActorHost:
                         raise _CheckpointAborted(f"checkpoint of {run.session_id} abandoned by its caller")
                     yield c
 
+            # The actor knows its state's hash (running hash): the store can skip a staging copy.
+            put = functools.partial(
+                self.store.put, run.tenant, store_name(run.session_id), guarded(), sha256=actor.state_sha256()
+            )
             t0 = time.perf_counter()
             try:
-                ref = await asyncio.to_thread(self.store.put, run.tenant, run.session_id, guarded())
+                ref = await asyncio.to_thread(put)
             except SnapshotUnavailable as e:
                 self.metrics.checkpoints.labels("failed").inc()
                 log.error(
