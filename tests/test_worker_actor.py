@@ -27,6 +27,9 @@ from snapshots.local import LocalSnapshotStore
 from snapshots.s3 import S3SnapshotStore
 from snapshots.store import SnapshotStore
 
+pytest.register_assert_rewrite("tests.fixtures_s3")  # imported before pytest loads it as a plugin
+from tests.fixtures_s3 import MotoServer, make_bucket  # noqa: E402
+
 pytest_plugins = ["tests.fixtures_s3"]
 
 T = TypeVar("T")
@@ -326,6 +329,34 @@ def test_s3_corrupted_object_refused_and_previous_used(s3_server: str, s3_bucket
         assert res.state_sha256 == first.sha256
         assert res.refused and res.refused[0][0] == second.uri and second.uri in res.refused[0][1]
         assert failures(host.metrics, "corrupt") == 1
+        await host.aclose()
+
+    run(go)
+
+
+def test_late_checkpoint_is_abandoned_deleted_and_not_counted_as_saved(fresh_s3_server: MotoServer) -> None:
+    """S3 hangs (SIGSTOP) during a yield checkpoint: the caller's deadline passes, the snapshot
+    nobody holds a ref to is removed once the store answers again, and the actor's work since its
+    start still counts as unsaved when its lease goes."""
+    s3 = fresh_s3_server
+    bucket = make_bucket(s3.endpoint_url)
+    store = S3SnapshotStore(
+        bucket, endpoint_url=s3.endpoint_url, region="us-east-1", read_timeout=3, max_attempts=1
+    )
+
+    async def go() -> None:
+        host = _host(store)
+        await host.start("s1", "acme", 0, "l1", 1)
+        await until(lambda: (a := host.running("s1")) is not None and a.turns >= 3)
+        s3.pause()
+        try:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(host.checkpoint("s1"), 0.5)
+        finally:
+            s3.resume()
+        await until(lambda: not store.list("acme", "s1"), timeout=10)  # written late, then deleted
+        assert host.fence([], since=float("inf")) == ["s1"]
+        assert lost(host.metrics, "fenced") >= 0.5  # since the start: the late snapshot saved nothing
         await host.aclose()
 
     run(go)
