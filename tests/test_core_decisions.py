@@ -41,6 +41,11 @@ def _resume_is(session: str, uri: str) -> Callable[[Driver], None]:
     return check
 
 
+def _borrowed_is(d: Driver, tenant: str, n: int) -> None:
+    (view,) = [t for t in d.core.describe().tenants if t.name == tenant]
+    assert view.borrowed == n, view
+
+
 def _epoch_is(session: str, epoch: int) -> Callable[[Driver], None]:
     def check(d: Driver) -> None:
         view = d.core.session(SessionId(session))
@@ -91,15 +96,28 @@ CASES: dict[str, Case] = {
         [("add", "w0", 2), ("acquire", "x1", "batch", "be"), ("acquire", "x2", "batch", "be")],
         ["granted x2 w0/1"],
     ),
-    "floor_not_given_to_unpreemptible_burstable_but_lent_to_besteffort": Case(
-        policy(tenant("prod", nominal=2, limit=2), BATCH, floor=1),
+    "floor_lent_to_burstable_below_nominal_only_as_borrowed": Case(
+        policy(tenant("prod", nominal=2, limit=2), OPS, floor=1),
         [
             ("add", "w0", 2),
             ("acquire", "p1", "prod", "b"),
-            ("acquire", "p2", "prod", "b"),
-            ("acquire", "x1", "batch", "be"),
+            ("acquire", "p2", "prod", "b"),  # within nominal, but on the floor: lent, preemptible
+            (1, "acquire", "g1", "ops", "g"),
         ],
-        ["granted x1 w0/1"],
+        ["yield p2 guaranteed", "queued g1"],
+    ),
+    "borrowed_burstable_promoted_to_nominal_when_the_floor_allows": Case(
+        policy(tenant("prod", nominal=2, limit=3), OPS, floor=1),
+        [
+            ("add", "w0", 3),
+            ("acquire", "p1", "prod", "b"),
+            ("acquire", "p2", "prod", "b"),
+            ("acquire", "p3", "prod", "b"),  # borrowing: beyond nominal
+            ("release", "p1"),  # p3 is promoted: the tenant is back within its nominal
+            (1, "acquire", "g1", "ops", "g"),
+        ],
+        ["granted g1 w0/0"],
+        lambda d: _borrowed_is(d, "prod", 0),
     ),
     "guaranteed_preempts_besteffort_with_grace_deadline": Case(
         policy(SRE, BATCH, floor=2),

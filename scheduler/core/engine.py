@@ -83,6 +83,7 @@ class _LeaseRec:
     seq: int
     worker: _Worker
     for_session: SessionId | None = None
+    borrowing: bool = False  # preemptible: BestEffort, or Burstable held as borrowing
 
 
 @dataclass(slots=True)
@@ -541,14 +542,13 @@ class Core:
         return self._free_ready + self._preemptible - max(0, self._floor - self._held_g)
 
     def _pick_for_free_slot(self) -> _Request | None:
-        # Candidates in order of service: (tier, earmarked first). A Burstable grant within
-        # nominal is not preemptible, so it may only take a slot the floor can spare.
+        # Candidates in order of service: (tier, earmarked first). A Burstable request below
+        # nominal on a slot the floor cannot spare gets it as borrowing (see `_grant`).
         self._flush()
-        nominal_ok = self._slack() >= 1
         best: _Request | None = None
         best_key = (9, 9)
         e = self._earmarked_head()
-        if e is not None and (e.earmark_tier != TIER_NOMINAL or nominal_ok):
+        if e is not None:
             best, best_key = e, (e.earmark_tier, 0)
         for tier, heap in (
             (TIER_GUARANTEED, self._tier1),
@@ -557,8 +557,6 @@ class Core:
         ):
             if (tier, 1) >= best_key:
                 break
-            if tier == TIER_NOMINAL and not nominal_ok:
-                continue
             top = heap.peek()
             if top is not None:
                 return self._requests[top[-3]]
@@ -644,6 +642,8 @@ class Core:
         rec.for_session = for_session
         t = rec.tenant
         t.yielding[rec.cls] += 1
+        if rec.cls == B and rec.borrowing:
+            t.b_borrowing_yielding += 1
         t.candidates[rec.cls].pop(rec.lease.lease_id, None)
         if t.mature[rec.cls].pop(rec.lease.lease_id, None) is not None:
             self._mature_n -= 1
@@ -712,14 +712,23 @@ class Core:
             req.resume_from,
         )
         w = self._workers[slot.worker]
-        rec = _LeaseRec(lease, t, req.cls, LeaseState.ACTIVE, req.arrival, req.seq, w)
+        # A Burstable lease within nominal is unpreemptible, so it is one only if the floor still
+        # holds with this slot taken (slack >= 0 now); otherwise the slot is lent as borrowing.
+        borrowing = req.cls == BE or (
+            req.cls == B and not (t.b_nominal_held() < t.spec.burstable_nominal and self._slack() >= 0)
+        )
+        rec = _LeaseRec(lease, t, req.cls, LeaseState.ACTIVE, req.arrival, req.seq, w, None, borrowing)
         w.leases[slot.index] = lid
         self._leases[lid] = rec
         self._holders[req.session] = rec
         t.held[req.cls] += 1
         if req.cls == G:
             self._held_g += 1
+        elif req.cls == B and not borrowing:
+            pass
         else:
+            if req.cls == B:
+                t.b_borrowing += 1
             t.candidates[req.cls][lid] = now
             self._maturing.append((now + self._policy.timing.min_runtime_s, lid, epoch))
         heapq.heappush(self._expiries, (lease.expires_at, lid, epoch))
@@ -733,6 +742,10 @@ class Core:
         t.held[cls] -= 1
         if was_yielding:
             t.yielding[cls] -= 1
+        if cls == B and rec.borrowing:
+            t.b_borrowing -= 1
+            if was_yielding:
+                t.b_borrowing_yielding -= 1
         t.candidates[cls].pop(lid, None)
         if t.mature[cls].pop(lid, None) is not None:
             self._mature_n -= 1
@@ -751,7 +764,24 @@ class Core:
                 # The slot it waited for is free now: back into line, where it is first anyway.
                 self._unearmark(waiter)
                 self._refresh_queue(waiter.tenant)
+        if cls == B and not rec.borrowing:
+            self._promote(t)
         self._refresh(t)
+
+    def _promote(self, t: TenantState) -> None:
+        """A nominal lease ended: the tenant's oldest borrowing Burstable lease becomes nominal,
+        if the floor can spare it (it stops being preemptible)."""
+        cands = t.candidates[B]
+        if not cands or t.b_nominal_held() >= t.spec.burstable_nominal or self._slack() < 1:
+            return
+        lid = next(iter(cands))
+        del cands[lid]
+        if t.mature[B].pop(lid, None) is not None:
+            self._mature_n -= 1
+        self._leases[lid].borrowing = False
+        t.b_borrowing -= 1
+        self._preemptible -= 1
+        t.preemptible_contrib -= 1
 
     def _revoke(self, rec: _LeaseRec, reason: RevokeReason, now: float, out: list[Decision]) -> None:
         self._end_lease(rec, LeaseState.REVOKED)
@@ -902,7 +932,7 @@ class Core:
         if waiting[B] > ear[B] and held[B] + ear[B] < spec.burstable_limit:
             h = self._head(t, B)
             if h is not None:
-                used = held[B] + ear[B]
+                used = held[B] - t.b_borrowing + ear[B]
                 if used < spec.burstable_nominal:
                     self._tier2.push((used / spec.burstable_nominal, h[0], h[1], h[2], name, v), n)
                 else:

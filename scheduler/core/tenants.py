@@ -3,6 +3,11 @@
 Class indexes (G, B, BE) are small ints because this is the hot path of every decision.
 `borrowed` is what a tenant holds beyond what it can count on: Burstable leases beyond its
 nominal plus all BestEffort leases (DESIGN.md, "Who gets the next free slot", rule 3).
+
+Which Burstable leases are borrowing is decided per lease at grant time: beyond the nominal, or
+within it but on a floor slot the floor could not spare (DESIGN.md lends idle floor only to
+preemptible work; such a lease is lent as borrowing, and promoted to nominal when a nominal
+lease of the tenant ends and the floor allows).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ class TenantState:
     # Leases held per class, including those asked to yield (they still hold their slot).
     held: list[int] = field(default_factory=lambda: [0, 0, 0])
     yielding: list[int] = field(default_factory=lambda: [0, 0, 0])
+    b_borrowing: int = 0  # Burstable leases held as borrowing (preemptible)
+    b_borrowing_yielding: int = 0
     # Waiting requests per class, and how many of them have a victim yielding for them.
     waiting: list[int] = field(default_factory=lambda: [0, 0, 0])
     earmarked: list[int] = field(default_factory=lambda: [0, 0, 0])
@@ -59,18 +66,17 @@ class TenantState:
 
     def preemptible(self) -> int:
         """Leases of this tenant that can be taken back (counted by the floor invariant)."""
-        over = self.held[B] - self.spec.burstable_nominal
-        return (over if over > 0 else 0) + self.held[BE]
+        return self.b_borrowing + self.held[BE]
 
     def borrowed_effective(self) -> int:
         """Borrowed leases not already on their way out (yielding ones are gone for fairness)."""
-        held, yielding = self.held, self.yielding
-        over = held[B] - yielding[B] - self.spec.burstable_nominal
-        return (over if over > 0 else 0) + held[BE] - yielding[BE]
+        return self.b_borrowing - self.b_borrowing_yielding + self.held[BE] - self.yielding[BE]
 
     def borrowed_b_effective(self) -> int:
-        over = self.held[B] - self.yielding[B] - self.spec.burstable_nominal
-        return over if over > 0 else 0
+        return self.b_borrowing - self.b_borrowing_yielding
+
+    def b_nominal_held(self) -> int:
+        return self.held[B] - self.b_borrowing
 
     def share(self) -> float:
         return self.borrowed_effective() / self.spec.weight
