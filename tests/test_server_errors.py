@@ -148,6 +148,11 @@ def test_unauthenticated_without_credential(grpc_server: ServerThread) -> None:
             assert err.code() == Code.UNAUTHENTICATED
             err = await unary_error(c.admin.DescribePool(admin_pb2.DescribePoolRequest()))
             assert err.code() == Code.UNAUTHENTICATED
+            basic = (("authorization", "Basic dXNlcjpwYXNz"),)
+            err = await stream_error(
+                c.scheduler.Acquire(pb.AcquireRequest(session_id="s", qos=B), metadata=basic)
+            )
+            assert err.code() == Code.UNAUTHENTICATED
 
     asyncio.run(go())
 

@@ -2,8 +2,8 @@
 
 Secure mode (a policy file was given): `authorization: Bearer <token>` is hashed and matched
 against the token hashes in the policy in force (`tenant_for_token`); no credential is
-UNAUTHENTICATED, an unknown token PERMISSION_DENIED. Results are cached by token digest per
-policy, so the hot path pays one sha256 and a dict lookup.
+UNAUTHENTICATED, an unknown token PERMISSION_DENIED. Results are cached by the digest of the
+header per policy, so the hot path pays one sha256 and a dict lookup.
 
 Insecure dev mode (no policy file): the tenant is whatever `x-slotsched-tenant` says, as long as
 the policy has it. The server warns about this at startup.
@@ -57,23 +57,23 @@ class Authenticator:
     def _from_token(self, md: Any) -> str:
         for key, value in md:
             if key == AUTH_HEADER:
-                text = value if isinstance(value, str) else value.decode()
-                scheme, _, token = text.partition(" ")
-                if scheme.lower() != "bearer" or not token.strip():
-                    raise errors.unauthenticated("authorization must be 'Bearer <token>'")
-                return self._lookup(token.strip())
+                return self._lookup(value if isinstance(value, str) else value.decode())
         raise errors.unauthenticated("missing credential: send 'authorization: Bearer <token>'")
 
-    def _lookup(self, token: str) -> str:
+    def _lookup(self, header: str) -> str:
+        """Tenant for an authorization header, cached by the header's digest (never in clear)."""
         policy = self._policy()
         if policy is not self._cached_for:  # tokens change with ApplyPolicy
             self._cache.clear()
             self._cached_for = policy
-        digest = hashlib.sha256(token.encode()).digest()
-        if digest in self._cache:
+        digest = hashlib.sha256(header.encode()).digest()
+        try:
             tenant = self._cache[digest]
-        else:
-            tenant = tenant_for_token(policy, token)
+        except KeyError:
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise errors.unauthenticated("authorization must be 'Bearer <token>'") from None
+            tenant = tenant_for_token(policy, token.strip())
             if len(self._cache) >= _CACHE_MAX:
                 self._cache.clear()
             self._cache[digest] = tenant
