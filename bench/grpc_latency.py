@@ -117,10 +117,15 @@ async def floor_server_main() -> None:
 # ---------------------------------------------------------------- the client
 
 
-def _spawn(args: list[str]) -> tuple[subprocess.Popen[str], str]:
+def _spawn(args: list[str], cpus: set[int] | None = None) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def pin() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
     proc = subprocess.Popen(
-        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, preexec_fn=pin
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + 30
@@ -242,6 +247,9 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=8.0, help="total duration of the c64 runs per server")
     p.add_argument("--rounds", type=int, default=8, help="interleaved blocks per measurement")
     p.add_argument("--no-floor", action="store_true", help="skip the shape-floor reference server")
+    p.add_argument(
+        "--pin", action="store_true", help="client on the first CPU, servers on the others (less noise)"
+    )
     p.add_argument("--noop-server", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--floor-server", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -252,6 +260,12 @@ def main() -> int:
         asyncio.run(floor_server_main())
         return 0
     me = str(Path(__file__).resolve())
+    server_cpus = None
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) >= 2:
+            os.sched_setaffinity(0, {cpus[0]})
+            server_cpus = set(cpus[1:])
     with tempfile.TemporaryDirectory(prefix="slotsched-bench-") as d:
         policy = Path(d) / "policy.yaml"
         policy.write_text(POLICY)
@@ -263,7 +277,7 @@ def main() -> int:
             servers["noop"] = [sys.executable, me, "--noop-server"]
             addresses = {}
             for name, cmd in servers.items():
-                proc, addresses[name] = _spawn(cmd)
+                proc, addresses[name] = _spawn(cmd, server_cpus)
                 procs.append(proc)
 
             async def go() -> None:
