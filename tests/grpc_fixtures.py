@@ -4,14 +4,18 @@ Why a thread with its own event loop: tests stay plain sync functions (no pytest
 clients with `asyncio.run(...)`, while the server keeps running between those runs exactly as in
 production (one event loop owning the core). Reusable by the SDK and worker tests:
 
-    pytest_plugins = ["tests.grpc_fixtures"]
+    from tests.grpc_fixtures import TOKENS, B, Client, next_event, policy_yaml, running_server
 
-    def test_x(grpc_server):            # secure mode, TEST_POLICY, tokens in TOKENS
-        async def go():
-            async with Client(grpc_server.target, token=TOKENS["acme"]) as c:
-                call = c.scheduler.Acquire(pb.AcquireRequest(session_id="s", qos=BURSTABLE), metadata=c.md)
-                ...
-        asyncio.run(go())
+    def test_x() -> None:
+        with running_server(policy_yaml()) as server:    # secure mode, tokens in TOKENS
+            async def go() -> None:
+                async with Client(server.target, token=TOKENS["acme"]) as c:
+                    event = await next_event(c.acquire("s", B))
+                    ...
+            asyncio.run(go())
+
+(`pytest_plugins = ["tests.grpc_fixtures"]` also gives the `grpc_server` fixture; pytest then
+warns that the module cannot be assert-rewritten if another test module imported it first.)
 
 Helpers: `policy_yaml(...)` builds a policy (plaintext tokens are hashed), `ServerThread` /
 `running_server(...)` start a server with any policy, `Client` bundles aio stubs and metadata,

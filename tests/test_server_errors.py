@@ -7,7 +7,7 @@ are decoded the way a client would, from `grpc-status-details-bin`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from typing import Any
 
 import grpc
@@ -17,9 +17,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, workers_pb2
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
-
-pytest.register_assert_rewrite("tests.grpc_fixtures")  # imported before pytest loads it as a plugin
-from tests.grpc_fixtures import (  # noqa: E402
+from tests.grpc_fixtures import (
     BE,
     TOKENS,
     B,
@@ -31,8 +29,6 @@ from tests.grpc_fixtures import (  # noqa: E402
     running_server,
     until,
 )
-
-pytest_plugins = ["tests.grpc_fixtures"]
 
 Code = grpc.StatusCode
 
@@ -48,6 +44,13 @@ async def stream_error(call: Any) -> grpc.aio.AioRpcError:
         while await asyncio.wait_for(call.read(), 10) is not grpc.aio.EOF:
             pass
     return ei.value
+
+
+@pytest.fixture
+def server() -> Iterator[ServerThread]:
+    """A secure-mode server on the default test policy (capacity 2, floor 1)."""
+    with running_server(policy_yaml()) as s:
+        yield s
 
 
 def rich(err: grpc.aio.AioRpcError) -> status_pb2.Status:
@@ -81,10 +84,10 @@ def violations(err: grpc.aio.AioRpcError) -> list[str]:
     ],
 )
 def test_acquire_invalid_argument_names_the_field(
-    grpc_server: ServerThread, request_kw: dict[str, Any], field: str
+    server: ServerThread, request_kw: dict[str, Any], field: str
 ) -> None:
     async def go() -> None:
-        async with Client(grpc_server.target, token=TOKENS["acme"]) as c:
+        async with Client(server.target, token=TOKENS["acme"]) as c:
             err = await stream_error(c.scheduler.Acquire(pb.AcquireRequest(**request_kw), metadata=c.md))
             assert err.code() == Code.INVALID_ARGUMENT
             assert field in err.details()
@@ -93,9 +96,9 @@ def test_acquire_invalid_argument_names_the_field(
     asyncio.run(go())
 
 
-def test_unary_invalid_argument_names_the_field(grpc_server: ServerThread) -> None:
+def test_unary_invalid_argument_names_the_field(server: ServerThread) -> None:
     async def go() -> None:
-        async with Client(grpc_server.target, token=TOKENS["acme"]) as c:
+        async with Client(server.target, token=TOKENS["acme"]) as c:
             s = c.scheduler
             err = await unary_error(s.Release(pb.ReleaseRequest(), metadata=c.md))
             assert (err.code(), violations(err)) == (Code.INVALID_ARGUMENT, ["session_id"])
@@ -120,13 +123,13 @@ def test_unary_invalid_argument_names_the_field(grpc_server: ServerThread) -> No
     asyncio.run(go())
 
 
-def test_apply_policy_invalid_argument_one_violation_per_problem(grpc_server: ServerThread) -> None:
+def test_apply_policy_invalid_argument_one_violation_per_problem(server: ServerThread) -> None:
     bad = (
         policy_yaml().replace("slotsPerWorker: 1", "slotsPerWorker: 0").replace("weight: 1", "weight: -1", 1)
     )
 
     async def go() -> None:
-        async with Client(grpc_server.target, token=TOKENS["acme"]) as c:
+        async with Client(server.target, token=TOKENS["acme"]) as c:
             req = admin_pb2.ApplyPolicyRequest(yaml=bad)
             err = await unary_error(c.admin.ApplyPolicy(req, metadata=c.md))
             assert err.code() == Code.INVALID_ARGUMENT
@@ -141,9 +144,9 @@ def test_apply_policy_invalid_argument_one_violation_per_problem(grpc_server: Se
     asyncio.run(go())
 
 
-def test_unauthenticated_without_credential(grpc_server: ServerThread) -> None:
+def test_unauthenticated_without_credential(server: ServerThread) -> None:
     async def go() -> None:
-        async with Client(grpc_server.target) as c:
+        async with Client(server.target) as c:
             err = await stream_error(c.acquire("s", B))
             assert err.code() == Code.UNAUTHENTICATED
             err = await unary_error(c.admin.DescribePool(admin_pb2.DescribePoolRequest()))
@@ -157,12 +160,12 @@ def test_unauthenticated_without_credential(grpc_server: ServerThread) -> None:
     asyncio.run(go())
 
 
-def test_permission_denied_for_unknown_token_and_zero_quota(grpc_server: ServerThread) -> None:
+def test_permission_denied_for_unknown_token_and_zero_quota(server: ServerThread) -> None:
     async def go() -> None:
-        async with Client(grpc_server.target, token="not-a-known-token") as c:
+        async with Client(server.target, token="not-a-known-token") as c:
             err = await stream_error(c.acquire("s", B))
             assert err.code() == Code.PERMISSION_DENIED
-        async with Client(grpc_server.target, token=TOKENS["globex"]) as c:
+        async with Client(server.target, token=TOKENS["globex"]) as c:
             err = await stream_error(c.acquire("s", BE))  # globex: bestEffort.limit 0
             assert err.code() == Code.PERMISSION_DENIED
             assert "quota" in err.details()
@@ -172,9 +175,9 @@ def test_permission_denied_for_unknown_token_and_zero_quota(grpc_server: ServerT
     asyncio.run(go())
 
 
-def test_not_found(grpc_server: ServerThread) -> None:
+def test_not_found(server: ServerThread) -> None:
     async def go() -> None:
-        async with Client(grpc_server.target, token=TOKENS["acme"]) as c:
+        async with Client(server.target, token=TOKENS["acme"]) as c:
             s = c.scheduler
             err = await unary_error(s.Release(pb.ReleaseRequest(session_id="ghost"), metadata=c.md))
             assert err.code() == Code.NOT_FOUND
@@ -190,9 +193,9 @@ def test_not_found(grpc_server: ServerThread) -> None:
     asyncio.run(go())
 
 
-def test_failed_precondition_for_stale_epoch(grpc_server: ServerThread) -> None:
+def test_failed_precondition_for_stale_epoch(server: ServerThread) -> None:
     async def go() -> None:
-        async with Client(grpc_server.target, token=TOKENS["acme"]) as c:
+        async with Client(server.target, token=TOKENS["acme"]) as c:
             call = c.acquire("s", B)
             old = (await next_event(call)).granted.lease
             req = pb.YieldRequest(session_id="s", lease_id=old.lease_id, epoch=old.epoch)
@@ -211,11 +214,11 @@ def test_failed_precondition_for_stale_epoch(grpc_server: ServerThread) -> None:
     asyncio.run(go())
 
 
-def test_failed_precondition_for_another_tenants_lease(grpc_server: ServerThread) -> None:
+def test_failed_precondition_for_another_tenants_lease(server: ServerThread) -> None:
     async def go() -> None:
         async with (
-            Client(grpc_server.target, token=TOKENS["acme"]) as acme,
-            Client(grpc_server.target, token=TOKENS["globex"]) as globex,
+            Client(server.target, token=TOKENS["acme"]) as acme,
+            Client(server.target, token=TOKENS["globex"]) as globex,
         ):
             call = acme.acquire("shared-id", B)
             lease = (await next_event(call)).granted.lease

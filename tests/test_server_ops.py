@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -25,9 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from scheduler.api.gen.slotsched.v1 import admin_pb2
 from scheduler.policy_load import parse_policy
 from scheduler.server.status import status_main
-
-pytest.register_assert_rewrite("tests.grpc_fixtures")  # imported before pytest loads it as a plugin
-from tests.grpc_fixtures import (  # noqa: E402
+from tests.grpc_fixtures import (
     BE,
     TOKENS,
     B,
@@ -40,8 +39,14 @@ from tests.grpc_fixtures import (  # noqa: E402
     status_of,
 )
 
-pytest_plugins = ["tests.grpc_fixtures"]
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def server() -> Iterator[ServerThread]:
+    """A secure-mode server on the default test policy (capacity 2, floor 1)."""
+    with running_server(policy_yaml()) as s:
+        yield s
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -54,12 +59,12 @@ def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
-def test_metrics_scraped_over_http_match_the_scenario(grpc_server: ServerThread) -> None:
+def test_metrics_scraped_over_http_match_the_scenario(server: ServerThread) -> None:
     async def go() -> None:
         async with (
-            Client(grpc_server.target, token=TOKENS["acme"]) as acme,
-            Client(grpc_server.target, token=TOKENS["batch"]) as batch,
-            Client(grpc_server.target, token=TOKENS["globex"]) as globex,
+            Client(server.target, token=TOKENS["acme"]) as acme,
+            Client(server.target, token=TOKENS["batch"]) as batch,
+            Client(server.target, token=TOKENS["globex"]) as globex,
         ):
             a1 = acme.acquire("a1", B)
             assert (await next_event(a1)).WhichOneof("event") == "granted"
@@ -70,7 +75,7 @@ def test_metrics_scraped_over_http_match_the_scenario(grpc_server: ServerThread)
             refused = globex.acquire("g", BE)
             assert (await status_of(refused))[0] == grpc.StatusCode.PERMISSION_DENIED
 
-            m = scrape(grpc_server.metrics_url)
+            m = scrape(server.metrics_url)
             assert m[("slotsched_grants_total", (("class", "burstable"),))] == 1
             assert m[("slotsched_grants_total", (("class", "besteffort"),))] == 1
             assert m[("slotsched_grants_total", (("class", "guaranteed"),))] == 0
@@ -90,7 +95,7 @@ def test_metrics_scraped_over_http_match_the_scenario(grpc_server: ServerThread)
             g1 = acme.acquire("g1", G)  # reclaims the floor from b1
             assert (await next_event(g1)).WhichOneof("event") == "queued"
             assert (await next_event(b1)).WhichOneof("event") == "yield_requested"
-            m = scrape(grpc_server.metrics_url)
+            m = scrape(server.metrics_url)
             assert m[("slotsched_preemptions_total", (("cause", "guaranteed"),))] == 1
             assert m[("slotsched_pending_sessions", (("class", "guaranteed"), ("tenant", "acme")))] == 1
             assert m[("slotsched_yields_total", ())] == 0
@@ -101,8 +106,8 @@ def test_metrics_scraped_over_http_match_the_scenario(grpc_server: ServerThread)
     asyncio.run(go())
 
 
-def test_health_and_reflection(grpc_server: ServerThread) -> None:
-    with grpc.insecure_channel(grpc_server.target) as channel:
+def test_health_and_reflection(server: ServerThread) -> None:
+    with grpc.insecure_channel(server.target) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         for service in ("", "slotsched.v1.Scheduler", "slotsched.v1.Workers", "slotsched.v1.Admin"):
             resp = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
@@ -112,14 +117,14 @@ def test_health_and_reflection(grpc_server: ServerThread) -> None:
         assert {"slotsched.v1.Scheduler", "slotsched.v1.Workers", "slotsched.v1.Admin"} <= services
         assert "grpc.health.v1.Health" in services
 
-        grpc_server.call_async(lambda r: r.begin_shutdown())
+        server.call_async(lambda r: r.begin_shutdown())
         resp = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
         assert resp.status == health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-def test_admin_policy_round_trip_and_apply(grpc_server: ServerThread) -> None:
+def test_admin_policy_round_trip_and_apply(server: ServerThread) -> None:
     async def go() -> None:
-        async with Client(grpc_server.target, token=TOKENS["acme"]) as c:
+        async with Client(server.target, token=TOKENS["acme"]) as c:
             got = await c.admin.GetPolicy(admin_pb2.GetPolicyRequest(), metadata=c.md)
             policy, _ = parse_policy(got.yaml)
             assert got.name == "test" and policy.pool.floor == 1
@@ -139,9 +144,9 @@ def test_admin_policy_round_trip_and_apply(grpc_server: ServerThread) -> None:
     asyncio.run(go())
 
 
-def test_list_leases_and_queue_page_through(grpc_server: ServerThread) -> None:
+def test_list_leases_and_queue_page_through(server: ServerThread) -> None:
     async def go() -> None:
-        async with Client(grpc_server.target, token=TOKENS["batch"]) as c:
+        async with Client(server.target, token=TOKENS["batch"]) as c:
             calls, kinds = [], []
             for i in range(5):  # one at a time: the order of arrival is the order in the queue
                 calls.append(c.acquire(f"s{i}", BE))
@@ -176,20 +181,18 @@ def test_list_leases_and_queue_page_through(grpc_server: ServerThread) -> None:
     asyncio.run(go())
 
 
-def test_status_prints_a_table_and_json(
-    grpc_server: ServerThread, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert status_main(grpc_server.target, False, TOKENS["acme"], None) == 0
+def test_status_prints_a_table_and_json(server: ServerThread, capsys: pytest.CaptureFixture[str]) -> None:
+    assert status_main(server.target, False, TOKENS["acme"], None) == 0
     out = capsys.readouterr().out
     assert "capacity 2 slots" in out and "floor 1" in out
     lines = out.splitlines()
     header = next(line for line in lines if line.startswith("tenant"))
     acme = next(line for line in lines if line.startswith("acme"))
     assert len(acme) <= len(header) + 2  # aligned columns
-    assert status_main(grpc_server.target, True, TOKENS["acme"], None) == 0
+    assert status_main(server.target, True, TOKENS["acme"], None) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["capacity"] == 2 and {t["tenant"] for t in doc["tenants"]} == {"acme", "globex", "batch"}
-    assert status_main(grpc_server.target, False, "wrong-token", None) == 1
+    assert status_main(server.target, False, "wrong-token", None) == 1
     assert "PERMISSION_DENIED" in capsys.readouterr().err
 
 

@@ -13,9 +13,7 @@ import pytest
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, workers_pb2
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
-
-pytest.register_assert_rewrite("tests.grpc_fixtures")  # imported before pytest loads it as a plugin
-from tests.grpc_fixtures import (  # noqa: E402
+from tests.grpc_fixtures import (
     BE,
     TOKENS,
     B,
@@ -27,8 +25,6 @@ from tests.grpc_fixtures import (  # noqa: E402
     status_of,
     until,
 )
-
-pytest_plugins = ["tests.grpc_fixtures"]
 
 
 def kind(ev: pb.LeaseEvent) -> str:
