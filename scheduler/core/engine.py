@@ -390,6 +390,10 @@ class Core:
                 return
         self._seq += 1
         req = _Request(s, t, cls, now, self._seq, now, ev.resume_from)
+        if self._free_ready > 0 and not self._requests and t.held[cls] < (t.quota(cls) or 1 << 62):
+            # Nobody waits and a slot is free: this request is first in line and within quota.
+            self._grant(req, self._pop_free(), now, out, queued=False)
+            return
         self._enqueue(req)
         self._to_report.append(req)
 
@@ -528,6 +532,8 @@ class Core:
     # ------------------------------------------------------------------ the pass
 
     def _schedule(self, now: float, out: list[Decision]) -> None:
+        if not self._requests:
+            return  # nobody waits: nothing to grant, no one with a right to preempt
         while True:
             if self._free_ready > 0:
                 req = self._pick_for_free_slot()
@@ -694,9 +700,12 @@ class Core:
 
     # ------------------------------------------------------------------ lease and queue changes
 
-    def _grant(self, req: _Request, slot: SlotId, now: float, out: list[Decision]) -> None:
+    def _grant(
+        self, req: _Request, slot: SlotId, now: float, out: list[Decision], queued: bool = True
+    ) -> None:
         t = req.tenant
-        self._dequeue(req, refresh=False)
+        if queued:
+            self._dequeue(req, refresh=False)
         epoch = self._epochs.get(slot, 0) + 1
         self._epochs[slot] = epoch
         lid = LeaseId(f"{slot.worker}/{slot.index}#{epoch}")
