@@ -60,6 +60,8 @@ def _serve(args: argparse.Namespace) -> int:
             policy_path=args.policy,
             listen=args.listen,
             metrics_listen=args.metrics_listen,
+            static_pool=not args.no_static_pool,
+            autoscaler=args.autoscaler,
         )
     )
     return rc
@@ -84,7 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--listen", default="127.0.0.1:50051", help="gRPC address (default %(default)s)")
     s.add_argument("--metrics-listen", default="127.0.0.1:9464", help="Prometheus /metrics address")
     s.add_argument(
-        "--snapshots", default=None, help="snapshot store URL: file:///dir (default) or s3://bucket/prefix"
+        "--autoscaler",
+        choices=("off", "local", "kubernetes", "dry-run"),
+        default=None,
+        help="companion autoscaler actuator (default: $SLOTSCHED_AUTOSCALER or off); see deploy/",
+    )
+    s.add_argument(
+        "--no-static-pool",
+        action="store_true",
+        help="register no local-N workers: workers join with `slotsched worker` (or the autoscaler)",
     )
     s.set_defaults(func=_serve)
 

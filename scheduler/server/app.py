@@ -15,9 +15,11 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
 
@@ -26,6 +28,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from scheduler.api.gen.externalscaler import externalscaler_pb2
 from scheduler.api.gen.slotsched.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -39,11 +42,16 @@ from scheduler.policy import Policy
 from scheduler.policy_load import PolicyError, default_policy, load_policy
 from scheduler.server.admin_service import AdminService
 from scheduler.server.auth import TENANT_HEADER, Authenticator
+from scheduler.server.keda_service import add_keda_servicer
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.metrics import Metrics
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.scheduler_service import SchedulerService
 from scheduler.server.workers_service import WorkersService
+from slots.actuators.base import Actuator
+from slots.actuators.factory import actuator_from_env
+from slots.autoscaler import Autoscaler
+from slots.pool_source import CoreDemand, weighted_demand_of_pool
 
 log = logging.getLogger("slotsched.server")
 
@@ -51,6 +59,7 @@ SERVICE_NAMES = (
     scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name,
     workers_pb2.DESCRIPTOR.services_by_name["Workers"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
+    externalscaler_pb2.DESCRIPTOR.services_by_name["ExternalScaler"].full_name,
 )
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9090"
@@ -75,6 +84,8 @@ class RunningServer:
     server: grpc.aio.Server
     health: health.aio.HealthServicer
     _httpd: WSGIServer | None = None
+    autoscaler: Autoscaler | None = None
+    _actuator: Actuator | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _stopped: bool = False
 
@@ -98,6 +109,9 @@ class RunningServer:
         await self.server.stop(grace)
         for t in self._tasks:
             t.cancel()
+        close = getattr(self._actuator, "close", None)
+        if close is not None:
+            close()  # the local actuator stops the worker processes it started
         self.loop.close()
 
 
@@ -129,8 +143,14 @@ async def start_server(
     static_pool: bool = True,
     *,
     heartbeat_interval_s: float = 5.0,
+    autoscaler_env: Mapping[str, str] | None = None,
+    autoscale_period_s: float = 15.0,
 ) -> RunningServer:
-    """Start a server on the running event loop. Raises PolicyError for a bad policy file."""
+    """Start a server on the running event loop. Raises PolicyError for a bad policy file.
+
+    `autoscaler_env` (default: the process environment) chooses the companion autoscaler's
+    actuator through SLOTSCHED_AUTOSCALER (off | local | kubernetes | dry-run); see
+    slots/actuators/factory.py. The KEDA external scaler is always served."""
     policy, secure = _load(policy_path)
     metrics = Metrics()
     loop = SchedulerLoop(policy, metrics)
@@ -144,6 +164,11 @@ async def start_server(
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth), server)  # type: ignore[no-untyped-call]
     workers_pb2_grpc.add_WorkersServicer_to_server(WorkersService(registry, auth), server)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(AdminService(registry, auth), server)  # type: ignore[no-untyped-call]
+    add_keda_servicer(
+        server,
+        lambda: weighted_demand_of_pool(loop.core.describe(), loop.core.policy),
+        lambda: loop.core.policy.pool.slots_per_worker,
+    )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", *SERVICE_NAMES):
@@ -166,6 +191,24 @@ async def start_server(
         port, metrics_port, host, secure, policy, loop, registry, server, health_servicer, httpd
     )
     running._tasks.append(asyncio.create_task(registry.run_reaper()))
+    env = os.environ if autoscaler_env is None else autoscaler_env
+    reach = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    actuator = actuator_from_env(env, scheduler=f"{reach}:{port}", slots=policy.pool.slots_per_worker)
+    if actuator is not None:
+        running._actuator = actuator
+        running.autoscaler = Autoscaler(
+            CoreDemand(lambda: loop.core.describe(), lambda: loop.core.policy),
+            registry,
+            actuator,
+            lambda: loop.core.policy,
+            clock=loop.now,
+            registry=metrics.registry,
+            period_s=autoscale_period_s,
+        )
+        running._tasks.append(asyncio.create_task(running.autoscaler.run()))
+        log.info(
+            "autoscaler on: %s actuator, every %.0f s", env.get("SLOTSCHED_AUTOSCALER"), autoscale_period_s
+        )
     return running
 
 
@@ -175,12 +218,18 @@ async def serve_forever(
     metrics_listen: str | None = DEFAULT_METRICS_LISTEN,
     static_pool: bool = True,
     grace_s: float = 5.0,
+    autoscaler: str | None = None,
 ) -> int:
-    """Serve until SIGTERM/SIGINT, then shut down gracefully. Returns the process exit code."""
+    """Serve until SIGTERM/SIGINT, then shut down gracefully. Returns the process exit code.
+
+    `autoscaler` (off | local | kubernetes | dry-run) overrides SLOTSCHED_AUTOSCALER."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        running = await start_server(policy_path, listen, metrics_listen, static_pool)
+        env = dict(os.environ)
+        if autoscaler is not None:
+            env["SLOTSCHED_AUTOSCALER"] = autoscaler
+        running = await start_server(policy_path, listen, metrics_listen, static_pool, autoscaler_env=env)
     except PolicyError as e:
         for p in e.problems:
             print(f"error: {p}", file=sys.stderr)
