@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slots.actuators.base import ActuatorError, WorkerPhase
+from slots.actuators.base import ActuatorError, ScaleNote, WorkerPhase
 from slots.actuators.local import LocalActuator
 
 STAND_IN = """
@@ -86,6 +86,27 @@ def test_a_worker_that_exits_on_its_own_is_reported_once_and_not_listed(tmp_path
         assert act.poll_errors() == []
     finally:
         act.close(timeout_s=5)
+
+
+def test_a_drained_worker_may_exit_by_itself_but_only_cleanly(tmp_path: Path) -> None:
+    def down(*workers: str) -> ScaleNote:
+        return ScaleNote("down", 1, 2, 1.0, "scale_down", False, 0.0, workers)
+
+    clean = _actuator(tmp_path, "--exit", "0")
+    failed = _actuator(tmp_path, "--exit", "3")
+    try:
+        clean.scale_to(2)
+        clean.record(down("worker-1"))  # the loop drained worker-1, not worker-2
+        _wait(lambda: clean.list() == [])
+        errors = clean.poll_errors()
+        assert len(errors) == 1 and "worker-2" in errors[0] and "exited with code 0" in errors[0]
+        failed.scale_to(1)
+        failed.record(down("worker-1"))
+        _wait(lambda: failed.list() == [])
+        assert ["exited with code 3" in e for e in failed.poll_errors()] == [True]  # drained, but failed
+    finally:
+        clean.close(timeout_s=5)
+        failed.close(timeout_s=5)
 
 
 def test_a_worker_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:

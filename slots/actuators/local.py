@@ -8,7 +8,9 @@ replaced textually, so other braces (JSON, shell) pass through untouched.
 Stopping never blocks the loop: `remove` sends SIGTERM (the worker deregisters and exits) and
 returns; a worker still alive `stop_grace_s` later gets SIGKILL. A worker that exits when nobody
 asked it to is reported once by `poll_errors` with its exit code, and is no longer listed, so the
-autoscaler loop asks for a replacement on its next tick.
+autoscaler loop asks for a replacement on its next tick. A worker the loop drained (`record` of a
+scale-down names it) was asked to leave: the reference worker exits by itself, with code 0, once a
+drain has emptied it, often before the loop gets to `remove` it, and that exit is no failure.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from slots.actuators.base import ActuatorError, WorkerInfo, WorkerPhase
+from slots.actuators.base import ActuatorError, ScaleNote, WorkerInfo, WorkerPhase
 
 log = logging.getLogger("slotsched.actuators.local")
 
@@ -49,6 +51,7 @@ class _Proc:
     popen: subprocess.Popen[bytes]
     log_file: IO[bytes] | None
     stop_deadline: float | None = None  # set once SIGTERM was sent
+    drained: bool = False  # the loop drained it: it may leave by itself
 
 
 class LocalActuator:
@@ -124,6 +127,17 @@ class LocalActuator:
             out, self._errors = self._errors, []
             return out
 
+    def record(self, note: ScaleNote) -> None:
+        """A scale decision (DecisionRecorder): logged; the workers a scale-down drains may exit."""
+        log.info("autoscaler decision: %s", note.message())
+        if note.direction != "down":
+            return
+        with self._lock:
+            for wid in note.workers:
+                p = self._procs.get(wid)
+                if p is not None:
+                    p.drained = True
+
     # ------------------------------------------------------------------ lifecycle
 
     def close(self, timeout_s: float | None = None) -> None:
@@ -176,7 +190,9 @@ class LocalActuator:
                     log.warning("worker %s did not stop within %.0f s: SIGKILL", wid, self.stop_grace_s)
                     p.popen.kill()
                 continue
-            if p.stop_deadline is None:
+            if p.stop_deadline is None and p.drained and code == 0:
+                log.info("drained worker %s (pid %d) exited by itself", wid, p.popen.pid)
+            elif p.stop_deadline is None:
                 self._errors.append(f"worker {wid} (pid {p.popen.pid}) exited with code {code}")
             if p.log_file is not None:
                 p.log_file.close()
