@@ -3,7 +3,8 @@
 `/var/lib/slotsched/snapshots` or `file:///var/lib/slotsched/snapshots` -> `LocalSnapshotStore`
 (the embedded default); `s3://bucket/prefix?endpoint_url=http://minio:9000&region=us-east-1` ->
 `S3SnapshotStore`. S3 query options: endpoint_url, region, multipart_threshold, part_size (bytes, or
-with a KiB/MiB/GiB suffix), connect_timeout, read_timeout (seconds), max_attempts, addressing_style.
+with a KiB/MiB/GiB suffix), connect_timeout, read_timeout (seconds), max_attempts, addressing_style,
+upload_concurrency (parts of one snapshot in flight).
 Credentials never go in the URL: they come from the standard boto3 chain. Anything unrecognised is
 refused with a ValueError naming it, rather than silently falling back to another store.
 """
@@ -56,6 +57,7 @@ _S3_OPTIONS: dict[str, Callable[[str, str], Any]] = {
     "read_timeout": _parse_number(float),
     "max_attempts": _parse_number(int),
     "addressing_style": _parse_text,
+    "upload_concurrency": _parse_number(int),
 }
 
 

@@ -27,6 +27,7 @@ from snapshots.errors import ChecksumMismatch, SnapshotNotFound, TenantMismatch
 from snapshots.store import (
     NAME_RE,
     SNAPSHOT_SUFFIX,
+    Chunk,
     created_ms,
     name_created,
     snapshot_name,
@@ -69,7 +70,7 @@ class LocalSnapshotStore:
         self,
         tenant: str,
         session: str,
-        chunks: Iterable[bytes],
+        chunks: Iterable[Chunk],
         created: float | None = None,
         *,
         sha256: str | None = None,
@@ -87,9 +88,8 @@ class LocalSnapshotStore:
             size = 0
             with os.fdopen(fd, "wb") as f:
                 for chunk in chunks:
-                    f.write(chunk)
                     digest.update(chunk)
-                    size += len(chunk)
+                    size += f.write(chunk)  # bytes written, whatever the chunk's type
                 f.flush()
                 os.fsync(f.fileno())
             sha = digest.hexdigest()

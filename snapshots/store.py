@@ -17,9 +17,13 @@ import math
 import re
 import time
 from collections.abc import Iterable, Iterator
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from scheduler.core.types import SnapshotRef
+
+#: What `put` accepts as a chunk: any flat bytes-like object. A memoryview lets a caller lend a slice
+#: of its own buffer instead of copying it (see `put`).
+Chunk: TypeAlias = bytes | bytearray | memoryview
 
 SNAPSHOT_SUFFIX = ".snap"
 _MS_DIGITS = 15
@@ -53,7 +57,7 @@ class SnapshotStore(Protocol):
         self,
         tenant: str,
         session: str,
-        chunks: Iterable[bytes],
+        chunks: Iterable[Chunk],
         created: float | None = None,
         *,
         sha256: str | None = None,
@@ -61,6 +65,9 @@ class SnapshotStore(Protocol):
         """Store the concatenation of `chunks` as a new snapshot of `session` and return its ref.
 
         `chunks` is consumed once, as a stream; the whole snapshot never has to be in memory.
+        A chunk may be a view of the caller's own buffer: the store may keep referring to it (not
+        copy it) until `put` returns or raises, never after, so the caller may change or reuse the
+        buffer once `put` is done.
         `created` (unix seconds, default now) is rounded to milliseconds; the returned ref carries
         the rounded value, so it compares equal to the ref `list` returns. The ref's `sha256` is the
         hex digest of the bytes and `size_bytes` their length. If the iterator raises, the exception

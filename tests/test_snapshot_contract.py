@@ -364,12 +364,20 @@ def _fault_store(server: MotoServer, bucket: str) -> S3SnapshotStore:
     )
 
 
-def _one_part_uploaded(server: MotoServer, bucket: str) -> None:
+def _one_part_uploaded(server: MotoServer, bucket: str, timeout: float = 10.0) -> None:
+    """Wait until exactly one part of the one open upload is stored (parts go up concurrently with
+    the reading, so the first may still be in flight when the stream has moved on)."""
     raw = server.client()
     uploads = raw.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
     assert len(uploads) == 1
-    parts = raw.list_parts(Bucket=bucket, Key=uploads[0]["Key"], UploadId=uploads[0]["UploadId"])
-    assert len(parts["Parts"]) == 1
+    deadline = time.monotonic() + timeout
+    while True:
+        parts = raw.list_parts(Bucket=bucket, Key=uploads[0]["Key"], UploadId=uploads[0]["UploadId"])
+        if parts.get("Parts"):
+            assert len(parts["Parts"]) == 1  # only 7 MiB of the stream was read: one 5 MiB part
+            return
+        assert time.monotonic() < deadline, "the first part was never uploaded"
+        time.sleep(0.01)
 
 
 @pytest.mark.slow

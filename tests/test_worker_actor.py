@@ -80,6 +80,21 @@ def test_state_grows_turn_by_turn_with_deterministic_chunks() -> None:
     assert bytes(b.history) != bytes(a.history[:100])
 
 
+def test_state_chunks_lend_read_only_views_and_a_view_kept_does_not_block_a_turn() -> None:
+    a = Actor("sess-1", 100)
+    for _ in range(3):
+        a.take_turn()
+    chunks = list(a.state_chunks(chunk_size=64))
+    assert all(isinstance(c, memoryview) and c.readonly for c in chunks[:-1])  # no copy of the history
+    assert b"".join(chunks) == a.state_bytes()
+    # A view still held (say by a failed upload's traceback) pins the bytearray; the turn grows a copy.
+    kept = chunks[0]
+    del chunks
+    a.take_turn()
+    assert a.turns == 4 and a.state_sha256() == hashlib.sha256(a.state_bytes()).hexdigest()
+    assert bytes(kept) == turn_chunk("sess-1", 0, 100)[:64]  # the view still sees what it lent
+
+
 def test_restore_round_trip_keeps_hash_and_counts_on() -> None:
     a = Actor("sess-1", 256)
     for _ in range(7):

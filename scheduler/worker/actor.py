@@ -35,7 +35,7 @@ TRAILER = struct.Struct("<8sQQQd16s")
 TRAILER_SIZE = TRAILER.size  # 56
 #: How many bytes of a turn's chunk a restore recomputes to check consistency (first and last turn).
 SPOT_CHECK_BYTES = 4096
-#: State is streamed to the snapshot store in slices of this size (no copy of the history).
+#: State is streamed to the snapshot store as views of this size (no copy of the history).
 STREAM_CHUNK = 8 << 20
 _CHUNK_DOMAIN = b"slotsched-actor-turn\0"
 
@@ -115,7 +115,12 @@ class Actor:
             chunk = self.next_chunk()
         elif len(chunk) != self.bytes_per_turn:
             raise ValueError(f"a turn appends {self.bytes_per_turn} bytes, not {len(chunk)}")
-        self.history += chunk
+        try:
+            self.history += chunk
+        except BufferError:
+            # A view of the history lent to a checkpoint is still alive somewhere (e.g. held by a
+            # traceback): it cannot be resized, so grow a copy instead; the old buffer stays with it.
+            self.history = self.history + chunk
         self._hash.update(chunk)
         self.turns += 1
         self.run_seconds = self.live_run_seconds()
@@ -141,15 +146,17 @@ class Actor:
         h.update(self.trailer())
         return h.hexdigest()
 
-    def state_chunks(self, chunk_size: int = STREAM_CHUNK) -> Generator[bytes, None, None]:
-        """The state as a stream of slices, without copying the history.
+    def state_chunks(self, chunk_size: int = STREAM_CHUNK) -> Generator[bytes | memoryview, None, None]:
+        """The state as read-only views of the history (no copy: a 128 MiB state is not duplicated
+        to be checkpointed), then the trailer.
 
-        The actor must not take a turn until the iterator is exhausted (the host holds its lock).
+        The actor must not take a turn until the iterator is exhausted (the host holds its lock). A
+        view that is still referenced afterwards does not break the next turn (see `take_turn`).
         """
         trailer = self.trailer()
-        with memoryview(self.history) as view:
-            for i in range(0, len(view), chunk_size):
-                yield bytes(view[i : i + chunk_size])
+        with memoryview(self.history) as view, view.toreadonly() as ro:
+            for i in range(0, len(ro), chunk_size):
+                yield ro[i : i + chunk_size]
         yield trailer
 
     def state_bytes(self) -> bytes:

@@ -56,7 +56,7 @@ from snapshots.errors import (
     SnapshotUnavailable,
     TenantMismatch,
 )
-from snapshots.store import SnapshotStore, name_created, validate_name
+from snapshots.store import Chunk, SnapshotStore, name_created, validate_name
 
 log = logging.getLogger("slotsched.worker")
 
@@ -497,7 +497,7 @@ class ActorHost:
             turns = actor.turns
             chunks = actor.state_chunks()
 
-            def guarded() -> Iterator[bytes]:
+            def guarded() -> Iterator[Chunk]:
                 for c in chunks:
                     if run.abort_checkpoint:
                         raise _CheckpointAborted(f"checkpoint of {run.session_id} abandoned by its caller")
@@ -521,7 +521,7 @@ class ActorHost:
                 log.error("checkpoint of session %s failed: %s", run.session_id, e)
                 raise Unavailable(f"checkpoint failed: {e}") from e
             finally:
-                chunks.close()  # release the view on the history before the next turn grows it
+                chunks.close()  # release the views of the history before the next turn grows it
             seconds = time.perf_counter() - t0
             run.next_turn_at = loop.time() + self.config.turn_interval_s
         self.metrics.checkpoints.labels("ok").inc()
