@@ -12,11 +12,21 @@ and the grant. The Guaranteed session then leaves, the BestEffort one resumes (r
 state from S3) and the next repetition starts.
 
 The baseline is the fastest of `put_object` and `upload_fileobj` (boto3's managed transfer) of the
-same number of bytes, run in this process in the same run, interleaved with the repetitions.
+same number of bytes, run in this process in the same run, interleaved with the repetitions; its
+objects are deleted (untimed) before the preemption, so both uploads face the same server state.
 Overhead = median(yield-to-grant) - median(baseline upload). Target: <= 50 ms.
 
     python bench/yield.py          # last line: overhead_ms_1MiB=X overhead_ms_16MiB=Y overhead_ms_128MiB=Z
     python bench/yield.py --sizes 1,16 --repeat 5
+    python bench/yield.py --store-options multipart_threshold=256MiB   # one PutObject up to 256 MiB
+
+Figures (this 2-CPU box, --repeat 5, overhead at 1 / 16 / 128 MiB): default store (16 MiB parts, 4
+in flight) 4.3 / -28.6 / 249.8 ms, 128 MiB ranging 250-660 ms over runs: its parts are up in about
+half the baseline's time, but moto's CompleteMultipartUpload re-assembles the object (0.55-0.9 s at
+128 MiB), which the single-request baseline never pays. With multipart_threshold=256MiB: 2.9 / 18.7
+/ -63.5 ms. Before the S3 write path was reworked (sequential parts, Content-MD5 per part, copies of
+the state): 6.2 / 116.5 / 1114.6 ms (5.7 / 107.7 / 1679.6 ms with the baseline's objects left in
+place during the checkpoint).
 """
 
 from __future__ import annotations
@@ -87,14 +97,21 @@ class Observer:
 
 
 def baseline_upload(endpoint: str, bucket: str, data: bytes) -> float:
-    """Fastest of a single PutObject and boto3's managed upload of `data`."""
+    """Fastest of a single PutObject and boto3's managed upload of `data`.
+
+    Both objects are deleted afterwards (untimed): the checkpoint that follows must not share the
+    server with 2 x size bytes of baseline objects the baseline itself never had to: on moto an
+    upload next to them is 100-300 ms slower at 128 MiB, whichever kind of upload it is.
+    """
     client = s3_client(endpoint)
+    keys = [f"baseline/put-{time.time_ns()}", f"baseline/managed-{time.time_ns()}"]
     t0 = time.perf_counter()
-    client.put_object(Bucket=bucket, Key=f"baseline/put-{time.time_ns()}", Body=data)
+    client.put_object(Bucket=bucket, Key=keys[0], Body=data)
     put = time.perf_counter() - t0
     t0 = time.perf_counter()
-    client.upload_fileobj(io.BytesIO(data), bucket, f"baseline/managed-{time.time_ns()}")
+    client.upload_fileobj(io.BytesIO(data), bucket, keys[1])
     managed = time.perf_counter() - t0
+    client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys]})
     return min(put, managed)
 
 
