@@ -18,15 +18,14 @@ Overhead = median(yield-to-grant) - median(baseline upload). Target: <= 50 ms.
 
     python bench/yield.py          # last line: overhead_ms_1MiB=X overhead_ms_16MiB=Y overhead_ms_128MiB=Z
     python bench/yield.py --sizes 1,16 --repeat 5
-    python bench/yield.py --store-options multipart_threshold=256MiB   # one PutObject up to 256 MiB
+    python bench/yield.py --store-options multipart_threshold=16MiB    # multipart above 16 MiB
 
-Figures (this 2-CPU box, --repeat 5, overhead at 1 / 16 / 128 MiB): default store (16 MiB parts, 4
-in flight) 4.3 / -28.6 / 249.8 ms, 128 MiB ranging 250-660 ms over runs: its parts are up in about
-half the baseline's time, but moto's CompleteMultipartUpload re-assembles the object (0.55-0.9 s at
-128 MiB), which the single-request baseline never pays. With multipart_threshold=256MiB: 2.9 / 18.7
-/ -63.5 ms. Before the S3 write path was reworked (sequential parts, Content-MD5 per part, copies of
-the state): 6.2 / 116.5 / 1114.6 ms (5.7 / 107.7 / 1679.6 ms with the baseline's objects left in
-place during the checkpoint).
+Figures (this 2-CPU box, --repeat 5, overhead at 1 / 16 / 128 MiB), default store (one PutObject
+up to 256 MiB, 16 MiB parts 4 in flight above): 4.7 / -13.7 / 27.3 ms. With 16 MiB multipart
+(`--store-options multipart_threshold=16MiB`): 4.3 / -28.6 / 249.8 ms, 128 MiB ranging 250-660 ms
+over runs, all of it moto's CompleteMultipartUpload re-assembling the object. Before the S3 write
+path was reworked (sequential parts, Content-MD5 per part, copies of the state): 6.2 / 116.5 /
+1114.6 ms.
 """
 
 from __future__ import annotations

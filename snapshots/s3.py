@@ -83,9 +83,13 @@ MAX_PARTS = 10_000
 STAGING_DIR = ".partial"
 STAGING_TTL = dt.timedelta(hours=1)  # retain() sweeps staging objects older than this
 _READ_CHUNK = 1 * MiB
-# 16 MiB parts, 4 in flight: few enough requests that a snapshot of a few parts costs little more
-# than one PutObject, many enough in flight that a large one is not bound to one connection.
-DEFAULT_MULTIPART_THRESHOLD = 16 * MiB
+# One PutObject up to 256 MiB: measured on the S3 server the tests run (bench/yield.py), a
+# multipart upload of 128 MiB paid ~0.5 s more than one PutObject, all in CompleteMultipartUpload,
+# and a yield is on a Guaranteed session's critical path. The price is holding up to that much of a
+# streamed snapshot in memory (the reference actor holds its state anyway). Above it: 16 MiB parts,
+# 4 in flight. Tune both per store with the URL options multipart_threshold and upload_concurrency.
+DEFAULT_MULTIPART_THRESHOLD = 256 * MiB
+DEFAULT_PART_SIZE = 16 * MiB
 DEFAULT_UPLOAD_CONCURRENCY = 4
 _JOIN_MAX = 1 * MiB  # a PutObject body up to this size is joined into one bytes object
 
@@ -259,13 +263,13 @@ class _Body:
 class S3SnapshotStore:
     """A `SnapshotStore` in `bucket` under `prefix`.
 
-    `multipart_threshold` (default 16 MiB): snapshots larger than this are streamed as a multipart
-    upload with parts of `part_size` bytes (default: the threshold, at least 5 MiB); smaller ones use
-    one `PutObject`. `upload_concurrency` (default 4): how many parts of one snapshot are uploaded at a
-    time (and so referenced in memory, see the module docstring). Where completing a multipart
-    upload is costly (moto re-assembles the object: ~0.6 s at 128 MiB, see bench/yield.py) a higher
-    threshold makes larger snapshots one request; against AWS S3, parallel parts should upload
-    faster than one stream.
+    `multipart_threshold` (default 256 MiB): snapshots larger than this are streamed as a multipart
+    upload with parts of `part_size` bytes (default: the threshold up to 16 MiB, at least 5 MiB);
+    smaller ones use one `PutObject`. `upload_concurrency` (default 4): how many parts of one
+    snapshot are uploaded at a time (and so referenced in memory, see the module docstring). Where
+    completing a multipart upload is costly (moto re-assembles the object: ~0.6 s at 128 MiB, see
+    bench/yield.py) a higher threshold makes larger snapshots one request; against AWS S3, parallel
+    parts should upload faster than one stream.
     `connect_timeout`/`read_timeout` (seconds) and `max_attempts` (total attempts per request,
     including the first) bound how long a call can hang when the store is down. `addressing_style`
     defaults to "path" when `endpoint_url` is set (MinIO/Ceph need no wildcard DNS then) and to
@@ -299,7 +303,11 @@ class S3SnapshotStore:
         if multipart_threshold < 0:
             raise ValueError(f"multipart_threshold must be >= 0, got {multipart_threshold}")
         self.multipart_threshold = multipart_threshold
-        self.part_size = part_size if part_size is not None else max(multipart_threshold, MIN_PART_SIZE)
+        self.part_size = (
+            part_size
+            if part_size is not None
+            else max(min(multipart_threshold, DEFAULT_PART_SIZE), MIN_PART_SIZE)
+        )
         if not MIN_PART_SIZE <= self.part_size <= MAX_PART_SIZE:
             raise ValueError(f"part_size must be between 5 MiB and 5 GiB, got {self.part_size}")
         if max_attempts < 1:
