@@ -35,6 +35,7 @@ from scheduler.core.types import (
     WorkerId,
     WorkerRemoved,
     Yield,
+    YieldRequested,
 )
 from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 
@@ -191,6 +192,19 @@ class CoreMachine(RuleBasedStateMachine):
                 assert view is None
         for _lease, state in self.core.leases():
             assert state in (LeaseState.ACTIVE, LeaseState.YIELDING)
+
+    @invariant()
+    def quiescent(self) -> None:
+        """Every event leaves nothing undone: a pass at the same instant decides nothing more.
+
+        (Checked on a replay, so the core under test is not disturbed.)"""
+        if not self.log:
+            return
+        replay = Core(POLICY)
+        for now, ev in self.log:
+            replay.handle(ev, now)
+        more = replay.handle(Tick(), self.log[-1][0])  # the instant of the last event: no timer due
+        assert not [d for d in more if isinstance(d, Granted | YieldRequested)], more
 
     def teardown(self) -> None:
         replay = Core(POLICY)

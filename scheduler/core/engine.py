@@ -216,11 +216,14 @@ class Core:
         now = max(now, self._now)
         self._now = now
         out: list[Decision] = []
-        self._advance(now, out)
+        # The state is quiescent after every event (the pass ran to completion), so a pass is
+        # needed only when timers fired or the event can open a slot or a right to one.
+        need_pass = self._advance(now, out)
         if isinstance(event, Acquire):
-            self._acquire(event, now, out)
+            need_pass = self._acquire(event, now, out) or need_pass
         elif isinstance(event, Release):
             self._release(event, now, out)
+            need_pass = True
         elif isinstance(event, Renew):
             self._renew(event, now, out)
         elif isinstance(event, Yield):
@@ -233,7 +236,8 @@ class Core:
             self._worker_draining(event, now, out)
         elif isinstance(event, WorkerRemoved):
             self._worker_removed(event, now, out)
-        self._schedule(now, out)
+        if need_pass or not isinstance(event, Acquire | Renew):
+            self._schedule(now, out)
         if self._to_report:
             # Requests that entered the queue in this event and were not served by the pass.
             for req in self._to_report:
@@ -370,32 +374,39 @@ class Core:
 
     # ------------------------------------------------------------------ events
 
-    def _acquire(self, ev: Acquire, now: float, out: list[Decision]) -> None:
+    def _acquire(self, ev: Acquire, now: float, out: list[Decision]) -> bool:
+        """Admit, grant at once, queue or refuse; True if the pass may now do something."""
         s = ev.session
         if s in self._requests or s in self._holders:
             out.append(Refused(s, RefuseReason.DUPLICATE_SESSION, f"session {s} already holds or waits"))
-            return
+            return False
         t = self._tenants.get(ev.tenant)
         if t is None or ev.tenant in self._retired:
             out.append(Refused(s, RefuseReason.UNKNOWN_TENANT, f"tenant {ev.tenant!r} is not in the policy"))
-            return
+            return False
         cls = CLASS_INDEX[ev.qos]
         if not t.class_allowed(cls):
             out.append(Refused(s, RefuseReason.NO_QUOTA, f"tenant {t.name!r} has no {ev.qos.value} quota"))
-            return
+            return False
         if self._free_ready == 0:
             refusal = self._cap_refusal(s, t, cls)
             if refusal is not None:
                 out.append(refusal)
-                return
+                return False
         self._seq += 1
         req = _Request(s, t, cls, now, self._seq, now, ev.resume_from)
         if self._free_ready > 0 and not self._requests and t.held[cls] < (t.quota(cls) or 1 << 62):
             # Nobody waits and a slot is free: this request is first in line and within quota.
             self._grant(req, self._pop_free(), now, out, queued=False)
-            return
+            return False
         self._enqueue(req)
         self._to_report.append(req)
+        # Only the newcomer can act now: on a free slot, or by a right to preempt.
+        if self._free_ready > 0 or cls == G or self._orphans:
+            return True
+        if cls == B and t.b_nominal_held() + t.earmarked[B] < t.spec.burstable_nominal:
+            return True
+        return self._mature_n > 0  # a fairness preemption needs a victim that ran min_runtime
 
     def _cap_refusal(self, s: SessionId, t: TenantState, cls: int) -> Refused | None:
         q = self._policy.queue
@@ -498,7 +509,9 @@ class Core:
 
     # ------------------------------------------------------------------ timers
 
-    def _advance(self, now: float, out: list[Decision]) -> None:
+    def _advance(self, now: float, out: list[Decision]) -> bool:
+        """Fire the timers due by `now`; True if any did something."""
+        fired = False
         maturing = self._maturing
         while maturing and maturing[0][0] <= now:
             _, lid, epoch = maturing.popleft()
@@ -511,12 +524,14 @@ class Core:
                 t.mature[rec.cls][lid] = granted
                 self._mature_n += 1
                 self._refresh_victims(t)
+                fired = True
         deadlines = self._yield_deadlines
         while deadlines and deadlines[0][0] <= now:
             _, lid, epoch = heapq.heappop(deadlines)
             rec = self._leases.get(lid)
             if rec is not None and rec.lease.epoch == epoch and rec.state is LeaseState.YIELDING:
                 self._revoke(rec, RevokeReason.YIELD_DEADLINE, now, out)
+                fired = True
         expiries = self._expiries
         while expiries and expiries[0][0] <= now:
             _, lid, epoch = heapq.heappop(expiries)
@@ -528,6 +543,8 @@ class Core:
                 continue
             self._end_lease(rec, LeaseState.EXPIRED)
             out.append(Expired(rec.lease, now - rec.lease.granted_at))
+            fired = True
+        return fired
 
     # ------------------------------------------------------------------ the pass
 
