@@ -596,6 +596,8 @@ class Core:
         top = self._tier2.peek()
         if top is not None and self._slack() - self._inflight_nominal >= 1:
             return self._preempt_for(self._requests[top[-3]], TIER_NOMINAL, YieldCause.NOMINAL, now, out)
+        if not self._orphans and self._mature_n == 0:
+            return False  # a fairness preemption needs a victim that ran min_runtime
         top = self._tier3.peek()
         if top is not None:
             return self._preempt_for(self._requests[top[-3]], TIER_SHARED, YieldCause.FAIR_SHARE, now, out)
@@ -623,6 +625,7 @@ class Core:
         """Victim order: BestEffort before borrowing Burstable; then the tenant furthest above its
         share (highest borrowed/weight); then the lease that loses least work (newest grant).
         Heap ties fall to the tenant name, so the order is total and deterministic."""
+        self._flush_victims()
         for cls, heap in ((BE, self._victims_any[0]), (B, self._victims_any[1])):
             top = heap.peek()
             if top is not None:
@@ -637,6 +640,7 @@ class Core:
         LessThanOrEqualToFinalShare). Checking the top tenant suffices: others have lower shares."""
         if self._mature_n == 0:
             return None
+        self._flush_victims()
         a_after = a.borrowed_effective() + a.earmarked_fair + 1
         for cls, heap in ((BE, self._victims_mature[0]), (B, self._victims_mature[1])):
             top = heap.peek()
@@ -932,10 +936,15 @@ class Core:
         self._dirty_victims[t] = None
 
     def _flush(self) -> None:
+        """Bring the order-of-service heaps up to date (before reading them)."""
         if self._dirty_queue:
             for t in self._dirty_queue:
                 self._reindex_queue(t)
             self._dirty_queue.clear()
+
+    def _flush_victims(self) -> None:
+        """Bring the victim heaps up to date; only a preemption reads them, and most passes
+        end before one is possible, so this is done on demand."""
         if self._dirty_victims:
             for t in self._dirty_victims:
                 self._reindex_victims(t)
