@@ -157,6 +157,8 @@ class Core:
 
     def __init__(self, policy: Policy) -> None:
         self._policy = policy
+        self._ttl = policy.timing.lease_ttl_s  # read on every grant: kept at hand
+        self._min_runtime = policy.timing.min_runtime_s
         self._tenants: dict[str, TenantState] = {}
         self._retired: set[str] = set()
         self._workers: dict[WorkerId, _Worker] = {}
@@ -248,6 +250,8 @@ class Core:
     def apply_policy(self, policy: Policy, now: float) -> list[Decision]:
         """Swap in a new policy. Leases over a lowered quota finish normally; none is cut short."""
         self._policy = policy
+        self._ttl = policy.timing.lease_ttl_s
+        self._min_runtime = policy.timing.min_runtime_s
         names = {t.name for t in policy.tenants}
         for spec in policy.tenants:
             t = self._tenants.get(spec.name)
@@ -446,7 +450,7 @@ class Core:
         rec = self._check_call(ev.session, ev.lease_id, ev.epoch, out)
         if rec is None:
             return
-        rec.lease = rec.lease._replace(expires_at=now + self._policy.timing.lease_ttl_s)
+        rec.lease = rec.lease._replace(expires_at=now + self._ttl)
         out.append(Renewed(rec.lease))
 
     def _yield(self, ev: Yield, now: float, out: list[Decision]) -> None:
@@ -738,7 +742,7 @@ class Core:
             slot,
             epoch,
             now,
-            now + self._policy.timing.lease_ttl_s,
+            now + self._ttl,
             req.resume_from,
         )
         w = self._workers[slot.worker]
@@ -760,7 +764,7 @@ class Core:
             if req.cls == B:
                 t.b_borrowing += 1
             t.candidates[req.cls][lid] = now
-            self._maturing.append((now + self._policy.timing.min_runtime_s, lid, epoch))
+            self._maturing.append((now + self._min_runtime, lid, epoch))
         heapq.heappush(self._expiries, (lease.expires_at, lid, epoch))
         self._refresh(t)
         out.append(Granted(lease, now - req.enqueued_at))
