@@ -101,7 +101,6 @@ class SchedulerServicer:
         - RESOURCE_EXHAUSTED: a queue cap (pool-wide or per tenant; BestEffort at 80% of a cap) is
         reached. Trailing metadata `retry-after-ms` and `estimated-wait-ms` say when to retry and
         how long the wait would be; a google.rpc.QuotaFailure detail names the cap.
-        - FAILED_PRECONDITION: the session id is live under another tenant.
         - DEADLINE_EXCEEDED: still queued when the caller's gRPC deadline or `wait_timeout` passed;
         the request has been withdrawn.
         - UNAVAILABLE: the server is shutting down.
@@ -118,9 +117,8 @@ class SchedulerServicer:
         session simply ends, without snapshot).
 
         Errors: INVALID_ARGUMENT (`session_id` empty); NOT_FOUND (no live session, lease or queued
-        request by that id); FAILED_PRECONDITION (stale `epoch`, the lease is not this session's,
-        the session belongs to another tenant, or `lease_id` is empty while the session holds a
-        lease); UNAUTHENTICATED; PERMISSION_DENIED; UNAVAILABLE.
+        request by that id); FAILED_PRECONDITION (stale `epoch`, the lease is not this session's
+        or belongs to another tenant, or `lease_id` is empty while the session holds a lease); UNAUTHENTICATED; PERMISSION_DENIED; UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -157,9 +155,8 @@ class SchedulerServicer:
     def GetSession(self, request, context):
         """Reads a session's current state without attaching to it.
 
-        Errors: INVALID_ARGUMENT (`session_id` empty); NOT_FOUND (no such session, or it ended and
-        was forgotten); FAILED_PRECONDITION (the session belongs to another tenant);
-        UNAUTHENTICATED; PERMISSION_DENIED; UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (`session_id` empty); NOT_FOUND (no such session of the caller's
+        tenant, or it ended and was forgotten); UNAUTHENTICATED; PERMISSION_DENIED; UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
