@@ -54,7 +54,7 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
-from scheduler.policy import Policy, TenantSpec
+from scheduler.policy import Policy
 
 TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED = 1, 2, 3
 _DEFAULT_MEAN_HOLD_S = 60.0
@@ -648,11 +648,10 @@ class Core:
         a_after = a.borrowed_effective() + a.earmarked_fair + 1
         for cls, heap in ((BE, self._victims_mature[0]), (B, self._victims_mature[1])):
             top = heap.peek()
-            skipped = []
             if top is not None and top[-2] == a.name:
-                skipped.append(heap.pop_current())
+                own = heap.pop_current()  # never the requester's own lease: look one below
                 top = heap.peek()
-            heap.push_back([e for e in skipped if e is not None])
+                heap.push_back([own] if own is not None else [])
             if top is None:
                 continue
             t = self._tenants[top[-2]]
@@ -1001,8 +1000,3 @@ class Core:
                 self._victims_any[1].push((share, name, v), n)
             if t.mature[B]:
                 self._victims_mature[1].push((share, name, v), n)
-
-
-def tenant_spec(name: str, **kw: object) -> TenantSpec:
-    """Shorthand for tests and the simulator: TenantSpec with keyword overrides."""
-    return TenantSpec(name=name, **kw)  # type: ignore[arg-type]
