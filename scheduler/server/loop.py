@@ -5,7 +5,7 @@ Why no lock and no queue in front of the core: every handler runs on the same ev
 by construction. An extra hop (a queue drained by a task) would only add a wake-up to every
 grant. What `submit` does after `handle`:
 
-* fans each decision out to the affected session's attached Acquire stream (one asyncio.Queue
+* fans each decision out to the affected session's attached Acquire stream (one small queue
   per stream, events already converted to proto);
 * keeps what the core does not expose but the wire needs: worker addresses, the pending yield
   request per lease (for replays and `Lease.yield_deadline`), each session's `wait_timeout`, and
@@ -22,7 +22,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -87,13 +87,18 @@ class EndedSession:
 
 
 class SessionStream:
-    """One attached Acquire stream: the loop puts events in, the handler takes them out."""
+    """One attached Acquire stream: the loop puts events in, the handler takes them out.
 
-    __slots__ = ("key", "queue", "close_code", "close_message", "position")
+    A deque and at most one waiting future rather than an asyncio.Queue: every event of every
+    session passes through here, and the Queue's getter bookkeeping was measurable per grant.
+    """
+
+    __slots__ = ("key", "items", "_waiter", "close_code", "close_message", "position")
 
     def __init__(self, key: SessionId) -> None:
         self.key = key
-        self.queue: asyncio.Queue[Item] = asyncio.Queue()
+        self.items: deque[Item] = deque()
+        self._waiter: asyncio.Future[None] | None = None
         self.close_code = grpc.StatusCode.OK
         self.close_message = ""
         self.position = -1  # last queue position sent; -1 while not queued
@@ -103,12 +108,28 @@ class SessionStream:
             self.position = event.queued.position
         elif kind != OTHER:
             self.position = -1
-        self.queue.put_nowait((kind, event, at))
+        self._push((kind, event, at))
 
     def close(self, code: grpc.StatusCode, message: str) -> None:
         self.close_code = code
         self.close_message = message
-        self.queue.put_nowait((CLOSE, None, 0.0))
+        self._push((CLOSE, None, 0.0))
+
+    def _push(self, item: Item) -> None:
+        self.items.append(item)
+        w = self._waiter
+        if w is not None:
+            self._waiter = None
+            if not w.done():  # a cancelled getter leaves a done future behind
+                w.set_result(None)
+
+    async def get(self) -> Item:
+        """The next item, waiting for one if none is there. Safe to cancel: nothing is lost."""
+        items = self.items
+        while not items:
+            w = self._waiter = asyncio.get_running_loop().create_future()
+            await w
+        return items.popleft()
 
 
 class SchedulerLoop:

@@ -11,7 +11,6 @@ dead.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
@@ -68,12 +67,11 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
 
     # ------------------------------------------------------------------ Acquire
 
-    async def Acquire(
-        self, request: scheduler_pb2.AcquireRequest, context: Any
-    ) -> AsyncIterator[scheduler_pb2.LeaseEvent]:
+    async def Acquire(self, request: scheduler_pb2.AcquireRequest, context: Any) -> None:
         """Open or re-attach the session's stream, then relay its events until the last one.
 
-        One flat generator on purpose: every event of every session passes through this loop.
+        One flat loop on purpose, and `context.write` rather than an async generator: every event
+        of every session passes through here, and the generator costs an extra hop per event.
         """
         try:
             stream = self._open(request, context)
@@ -81,16 +79,17 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             await errors.abort(context, f)
             return
         key = stream.key
-        q = stream.queue
+        items = stream.items
+        write = context.write
         wait_timeout = self._loop.wait_timeout(key)
         queued_since: float | None = None
         withdrawn = ""  # why the caller's patience ran out, once the request is withdrawn
         try:
             while True:
-                if not q.empty():
-                    kind, event, at = q.get_nowait()
+                if items:
+                    kind, event, at = items.popleft()
                 elif queued_since is None or withdrawn:
-                    kind, event, at = await q.get()
+                    kind, event, at = await stream.get()
                 else:
                     item, why = await self._next_while_queued(stream, queued_since, wait_timeout, context)
                     if item is None:
@@ -105,7 +104,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                         queued_since = at
                 elif kind == GRANTED:
                     queued_since = None
-                yield event
+                await write(event)
                 if kind == FINAL:
                     if withdrawn:
                         msg = f"still queued when {withdrawn} passed: the request was withdrawn"
@@ -150,13 +149,13 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         withdrawn. If a grant beat the timer, nothing is withdrawn and waiting goes on."""
         timeout, why = self._patience(queued_since, wait_timeout, context)
         if timeout is None:
-            return await stream.queue.get(), ""
+            return await stream.get(), ""
         try:
-            return await asyncio.wait_for(stream.queue.get(), max(0.0, timeout)), ""
+            return await asyncio.wait_for(stream.get(), max(0.0, timeout)), ""
         except TimeoutError:
             if self._withdraw_now(stream.key):
                 return None, why
-            return await stream.queue.get(), ""  # not queued any more: the grant is coming
+            return await stream.get(), ""  # not queued any more: the grant is coming
 
     def _patience(
         self, queued_since: float, wait_timeout: float | None, context: Any
