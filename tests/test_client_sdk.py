@@ -17,6 +17,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from concurrent import futures
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from scheduler.client import (
     AcquireTimeout,
     AsyncClient,
     Client,
+    GrantFailed,
     InvalidArgument,
     LeaseInfo,
     NoQuota,
@@ -93,6 +95,8 @@ def test_lease_info_round_trip_and_unset_fields() -> None:
         granted_at=now,
     )
     assert LeaseInfo.from_proto(lease.to_proto()) == lease
+    yielding = replace(lease, yield_deadline=now + timedelta(seconds=5))
+    assert LeaseInfo.from_proto(yielding.to_proto()) == yielding
     assert str(lease.slot) == "w-0/1"
     # Unset submessages come back as None, not as empty values.
     bare = LeaseInfo.from_proto(common_pb2.Lease(lease_id="L2", session_id="s2", epoch=1))
@@ -314,6 +318,8 @@ def test_refusals_are_typed_errors_from_aenter() -> None:
                     async with globex.session("g-nope", Qos.GUARANTEED):
                         pytest.fail("entered a session that has no quota")
                 assert isinstance(no_quota.value.__cause__, grpc.aio.AioRpcError)
+                async with globex.session("first", Qos.BURSTABLE):
+                    pass  # one hold observed: from now on waits are estimated
                 async with globex.session("holder", Qos.BURSTABLE):
                     # Queued past wait_timeout: withdrawn, AcquireTimeout.
                     t0 = time.monotonic()
@@ -397,6 +403,10 @@ def test_besteffort_yields_to_guaranteed_and_resumes_from_its_snapshot() -> None
                     await be.wait_until(lambda s: s.yields == 1, 5)
                     assert be.yields == 1 and be.lease is None and be.phase is Phase.QUEUED
                     assert [a.lease_id for a in asked] == [first.lease_id]
+                    # on_yield is told its deadline: the grace of 5 s from the request.
+                    deadline = asked[0].yield_deadline
+                    assert deadline is not None
+                    assert 3 < (deadline - datetime.now(UTC)).total_seconds() <= 5
                     expected = SnapshotRef(uri=f"file:///snapshots/batch-1/{first.epoch}", size_bytes=42)
                     assert be.resume_from == expected
                     assert not be.lost_lease.is_set()
@@ -406,6 +416,40 @@ def test_besteffort_yields_to_guaranteed_and_resumes_from_its_snapshot() -> None
                 assert second.resume_from == expected and be.resume_from == expected
                 assert be.grants == 2 and [x.resume_from for x in grants] == [None, expected]
                 assert be.callback_errors == []
+
+        asyncio.run(body())
+
+
+def test_failing_on_grant_after_a_regrant_gives_the_slot_back() -> None:
+    with running_server(_one_slot_policy(yield_grace_s=5)) as server:
+
+        async def body() -> None:
+            starts: list[LeaseInfo] = []
+
+            def checkpoint(lease: LeaseInfo) -> SnapshotRef:
+                return SnapshotRef(uri=f"file:///snapshots/{lease.session_id}/{lease.epoch}")
+
+            async def start_actor(lease: LeaseInfo) -> None:
+                starts.append(lease)
+                if len(starts) > 1:
+                    raise RuntimeError("worker refused the restore")
+
+            async with (
+                AsyncClient(server.target, token=BATCH) as batch,
+                AsyncClient(server.target, token=ACME) as acme,
+                batch.session("batch-3", Qos.BESTEFFORT, on_yield=checkpoint, on_grant=start_actor) as be,
+            ):
+                async with acme.session("urgent-3", Qos.GUARANTEED):
+                    await be.wait_until(lambda s: s.yields == 1, 5)
+                # Re-granted when the Guaranteed session left; the restore fails: the session
+                # releases the lease instead of pinning the only slot with no actor on it.
+                await be.wait_until(lambda s: s.ended.is_set(), 5)
+                assert len(starts) == 2 and be.lost_lease.is_set()
+                assert isinstance(be.error, GrantFailed) and isinstance(be.error.__cause__, RuntimeError)
+                assert be.resume_from == SnapshotRef(uri=f"file:///snapshots/batch-3/{starts[0].epoch}")
+                # The slot is free: another session gets it at once.
+                async with acme.session("next", Qos.BURSTABLE, wait_timeout_s=2) as nxt:
+                    assert nxt.slot == starts[1].slot
 
         asyncio.run(body())
 

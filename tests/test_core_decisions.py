@@ -464,12 +464,19 @@ def test_refusal_carries_retry_after_and_estimate() -> None:
     d = Driver(policy(PROD, max_pending=1))
     d.run([("add", "w0", 1), ("acquire", "x1", "prod", "b"), ("acquire", "x2", "prod", "b")])
     (refused,) = d.step(("acquire", "x3", "prod", "b"))
-    assert refused.retry_after_s >= 1.0 and refused.estimated_wait_s > 0  # type: ignore[union-attr]
+    # No lease has ended yet: a retry-after, but no estimated wait (nothing to base it on).
+    assert refused.retry_after_s >= 1.0 and refused.estimated_wait_s is None  # type: ignore[union-attr]
     assert "1 of 1" in refused.message  # type: ignore[union-attr]
+    d.run([(10, "release", "x1"), (11, "acquire", "x4", "prod", "b")])  # x2 holds now, x4 waits
+    (refused,) = d.step((11, "acquire", "x5", "prod", "b"))
+    assert refused.estimated_wait_s is not None and refused.estimated_wait_s > 0  # type: ignore[union-attr]
 
 
 def test_queued_position_counts_requests_ahead() -> None:
     d = Driver(policy(BATCH))
     d.run([("add", "w0", 1), ("acquire", "x1", "batch", "be"), ("acquire", "x2", "batch", "be")])
     (q,) = d.step(("acquire", "x3", "batch", "be"))
-    assert q.position == 1 and q.estimated_wait_s > 0  # type: ignore[union-attr]
+    assert q.position == 1 and q.estimated_wait_s is None  # type: ignore[union-attr]
+    d.run([(10, "release", "x1")])  # one hold observed: x2 holds, x3 is next
+    (q,) = d.step((10, "acquire", "x4", "batch", "be"))
+    assert q.position == 1 and q.estimated_wait_s is not None and q.estimated_wait_s > 0  # type: ignore[union-attr]

@@ -249,14 +249,28 @@ def test_resource_exhausted_with_retry_after_and_quota_failure() -> None:
                 Client(srv.target, token=TOKENS["globex"]) as globex,
             ):
                 holder = acme.acquire("holder", B)
-                assert (await next_event(holder)).WhichOneof("event") == "granted"
+                granted = await next_event(holder)
+                assert granted.WhichOneof("event") == "granted"
                 waiter = globex.acquire("waiter", B)
                 assert (await next_event(waiter)).WhichOneof("event") == "queued"
                 err = await stream_error(acme.acquire("third", B))
                 assert err.code() == Code.RESOURCE_EXHAUSTED
                 md = metadata(err)
                 assert int(md["retry-after-ms"]) >= 1000
+                assert "estimated-wait-ms" not in md  # no lease has ended: nothing to estimate from
+                lease = granted.granted.lease
+                await acme.scheduler.Release(
+                    pb.ReleaseRequest(session_id="holder", lease_id=lease.lease_id, epoch=lease.epoch),
+                    metadata=acme.md,
+                )
+                assert (await next_event(waiter)).WhichOneof("event") == "granted"
+                again = acme.acquire("again", B)
+                assert (await next_event(again)).WhichOneof("event") == "queued"
+                err = await stream_error(acme.acquire("third", B))
+                assert err.code() == Code.RESOURCE_EXHAUSTED
+                md = metadata(err)
                 assert int(md["estimated-wait-ms"]) > 0
+                again.cancel()
                 quota = error_details_pb2.QuotaFailure()
                 assert rich(err).details[0].Unpack(quota)
                 assert quota.violations[0].subject == "pool"

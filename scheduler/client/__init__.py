@@ -23,6 +23,7 @@ raised from entering the session as typed errors (`QueueFull`, `NoQuota`, `Acqui
 from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield
 from scheduler.client.errors import (
     AcquireTimeout,
+    GrantFailed,
     InvalidArgument,
     NoQuota,
     NotFound,
@@ -42,6 +43,7 @@ __all__ = [
     "AsyncClient",
     "AsyncSession",
     "Client",
+    "GrantFailed",
     "InvalidArgument",
     "LeaseInfo",
     "NoQuota",

@@ -23,13 +23,17 @@ does it once:
   to checkpoint the actor, followed by `Yield(lease_id, epoch, ref)`. Callbacks may be plain
   functions (run with `asyncio.to_thread`, so blocking I/O is fine) or coroutine functions.
   - `on_yield` returns the `SnapshotRef` it wrote, or None to yield without one (the server then
-    keeps the session's previous snapshot).
+    keeps the session's previous snapshot). `lease.yield_deadline` says by when: past it the
+    server revokes the lease, so a checkpoint should be bounded by it.
   - Without `on_yield` the session yields at once with its last `resume_from` (None if it never
     had one): suitable for actors whose state lives elsewhere.
   - If `on_yield` raises, the session does NOT yield: the error is recorded in
     `callback_errors`, the server revokes the lease at the yield deadline and the session is
     re-queued from its last good snapshot. Yielding with a snapshot that was not written would
     be worse than losing the work since the last one.
+  - If `on_grant` raises for a re-grant, the actor did not start on its new slot: the session
+    releases the lease and ends with `GrantFailed` in `.error` (`.lost_lease` is set), rather
+    than pin a slot that runs nothing. `.resume_from` keeps the snapshot to start over from.
 * leaving the `async with` releases the lease (or withdraws the queued request) and stops the
   tasks. Refusals (queue full, no quota, bad argument, timeout in the queue) are raised from
   `__aenter__` as typed errors (see `errors.py`).
@@ -51,7 +55,7 @@ import grpc
 import grpc.aio
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-from scheduler.client.errors import SessionEnded, SlotschedError, Unavailable, from_rpc_error
+from scheduler.client.errors import GrantFailed, SessionEnded, SlotschedError, Unavailable, from_rpc_error
 from scheduler.client.types import (
     LeaseInfo,
     Phase,
@@ -294,6 +298,7 @@ class AsyncSession:
         self._grant_error: BaseException | None = None
         self._yielded: tuple[str, int] | None = None
         self._renew_interval_s: float | None = None
+        self._give_back_task: asyncio.Task[None] | None = None
 
     # ----------------------------------------------------------------------------- public view
 
@@ -645,7 +650,11 @@ class AsyncSession:
             yr = ev.yield_requested
             if self._is_current(yr.lease_id, yr.epoch):
                 self._phase = Phase.YIELDING
-                self._start_yield(self._require_lease())
+                lease = self._require_lease()
+                if yr.HasField("deadline"):  # on_yield sees how long it has to checkpoint
+                    lease = replace(lease, yield_deadline=yr.deadline.ToDatetime(tzinfo=UTC))
+                    self._lease = lease
+                self._start_yield(lease)
         elif kind == "revoked":
             rv = ev.revoked
             if self._is_current(rv.lease_id, rv.epoch):
@@ -675,18 +684,38 @@ class AsyncSession:
         if self._on_grant is not None:
             on_grant = self._on_grant
 
+            regrant = self._grants > 1
+
             async def grant_action() -> None:
                 try:
                     if self._is_current(lease.lease_id, lease.epoch):
                         await _invoke(on_grant, lease)
                 except Exception as e:
                     self._grant_error = e
+                    if regrant and self._is_current(lease.lease_id, lease.epoch):
+                        self._give_back(lease, e)
                     raise
                 finally:
                     self._grant_done = (lease.lease_id, lease.epoch)
                     self._notify()
 
             self._actions.put_nowait(grant_action)
+
+    def _give_back(self, lease: LeaseInfo, cause: Exception) -> None:
+        """A re-grant whose actor did not start: release it and end the session with GrantFailed.
+        (The first grant's failure is raised from `__aenter__` instead.) Holding on would pin a
+        slot that runs nothing until the runtime noticed; the snapshot stays in `.resume_from`."""
+        err = GrantFailed(
+            f"on_grant failed for session {self.session_id!r} on lease {lease.lease_id} "
+            f"(epoch {lease.epoch}): {cause!r}; the lease was released"
+        )
+        err.__cause__ = cause
+        if self.error is None:
+            self.error = err
+        self.lost_lease.set()
+        self._give_back_task = asyncio.create_task(
+            self.aclose(), name=f"slotsched-give-back-{self.session_id}"
+        )
 
     def _ttl_interval(self, lease: LeaseInfo, ev: scheduler_pb2.LeaseEvent) -> float:
         """A third of the lease TTL, read from the server's own clock (no client skew)."""
@@ -786,6 +815,9 @@ class AsyncSession:
             if resp.state == common_pb2.LEASE_STATE_YIELDING and self._phase is Phase.HOLDING:
                 # We missed YieldRequested (e.g. while re-attaching): yield now.
                 self._phase = Phase.YIELDING
+                if resp.HasField("yield_deadline"):
+                    current = replace(current, yield_deadline=resp.yield_deadline.ToDatetime(tzinfo=UTC))
+                    self._lease = current
                 self._start_yield(current)
             self._notify()
 

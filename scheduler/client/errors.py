@@ -86,6 +86,12 @@ class SessionEnded(SlotschedError):
         self.reason = reason
 
 
+class GrantFailed(SlotschedError):
+    """`on_grant` raised for a re-grant (after a yield or a revocation): the actor did not start
+    on its new slot, so the session gave the lease back and ended rather than pin a slot that
+    runs nothing. `.resume_from` of the session still names the snapshot to start over from."""
+
+
 _BY_CODE: dict[grpc.StatusCode, type[SlotschedError]] = {
     grpc.StatusCode.PERMISSION_DENIED: NoQuota,
     grpc.StatusCode.FAILED_PRECONDITION: StaleLease,

@@ -148,6 +148,9 @@ class LeaseInfo:
     qos: Qos | None
     tenant: str = ""
     granted_at: datetime | None = None
+    #: Set once the server asked this lease to yield: checkpoint and yield before it, or the lease
+    #: is revoked and the session resumes from its previous snapshot.
+    yield_deadline: datetime | None = None
 
     def to_proto(self) -> common_pb2.Lease:
         msg = common_pb2.Lease(
@@ -164,6 +167,9 @@ class LeaseInfo:
             msg.expires_at.FromDatetime(self.expires_at)
         if self.granted_at is not None:
             msg.granted_at.FromDatetime(self.granted_at)
+        if self.yield_deadline is not None:
+            msg.yield_deadline.FromDatetime(self.yield_deadline)
+            msg.state = common_pb2.LEASE_STATE_YIELDING
         if self.resume_from is not None:
             msg.resume_from.CopyFrom(self.resume_from.to_proto())
         return msg
@@ -182,6 +188,7 @@ class LeaseInfo:
             qos=qos,
             tenant=msg.tenant,
             granted_at=_opt_ts(msg, "granted_at"),
+            yield_deadline=_opt_ts(msg, "yield_deadline"),
         )
 
 

@@ -58,6 +58,7 @@ from scheduler.policy import Policy
 
 TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED = 1, 2, 3
 _DEFAULT_MEAN_HOLD_S = 60.0
+_RETRY_UNKNOWN_S = 5.0  # retry-after for a refusal before any hold has been observed
 
 
 @dataclass(slots=True)
@@ -108,7 +109,7 @@ class SessionView:
     phase: str  # queued | active | yielding
     lease: Lease | None
     position: int
-    estimated_wait_s: float
+    estimated_wait_s: float | None
     resume_from: SnapshotRef | None
     waiting_since: float
 
@@ -180,7 +181,8 @@ class Core:
         self._positions = (Fenwick(), Fenwick(), Fenwick())
         self._seq = 0
         self._now = float("-inf")
-        self._mean_hold = _DEFAULT_MEAN_HOLD_S
+        self._mean_hold = _DEFAULT_MEAN_HOLD_S  # a prior for the autoscaler's drain time
+        self._holds_seen = False  # until then, waits are not estimated (the prior is no evidence)
         self._to_report: list[_Request] = []
         # Tenants whose heap entries are out of date (insertion-ordered, so flushing is deterministic).
         self._dirty_queue: dict[TenantState, None] = {}
@@ -426,8 +428,9 @@ class Core:
         if cls == BE and frac < 1.0:
             msg += f" (BestEffort is refused past {frac:.0%})"
         est = self._estimate(pending)
-        # Come back when about half the queue ahead has drained, within sane bounds.
-        retry = min(60.0, max(1.0, est / 2))
+        # Come back when about half the queue ahead has drained, within sane bounds (and soon
+        # when there is no estimate yet).
+        retry = min(60.0, max(1.0, est / 2)) if est is not None else _RETRY_UNKNOWN_S
         return Refused(s, reason, msg, retry_after_s=retry, estimated_wait_s=est)
 
     def _release(self, ev: Release, now: float, out: list[Decision]) -> None:
@@ -900,13 +903,17 @@ class Core:
 
     def _observe_hold(self, seconds: float) -> None:
         self._mean_hold = 0.9 * self._mean_hold + 0.1 * max(0.0, seconds)
+        self._holds_seen = True
 
     def _position(self, req: _Request) -> int:
         ahead = sum(self._waiting_cls[: req.cls])
         return ahead + self._positions[req.cls].prefix(req.seq)
 
-    def _estimate(self, position: int) -> float:
-        """Expected wait: the slots ahead, drained at capacity / mean hold per second."""
+    def _estimate(self, position: int) -> float | None:
+        """Expected wait: the slots ahead, drained at capacity / mean hold per second; None before
+        any lease has ended (no observed hold to base it on)."""
+        if not self._holds_seen:
+            return None
         return (position + 1) * self._mean_hold / max(1, self._capacity)
 
     def _head(self, t: TenantState, cls: int) -> tuple[float, int, SessionId] | None:

@@ -166,7 +166,7 @@ class Granted(NamedTuple):
 class Queued(NamedTuple):
     session: SessionId
     position: int  # 0 = next to be served in its class
-    estimated_wait_s: float
+    estimated_wait_s: float | None  # None until a hold has been observed: no basis for a guess
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ class Refused:
     reason: RefuseReason
     message: str
     retry_after_s: float = 0.0
-    estimated_wait_s: float = 0.0
+    estimated_wait_s: float | None = None
 
 
 class ErrorCode(enum.StrEnum):

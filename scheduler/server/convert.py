@@ -129,11 +129,12 @@ def lease_to_pb(lease: Lease, address: str, yielding: YieldRequested | None) -> 
 # ---------------------------------------------------------------- stream events
 
 
-def queued_event(position: int, estimate_s: float, at: float) -> scheduler_pb2.LeaseEvent:
+def queued_event(position: int, estimate_s: float | None, at: float) -> scheduler_pb2.LeaseEvent:
     ev = scheduler_pb2.LeaseEvent()
     q = ev.queued
     q.position = position
-    q.estimated_wait.CopyFrom(dur(estimate_s))
+    if estimate_s is not None:  # unset = no estimate yet
+        q.estimated_wait.CopyFrom(dur(estimate_s))
     _set_ts(ev.at, at)
     return ev
 

@@ -127,10 +127,9 @@ def from_refused(r: Refused, tenant: str) -> RpcFailure:
                 error_details_pb2.QuotaFailure.Violation(subject=subject, description=f"{cap}: {r.message}")
             ]
         )
-        md = (
-            (RETRY_AFTER_KEY, str(round(r.retry_after_s * 1000))),
-            (ESTIMATED_WAIT_KEY, str(round(r.estimated_wait_s * 1000))),
-        )
+        md: tuple[tuple[str, str], ...] = ((RETRY_AFTER_KEY, str(round(r.retry_after_s * 1000))),)
+        if r.estimated_wait_s is not None:  # absent until a hold has been observed
+            md += ((ESTIMATED_WAIT_KEY, str(round(r.estimated_wait_s * 1000))),)
         return RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED, r.message, [quota], md)
     if r.reason in (RefuseReason.NO_QUOTA, RefuseReason.UNKNOWN_TENANT):
         return permission_denied(r.message)

@@ -253,7 +253,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 out.lease.CopyFrom(convert.lease_to_pb(lease, self._loop.address(lease.slot.worker), y))
             else:
                 out.position = view.position
-                out.estimated_wait.CopyFrom(convert.dur(view.estimated_wait_s))
+                if view.estimated_wait_s is not None:
+                    out.estimated_wait.CopyFrom(convert.dur(view.estimated_wait_s))
                 out.queued_since.CopyFrom(convert.ts(view.waiting_since))
             return out
         ended = self._loop.ended(key)

@@ -37,6 +37,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypedDict
 
 import grpc
@@ -237,9 +238,9 @@ class ActorCallbacks(TypedDict):
 class ActorRuntime:
     """The SDK callbacks for actors on slotsched workers (see the module docstring).
 
-    `tenant` is used when a lease does not carry one. `checkpoint_timeout_s` bounds a yield
-    checkpoint: keep it at or below the policy's yieldGraceSeconds (the SDK does not tell the
-    callback the deadline); a later snapshot could not be used anyway.
+    `tenant` is used when a lease does not carry one. A yield checkpoint is bounded by the
+    lease's yield deadline (a later snapshot could not be used: the lease is revoked by then) and
+    by `checkpoint_timeout_s`, whichever comes first.
     """
 
     def __init__(
@@ -311,8 +312,12 @@ class ActorRuntime:
     async def on_yield(self, lease: LeaseInfo) -> SnapshotRef:
         client = self.workers(lease.worker_address)
         t0 = time.perf_counter()
+        timeout = self.checkpoint_timeout_s
+        if lease.yield_deadline is not None:
+            left = (lease.yield_deadline - datetime.now(UTC)).total_seconds()
+            timeout = max(0.1, min(timeout, left))
         try:
-            ref = await client.checkpoint(lease.session_id, self.checkpoint_timeout_s)
+            ref = await client.checkpoint(lease.session_id, timeout)
         except WorkerCallError as e:
             seconds = time.perf_counter() - t0
             self.checkpoints.append(

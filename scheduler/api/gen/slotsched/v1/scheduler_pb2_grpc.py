@@ -100,7 +100,8 @@ class SchedulerServicer:
         never be served; or a bad credential.
         - RESOURCE_EXHAUSTED: a queue cap (pool-wide or per tenant; BestEffort at 80% of a cap) is
         reached. Trailing metadata `retry-after-ms` and `estimated-wait-ms` say when to retry and
-        how long the wait would be; a google.rpc.QuotaFailure detail names the cap.
+        how long the wait would be (`estimated-wait-ms` is absent until a lease has ended: no
+        basis for a guess yet); a google.rpc.QuotaFailure detail names the cap.
         - DEADLINE_EXCEEDED: still queued when the caller's gRPC deadline or `wait_timeout` passed;
         the request has been withdrawn.
         - UNAVAILABLE: the server is shutting down.
