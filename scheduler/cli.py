@@ -101,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="show pool, floor, classes, tenants and queue")
     st.add_argument("--target", default="127.0.0.1:50051")
     st.add_argument("--json", action="store_true")
-    st.add_argument("--token", default=None, help="bearer token (secure mode)")
+    st.add_argument(
+        "--token", default=None, help="admin bearer token (secure mode; its hash is in spec.access.admins)"
+    )
     st.add_argument("--tenant", default=None, help="tenant header (insecure dev mode)")
     st.set_defaults(func=_status)
 

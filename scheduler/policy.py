@@ -1,4 +1,5 @@
-"""The SchedulingPolicy model: what a platform team declares (pool, timing, queue caps, tenants).
+"""The SchedulingPolicy model: what a platform team declares (pool, timing, queue caps, tenants,
+and which credentials act as operators or worker agents).
 
 Plain frozen dataclasses with defaults; parsing and validation live in `policy_load.py` so the
 core can depend on this model without depending on YAML.
@@ -8,6 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Final, Literal
+
+# A role is a credential that speaks for no tenant. Admin: the Admin service (and Workers, so an
+# operator can drain by hand); worker: the Workers service only.
+Role = Literal["admin", "worker"]
+ADMIN: Final = "admin"
+WORKER: Final = "worker"
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,17 @@ class TenantSpec:
 
 
 @dataclass(frozen=True)
+class AccessSpec:
+    """Roles bound to credentials: "sha256:<hex>" of bearer tokens, like tenant tokens.
+
+    Separate from tenants so that no tenant can change the policy or the pool it is judged by:
+    a token is one identity, either a tenant or a role, never both (the loader enforces it)."""
+
+    admins: tuple[str, ...] = ()
+    workers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Policy:
     name: str = "default"
     pool: PoolSpec = field(default_factory=PoolSpec)
@@ -79,6 +98,7 @@ class Policy:
     queue: QueueSpec = field(default_factory=QueueSpec)
     autoscaler: AutoscalerSpec = field(default_factory=AutoscalerSpec)
     tenants: tuple[TenantSpec, ...] = ()
+    access: AccessSpec = field(default_factory=AccessSpec)
 
     def tenant(self, name: str) -> TenantSpec | None:
         for t in self.tenants:

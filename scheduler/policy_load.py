@@ -1,8 +1,9 @@
 """Load, validate and write SchedulingPolicy files.
 
 Why this module exists: a policy is the contract between a platform team and its tenants — who
-is protected, how far each may burst, which bearer token speaks for whom. A mistake in it crashes
-nothing; it quietly starves someone. So the loader is strict and talkative:
+is protected, how far each may burst, which bearer token speaks for whom (a tenant, or the admin
+or worker role). A mistake in it crashes nothing; it quietly starves someone. So the loader is
+strict and talkative:
 
 * it reports every error at once, each with the key path that holds it
   (``spec.tenants[1].burstable.nominal: ...``), so one run fixes a whole file;
@@ -34,7 +35,18 @@ from typing import Any, Final, TextIO
 
 import yaml
 
-from scheduler.policy import AutoscalerSpec, Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.policy import (
+    ADMIN,
+    WORKER,
+    AccessSpec,
+    AutoscalerSpec,
+    Policy,
+    PoolSpec,
+    QueueSpec,
+    Role,
+    TenantSpec,
+    TimingSpec,
+)
 
 __all__ = [
     "API_VERSION",
@@ -49,6 +61,7 @@ __all__ = [
     "policy_from_dict",
     "policy_to_dict",
     "policy_to_yaml",
+    "role_for_token",
     "tenant_for_token",
     "validate_main",
 ]
@@ -147,12 +160,13 @@ _SCALE_UP_FIELDS: Final = (
 
 _TOP_KEYS: Final = ("apiVersion", "kind", "metadata", "spec")
 _METADATA_KEYS: Final = ("name", "labels", "annotations")
-_SPEC_KEYS: Final = ("pool", "timing", "queue", "autoscaler", "tenants")
+_SPEC_KEYS: Final = ("pool", "timing", "queue", "autoscaler", "tenants", "access")
 _POOL_KEYS: Final = tuple(f.key for f in _POOL_FIELDS) + ("floor",)
 _AUTOSCALER_KEYS: Final = ("weights", "scaleUp") + tuple(f.key for f in _AUTOSCALER_FIELDS)
 _TENANT_KEYS: Final = ("name", "weight", "guaranteed", "burstable", "bestEffort", "tokens")
 _BURSTABLE_KEYS: Final = ("nominal", "limit")
 _BEST_EFFORT_KEYS: Final = ("limit",)
+_ACCESS_KEYS: Final = ("admins", "workers")
 
 
 def _join(path: str, key: str) -> str:
@@ -382,7 +396,11 @@ def _parse_tokens(c: _Checker, value: object, path: str, seen: dict[str, str]) -
                 f"token, never the token itself{hint}",
             )
         elif tok in seen:
-            c.error(p, f"the same token hash is already listed at {seen[tok]}: a token names one tenant")
+            c.error(
+                p,
+                f"the same token hash is already listed at {seen[tok]}: one credential is one identity "
+                "(one tenant, or one role)",
+            )
         else:
             seen[tok] = p
             tokens.append(tok)
@@ -436,7 +454,7 @@ def _parse_tenant(c: _Checker, value: object, path: str, tokens_seen: dict[str, 
     return dataclasses.replace(TenantSpec(name=name), **changes)
 
 
-def _parse_tenants(c: _Checker, value: object, path: str) -> list[TenantSpec]:
+def _parse_tenants(c: _Checker, value: object, path: str, tokens_seen: dict[str, str]) -> list[TenantSpec]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -444,7 +462,6 @@ def _parse_tenants(c: _Checker, value: object, path: str) -> list[TenantSpec]:
         return []
     tenants: list[TenantSpec] = []
     names: dict[str, str] = {}
-    tokens_seen: dict[str, str] = {}
     for i, item in enumerate(value):
         p = f"{path}[{i}]"
         t = _parse_tenant(c, item, p, tokens_seen)
@@ -456,6 +473,16 @@ def _parse_tenants(c: _Checker, value: object, path: str) -> list[TenantSpec]:
             names[t.name] = _join(p, "name")
         tenants.append(t)
     return tenants
+
+
+def _parse_access(c: _Checker, value: object, path: str, tokens_seen: dict[str, str]) -> AccessSpec:
+    # `tokens_seen` already holds the tenants' hashes: a role token may not be a tenant's too,
+    # or a tenant could call the Admin service (or a worker agent Acquire) with its own token.
+    m = c.section(value, path, _ACCESS_KEYS)
+    return AccessSpec(
+        admins=_parse_tokens(c, m.get("admins"), _join(path, "admins"), tokens_seen),
+        workers=_parse_tokens(c, m.get("workers"), _join(path, "workers"), tokens_seen),
+    )
 
 
 def _check_commitments(c: _Checker, pool: PoolSpec, tenants: Sequence[TenantSpec]) -> None:
@@ -518,7 +545,9 @@ def policy_from_dict(d: object) -> tuple[Policy, list[Problem]]:
     queue_m = c.section(spec.get("queue"), "spec.queue", [f.key for f in _QUEUE_FIELDS])
     queue = dataclasses.replace(QueueSpec(), **c.numbers(queue_m, _QUEUE_FIELDS, "spec.queue"))
     autoscaler = _parse_autoscaler(c, spec.get("autoscaler"), "spec.autoscaler")
-    tenants = _parse_tenants(c, spec.get("tenants"), "spec.tenants")
+    tokens_seen: dict[str, str] = {}  # hash -> where it was first listed, across tenants and roles
+    tenants = _parse_tenants(c, spec.get("tenants"), "spec.tenants", tokens_seen)
+    access = _parse_access(c, spec.get("access"), "spec.access", tokens_seen)
     _check_commitments(c, pool, tenants)
 
     if c.errors:
@@ -530,6 +559,7 @@ def policy_from_dict(d: object) -> tuple[Policy, list[Problem]]:
         queue=queue,
         autoscaler=autoscaler,
         tenants=tuple(tenants),
+        access=access,
     )
     return policy, c.warnings
 
@@ -629,6 +659,7 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
             "queue": _numbers_to_dict(policy.queue, _QUEUE_FIELDS),
             "autoscaler": autoscaler_d,
             "tenants": tenants,
+            "access": {"admins": list(policy.access.admins), "workers": list(policy.access.workers)},
         },
     }
 
@@ -661,6 +692,26 @@ def tenant_for_token(policy: Policy, token: str) -> str | None:
         for stored in tenant.tokens:
             if hmac.compare_digest(digest, stored.encode("ascii", "replace")) and found is None:
                 found = tenant.name
+    return found
+
+
+def role_for_token(policy: Policy, token: str) -> Role | None:
+    """The role ("admin" or "worker") a bearer token carries, or None.
+
+    Constant-time in the same way as tenant_for_token: every stored hash is compared.
+    """
+    if not token:
+        return None
+    digest = hash_token(token).encode("ascii")
+    found: Role | None = None
+    roles: tuple[tuple[Role, tuple[str, ...]], ...] = (
+        (ADMIN, policy.access.admins),
+        (WORKER, policy.access.workers),
+    )
+    for role, hashes in roles:
+        for stored in hashes:
+            if hmac.compare_digest(digest, stored.encode("ascii", "replace")) and found is None:
+                found = role
     return found
 
 
@@ -725,9 +776,14 @@ def validate_main(path: str, out: TextIO | None = None) -> int:
         print(f"warning: {w}", file=stream)
     cap = _capacity(policy.pool)
     n = len(policy.tenants)
+    roles = "".join(
+        f", {k} {role} token{'s' if k != 1 else ''}"
+        for role, k in ((ADMIN, len(policy.access.admins)), (WORKER, len(policy.access.workers)))
+        if k
+    )
     print(
         f"policy {policy.name} is valid: {n} tenant{'s' if n != 1 else ''}, capacity {cap} slots, "
-        f"floor {policy.pool.floor_slots(cap)}",
+        f"floor {policy.pool.floor_slots(cap)}{roles}",
         file=stream,
     )
     return 0

@@ -80,7 +80,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="snapshot store URL: a directory, file:///dir or s3://bucket/prefix?endpoint_url=... "
         "(default %(default)s)",
     )
-    w.add_argument("--token", default=None, help="bearer token for the scheduler (or $SLOTSCHED_TOKEN)")
+    w.add_argument(
+        "--token",
+        default=None,
+        help="worker bearer token for the scheduler's Workers service, its hash listed under "
+        "spec.access.workers of the policy (or $SLOTSCHED_TOKEN); tenant tokens are refused",
+    )
     w.add_argument("--tenant", default=None, help="tenant header for a scheduler in insecure dev mode")
     w.add_argument(
         "--accept-token-hash",

@@ -14,6 +14,9 @@ production (one event loop owning the core). Reusable by the SDK and worker test
                     ...
             asyncio.run(go())
 
+Tenant tokens (TOKENS) serve the Scheduler service only: Admin calls need ADMIN_TOKEN and
+Workers calls WORKER_TOKEN (or ADMIN_TOKEN), which `policy_yaml` lists under `spec.access`.
+
 (`pytest_plugins = ["tests.grpc_fixtures"]` also gives the `grpc_server` fixture; pytest then
 warns that the module cannot be assert-rewritten if another test module imported it first.)
 
@@ -53,6 +56,9 @@ B = common_pb2.QOS_CLASS_BURSTABLE
 BE = common_pb2.QOS_CLASS_BEST_EFFORT
 
 TOKENS = {"acme": "acme-secret-token", "globex": "globex-secret-token", "batch": "batch-secret-token"}
+# Role tokens (spec.access): an operator for the Admin service, a worker agent for Workers.
+ADMIN_TOKEN = "admin-secret-token"
+WORKER_TOKEN = "worker-secret-token"
 
 # acme: every class; globex: Burstable only (no Guaranteed, no BestEffort); batch: BestEffort only.
 DEFAULT_TENANTS: list[dict[str, Any]] = [
@@ -74,8 +80,13 @@ def policy_yaml(
     min_runtime_s: float = 0,
     max_pending: int = 100,
     max_pending_per_tenant: int = 100,
+    admin_tokens: list[str] | None = None,
+    worker_tokens: list[str] | None = None,
 ) -> str:
-    """A policy document; each tenant gets the hash of TOKENS[name] (or of its own `token`)."""
+    """A policy document; each tenant gets the hash of TOKENS[name] (or of its own `token`).
+
+    `admin_tokens` and `worker_tokens` are plaintext role tokens for `spec.access` (default:
+    [ADMIN_TOKEN] and [WORKER_TOKEN]; [] for none)."""
     specs = []
     for t in tenants if tenants is not None else DEFAULT_TENANTS:
         t = dict(t)
@@ -100,6 +111,12 @@ def policy_yaml(
             },
             "queue": {"maxPending": max_pending, "maxPendingPerTenant": max_pending_per_tenant},
             "tenants": specs,
+            "access": {
+                "admins": [hash_token(t) for t in ([ADMIN_TOKEN] if admin_tokens is None else admin_tokens)],
+                "workers": [
+                    hash_token(t) for t in ([WORKER_TOKEN] if worker_tokens is None else worker_tokens)
+                ],
+            },
         },
     }
     return yaml.safe_dump(doc, sort_keys=False)

@@ -58,7 +58,7 @@ from scheduler.policy_load import hash_token
 from scheduler.server.app import RunningServer, start_server
 from scheduler.worker.actor import Actor
 from scheduler.worker.runtime import ActorRuntime, Started, WorkerClients, actor_session
-from tests.grpc_fixtures import Client, policy_yaml, write_policy
+from tests.grpc_fixtures import ADMIN_TOKEN, WORKER_TOKEN, Client, policy_yaml, write_policy
 
 T = TypeVar("T")
 
@@ -124,7 +124,7 @@ def _worker_command(snapshots: Path, logs: Path) -> str:
         [
             sys.executable, "-m", "scheduler.cli", "worker",
             "--snapshots", snapshots.as_uri(),
-            "--token", TOKENS["acme"],
+            "--token", WORKER_TOKEN,
             "--accept-token-hash", hash_token(RUNTIME_TOKEN),
             "--metrics-listen", "127.0.0.1:0",
             "--bytes-per-turn", str(BYTES_PER_TURN),
@@ -401,7 +401,7 @@ async def _scenario(server: AutoscaledServer, logs: Path, pids: dict[str, int]) 
     clients = {name: AsyncClient(server.target, token=token) for name, token in TOKENS.items()}
     held = {sid: Held(sid, tenant, qos) for sid, tenant, qos in SESSIONS}
     try:
-        async with Client(server.target, token=TOKENS["acme"]) as admin:
+        async with Client(server.target, token=ADMIN_TOKEN) as admin:
             cl = Cluster(server, admin, logs)
             cl.pids = pids
             await _load_arrives(cl, held, clients, runtime)

@@ -14,7 +14,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.policy import Policy, PoolSpec, TenantSpec
+from scheduler.policy import AccessSpec, Policy, PoolSpec, TenantSpec
 from scheduler.policy_load import (
     API_VERSION,
     DEFAULT_POLICY_YAML,
@@ -28,6 +28,7 @@ from scheduler.policy_load import (
     policy_from_dict,
     policy_to_dict,
     policy_to_yaml,
+    role_for_token,
     tenant_for_token,
     validate_main,
 )
@@ -35,6 +36,9 @@ from scheduler.policy_load import (
 EXAMPLE = pathlib.Path(__file__).resolve().parent.parent / "deploy" / "policy-example.yaml"
 TOKEN_A = hash_token("token-a")
 TOKEN_B = hash_token("token-b")
+ADMIN_A = hash_token("admin-a")
+ADMIN_B = hash_token("admin-b")
+WORKER_A = hash_token("worker-a")
 
 
 def base() -> dict[str, Any]:
@@ -614,6 +618,14 @@ def policy_docs(draw: st.DrawFn) -> dict[str, Any]:
         },
         "tenants": [draw(tenant_docs(n)) for n in draw(st.lists(names, unique=True, max_size=5))],
     }
+    if draw(st.booleans()):
+        # "role:" cannot be a tenant token's prefix ("name:"): names have no ':'.
+        roles = draw(st.lists(st.text(max_size=6), unique=True, max_size=4))
+        split = draw(st.integers(0, len(roles)))
+        spec["access"] = {
+            "admins": [hash_token(f"role:{r}") for r in roles[:split]],
+            "workers": [hash_token(f"role:{r}") for r in roles[split:]],
+        }
     for section in ("timing", "queue", "autoscaler"):
         if draw(st.booleans()):
             del spec[section]
@@ -651,6 +663,7 @@ JUNK_PATHS = [
     "spec.tenants.1.burstable",
     "spec.tenants.1.tokens",
     "spec.tenants.2.bestEffort",
+    "spec.access",
 ]
 
 
@@ -753,3 +766,139 @@ def test_tenant_for_token(token: str, tenant: str | None) -> None:
     doc["spec"]["tenants"][2]["tokens"] = [hash_token("token-x"), TOKEN_B]
     policy, _ = policy_from_dict(doc)
     assert tenant_for_token(policy, token) == tenant
+
+
+# --- spec.access: roles bound to credentials ---------------------------------------------------
+
+
+# (id, the spec.access section, the roles it grants)
+ACCESS_GOOD: list[tuple[str, object, AccessSpec]] = [
+    ("absent", None, AccessSpec()),
+    ("empty", {}, AccessSpec()),
+    ("empty-lists", {"admins": [], "workers": []}, AccessSpec()),
+    ("null-lists", {"admins": None, "workers": None}, AccessSpec()),
+    ("admins-only", {"admins": [ADMIN_A, ADMIN_B]}, AccessSpec(admins=(ADMIN_A, ADMIN_B))),
+    ("workers-only", {"workers": [WORKER_A]}, AccessSpec(workers=(WORKER_A,))),
+    (
+        "both",
+        {"admins": [ADMIN_A], "workers": [WORKER_A]},
+        AccessSpec(admins=(ADMIN_A,), workers=(WORKER_A,)),
+    ),
+]
+
+
+@pytest.mark.parametrize(("section", "want"), [pytest.param(s, w, id=i) for i, s, w in ACCESS_GOOD])
+def test_access_section_valid(section: object, want: AccessSpec) -> None:
+    doc = base()
+    if section is not None:
+        doc["spec"]["access"] = section
+    policy, warnings = policy_from_dict(doc)
+    assert policy.access == want
+    assert warnings == []
+    round_trips(policy)
+
+
+# (id, the spec.access section, path that must carry the error, words the message must contain)
+ACCESS_BAD: list[tuple[str, object, str, str]] = [
+    # shape and unknown keys
+    ("not-a-mapping", [ADMIN_A], "spec.access", "expected a mapping with keys admins, workers"),
+    ("unknown-key", {"admin": [ADMIN_A]}, "spec.access.admin", "did you mean admins?"),
+    ("unknown-key-tenants", {"tenants": []}, "spec.access.tenants", "allowed keys: admins, workers"),
+    ("admins-not-a-list", {"admins": ADMIN_A}, "spec.access.admins", "expected a list of token hashes"),
+    ("workers-not-a-list", {"workers": {"w": WORKER_A}}, "spec.access.workers", "expected a list"),
+    # bad hashes, located by index
+    ("admin-plain-token", {"admins": [ADMIN_A, "hunter2"]}, "spec.access.admins[1]", "64 lowercase hex"),
+    (
+        "admin-uppercase",
+        {"admins": [ADMIN_A.upper().replace("SHA256", "sha256")]},
+        "spec.access.admins[0]",
+        "lowercase",
+    ),
+    ("worker-short", {"workers": ["sha256:abc"]}, "spec.access.workers[0]", "64 lowercase hex"),
+    ("worker-other-algo", {"workers": ["md5:" + "0" * 64]}, "spec.access.workers[0]", "sha256"),
+    ("worker-not-string", {"workers": [7]}, "spec.access.workers[0]", "expected a string"),
+    # one credential, one identity: the error is at the second place and names the first
+    ("twice-in-admins", {"admins": [ADMIN_A, ADMIN_A]}, "spec.access.admins[1]", "spec.access.admins[0]"),
+    (
+        "admin-and-worker",
+        {"admins": [ADMIN_A], "workers": [WORKER_A, ADMIN_A]},
+        "spec.access.workers[1]",
+        "spec.access.admins[0]",
+    ),
+    ("admin-and-tenant", {"admins": [TOKEN_A]}, "spec.access.admins[0]", "spec.tenants[1].tokens[0]"),
+    ("worker-and-tenant", {"workers": [TOKEN_A]}, "spec.access.workers[0]", "spec.tenants[1].tokens[0]"),
+]
+
+
+@pytest.mark.parametrize(
+    ("section", "path", "words"), [pytest.param(s, p, w, id=i) for i, s, p, w in ACCESS_BAD]
+)
+def test_access_section_error_names_its_path(section: object, path: str, words: str) -> None:
+    doc = base()
+    doc["spec"]["access"] = section
+    problems = errors_of(doc)
+    assert [p.path for p in problems] == [path], problems
+    assert words in problems[0].message, problems[0]
+
+
+def test_access_duplicate_message_says_one_identity() -> None:
+    doc = base()
+    doc["spec"]["access"] = {"admins": [TOKEN_A]}
+    (problem,) = errors_of(doc)
+    assert "already listed at spec.tenants[1].tokens[0]" in problem.message
+    assert "one identity" in problem.message
+
+
+def test_access_plain_token_is_never_echoed() -> None:
+    doc = base()
+    doc["spec"]["access"] = {"admins": ["s3cr3t-admin-token"], "workers": ["s3cr3t-worker"]}
+    text = str(PolicyError(errors_of(doc)))
+    assert "s3cr3t" not in text
+
+
+def test_access_round_trips_through_yaml_and_dict() -> None:
+    doc = base()
+    doc["spec"]["access"] = {"admins": [ADMIN_A], "workers": [WORKER_A]}
+    policy, _ = policy_from_dict(doc)
+    assert policy_to_dict(policy)["spec"]["access"] == {"admins": [ADMIN_A], "workers": [WORKER_A]}
+    round_trips(policy)
+    assert parse_policy(policy_to_yaml(policy))[0].access == AccessSpec(
+        admins=(ADMIN_A,), workers=(WORKER_A,)
+    )
+
+
+@pytest.mark.parametrize(
+    ("token", "role", "tenant"),
+    [
+        pytest.param("admin-a", "admin", None, id="admin"),
+        pytest.param("admin-b", "admin", None, id="second-admin"),
+        pytest.param("worker-a", "worker", None, id="worker"),
+        pytest.param("token-a", None, "product", id="tenant-token-has-no-role"),
+        pytest.param("nobody", None, None, id="unknown"),
+        pytest.param("", None, None, id="empty"),
+        pytest.param(ADMIN_A, None, None, id="the-hash-is-not-the-token"),
+    ],
+)
+def test_role_for_token(token: str, role: str | None, tenant: str | None) -> None:
+    doc = base()
+    doc["spec"]["access"] = {"admins": [ADMIN_A, ADMIN_B], "workers": [WORKER_A]}
+    policy, _ = policy_from_dict(doc)
+    assert role_for_token(policy, token) == role
+    assert tenant_for_token(policy, token) == tenant  # a role token names no tenant
+
+
+def test_validate_main_counts_role_tokens(tmp_path: pathlib.Path) -> None:
+    doc = base()
+    doc["spec"]["access"] = {"admins": [ADMIN_A, ADMIN_B], "workers": [WORKER_A]}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = io.StringIO()
+    assert validate_main(str(path), out) == 0
+    assert out.getvalue() == (
+        "policy test is valid: 3 tenants, capacity 8 slots, floor 2, 2 admin tokens, 1 worker token\n"
+    )
+
+
+def test_example_file_has_roles() -> None:
+    policy, _ = load_policy(EXAMPLE)
+    assert policy.access.admins and policy.access.workers

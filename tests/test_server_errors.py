@@ -18,8 +18,10 @@ from google.rpc import error_details_pb2, status_pb2
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, workers_pb2
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from tests.grpc_fixtures import (
+    ADMIN_TOKEN,
     BE,
     TOKENS,
+    WORKER_TOKEN,
     B,
     Client,
     G,
@@ -98,7 +100,11 @@ def test_acquire_invalid_argument_names_the_field(
 
 def test_unary_invalid_argument_names_the_field(server: ServerThread) -> None:
     async def go() -> None:
-        async with Client(server.target, token=TOKENS["acme"]) as c:
+        async with (
+            Client(server.target, token=TOKENS["acme"]) as c,
+            Client(server.target, token=WORKER_TOKEN) as worker,
+            Client(server.target, token=ADMIN_TOKEN) as admin,
+        ):
             s = c.scheduler
             err = await unary_error(s.Release(pb.ReleaseRequest(), metadata=c.md))
             assert (err.code(), violations(err)) == (Code.INVALID_ARGUMENT, ["session_id"])
@@ -108,15 +114,15 @@ def test_unary_invalid_argument_names_the_field(server: ServerThread) -> None:
             err = await unary_error(s.Yield(req, metadata=c.md))
             assert (err.code(), violations(err)) == (Code.INVALID_ARGUMENT, ["snapshot.uri"])
             err = await unary_error(
-                c.workers.Register(workers_pb2.RegisterRequest(worker_id="w"), metadata=c.md)
+                worker.workers.Register(workers_pb2.RegisterRequest(worker_id="w"), metadata=worker.md)
             )
             assert (err.code(), violations(err)) == (Code.INVALID_ARGUMENT, ["address"])
             err = await unary_error(
-                c.admin.ListQueue(admin_pb2.ListQueueRequest(page_token="junk"), metadata=c.md)
+                admin.admin.ListQueue(admin_pb2.ListQueueRequest(page_token="junk"), metadata=admin.md)
             )
             assert (err.code(), violations(err)) == (Code.INVALID_ARGUMENT, ["page_token"])
             err = await unary_error(
-                c.admin.ListLeases(admin_pb2.ListLeasesRequest(page_size=5000), metadata=c.md)
+                admin.admin.ListLeases(admin_pb2.ListLeasesRequest(page_size=5000), metadata=admin.md)
             )
             assert (err.code(), violations(err)) == (Code.INVALID_ARGUMENT, ["page_size"])
 
@@ -129,7 +135,7 @@ def test_apply_policy_invalid_argument_one_violation_per_problem(server: ServerT
     )
 
     async def go() -> None:
-        async with Client(server.target, token=TOKENS["acme"]) as c:
+        async with Client(server.target, token=ADMIN_TOKEN) as c:
             req = admin_pb2.ApplyPolicyRequest(yaml=bad)
             err = await unary_error(c.admin.ApplyPolicy(req, metadata=c.md))
             assert err.code() == Code.INVALID_ARGUMENT
@@ -177,7 +183,10 @@ def test_permission_denied_for_unknown_token_and_zero_quota(server: ServerThread
 
 def test_not_found(server: ServerThread) -> None:
     async def go() -> None:
-        async with Client(server.target, token=TOKENS["acme"]) as c:
+        async with (
+            Client(server.target, token=TOKENS["acme"]) as c,
+            Client(server.target, token=WORKER_TOKEN) as worker,
+        ):
             s = c.scheduler
             err = await unary_error(s.Release(pb.ReleaseRequest(session_id="ghost"), metadata=c.md))
             assert err.code() == Code.NOT_FOUND
@@ -186,7 +195,7 @@ def test_not_found(server: ServerThread) -> None:
             err = await unary_error(s.GetSession(pb.GetSessionRequest(session_id="ghost"), metadata=c.md))
             assert err.code() == Code.NOT_FOUND
             err = await unary_error(
-                c.workers.Heartbeat(workers_pb2.HeartbeatRequest(worker_id="w9"), metadata=c.md)
+                worker.workers.Heartbeat(workers_pb2.HeartbeatRequest(worker_id="w9"), metadata=worker.md)
             )
             assert err.code() == Code.NOT_FOUND
 
@@ -195,7 +204,10 @@ def test_not_found(server: ServerThread) -> None:
 
 def test_failed_precondition_for_stale_epoch(server: ServerThread) -> None:
     async def go() -> None:
-        async with Client(server.target, token=TOKENS["acme"]) as c:
+        async with (
+            Client(server.target, token=TOKENS["acme"]) as c,
+            Client(server.target, token=WORKER_TOKEN) as worker,
+        ):
             call = c.acquire("s", B)
             old = (await next_event(call)).granted.lease
             req = pb.YieldRequest(session_id="s", lease_id=old.lease_id, epoch=old.epoch)
@@ -208,7 +220,7 @@ def test_failed_precondition_for_stale_epoch(server: ServerThread) -> None:
             assert "stale" in err.details()
             # A worker id taken with another shape is a precondition failure too.
             reg = workers_pb2.RegisterRequest(worker_id="local-0", address="elsewhere:1", slots=1)
-            err = await unary_error(c.workers.Register(reg, metadata=c.md))
+            err = await unary_error(worker.workers.Register(reg, metadata=worker.md))
             assert err.code() == Code.FAILED_PRECONDITION
 
     asyncio.run(go())
@@ -289,7 +301,10 @@ def test_deadline_exceeded_withdraws_the_queued_request() -> None:
     with running_server(policy_yaml(workers=1, floor=0)) as srv:
 
         async def go() -> None:
-            async with Client(srv.target, token=TOKENS["acme"]) as c:
+            async with (
+                Client(srv.target, token=TOKENS["acme"]) as c,
+                Client(srv.target, token=ADMIN_TOKEN) as admin,
+            ):
                 holder = c.acquire("holder", B)
                 assert (await next_event(holder)).WhichOneof("event") == "granted"
                 # The caller's gRPC deadline.
@@ -302,7 +317,7 @@ def test_deadline_exceeded_withdraws_the_queued_request() -> None:
                     if not _queue(srv):
                         break
                     await asyncio.sleep(0.02)
-                page = await c.admin.ListQueue(admin_pb2.ListQueueRequest(), metadata=c.md)
+                page = await admin.admin.ListQueue(admin_pb2.ListQueueRequest(), metadata=admin.md)
                 assert list(page.entries) == []
                 # wait_timeout: the stream says WITHDRAWN before the status.
                 call = c.acquire("patient-ish", B, wait_timeout=Duration(nanos=300_000_000))
@@ -312,7 +327,7 @@ def test_deadline_exceeded_withdraws_the_queued_request() -> None:
                 err = await stream_error(call)
                 assert err.code() == Code.DEADLINE_EXCEEDED
                 assert "wait_timeout" in err.details()
-                page = await c.admin.ListQueue(admin_pb2.ListQueueRequest(), metadata=c.md)
+                page = await admin.admin.ListQueue(admin_pb2.ListQueueRequest(), metadata=admin.md)
                 assert list(page.entries) == []
                 holder.cancel()
 

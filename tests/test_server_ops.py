@@ -27,6 +27,7 @@ from scheduler.api.gen.slotsched.v1 import admin_pb2
 from scheduler.policy_load import parse_policy
 from scheduler.server.status import status_main
 from tests.grpc_fixtures import (
+    ADMIN_TOKEN,
     BE,
     TOKENS,
     B,
@@ -124,10 +125,11 @@ def test_health_and_reflection(server: ServerThread) -> None:
 
 def test_admin_policy_round_trip_and_apply(server: ServerThread) -> None:
     async def go() -> None:
-        async with Client(server.target, token=TOKENS["acme"]) as c:
+        async with Client(server.target, token=ADMIN_TOKEN) as c:
             got = await c.admin.GetPolicy(admin_pb2.GetPolicyRequest(), metadata=c.md)
             policy, _ = parse_policy(got.yaml)
             assert got.name == "test" and policy.pool.floor == 1
+            assert policy.access == parse_policy(policy_yaml())[0].access  # roles round-trip too
 
             new = policy_yaml(floor=0, workers=2)
             dry = await c.admin.ApplyPolicy(
@@ -146,7 +148,10 @@ def test_admin_policy_round_trip_and_apply(server: ServerThread) -> None:
 
 def test_list_leases_and_queue_page_through(server: ServerThread) -> None:
     async def go() -> None:
-        async with Client(server.target, token=TOKENS["batch"]) as c:
+        async with (
+            Client(server.target, token=TOKENS["batch"]) as c,
+            Client(server.target, token=ADMIN_TOKEN) as admin,
+        ):
             calls, kinds = [], []
             for i in range(5):  # one at a time: the order of arrival is the order in the queue
                 calls.append(c.acquire(f"s{i}", BE))
@@ -155,8 +160,8 @@ def test_list_leases_and_queue_page_through(server: ServerThread) -> None:
 
             seen, token = [], ""
             while True:
-                page = await c.admin.ListLeases(
-                    admin_pb2.ListLeasesRequest(page_size=1, page_token=token), metadata=c.md
+                page = await admin.admin.ListLeases(
+                    admin_pb2.ListLeasesRequest(page_size=1, page_token=token), metadata=admin.md
                 )
                 seen += [lease.session_id for lease in page.leases]
                 token = page.next_page_token
@@ -164,16 +169,16 @@ def test_list_leases_and_queue_page_through(server: ServerThread) -> None:
                     break
             assert seen == ["s0", "s1"]
 
-            first = await c.admin.ListQueue(admin_pb2.ListQueueRequest(page_size=2), metadata=c.md)
-            rest = await c.admin.ListQueue(
-                admin_pb2.ListQueueRequest(page_size=2, page_token=first.next_page_token), metadata=c.md
+            first = await admin.admin.ListQueue(admin_pb2.ListQueueRequest(page_size=2), metadata=admin.md)
+            rest = await admin.admin.ListQueue(
+                admin_pb2.ListQueueRequest(page_size=2, page_token=first.next_page_token), metadata=admin.md
             )
             entries = list(first.entries) + list(rest.entries)
             assert [e.session_id for e in entries] == ["s2", "s3", "s4"]
             assert [e.position for e in entries] == [0, 1, 2]
             assert all(e.tenant == "batch" and e.qos == BE for e in entries)
             assert not rest.next_page_token
-            only = await c.admin.ListQueue(admin_pb2.ListQueueRequest(tenant="acme"), metadata=c.md)
+            only = await admin.admin.ListQueue(admin_pb2.ListQueueRequest(tenant="acme"), metadata=admin.md)
             assert list(only.entries) == []
             for call in calls:
                 call.cancel()
@@ -182,18 +187,30 @@ def test_list_leases_and_queue_page_through(server: ServerThread) -> None:
 
 
 def test_status_prints_a_table_and_json(server: ServerThread, capsys: pytest.CaptureFixture[str]) -> None:
-    assert status_main(server.target, False, TOKENS["acme"], None) == 0
+    assert status_main(server.target, False, ADMIN_TOKEN, None) == 0
     out = capsys.readouterr().out
     assert "capacity 2 slots" in out and "floor 1" in out
     lines = out.splitlines()
     header = next(line for line in lines if line.startswith("tenant"))
     acme = next(line for line in lines if line.startswith("acme"))
     assert len(acme) <= len(header) + 2  # aligned columns
-    assert status_main(server.target, True, TOKENS["acme"], None) == 0
+    assert status_main(server.target, True, ADMIN_TOKEN, None) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["capacity"] == 2 and {t["tenant"] for t in doc["tenants"]} == {"acme", "globex", "batch"}
     assert status_main(server.target, False, "wrong-token", None) == 1
     assert "PERMISSION_DENIED" in capsys.readouterr().err
+
+
+def test_status_explains_that_it_needs_an_admin_token(
+    server: ServerThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert status_main(server.target, False, TOKENS["acme"], None) == 1
+    err = capsys.readouterr().err
+    assert "PERMISSION_DENIED" in err and "tenant 'acme'" in err
+    assert "admin token" in err and "spec.access.admins" in err
+    assert status_main(server.target, False, None, None) == 1
+    err = capsys.readouterr().err
+    assert "UNAUTHENTICATED" in err and "--token" in err and "spec.access.admins" in err
 
 
 def test_insecure_dev_mode_takes_the_tenant_from_a_header(caplog: pytest.LogCaptureFixture) -> None:

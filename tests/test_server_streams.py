@@ -14,8 +14,10 @@ import pytest
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, workers_pb2
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from tests.grpc_fixtures import (
+    ADMIN_TOKEN,
     BE,
     TOKENS,
+    WORKER_TOKEN,
     B,
     Client,
     G,
@@ -101,12 +103,15 @@ def test_broken_stream_keeps_the_lease_and_reattach_replays_granted() -> None:
     with running_server(policy_yaml()) as srv:
 
         async def go() -> None:
-            async with Client(srv.target, token=TOKENS["acme"]) as c:
+            async with (
+                Client(srv.target, token=TOKENS["acme"]) as c,
+                Client(srv.target, token=ADMIN_TOKEN) as admin,
+            ):
                 call = c.acquire("agent-7", B)
                 lease = (await next_event(call)).granted.lease
                 call.cancel()  # the client goes away
                 await asyncio.sleep(0.2)
-                leases = await c.admin.ListLeases(admin_pb2.ListLeasesRequest(), metadata=c.md)
+                leases = await admin.admin.ListLeases(admin_pb2.ListLeasesRequest(), metadata=admin.md)
                 assert [x.lease_id for x in leases.leases] == [lease.lease_id]
 
                 first = c.acquire("agent-7", B)
@@ -218,34 +223,38 @@ def test_worker_silent_for_three_heartbeats_is_removed_and_its_leases_requeued()
     with running_server(policy_yaml(workers=0, floor=0), static_pool=False, heartbeat_interval_s=0.2) as srv:
 
         async def go() -> None:
-            async with Client(srv.target, token=TOKENS["acme"]) as c:
+            async with (
+                Client(srv.target, token=TOKENS["acme"]) as c,
+                Client(srv.target, token=WORKER_TOKEN) as w,
+                Client(srv.target, token=ADMIN_TOKEN) as admin,  # an operator may drain by hand
+            ):
                 reg = workers_pb2.RegisterRequest(worker_id="w1", address="10.0.0.1:7000", slots=1)
-                resp = await c.workers.Register(reg, metadata=c.md)
+                resp = await w.workers.Register(reg, metadata=w.md)
                 assert resp.heartbeat_interval.ToMilliseconds() == 200
-                await c.workers.Register(reg, metadata=c.md)  # idempotent
+                await w.workers.Register(reg, metadata=w.md)  # idempotent
                 call = c.acquire("s", B)
                 lease = (await next_event(call)).granted.lease
                 assert lease.worker_address == "10.0.0.1:7000"
-                hb = await c.workers.Heartbeat(workers_pb2.HeartbeatRequest(worker_id="w1"), metadata=c.md)
+                hb = await w.workers.Heartbeat(workers_pb2.HeartbeatRequest(worker_id="w1"), metadata=w.md)
                 assert [x.lease_id for x in hb.leases] == [lease.lease_id] and not hb.draining
                 # No more heartbeats: removed after ~3 intervals, the lease revoked, the session re-queued.
                 revoked = (await next_event(call, timeout=3)).revoked
                 assert revoked.reason == pb.REVOKE_REASON_WORKER_REMOVED
                 assert kind(await next_event(call)) == "queued"
                 with pytest.raises(grpc.aio.AioRpcError) as ei:
-                    await c.workers.Heartbeat(workers_pb2.HeartbeatRequest(worker_id="w1"), metadata=c.md)
+                    await w.workers.Heartbeat(workers_pb2.HeartbeatRequest(worker_id="w1"), metadata=w.md)
                 assert ei.value.code() == grpc.StatusCode.NOT_FOUND
                 # A new worker arrives: the queued session is granted there.
                 reg2 = workers_pb2.RegisterRequest(worker_id="w2", address="10.0.0.2:7000", slots=2)
-                await c.workers.Register(reg2, metadata=c.md)
+                await w.workers.Register(reg2, metadata=w.md)
                 assert (await next_event(call)).granted.lease.worker_address == "10.0.0.2:7000"
                 drain = workers_pb2.DrainRequest(worker_id="w2")
                 drain.yield_within.FromMilliseconds(500)
-                assert (await c.workers.Drain(drain, metadata=c.md)).leases == 1
+                assert (await admin.workers.Drain(drain, metadata=admin.md)).leases == 1
                 ask = (await next_event(call)).yield_requested
                 assert ask.cause == pb.YIELD_CAUSE_DRAIN
-                dereg = await c.workers.Deregister(
-                    workers_pb2.DeregisterRequest(worker_id="w2"), metadata=c.md
+                dereg = await admin.workers.Deregister(
+                    workers_pb2.DeregisterRequest(worker_id="w2"), metadata=admin.md
                 )
                 assert dereg.revoked == 1
                 assert (await next_event(call)).revoked.reason == pb.REVOKE_REASON_WORKER_REMOVED

@@ -23,7 +23,14 @@ from scheduler.worker.main import RunningWorker, start_worker
 from scheduler.worker.runtime import ActorRuntime, WorkerClients, actor_session
 
 pytest.register_assert_rewrite("tests.grpc_fixtures")  # imported before pytest loads it as a plugin
-from tests.grpc_fixtures import Client, ServerThread, policy_yaml, running_server  # noqa: E402
+from tests.grpc_fixtures import (  # noqa: E402
+    ADMIN_TOKEN,
+    WORKER_TOKEN,
+    Client,
+    ServerThread,
+    policy_yaml,
+    running_server,
+)
 
 TOKENS = {"batch": "batch-token", "prod": "prod-token", "sre": "sre-token"}
 TENANTS: list[dict[str, Any]] = [
@@ -51,7 +58,7 @@ async def _until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
 async def _workers(server: ServerThread, tmp: Path, n: int = 2) -> list[RunningWorker]:
     ws = [
         await start_worker(
-            server.target, f"w{i}", 1, snapshots=str(tmp), token=TOKENS["batch"], actor_config=CONFIG
+            server.target, f"w{i}", 1, snapshots=str(tmp), token=WORKER_TOKEN, actor_config=CONFIG
         )
         for i in range(n)
     ]
@@ -112,7 +119,7 @@ def test_preempted_actor_checkpoints_and_resumes_on_another_slot(
 def test_drained_worker_exits_and_deregisters(server: ServerThread, tmp_path: Path) -> None:
     async def go() -> None:
         (w,) = await _workers(server, tmp_path, 1)
-        async with Client(server.target, token=TOKENS["batch"]) as c:
+        async with Client(server.target, token=ADMIN_TOKEN) as c:  # an operator drains by hand
             await c.workers.Drain(workers_pb2.DrainRequest(worker_id="w0"), metadata=c.md)
         assert await asyncio.wait_for(w.wait(), 5) == DRAINED
         assert not w.host.accepting

@@ -40,7 +40,7 @@ pytest.register_assert_rewrite(
     "tests.fixtures_s3", "tests.grpc_fixtures"
 )  # imported before loaded as plugins
 from tests.fixtures_s3 import MotoServer, free_port, make_bucket, s3_client  # noqa: E402
-from tests.grpc_fixtures import Client, policy_yaml, write_policy  # noqa: E402
+from tests.grpc_fixtures import ADMIN_TOKEN, WORKER_TOKEN, Client, policy_yaml, write_policy  # noqa: E402
 
 pytest_plugins = ["tests.fixtures_s3"]
 
@@ -105,7 +105,7 @@ class Cluster:
                 [
                     "worker", "--scheduler", self.target, "--worker-id", wid, "--slots", "1",
                     "--listen", f"127.0.0.1:{port}", "--snapshots", snapshots_url,
-                    "--token", TOKENS["batch"], "--accept-token-hash", hash_token(RUNTIME_TOKEN),
+                    "--token", WORKER_TOKEN, "--accept-token-hash", hash_token(RUNTIME_TOKEN),
                     "--metrics-listen", f"127.0.0.1:{mport}", "--bytes-per-turn", str(BYTES_PER_TURN),
                     "--turn-interval", str(TURN_INTERVAL), "--drain-timeout", "2",
                 ],
@@ -180,7 +180,7 @@ async def _until(predicate: Callable[[], Awaitable[bool] | bool], timeout: float
 
 
 async def _pool_ready(target: str) -> None:
-    async with Client(target, token=TOKENS["batch"]) as c:
+    async with Client(target, token=ADMIN_TOKEN) as c:
 
         async def ready() -> bool:
             pool = await c.admin.DescribePool(admin_pb2.DescribePoolRequest(), metadata=c.md)

@@ -97,6 +97,7 @@ class Demo:
         self.out = out
         self.rng = random.Random(seed)
         self.tokens = wl.tokens(seed)
+        self.worker_token = wl.worker_token(seed)
         self.observed = Observed()
         self.completed: dict[str, int] = defaultdict(int)
         self.refused = 0
@@ -120,14 +121,13 @@ class Demo:
         )
         self.server.loop.observers.append(self.observed)
         target = self.server.target
-        any_token = self.tokens["batch"]
         for i in range(wl.WORKERS):
             w = await start_worker(
                 target,
                 f"demo-w{i}",
                 wl.SLOTS_PER_WORKER,
                 snapshots=self.snapshots,
-                token=any_token,
+                token=self.worker_token,
                 accept_token_hashes=[hash_token(self.runtime_token)],
                 actor_config=ACTOR,
                 drain_timeout_s=2.0,
@@ -338,7 +338,7 @@ async def run_demo(
         demo.snapshots_label = "a temporary directory (removed)"
     policy_path = os.path.join(tmp, "policy.yaml")
     with open(policy_path, "w", encoding="utf-8") as f:
-        f.write(wl.policy_yaml(demo.tokens))
+        f.write(wl.policy_yaml(demo.tokens, demo.worker_token))
     drawn = 0
     try:
         await demo.start(policy_path)

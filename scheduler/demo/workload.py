@@ -69,7 +69,14 @@ def tokens(seed: int) -> dict[str, str]:
     return {name: f"demo-{name}-{rng.getrandbits(64):016x}" for name in TENANTS}
 
 
-def policy_yaml(tenant_tokens: dict[str, str]) -> str:
+def worker_token(seed: int) -> str:
+    """The workers' bearer token: a worker role of its own, since the Workers service refuses
+    tenant tokens (no tenant may add or remove workers)."""
+    rng = random.Random(f"demo-worker-token-{seed}")
+    return f"demo-worker-{rng.getrandbits(64):016x}"
+
+
+def policy_yaml(tenant_tokens: dict[str, str], worker: str | None = None) -> str:
     tenants = []
     for name, (weight, guaranteed, nominal, limit, be_limit) in TENANTS.items():
         spec: dict[str, object] = {
@@ -101,6 +108,7 @@ def policy_yaml(tenant_tokens: dict[str, str]) -> str:
             },
             "queue": {"maxPending": 500, "maxPendingPerTenant": 200},
             "tenants": tenants,
+            "access": {"workers": [hash_token(worker)] if worker else []},
         },
     }
     return yaml.safe_dump(doc, sort_keys=False)

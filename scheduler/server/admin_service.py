@@ -2,8 +2,11 @@
 
 Translation only. Listings page with opaque cursor tokens (the last key returned, base64 JSON
 tagged with the listing it belongs to), so a page is stable when leases come and go between calls
-and a token from another listing fails INVALID_ARGUMENT. Meant for an internal port: any
-authenticated caller is accepted.
+and a token from another listing fails INVALID_ARGUMENT.
+
+Who may call: in secure mode only the admin role (a token listed under `spec.access.admins`),
+because ApplyPolicy sets every tenant's quotas and the listings show every tenant's sessions; a
+tenant or worker token is PERMISSION_DENIED. In insecure dev mode anyone.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     def _guard(self, context: Any) -> None:
         if self._loop.shutting_down:
             raise errors.unavailable()
-        self._auth.caller(context)
+        self._auth.require_admin(context)
 
     @errors.unary
     async def GetPolicy(
@@ -201,8 +204,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 qos=convert.QOS_TO_PB[QoS(v.qos)],
                 position=v.position,
                 waited=convert.dur(now - v.waiting_since),
-                estimated_wait=convert.dur(v.estimated_wait_s),
             )
+            if v.estimated_wait_s is not None:  # unset until a hold has been observed
+                entry.estimated_wait.CopyFrom(convert.dur(v.estimated_wait_s))
             if v.resume_from is not None:
                 entry.resume_from.CopyFrom(convert.snapshot_to_pb(v.resume_from))
         if len(rows) > size:

@@ -1,6 +1,8 @@
 """`slotsched status`: one look at a running scheduler's pool, as an aligned table or JSON.
 
-A thin client of Admin.DescribePool, so an operator reads exactly what the API says.
+A thin client of Admin.DescribePool, so an operator reads exactly what the API says. Against a
+scheduler in secure mode it needs an admin token (`--token`, its hash listed under
+`spec.access.admins`): tenant and worker tokens are refused, as for every Admin call.
 """
 
 from __future__ import annotations
@@ -78,6 +80,22 @@ def render(pool: admin_pb2.DescribePoolResponse) -> str:
     return "\n".join(lines)
 
 
+def _hint(code: grpc.StatusCode, token: str | None) -> str | None:
+    """What to do about a refused credential (the status line alone says only what went wrong)."""
+    if code is grpc.StatusCode.UNAUTHENTICATED and not token:
+        return (
+            "this scheduler runs in secure mode: pass --token with an admin token (one whose "
+            '"sha256:<hex>" hash is listed under spec.access.admins of its policy)'
+        )
+    if code is grpc.StatusCode.PERMISSION_DENIED:
+        return (
+            'status needs an admin token: its "sha256:<hex>" hash must be listed under '
+            "spec.access.admins of the policy (tenant and worker tokens are refused); compute it "
+            "with: printf '%s' \"$TOKEN\" | sha256sum"
+        )
+    return None
+
+
 def status_main(target: str, as_json: bool, token: str | None, tenant: str | None) -> int:
     """Print the pool of the scheduler at `target`; 0 on success, 1 if the call failed."""
     metadata: list[tuple[str, str]] = []
@@ -91,6 +109,9 @@ def status_main(target: str, as_json: bool, token: str | None, tenant: str | Non
             pool = stub.DescribePool(admin_pb2.DescribePoolRequest(), metadata=metadata, timeout=10)
     except grpc.RpcError as e:
         print(f"slotsched status: {target}: {e.code().name}: {e.details()}", file=sys.stderr)
+        hint = _hint(e.code(), token)
+        if hint:
+            print(f"slotsched status: {hint}", file=sys.stderr)
         return 1
     if as_json:
         print(json.dumps(MessageToDict(pool, always_print_fields_with_no_presence=True), indent=2))

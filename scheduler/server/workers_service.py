@@ -1,7 +1,12 @@
 """The Workers service: worker agents join, report liveness, drain and leave.
 
 Translation only; membership and liveness bookkeeping live in `registry.WorkerRegistry`, the slot
-accounting in the core. Meant for an internal port: any authenticated caller is accepted.
+accounting in the core.
+
+Who may call: in secure mode the worker role (worker agents, `spec.access.workers`) or the admin
+role (operators draining by hand, `spec.access.admins`); a tenant token is PERMISSION_DENIED,
+since Drain and Deregister revoke other tenants' leases and a registered address is where
+sessions of every tenant are sent. In insecure dev mode anyone.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
     def _guard(self, context: Any) -> None:
         if self._loop.shutting_down:
             raise errors.unavailable()
-        self._auth.caller(context)
+        self._auth.require_worker(context)
 
     def _leases_on(self, worker: WorkerId) -> list[Any]:
         return [

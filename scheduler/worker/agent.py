@@ -13,6 +13,11 @@ only the worker knows when it is going away. The agent
 * on its own shutdown (SIGTERM) drains itself first — `Drain(yield_within)` makes the scheduler
   ask every holder to checkpoint and yield — waits (bounded) for the actors to leave, and
   always deregisters on the way out, so the scheduler never grants a slot of a dead worker.
+
+Against a scheduler in secure mode the agent needs a worker token (`token`; its hash listed under
+`spec.access.workers`, or `spec.access.admins`): the Workers service refuses tenant tokens, so no
+tenant can add, drain or remove workers. A refused credential ends the agent at once instead of
+retrying: it does not fix itself.
 """
 
 from __future__ import annotations
@@ -94,6 +99,12 @@ class WorkerAgent:
                         await asyncio.wait_for(stop.wait(), delay)
                     delay = min(delay * 2, 5.0)
                     continue
+                if e.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                    log.error(
+                        "scheduler %s refused worker %s: %s. Give the worker a worker token (--token or "
+                        "$SLOTSCHED_TOKEN) whose sha256 hash is listed under spec.access.workers",
+                        self.target, self.worker_id, e.details(),
+                    )  # fmt: skip
                 raise
             if resp.HasField("heartbeat_interval"):
                 self.heartbeat_interval_s = max(0.05, resp.heartbeat_interval.ToNanoseconds() / 1e9)

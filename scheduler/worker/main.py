@@ -4,6 +4,10 @@
 in-process next to an in-process scheduler; tests use it too); `run_worker` is what
 `slotsched worker` runs: it serves until SIGTERM/SIGINT or until the scheduler drains it, and on
 the way out drains itself, deregisters and stops its actors (counting what they lose).
+
+Two credentials, two directions: `token` is the worker's own, shown to the scheduler's Workers
+service (the worker role, `spec.access.workers` of the scheduler's policy); `accept_token_hashes`
+are what lease holders must show this worker's Worker service.
 """
 
 from __future__ import annotations

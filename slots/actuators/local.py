@@ -11,6 +11,11 @@ asked it to is reported once by `poll_errors` with its exit code, and is no long
 autoscaler loop asks for a replacement on its next tick. A worker the loop drained (`record` of a
 scale-down names it) was asked to leave: the reference worker exits by itself, with code 0, once a
 drain has emptied it, often before the loop gets to `remove` it, and that exit is no failure.
+
+Credentials: against a scheduler in secure mode each worker registers with a worker token (the
+Workers service refuses tenant tokens). The workers inherit `env` (default: the scheduler's own
+environment), and the reference worker reads its token from `$SLOTSCHED_TOKEN`: set it there to
+a token whose hash the policy lists under `spec.access.workers`, or put `--token` in the command.
 """
 
 from __future__ import annotations
