@@ -57,6 +57,7 @@ from tests.fixtures_s3 import AWS_TEST_ENV, MotoServer, free_port, make_bucket, 
 
 MiB = 1 << 20
 TOKENS = {"batch": "bench-batch", "sre": "bench-sre"}
+WORKER_TOKEN = "bench-worker"  # the worker registers with a worker-role token (spec.access.workers)
 
 
 def policy_text() -> str:
@@ -67,6 +68,7 @@ def policy_text() -> str:
         "spec": {
             "pool": {"slotsPerWorker": 1, "workers": 1, "minWorkers": 0, "maxWorkers": 1, "floor": 1},
             "timing": {"yieldGraceSeconds": 120, "leaseTTLSeconds": 300, "minRuntimeSeconds": 0},
+            "access": {"workers": [hash_token(WORKER_TOKEN)]},
             "tenants": [
                 {"name": "batch", "guaranteed": 0, "burstable": {"nominal": 0, "limit": 0},
                  "tokens": [hash_token(TOKENS["batch"])]},
@@ -153,7 +155,7 @@ async def measure_size(
             sys.executable, "-m", "scheduler.cli", "worker", "--scheduler", target,
             "--worker-id", f"bench-{size}", "--slots", "1", "--listen", f"127.0.0.1:{wport}",
             "--snapshots", f"s3://{bucket}/snaps?endpoint_url={endpoint}&region=us-east-1{store_opts}",
-            "--token", TOKENS["batch"], "--bytes-per-turn", str(size - TRAILER_SIZE),
+            "--token", WORKER_TOKEN, "--bytes-per-turn", str(size - TRAILER_SIZE),
             "--turn-interval", "0.05", "--max-turns", "1", "--drain-timeout", "5",
         ],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -277,9 +277,10 @@ class Core:
             times.append(self._yield_deadlines[0][0])
         if self._expiries:
             times.append(self._expiries[0][0])
-        self._flush()
-        if self._maturing and self._tier3.peek() is not None:
-            times.append(self._maturing[0][0])
+        if self._maturing:  # flush only when it matters: this runs after every event
+            self._flush()
+            if self._tier3.peek() is not None:
+                times.append(self._maturing[0][0])
         return min(times) if times else None
 
     def session(self, session: SessionId) -> SessionView | None:

@@ -133,6 +133,13 @@ def _load(policy_path: str | None) -> tuple[Policy, bool]:
         log.warning("policy %s: %s", policy_path, w)
     if not any(t.tokens for t in policy.tenants):
         log.warning("policy %s lists no token: every Scheduler call will be refused", policy_path)
+    if not policy.access.admins:
+        log.warning("policy %s lists no spec.access.admins: the Admin service refuses everyone", policy_path)
+    if not (policy.access.workers or policy.access.admins):
+        log.warning(
+            "policy %s lists no spec.access.workers: no worker agent can register",
+            policy_path,
+        )
     return policy, True
 
 
