@@ -2,6 +2,6 @@
 
 The core decides; this package only carries its decisions over the wire. One asyncio event loop
 owns the core (`loop.SchedulerLoop`), servicers translate proto <-> domain, `errors` maps every
-refusal to a status, `auth` names the caller (a tenant, or the admin or worker role), `metrics` exports what was decided, and `app`
-assembles a server. Nothing here makes a scheduling decision.
+refusal to a status, `auth` names the caller (a tenant, or the admin or worker role), `metrics`
+exports what was decided, and `app` assembles a server. Nothing here makes a scheduling decision.
 """
