@@ -60,6 +60,7 @@ def _worker(args: argparse.Namespace) -> int:
             fallback=not args.strict_restore,
             drain_yield_s=args.drain_yield,
             drain_timeout_s=args.drain_timeout,
+            verify_leases=not args.no_verify_leases,
         )
     )
     return rc
@@ -101,6 +102,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--strict-restore",
         action="store_true",
         help="fail Start with DATA_LOSS on a bad snapshot instead of falling back to an older one",
+    )
+    w.add_argument(
+        "--no-verify-leases",
+        action="store_true",
+        help="start actors without checking that the scheduler granted their lease (tenant, session, "
+        "slot, epoch, snapshot) on this worker; for standalone use without a scheduler only. By "
+        "default a Start no live lease matches is refused PERMISSION_DENIED",
     )
     w.add_argument("--drain-yield", type=float, default=10.0, help="yield deadline when draining on exit")
     w.add_argument(

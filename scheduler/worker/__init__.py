@@ -7,6 +7,7 @@ gives a lease holder the callbacks that drive it, so the whole yield path can be
 end to end (`slotsched worker`, `slotsched demo`, `bench/yield.py`).
 
 Modules: `actor` (the simulated agent and its state format), `host` (actors in slots), `service`
-(the slotsched.v1.Worker servicer), `agent` (Register/Heartbeat/Drain/Deregister), `main`
-(`start_worker`, `run_worker`), `runtime` (the lease holder's side), `metrics`.
+(the slotsched.v1.Worker servicer), `leases` (is a Start backed by a lease the scheduler granted
+on this worker?), `agent` (Register/Heartbeat/Drain/Deregister; keeps the scheduler's view of our
+leases), `main` (`start_worker`, `run_worker`), `runtime` (the lease holder's side), `metrics`.
 """

@@ -8,6 +8,10 @@ only the worker knows when it is going away. The agent
   scheduler forgot it (restart, or removal after missed heartbeats);
 * heartbeats at the interval the scheduler asks for, and applies each answer to the host: actors
   whose lease is no longer listed are stopped (fencing), epochs move forward;
+* keeps each answer's leases as `view` (a `LeaseView`), which the Worker service checks every
+  Start against (leases.py), and heartbeats at once on demand (`refresh`) when a Start names a
+  lease the view does not list yet: the grant may be newer than the last heartbeat. Concurrent
+  refreshes share one heartbeat when it was sent late enough for all of them;
 * honours drain: once a heartbeat says `draining`, the host refuses new actors, and the agent
   exits when the host is empty and the scheduler lists no lease on the worker;
 * on its own shutdown (SIGTERM) drains itself first — `Drain(yield_within)` makes the scheduler
@@ -34,6 +38,7 @@ import grpc.aio
 
 from scheduler.api.gen.slotsched.v1 import workers_pb2, workers_pb2_grpc
 from scheduler.worker.host import ActorHost
+from scheduler.worker.leases import Grant, LeaseView
 
 log = logging.getLogger("slotsched.worker")
 
@@ -78,6 +83,9 @@ class WorkerAgent:
         self.draining = False
         self.registered = asyncio.Event()
         self.heartbeats = 0
+        #: The scheduler's leases on our slots, as of the newest heartbeat answered.
+        self.view = LeaseView()
+        self._refresh_lock = asyncio.Lock()
         self._stub: Any = None
 
     # ------------------------------------------------------------------ rpcs
@@ -131,6 +139,8 @@ class WorkerAgent:
             log.warning("heartbeat of worker %s failed: %s %s", self.worker_id, e.code(), e.details())
             return None
         self.heartbeats += 1
+        if sent >= self.view.as_of:  # an on-demand heartbeat may overtake a periodic one
+            self.view = LeaseView.of((Grant.from_pb(lease) for lease in resp.leases), sent)
         live = [(lease.slot.index, lease.lease_id, lease.epoch) for lease in resp.leases]
         self.host.fence(live, sent)
         if resp.draining and not self.draining:
@@ -138,6 +148,23 @@ class WorkerAgent:
             self.draining = True
             self.host.accepting = False
         return resp
+
+    async def refresh(self, after: float) -> LeaseView | None:
+        """A view from a heartbeat sent at or after monotonic time `after` (one now if the current
+        view is older); None if the scheduler cannot be reached or does not know us (yet)."""
+        if self.view.as_of >= after:
+            return self.view
+        async with self._refresh_lock:
+            if self.view.as_of >= after:  # a refresh we waited for was recent enough
+                return self.view
+            if self._stub is None or not self.registered.is_set():
+                return None
+            try:
+                resp = await self._heartbeat()
+            except grpc.aio.AioRpcError as e:  # NOT_FOUND: the run loop registers again
+                log.warning("lease refresh of worker %s failed: %s %s", self.worker_id, e.code(), e.details())
+                return None
+            return self.view if resp is not None else None
 
     async def _wait(self, stop: asyncio.Event, seconds: float) -> None:
         """Sleep `seconds`, waking early on stop or, while draining, when the host empties."""

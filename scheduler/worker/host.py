@@ -3,6 +3,11 @@
 Why the logic lives here and not in the gRPC servicer: what a worker must guarantee is about
 state, not about the wire, and it is easiest to test without one:
 
+* Actors are keyed by (tenant, session_id): session ids are tenant-local, so two tenants may
+  run sessions of the same name here. Checkpoint and Stop that name the tenant, lease and epoch
+  reach only the actor started under them (a stale epoch is FAILED_PRECONDITION, another lease
+  PERMISSION_DENIED); whether a Start's lease was granted at all is checked before the host, in
+  the servicer (leases.py).
 * Fencing by epoch. Each slot remembers the highest lease epoch it has seen (from Start and from
   the leases a heartbeat lists). An older epoch is refused; a newer one on a busy slot means the
   old lease is gone (revoked, expired), so its actor is stopped. A heartbeat stops every actor
@@ -214,7 +219,7 @@ class ActorHost:
         self.highest_epoch = [0] * slots
         self.checkpoints: deque[CheckpointRecord] = deque(maxlen=keep_records)
         self._slots: list[_Running | None] = [None] * slots
-        self._by_session: dict[str, _Running] = {}
+        self._by_session: dict[tuple[str, str], _Running] = {}  # (tenant, session_id)
         self._slot_locks = [asyncio.Lock() for _ in range(slots)]
         self._emptied = asyncio.Event()
         self._emptied.set()
@@ -228,9 +233,35 @@ class ActorHost:
     async def wait_empty(self) -> None:
         await self._emptied.wait()
 
-    def running(self, session_id: str) -> Actor | None:
-        run = self._by_session.get(session_id)
+    def running(self, session_id: str, tenant: str | None = None) -> Actor | None:
+        run = self._find(session_id, tenant)
         return run.actor if run is not None else None
+
+    def _find(self, session_id: str, tenant: str | None) -> _Running | None:
+        """The actor of `session_id` (of `tenant`; of any tenant if None and only one has it)."""
+        if tenant is not None:
+            return self._by_session.get((tenant, session_id))
+        runs = [r for (_t, sid), r in self._by_session.items() if sid == session_id]
+        if len(runs) > 1:
+            raise FailedPrecondition(
+                f"sessions named {session_id!r} of {len(runs)} tenants run on {self.worker_id}: "
+                "name the tenant"
+            )
+        return runs[0] if runs else None
+
+    def _check_owner(self, run: _Running, lease_id: str, epoch: int) -> None:
+        """Refuse a caller that names another lease or epoch than the one `run` was started under."""
+        if (not lease_id or lease_id == run.lease_id) and (not epoch or epoch == run.epoch):
+            return
+        if epoch and epoch < run.epoch:
+            raise FailedPrecondition(
+                f"epoch {epoch} is stale: session {run.session_id!r} runs under lease {run.lease_id!r} "
+                f"epoch {run.epoch}"
+            )
+        raise PermissionDenied(
+            f"lease {lease_id!r} epoch {epoch} did not start session {run.session_id!r} "
+            f"(it runs under lease {run.lease_id!r} epoch {run.epoch})"
+        )
 
     def status(self) -> list[SlotState]:
         out = []
@@ -249,16 +280,10 @@ class ActorHost:
 
     # ------------------------------------------------------------------ start
 
-    async def start(
-        self,
-        session_id: str,
-        tenant: str,
-        slot: int,
-        lease_id: str,
-        epoch: int,
-        resume_from: SnapshotRef | None = None,
-        worker_id: str | None = None,
-    ) -> StartResult:
+    def validate_start(
+        self, session_id: str, tenant: str, slot: int, lease_id: str, worker_id: str | None = None
+    ) -> None:
+        """The checks of `start` that need no lease: arguments, slot, draining (raises HostError)."""
         if not session_id:
             raise InvalidArgument("session_id: required")
         if not lease_id:
@@ -273,6 +298,18 @@ class ActorHost:
             raise FailedPrecondition(f"slot {self.worker_id}/{slot} is out of range (0..{self.slots - 1})")
         if not self.accepting:
             raise Unavailable(f"worker {self.worker_id} is draining: it starts no new actors")
+
+    async def start(
+        self,
+        session_id: str,
+        tenant: str,
+        slot: int,
+        lease_id: str,
+        epoch: int,
+        resume_from: SnapshotRef | None = None,
+        worker_id: str | None = None,
+    ) -> StartResult:
+        self.validate_start(session_id, tenant, slot, lease_id, worker_id)
         async with self._slot_locks[slot]:
             if epoch < self.highest_epoch[slot]:
                 raise FailedPrecondition(
@@ -280,7 +317,12 @@ class ActorHost:
                 )
             cur = self._slots[slot]
             if cur is not None:
-                if (cur.session_id, cur.lease_id, cur.epoch) == (session_id, lease_id, epoch):
+                if (cur.tenant, cur.session_id, cur.lease_id, cur.epoch) == (
+                    tenant,
+                    session_id,
+                    lease_id,
+                    epoch,
+                ):
                     a = cur.actor
                     return StartResult(a.turns, a.state_sha256(), a.state_size, already_running=True)
                 if epoch <= cur.epoch:
@@ -290,7 +332,7 @@ class ActorHost:
             self.highest_epoch[slot] = epoch
             if cur is not None:
                 self._end(cur, LOST_FENCED, f"slot {slot} was granted again (epoch {epoch})")
-            other = self._by_session.get(session_id)
+            other = self._by_session.get((tenant, session_id))
             if other is not None:
                 self._end(other, LOST_FENCED, f"the session was granted slot {slot} (epoch {epoch})")
             if resume_from is None:
@@ -314,7 +356,7 @@ class ActorHost:
                 saved_turns=actor.turns,
             )
             self._slots[slot] = run
-            self._by_session[session_id] = run
+            self._by_session[(tenant, session_id)] = run
             self._emptied.clear()
             self.metrics.actors.set(len(self._by_session))
             run.task = asyncio.create_task(self._turns(run), name=f"actor-{session_id}")
@@ -466,13 +508,18 @@ class ActorHost:
 
     # ------------------------------------------------------------------ checkpoint
 
-    async def checkpoint(self, session_id: str) -> SnapshotRef:
-        """Write the actor's state to the store; the ref counts as received once this returns."""
+    async def checkpoint(
+        self, session_id: str, tenant: str | None = None, lease_id: str = "", epoch: int = 0
+    ) -> SnapshotRef:
+        """Write the actor's state to the store; the ref counts as received once this returns.
+
+        `tenant`, `lease_id`, `epoch` (when given) must be those the actor was started under."""
         if not session_id:
             raise InvalidArgument("session_id: required")
-        run = self._by_session.get(session_id)
+        run = self._find(session_id, tenant)
         if run is None:
             raise NotFound(f"no actor of session {session_id!r} on worker {self.worker_id}")
+        self._check_owner(run, lease_id, epoch)
         task = asyncio.create_task(self._write(run), name=f"checkpoint-{session_id}")
         try:
             ref, captured, turns = await asyncio.shield(task)
@@ -556,13 +603,18 @@ class ActorHost:
 
     # ------------------------------------------------------------------ stop and fencing
 
-    async def stop(self, session_id: str) -> bool:
-        """Stop the session's actor at its holder's request (no loss counted). False if none ran."""
+    async def stop(
+        self, session_id: str, tenant: str | None = None, lease_id: str = "", epoch: int = 0
+    ) -> bool:
+        """Stop the session's actor at its holder's request (no loss counted). False if none ran.
+
+        `tenant`, `lease_id`, `epoch` (when given) must be those the actor was started under."""
         if not session_id:
             raise InvalidArgument("session_id: required")
-        run = self._by_session.get(session_id)
+        run = self._find(session_id, tenant)
         if run is None:
             return False
+        self._check_owner(run, lease_id, epoch)
         self._end(run, None, "stopped by its holder")
         return True
 
@@ -595,8 +647,8 @@ class ActorHost:
             run.task.cancel()
         if self._slots[run.slot] is run:
             self._slots[run.slot] = None
-        if self._by_session.get(run.session_id) is run:
-            del self._by_session[run.session_id]
+        if self._by_session.get((run.tenant, run.session_id)) is run:
+            del self._by_session[(run.tenant, run.session_id)]
         self.metrics.actors.set(len(self._by_session))
         if not self._by_session:
             self._emptied.set()

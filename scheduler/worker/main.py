@@ -8,6 +8,11 @@ the way out drains itself, deregisters and stops its actors (counting what they 
 Two credentials, two directions: `token` is the worker's own, shown to the scheduler's Workers
 service (the worker role, `spec.access.workers` of the scheduler's policy); `accept_token_hashes`
 are what lease holders must show this worker's Worker service.
+
+`verify_leases` (default on; `--no-verify-leases` off): every Start must match a lease the
+scheduler lists for this worker in its heartbeats (the agent is the service's lease source, see
+leases.py and service.py). Off only for a worker used without a scheduler's grants (a
+standalone test of the Worker service): then any token holder may start any actor.
 """
 
 from __future__ import annotations
@@ -122,6 +127,7 @@ async def start_worker(
     fallback: bool = True,
     drain_yield_s: float = 10.0,
     drain_timeout_s: float = 30.0,
+    verify_leases: bool = True,
 ) -> RunningWorker:
     """Start a worker on the running loop: serve the Worker service, then register and heartbeat."""
     store = store_from_url(snapshots) if isinstance(snapshots, str) else snapshots
@@ -147,6 +153,8 @@ async def start_worker(
     await server.start()
     if not accept_token_hashes:
         log.warning("worker %s accepts Worker calls from anyone (no --accept-token-hash given)", worker_id)
+    if not verify_leases:
+        log.warning("worker %s starts actors without verifying their leases (--no-verify-leases)", worker_id)
     agent = WorkerAgent(
         scheduler_target,
         worker_id,
@@ -158,6 +166,8 @@ async def start_worker(
         drain_yield_s=drain_yield_s,
         drain_timeout_s=drain_timeout_s,
     )
+    if verify_leases:
+        service.leases = agent
     running = RunningWorker(worker_id, advertise, port, host, service, server, agent, metrics, metrics_port)
     running._httpd = httpd
     running._agent_task = asyncio.create_task(agent.run(running._stop), name=f"agent-{worker_id}")
@@ -180,6 +190,7 @@ async def run_worker(
     fallback: bool = True,
     drain_yield_s: float = 10.0,
     drain_timeout_s: float = 30.0,
+    verify_leases: bool = True,
 ) -> int:
     """Serve until SIGTERM/SIGINT or a drain by the scheduler; returns the process exit code."""
     if not logging.getLogger().handlers:
@@ -200,6 +211,7 @@ async def run_worker(
             fallback=fallback,
             drain_yield_s=drain_yield_s,
             drain_timeout_s=drain_timeout_s,
+            verify_leases=verify_leases,
         )
     except (OSError, ValueError) as e:
         print(f"slotsched worker: cannot start: {e}", file=sys.stderr)

@@ -5,8 +5,12 @@ lose something (a checkpoint that failed or came late, a corrupt snapshot, a fen
 loss must be visible, never silent. So every loss increments
 `slotsched_worker_work_lost_slot_seconds_total{reason}`, every resume either
 `slotsched_worker_resumes_verified_total` or `slotsched_worker_resume_failures_total{reason}`,
-and checkpoints are timed and sized. Each worker gets its own CollectorRegistry, so a process can
-host several (the demo, tests) without their series colliding.
+and checkpoints are timed and sized. A Start the scheduler's leases do not back (leases.py) is
+refused and counted in `slotsched_worker_starts_refused_total{reason}` (unknown_lease,
+tenant_mismatch, stale_epoch, snapshot_mismatch, ..., unverified: the scheduler could not be
+asked), so probing for other tenants' sessions shows up. Each worker gets its own
+CollectorRegistry, so a process can host several (the demo, tests) without their series
+colliding.
 """
 
 from __future__ import annotations
@@ -64,6 +68,12 @@ class WorkerMetrics:
             buckets=CHECKPOINT_BYTES_BUCKETS,
             registry=r,
         )
+        self.starts_refused = Counter(
+            "slotsched_worker_starts_refused",
+            "Starts refused because no lease the scheduler granted on this worker matched, by reason.",
+            ["reason"],
+            registry=r,
+        )
         self.actors = Gauge("slotsched_worker_actors", "Actors running on this worker.", registry=r)
         self.slots = Gauge("slotsched_worker_slots", "Slots this worker offers.", registry=r)
 
@@ -82,6 +92,9 @@ class WorkerMetrics:
 
     def resume_failures_total(self) -> int:
         return int(self._total("slotsched_worker_resume_failures_total"))
+
+    def starts_refused_total(self) -> int:
+        return int(self._total("slotsched_worker_starts_refused_total"))
 
     def resumes_verified_total(self) -> int:
         return int(self._total("slotsched_worker_resumes_verified_total"))

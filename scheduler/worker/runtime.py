@@ -26,6 +26,9 @@ or, to also stop the actor when the session ends (recommended; see below),
   worker counts an actor whose lease vanishes without a Stop as lost work (it cannot tell a
   release from a revocation), so plain `actor_callbacks` users should call `runtime.stop(lease)`
   themselves before leaving the session.
+
+Checkpoint and Stop name the session's tenant and the lease (id and epoch) it holds: a worker that
+verifies leases requires them, and touches only the actor started under that lease.
 """
 
 from __future__ import annotations
@@ -133,10 +136,20 @@ class WorkerClient:
                 refused.append(text)
         return StartReply(resp.turns, resp.state_sha256, restored if refused else None, tuple(refused))
 
-    async def checkpoint(self, session_id: str, timeout: float | None = None) -> SnapshotRef:
+    async def checkpoint(
+        self,
+        session_id: str,
+        timeout: float | None = None,
+        *,
+        tenant: str = "",
+        lease_id: str = "",
+        epoch: int = 0,
+    ) -> SnapshotRef:
         try:
             pb = await self.stub().Checkpoint(
-                worker_pb2.CheckpointRequest(session_id=session_id),
+                worker_pb2.CheckpointRequest(
+                    session_id=session_id, tenant=tenant, lease_id=lease_id, epoch=epoch
+                ),
                 metadata=self.metadata,
                 timeout=timeout or self.rpc_timeout_s,
             )
@@ -144,10 +157,18 @@ class WorkerClient:
             raise self._error(f"Checkpoint of session {session_id}", e) from e
         return SnapshotRef.from_proto(pb)
 
-    async def stop(self, session_id: str, timeout: float | None = None) -> bool:
+    async def stop(
+        self,
+        session_id: str,
+        timeout: float | None = None,
+        *,
+        tenant: str = "",
+        lease_id: str = "",
+        epoch: int = 0,
+    ) -> bool:
         try:
             resp = await self.stub().Stop(
-                worker_pb2.StopRequest(session_id=session_id),
+                worker_pb2.StopRequest(session_id=session_id, tenant=tenant, lease_id=lease_id, epoch=epoch),
                 metadata=self.metadata,
                 timeout=timeout or self.rpc_timeout_s,
             )
@@ -228,6 +249,12 @@ class Checkpointed:
     seconds: float
     error: str | None
     at: float  # unix time
+
+
+class _Owner(TypedDict):
+    tenant: str
+    lease_id: str
+    epoch: int
 
 
 class ActorCallbacks(TypedDict):
@@ -317,7 +344,7 @@ class ActorRuntime:
             left = (lease.yield_deadline - datetime.now(UTC)).total_seconds()
             timeout = max(0.1, min(timeout, left))
         try:
-            ref = await client.checkpoint(lease.session_id, timeout)
+            ref = await client.checkpoint(lease.session_id, timeout, **self._owner(lease))
         except WorkerCallError as e:
             seconds = time.perf_counter() - t0
             self.checkpoints.append(
@@ -338,14 +365,18 @@ class ActorRuntime:
         )
         if self.stop_after_checkpoint:
             try:
-                await client.stop(lease.session_id)
+                await client.stop(lease.session_id, **self._owner(lease))
             except WorkerCallError as e:  # the snapshot is good; the worker will fence the actor
                 log.warning("session %s: stop after checkpoint failed: %s", lease.session_id, e)
         return ref
 
     async def stop(self, lease: LeaseInfo) -> bool:
         """Stop the session's actor on the lease's worker (e.g. before releasing the session)."""
-        return await self.workers(lease.worker_address).stop(lease.session_id)
+        return await self.workers(lease.worker_address).stop(lease.session_id, **self._owner(lease))
+
+    def _owner(self, lease: LeaseInfo) -> _Owner:
+        """Who started the actor: what Checkpoint and Stop must name to reach it."""
+        return {"tenant": lease.tenant or self.tenant or "", "lease_id": lease.lease_id, "epoch": lease.epoch}
 
 
 def actor_callbacks(workers: WorkerClientFactory, tenant: str | None = None, **kwargs: Any) -> ActorCallbacks:

@@ -5,6 +5,18 @@ counted losses) is in `host.py`, testable without a network; this module only au
 converts protos and maps the host's refusals to the status codes worker.proto promises
 (INVALID_ARGUMENT naming the field, NOT_FOUND, FAILED_PRECONDITION, DATA_LOSS, UNAVAILABLE).
 
+Lease verification (with a `leases` source, i.e. the agent of a worker registered with a
+scheduler): a token only says the caller may talk to this worker, not which lease it holds, so
+every Start is checked against the scheduler's view of the leases on this worker
+(`leases.check_start`): unknown lease, another tenant, session, slot or snapshot is
+PERMISSION_DENIED; a superseded epoch FAILED_PRECONDITION. A lease missing from the view may
+have been granted after the last heartbeat, so the view is refreshed once (an immediate
+heartbeat sent after the Start arrived) before refusing; if the scheduler cannot be reached,
+Start fails UNAVAILABLE (retryable) rather than run unverified. Each refusal is logged and
+counted by reason. Checkpoint and Stop must then name the tenant and lease (`lease_id`, and
+`epoch` if known) and reach only the actor started under them. Without a source (standalone,
+`--no-verify-leases`) only the epoch fencing of the host applies.
+
 Authentication: with `accept_token_hashes` (the `sha256:<hex>` form used in policies), a caller
 must send `authorization: Bearer <token>` matching one of them; without, every caller is accepted
 (development only, like the scheduler's insecure mode; the worker warns at start).
@@ -13,6 +25,8 @@ must send `authorization: Bearer <token>` matching one of them; without, every c
 from __future__ import annotations
 
 import hmac
+import logging
+import time
 from collections.abc import Collection
 from typing import Any, NoReturn
 
@@ -22,6 +36,9 @@ from scheduler.api.gen.slotsched.v1 import common_pb2, worker_pb2, worker_pb2_gr
 from scheduler.core.types import SnapshotRef
 from scheduler.policy_load import hash_token
 from scheduler.worker.host import ActorHost, HostError
+from scheduler.worker.leases import Accepted, LeaseSource, RefusalReason, Refused, StartClaim, check_start
+
+log = logging.getLogger("slotsched.worker")
 
 _CODES: dict[str, grpc.StatusCode] = {
     "invalid_argument": grpc.StatusCode.INVALID_ARGUMENT,
@@ -46,8 +63,12 @@ def ref_to_pb(ref: SnapshotRef) -> common_pb2.SnapshotRef:
 
 
 class WorkerService(worker_pb2_grpc.WorkerServicer):
-    def __init__(self, host: ActorHost, accept_token_hashes: Collection[str] = ()) -> None:
+    def __init__(
+        self, host: ActorHost, accept_token_hashes: Collection[str] = (), leases: LeaseSource | None = None
+    ) -> None:
         self.host = host
+        #: The scheduler's leases to verify Starts against; None = no verification (standalone).
+        self.leases = leases
         self._hashes = tuple(h.encode("ascii") for h in accept_token_hashes)
         self.shutting_down = False
 
@@ -99,6 +120,28 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                     "resume_from.uri: required when a snapshot is given",
                 )
             resume = ref_from_pb(request.resume_from)
+        if self.leases is not None:
+            try:
+                self.host.validate_start(
+                    request.session_id, request.tenant, request.slot.index, request.lease_id,
+                    request.slot.worker_id,
+                )  # fmt: skip
+            except HostError as e:
+                await self._fail(context, e)
+            verdict = await self._verify(
+                StartClaim(
+                    request.session_id,
+                    request.tenant,
+                    request.slot.worker_id,
+                    request.slot.index,
+                    request.lease_id,
+                    request.epoch,
+                    resume,
+                )
+            )
+            if isinstance(verdict, Refused):
+                await self._abort(context, _CODES[verdict.code], verdict.message)
+            resume = verdict.resume_from
         try:
             result = await self.host.start(
                 request.session_id,
@@ -119,18 +162,65 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             )
         return worker_pb2.StartResponse(turns=result.turns, state_sha256=result.state_sha256)
 
+    async def _verify(self, claim: StartClaim) -> Accepted | Refused:
+        """Check `claim` against the scheduler's view, refreshed once if it lacks the lease."""
+        assert self.leases is not None
+        arrived = time.monotonic()
+        view = self.leases.view
+        verdict = check_start(view, claim)
+        if isinstance(verdict, Refused) and claim.lease_id not in view.grants and view.as_of < arrived:
+            # The grant may be newer than the last heartbeat: ask the scheduler now, then decide.
+            # (A lease the view lists does not change: no refresh, so refusals cost no heartbeat.)
+            fresh = await self.leases.refresh(arrived)
+            if fresh is None:
+                verdict = Refused(
+                    RefusalReason.UNVERIFIED,
+                    f"cannot verify lease {claim.lease_id!r}: the scheduler is not reachable; retry",
+                )
+            else:
+                verdict = check_start(fresh, claim)
+        if isinstance(verdict, Refused):
+            self.host.metrics.starts_refused.labels(verdict.reason.value).inc()
+            log.warning(
+                "refused Start of session %r (tenant %r) on %s/%d lease %r epoch %d: %s: %s",
+                claim.session_id, claim.tenant, claim.worker_id, claim.slot, claim.lease_id, claim.epoch,
+                verdict.reason.value, verdict.message,
+            )  # fmt: skip
+        return verdict
+
+    async def _owner(self, context: Any, session_id: str, tenant: str, lease_id: str) -> str | None:
+        """The tenant to look the session up under; with verification, tenant and lease are required."""
+        if self.leases is not None:
+            if not session_id:
+                await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, "session_id: required")
+            if not tenant:
+                await self._abort(
+                    context,
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "tenant: required (this worker verifies leases)",
+                )
+            if not lease_id:
+                await self._abort(
+                    context,
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "lease_id: required (this worker verifies leases)",
+                )
+        return tenant or None
+
     async def Checkpoint(self, request: worker_pb2.CheckpointRequest, context: Any) -> common_pb2.SnapshotRef:
         await self._guard(context)
+        tenant = await self._owner(context, request.session_id, request.tenant, request.lease_id)
         try:
-            ref = await self.host.checkpoint(request.session_id)
+            ref = await self.host.checkpoint(request.session_id, tenant, request.lease_id, request.epoch)
         except HostError as e:
             await self._fail(context, e)
         return ref_to_pb(ref)
 
     async def Stop(self, request: worker_pb2.StopRequest, context: Any) -> worker_pb2.StopResponse:
         await self._guard(context)
+        tenant = await self._owner(context, request.session_id, request.tenant, request.lease_id)
         try:
-            stopped = await self.host.stop(request.session_id)
+            stopped = await self.host.stop(request.session_id, tenant, request.lease_id, request.epoch)
         except HostError as e:
             await self._fail(context, e)
         return worker_pb2.StopResponse(stopped=stopped)

@@ -32,16 +32,28 @@ class StartResponse(_message.Message):
     def __init__(self, turns: _Optional[int] = ..., state_sha256: _Optional[str] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
-    __slots__ = ("session_id",)
+    __slots__ = ("session_id", "tenant", "lease_id", "epoch")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     session_id: str
-    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+    tenant: str
+    lease_id: str
+    epoch: int
+    def __init__(self, session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class StopRequest(_message.Message):
-    __slots__ = ("session_id",)
+    __slots__ = ("session_id", "tenant", "lease_id", "epoch")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     session_id: str
-    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+    tenant: str
+    lease_id: str
+    epoch: int
+    def __init__(self, session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class StopResponse(_message.Message):
     __slots__ = ("stopped",)

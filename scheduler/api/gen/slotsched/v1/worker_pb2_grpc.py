@@ -64,14 +64,17 @@ class WorkerServicer:
 
     def Start(self, request, context):
         """Starts the session's actor in the lease's slot, restoring it from `resume_from` if set
-        (verifying its sha256 when given). Idempotent for the same session, lease and epoch: it
-        returns the running actor's state.
+        (verifying its sha256 when given, or the lease's sha256). Idempotent for the same session,
+        lease and epoch: it returns the running actor's state.
 
         Errors: INVALID_ARGUMENT (`session_id`, `lease_id` empty, `slot` missing); NOT_FOUND
         (`resume_from` does not exist in the snapshot store); FAILED_PRECONDITION (the slot is on
-        another worker or out of range, `epoch` older than the slot's, or the slot runs another
-        session at the current epoch); DATA_LOSS (the snapshot's bytes do not match its sha256);
-        UNAUTHENTICATED; PERMISSION_DENIED; UNAVAILABLE.
+        another worker or out of range, `epoch` older than the slot's or than the lease's, or the
+        slot runs another session at the current epoch); PERMISSION_DENIED (no live lease of the
+        scheduler matches: unknown `lease_id`, another `tenant`, `session_id`, `slot` or `epoch`, or
+        a `resume_from` other than the lease's; the message names what did not match); DATA_LOSS
+        (the snapshot's bytes do not match its sha256); UNAVAILABLE (shutting down or draining, or
+        the scheduler cannot be reached to verify the lease: retry); UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -81,9 +84,11 @@ class WorkerServicer:
         """Checkpoints the session's actor to the snapshot store and returns where it was written. The
         actor keeps running.
 
-        Errors: INVALID_ARGUMENT (`session_id` empty); NOT_FOUND (no actor of that session on this
-        worker); UNAVAILABLE (the snapshot store cannot be written; retry); UNAUTHENTICATED;
-        PERMISSION_DENIED.
+        Errors: INVALID_ARGUMENT (`session_id` empty; `tenant` or `lease_id` empty on a worker that
+        verifies leases); NOT_FOUND (no actor of that session, of that tenant, on this worker);
+        FAILED_PRECONDITION (`epoch` older than the actor's: the lease was superseded);
+        PERMISSION_DENIED (the actor runs under another lease); UNAVAILABLE (the snapshot store
+        cannot be written; retry); UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -93,7 +98,8 @@ class WorkerServicer:
         """Stops the session's actor and frees its slot on the worker (without checkpoint: call
         Checkpoint first to keep its state). Stopping an actor that is not running succeeds.
 
-        Errors: INVALID_ARGUMENT (`session_id` empty); UNAUTHENTICATED; PERMISSION_DENIED;
+        Errors: INVALID_ARGUMENT (as for Checkpoint); FAILED_PRECONDITION and PERMISSION_DENIED (as
+        for Checkpoint: only the lease that started the actor stops it); UNAUTHENTICATED;
         UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
