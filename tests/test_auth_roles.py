@@ -186,9 +186,19 @@ def test_apply_policy_that_drops_a_role_token_refuses_it_at_once(server: ServerT
             # Both tokens are used (and cached) under the first policy.
             await old.admin.DescribePool(admin_pb2.DescribePoolRequest(), metadata=old.md)
             await w.workers.Register(register("w-2"), metadata=w.md)
-            # The admin rotates its own token out, and revokes the worker token.
+            # A policy with no admin at all would lock every operator out: refused, nothing applied.
+            no_admins = policy_yaml(admin_tokens=[])
+            for dry_run in (True, False):
+                req = admin_pb2.ApplyPolicyRequest(yaml=no_admins, dry_run=dry_run)
+                code, details = await code_of(old.admin.ApplyPolicy(req, metadata=old.md))
+                assert code == Code.FAILED_PRECONDITION and "spec.access.admins" in details
+            await old.admin.DescribePool(admin_pb2.DescribePoolRequest(), metadata=old.md)
+            # The admin rotates its own token out, and revokes the worker token (with a warning).
             rotated = policy_yaml(admin_tokens=["the-next-admin"], worker_tokens=[])
-            await old.admin.ApplyPolicy(admin_pb2.ApplyPolicyRequest(yaml=rotated), metadata=old.md)
+            done = await old.admin.ApplyPolicy(admin_pb2.ApplyPolicyRequest(yaml=rotated), metadata=old.md)
+            assert done.applied and any(
+                w.startswith("spec.access.workers: 1 worker token") for w in done.warnings
+            )
             code, _ = await code_of(old.admin.DescribePool(admin_pb2.DescribePoolRequest(), metadata=old.md))
             assert code == Code.PERMISSION_DENIED
             hb = w.workers.Heartbeat(workers_pb2.HeartbeatRequest(worker_id="w-2"), metadata=w.md)

@@ -47,9 +47,9 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any, Self, TypeAlias
+from typing import Any, Self, TypeAlias, cast
 
 import grpc
 import grpc.aio
@@ -299,6 +299,7 @@ class AsyncSession:
         self._yielded: tuple[str, int] | None = None
         self._renew_interval_s: float | None = None
         self._give_back_task: asyncio.Task[None] | None = None
+        self._skew_s = 0.0  # server clock minus ours, from the latest stream event
 
     # ----------------------------------------------------------------------------- public view
 
@@ -638,6 +639,8 @@ class AsyncSession:
 
     def _handle_event(self, ev: scheduler_pb2.LeaseEvent) -> None:
         kind = ev.WhichOneof("event")
+        if ev.HasField("at"):  # server clock minus ours (plus the one-way delay): for deadlines
+            self._skew_s = (ev.at.ToDatetime(tzinfo=UTC) - datetime.now(UTC)).total_seconds()
         if kind == "queued":
             if self._lease is not None:
                 # Queued while we thought we held: the server no longer knows our lease.
@@ -652,7 +655,7 @@ class AsyncSession:
                 self._phase = Phase.YIELDING
                 lease = self._require_lease()
                 if yr.HasField("deadline"):  # on_yield sees how long it has to checkpoint
-                    lease = replace(lease, yield_deadline=yr.deadline.ToDatetime(tzinfo=UTC))
+                    lease = replace(lease, yield_deadline=self._local(yr.deadline))
                     self._lease = lease
                 self._start_yield(lease)
         elif kind == "revoked":
@@ -701,6 +704,10 @@ class AsyncSession:
 
             self._actions.put_nowait(grant_action)
 
+    def _local(self, server_time: Any) -> datetime:
+        """A server timestamp in this machine's clock, so a skewed clock does not move deadlines."""
+        return cast(datetime, server_time.ToDatetime(tzinfo=UTC)) - timedelta(seconds=self._skew_s)
+
     def _give_back(self, lease: LeaseInfo, cause: Exception) -> None:
         """A re-grant whose actor did not start: release it and end the session with GrantFailed.
         (The first grant's failure is raised from `__aenter__` instead.) Holding on would pin a
@@ -714,8 +721,14 @@ class AsyncSession:
             self.error = err
         self.lost_lease.set()
         self._give_back_task = asyncio.create_task(
-            self.aclose(), name=f"slotsched-give-back-{self.session_id}"
+            self._close_quietly(), name=f"slotsched-give-back-{self.session_id}"
         )
+
+    async def _close_quietly(self) -> None:
+        try:
+            await self.aclose()
+        except Exception as e:  # e.g. the client was closed first: nothing left to release with
+            log.warning("slotsched: giving back the lease of %s failed: %r", self.session_id, e)
 
     def _ttl_interval(self, lease: LeaseInfo, ev: scheduler_pb2.LeaseEvent) -> float:
         """A third of the lease TTL, read from the server's own clock (no client skew)."""
@@ -816,7 +829,7 @@ class AsyncSession:
                 # We missed YieldRequested (e.g. while re-attaching): yield now.
                 self._phase = Phase.YIELDING
                 if resp.HasField("yield_deadline"):
-                    current = replace(current, yield_deadline=resp.yield_deadline.ToDatetime(tzinfo=UTC))
+                    current = replace(current, yield_deadline=self._local(resp.yield_deadline))
                     self._lease = current
                 self._start_yield(current)
             self._notify()

@@ -149,7 +149,8 @@ class LeaseInfo:
     tenant: str = ""
     granted_at: datetime | None = None
     #: Set once the server asked this lease to yield: checkpoint and yield before it, or the lease
-    #: is revoked and the session resumes from its previous snapshot.
+    #: is revoked and the session resumes from its previous snapshot. In this machine's clock (the
+    #: SDK converts the server's deadline with the skew seen on the stream).
     yield_deadline: datetime | None = None
 
     def to_proto(self) -> common_pb2.Lease:

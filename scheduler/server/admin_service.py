@@ -96,9 +96,25 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             policy, warnings = parse_policy(request.yaml)
         except PolicyError as e:
             raise errors.policy_invalid(e) from e
+        notes = [str(w) for w in warnings]
+        if self._auth.secure:
+            # Applying a policy without admins would lock every operator out until a restart
+            # (which reloads the file and loses what was applied): refuse, dry run included.
+            if not policy.access.admins:
+                raise errors.failed_precondition(
+                    "spec.access.admins is empty: this policy would lock every operator out of the Admin "
+                    "service; list at least one admin token hash"
+                )
+            removed = set(self._loop.core.policy.access.workers) - set(policy.access.workers)
+            if removed:
+                notes.append(
+                    f"spec.access.workers: {len(removed)} worker token hash(es) removed; workers using "
+                    "them can no longer heartbeat and are removed after missed heartbeats (their "
+                    "leases revoked and re-queued)"
+                )
         if not request.dry_run:
             self._loop.apply_policy(policy)
-        return admin_pb2.ApplyPolicyResponse(warnings=[str(w) for w in warnings], applied=not request.dry_run)
+        return admin_pb2.ApplyPolicyResponse(warnings=notes, applied=not request.dry_run)
 
     @errors.unary
     async def DescribePool(

@@ -342,7 +342,8 @@ class ActorRuntime:
         timeout = self.checkpoint_timeout_s
         if lease.yield_deadline is not None:
             left = (lease.yield_deadline - datetime.now(UTC)).total_seconds()
-            timeout = max(0.1, min(timeout, left))
+            # Keep a margin for the Yield call itself, which must also land before the deadline.
+            timeout = max(0.1, min(timeout, left - min(1.0, 0.1 * left)))
         try:
             ref = await client.checkpoint(lease.session_id, timeout, **self._owner(lease))
         except WorkerCallError as e:
