@@ -17,7 +17,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, worker_pb2, worker_pb2_grpc
+from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, scheduler_pb2, worker_pb2, worker_pb2_grpc
 from scheduler.core.types import SnapshotRef
 from scheduler.worker.actor import ActorConfig
 from scheduler.worker.leases import (
@@ -32,7 +32,7 @@ from scheduler.worker.leases import (
 from scheduler.worker.main import RunningWorker, start_worker
 
 pytest.register_assert_rewrite("tests.grpc_fixtures")  # imported before pytest loads it as a plugin
-from tests.grpc_fixtures import WORKER_TOKEN, Client, policy_yaml, running_server, until  # noqa: E402
+from tests.grpc_fixtures import ADMIN_TOKEN, WORKER_TOKEN, Client, policy_yaml, running_server, until  # noqa: E402
 
 # ------------------------------------------------------------------------------- the decision
 
@@ -316,3 +316,27 @@ class _No:
 
 
 _NO = _No()
+
+
+def test_worker_whose_token_is_revoked_stops_its_actors_and_exits(tmp_path: Path) -> None:
+    text = policy_yaml(TENANTS, workers=1, slots_per_worker=1, floor=0)
+    with running_server(text, static_pool=False, heartbeat_interval_s=0.2) as server:
+
+        async def go() -> None:
+            w = await start_worker(server.target, "w0", 1, snapshots=str(tmp_path), token=WORKER_TOKEN,
+                                   actor_config=CONFIG, drain_timeout_s=1)  # fmt: skip
+            try:
+                await asyncio.wait_for(w.agent.registered.wait(), 5)
+                # The operator revokes the worker token: the next heartbeat is refused, and the
+                # worker stops rather than keep actors whose leases the scheduler will re-grant.
+                async with Client(server.target, token=ADMIN_TOKEN) as admin:
+                    req = admin_pb2.ApplyPolicyRequest(yaml=policy_yaml(TENANTS, workers=1, worker_tokens=[]))
+                    assert (await admin.admin.ApplyPolicy(req, metadata=admin.md)).applied
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await asyncio.wait_for(w.wait(), 5)
+                assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+                assert not w.host.accepting
+            finally:
+                await w.stop(0.5)
+
+        asyncio.run(go())

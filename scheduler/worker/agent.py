@@ -46,6 +46,12 @@ DRAINED = "drained"
 STOPPED = "stopped"
 
 
+# Heartbeat failures that mean the scheduler no longer counts us in (not a network blip).
+_LOST_MEMBERSHIP = frozenset(
+    {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED}
+)
+
+
 class WorkerAgent:
     def __init__(
         self,
@@ -134,7 +140,7 @@ class WorkerAgent:
                 timeout=self.rpc_timeout_s,
             )
         except grpc.aio.AioRpcError as e:
-            if e.code() is grpc.StatusCode.NOT_FOUND:
+            if e.code() in _LOST_MEMBERSHIP:
                 raise
             log.warning("heartbeat of worker %s failed: %s %s", self.worker_id, e.code(), e.details())
             return None
@@ -190,7 +196,20 @@ class WorkerAgent:
             while not stop.is_set():
                 try:
                     resp = await self._heartbeat()
-                except grpc.aio.AioRpcError:  # NOT_FOUND: the scheduler forgot us
+                except grpc.aio.AioRpcError as e:
+                    if e.code() is not grpc.StatusCode.NOT_FOUND:
+                        # Our token was revoked: the scheduler will drop us and re-grant our
+                        # leases elsewhere, so stop our actors now rather than run them twice.
+                        log.error(
+                            "scheduler refuses worker %s: %s %s; stopping its actors and exiting",
+                            self.worker_id,
+                            e.code(),
+                            e.details(),
+                        )
+                        self.host.accepting = False
+                        self.host.fence((), time.monotonic())
+                        raise
+                    # NOT_FOUND: the scheduler forgot us
                     log.warning(
                         "scheduler does not know worker %s any more: registering again", self.worker_id
                     )
