@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -53,8 +54,14 @@ def _policy_validate(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from scheduler.server.app import serve_forever
+    from scheduler.server.app import StateOptions, serve_forever
 
+    state = StateOptions(
+        state=args.state,
+        prefix=args.state_prefix,
+        replica_id=args.replica_id,
+        leader_ttl_s=args.leader_ttl,
+    )
     rc: int = asyncio.run(
         serve_forever(
             policy_path=args.policy,
@@ -62,6 +69,7 @@ def _serve(args: argparse.Namespace) -> int:
             metrics_listen=args.metrics_listen,
             static_pool=not args.no_static_pool,
             autoscaler=args.autoscaler,
+            state=state,
         )
     )
     return rc
@@ -95,6 +103,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-static-pool",
         action="store_true",
         help="register no local-N workers: workers join with `slotsched worker` (or the autoscaler)",
+    )
+    s.add_argument(
+        "--state",
+        default=os.environ.get("SLOTSCHED_STATE", "memory"),
+        help="memory (default) or redis://HOST:PORT/DB: journal, snapshots and leader election in Redis "
+        "($SLOTSCHED_STATE)",
+    )
+    s.add_argument("--state-prefix", default="slotsched", help="Redis key namespace (default %(default)s)")
+    s.add_argument(
+        "--replica-id", default=None, help="this replica's name in the leader key (default host-pid)"
+    )
+    s.add_argument(
+        "--leader-ttl",
+        type=float,
+        default=5.0,
+        help="seconds a leader lease lasts unrenewed: the failover time (default %(default)s)",
     )
     s.set_defaults(func=_serve)
 

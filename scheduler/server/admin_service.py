@@ -114,6 +114,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 )
         if not request.dry_run:
             self._loop.apply_policy(policy)
+            await self._loop.durable()
         return admin_pb2.ApplyPolicyResponse(warnings=notes, applied=not request.dry_run)
 
     @errors.unary

@@ -10,8 +10,12 @@ grant. What `submit` does after `handle`:
 * keeps what the core does not expose but the wire needs: worker addresses, the pending yield
   request per lease (for replays and `Lease.yield_deadline`), each session's `wait_timeout`, and
   recently ended sessions (for GetSession);
-* observes metrics and the handle() duration, calls observers (a journal subscribes later), and
-  re-arms the one timer that sends `Tick` at `core.next_deadline()`.
+* observes metrics and the handle() duration, calls observers (the Redis journal subscribes),
+  and re-arms the one timer that sends `Tick` at `core.next_deadline()`.
+
+With a durable state store (scheduler/state/), handlers `await loop.durable()` before they tell
+a caller anything; in memory mode that awaits an already-done future (no suspension). `replay`,
+`export_state` and `restore` are the store's recovery hooks.
 
 Sessions are namespaced `tenant/session_id` in the core so two tenants may use the same id.
 """
@@ -23,8 +27,9 @@ import concurrent.futures
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 
@@ -76,6 +81,26 @@ class PolicyApplied:
 
 
 Observer = Callable[["Event | PolicyApplied", Sequence[Decision], float], None]
+
+
+class Durability(Protocol):
+    """What the loop needs of a journal: an awaitable that resolves once everything applied so
+    far is durable (or raises errors.RpcFailure UNAVAILABLE if it cannot be made so)."""
+
+    def durable(self) -> Awaitable[None]: ...
+
+
+@dataclass
+class LoopState:
+    """The core and the server-side bookkeeping a recovered server needs (streams excluded)."""
+
+    core: Core
+    addresses: dict[WorkerId, str]
+    yields: dict[LeaseId, YieldRequested]
+    waited: dict[SessionId, float]
+    qos: dict[SessionId, QoS]
+    wait_timeouts: dict[SessionId, float]
+    ended: OrderedDict[SessionId, EndedSession]
 
 
 @dataclass(frozen=True)
@@ -155,6 +180,9 @@ class SchedulerLoop:
         self._timer: asyncio.TimerHandle | None = None
         self._armed_at: float | None = None
         self._positions_timer: asyncio.TimerHandle | None = None
+        self.journal: Durability | None = None  # set by a durable state store
+        self._done: asyncio.Future[None] = self._aloop.create_future()
+        self._done.set_result(None)
         if metrics is not None:
             metrics.bind(self.describe_threadsafe)
 
@@ -166,6 +194,23 @@ class SchedulerLoop:
     def submit(self, event: Event) -> list[Decision]:
         """Apply one event now; fan its decisions out; return them to the caller."""
         now = self._clock()
+        t0 = time.perf_counter()
+        decisions = self.core.handle(event, now)
+        self._after(event, decisions, now, time.perf_counter() - t0)
+        return decisions
+
+    def durable(self) -> Awaitable[None]:
+        """Await before telling a caller anything: resolves once every event applied so far is
+        journaled. Memory mode: an already-done future, so awaiting it never suspends."""
+        j = self.journal
+        return self._done if j is None else j.durable()
+
+    def durable_done(self) -> Awaitable[None]:
+        """The already-done awaitable `durable` returns when nothing is pending."""
+        return self._done
+
+    def submit_at(self, event: Event, now: float) -> list[Decision]:
+        """`submit` at an explicit time (recovery renews leases at the times it walks through)."""
         t0 = time.perf_counter()
         decisions = self.core.handle(event, now)
         self._after(event, decisions, now, time.perf_counter() - t0)
@@ -245,6 +290,64 @@ class SchedulerLoop:
             if timer is not None:
                 timer.cancel()
         self._timer = self._positions_timer = None
+
+    # ------------------------------------------------------------------ state store hooks
+
+    def replay(
+        self, event: Event | PolicyApplied, now: float, wait_timeout_s: float | None = None
+    ) -> list[Decision]:
+        """Re-apply a journaled event at its recorded time: core and bookkeeping only (no
+        stream is attached during recovery, so `_fan_out` only updates bookkeeping); no metrics,
+        no observers, no timer."""
+        if isinstance(event, PolicyApplied):
+            decisions = self.core.apply_policy(event.policy, now)
+        else:
+            if isinstance(event, Acquire):
+                self._qos[event.session] = event.qos
+                self._ended.pop(event.session, None)
+                if wait_timeout_s is not None:
+                    self._wait_timeouts[event.session] = wait_timeout_s
+            decisions = self.core.handle(event, now)
+            if isinstance(event, Acquire) and any(
+                isinstance(d, Refused) and d.session == event.session for d in decisions
+            ):
+                self._forget(event.session)
+            if isinstance(event, WorkerAdded) and not any(isinstance(d, Rejected) for d in decisions):
+                self._addresses[event.worker] = event.address
+        if decisions:
+            self._fan_out(decisions, now)
+        if isinstance(event, WorkerRemoved):
+            self._addresses.pop(event.worker, None)
+        return decisions
+
+    def export_state(self) -> LoopState:
+        return LoopState(
+            self.core,
+            self._addresses,
+            self._yields,
+            self._waited,
+            self._qos,
+            self._wait_timeouts,
+            self._ended,
+        )
+
+    def restore(self, state: LoopState) -> None:
+        """Replace the core and bookkeeping (after `begin_shutdown` closed every stream)."""
+        self.close()
+        self._armed_at = None
+        self.core = state.core
+        self._addresses = state.addresses
+        self._yields = state.yields
+        self._waited = state.waited
+        self._qos = state.qos
+        self._wait_timeouts = state.wait_timeouts
+        self._ended = state.ended
+        self._streams.clear()
+
+    def resume(self) -> None:
+        """Serve again after `restore` (and after a step-down's `begin_shutdown`)."""
+        self.shutting_down = False
+        self._arm()
 
     # ------------------------------------------------------------------ queries
 

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from scheduler.core.types import Decision, WorkerAdded, WorkerDraining, WorkerId, WorkerRemoved
+from scheduler.core.types import Decision, Rejected, WorkerAdded, WorkerDraining, WorkerId, WorkerRemoved
 from scheduler.server import errors
 from scheduler.server.loop import SchedulerLoop
 
@@ -38,6 +38,8 @@ class WorkerRegistry:
         self.loop = loop
         self.heartbeat_interval_s = heartbeat_interval_s
         self.workers: dict[WorkerId, WorkerEntry] = {}
+        # (worker, labels, static) while its WorkerAdded is being applied: the journal reads it.
+        self.adding: tuple[WorkerId, dict[str, str], bool] | None = None
 
     def register(
         self, worker_id: WorkerId, address: str, slots: int, labels: dict[str, str], static: bool = False
@@ -53,7 +55,12 @@ class WorkerRegistry:
             w.labels = labels  # idempotent re-register (e.g. after a scheduler restart)
             w.last_heartbeat = now
             return
-        errors.raise_for(self.loop.submit(WorkerAdded(worker_id, slots, address)))
+        self.adding = (worker_id, labels, static)
+        try:
+            decisions = self.loop.submit(WorkerAdded(worker_id, slots, address))
+        finally:
+            self.adding = None
+        errors.raise_for(decisions)
         self.workers[worker_id] = WorkerEntry(worker_id, address, slots, now, labels, static=static)
 
     def entry(self, worker_id: WorkerId) -> WorkerEntry:
@@ -80,6 +87,34 @@ class WorkerRegistry:
         errors.raise_for(decisions)
         del self.workers[worker_id]
         return decisions
+
+    def replay(
+        self,
+        event: WorkerAdded | WorkerDraining | WorkerRemoved,
+        decisions: list[Decision],
+        at: float,
+        labels: dict[str, str],
+        static: bool,
+    ) -> None:
+        """Mirror a journaled membership event the core accepted (recovery)."""
+        if any(isinstance(d, Rejected) for d in decisions):
+            return
+        if isinstance(event, WorkerAdded):
+            self.workers[event.worker] = WorkerEntry(
+                event.worker, event.address, event.slots, at, labels, static=static
+            )
+        elif isinstance(event, WorkerDraining):
+            w = self.workers.get(event.worker)
+            if w is not None:
+                w.draining = True
+        else:
+            self.workers.pop(event.worker, None)
+
+    def refresh_all(self) -> None:
+        """Recovered: no worker could heartbeat while no server was up, so count from now."""
+        now = self.loop.now()
+        for w in self.workers.values():
+            w.last_heartbeat = now
 
     def reap(self) -> list[WorkerId]:
         """Remove every non-static worker silent for MISSED_HEARTBEATS intervals."""

@@ -104,12 +104,15 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                         queued_since = at
                 elif kind == GRANTED:
                     queued_since = None
+                await self._loop.durable()  # never tell what a crash could take back
                 await write(event)
                 if kind == FINAL:
                     if withdrawn:
                         msg = f"still queued when {withdrawn} passed: the request was withdrawn"
                         await errors.abort(context, errors.deadline_exceeded(msg))
                     return
+        except errors.RpcFailure as f:  # the state store could not make it durable
+            await errors.abort(context, f)
         except asyncio.CancelledError:
             # Client gone or its deadline passed. Only the deadline withdraws a queued request.
             if queued_since is not None:
@@ -187,14 +190,18 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         key = convert.session_key(tenant, request.session_id)
         if request.lease_id:
             self._check_lease_tenant(request.lease_id, tenant)
-            errors.raise_for(self._loop.submit(Release(key, LeaseId(request.lease_id), request.epoch)))
+            decisions = self._loop.submit(Release(key, LeaseId(request.lease_id), request.epoch))
+            await self._loop.durable()
+            errors.raise_for(decisions)
             return scheduler_pb2.ReleaseResponse(reason=scheduler_pb2.END_REASON_RELEASED)
         view = self._loop.session(key)
         if view is not None and view.lease is not None:
             raise errors.failed_precondition(
                 f"session {request.session_id} holds lease {view.lease.lease_id}: quote lease_id and epoch"
             )
-        errors.raise_for(self._loop.submit(Release(key, None)))
+        decisions = self._loop.submit(Release(key, None))
+        await self._loop.durable()
+        errors.raise_for(decisions)
         return scheduler_pb2.ReleaseResponse(reason=scheduler_pb2.END_REASON_WITHDRAWN)
 
     @errors.unary
@@ -205,6 +212,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self._check_lease_tenant(request.lease_id, tenant)
         key = convert.session_key(tenant, request.session_id)
         decisions = self._loop.submit(Renew(key, LeaseId(request.lease_id), request.epoch))
+        await self._loop.durable()
         errors.raise_for(decisions)
         for d in decisions:
             if isinstance(d, Renewed) and d.lease.session == key:
@@ -227,6 +235,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self._check_lease_tenant(request.lease_id, tenant)
         key = convert.session_key(tenant, request.session_id)
         decisions = self._loop.submit(Yield(key, LeaseId(request.lease_id), request.epoch, snap))
+        await self._loop.durable()
         errors.raise_for(decisions)
         position = 0  # re-granted at once if no Queued follows
         for d in decisions:

@@ -57,6 +57,7 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
         if not 1 <= request.slots <= MAX_SLOTS:
             raise errors.invalid_argument("slots", f"must be 1 to {MAX_SLOTS}")
         self._registry.register(wid, request.address, request.slots, dict(request.labels))
+        await self._loop.durable()
         interval = convert.dur(self._registry.heartbeat_interval_s)
         return workers_pb2.RegisterResponse(heartbeat_interval=interval)
 
@@ -66,6 +67,7 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
     ) -> workers_pb2.HeartbeatResponse:
         self._guard(context)
         w = self._registry.heartbeat(_worker_id(request.worker_id))
+        await self._loop.durable()  # the leases listed must survive a crash
         return workers_pb2.HeartbeatResponse(draining=w.draining, leases=self._leases_on(w.worker_id))
 
     @errors.unary
@@ -78,6 +80,7 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
             if within < 0:
                 raise errors.invalid_argument("yield_within", "must not be negative")
         self._registry.drain(wid, within)
+        await self._loop.durable()
         resp = workers_pb2.DrainResponse(leases=len(self._leases_on(wid)))
         if within is not None:
             resp.estimated_drain.CopyFrom(convert.dur(within))
@@ -89,4 +92,5 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
     ) -> workers_pb2.DeregisterResponse:
         self._guard(context)
         decisions = self._registry.deregister(_worker_id(request.worker_id))
+        await self._loop.durable()
         return workers_pb2.DeregisterResponse(revoked=sum(1 for d in decisions if isinstance(d, Revoked)))

@@ -1,0 +1,202 @@
+"""Redis keys, fenced scripts and the parsing of `--state`.
+
+Keys under the prefix P (default `slotsched`):
+
+| key | type | holds |
+| --- | --- | --- |
+| `P:leader` | string, PX ttl | the leader's replica id: `SET NX PX` to win, Lua compare-and-extend to keep |
+| `P:journal` | stream | one entry per applied event, field `e` = a codec record (scheduler/state/codec.py) |
+| `P:snapshot` | hash | `fingerprint`, `stream_id` (last journal entry it covers), `at`, `data` (pickle) |
+| `P:trimmed` | string | present once the journal was compacted (it no longer starts at the beginning) |
+
+Fencing: every write (journal append, snapshot + trim) is one Lua script that first checks that
+`P:leader` still holds this replica's id, so a replica that lost the lease (paused, partitioned)
+can never write after a successor took over; it gets `NOTLEADER` and steps down.
+
+Durability of Redis itself is Redis's job: run it with `appendonly yes` (`appendfsync always`
+loses nothing a caller was told; `everysec` may lose up to a second on a Redis crash).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ResponseError
+
+_APPEND = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('NOTLEADER') end
+local id = ''
+for i = 2, #ARGV do id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[i]) end
+return id
+"""
+_SNAPSHOT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('NOTLEADER') end
+redis.call('HSET', KEYS[2], 'fingerprint', ARGV[2], 'stream_id', ARGV[3], 'at', ARGV[4], 'data', ARGV[5])
+redis.call('XTRIM', KEYS[3], 'MINID', ARGV[6])
+redis.call('SET', KEYS[4], '1')
+return 1
+"""
+_EXTEND = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+_RESIGN = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class StateConfigError(ValueError):
+    """A `--state` value this build cannot use."""
+
+
+class NotLeader(Exception):
+    """A fenced write refused: another replica holds the leader lease."""
+
+
+def parse_state(value: str) -> str | None:
+    """None for `memory`; the Redis URL for `redis://HOST:PORT/DB`. Raises StateConfigError."""
+    text = value.strip()
+    if text in ("", "memory"):
+        return None
+    u = urllib.parse.urlsplit(text)
+    why = ""
+    try:
+        port = u.port
+    except ValueError:
+        port, why = None, "the port is not a number"
+    if u.scheme not in ("redis", "rediss"):
+        why = "expected memory or redis://HOST:PORT/DB"
+    elif not u.hostname:
+        why = why or "no host"
+    elif u.path not in ("", "/") and not u.path.lstrip("/").isdigit():
+        why = "the database must be a number (redis://HOST:PORT/0)"
+    elif u.query or u.fragment:
+        why = "no query or fragment allowed"
+    if why or port == 0:
+        raise StateConfigError(f"--state {value!r}: {why or 'bad port'}")
+    return text
+
+
+def _next_id(stream_id: str) -> str:
+    """The smallest stream id after `stream_id` (XTRIM MINID keeps ids >= it)."""
+    ms, _, seq = stream_id.partition("-")
+    return f"{ms}-{int(seq or 0) + 1}"
+
+
+@dataclass(frozen=True)
+class StoredSnapshot:
+    data: bytes
+    fingerprint: str
+    stream_id: str
+    at: float
+
+
+class RedisStore:
+    """One replica's view of the shared state keys. Every call may raise redis errors."""
+
+    def __init__(self, url: str, prefix: str, replica_id: str, timeout_s: float = 1.0) -> None:
+        self.replica_id = replica_id
+        # Any: redis-py's stubs type replies as bytes | str, and this client always returns bytes.
+        self.redis: Any = Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),  # the replica decides what a failure means (step down)
+        )
+        self.k_leader = f"{prefix}:leader"
+        self.k_journal = f"{prefix}:journal"
+        self.k_snapshot = f"{prefix}:snapshot"
+        self.k_trimmed = f"{prefix}:trimmed"
+        self._append = self.redis.register_script(_APPEND)
+        self._snapshot = self.redis.register_script(_SNAPSHOT)
+        self._extend = self.redis.register_script(_EXTEND)
+        self._resign = self.redis.register_script(_RESIGN)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    # ------------------------------------------------------------------ leadership
+
+    async def try_lead(self, ttl_s: float) -> bool:
+        ms = max(1, int(ttl_s * 1000))
+        if await self.redis.set(self.k_leader, self.replica_id, nx=True, px=ms):
+            return True
+        return bool(await self._extend(keys=[self.k_leader], args=[self.replica_id, ms]))
+
+    async def extend_lead(self, ttl_s: float) -> bool:
+        ms = max(1, int(ttl_s * 1000))
+        return bool(await self._extend(keys=[self.k_leader], args=[self.replica_id, ms]))
+
+    async def resign(self) -> None:
+        await self._resign(keys=[self.k_leader], args=[self.replica_id])
+
+    async def leader(self) -> str | None:
+        v = await self.redis.get(self.k_leader)
+        return None if v is None else v.decode()
+
+    # ------------------------------------------------------------------ journal
+
+    async def append(self, records: list[bytes]) -> str:
+        """Append records in one fenced script; the id of the last. Raises NotLeader."""
+        try:
+            last = await self._append(keys=[self.k_leader, self.k_journal], args=[self.replica_id, *records])
+        except ResponseError as e:
+            if "NOTLEADER" in str(e):
+                raise NotLeader(str(e)) from e
+            raise
+        return _text(last)
+
+    async def journal_after(
+        self, stream_id: str, chunk: int = 2000
+    ) -> AsyncIterator[list[tuple[str, bytes]]]:
+        """Journal entries after `stream_id` ("0-0": all), in chunks."""
+        start = f"({stream_id}"
+        while True:
+            rows = await self.redis.xrange(self.k_journal, min=start, max="+", count=chunk)
+            if not rows:
+                return
+            out: list[tuple[str, bytes]] = [(_text(rid), bytes(fields[b"e"])) for rid, fields in rows]
+            yield out
+            start = f"({out[-1][0]}"
+
+    async def trimmed(self) -> bool:
+        return bool(await self.redis.exists(self.k_trimmed))
+
+    # ------------------------------------------------------------------ snapshots
+
+    async def save_snapshot(self, data: bytes, fingerprint: str, stream_id: str, at: float) -> None:
+        """Store the snapshot covering the journal up to `stream_id`, then trim what it covers."""
+        keys = [self.k_leader, self.k_snapshot, self.k_journal, self.k_trimmed]
+        args: list[str | bytes] = [
+            self.replica_id,
+            fingerprint,
+            stream_id,
+            repr(at),
+            data,
+            _next_id(stream_id),
+        ]
+        try:
+            await self._snapshot(keys=keys, args=args)
+        except ResponseError as e:
+            if "NOTLEADER" in str(e):
+                raise NotLeader(str(e)) from e
+            raise
+
+    async def load_snapshot(self) -> StoredSnapshot | None:
+        doc: dict[bytes, Any] = await self.redis.hgetall(self.k_snapshot)
+        if not doc:
+            return None
+        return StoredSnapshot(
+            bytes(doc[b"data"]), _text(doc[b"fingerprint"]), _text(doc[b"stream_id"]), float(doc[b"at"])
+        )
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)

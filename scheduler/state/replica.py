@@ -1,0 +1,376 @@
+"""One scheduler replica backed by Redis: journal, snapshots, recovery, leader election.
+
+Journal. The loop calls `observe` after every event it applies (submit, apply_policy); the record
+(codec.py) joins the current batch, and the first record of a batch schedules a flush task, so
+the events of one loop iteration go to Redis together in one fenced script call (group commit).
+Handlers `await loop.durable()` before they reply or write a stream event; that resolves when
+the batch holding everything applied so far is in Redis. Memory mode never gets here.
+
+Failure. If an append fails (Redis unreachable, or the leader key is no longer ours), every
+caller waiting for durability gets UNAVAILABLE with `retry-after-ms`, and the replica steps
+down: health NOT_SERVING, open Acquire streams end UNAVAILABLE (the SDK re-attaches), calls are
+refused "not the leader". Events already applied in memory but not journaled are discarded with
+the in-memory state: nobody was told about them, and when this replica (or another) next wins
+the lease it rebuilds the state from Redis. A lost renewal of the leader lease does the same.
+
+Snapshots. Every `snapshot_every` events or `snapshot_interval_s` seconds, at the moment a batch
+is cut (so the state is exactly the journal up to that batch's last entry), the state is pickled
+(snapshot.py), stored with that stream id once the batch is in, and the journal trimmed up to it.
+
+Recovery (on winning the lease): load the snapshot, replay the journal after it through
+`loop.replay` (core + bookkeeping, no fan-out, metrics or observers), give every registered
+worker a fresh heartbeat, then carry the leases across the outage: their holders could not renew
+while no server was up, so each live lease is renewed (journaled `Renew`) at the last recorded
+time and then every ttl/2 up to now — a Renew first fires the timers due at its time, so one
+Renew at `now` would expire them first. Outages longer than `MAX_CARRY_S` are not bridged
+(the SDK gives up re-attaching long before). A fresh store (no snapshot, empty journal) starts
+by journaling the policy file and registering the static pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from redis.exceptions import RedisError
+
+from scheduler.core.engine import Core
+from scheduler.core.types import (
+    Acquire,
+    Decision,
+    Event,
+    Renew,
+    WorkerAdded,
+    WorkerDraining,
+    WorkerRemoved,
+)
+from scheduler.policy import Policy
+from scheduler.server import errors
+from scheduler.server.loop import LoopState, PolicyApplied, SchedulerLoop
+from scheduler.server.registry import WorkerRegistry
+from scheduler.state import codec, snapshot
+from scheduler.state.redis_store import NotLeader, RedisStore
+
+log = logging.getLogger("slotsched.state")
+
+MAX_CARRY_S = 600.0
+RETRY_AFTER_MS = "1000"
+NOT_LEADER = "not the leader: this replica is a standby; retry (the Service routes to the leader)"
+
+
+class StateError(RuntimeError):
+    """The durable state cannot be recovered by this build: fail loudly, do not serve."""
+
+
+def unavailable(message: str) -> errors.RpcFailure:
+    import grpc
+
+    return errors.RpcFailure(
+        grpc.StatusCode.UNAVAILABLE, message, metadata=((errors.RETRY_AFTER_KEY, RETRY_AFTER_MS),)
+    )
+
+
+class StateMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.flush = Histogram(
+            "slotsched_journal_flush_seconds",
+            "Time to append one batch of events to the Redis journal.",
+            buckets=(1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0),
+            registry=registry,
+        )
+        self.errors = Counter(
+            "slotsched_journal_errors",
+            "Journal appends that failed (replica stepped down).",
+            registry=registry,
+        )
+        self.leader = Gauge(
+            "slotsched_is_leader", "1 while this replica is the serving leader.", registry=registry
+        )
+        self.recoveries = Counter(
+            "slotsched_recoveries", "State recoveries from Redis (start-up or takeover).", registry=registry
+        )
+
+
+class Replica:
+    """Leadership and durability of one replica. Create on the loop's event loop."""
+
+    def __init__(
+        self,
+        store: RedisStore,
+        loop: SchedulerLoop,
+        registry: WorkerRegistry,
+        policy: Policy,
+        metrics: StateMetrics,
+        *,
+        on_lead: Callable[[bool], Awaitable[None]],
+        on_step_down: Callable[[], Awaitable[None]],
+        leader_ttl_s: float = 5.0,
+        snapshot_every: int = 1000,
+        snapshot_interval_s: float = 60.0,
+    ) -> None:
+        self.store = store
+        self.loop = loop
+        self.registry = registry
+        self.policy = policy
+        self.metrics = metrics
+        self.on_lead = on_lead
+        self.on_step_down = on_step_down
+        self.leader_ttl_s = leader_ttl_s
+        self.snapshot_every = snapshot_every
+        self.snapshot_interval_s = snapshot_interval_s
+        self.serving = False  # leader, recovered, accepting calls
+        self.fatal: BaseException | None = None
+        self.fatal_event = asyncio.Event()
+        self._aloop = asyncio.get_running_loop()
+        self._batch: list[bytes] = []
+        self._batch_fut: asyncio.Future[None] | None = None
+        self._inflight_fut: asyncio.Future[None] | None = None
+        self._flushing = False
+        self._since_snapshot = 0
+        self._last_snapshot = time.monotonic()
+        self._snapshots_ok = True
+        self._last_now = float("-inf")
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        loop.observers.append(self.observe)
+
+    # ------------------------------------------------------------------ durability
+
+    def durable(self) -> Awaitable[None]:
+        if not self.serving:
+            return self._refuse()
+        fut = self._batch_fut or self._inflight_fut
+        if fut is None:
+            return self.loop.durable_done()
+        return asyncio.shield(fut)  # one waiter's cancellation must not cancel the batch
+
+    async def _refuse(self) -> None:
+        raise unavailable(NOT_LEADER)
+
+    def observe(self, event: Event | PolicyApplied, decisions: Any, now: float) -> None:
+        if isinstance(event, PolicyApplied):
+            raw = codec.encode(codec.PolicyRecord(event.policy), now)
+        else:
+            raw = codec.encode(event, now, self._extras(event))
+        self._last_now = max(self._last_now, now)
+        self._batch.append(raw)
+        self._since_snapshot += 1
+        if self._batch_fut is None:
+            fut = self._batch_fut = self._aloop.create_future()
+            fut.add_done_callback(_consume)
+        if not self._flushing:
+            self._flushing = True
+            self._aloop.create_task(self._flush())
+
+    def _extras(self, event: Event) -> codec.Extras | None:
+        if isinstance(event, Acquire):
+            wt = self.loop.wait_timeout(event.session)
+            return None if wt is None else codec.Extras(wait_timeout_s=wt)
+        if isinstance(event, WorkerAdded):
+            adding = self.registry.adding
+            if adding is not None and adding[0] == event.worker:
+                return codec.Extras(labels=dict(adding[1]), static=adding[2])
+        return None
+
+    async def _flush(self) -> None:
+        try:
+            while self._batch:
+                batch, fut = self._batch, self._batch_fut
+                self._batch, self._batch_fut = [], None
+                assert fut is not None
+                self._inflight_fut = fut
+                snap = self._cut_snapshot()  # now, while the state is exactly the journal so far
+                t0 = time.perf_counter()
+                try:
+                    if not self.serving:
+                        raise NotLeader("not serving")
+                    last_id = await self.store.append(batch)
+                except (RedisError, OSError, NotLeader) as e:
+                    self.metrics.errors.inc()
+                    log.error("journal append failed (%s): stepping down", e)
+                    fut.set_exception(unavailable(f"the state store is unavailable: {e}"))
+                    self._inflight_fut = None
+                    await self._step_down(f"journal append failed: {e}")
+                    return
+                self.metrics.flush.observe(time.perf_counter() - t0)
+                fut.set_result(None)
+                self._inflight_fut = None
+                if snap is not None:
+                    await self._save_snapshot(snap, last_id)
+        finally:
+            self._flushing = False
+
+    def _cut_snapshot(self) -> bytes | None:
+        if not self._snapshots_ok or self._since_snapshot == 0 or not self.serving:
+            return None
+        due = self._since_snapshot >= self.snapshot_every
+        if not due and time.monotonic() - self._last_snapshot < self.snapshot_interval_s:
+            return None
+        self._since_snapshot = 0
+        self._last_snapshot = time.monotonic()
+        try:
+            state = snapshot.State(self.loop.export_state(), self.registry.workers, self._last_now)
+            return snapshot.dumps(state)
+        except snapshot.SnapshotError as e:
+            self._snapshots_ok = False  # the journal keeps everything; say so once
+            log.error("snapshots disabled, the journal will not be compacted: %s", e)
+            return None
+
+    async def _save_snapshot(self, data: bytes, last_id: str) -> None:
+        try:
+            await self.store.save_snapshot(data, snapshot.current_fingerprint(), last_id, self._last_now)
+            log.info("snapshot at journal id %s (%d bytes); journal trimmed", last_id, len(data))
+        except (RedisError, OSError, NotLeader) as e:
+            # Not fatal: the journal still holds everything after the previous snapshot.
+            log.warning("snapshot not stored (%s)", e)
+
+    # ------------------------------------------------------------------ leadership
+
+    async def start(self) -> None:
+        """Try once to lead (recovering if won); otherwise stay a standby. Then campaign on."""
+        try:
+            if await self.store.try_lead(self.leader_ttl_s):
+                await self._take_over()
+            else:
+                log.info("standby: %s leads", await self.store.leader())
+        except (RedisError, OSError) as e:
+            log.warning("state store unreachable at start (%s): standby until it answers", e)
+        self._task = self._aloop.create_task(self._run())
+
+    async def _run(self) -> None:
+        period = self.leader_ttl_s / 4
+        while not self._stopping:
+            await asyncio.sleep(period)
+            try:
+                if self.serving:
+                    if not await self.store.extend_lead(self.leader_ttl_s):
+                        await self._step_down("lost the leader lease")
+                elif await self.store.try_lead(self.leader_ttl_s):
+                    await self._take_over()
+            except (RedisError, OSError) as e:
+                if self.serving:
+                    self.metrics.errors.inc()
+                    await self._step_down(f"state store unreachable: {e}")
+            except StateError as e:
+                log.error("cannot recover the state: %s", e)
+                self.fatal = e
+                self.fatal_event.set()
+                return
+
+    async def _take_over(self) -> None:
+        t0 = time.perf_counter()
+        fresh, last_now = await self._recover()
+        self.serving = True
+        self.loop.resume()
+        if not fresh:
+            self._carry_leases(last_now)
+        await self.on_lead(fresh)
+        await self.loop.durable()
+        self.metrics.leader.set(1)
+        self.metrics.recoveries.inc()
+        log.info(
+            "leading as %s: %s in %.3f s",
+            self.store.replica_id,
+            "fresh state" if fresh else "state recovered",
+            time.perf_counter() - t0,
+        )
+
+    async def _recover(self) -> tuple[bool, float]:
+        """Rebuild the loop and registry from Redis; (fresh, last recorded time)."""
+        stored = await self.store.load_snapshot()
+        state: snapshot.State | None = None
+        after = "0-0"
+        if stored is not None:
+            try:
+                state = snapshot.loads(stored.data, stored.fingerprint)
+                after = stored.stream_id
+            except snapshot.SnapshotError as e:
+                if await self.store.trimmed():
+                    raise StateError(
+                        f"{e}; the journal was compacted up to that snapshot, so it cannot be replayed "
+                        "instead. Run the build that wrote it, or delete the state keys to start empty."
+                    ) from e
+                log.warning("%s: replaying the whole journal instead", e)
+        if state is None:
+            empty = LoopState(Core(self.policy), {}, {}, {}, {}, {}, OrderedDict())
+            state = snapshot.State(empty, {}, float("-inf"))
+        self.loop.restore(state.loop)
+        self.registry.workers = state.workers
+        last_now = state.last_now
+        n = 0
+        async for chunk in self.store.journal_after(after):
+            for _, raw in chunk:
+                try:
+                    rec, at, x = codec.decode(raw)
+                except codec.CodecError as e:
+                    raise StateError(str(e)) from e
+                event: Event | PolicyApplied = (
+                    PolicyApplied(rec.policy) if isinstance(rec, codec.PolicyRecord) else rec
+                )
+                decisions: list[Decision] = self.loop.replay(event, at, x.wait_timeout_s)
+                if isinstance(event, WorkerAdded | WorkerDraining | WorkerRemoved):
+                    self.registry.replay(event, decisions, at, dict(x.labels), x.static)
+                last_now = max(last_now, at)
+                n += 1
+        self._last_now = last_now
+        self._since_snapshot = n  # a long tail makes the next batch snapshot
+        self.registry.refresh_all()
+        log.info("recovered: snapshot %s, %d journal entries replayed", after, n)
+        return stored is None and n == 0, last_now
+
+    def _carry_leases(self, last_now: float) -> None:
+        now = self.loop.now()
+        leases = list(self.loop.core.leases())
+        if not leases:
+            return
+        ttl = self.loop.core.policy.timing.lease_ttl_s
+        if now - last_now > MAX_CARRY_S:
+            log.warning("down %.0f s (> %.0f s): leases are not carried over", now - last_now, MAX_CARRY_S)
+            return
+        t = last_now
+        while True:
+            for lease, _ in list(self.loop.core.leases()):
+                self.loop.submit_at(Renew(lease.session, lease.lease_id, lease.epoch), t)
+            if t >= now:
+                break
+            t = min(now, t + ttl / 2)
+
+    async def _step_down(self, why: str) -> None:
+        if not self.serving:
+            return
+        log.warning("stepping down: %s", why)
+        self.serving = False
+        self.metrics.leader.set(0)
+        failure = unavailable(f"stepped down ({why}): retry")
+        if self._batch_fut is not None and not self._batch_fut.done():
+            self._batch_fut.set_exception(failure)
+        self._batch, self._batch_fut = [], None
+        self.loop.begin_shutdown()
+        self.loop.close()
+        await self.on_step_down()
+
+    async def stop(self) -> None:
+        """Graceful exit: stop campaigning and hand the lease over at once."""
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+        was = self.serving
+        self.serving = False
+        self.metrics.leader.set(0)
+        try:
+            if was:
+                await self.store.resign()
+        except (RedisError, OSError) as e:
+            log.warning("could not resign the leader lease (%s): it lapses by itself", e)
+        await self.store.close()
+
+
+def _consume(fut: asyncio.Future[None]) -> None:
+    """A batch nobody awaited (e.g. a Tick's) must not log 'exception never retrieved'."""
+    if not fut.cancelled():
+        fut.exception()
