@@ -61,6 +61,8 @@ def _serve(args: argparse.Namespace) -> int:
         prefix=args.state_prefix,
         replica_id=args.replica_id,
         leader_ttl_s=args.leader_ttl,
+        snapshot_every=args.snapshot_every,
+        snapshot_interval_s=args.snapshot_interval,
     )
     rc: int = asyncio.run(
         serve_forever(
@@ -119,6 +121,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=5.0,
         help="seconds a leader lease lasts unrenewed: the failover time (default %(default)s)",
+    )
+    s.add_argument(
+        "--snapshot-every",
+        type=int,
+        default=1000,
+        help="snapshot the state and trim the journal every N events (default %(default)s)",
+    )
+    s.add_argument(
+        "--snapshot-interval",
+        type=float,
+        default=60.0,
+        help="... or every this many seconds with events since the last (default %(default)s)",
     )
     s.set_defaults(func=_serve)
 

@@ -43,7 +43,7 @@ def test_every_document_has_kind_and_api_version(path: Path) -> None:
 def test_the_expected_manifests_exist() -> None:
     names = {p.name for p in FILES}
     want = {"scheduler-deployment.yaml", "worker-deployment.yaml", "rbac.yaml", "prometheus-rules.yaml"}
-    assert want | {"keda-scaledobject.yaml"} <= names
+    assert want | {"keda-scaledobject.yaml", "redis.yaml"} <= names
 
 
 def test_scheduler_deployment_ports_probe_and_policy() -> None:
@@ -63,6 +63,31 @@ def test_scheduler_deployment_ports_probe_and_policy() -> None:
     assert policy.pool.slots_per_worker == 4
     mount = c["volumeMounts"][0]["mountPath"]
     assert f"--policy={mount}/policy.yaml" in c["args"]
+
+
+def test_scheduler_runs_two_replicas_on_the_redis_of_redis_yaml() -> None:
+    from urllib.parse import urlsplit
+
+    from scheduler.state.redis_store import parse_state
+
+    dep = one("scheduler-deployment.yaml", "Deployment")
+    assert dep["spec"]["replicas"] == 2
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in c["env"]}
+    url = parse_state(env["SLOTSCHED_STATE"]["value"])
+    assert url is not None
+    svc = one("redis.yaml", "Service")
+    u = urlsplit(url)
+    assert u.hostname == f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc"
+    assert u.port == svc["spec"]["ports"][0]["port"]
+    assert "--replica-id=$(POD_NAME)" in c["args"]
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    # Ready = leader (gRPC health); alive = listening, so a standby is never restarted.
+    assert "grpc" in c["readinessProbe"] and "grpc" not in c["livenessProbe"]
+    sts = one("redis.yaml", "StatefulSet")
+    assert svc["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
+    conf = one("redis.yaml", "ConfigMap")["data"]["redis.conf"].split("\n")
+    assert "appendonly yes" in conf and "appendfsync always" in conf
 
 
 def test_worker_deployment_uses_the_pod_name_as_worker_id() -> None:

@@ -82,13 +82,19 @@ class Sched:
     """`slotsched serve --state redis://…` in a subprocess."""
 
     def __init__(
-        self, policy_path: str, state_url: str, name: str, ttl: float = 1.5, port: int | None = None
+        self,
+        policy_path: str,
+        state_url: str,
+        name: str,
+        ttl: float = 1.5,
+        port: int | None = None,
+        snapshot_every: int = 1000,
     ) -> None:
         self.port = port or free_port()
         self.name = name
         args = [sys.executable, "-m", "scheduler.cli", "serve", "--policy", policy_path]
         args += ["--state", state_url, "--listen", f"127.0.0.1:{self.port}", "--metrics-listen", ""]
-        args += ["--replica-id", name, "--leader-ttl", str(ttl)]
+        args += ["--replica-id", name, "--leader-ttl", str(ttl), "--snapshot-every", str(snapshot_every)]
         env = {**os.environ, "PYTHONPATH": str(ROOT), "SLOTSCHED_AUTOSCALER": "off"}
         self.log = tempfile.NamedTemporaryFile(prefix=f"slotsched-{name}-", suffix=".log", delete=False)  # noqa: SIM115
         self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
@@ -152,7 +158,8 @@ async def queue_order(target: str) -> list[str]:
 
 def test_sigkilled_scheduler_successor_keeps_leases_and_queue_order() -> None:
     with cluster() as (r, policy, started):
-        a = Sched(policy, r.url, "a")
+        # Snapshots every few events: the successor recovers from a snapshot plus the journal tail.
+        a = Sched(policy, r.url, "a", snapshot_every=5)
         started.append(a)
         a.wait_health(SERVING)
 
@@ -174,6 +181,9 @@ def test_sigkilled_scheduler_successor_keeps_leases_and_queue_order() -> None:
                 assert await queue_order(a.target) == ["w1", "w2"]
 
                 a.kill(signal.SIGKILL)
+                rc = redis.Redis(port=r.port)
+                assert rc.hexists("slotsched:snapshot", "data") and rc.exists("slotsched:trimmed")
+                assert rc.xlen("slotsched:journal") < 5  # compacted up to the snapshot
                 # Same port: the SDK re-attaches to the successor as it would behind a Service.
                 b = Sched(policy, r.url, "b", port=a.port)
                 started.append(b)
@@ -195,6 +205,28 @@ def test_sigkilled_scheduler_successor_keeps_leases_and_queue_order() -> None:
                 await w2.aclose()
 
         asyncio.run(body())
+
+
+def test_a_bad_state_url_is_a_startup_error_naming_the_flag() -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scheduler.cli",
+            "serve",
+            "--state",
+            "redis://h:port/0",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode != 0
+    assert "--state" in out.stderr and "redis://h:port/0" in out.stderr, out.stderr
 
 
 def test_standby_takes_over_when_the_leader_dies_and_the_client_keeps_its_lease() -> None:
