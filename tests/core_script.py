@@ -27,6 +27,7 @@ from scheduler.core.types import (
     Release,
     Renew,
     Renewed,
+    Resumed,
     Revoked,
     SessionId,
     SnapshotRef,
@@ -116,6 +117,8 @@ class Driver:
             return Release(SessionId(rest[0]))
         if kind == "tick":
             return Tick()
+        if kind == "resumed":  # a new leader took over; the outage began at rest[0]
+            return Resumed(rest[0])
         if kind == "drain":
             return WorkerDraining(WorkerId(rest[0]), rest[1] if len(rest) > 1 else None)
         if kind == "remove":

@@ -380,6 +380,50 @@ CASES: dict[str, Case] = {
         ],
         [],
     ),
+    "resumed_after_an_outage_no_lease_expires_for_it": Case(
+        policy(BATCH, ttl=30),
+        [
+            ("add", "w0", 1),
+            (0, "acquire", "x1", "batch", "be"),
+            (1, "acquire", "x2", "batch", "be"),
+            (100, "resumed", 10),  # down from 10 to 100: x1 could not renew, it is not expired
+            (129, "tick"),
+        ],
+        [],
+    ),
+    "resumed_lease_still_expires_a_ttl_later": Case(
+        policy(BATCH, ttl=30),
+        [
+            ("add", "w0", 1),
+            (0, "acquire", "x1", "batch", "be"),
+            (1, "acquire", "x2", "batch", "be"),
+            (100, "resumed", 10),
+            (130, "tick"),
+        ],
+        ["expired x1", "granted x2 w0/0"],
+    ),
+    "resumed_moves_a_yield_deadline_by_the_outage": Case(
+        policy(SRE, BATCH, floor=1, grace=10, ttl=1000),
+        [
+            ("add", "w0", 1),
+            (0, "acquire", "b1", "batch", "be"),
+            (0, "acquire", "g1", "sre", "g"),  # b1 is asked to yield by 10
+            (5, "resumed", 4),  # down from 4 to 5: the deadline moves to 11
+            (10.5, "tick"),
+        ],
+        [],
+    ),
+    "resumed_yield_deadline_still_revokes_when_it_passes": Case(
+        policy(SRE, BATCH, floor=1, grace=10, ttl=1000),
+        [
+            ("add", "w0", 1),
+            (0, "acquire", "b1", "batch", "be"),
+            (0, "acquire", "g1", "sre", "g"),
+            (5, "resumed", 4),
+            (11, "tick"),
+        ],
+        ["revoked b1 yield_deadline", "granted g1 w0/0", "queued b1"],
+    ),
     "no_grants_on_a_draining_worker": Case(
         policy(BATCH),
         [

@@ -25,6 +25,7 @@ from scheduler.core.types import (
     Refused,
     Release,
     Renew,
+    Resumed,
     Revoked,
     SessionId,
     SnapshotRef,
@@ -151,6 +152,16 @@ class CoreMachine(RuleBasedStateMachine):
             if hash(lease.session) % 3:  # some holders are dead and never renew
                 self.apply(Renew(lease.session, lease.lease_id, lease.epoch))
         self.apply(Tick())
+
+    @rule(outage=st.floats(0, 100))
+    def resumed_after_an_outage(self, outage: float) -> None:
+        """A new leader takes over after `outage` seconds: no lease ends because of the outage."""
+        since = self.now
+        self.advance(outage)
+        live = {lease.lease_id for lease, _ in self.core.leases()}
+        out = self.apply(Resumed(since))
+        ended = {d.lease.lease_id for d in out if isinstance(d, Expired | Revoked)}
+        assert not (ended & live), f"the outage itself ended leases: {sorted(ended & live)}"
 
     @rule(s=st.sampled_from(SESSIONS))
     def stale_call_is_refused(self, s: SessionId) -> None:

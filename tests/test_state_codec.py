@@ -20,6 +20,7 @@ from scheduler.core.types import (
     QoS,
     Release,
     Renew,
+    Resumed,
     SessionId,
     SnapshotRef,
     TenantName,
@@ -63,6 +64,7 @@ CASES: list[tuple[codec.Record, codec.Extras | None]] = [
     (Yield(SessionId("acme/s"), LeaseId("w1/0#3"), 3, SNAP), None),
     (Yield(SessionId("acme/s"), LeaseId("w1/0#3"), 3), None),
     (Tick(), None),
+    (Resumed(1234.5), None),
     (codec.PolicyRecord(POLICY), None),
 ]
 
@@ -126,7 +128,9 @@ def _fingerprint(core: Core) -> Any:
 
 def _draw_event(data: st.DataObject, core: Core, workers: list[WorkerId]) -> Event:
     kind = data.draw(
-        st.sampled_from(["worker", "drain", "acquire", "acquire", "release", "renew", "yield", "tick"])
+        st.sampled_from(
+            ["worker", "drain", "acquire", "acquire", "release", "renew", "yield", "tick", "resumed"]
+        )
     )
     leases = sorted(lease for lease, _ in core.leases())
     if kind == "worker" or not workers:
@@ -154,6 +158,8 @@ def _draw_event(data: st.DataObject, core: Core, workers: list[WorkerId]) -> Eve
         return Yield(lease.session, lease.lease_id, lease.epoch, data.draw(st.none() | st.just(SNAP)))
     if kind == "release":
         return Release(data.draw(st.sampled_from(SESSIONS)))
+    if kind == "resumed":
+        return Resumed(data.draw(st.floats(0, 50)))
     return Tick()
 
 

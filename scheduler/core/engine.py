@@ -39,6 +39,7 @@ from scheduler.core.types import (
     Release,
     Renew,
     Renewed,
+    Resumed,
     Revoked,
     RevokeReason,
     SessionId,
@@ -220,6 +221,8 @@ class Core:
         now = max(now, self._now)
         self._now = now
         out: list[Decision] = []
+        if isinstance(event, Resumed):
+            self._resume(event.since, now)  # before the timers: the outage must not fire them
         # The state is quiescent after every event (the pass ran to completion), so a pass is
         # needed only when timers fired or the event can open a slot or a right to one.
         need_pass = self._advance(now, out)
@@ -456,6 +459,18 @@ class Core:
             return
         rec.lease = rec.lease._replace(expires_at=now + self._ttl)
         out.append(Renewed(rec.lease))
+
+    def _resume(self, since: float, now: float) -> None:
+        """See `Resumed`. Stale expiry-heap entries re-queue themselves in `_advance`."""
+        gap = max(0.0, now - since)
+        at_least = now + self._ttl
+        for rec in self._leases.values():
+            expires = max(rec.lease.expires_at + gap, at_least)
+            if expires != rec.lease.expires_at:
+                rec.lease = rec.lease._replace(expires_at=expires)
+        if gap and self._yield_deadlines:
+            # The same shift for every entry keeps the heap order: no re-heapify needed.
+            self._yield_deadlines = [(d + gap, lid, epoch) for d, lid, epoch in self._yield_deadlines]
 
     def _yield(self, ev: Yield, now: float, out: list[Decision]) -> None:
         rec = self._check_call(ev.session, ev.lease_id, ev.epoch, out)

@@ -138,7 +138,19 @@ class Tick:
     pass
 
 
-Event = WorkerAdded | WorkerDraining | WorkerRemoved | Acquire | Release | Renew | Yield | Tick
+@dataclass(frozen=True)
+class Resumed:
+    """A scheduler took over after an outage that began at `since` (the last event it applied).
+
+    Holders could neither renew nor yield while no scheduler was up, so the outage does not count
+    against them: every live lease expires no sooner than its old expiry plus the outage, nor
+    sooner than now + TTL; a pending yield deadline moves out by the outage. Applied before the
+    timers due at `now` fire."""
+
+    since: float
+
+
+Event = WorkerAdded | WorkerDraining | WorkerRemoved | Acquire | Release | Renew | Yield | Tick | Resumed
 
 
 # ---------------------------------------------------------------- decisions

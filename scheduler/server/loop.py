@@ -28,7 +28,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import grpc
@@ -48,6 +48,7 @@ from scheduler.core.types import (
     Queued,
     Refused,
     Rejected,
+    Resumed,
     Revoked,
     SessionId,
     SnapshotRef,
@@ -318,6 +319,8 @@ class SchedulerLoop:
             self._fan_out(decisions, now)
         if isinstance(event, WorkerRemoved):
             self._addresses.pop(event.worker, None)
+        elif isinstance(event, Resumed):
+            self._shift_yields(event, now)
         return decisions
 
     def export_state(self) -> LoopState:
@@ -343,6 +346,12 @@ class SchedulerLoop:
         self._wait_timeouts = state.wait_timeouts
         self._ended = state.ended
         self._streams.clear()
+
+    def _shift_yields(self, event: Resumed, now: float) -> None:
+        """Move the wire's yield deadlines out by the outage, as the core did (see `Resumed`)."""
+        gap = max(0.0, now - event.since)
+        if gap:
+            self._yields = {lid: replace(y, deadline=y.deadline + gap) for lid, y in self._yields.items()}
 
     def resume(self) -> None:
         """Serve again after `restore` (and after a step-down's `begin_shutdown`)."""
@@ -397,6 +406,8 @@ class SchedulerLoop:
                 self._positions_timer = self._aloop.call_later(POSITION_REFRESH_S, self._refresh_positions)
         if isinstance(event, WorkerRemoved):
             self._addresses.pop(event.worker, None)
+        elif isinstance(event, Resumed):
+            self._shift_yields(event, now)
         for obs in self.observers:
             obs(event, decisions, now)
         self._arm()

@@ -18,6 +18,7 @@ Format (version 1), compact JSON, keys sorted, no whitespace:
 | `renew` | `session`, `lease_id`, `epoch` |
 | `yield` | `session`, `lease_id`, `epoch`, `snapshot` (snapshot or null) |
 | `tick` | (none) |
+| `resumed` | `since`: the last `now` before an outage a new leader bridged (see `Resumed`) |
 | `policy` | `yaml`: the SchedulingPolicy document applied (Admin.ApplyPolicy) |
 
 `qos` is guaranteed, burstable or besteffort. A snapshot ref is `{"uri", "size_bytes", "sha256",
@@ -39,6 +40,7 @@ from scheduler.core.types import (
     QoS,
     Release,
     Renew,
+    Resumed,
     SessionId,
     SnapshotRef,
     TenantName,
@@ -118,6 +120,8 @@ def encode(record: Record, at: float, extras: Extras | None = None) -> bytes:
         )
     elif isinstance(record, Tick):
         doc["t"] = "tick"
+    elif isinstance(record, Resumed):
+        doc.update(t="resumed", since=record.since)
     elif isinstance(record, WorkerAdded):
         doc.update(t="worker_added", worker=record.worker, slots=record.slots, address=record.address)
         if x.labels:
@@ -178,6 +182,8 @@ def _decode(doc: dict[str, Any]) -> tuple[Record, float, Extras]:
         )
     elif t == "tick":
         rec = Tick()
+    elif t == "resumed":
+        rec = Resumed(float(doc["since"]))
     elif t == "worker_added":
         rec = WorkerAdded(WorkerId(doc["worker"]), int(doc["slots"]), str(doc["address"]))
         labels = {str(k): str(v) for k, v in (doc.get("labels") or {}).items()}

@@ -19,12 +19,11 @@ is cut (so the state is exactly the journal up to that batch's last entry), the 
 
 Recovery (on winning the lease): load the snapshot, replay the journal after it through
 `loop.replay` (core + bookkeeping, no fan-out, metrics or observers), give every registered
-worker a fresh heartbeat, then carry the leases across the outage: their holders could not renew
-while no server was up, so each live lease is renewed (journaled `Renew`) at the last recorded
-time and then every ttl/2 up to now — a Renew first fires the timers due at its time, so one
-Renew at `now` would expire them first. Outages longer than `MAX_CARRY_S` are not bridged
-(the SDK gives up re-attaching long before). A fresh store (no snapshot, empty journal) starts
-by journaling the policy file and registering the static pool.
+worker a fresh heartbeat, then carry the leases across the outage with one journaled core event,
+`Resumed(since=last recorded time)`: holders could neither renew nor yield while no server was up,
+so the core moves every expiry out by the outage (and to at least now + TTL) and every pending
+yield deadline by the outage, before any timer due now fires. A fresh store (no snapshot, empty
+journal) starts by journaling the policy file and registering the static pool.
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ from scheduler.core.types import (
     Acquire,
     Decision,
     Event,
-    Renew,
+    Resumed,
     WorkerAdded,
     WorkerDraining,
     WorkerRemoved,
@@ -58,7 +57,6 @@ from scheduler.state.redis_store import NotLeader, RedisStore
 
 log = logging.getLogger("slotsched.state")
 
-MAX_CARRY_S = 600.0
 RETRY_AFTER_MS = "1000"
 NOT_LEADER = "not the leader: this replica is a standby; retry (the Service routes to the leader)"
 
@@ -324,21 +322,8 @@ class Replica:
         return stored is None and n == 0, last_now
 
     def _carry_leases(self, last_now: float) -> None:
-        now = self.loop.now()
-        leases = list(self.loop.core.leases())
-        if not leases:
-            return
-        ttl = self.loop.core.policy.timing.lease_ttl_s
-        if now - last_now > MAX_CARRY_S:
-            log.warning("down %.0f s (> %.0f s): leases are not carried over", now - last_now, MAX_CARRY_S)
-            return
-        t = last_now
-        while True:
-            for lease, _ in list(self.loop.core.leases()):
-                self.loop.submit_at(Renew(lease.session, lease.lease_id, lease.epoch), t)
-            if t >= now:
-                break
-            t = min(now, t + ttl / 2)
+        """Bridge the outage since `last_now` (see `Resumed`); journaled like any event."""
+        self.loop.submit(Resumed(last_now))
 
     async def _step_down(self, why: str) -> None:
         if not self.serving:
