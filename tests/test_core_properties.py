@@ -156,7 +156,7 @@ class CoreMachine(RuleBasedStateMachine):
     @rule(outage=st.floats(0, 100))
     def resumed_after_an_outage(self, outage: float) -> None:
         """A new leader takes over after `outage` seconds: no lease ends because of the outage."""
-        since = self.now
+        since = self.log[-1][0] if self.log else self.now  # the last time the core saw, as journaled
         self.advance(outage)
         live = {lease.lease_id for lease, _ in self.core.leases()}
         out = self.apply(Resumed(since))
