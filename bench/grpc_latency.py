@@ -8,6 +8,10 @@ run the same way (grpc.aio, each in its own subprocess) and are driven from one 
 * throughput at concurrency 64: acquire+release pairs per second (Acquire, Granted, Release,
   Ended, status OK) vs no-op calls per second. A pair is two RPCs, so 0.5 is the ceiling.
 
+With `--redis`, a fourth server runs slotsched with its Redis state store (`--state redis://`,
+against a redis-server this script starts on a free port with `appendfsync always`): what making
+every reply durable costs, side by side.
+
 A third server, the "shape floor", serves the same Scheduler rpcs with no scheduler behind them
 (Acquire yields a canned Granted, Release ends the stream): what grpc.aio itself costs for this
 rpc shape. The distance from the floor is the scheduler's own overhead (auth, core, fan-out).
@@ -23,6 +27,7 @@ import argparse
 import asyncio
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -54,8 +59,9 @@ spec:
 """
 _SERVE = (
     "import asyncio, sys\n"
-    "from scheduler.server.app import serve_forever\n"
-    "sys.exit(asyncio.run(serve_forever(sys.argv[1], '127.0.0.1:0', None)))\n"
+    "from scheduler.server.app import StateOptions, serve_forever\n"
+    "state = StateOptions(state=sys.argv[2]) if len(sys.argv) > 2 else None\n"
+    "sys.exit(asyncio.run(serve_forever(sys.argv[1], '127.0.0.1:0', None, state=state)))\n"
 )
 
 
@@ -140,6 +146,32 @@ def _spawn(args: list[str], cpus: set[int] | None = None) -> tuple[subprocess.Po
             return proc, line.rsplit(" ", 1)[1].strip()
     proc.kill()
     raise RuntimeError(f"{args} did not start")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_redis(port: int, directory: str) -> subprocess.Popen[str]:
+    """A private redis-server, durable the way deploy/redis.yaml runs it (AOF, fsync always)."""
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory, "--save", "",
+         "--appendonly", "yes", "--appendfsync", "always"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(16).startswith(b"+PONG"):
+                    return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("redis-server did not start")
 
 
 class Target:
@@ -236,6 +268,13 @@ async def run(targets: dict[str, Target], iterations: int, seconds: float, round
     p50_ratio = _pct(c1["slotsched"], 50) / _pct(c1["noop"], 50)
     pairs = statistics.median(rates["slotsched"])
     noop = statistics.median(rates["noop"])
+    extra = ""
+    if "redis" in targets:
+        r_p50 = _pct(c1["redis"], 50) / _pct(c1["noop"], 50)
+        r_pairs = statistics.median(rates["redis"])
+        r_rate = r_pairs / noop
+        print(f"with the Redis state store: p50 ratio c1 {r_p50:.2f}, pairs/no-op calls c64 {r_rate:.2f}")
+        extra = f" redis_p50_ratio_c1={r_p50:.2f} redis_pairs_per_s_c64={r_pairs:.0f}"
     if "floor" in targets:
         floor_p50 = _pct(c1["floor"], 50) / _pct(c1["noop"], 50)
         floor_rate = statistics.median(rates["floor"]) / noop
@@ -243,7 +282,7 @@ async def run(targets: dict[str, Target], iterations: int, seconds: float, round
     print(
         f"targets: p50 ratio c1 {p50_ratio:.2f} (<= 1.3); pairs/no-op calls c64 {pairs / noop:.2f} (>= 0.4)"
     )
-    print(f"p50_ratio_c1={p50_ratio:.2f} pairs_per_s_c64={pairs:.0f} noop_calls_per_s_c64={noop:.0f}")
+    print(f"p50_ratio_c1={p50_ratio:.2f} pairs_per_s_c64={pairs:.0f} noop_calls_per_s_c64={noop:.0f}{extra}")
 
 
 def main() -> int:
@@ -252,6 +291,11 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=8.0, help="total duration of the c64 runs per server")
     p.add_argument("--rounds", type=int, default=8, help="interleaved blocks per measurement")
     p.add_argument("--no-floor", action="store_true", help="skip the shape-floor reference server")
+    p.add_argument(
+        "--redis",
+        action="store_true",
+        help="also run slotsched with its Redis state store (needs redis-server)",
+    )
     p.add_argument(
         "--pin", action="store_true", help="client on the first CPU, servers on the others (less noise)"
     )
@@ -277,6 +321,16 @@ def main() -> int:
         procs: list[subprocess.Popen[str]] = []
         try:
             servers = {"slotsched": [sys.executable, "-c", _SERVE, str(policy)]}
+            if args.redis:
+                redis_port = _free_port()
+                procs.append(_start_redis(redis_port, d))
+                servers["redis"] = [
+                    sys.executable,
+                    "-c",
+                    _SERVE,
+                    str(policy),
+                    f"redis://127.0.0.1:{redis_port}/0",
+                ]
             if not args.no_floor:
                 servers["floor"] = [sys.executable, me, "--floor-server"]
             servers["noop"] = [sys.executable, me, "--noop-server"]
