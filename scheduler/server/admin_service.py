@@ -165,6 +165,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             )
             if t.best_effort_limit is not None:
                 stats.best_effort_limit = t.best_effort_limit
+        await self._loop.durable()  # what was read may still be in flight to the store
         return out
 
     @errors.unary
@@ -193,6 +194,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         if len(rows) > size:
             last = rows[size - 1]
             out.next_page_token = _encode_token("leases", [last[0], last[1]])
+        await self._loop.durable()  # what was read may still be in flight to the store
         return out
 
     @errors.unary
@@ -229,4 +231,5 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         if len(rows) > size:
             last = rows[size - 1]
             out.next_page_token = _encode_token("queue", [last[0], last[1], last[2]])
+        await self._loop.durable()  # what was read may still be in flight to the store
         return out

@@ -243,7 +243,11 @@ async def start_server(
 
         loop.shutting_down = True  # nothing runs on the core until this replica leads
         store = RedisStore(
-            redis_url, state.prefix, state.replica_id or f"{os.uname().nodename}-{os.getpid()}"
+            redis_url,
+            state.prefix,
+            state.replica_id or f"{os.uname().nodename}-{os.getpid()}",
+            # One slow call must not outlast the leader lease it is meant to keep.
+            timeout_s=min(1.0, state.leader_ttl_s / 3),
         )
         holder: list[Any] = []
         interceptors.append(
@@ -254,11 +258,15 @@ async def start_server(
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth), server)  # type: ignore[no-untyped-call]
     workers_pb2_grpc.add_WorkersServicer_to_server(WorkersService(registry, auth), server)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(AdminService(registry, auth), server)  # type: ignore[no-untyped-call]
-    add_keda_servicer(
-        server,
-        lambda: weighted_demand_of_pool(loop.core.describe(), loop.core.policy),
-        lambda: loop.core.policy.pool.slots_per_worker,
-    )
+
+    def demand() -> float:
+        # A standby's (or a stepped-down leader's) core is stale: end KEDA's stream so it
+        # reconnects through the Service to the leader, rather than read frozen demand.
+        if loop.shutting_down:
+            raise RuntimeError("this replica is not serving")
+        return weighted_demand_of_pool(loop.core.describe(), loop.core.policy)
+
+    add_keda_servicer(server, demand, lambda: loop.core.policy.pool.slots_per_worker)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
 

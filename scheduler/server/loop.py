@@ -119,7 +119,7 @@ class SessionStream:
     session passes through here, and the Queue's getter bookkeeping was measurable per grant.
     """
 
-    __slots__ = ("key", "items", "_waiter", "close_code", "close_message", "position")
+    __slots__ = ("key", "items", "_waiter", "close_code", "close_message", "position", "closed")
 
     def __init__(self, key: SessionId) -> None:
         self.key = key
@@ -128,6 +128,7 @@ class SessionStream:
         self.close_code = grpc.StatusCode.OK
         self.close_message = ""
         self.position = -1  # last queue position sent; -1 while not queued
+        self.closed = False  # once closed, items still queued are stale: never written
 
     def put(self, kind: int, event: scheduler_pb2.LeaseEvent, at: float) -> None:
         if kind == QUEUED:
@@ -139,6 +140,7 @@ class SessionStream:
     def close(self, code: grpc.StatusCode, message: str) -> None:
         self.close_code = code
         self.close_message = message
+        self.closed = True
         self._push((CLOSE, None, 0.0))
 
     def _push(self, item: Item) -> None:

@@ -96,7 +96,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                         withdrawn = why  # Ended{WITHDRAWN} is in the queue now (or a grant was first)
                         continue
                     kind, event, at = item
-                if event is None:  # CLOSE: a newer stream attached, or shutdown
+                if event is None or stream.closed:
+                    # CLOSE (a newer stream attached, shutdown, a step-down): what is still queued
+                    # is stale, e.g. a grant of a term whose state a step-down threw away.
                     await errors.abort(context, errors.RpcFailure(stream.close_code, stream.close_message))
                     return
                 if kind == QUEUED:
@@ -105,6 +107,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 elif kind == GRANTED:
                     queued_since = None
                 await self._loop.durable()  # never tell what a crash could take back
+                if stream.closed:
+                    continue  # closed while we waited: the check above ends the stream
                 await write(event)
                 if kind == FINAL:
                     if withdrawn:
@@ -212,8 +216,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self._check_lease_tenant(request.lease_id, tenant)
         key = convert.session_key(tenant, request.session_id)
         decisions = self._loop.submit(Renew(key, LeaseId(request.lease_id), request.epoch))
-        await self._loop.durable()
-        errors.raise_for(decisions)
+        # The reply is built now, from this event's state, and sent once that state is durable
+        # (reading after the wait could report later events that are not).
+        resp: scheduler_pb2.RenewResponse | None = None
         for d in decisions:
             if isinstance(d, Renewed) and d.lease.session == key:
                 resp = scheduler_pb2.RenewResponse(
@@ -223,8 +228,11 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 if y is not None:
                     resp.state = common_pb2.LEASE_STATE_YIELDING
                     resp.yield_deadline.CopyFrom(convert.ts(y.deadline))
-                return resp
-        raise errors.not_found(f"lease {request.lease_id} expired")  # expired by this very tick
+        await self._loop.durable()
+        errors.raise_for(decisions)
+        if resp is None:
+            raise errors.not_found(f"lease {request.lease_id} expired")  # expired by this very tick
+        return resp
 
     @errors.unary
     async def Yield(self, request: scheduler_pb2.YieldRequest, context: Any) -> scheduler_pb2.YieldResponse:
@@ -249,6 +257,15 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     ) -> scheduler_pb2.SessionState:
         tenant = self._tenant(context)
         _session_id(request.session_id)
+        # Read now, answer once what was read is durable (a read may see events still in flight).
+        try:
+            out = self._session_state(request.session_id, tenant)
+        finally:
+            await self._loop.durable()
+        return out
+
+    def _session_state(self, session_id: str, tenant: str) -> scheduler_pb2.SessionState:
+        request = scheduler_pb2.GetSessionRequest(session_id=session_id)
         key = convert.session_key(tenant, request.session_id)
         out = scheduler_pb2.SessionState(session_id=request.session_id, tenant=tenant)
         view = self._loop.session(key)

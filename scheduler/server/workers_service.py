@@ -67,8 +67,11 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
     ) -> workers_pb2.HeartbeatResponse:
         self._guard(context)
         w = self._registry.heartbeat(_worker_id(request.worker_id))
-        await self._loop.durable()  # the leases listed must survive a crash
-        return workers_pb2.HeartbeatResponse(draining=w.draining, leases=self._leases_on(w.worker_id))
+        # Built now, sent once durable: the leases listed must survive a crash, and a read after
+        # the wait could list leases of later events that are not durable yet.
+        resp = workers_pb2.HeartbeatResponse(draining=w.draining, leases=self._leases_on(w.worker_id))
+        await self._loop.durable()
+        return resp
 
     @errors.unary
     async def Drain(self, request: workers_pb2.DrainRequest, context: Any) -> workers_pb2.DrainResponse:
@@ -80,10 +83,10 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
             if within < 0:
                 raise errors.invalid_argument("yield_within", "must not be negative")
         self._registry.drain(wid, within)
-        await self._loop.durable()
         resp = workers_pb2.DrainResponse(leases=len(self._leases_on(wid)))
         if within is not None:
             resp.estimated_drain.CopyFrom(convert.dur(within))
+        await self._loop.durable()
         return resp
 
     @errors.unary

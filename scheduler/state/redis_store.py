@@ -4,14 +4,17 @@ Keys under the prefix P (default `slotsched`):
 
 | key | type | holds |
 | --- | --- | --- |
-| `P:leader` | string, PX ttl | the leader's replica id: `SET NX PX` to win, Lua compare-and-extend to keep |
+| `P:leader` | string, PX ttl | the leader's term token `<replica id>:<random>` (see Fencing) |
 | `P:journal` | stream | one entry per applied event, field `e` = a codec record (scheduler/state/codec.py) |
 | `P:snapshot` | hash | `fingerprint`, `stream_id` (last journal entry it covers), `at`, `data` (pickle) |
 | `P:trimmed` | string | present once the journal was compacted (it no longer starts at the beginning) |
 
 Fencing: every write (journal append, snapshot + trim) is one Lua script that first checks that
-`P:leader` still holds this replica's id, so a replica that lost the lease (paused, partitioned)
-can never write after a successor took over; it gets `NOTLEADER` and steps down.
+`P:leader` still holds this replica's token for the current term, so a replica that lost the
+lease (paused, partitioned) can never write after a successor took over; it gets `NOTLEADER` and
+steps down. A token is new for every term (`SET NX PX`, or a swap from the replica's own previous
+token), even when the same replica leads again, so work left over from its previous term (a
+batch still in flight, a snapshot being cut) is refused too; a Lua compare-and-extend keeps it.
 
 Durability of Redis itself is Redis's job: run it with `appendonly yes` (`appendfsync always`
 loses nothing a caller was told; `everysec` may lose up to a second on a Redis crash).
@@ -19,6 +22,7 @@ loses nothing a caller was told; `everysec` may lose up to a second on a Redis c
 
 from __future__ import annotations
 
+import secrets
 import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -44,6 +48,13 @@ return 1
 """
 _EXTEND = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+_SWAP = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
 return 0
 """
 _RESIGN = """
@@ -103,6 +114,7 @@ class RedisStore:
 
     def __init__(self, url: str, prefix: str, replica_id: str, timeout_s: float = 1.0) -> None:
         self.replica_id = replica_id
+        self.token = f"{replica_id}:-"  # this replica's term token; a new one per won term
         # Any: redis-py's stubs type replies as bytes | str, and this client always returns bytes.
         self.redis: Any = Redis.from_url(
             url,
@@ -117,6 +129,7 @@ class RedisStore:
         self._append = self.redis.register_script(_APPEND)
         self._snapshot = self.redis.register_script(_SNAPSHOT)
         self._extend = self.redis.register_script(_EXTEND)
+        self._swap = self.redis.register_script(_SWAP)
         self._resign = self.redis.register_script(_RESIGN)
 
     async def close(self) -> None:
@@ -125,17 +138,22 @@ class RedisStore:
     # ------------------------------------------------------------------ leadership
 
     async def try_lead(self, ttl_s: float) -> bool:
+        """Win a new term: the key is free, or still holds our own previous term's token."""
         ms = max(1, int(ttl_s * 1000))
-        if await self.redis.set(self.k_leader, self.replica_id, nx=True, px=ms):
-            return True
-        return bool(await self._extend(keys=[self.k_leader], args=[self.replica_id, ms]))
+        token = f"{self.replica_id}:{secrets.token_hex(6)}"
+        won = bool(await self.redis.set(self.k_leader, token, nx=True, px=ms)) or bool(
+            await self._swap(keys=[self.k_leader], args=[self.token, token, ms])
+        )
+        if won:
+            self.token = token
+        return won
 
     async def extend_lead(self, ttl_s: float) -> bool:
         ms = max(1, int(ttl_s * 1000))
-        return bool(await self._extend(keys=[self.k_leader], args=[self.replica_id, ms]))
+        return bool(await self._extend(keys=[self.k_leader], args=[self.token, ms]))
 
     async def resign(self) -> None:
-        await self._resign(keys=[self.k_leader], args=[self.replica_id])
+        await self._resign(keys=[self.k_leader], args=[self.token])
 
     async def leader(self) -> str | None:
         v = await self.redis.get(self.k_leader)
@@ -143,10 +161,11 @@ class RedisStore:
 
     # ------------------------------------------------------------------ journal
 
-    async def append(self, records: list[bytes]) -> str:
-        """Append records in one fenced script; the id of the last. Raises NotLeader."""
+    async def append(self, records: list[bytes], token: str) -> str:
+        """Append records in one script fenced by the term `token`; the id of the last. Raises
+        NotLeader."""
         try:
-            last = await self._append(keys=[self.k_leader, self.k_journal], args=[self.replica_id, *records])
+            last = await self._append(keys=[self.k_leader, self.k_journal], args=[token, *records])
         except ResponseError as e:
             if "NOTLEADER" in str(e):
                 raise NotLeader(str(e)) from e
@@ -171,11 +190,14 @@ class RedisStore:
 
     # ------------------------------------------------------------------ snapshots
 
-    async def save_snapshot(self, data: bytes, fingerprint: str, stream_id: str, at: float) -> None:
-        """Store the snapshot covering the journal up to `stream_id`, then trim what it covers."""
+    async def save_snapshot(
+        self, data: bytes, fingerprint: str, stream_id: str, at: float, token: str
+    ) -> None:
+        """Store the snapshot covering the journal up to `stream_id`, then trim what it covers;
+        fenced by the term `token`."""
         keys = [self.k_leader, self.k_snapshot, self.k_journal, self.k_trimmed]
         args: list[str | bytes] = [
-            self.replica_id,
+            token,
             fingerprint,
             stream_id,
             repr(at),

@@ -129,6 +129,7 @@ class Replica:
         self._batch_fut: asyncio.Future[None] | None = None
         self._inflight_fut: asyncio.Future[None] | None = None
         self._flushing = False
+        self._term = 0  # bumped at every take-over: see _flush
         self._since_snapshot = 0
         self._last_snapshot = time.monotonic()
         self._snapshots_ok = True
@@ -151,6 +152,11 @@ class Replica:
         raise unavailable(NOT_LEADER)
 
     def observe(self, event: Event | PolicyApplied, decisions: Any, now: float) -> None:
+        if not self.serving:
+            # Applied to a state this replica no longer leads (e.g. a withdrawal from a stream
+            # cancelled by the step-down): it is thrown away at the next recovery, so it must not
+            # reach the journal of a later term either.
+            return
         if isinstance(event, PolicyApplied):
             raw = codec.encode(codec.PolicyRecord(event.policy), now)
         else:
@@ -163,7 +169,7 @@ class Replica:
             fut.add_done_callback(_consume)
         if not self._flushing:
             self._flushing = True
-            self._aloop.create_task(self._flush())
+            self._aloop.create_task(self._flush(self._term, self.store.token))
 
     def _extras(self, event: Event) -> codec.Extras | None:
         if isinstance(event, Acquire):
@@ -175,9 +181,12 @@ class Replica:
                 return codec.Extras(labels=dict(adding[1]), static=adding[2])
         return None
 
-    async def _flush(self) -> None:
+    async def _flush(self, term: int, token: str) -> None:
+        """Append batches in order for one term. A task left over from an earlier term (this
+        replica stepped down and led again) touches nothing of the new term, and its writes are
+        fenced by its own term's token."""
         try:
-            while self._batch:
+            while self._batch and term == self._term:
                 batch, fut = self._batch, self._batch_fut
                 self._batch, self._batch_fut = [], None
                 assert fut is not None
@@ -187,21 +196,25 @@ class Replica:
                 try:
                     if not self.serving:
                         raise NotLeader("not serving")
-                    last_id = await self.store.append(batch)
+                    last_id = await self.store.append(batch, token)
                 except (RedisError, OSError, NotLeader) as e:
-                    self.metrics.errors.inc()
-                    log.error("journal append failed (%s): stepping down", e)
                     fut.set_exception(unavailable(f"the state store is unavailable: {e}"))
-                    self._inflight_fut = None
-                    await self._step_down(f"journal append failed: {e}")
+                    if term == self._term:
+                        self._inflight_fut = None
+                        self.metrics.errors.inc()
+                        log.error("journal append failed (%s): stepping down", e)
+                        await self._step_down(f"journal append failed: {e}")
                     return
                 self.metrics.flush.observe(time.perf_counter() - t0)
                 fut.set_result(None)
+                if term != self._term:
+                    return
                 self._inflight_fut = None
                 if snap is not None:
-                    await self._save_snapshot(snap, last_id)
+                    await self._save_snapshot(snap, last_id, token)
         finally:
-            self._flushing = False
+            if term == self._term:
+                self._flushing = False
 
     def _cut_snapshot(self) -> bytes | None:
         if not self._snapshots_ok or self._since_snapshot == 0 or not self.serving:
@@ -219,9 +232,11 @@ class Replica:
             log.error("snapshots disabled, the journal will not be compacted: %s", e)
             return None
 
-    async def _save_snapshot(self, data: bytes, last_id: str) -> None:
+    async def _save_snapshot(self, data: bytes, last_id: str, token: str) -> None:
         try:
-            await self.store.save_snapshot(data, snapshot.current_fingerprint(), last_id, self._last_now)
+            await self.store.save_snapshot(
+                data, snapshot.current_fingerprint(), last_id, self._last_now, token
+            )
             log.info("snapshot at journal id %s (%d bytes); journal trimmed", last_id, len(data))
         except (RedisError, OSError, NotLeader) as e:
             # Not fatal: the journal still holds everything after the previous snapshot.
@@ -236,8 +251,9 @@ class Replica:
                 await self._take_over()
             else:
                 log.info("standby: %s leads", await self.store.leader())
-        except (RedisError, OSError) as e:
+        except (RedisError, OSError, errors.RpcFailure) as e:
             log.warning("state store unreachable at start (%s): standby until it answers", e)
+            await self._step_down(f"take-over failed: {e}")
         self._task = self._aloop.create_task(self._run())
 
     async def _run(self) -> None:
@@ -250,7 +266,8 @@ class Replica:
                         await self._step_down("lost the leader lease")
                 elif await self.store.try_lead(self.leader_ttl_s):
                     await self._take_over()
-            except (RedisError, OSError) as e:
+            except (RedisError, OSError, errors.RpcFailure) as e:
+                # RpcFailure: a take-over whose first batch (Resumed, the policy) failed to land.
                 if self.serving:
                     self.metrics.errors.inc()
                     await self._step_down(f"state store unreachable: {e}")
@@ -262,6 +279,11 @@ class Replica:
 
     async def _take_over(self) -> None:
         t0 = time.perf_counter()
+        # A new term: whatever the previous one left pending is not ours to write any more.
+        self._term += 1
+        if self._batch_fut is not None and not self._batch_fut.done():
+            self._batch_fut.set_exception(unavailable("a new term began: retry"))
+        self._batch, self._batch_fut, self._inflight_fut, self._flushing = [], None, None, False
         fresh, last_now = await self._recover()
         self.serving = True
         self.loop.resume()

@@ -48,7 +48,14 @@ def fingerprint() -> str:
     """Identifies which code can read a snapshot: a change to any of these files changes it."""
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256(f"{STATE_FORMAT} py{sys.version_info[0]}.{sys.version_info[1]}".encode())
-    files = sorted((root / "core").glob("*.py")) + [root / "policy.py", Path(__file__).resolve()]
+    # Every module whose classes are pickled: the core, the policy, and the server bookkeeping
+    # (LoopState, EndedSession, WorkerEntry).
+    files = sorted((root / "core").glob("*.py")) + [
+        root / "policy.py",
+        root / "server" / "loop.py",
+        root / "server" / "registry.py",
+        Path(__file__).resolve(),
+    ]
     for f in files:
         h.update(f.name.encode())
         h.update(f.read_bytes())
