@@ -17,6 +17,7 @@ import heapq
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from scheduler.core.indexes import Fenwick, VersionedHeap
 from scheduler.core.lifecycle import LeaseState, WorkerState, check_lease, check_worker
@@ -215,6 +216,20 @@ class Core:
     @property
     def policy(self) -> Policy:
         return self._policy
+
+    def export_state(self) -> dict[str, Any]:
+        """The logical state as JSON-ready data (no indexes, no policy): see `state_io`."""
+        from scheduler.core import state_io
+
+        return state_io.export_state(self)
+
+    @classmethod
+    def from_state(cls, policy: Policy, doc: dict[str, Any]) -> Core:
+        """Rebuild a core from `export_state()` and the policy it ran under; ValueError if `doc`
+        is of an unknown format or malformed. The rebuilt core decides exactly as the original."""
+        from scheduler.core import state_io
+
+        return state_io.from_state(policy, doc)
 
     def handle(self, event: Event, now: float) -> list[Decision]:
         """Apply one event at time `now`; return every decision it caused, in order."""

@@ -14,8 +14,12 @@ the in-memory state: nobody was told about them, and when this replica (or anoth
 the lease it rebuilds the state from Redis. A lost renewal of the leader lease does the same.
 
 Snapshots. Every `snapshot_every` events or `snapshot_interval_s` seconds, at the moment a batch
-is cut (so the state is exactly the journal up to that batch's last entry), the state is pickled
-(snapshot.py), stored with that stream id once the batch is in, and the journal trimmed up to it.
+is cut (so the state is exactly the journal up to that batch's last entry), the state is encoded
+as versioned JSON (snapshot.py: the core's logical state, the policy, the loop's and registry's
+bookkeeping), stored with that stream id once the batch is in, and the journal trimmed up to it.
+Any build that knows the snapshot's format reads it, so an ordinary deploy keeps the state; a
+snapshot of a newer format is refused (the whole journal is replayed if it was never trimmed,
+else this replica stops and says so).
 
 Recovery (on winning the lease): load the snapshot, replay the journal after it through
 `loop.replay` (core + bookkeeping, no fan-out, metrics or observers), give every registered
@@ -313,7 +317,7 @@ class Replica:
                 if await self.store.trimmed():
                     raise StateError(
                         f"{e}; the journal was compacted up to that snapshot, so it cannot be replayed "
-                        "instead. Run the build that wrote it, or delete the state keys to start empty."
+                        "instead. Run a build that reads its format, or delete the state keys to start empty."
                     ) from e
                 log.warning("%s: replaying the whole journal instead", e)
         if state is None:

@@ -1,39 +1,60 @@
-"""Snapshots of the scheduler's state: a pickle of the core and the server-side bookkeeping.
+"""Snapshots of the scheduler's state: a versioned JSON document, readable across deploys.
 
-Why pickle: the core's indexes (versioned heaps, Fenwick trees, per-tenant queues) are its state;
-re-deriving them from a logical dump would duplicate the core. The price is that a pickle is only
-readable by the same code, so every snapshot carries a fingerprint (state format, Python
-version, hash of the core's and the state store's sources) and a mismatch is refused with
-`SnapshotMismatch` — recovery then replays the whole journal if it was never trimmed, or stops.
+A snapshot holds what the state *is*, not how this build indexes it, so a build with a changed
+core, policy or server still reads it (the journal is trimmed at every snapshot: an unreadable
+snapshot would lose every lease):
 
-The core's heaps hold two closures (`Core.__init__.<locals>.current` / `current_victims`: is a
-tenant's heap entry current?), which pickle cannot store. The pickler below stores each as a
-`_VersionCheck` over the same tenants dict, which behaves identically; any other local function
-makes snapshotting fail with `SnapshotError` (the journal is then simply never compacted).
+    {"format": 2,                       # SNAPSHOT_FORMAT
+     "last_now": <float or null>,       # the latest `now` applied (null: none yet)
+     "policy": <SchedulingPolicy YAML>, # the policy the core runs under (policy_to_yaml)
+     "core": <Core.export_state()>,     # workers, epochs, leases, queue, timers (own "format")
+     "loop": {"addresses": {worker: address},
+              "yields": [{"lease": <lease>, "deadline", "cause", "for_session"}],
+              "waited": {session: s}, "qos": {session: qos}, "wait_timeouts": {session: s},
+              "ended": [{"session", "reason", "qos", "last_snapshot", "at"}]},  # oldest first
+     "workers": [{"worker_id", "address", "slots", "registered_at", "labels", "last_heartbeat",
+                  "draining", "static"}]}
+
+A lease is `{"lease_id", "session", "tenant", "qos", "worker", "slot", "epoch", "granted_at",
+"expires_at", "resume_from"}`, a snapshot ref `{"uri", "size_bytes", "sha256", "created"}`.
+
+Compatibility is an explicit number, not a hash of the sources: `loads` reads every format it
+knows (`_READERS`) and refuses a newer one with `SnapshotMismatch` (recovery then replays the
+whole journal if it was never trimmed, or stops and says so: run the newer build). A change to
+what a snapshot must hold bumps SNAPSHOT_FORMAT and keeps a reader for the previous format.
+Format 1 was a pickle of the core, tied to the exact build that wrote it: it is not readable.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
-import pickle
-import sys
-import types
+import json
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from scheduler.core.types import WorkerId
-from scheduler.server.loop import LoopState
+from scheduler.core.engine import Core
+from scheduler.core.types import (
+    EndReason,
+    Lease,
+    LeaseId,
+    QoS,
+    SessionId,
+    SlotId,
+    SnapshotRef,
+    TenantName,
+    WorkerId,
+    YieldCause,
+    YieldRequested,
+)
+from scheduler.policy_load import PolicyError, parse_policy, policy_to_yaml
+from scheduler.server.loop import EndedSession, LoopState
 from scheduler.server.registry import WorkerEntry
 
-STATE_FORMAT = "slotsched-state/1"
-# Closures of Core.__init__ and the tenant attribute each compares with the entry's version.
-_CLOSURES = {
-    "Core.__init__.<locals>.current": "version",
-    "Core.__init__.<locals>.current_victims": "vversion",
-}
+SNAPSHOT_FORMAT = 2
+_LABEL = "slotsched-snapshot"
+
+Doc = dict[str, Any]
 
 
 class SnapshotError(Exception):
@@ -41,55 +62,7 @@ class SnapshotError(Exception):
 
 
 class SnapshotMismatch(SnapshotError):
-    """A snapshot written by a different build."""
-
-
-def fingerprint() -> str:
-    """Identifies which code can read a snapshot: a change to any of these files changes it."""
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256(f"{STATE_FORMAT} py{sys.version_info[0]}.{sys.version_info[1]}".encode())
-    # Every module whose classes are pickled: the core, the policy, and the server bookkeeping
-    # (LoopState, EndedSession, WorkerEntry).
-    files = sorted((root / "core").glob("*.py")) + [
-        root / "policy.py",
-        root / "server" / "loop.py",
-        root / "server" / "registry.py",
-        Path(__file__).resolve(),
-    ]
-    for f in files:
-        h.update(f.name.encode())
-        h.update(f.read_bytes())
-    return f"{STATE_FORMAT}:{h.hexdigest()[:16]}"
-
-
-_FINGERPRINT = fingerprint()
-
-
-class _VersionCheck:
-    """Picklable stand-in for the core's `current` closures: is tenant `name` at `version`?"""
-
-    __slots__ = ("tenants", "attr")
-
-    def __init__(self, tenants: dict[str, Any], attr: str) -> None:
-        self.tenants = tenants
-        self.attr = attr
-
-    def __call__(self, name: str, version: int) -> bool:
-        return bool(getattr(self.tenants[name], self.attr) == version)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_VersionCheck, (self.tenants, self.attr))
-
-
-class _Pickler(pickle.Pickler):
-    def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, types.FunctionType) and "<locals>" in obj.__qualname__:
-            attr = _CLOSURES.get(obj.__qualname__)
-            closure = obj.__closure__
-            if attr is None or closure is None or len(closure) != 1 or attr not in obj.__code__.co_names:
-                raise SnapshotError(f"cannot snapshot the local function {obj.__qualname__}")
-            return (_VersionCheck, (closure[0].cell_contents, attr))
-        return NotImplemented
+    """A snapshot in a format this build does not read (a newer one, or the old pickle)."""
 
 
 @dataclass
@@ -101,30 +74,192 @@ class State:
     last_now: float  # the latest `now` applied: recovery carries leases from here
 
 
+def current_fingerprint() -> str:
+    """What the store records beside the data (informational: `loads` reads the format inside)."""
+    return f"{_LABEL}/{SNAPSHOT_FORMAT}"
+
+
+# ------------------------------------------------------------------ small codecs
+
+
+def _time(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _untime(x: Any) -> float:
+    return float("-inf") if x is None else float(x)
+
+
+def _snap(ref: SnapshotRef | None) -> Doc | None:
+    if ref is None:
+        return None
+    return {"uri": ref.uri, "size_bytes": ref.size_bytes, "sha256": ref.sha256, "created": ref.created}
+
+
+def _unsnap(doc: Any) -> SnapshotRef | None:
+    if doc is None:
+        return None
+    return SnapshotRef(str(doc["uri"]), int(doc["size_bytes"]), str(doc["sha256"]), float(doc["created"]))
+
+
+def _lease(lease: Lease) -> Doc:
+    return {
+        "lease_id": lease.lease_id,
+        "session": lease.session,
+        "tenant": lease.tenant,
+        "qos": lease.qos.value,
+        "worker": lease.slot.worker,
+        "slot": lease.slot.index,
+        "epoch": lease.epoch,
+        "granted_at": lease.granted_at,
+        "expires_at": lease.expires_at,
+        "resume_from": _snap(lease.resume_from),
+    }
+
+
+def _unlease(d: Doc) -> Lease:
+    return Lease(
+        LeaseId(str(d["lease_id"])),
+        SessionId(str(d["session"])),
+        TenantName(str(d["tenant"])),
+        QoS(d["qos"]),
+        SlotId(WorkerId(str(d["worker"])), int(d["slot"])),
+        int(d["epoch"]),
+        float(d["granted_at"]),
+        float(d["expires_at"]),
+        _unsnap(d["resume_from"]),
+    )
+
+
+# ------------------------------------------------------------------ write
+
+
 def dumps(state: State) -> bytes:
-    buf = io.BytesIO()
+    loop = state.loop
     try:
-        _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(state)
-    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        doc: Doc = {
+            "format": SNAPSHOT_FORMAT,
+            "last_now": _time(state.last_now),
+            "policy": policy_to_yaml(loop.core.policy),
+            "core": loop.core.export_state(),
+            "loop": {
+                "addresses": dict(loop.addresses),
+                "yields": [
+                    {
+                        "lease": _lease(y.lease),
+                        "deadline": y.deadline,
+                        "cause": y.cause.value,
+                        "for_session": y.for_session,
+                    }
+                    for y in loop.yields.values()
+                ],
+                "waited": dict(loop.waited),
+                "qos": {s: q.value for s, q in loop.qos.items()},
+                "wait_timeouts": dict(loop.wait_timeouts),
+                "ended": [
+                    {
+                        "session": s,
+                        "reason": e.reason.value,
+                        "qos": e.qos.value,
+                        "last_snapshot": _snap(e.last_snapshot),
+                        "at": e.at,
+                    }
+                    for s, e in loop.ended.items()
+                ],
+            },
+            "workers": [
+                {
+                    "worker_id": w.worker_id,
+                    "address": w.address,
+                    "slots": w.slots,
+                    "registered_at": w.registered_at,
+                    "labels": dict(w.labels),
+                    "last_heartbeat": w.last_heartbeat,
+                    "draining": w.draining,
+                    "static": w.static,
+                }
+                for w in state.workers.values()
+            ],
+        }
+        return json.dumps(doc, allow_nan=False, separators=(",", ":")).encode()
+    except (TypeError, ValueError, AttributeError) as e:
         raise SnapshotError(f"cannot snapshot the scheduler state: {e}") from e
-    return buf.getvalue()
 
 
-def loads(data: bytes, written_by: str) -> State:
-    """Unpickle a snapshot written by `written_by` (its fingerprint); refuse another build's."""
-    if written_by != _FINGERPRINT:
+# ------------------------------------------------------------------ read
+
+
+def loads(data: bytes, written_by: str | None = None) -> State:
+    """Read a snapshot of any format this build knows. `written_by` (the label the store kept
+    beside it) only sharpens the message for a snapshot that is not JSON (the old pickle)."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        if written_by is not None and not written_by.startswith(_LABEL):
+            raise SnapshotMismatch(
+                f"snapshot written by {written_by!r} is a pickle of an earlier build (format 1); "
+                f"this build reads formats {sorted(_READERS)}"
+            ) from e
+        raise SnapshotError(f"cannot read the snapshot: not JSON ({e})") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("format"), int):
+        raise SnapshotError("the snapshot does not hold a slotsched state (no format number)")
+    fmt = doc["format"]
+    reader = _READERS.get(fmt)
+    if reader is None:
+        newer = "a newer build" if fmt > SNAPSHOT_FORMAT else "an unknown build"
         raise SnapshotMismatch(
-            f"snapshot written by {written_by!r}, this build reads {_FINGERPRINT!r} (core, policy or "
-            "state code changed)"
+            f"snapshot format {fmt} was written by {newer}; this build reads formats {sorted(_READERS)} "
+            f"(up to {SNAPSHOT_FORMAT}): run a build that knows format {fmt}"
         )
     try:
-        state = pickle.loads(data)  # noqa: S301 - our own store, guarded by the fingerprint
-    except Exception as e:  # noqa: BLE001 - any failure means the snapshot is unusable
-        raise SnapshotError(f"cannot read the snapshot: {e}") from e
-    if not isinstance(state, State) or not isinstance(state.loop.ended, OrderedDict):
-        raise SnapshotError("the snapshot does not hold a slotsched state")
-    return state
+        return reader(doc)
+    except SnapshotError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, PolicyError) as e:
+        raise SnapshotError(f"cannot read the snapshot (format {fmt}): {type(e).__name__}: {e}") from e
 
 
-def current_fingerprint() -> str:
-    return _FINGERPRINT
+def _read_v2(doc: Doc) -> State:
+    policy, _ = parse_policy(str(doc["policy"]))
+    core = Core.from_state(policy, doc["core"])
+    ld = doc["loop"]
+    yields: dict[LeaseId, YieldRequested] = {}
+    for y in ld["yields"]:
+        lease = _unlease(y["lease"])
+        fs = y["for_session"]
+        yields[lease.lease_id] = YieldRequested(
+            lease, float(y["deadline"]), YieldCause(y["cause"]), None if fs is None else SessionId(str(fs))
+        )
+    ended: OrderedDict[SessionId, EndedSession] = OrderedDict()
+    for e in ld["ended"]:
+        ended[SessionId(str(e["session"]))] = EndedSession(
+            EndReason(e["reason"]), QoS(e["qos"]), _unsnap(e["last_snapshot"]), float(e["at"])
+        )
+    loop = LoopState(
+        core,
+        {WorkerId(str(w)): str(a) for w, a in ld["addresses"].items()},
+        yields,
+        {SessionId(str(s)): float(v) for s, v in ld["waited"].items()},
+        {SessionId(str(s)): QoS(q) for s, q in ld["qos"].items()},
+        {SessionId(str(s)): float(v) for s, v in ld["wait_timeouts"].items()},
+        ended,
+    )
+    workers: dict[WorkerId, WorkerEntry] = {}
+    for w in doc["workers"]:
+        wid = WorkerId(str(w["worker_id"]))
+        hb = w["last_heartbeat"]
+        workers[wid] = WorkerEntry(
+            wid,
+            str(w["address"]),
+            int(w["slots"]),
+            float(w["registered_at"]),
+            {str(k): str(v) for k, v in w["labels"].items()},
+            None if hb is None else float(hb),
+            bool(w["draining"]),
+            bool(w["static"]),
+        )
+    return State(loop, workers, _untime(doc["last_now"]))
+
+
+# Every format this build reads. Format 1 (a pickle tied to its build) has no reader.
+_READERS = {2: _read_v2}
