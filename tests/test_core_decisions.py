@@ -424,6 +424,17 @@ CASES: dict[str, Case] = {
         ],
         ["revoked b1 yield_deadline", "granted g1 w0/0", "queued b1"],
     ),
+    "worker_added_again_with_fewer_slots_is_a_new_worker": Case(
+        policy(BATCH),
+        [
+            ("add", "w0", 3),
+            ("remove", "w0"),
+            ("add", "w0", 1),  # stale free-slot entries of the old w0 (slots 1, 2) are skipped
+            (1, "acquire", "x1", "batch", "be"),
+            (1, "acquire", "x2", "batch", "be"),
+        ],
+        ["queued x2"],
+    ),
     "no_grants_on_a_draining_worker": Case(
         policy(BATCH),
         [

@@ -18,6 +18,7 @@ from scheduler.core.types import (
     Acquire,
     Decision,
     Event,
+    Granted,
     QoS,
     Release,
     Renew,
@@ -103,12 +104,11 @@ class _Gen:
             kind = "acquire"  # a small pool keeps requests waiting and victims yielding
         if kind == "worker" or not self.workers:
             if self.removed and data.draw(st.booleans()):
-                # Back with the same slots: the core indexes a returning worker's slots by its old
-                # free-slot entries (fewer slots now would be an IndexError in `_pop_free`).
+                # Back under the same id, maybe with another slot count: a new worker to the core.
                 wid = self.removed.pop(data.draw(st.integers(0, len(self.removed) - 1)))
             else:
                 wid = WorkerId(f"w{len(self.workers) + len(self.removed)}")
-                self.slots[wid] = data.draw(st.integers(1, 3))
+            self.slots[wid] = data.draw(st.integers(1, 3))
             self.workers.append(wid)
             return ("event", WorkerAdded(wid, self.slots[wid], f"{wid}:1"))
         if kind == "drain":
@@ -237,10 +237,10 @@ def test_a_busy_core_round_trips_through_json() -> None:
         assert rebuilt.export_state() == core.export_state()
 
 
-def test_a_worker_added_again_keeps_its_place_in_the_packing_order() -> None:
-    """The free-slot heap keeps entries stamped with a removed worker's old seq; the same id
-    added again reuses them (it packs before a worker registered in between). A rebuilt core
-    must do the same, so those entries are state."""
+def test_a_worker_added_again_packs_as_a_new_worker_before_and_after_a_rebuild() -> None:
+    """The free-slot heap keeps stale entries of a removed worker until they surface; the same
+    id added again is a new worker (packed after one registered in between). A rebuilt core
+    must skip the same stale entries, so they are state."""
     core = Core(POLICY)
     core.handle(WorkerAdded(WorkerId("a"), 1), 0.0)
     core.handle(WorkerRemoved(WorkerId("a")), 1.0)
@@ -250,6 +250,7 @@ def test_a_worker_added_again_keeps_its_place_in_the_packing_order() -> None:
     acquire = Acquire(SessionId("s"), TenantName("prod"), QoS.GUARANTEED)
     want = core.handle(acquire, 4.0)
     assert rebuilt.handle(acquire, 4.0) == want
+    assert [d.lease.slot.worker for d in want if isinstance(d, Granted)] == ["b"]
 
 
 def test_stale_timers_still_wake_the_core() -> None:

@@ -168,7 +168,9 @@ class Core:
         self._worker_seq = 0
         self._epochs: dict[SlotId, int] = {}
         self._free: list[tuple[int, int, WorkerId]] = []
-        self._free_in_heap: set[tuple[WorkerId, int]] = set()
+        # Free-slot entries are keyed by the worker's registration seq, not its id: a worker
+        # removed and added again under the same id is a new worker (maybe with fewer slots).
+        self._free_in_heap: set[tuple[int, int]] = set()
         self._free_ready = 0
         self._capacity = 0
         self._floor = 0
@@ -913,7 +915,7 @@ class Core:
 
     def _push_free(self, w: _Worker, index: int) -> None:
         self._free_ready += 1
-        key = (w.worker_id, index)
+        key = (w.seq, index)
         if key not in self._free_in_heap:
             self._free_in_heap.add(key)
             heapq.heappush(self._free, (w.seq, index, w.worker_id))
@@ -921,10 +923,10 @@ class Core:
     def _pop_free(self) -> SlotId:
         # Lowest worker first: packing onto old workers leaves new ones empty to drain.
         while True:
-            _, index, wid = heapq.heappop(self._free)
-            self._free_in_heap.discard((wid, index))
+            seq, index, wid = heapq.heappop(self._free)
+            self._free_in_heap.discard((seq, index))
             w = self._workers.get(wid)
-            if w is not None and w.state is WorkerState.READY and index not in w.leases:
+            if w is not None and w.seq == seq and w.state is WorkerState.READY and index not in w.leases:
                 self._free_ready -= 1
                 return w.slot_ids[index]
 

@@ -344,7 +344,7 @@ def _build(policy: Policy, doc: Doc) -> Core:
 
     core._free = [(int(seq), int(index), WorkerId(str(wid))) for seq, index, wid in doc["free_slots"]]
     heapq.heapify(core._free)
-    core._free_in_heap = {(wid, index) for _, index, wid in core._free}
+    core._free_in_heap = {(seq, index) for seq, index, _ in core._free}
     ready = [w for w in workers.values() if w.state is WorkerState.READY]
     core._free_ready = sum(w.slots - len(w.leases) for w in ready)
     core._set_capacity(sum(w.slots for w in ready))

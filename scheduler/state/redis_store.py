@@ -6,7 +6,7 @@ Keys under the prefix P (default `slotsched`):
 | --- | --- | --- |
 | `P:leader` | string, PX ttl | the leader's term token `<replica id>:<random>` (see Fencing) |
 | `P:journal` | stream | one entry per applied event, field `e` = a codec record (scheduler/state/codec.py) |
-| `P:snapshot` | hash | `fingerprint`, `stream_id` (last journal entry it covers), `at`, `data` (pickle) |
+| `P:snapshot` | hash | `fingerprint` (format), `stream_id` (last entry covered), `at`, `data` (JSON) |
 | `P:trimmed` | string | present once the journal was compacted (it no longer starts at the beginning) |
 
 Fencing: every write (journal append, snapshot + trim) is one Lua script that first checks that
