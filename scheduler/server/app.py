@@ -81,7 +81,7 @@ SERVICE_NAMES = (
     externalscaler_pb2.DESCRIPTOR.services_by_name["ExternalScaler"].full_name,
 )
 DEFAULT_LISTEN = "127.0.0.1:50051"
-DEFAULT_METRICS_LISTEN = "127.0.0.1:9090"
+DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"  # the port deploy/ scrapes
 
 
 def _split_hostport(text: str) -> tuple[str, int]:
