@@ -17,8 +17,9 @@ A third server, the "shape floor", serves the same Scheduler rpcs with no schedu
 rpc shape. The distance from the floor is the scheduler's own overhead (auth, core, fan-out).
 
 The pool (8 workers x 16 slots, floor 0, one tenant with a Burstable nominal of 128) always has a
-free slot. Usage: `python bench/grpc_latency.py [--seconds S] [--iterations N]`. The last line is
-`p50_ratio_c1=R pairs_per_s_c64=N noop_calls_per_s_c64=N`.
+free slot. Usage: `python bench/grpc_latency.py [--seconds S] [--iterations N] [--rounds K]
+[--no-floor] [--pin] [--redis]`. The last line is `p50_ratio_c1=R pairs_per_s_c64=N
+noop_calls_per_s_c64=N`, followed with `--redis` by `redis_p50_ratio_c1=R redis_pairs_per_s_c64=N`.
 """
 
 from __future__ import annotations

@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run the scheduler service (embedded defaults with no flags)")
     s.add_argument("--policy", help="SchedulingPolicy YAML; without it: built-in policy, INSECURE dev mode")
     s.add_argument("--listen", default="127.0.0.1:50051", help="gRPC address (default %(default)s)")
-    s.add_argument("--metrics-listen", default="127.0.0.1:9464", help="Prometheus /metrics address")
+    s.add_argument(
+        "--metrics-listen", default="127.0.0.1:9464", help="Prometheus /metrics address (default %(default)s)"
+    )
     s.add_argument(
         "--autoscaler",
         choices=("off", "local", "kubernetes", "dry-run"),
@@ -137,12 +139,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_serve)
 
     st = sub.add_parser("status", help="show pool, floor, classes, tenants and queue")
-    st.add_argument("--target", default="127.0.0.1:50051")
-    st.add_argument("--json", action="store_true")
+    st.add_argument(
+        "--target", default="127.0.0.1:50051", help="scheduler gRPC address (default %(default)s)"
+    )
+    st.add_argument("--json", action="store_true", help="print the pool description as JSON")
     st.add_argument(
         "--token", default=None, help="admin bearer token (secure mode; its hash is in spec.access.admins)"
     )
-    st.add_argument("--tenant", default=None, help="tenant header (insecure dev mode)")
+    st.add_argument(
+        "--tenant", default=None, help="x-slotsched-tenant header (dev mode; Admin needs none there)"
+    )
     st.set_defaults(func=_status)
 
     pol = sub.add_parser("policy", help="policy file tools")

@@ -87,7 +87,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="worker bearer token for the scheduler's Workers service, its hash listed under "
         "spec.access.workers of the policy (or $SLOTSCHED_TOKEN); tenant tokens are refused",
     )
-    w.add_argument("--tenant", default=None, help="tenant header for a scheduler in insecure dev mode")
+    w.add_argument(
+        "--tenant",
+        default=None,
+        help="x-slotsched-tenant header (dev mode; the Workers service needs none there)",
+    )
     w.add_argument(
         "--accept-token-hash",
         action="append",
@@ -108,7 +112,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="start actors without checking that the scheduler granted their lease (tenant, session, "
         "slot, epoch, snapshot) on this worker; for standalone use without a scheduler only. By "
-        "default a Start no live lease matches is refused PERMISSION_DENIED",
+        "default a Start no live lease matches is refused PERMISSION_DENIED (FAILED_PRECONDITION for a "
+        "stale epoch, UNAVAILABLE while the scheduler cannot be reached)",
     )
     w.add_argument("--drain-yield", type=float, default=10.0, help="yield deadline when draining on exit")
     w.add_argument(

@@ -99,6 +99,14 @@ def test_worker_deployment_uses_the_pod_name_as_worker_id() -> None:
     cm = one("scheduler-deployment.yaml", "ConfigMap")
     policy, _ = parse_policy(cm["data"]["policy.yaml"])
     assert f"--slots={policy.pool.slots_per_worker}" in c["args"]
+    # The Worker service is not open to anyone: runtimes must show their token.
+    assert "--accept-token-hash=$(SLOTSCHED_RUNTIME_TOKEN_HASH)" in c["args"]
+    assert (
+        env["SLOTSCHED_RUNTIME_TOKEN_HASH"]["valueFrom"]["secretKeyRef"]["name"] == "slotsched-runtime-token"
+    )
+    # ... and the scheduler registers no in-process pool whose workers no client could reach.
+    sched = one("scheduler-deployment.yaml", "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "--no-static-pool" in sched["args"]
 
 
 def test_rbac_grants_what_the_kubernetes_actuator_calls() -> None:

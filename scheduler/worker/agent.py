@@ -21,7 +21,9 @@ only the worker knows when it is going away. The agent
 Against a scheduler in secure mode the agent needs a worker token (`token`; its hash listed under
 `spec.access.workers`, or `spec.access.admins`): the Workers service refuses tenant tokens, so no
 tenant can add, drain or remove workers. A refused credential ends the agent at once instead of
-retrying: it does not fix itself.
+retrying: it does not fix itself. Refused on a heartbeat (the token was revoked), the agent first
+stops every actor — the scheduler will drop this worker and re-grant its leases elsewhere — and
+then exits.
 """
 
 from __future__ import annotations

@@ -82,7 +82,10 @@ class AdminServicer:
         Errors: INVALID_ARGUMENT when the YAML does not parse or the policy is invalid: the status
         carries a google.rpc.BadRequest detail with one FieldViolation per problem, whose `field` is
         the key path (e.g. `tenants[acme].burstable_limit`, `pool.floor`) and whose `description`
-        says what is wrong; UNAUTHENTICATED; PERMISSION_DENIED; UNAVAILABLE.
+        says what is wrong; FAILED_PRECONDITION (secure mode, dry runs too) when the policy lists no
+        `spec.access.admins`: it would lock every operator out; UNAUTHENTICATED; PERMISSION_DENIED;
+        UNAVAILABLE. Removing worker token hashes is allowed but adds a warning (those workers stop
+        heartbeating and are removed).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

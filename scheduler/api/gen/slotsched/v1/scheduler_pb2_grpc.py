@@ -104,7 +104,7 @@ class SchedulerServicer:
         basis for a guess yet); a google.rpc.QuotaFailure detail names the cap.
         - DEADLINE_EXCEEDED: still queued when the caller's gRPC deadline or `wait_timeout` passed;
         the request has been withdrawn.
-        - UNAVAILABLE: the server is shutting down.
+        - UNAVAILABLE: the server is shutting down, or is not (any more) the leader.
         - UNAUTHENTICATED: no credential.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
