@@ -378,7 +378,11 @@ class SchedulerLoop:
         return self._wait_timeouts.get(key)
 
     def describe_threadsafe(self, timeout: float = 2.0) -> PoolView | None:
-        """core.describe() run on the loop, callable from any thread (the metrics scraper)."""
+        """core.describe() run on the loop, callable from any thread (the metrics scraper). None
+        while not serving: a standby's (or a stopping server's) core is not the pool's state, and
+        exporting it would show frozen gauges beside the leader's."""
+        if self.shutting_down:
+            return None
         if threading.get_ident() == self._thread:
             return self.core.describe()
         fut: concurrent.futures.Future[PoolView] = concurrent.futures.Future()
