@@ -339,6 +339,11 @@ def test_every_term_has_its_own_fencing_token() -> None:
                 await a.append([b"fresh"], a.token)
                 rows = await a.redis.xrange(a.k_journal)
                 assert [fields[b"e"] for _, fields in rows] == [b'{"v":1}', b"fresh"]
+                assert await a.alive() is None  # no leader has renewed yet
+                assert await a.extend_lead(5.0, 1234.5)  # each renewal records when we were alive
+                assert await a.alive() == 1234.5
+                assert not await b.extend_lead(5.0, 9999.0)  # not b's to keep, nor to stamp
+                assert await a.alive() == 1234.5
                 await a.resign()
                 assert await b.try_lead(5.0)  # resigned: the key is free at once
             finally:

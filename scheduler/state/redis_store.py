@@ -7,6 +7,7 @@ Keys under the prefix P (default `slotsched`):
 | `P:leader` | string, PX ttl | the leader's term token `<replica id>:<random>` (see Fencing) |
 | `P:journal` | stream | one entry per applied event, field `e` = a codec record (scheduler/state/codec.py) |
 | `P:snapshot` | hash | `fingerprint` (format), `stream_id` (last entry covered), `at`, `data` (JSON) |
+| `P:alive` | string | the leader's clock at its last lease renewal: a successor's outage starts there |
 | `P:trimmed` | string | present once the journal was compacted (it no longer starts at the beginning) |
 
 Fencing: every write (journal append, snapshot + trim) is one Lua script that first checks that
@@ -47,7 +48,10 @@ redis.call('SET', KEYS[4], '1')
 return 1
 """
 _EXTEND = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[2], ARGV[3])
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
 return 0
 """
 _SWAP = """
@@ -126,6 +130,7 @@ class RedisStore:
         self.k_journal = f"{prefix}:journal"
         self.k_snapshot = f"{prefix}:snapshot"
         self.k_trimmed = f"{prefix}:trimmed"
+        self.k_alive = f"{prefix}:alive"
         self._append = self.redis.register_script(_APPEND)
         self._snapshot = self.redis.register_script(_SNAPSHOT)
         self._extend = self.redis.register_script(_EXTEND)
@@ -148,9 +153,15 @@ class RedisStore:
             self.token = token
         return won
 
-    async def extend_lead(self, ttl_s: float) -> bool:
+    async def extend_lead(self, ttl_s: float, now: float) -> bool:
+        """Keep the lease; record `now` (our clock) as the last time this leader was known alive."""
         ms = max(1, int(ttl_s * 1000))
-        return bool(await self._extend(keys=[self.k_leader], args=[self.token, ms]))
+        return bool(await self._extend(keys=[self.k_leader, self.k_alive], args=[self.token, ms, repr(now)]))
+
+    async def alive(self) -> float | None:
+        """When the last leader last renewed its lease (its clock), if one ever did."""
+        v = await self.redis.get(self.k_alive)
+        return None if v is None else float(v)
 
     async def resign(self) -> None:
         await self._resign(keys=[self.k_leader], args=[self.token])

@@ -24,7 +24,8 @@ else this replica stops and says so).
 Recovery (on winning the lease): load the snapshot, replay the journal after it through
 `loop.replay` (core + bookkeeping, no fan-out, metrics or observers), give every registered
 worker a fresh heartbeat, then carry the leases across the outage with one journaled core event,
-`Resumed(since=last recorded time)`: holders could neither renew nor yield while no server was up,
+`Resumed(since)`, since = the later of the last recorded time and the last leader's last lease
+renewal (`P:alive`, its clock): holders could neither renew nor yield while no server was up,
 so the core moves every expiry out by the outage (and to at least now + TTL) and every pending
 yield deadline by the outage, before any timer due now fires. A fresh store (no snapshot, empty
 journal) starts by journaling the policy file and registering the static pool.
@@ -266,7 +267,7 @@ class Replica:
             await asyncio.sleep(period)
             try:
                 if self.serving:
-                    if not await self.store.extend_lead(self.leader_ttl_s):
+                    if not await self.store.extend_lead(self.leader_ttl_s, self.loop.now()):
                         await self._step_down("lost the leader lease")
                 elif await self.store.try_lead(self.leader_ttl_s):
                     await self._take_over()
@@ -289,10 +290,14 @@ class Replica:
             self._batch_fut.set_exception(unavailable("a new term began: retry"))
         self._batch, self._batch_fut, self._inflight_fut, self._flushing = [], None, None, False
         fresh, last_now = await self._recover()
+        # The outage began when the last leader was last known alive, not at its last event: an
+        # idle spell before the crash is not outage (a holder dead since then gains nothing).
+        alive = await self.store.alive()
+        since = last_now if alive is None else max(last_now, alive)
         self.serving = True
         self.loop.resume()
         if not fresh:
-            self._carry_leases(last_now)
+            self._carry_leases(since)
         await self.on_lead(fresh)
         await self.loop.durable()
         self.metrics.leader.set(1)
@@ -347,9 +352,9 @@ class Replica:
         log.info("recovered: snapshot %s, %d journal entries replayed", after, n)
         return stored is None and n == 0, last_now
 
-    def _carry_leases(self, last_now: float) -> None:
-        """Bridge the outage since `last_now` (see `Resumed`); journaled like any event."""
-        self.loop.submit(Resumed(last_now))
+    def _carry_leases(self, since: float) -> None:
+        """Bridge the outage that began at `since` (see `Resumed`); journaled like any event."""
+        self.loop.submit(Resumed(since))
 
     async def _step_down(self, why: str) -> None:
         if not self.serving:
