@@ -60,24 +60,25 @@ Doc = dict[str, Any]
 # ------------------------------------------------------------------ small codecs
 
 
-def _snap(ref: SnapshotRef | None) -> Doc | None:
+def ref_to_doc(ref: SnapshotRef | None) -> Doc | None:
+    """A snapshot ref as JSON (None stays None); shared by the journal codec and snapshots."""
     if ref is None:
         return None
     return {"uri": ref.uri, "size_bytes": ref.size_bytes, "sha256": ref.sha256, "created": ref.created}
 
 
-def _unsnap(doc: Any) -> SnapshotRef | None:
+def ref_from_doc(doc: Any) -> SnapshotRef | None:
     if doc is None:
         return None
     return SnapshotRef(str(doc["uri"]), int(doc["size_bytes"]), str(doc["sha256"]), float(doc["created"]))
 
 
-def _time(x: float) -> float | None:
+def time_to_doc(x: float) -> float | None:
     """A time that may be -inf (no event seen yet): JSON has no infinities, so None."""
     return x if math.isfinite(x) else None
 
 
-def _untime(x: Any) -> float:
+def time_from_doc(x: Any) -> float:
     return float("-inf") if x is None else float(x)
 
 
@@ -135,7 +136,7 @@ def export_state(core: Core) -> Doc:
                 "epoch": lease.epoch,
                 "granted_at": lease.granted_at,
                 "expires_at": lease.expires_at,
-                "resume_from": _snap(lease.resume_from),
+                "resume_from": ref_to_doc(lease.resume_from),
                 "state": rec.state.value,
                 "arrival": rec.arrival,
                 "seq": rec.seq,
@@ -155,7 +156,7 @@ def export_state(core: Core) -> Doc:
             "arrival": req.arrival,
             "seq": req.seq,
             "enqueued_at": req.enqueued_at,
-            "resume_from": _snap(req.resume_from),
+            "resume_from": ref_to_doc(req.resume_from),
             "earmark": req.earmark,
             "earmark_tier": req.earmark_tier,
         }
@@ -172,7 +173,7 @@ def export_state(core: Core) -> Doc:
     )
     return {
         "format": FORMAT,
-        "now": _time(core._now),
+        "now": time_to_doc(core._now),
         "seq": core._seq,
         "worker_seq": core._worker_seq,
         "mean_hold_s": core._mean_hold,
@@ -264,7 +265,7 @@ def _build(policy: Policy, doc: Doc) -> Core:
             int(ld["epoch"]),
             float(ld["granted_at"]),
             float(ld["expires_at"]),
-            _unsnap(ld["resume_from"]),
+            ref_from_doc(ld["resume_from"]),
         )
         state = LeaseState(ld["state"])
         if state not in (LeaseState.ACTIVE, LeaseState.YIELDING):
@@ -318,7 +319,7 @@ def _build(policy: Policy, doc: Doc) -> Core:
             float(rd["arrival"]),
             int(rd["seq"]),
             float(rd["enqueued_at"]),
-            _unsnap(rd["resume_from"]),
+            ref_from_doc(rd["resume_from"]),
             None if earmark is None else LeaseId(str(earmark)),
             int(rd["earmark_tier"]),
         )
@@ -366,7 +367,7 @@ def _build(policy: Policy, doc: Doc) -> Core:
     core._maturing = deque(_untimer(e) for e in timers["maturing"])
 
     core._seq = int(doc["seq"])
-    core._now = _untime(doc["now"])
+    core._now = time_from_doc(doc["now"])
     core._mean_hold = float(doc["mean_hold_s"])
     core._holds_seen = bool(doc["holds_seen"])
     return core

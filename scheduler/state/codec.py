@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.core.state_io import ref_from_doc, ref_to_doc
 from scheduler.core.types import (
     Acquire,
     Event,
@@ -42,7 +43,6 @@ from scheduler.core.types import (
     Renew,
     Resumed,
     SessionId,
-    SnapshotRef,
     TenantName,
     Tick,
     WorkerAdded,
@@ -80,18 +80,6 @@ class Extras:
     static: bool = False  # worker_added: the in-process local pool
 
 
-def _snap(ref: SnapshotRef | None) -> dict[str, Any] | None:
-    if ref is None:
-        return None
-    return {"uri": ref.uri, "size_bytes": ref.size_bytes, "sha256": ref.sha256, "created": ref.created}
-
-
-def _unsnap(doc: Any) -> SnapshotRef | None:
-    if doc is None:
-        return None
-    return SnapshotRef(str(doc["uri"]), int(doc["size_bytes"]), str(doc["sha256"]), float(doc["created"]))
-
-
 def encode(record: Record, at: float, extras: Extras | None = None) -> bytes:
     """One record as compact JSON bytes."""
     doc: dict[str, Any] = {"v": FORMAT_VERSION, "at": at}
@@ -102,7 +90,7 @@ def encode(record: Record, at: float, extras: Extras | None = None) -> bytes:
             session=record.session,
             tenant=record.tenant,
             qos=record.qos.value,
-            resume_from=_snap(record.resume_from),
+            resume_from=ref_to_doc(record.resume_from),
         )
         if x.wait_timeout_s is not None:
             doc["wait_timeout_s"] = x.wait_timeout_s
@@ -116,7 +104,7 @@ def encode(record: Record, at: float, extras: Extras | None = None) -> bytes:
             session=record.session,
             lease_id=record.lease_id,
             epoch=record.epoch,
-            snapshot=_snap(record.snapshot),
+            snapshot=ref_to_doc(record.snapshot),
         )
     elif isinstance(record, Tick):
         doc["t"] = "tick"
@@ -164,7 +152,7 @@ def _decode(doc: dict[str, Any]) -> tuple[Record, float, Extras]:
             SessionId(doc["session"]),
             TenantName(doc["tenant"]),
             QoS(doc["qos"]),
-            _unsnap(doc.get("resume_from")),
+            ref_from_doc(doc.get("resume_from")),
         )
         wt = doc.get("wait_timeout_s")
         x = Extras(wait_timeout_s=None if wt is None else float(wt))
@@ -178,7 +166,7 @@ def _decode(doc: dict[str, Any]) -> tuple[Record, float, Extras]:
             SessionId(doc["session"]),
             LeaseId(doc["lease_id"]),
             int(doc["epoch"]),
-            _unsnap(doc.get("snapshot")),
+            ref_from_doc(doc.get("snapshot")),
         )
     elif t == "tick":
         rec = Tick()

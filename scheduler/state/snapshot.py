@@ -28,12 +28,12 @@ Format 1 was a pickle of the core, tied to the exact build that wrote it: it is 
 from __future__ import annotations
 
 import json
-import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler.core.engine import Core
+from scheduler.core.state_io import ref_from_doc, ref_to_doc, time_from_doc, time_to_doc
 from scheduler.core.types import (
     EndReason,
     Lease,
@@ -41,7 +41,6 @@ from scheduler.core.types import (
     QoS,
     SessionId,
     SlotId,
-    SnapshotRef,
     TenantName,
     WorkerId,
     YieldCause,
@@ -82,26 +81,6 @@ def current_fingerprint() -> str:
 # ------------------------------------------------------------------ small codecs
 
 
-def _time(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
-def _untime(x: Any) -> float:
-    return float("-inf") if x is None else float(x)
-
-
-def _snap(ref: SnapshotRef | None) -> Doc | None:
-    if ref is None:
-        return None
-    return {"uri": ref.uri, "size_bytes": ref.size_bytes, "sha256": ref.sha256, "created": ref.created}
-
-
-def _unsnap(doc: Any) -> SnapshotRef | None:
-    if doc is None:
-        return None
-    return SnapshotRef(str(doc["uri"]), int(doc["size_bytes"]), str(doc["sha256"]), float(doc["created"]))
-
-
 def _lease(lease: Lease) -> Doc:
     return {
         "lease_id": lease.lease_id,
@@ -113,7 +92,7 @@ def _lease(lease: Lease) -> Doc:
         "epoch": lease.epoch,
         "granted_at": lease.granted_at,
         "expires_at": lease.expires_at,
-        "resume_from": _snap(lease.resume_from),
+        "resume_from": ref_to_doc(lease.resume_from),
     }
 
 
@@ -127,7 +106,7 @@ def _unlease(d: Doc) -> Lease:
         int(d["epoch"]),
         float(d["granted_at"]),
         float(d["expires_at"]),
-        _unsnap(d["resume_from"]),
+        ref_from_doc(d["resume_from"]),
     )
 
 
@@ -139,7 +118,7 @@ def dumps(state: State) -> bytes:
     try:
         doc: Doc = {
             "format": SNAPSHOT_FORMAT,
-            "last_now": _time(state.last_now),
+            "last_now": time_to_doc(state.last_now),
             "policy": policy_to_yaml(loop.core.policy),
             "core": loop.core.export_state(),
             "loop": {
@@ -161,7 +140,7 @@ def dumps(state: State) -> bytes:
                         "session": s,
                         "reason": e.reason.value,
                         "qos": e.qos.value,
-                        "last_snapshot": _snap(e.last_snapshot),
+                        "last_snapshot": ref_to_doc(e.last_snapshot),
                         "at": e.at,
                     }
                     for s, e in loop.ended.items()
@@ -233,7 +212,7 @@ def _read_v2(doc: Doc) -> State:
     ended: OrderedDict[SessionId, EndedSession] = OrderedDict()
     for e in ld["ended"]:
         ended[SessionId(str(e["session"]))] = EndedSession(
-            EndReason(e["reason"]), QoS(e["qos"]), _unsnap(e["last_snapshot"]), float(e["at"])
+            EndReason(e["reason"]), QoS(e["qos"]), ref_from_doc(e["last_snapshot"]), float(e["at"])
         )
     loop = LoopState(
         core,
@@ -258,7 +237,7 @@ def _read_v2(doc: Doc) -> State:
             bool(w["draining"]),
             bool(w["static"]),
         )
-    return State(loop, workers, _untime(doc["last_now"]))
+    return State(loop, workers, time_from_doc(doc["last_now"]))
 
 
 # Every format this build reads. Format 1 (a pickle tied to its build) has no reader.
