@@ -7,12 +7,19 @@ lazy imports so the rest of the CLI does not pay for gRPC.
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from scheduler.demo.run import demo_main
+    try:
+        from scheduler.demo.run import demo_main
 
-    rc: int = demo_main(args.duration, args.snapshots, args.seed, args.json)
+        rc: int = demo_main(args.duration, args.snapshots, args.seed, args.json)
+    except KeyboardInterrupt:
+        # Once running, the demo handles Ctrl-C itself (shuts down, prints the partial outcome);
+        # this is a Ctrl-C while it was still importing, before anything was measured.
+        print("slotsched demo: interrupted before it started", file=sys.stderr)
+        return 130
     return rc
 
 

@@ -281,9 +281,14 @@ class Demo:
 
 
 def render_outcome(o: dict[str, Any]) -> str:
+    ran = (
+        f"PARTIAL outcome (interrupted) after {o['elapsed_s']:.1f}s of {o['duration_s']:.0f}s"
+        if o.get("partial")
+        else f"outcome after {o['duration_s']:.0f}s"
+    )
     lines = [
         "",
-        f"outcome after {o['duration_s']:.0f}s on {o['pool']['workers']} workers x "
+        f"{ran} on {o['pool']['workers']} workers x "
         f"{o['pool']['slots_per_worker']} slots (floor {o['pool']['floor']}), snapshots in {o['snapshots']}",
         "",
         f"time to slot      {'count':>6}{'p50':>9}{'p95':>9}{'p99':>9}{'max':>9}",
@@ -327,8 +332,13 @@ async def run_demo(
     seed: int = 1,
     out: TextIO = sys.stderr,
     live_every_s: float | None = None,
+    stop: asyncio.Event | None = None,
 ) -> dict[str, Any]:
-    """Run the demo for `duration_s` and return its outcome (the `--json` document)."""
+    """Run the demo for `duration_s` and return its outcome (the `--json` document).
+
+    Setting `stop` ends the run early: everything is shut down as at the end of a full run and
+    the outcome covers what was measured until then, marked `"partial": true`."""
+    stop = stop if stop is not None else asyncio.Event()
     tmp = tempfile.mkdtemp(prefix="slotsched-demo-")
     snap_url = snapshots or os.path.join(tmp, "snapshots")
     tty = out.isatty()
@@ -341,35 +351,93 @@ async def run_demo(
         f.write(wl.policy_yaml(demo.tokens, demo.worker_token))
     drawn = 0
     try:
-        await demo.start(policy_path)
-        demo.start_workload()
-        deadline = time.monotonic() + duration_s
-        while True:
-            text = demo.table()
-            if tty and drawn:
-                out.write(f"\x1b[{drawn}F\x1b[J")
-            out.write(text + "\n" if tty else text + "\n\n")
-            out.flush()
-            drawn = text.count("\n") + 1
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            await asyncio.sleep(min(every, left))
+        if await _unless_stopped(demo.start(policy_path), stop):
+            demo.start_workload()
+            deadline = time.monotonic() + duration_s
+            while True:
+                text = demo.table()
+                if tty and drawn:
+                    out.write(f"\x1b[{drawn}F\x1b[J")
+                out.write(text + "\n" if tty else text + "\n\n")
+                out.flush()
+                drawn = text.count("\n") + 1
+                left = deadline - time.monotonic()
+                if left <= 0 or stop.is_set():
+                    break
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), min(every, left))
     finally:
+        elapsed = time.monotonic() - demo.started_at if demo.started_at else 0.0
         with contextlib.suppress(Exception):
             await demo.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    return demo.outcome()
+    outcome = demo.outcome()
+    outcome["partial"] = stop.is_set()
+    outcome["elapsed_s"] = round(min(elapsed, duration_s), 3)
+    return outcome
+
+
+async def _unless_stopped(aw: Any, stop: asyncio.Event) -> bool:
+    """Await `aw` unless `stop` is set first (then cancel it); True if it completed."""
+    task = asyncio.ensure_future(aw)
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        return False
+    task.result()  # its error, if any
+    return True
+
+
+async def _run_until_signal(
+    duration_s: float, snapshots: str | None, seed: int
+) -> tuple[dict[str, Any], int | None]:
+    """`run_demo`, ended early by the first SIGINT (Ctrl-C) or SIGTERM: (outcome, that signal)."""
+    import signal
+
+    stop = asyncio.Event()
+    caught: list[int] = []
+    aloop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if caught:
+            # Shutting down is bounded (workers drain for 2 s), but a user who presses Ctrl-C
+            # twice wants out now: leave without cleanup, still without a traceback.
+            print("\nslotsched demo: interrupted again, quitting at once", file=sys.stderr, flush=True)
+            os._exit(128 + signum)
+        caught.append(signum)
+        print(
+            "\nslotsched demo: interrupted, stopping (the outcome so far follows)",
+            file=sys.stderr,
+            flush=True,
+        )
+        stop.set()
+
+    # The loop's handlers rather than KeyboardInterrupt: the interrupt then ends the run at an
+    # await of our choosing, the servers and workers are shut down and the outcome is printed.
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    for sig in sigs:
+        aloop.add_signal_handler(sig, on_signal, int(sig))
+    try:
+        outcome = await run_demo(duration_s, snapshots, seed, stop=stop)
+    finally:
+        for sig in sigs:
+            aloop.remove_signal_handler(sig)
+    return outcome, (caught[0] if caught else None)
 
 
 def demo_main(duration_s: float, snapshots: str | None, seed: int, as_json: bool) -> int:
+    """Run the demo and print its outcome; 0, or 128 + the signal (130 for Ctrl-C) if cut short."""
     import json
 
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("slotsched.worker").setLevel(logging.WARNING)  # lost work is always shown
-    outcome = asyncio.run(run_demo(duration_s, snapshots, seed))
+    outcome, signum = asyncio.run(_run_until_signal(duration_s, snapshots, seed))
     if as_json:
         print(json.dumps(outcome))
     else:
         print(render_outcome(outcome))
-    return 0
+    return 0 if signum is None else 128 + signum
