@@ -32,7 +32,6 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
 
 from scheduler.api.gen.externalscaler import externalscaler_pb2
 from scheduler.api.gen.slotsched.v1 import (
@@ -44,6 +43,7 @@ from scheduler.api.gen.slotsched.v1 import (
     workers_pb2_grpc,
 )
 from scheduler.core.types import WorkerId
+from scheduler.listen import ListenError, add_grpc_port, check_bindable, start_metrics_http
 from scheduler.policy import Policy
 from scheduler.policy_load import PolicyError, default_policy, load_policy
 from scheduler.server.admin_service import AdminService
@@ -176,12 +176,7 @@ def _close_httpd(httpd: WSGIServer) -> None:
 
 def _load(policy_path: str | None) -> tuple[Policy, bool]:
     if policy_path is None:
-        log.warning(
-            "INSECURE dev mode: no policy file, using the built-in policy; the tenant is taken from the "
-            "%s header and no caller is authenticated. Do not expose this port.",
-            TENANT_HEADER,
-        )
-        return default_policy(), False
+        return default_policy(), False  # the INSECURE warning comes once the server has started
     policy, warnings = load_policy(policy_path)
     for w in warnings:
         log.warning("policy %s: %s", policy_path, w)
@@ -282,14 +277,17 @@ async def start_server(
     reflection.enable_server_reflection(names, server)
 
     host, _ = _split_hostport(listen)
-    port = server.add_insecure_port(listen)
-    if port == 0:
-        raise OSError(f"cannot listen on {listen}")
+    if metrics_listen:
+        check_bindable(metrics_listen, "--metrics-listen")  # before binding anything: nothing to undo
+    port = add_grpc_port(server, listen, "--listen")
     httpd = None
     metrics_port = None
     if metrics_listen:
-        mhost, mport = _split_hostport(metrics_listen)
-        httpd, _ = start_http_server(mport, mhost, registry=metrics.registry)
+        try:
+            httpd = start_metrics_http(metrics_listen, "--metrics-listen", metrics.registry)
+        except ListenError:
+            await server.stop(None)  # frees the gRPC port bound above
+            raise
         metrics_port = httpd.server_port
     await server.start()
     running = RunningServer(
@@ -359,6 +357,13 @@ async def start_server(
         if replica.fatal is not None:
             await running.stop(0)
             raise RuntimeError(f"cannot recover the state: {replica.fatal}")
+    if not secure:
+        # Only now, with the ports bound: a start that fails says why, not this.
+        log.warning(
+            "INSECURE dev mode: no policy file, using the built-in policy; the tenant is taken from the "
+            "%s header and no caller is authenticated. Do not expose this port.",
+            TENANT_HEADER,
+        )
     return running
 
 
@@ -396,6 +401,9 @@ async def serve_forever(
         for p in e.problems:
             print(f"error: {p}", file=sys.stderr)
         print(f"slotsched: cannot start: invalid policy {policy_path}", file=sys.stderr)
+        return 2
+    except ListenError as e:
+        print(f"error: {e}", file=sys.stderr)  # names the address and the flag
         return 2
     except (OSError, RuntimeError, ValueError) as e:
         print(f"slotsched: cannot start: {e}", file=sys.stderr)

@@ -31,9 +31,9 @@ from wsgiref.simple_server import WSGIServer
 
 import grpc
 import grpc.aio
-from prometheus_client import start_http_server
 
 from scheduler.api.gen.slotsched.v1 import worker_pb2_grpc
+from scheduler.listen import ListenError, add_grpc_port, check_bindable, start_metrics_http
 from scheduler.worker.actor import ActorConfig
 from scheduler.worker.agent import STOPPED, WorkerAgent
 from scheduler.worker.host import ActorHost
@@ -136,19 +136,22 @@ async def start_worker(
     service = WorkerService(host, accept_token_hashes)
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     worker_pb2_grpc.add_WorkerServicer_to_server(service, server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port(listen)
-    if port == 0:
-        raise OSError(f"cannot listen on {listen}")
+    lhost, _ = split_hostport(listen)
+    if advertise is None and lhost in ("", "0.0.0.0", "::"):
+        raise ValueError(f"listening on {listen}: give --advertise HOST:PORT (the address clients dial)")
+    if metrics_listen:
+        check_bindable(metrics_listen, "--metrics-listen")  # before binding anything: nothing to undo
+    port = add_grpc_port(server, listen, "--listen")
     if advertise is None:
-        lhost, _ = split_hostport(listen)
-        if lhost in ("", "0.0.0.0", "::"):
-            raise ValueError(f"listening on {listen}: give --advertise HOST:PORT (the address clients dial)")
         advertise = f"{lhost}:{port}"
     httpd = None
     metrics_port = None
     if metrics_listen:
-        mhost, mport = split_hostport(metrics_listen)
-        httpd, _ = start_http_server(mport, mhost or "0.0.0.0", registry=metrics.registry)
+        try:
+            httpd = start_metrics_http(metrics_listen, "--metrics-listen", metrics.registry)
+        except ListenError:
+            await server.stop(None)  # frees the Worker service port bound above
+            raise
         metrics_port = httpd.server_port
     await server.start()
     if not accept_token_hashes:
@@ -213,6 +216,9 @@ async def run_worker(
             drain_timeout_s=drain_timeout_s,
             verify_leases=verify_leases,
         )
+    except ListenError as e:
+        print(f"error: {e}", file=sys.stderr)  # names the address and the flag
+        return 2
     except (OSError, ValueError) as e:
         print(f"slotsched worker: cannot start: {e}", file=sys.stderr)
         return 1

@@ -1,0 +1,142 @@
+"""Binding the listening ports of `slotsched serve` and `worker`, with errors an operator can act on.
+
+A port clash must say which address and which flag (`cannot listen on 127.0.0.1:9464 for
+--metrics-listen: address already in use`), not a bare `[Errno 98]`, and must not be preceded by
+the gRPC C-core's own `E1201 … add_port.cc` log line on stderr.
+
+Why a Python bind probe plus a captured stderr, not GRPC_VERBOSITY: the C-core reads
+GRPC_VERBOSITY once, when gRPC initialises, so it cannot be lowered only around the bind, and
+lowering it for the whole process would also hide the C-core errors an operator needs later. So
+`add_grpc_port` first binds the address itself in Python (with SO_REUSEADDR, as the C-core does,
+so a port in TIME_WAIT is not reported as taken): the usual failures (in use, not local,
+privileged port, unknown host) are reported without calling the C-core at all. Only what the
+probe cannot see (another process taking the port between probe and bind) reaches the C-core's
+bind, and for that call alone file descriptor 2 is redirected to a temporary file: the C-core's
+log lines written then are dropped (their reason kept for the message), anything else written
+in that instant is passed on to stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import socket
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+
+# A C-core (absl) log line: severity+MMDD, time, thread, file.cc:line].
+_CORE_LOG = re.compile(r"^[EWIF]\d{4} [\d:.]+ +\d+ [\w./-]+\.cc:\d+\]")
+_CORE_BIND_REASON = re.compile(r"Error in bind for address '[^']*': ([^)]+)\)")
+# One redirect of fd 2 at a time: two interleaved ones would leave stderr pointing at a temp file.
+_FD2_LOCK = threading.Lock()
+
+
+class ListenError(OSError):
+    """A listening address that cannot be bound; the message names the address and the flag."""
+
+    def __init__(self, address: str, flag: str, reason: str) -> None:
+        super().__init__(f"cannot listen on {address} for {flag}: {reason}")
+        self.address = address
+        self.flag = flag
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def split_hostport(text: str, flag: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[v6]:PORT` too) as (host, port); a bad one is a ListenError naming `flag`."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ListenError(text, flag, "expected HOST:PORT (a port from 0 to 65535)")
+    return host.strip("[]"), int(port)
+
+
+def _reason(e: OSError) -> str:
+    if isinstance(e, socket.gaierror):
+        return f"cannot resolve the host ({e.strerror or e})"
+    if e.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges)"
+    if e.errno is not None:
+        return os.strerror(e.errno).lower()
+    return str(e)
+
+
+def check_bindable(address: str, flag: str) -> None:
+    """Raise ListenError unless `address` can be bound now (port 0 always can)."""
+    host, port = split_hostport(address, flag)
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as e:
+        raise ListenError(address, flag, _reason(e)) from None
+    first: OSError | None = None
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(sockaddr)
+            except OSError as e:
+                first = first or e
+                continue
+        return  # like the C-core: one resolved address that binds is enough
+    if first is not None:
+        raise ListenError(address, flag, _reason(first))
+
+
+@contextlib.contextmanager
+def _core_logs_captured() -> Iterator[list[str]]:
+    """Route fd 2 to a temp file for the block; yields the C-core log lines written meanwhile."""
+    core: list[str] = []
+    with _FD2_LOCK, tempfile.TemporaryFile(mode="w+b") as tmp:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(tmp.fileno(), 2)
+            yield core
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            other: list[str] = []
+            for line in tmp.read().decode("utf-8", "replace").splitlines(keepends=True):
+                (core if _CORE_LOG.match(line) else other).append(line)
+            if other:
+                sys.stderr.write("".join(other))
+                sys.stderr.flush()
+
+
+def add_grpc_port(server: grpc.aio.Server, address: str, flag: str) -> int:
+    """`server.add_insecure_port(address)`, failing with a ListenError naming `flag` instead of
+    the C-core's log line and RuntimeError. Returns the bound port."""
+    check_bindable(address, flag)
+    port = 0
+    # grpc raises RuntimeError for "no address added"; the reason is in the C-core's log line.
+    with _core_logs_captured() as core, contextlib.suppress(RuntimeError):
+        port = server.add_insecure_port(address)
+    if port == 0:
+        found = [m.group(1) for line in core if (m := _CORE_BIND_REASON.search(line))]
+        raise ListenError(address, flag, found[0].lower() if found else "the gRPC server could not bind it")
+    return port
+
+
+def start_metrics_http(address: str, flag: str, registry: Any) -> Any:
+    """prometheus_client's /metrics HTTP server on `address` (returns its WSGIServer); a
+    ListenError naming `flag` if it cannot bind."""
+    from prometheus_client import start_http_server
+
+    host, port = split_hostport(address, flag)
+    try:
+        httpd, _ = start_http_server(port, host or "0.0.0.0", registry=registry)
+    except OSError as e:
+        raise ListenError(address, flag, _reason(e)) from None
+    return httpd
