@@ -138,7 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(func=_serve)
 
-    st = sub.add_parser("status", help="show pool, floor, classes, tenants and queue")
+    st = sub.add_parser(
+        "status", help="show pool, workers (state, leases), floor, classes, tenants and queue"
+    )
     st.add_argument(
         "--target", default="127.0.0.1:50051", help="scheduler gRPC address (default %(default)s)"
     )

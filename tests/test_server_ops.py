@@ -23,9 +23,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduler.api.gen.slotsched.v1 import admin_pb2
+from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, workers_pb2
 from scheduler.policy_load import parse_policy
-from scheduler.server.status import status_main
+from scheduler.server.status import render, status_main
 from tests.grpc_fixtures import (
     ADMIN_TOKEN,
     BE,
@@ -38,6 +38,7 @@ from tests.grpc_fixtures import (
     policy_yaml,
     running_server,
     status_of,
+    until,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,6 +200,69 @@ def test_status_prints_a_table_and_json(server: ServerThread, capsys: pytest.Cap
     assert doc["capacity"] == 2 and {t["tenant"] for t in doc["tenants"]} == {"acme", "globex", "batch"}
     assert status_main(server.target, False, "wrong-token", None) == 1
     assert "PERMISSION_DENIED" in capsys.readouterr().err
+
+
+def test_status_table_lists_workers_their_state_and_leases(
+    server: ServerThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Workers with slots, state (ready/draining), heartbeat and the leases they hold, by id and tenant."""
+
+    async def go() -> None:
+        async with Client(server.target, token=ADMIN_TOKEN) as admin:
+            await admin.workers.Register(
+                workers_pb2.RegisterRequest(worker_id="w-ext", address="10.0.0.9:7000", slots=2),
+                metadata=admin.md,
+            )
+            await admin.workers.Heartbeat(workers_pb2.HeartbeatRequest(worker_id="w-ext"), metadata=admin.md)
+            async with (
+                Client(server.target, token=TOKENS["acme"]) as acme,
+                Client(server.target, token=TOKENS["globex"]) as globex,
+            ):
+                calls = [acme.acquire("s-acme", G), globex.acquire("s-globex", B)]
+                leases = [(await until(c, "granted")).granted.lease for c in calls]
+                held = {lease.tenant: lease for lease in leases}
+                acme_worker = held["acme"].slot.worker_id
+                await admin.workers.Drain(workers_pb2.DrainRequest(worker_id=acme_worker), metadata=admin.md)
+                assert await asyncio.to_thread(status_main, server.target, False, ADMIN_TOKEN, None) == 0
+                for c in calls:
+                    c.cancel()
+        out = capsys.readouterr().out
+        rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+        assert "worker" in rows and "leases" in rows["worker"] and "state" in rows["worker"]
+        assert set(held) == {"acme", "globex"}
+        for tenant, lease in held.items():
+            row = rows[lease.slot.worker_id]
+            assert f"{lease.lease_id} {tenant} (" in row, row
+            assert " 1/1 " in row, row  # busy/slots
+        assert rows[acme_worker].split()[1] == "draining"
+        globex_row = rows[held["globex"].slot.worker_id]
+        assert globex_row.split()[1] == "ready"
+        ext = rows["w-ext"].split()
+        assert ext[1:3] == ["ready", "0/2"] and "10.0.0.9:7000" in ext and ext[-1] == "-", ext
+        assert " 0s ago " in rows["w-ext"]  # its heartbeat; the static local-N send none
+        assert rows["local-0"].split()[3] == "-"
+
+    asyncio.run(go())
+
+
+def test_status_table_keeps_a_busy_worker_row_short() -> None:
+    pool = admin_pb2.DescribePoolResponse(capacity=8, free=2)
+    pool.workers.add(worker_id="big", address="h:1", slots=8, busy=6, state=admin_pb2.WORKER_STATE_ACTIVE)
+    leases = [
+        common_pb2.Lease(
+            lease_id=f"big/{i}#1",
+            slot=common_pb2.Slot(worker_id="big", index=i),
+            tenant="acme",
+            qos=common_pb2.QOS_CLASS_BEST_EFFORT,
+            state=common_pb2.LEASE_STATE_YIELDING if i == 0 else common_pb2.LEASE_STATE_ACTIVE,
+        )
+        for i in range(6)
+    ]
+    row = next(line for line in render(pool, leases).splitlines() if line.startswith("big"))
+    assert "big/0#1 acme (BE, yielding), big/1#1 acme (BE)" in row
+    assert "big/3#1" in row and "big/4#1" not in row and row.endswith(", +2 more")
+    failed = next(line for line in render(pool, None).splitlines() if line.startswith("big"))
+    assert failed.split()[2] == "6/8" and failed.endswith("?")  # listing failed: the count remains
 
 
 def test_status_explains_that_it_needs_an_admin_token(

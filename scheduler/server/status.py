@@ -1,6 +1,7 @@
 """`slotsched status`: one look at a running scheduler's pool, as an aligned table or JSON.
 
-A thin client of Admin.DescribePool, so an operator reads exactly what the API says. Against a
+A thin client of Admin.DescribePool (and Admin.ListLeases for the leases on each worker in the
+table), so an operator reads exactly what the API says. Against a
 scheduler in secure mode it needs an admin token (`--token`, its hash listed under
 `spec.access.admins`): tenant and worker tokens are refused, as for every Admin call.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 import grpc
@@ -25,23 +26,74 @@ _CLASS_NAMES = {
 }
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+_CLASS_SHORT = {
+    common_pb2.QOS_CLASS_GUARANTEED: "G",
+    common_pb2.QOS_CLASS_BURSTABLE: "B",
+    common_pb2.QOS_CLASS_BEST_EFFORT: "BE",
+}
+#: Leases listed by id on one worker's row; more are counted ("+N more") to keep rows short.
+LEASES_SHOWN = 4
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], left: Container[int] = (0,)) -> list[str]:
     cells = [list(map(str, header))] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     out = []
     for r in cells:
-        # First column left-aligned (names), numbers right-aligned.
-        parts = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]
+        # Text columns (`left`: names by default) left-aligned, numbers right-aligned.
+        parts = [
+            c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
         out.append("  ".join(parts).rstrip())
     return out
 
 
-def render(pool: admin_pb2.DescribePoolResponse) -> str:
+def _lease_text(lease: common_pb2.Lease) -> str:
+    qos = _CLASS_SHORT.get(lease.qos, str(lease.qos))
+    yielding = ", yielding" if lease.state == common_pb2.LEASE_STATE_YIELDING else ""
+    return f"{lease.lease_id} {lease.tenant} ({qos}{yielding})"
+
+
+def _worker_rows(
+    pool: admin_pb2.DescribePoolResponse, leases: Sequence[common_pb2.Lease] | None
+) -> list[tuple[Any, ...]]:
+    by_worker: dict[str, list[common_pb2.Lease]] = {}
+    for lease in leases or ():
+        by_worker.setdefault(lease.slot.worker_id, []).append(lease)
+    rows = []
+    for w in pool.workers:
+        state = "draining" if w.state == admin_pb2.WORKER_STATE_DRAINING else "ready"
+        if w.HasField("last_heartbeat") and pool.HasField("at"):
+            age = pool.at.ToNanoseconds() - w.last_heartbeat.ToNanoseconds()
+            heartbeat = f"{max(age, 0) / 1e9:.0f}s ago"
+        else:
+            heartbeat = "-"  # a static worker of the scheduler's own: it sends none
+        if leases is None:
+            held = "?"  # the lease listing failed; the count is still the pool's
+        else:
+            mine = sorted(by_worker.get(w.worker_id, []), key=lambda lease: lease.slot.index)
+            held = ", ".join(_lease_text(lease) for lease in mine[:LEASES_SHOWN]) or "-"
+            if len(mine) > LEASES_SHOWN:
+                held += f", +{len(mine) - LEASES_SHOWN} more"
+        rows.append((w.worker_id, state, f"{w.busy}/{w.slots}", heartbeat, w.address, held))
+    return rows
+
+
+def render(pool: admin_pb2.DescribePoolResponse, leases: Sequence[common_pb2.Lease] | None = None) -> str:
+    """The pool as aligned tables; `leases` (every live lease, Admin.ListLeases) names each
+    worker's leases (None: they could not be listed)."""
     lines = [
         f"pool: capacity {pool.capacity} slots, free {pool.free}, floor {pool.floor}, "
         f"{len(pool.workers)} workers",
         "",
     ]
+    if pool.workers:
+        lines += _table(
+            ("worker", "state", "busy/slots", "heartbeat", "address", "leases"),
+            _worker_rows(pool, leases),
+            left=(0, 1, 4, 5),
+        )
+        lines.append("")
     lines += _table(
         ("class", "held", "pending", "yielding"),
         [(_CLASS_NAMES.get(c.qos, str(c.qos)), c.held, c.pending, c.yielding) for c in pool.classes],
@@ -96,6 +148,24 @@ def _hint(code: grpc.StatusCode, token: str | None) -> str | None:
     return None
 
 
+def _list_leases(stub: Any, metadata: Sequence[tuple[str, str]]) -> list[common_pb2.Lease] | None:
+    """Every live lease, page by page; None if the listing fails (the table then shows counts)."""
+    leases: list[common_pb2.Lease] = []
+    token = ""
+    try:
+        while True:
+            page = stub.ListLeases(
+                admin_pb2.ListLeasesRequest(page_size=1000, page_token=token), metadata=metadata, timeout=10
+            )
+            leases.extend(page.leases)
+            token = page.next_page_token
+            if not token:
+                return leases
+    except grpc.RpcError as e:
+        print(f"slotsched status: cannot list leases: {e.code().name}: {e.details()}", file=sys.stderr)
+        return None
+
+
 def status_main(target: str, as_json: bool, token: str | None, tenant: str | None) -> int:
     """Print the pool of the scheduler at `target`; 0 on success, 1 if the call failed."""
     metadata: list[tuple[str, str]] = []
@@ -103,10 +173,13 @@ def status_main(target: str, as_json: bool, token: str | None, tenant: str | Non
         metadata.append((AUTH_HEADER, f"Bearer {token}"))
     if tenant:
         metadata.append((TENANT_HEADER, tenant))
+    leases: list[common_pb2.Lease] | None = None
     try:
         with grpc.insecure_channel(target) as channel:
             stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
             pool = stub.DescribePool(admin_pb2.DescribePoolRequest(), metadata=metadata, timeout=10)
+            if not as_json:
+                leases = _list_leases(stub, metadata)
     except grpc.RpcError as e:
         print(f"slotsched status: {target}: {e.code().name}: {e.details()}", file=sys.stderr)
         hint = _hint(e.code(), token)
@@ -116,5 +189,5 @@ def status_main(target: str, as_json: bool, token: str | None, tenant: str | Non
     if as_json:
         print(json.dumps(MessageToDict(pool, always_print_fields_with_no_presence=True), indent=2))
     else:
-        print(render(pool))
+        print(render(pool, leases))
     return 0
