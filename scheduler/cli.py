@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -84,8 +85,37 @@ def _status(args: argparse.Namespace) -> int:
     return rc
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Shows each option's default in --help, unless its help text already speaks of it.
+
+    Not argparse.ArgumentDefaultsHelpFormatter: that one also prints "(default: None)" and
+    "(default: False)" for options and flags without a meaningful default, and repeats defaults
+    that help texts already state (as "default: all" or "$SLOTSCHED_STATE or memory")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (
+            "default" in text
+            or action.default is None
+            or action.default is argparse.SUPPRESS
+            or action.nargs == 0  # flags: store_true and the like
+            or not (action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE))
+        ):
+            return action.help
+        return text + " (default %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """The CLI's parser: defaults shown in --help, by every subcommand too (add_subparsers makes
+    its subparsers of the parent's class, so modules registering subcommands need not know)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p: argparse.ArgumentParser = Parser(
         prog="slotsched",
         description="A scheduler for agent runtimes: who gets the next warm slot, who waits, who yields.",
     )
@@ -111,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--state",
         default=os.environ.get("SLOTSCHED_STATE", "memory"),
-        help="memory (default) or redis://HOST:PORT/DB: journal, snapshots and leader election in Redis "
-        "($SLOTSCHED_STATE)",
+        help="memory, or redis://HOST:PORT/DB: journal, snapshots and leader election in Redis "
+        "(default %(default)s, from $SLOTSCHED_STATE if set)",
     )
     s.add_argument("--state-prefix", default="slotsched", help="Redis key namespace (default %(default)s)")
     s.add_argument(
@@ -164,9 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--workload", required=True, help="CSV: arrival_s,session_id,tenant,qos_class,hold_s[,…]"
     )
-    sim.add_argument(
-        "--checkpoint-seconds", type=float, default=2.0, help="holder's checkpoint time (default 2)"
-    )
+    sim.add_argument("--checkpoint-seconds", type=float, default=2.0, help="holder's checkpoint time")
     sim.add_argument(
         "--until", type=float, default=None, help="stop at this virtual time; the rest is unfinished"
     )

@@ -5,6 +5,7 @@ Ctrl-C on `demo`, port clashes on `serve` and `worker`, workers in `status`, def
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import signal
@@ -18,7 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from scheduler import listen
+from scheduler import cli, listen
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -122,3 +123,50 @@ def test_a_bind_the_probe_missed_keeps_the_c_core_log_off_stderr(
     asyncio.run(go())
     err = capfd.readouterr().err
     assert "add_port" not in err and "E1201" not in err, err
+
+
+def _leaf_parsers(parser: argparse.ArgumentParser, path: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every runnable subcommand's parser, by its command line ("policy validate")."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return {path: parser}
+    out: dict[str, argparse.ArgumentParser] = {}
+    for name, child in subs[0].choices.items():
+        out.update(_leaf_parsers(child, f"{path} {name}".strip()))
+    return out
+
+
+def _shown(value: object) -> set[str]:
+    """The ways a help text may spell a default: 2.0 as "2.0" or "2", (0.1, 0.5) as "0.1,0.5"."""
+    forms = {str(value)}
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        forms.add(f"{value:g}")
+    if isinstance(value, tuple | list):
+        forms.add(",".join(f"{v:g}" if isinstance(v, float | int) else str(v) for v in value))
+    return forms
+
+
+def test_every_option_with_a_default_shows_it_in_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per option: no default split by wrapping
+    leaves = _leaf_parsers(cli.build_parser())
+    assert {"serve", "status", "worker", "demo", "simulate", "policy validate", "trace import"} <= set(leaves)
+    missing = []
+    for command, parser in leaves.items():
+        lines = parser.format_help().splitlines()
+        for action in parser._actions:
+            if not action.option_strings or action.nargs == 0 or action.default in (None, argparse.SUPPRESS):
+                continue
+            flag = action.option_strings[-1]
+            starts = [i for i, ln in enumerate(lines) if ln.startswith("  -") and ln.split()[0] == flag]
+            assert len(starts) == 1, (command, flag)
+            # The option's entry: its line and the help lines indented under it.
+            end = starts[0] + 1
+            while (
+                end < len(lines) and lines[end].startswith("   ") and not lines[end].lstrip().startswith("-")
+            ):
+                end += 1
+            entry = " ".join(" ".join(lines[starts[0] : end]).split())
+            spelled = ("default {}", "default: {}", "{} (default")
+            if not any(form.format(v) in entry for v in _shown(action.default) for form in spelled):
+                missing.append(f"{command} {flag} (default {action.default!r}): {entry}")
+    assert not missing, "\n".join(missing)
