@@ -8,8 +8,10 @@ per step — import, then `slotsched simulate --compare`. The rules of the conve
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from collections import Counter
+from pathlib import Path
 
 
 def _mix(text: str) -> tuple[float, float, float]:
@@ -65,6 +67,50 @@ def _import(args: argparse.Namespace) -> int:
     return 0
 
 
+# Commands that run the shipped samples ($S: the samples folder); README "Sample workloads" too.
+SAMPLE_COMMANDS: tuple[str, ...] = (
+    "simulate --policy $S/policy.yaml --workload $S/two-incidents.csv",
+    "simulate --policy $S/policy.yaml --workload $S/busy-300.csv",
+    "simulate --compare --policy $S/policy.yaml --workload $S/two-incidents.csv --until 14400 --out out",
+    "trace import --sessions $S/claude_code_agent_sessions_sample.csv"
+    " --arrivals $S/azure_llm_conv_2023_sample.csv --tenants 6 --seed 1 --workers 6 --max-workers 12"
+    " --out w.csv --policy-out p.yaml",
+    "simulate --policy $S/agent-sessions-policy.yaml --workload $S/agent-sessions.csv --until 14400",
+)
+
+
+def _samples(args: argparse.Namespace) -> int:
+    from scheduler.traces import samples_dir
+
+    src = samples_dir()
+    files = sorted(p for p in src.iterdir() if p.is_file())
+    if not files:
+        print(f"error: no samples found in {src} (an install without package data?)", file=sys.stderr)
+        return 2
+    if args.path:
+        print(src)
+        return 0
+    where = src
+    if args.out:
+        where = Path(args.out)
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+            for f in files:
+                shutil.copyfile(f, where / f.name)
+        except OSError as e:
+            print(f"error: cannot write {e.filename or where}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        print(f"copied {len(files)} files to {where}")
+    else:
+        print(f"samples in {where} (README.md there: what each is, licences, citations)")
+    for f in files:
+        print(f"  {f.name}")
+    print(f"run them with S={where}:")
+    for cmd in SAMPLE_COMMANDS:
+        print(f"  slotsched {cmd}")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tr = sub.add_parser("trace", help="import public traces as simulator workloads")
     trsub = tr.add_subparsers(dest="trace_command", required=True)
@@ -100,3 +146,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     im.add_argument("--slots-per-worker", type=int, default=2, help="slots per worker (default 2)")
     im.add_argument("--max-workers", type=int, default=None, help="autoscaler ceiling (default: 2 x workers)")
     im.set_defaults(func=_import)
+    sa = trsub.add_parser(
+        "samples",
+        help="where the shipped sample traces and workloads are (or copy them with --out)",
+        description="The sample traces (with their licences) and ready-to-run workloads shipped with "
+        "slotsched; without --out, print where they are installed.",
+    )
+    sa.add_argument("--out", default=None, help="copy the samples into this folder")
+    sa.add_argument("--path", action="store_true", help="print only the samples folder (for S=$(…))")
+    sa.set_defaults(func=_samples)

@@ -52,6 +52,16 @@ from scheduler.sim.workload import Period, SessionPlan
 
 CLASS_ORDER: tuple[QoS, QoS, QoS] = (QoS.GUARANTEED, QoS.BURSTABLE, QoS.BEST_EFFORT)
 BYTES_PER_TOKEN = 4
+# Derived samples of the two public traces, shipped in samples_dir() (its README.md gives their
+# licences and citations; scripts/make_samples.py derives them from the full traces).
+SAMPLE_SESSIONS = "claude_code_agent_sessions_sample.csv"
+SAMPLE_ARRIVALS = "azure_llm_conv_2023_sample.csv"
+
+
+def samples_dir() -> Path:
+    """The sample traces, workloads and policies shipped as package data, so that a clone and an
+    installed package alike can import, simulate and compare without the full traces."""
+    return Path(__file__).resolve().parent / "sim" / "samples"
 
 
 class TraceError(ValueError):
