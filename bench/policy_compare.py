@@ -1,7 +1,8 @@
 """slotsched against the baselines on real agent sessions: import a trace, compare, print the table.
 
 Steps, each the library call behind a CLI command (bench/README.md gives the commands):
-  1. `slotsched trace import`: 300 coding-agent sessions (claude_code_agent_sessions.csv) started
+  1. `slotsched trace import`: 300 coding-agent sessions (claude_code_agent_sessions.csv with
+     --sessions; by default the shipped 60-session sample, each drawn five times) started
      by the Azure LLM conversation arrival process over its 58 minutes, 12 Zipf-sized tenants,
      classes 10% Guaranteed / 50% Burstable / 40% BestEffort, 30 s idle threshold, seed 1; and a
      policy sized to it (scheduler/trace_policy.py) for 24 workers x 2 slots, at most 48 workers.
@@ -28,9 +29,7 @@ from scheduler.sim.compare_metrics import RunFigures  # noqa: E402
 from scheduler.sim.simulator import SimConfig  # noqa: E402
 from scheduler.sim.workload import write_workload  # noqa: E402
 from scheduler.trace_policy import policy_for  # noqa: E402
-from scheduler.traces import ImportConfig, import_files  # noqa: E402
-
-DATA = ROOT.parent / "shared" / "data"
+from scheduler.traces import SAMPLE_ARRIVALS, SAMPLE_SESSIONS, ImportConfig, import_files, samples_dir  # noqa: E402
 
 
 def _best(figs: list[RunFigures], key: str, lower: bool = True) -> RunFigures:
@@ -39,8 +38,18 @@ def _best(figs: list[RunFigures], key: str, lower: bool = True) -> RunFigures:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sessions", default=str(DATA / "claude_code_agent_sessions.csv"))
-    p.add_argument("--arrivals", default=str(DATA / "azure_llm_conv_2023.csv"))
+    # The shipped samples by default, so a clone runs it; bench/README.md's figures are from the
+    # full traces, given with --sessions and --arrivals.
+    p.add_argument(
+        "--sessions",
+        default=str(samples_dir() / SAMPLE_SESSIONS),
+        help="agent-sessions trace (default: the shipped 60-session sample)",
+    )
+    p.add_argument(
+        "--arrivals",
+        default=str(samples_dir() / SAMPLE_ARRIVALS),
+        help="arrival-process trace (default: the shipped sample, every 10th request)",
+    )
     p.add_argument("--limit", type=int, default=300, help="sessions drawn from the trace")
     p.add_argument("--tenants", type=int, default=12)
     p.add_argument("--seed", type=int, default=1)

@@ -1,12 +1,10 @@
-"""The trace converter on slices of the real public traces: closed-loop periods, seeds, mixes."""
+"""The trace converter on the shipped samples of the real public traces: periods, seeds, mixes."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections import Counter
-from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,8 @@ from scheduler.policy_load import load_policy
 from scheduler.sim.workload import Period, SessionPlan, load_workload
 from scheduler.trace_policy import intervals, peak_concurrency, policy_for
 from scheduler.traces import (
+    SAMPLE_ARRIVALS,
+    SAMPLE_SESSIONS,
     Call,
     ImportConfig,
     TraceError,
@@ -25,33 +25,20 @@ from scheduler.traces import (
     periods,
     read_arrivals,
     read_sessions,
+    samples_dir,
     zipf_weights,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-SESSIONS = DATA / "claude_code_agent_sessions.csv"
-ARRIVALS = DATA / "azure_llm_conv_2023.csv"
+SESSIONS = samples_dir() / SAMPLE_SESSIONS
+ARRIVALS = samples_dir() / SAMPLE_ARRIVALS
 ROOT = Path(__file__).resolve().parents[1]
-
-# The traces sit beside the repository (../shared/data), as in CI. Outside CI a checkout without
-# them skips; in CI (CI=true) their absence is a failure, never a silent skip.
-if os.environ.get("CI") and not SESSIONS.exists():
-    raise RuntimeError(f"public traces missing in CI: expected {SESSIONS}")
-pytestmark = pytest.mark.skipif(not SESSIONS.exists(), reason="public traces not present (../shared/data)")
-
-
-def _head(src: Path, dst: Path, lines: int) -> Path:
-    with open(src) as f, open(dst, "w") as out:
-        out.writelines(islice(f, lines))
-    return dst
 
 
 @pytest.fixture(scope="module")
-def slices(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    d = tmp_path_factory.mktemp("traces")
-    # The first ~3,100 calls: sessions trace_0001..trace_0033, sub-agents (trace_0003) and empty
-    # api_time_s (trace_0033) included; the first 3,000 requests of the arrivals trace.
-    return _head(SESSIONS, d / "sessions.csv", 3100), _head(ARRIVALS, d / "arrivals.csv", 3000)
+def slices() -> tuple[Path, Path]:
+    # The shipped samples (scripts/make_samples.py): the first 60 sessions, sub-agents
+    # (trace_0003) and empty api_time_s (trace_0033) included; every 10th arrival of the trace.
+    return SESSIONS, ARRIVALS
 
 
 def test_first_session_becomes_closed_loop_periods_with_the_idle_timeout(slices: tuple[Path, Path]) -> None:
@@ -164,3 +151,4 @@ def test_cli_writes_a_workload_the_simulator_reads_and_a_valid_policy(
     assert len(plans) == 10 and any(len(p.periods) > 1 for p in plans)
     policy, _warnings = load_policy(pol)  # raises on any error
     assert {t.name for t in policy.tenants} == {p.tenant for p in plans}
+

@@ -1,0 +1,186 @@
+"""A clone stands on its own: the shipped samples run, stay in sync, ship in the package, and
+nothing in the package or the tests reaches outside the repository for data."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from scheduler.policy import AccessSpec, Policy
+from scheduler.policy_load import load_policy
+from scheduler.sim.workload import load_workload
+from scheduler.trace_cli import SAMPLE_COMMANDS
+from scheduler.traces import samples_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = samples_dir()
+# Spelled in pieces so that this file does not match its own scan; the pattern also catches a
+# path built from parts (`ROOT.parent / <the folder name quoted> / ...`).
+OUTSIDE = re.compile(
+    re.escape("../" + "shared") + "|" + re.escape("shared" + "/data") + r"|[\"']shared[\"']\s*/"
+)
+
+
+def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`slotsched ARGS` as a subprocess in `cwd`; the package is found by import path, not cwd."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run(
+        [sys.executable, "-m", "scheduler.cli", *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+def test_no_package_test_or_bench_file_reads_data_outside_the_repository() -> None:
+    trees = [ROOT / "scheduler", ROOT / "tests", ROOT / "bench"]
+    files = [p for t in trees for p in t.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    files += [ROOT / "README.md", ROOT / "pyproject.toml"]
+    assert len(files) > 50  # the scan really walked the trees
+    found = []
+    for p in files:
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue  # binary (generated protobuf descriptors are text; images are not)
+        for n, line in enumerate(text.splitlines(), 1):
+            if OUTSIDE.search(line):
+                found.append(f"{p.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not found, "data outside the repository:\n" + "\n".join(found)
+
+
+def test_the_sample_commands_run_from_any_folder(tmp_path: Path) -> None:
+    """Every command `slotsched trace samples` prints runs from a foreign cwd (but --compare: its
+    dozen contenders cost seconds of CPU, so it is left to a run by hand); trace import rebuilds
+    the shipped workload and policy byte for byte, and each simulation grants slots and completes
+    sessions."""
+    simulated = 0
+    for cmd in SAMPLE_COMMANDS:
+        args = shlex.split(cmd.replace("$S", str(SAMPLES)))
+        if "--compare" in args:
+            continue
+        if args[0] == "simulate":
+            args.append("--json")
+        r = _cli(args, tmp_path)
+        assert r.returncode == 0, f"slotsched {cmd}\n{r.stderr}"
+        if args[:2] == ["trace", "import"]:
+            assert (tmp_path / "w.csv").read_bytes() == (SAMPLES / "agent-sessions.csv").read_bytes()
+            assert (tmp_path / "p.yaml").read_bytes() == (SAMPLES / "agent-sessions-policy.yaml").read_bytes()
+            # The imported workload simulates too: the README's two steps, end to end.
+            r = _cli(
+                ["simulate", "--policy", "p.yaml", "--workload", "w.csv", "--until", "3600", "--json"],
+                tmp_path,
+            )
+            assert r.returncode == 0, r.stderr
+        if args[0] == "simulate" or args[:2] == ["trace", "import"]:
+            out = json.loads(r.stdout)
+            grants = sum(c["count"] for c in out["classes"].values())
+            assert grants > 0 and out["completed"] > 0, out
+            simulated += 1
+    assert simulated == 4
+
+
+def test_trace_samples_copies_every_sample(tmp_path: Path) -> None:
+    r = _cli(["trace", "samples", "--out", "copy"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    shipped = sorted(p.name for p in SAMPLES.iterdir() if p.is_file())
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == shipped
+    assert f"S={Path('copy')}" in r.stdout and "busy-300.csv" in r.stdout
+    r = _cli(["trace", "samples", "--path"], tmp_path)
+    assert r.returncode == 0 and Path(r.stdout.strip()).resolve() == SAMPLES.resolve()
+
+
+def test_the_readme_sample_commands_run(tmp_path: Path) -> None:
+    """README "Sample workloads": the shell block, line by line (but --compare, see above)."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("### Sample workloads", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = block.replace("\\\n", " ").splitlines()
+    assert lines[0] == "S=$(slotsched trace samples --path)"
+    ran = 0
+    for line in lines[1:]:
+        args = shlex.split(line.replace("$S", str(SAMPLES)))
+        assert args[0] == "slotsched", line
+        if "--compare" in args:
+            continue
+        r = _cli(args[1:], tmp_path)
+        assert r.returncode == 0, f"{line}\n{r.stderr}"
+        ran += 1
+    assert ran == 3 and "completed" in r.stdout
+
+
+def test_shipped_workloads_are_what_make_samples_builds(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "make_samples.py"),
+            "--workloads-only",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    built = sorted(p.name for p in tmp_path.iterdir())
+    for name in ("two-incidents.csv", "busy-300.csv", "agent-sessions.csv", "agent-sessions-policy.yaml"):
+        assert name in built
+    for name in built:
+        assert (tmp_path / name).read_bytes() == (SAMPLES / name).read_bytes(), (
+            f"{name} is stale: rerun make_samples"
+        )
+
+
+def _without_credentials(p: Policy) -> Policy:
+    tenants = tuple(dataclasses.replace(t, tokens=()) for t in p.tenants)
+    return dataclasses.replace(p, tenants=tenants, access=AccessSpec())
+
+
+def test_sample_policy_is_the_example_policy_without_tokens() -> None:
+    sample, _ = load_policy(SAMPLES / "policy.yaml")
+    example, _ = load_policy(ROOT / "deploy" / "policy-example.yaml")
+    assert sample == _without_credentials(example)
+    names = {t.name for t in sample.tenants}
+    for workload in ("two-incidents.csv", "busy-300.csv"):
+        plans = load_workload(SAMPLES / workload)
+        assert {p.tenant for p in plans} == names, workload  # every tenant appears, no other
+    assert len(load_workload(SAMPLES / "busy-300.csv")) == 300
+
+
+def test_samples_are_small_licensed_and_shipped_as_package_data() -> None:
+    files = [p for p in SAMPLES.iterdir() if p.is_file()]
+    assert sum(p.stat().st_size for p in files) < 500_000
+    readme = (SAMPLES / "README.md").read_text()
+    for must in (
+        "CC-BY-4.0",
+        "Patel et al.",
+        "Splitwise",
+        "Apache License 2.0",
+        "callanjfox/kv-cache-tester",
+    ):
+        assert must in readme
+    assert "Apache License" in (SAMPLES / "LICENSE-Apache-2.0.txt").read_text()
+    for p in files:
+        assert p.name in readme or p.name == "README.md", f"{p.name} is not described in README.md"
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    globs = conf["tool"]["setuptools"]["package-data"]["scheduler.sim"]
+    rel = SAMPLES.relative_to(ROOT / "scheduler" / "sim")
+    unshipped = [p.name for p in files if not any(fnmatch.fnmatch(f"{rel}/{p.name}", g) for g in globs)]
+    assert not unshipped, f"not in pyproject's package-data: {unshipped}"
+
+
+@pytest.mark.parametrize("name", ["claude_code_agent_sessions_sample.csv", "azure_llm_conv_2023_sample.csv"])
+def test_trace_samples_keep_the_traces_columns(name: str) -> None:
+    header = (SAMPLES / name).read_text().splitlines()[0]
+    expected = {
+        "claude_code_agent_sessions_sample.csv": "trace_id,agent,req_idx,t_s,api_time_s,think_time_s,"
+        "in_tokens,out_tokens,model,stop",
+        "azure_llm_conv_2023_sample.csv": "TIMESTAMP,ContextTokens,GeneratedTokens",
+    }
+    assert header == expected[name]
