@@ -43,10 +43,16 @@ def _import(args: argparse.Namespace) -> int:
             zipf_s=args.zipf,
         )
         plans = import_files(args.sessions, args.arrivals, cfg)
-    except (TraceError, OSError) as e:
+        for out in (args.out, args.policy_out):
+            if out:
+                Path(out).parent.mkdir(parents=True, exist_ok=True)
+        write_workload(args.out, plans)
+    except TraceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    write_workload(args.out, plans)
+    except OSError as e:  # the output side: a read error is a TraceError naming the trace
+        print(f"error: cannot write {e.filename}: {e.strerror or e}", file=sys.stderr)
+        return 2
     periods = sum(len(p.periods) for p in plans)
     classes = Counter(p.qos.value for p in plans)
     tenants = Counter(p.tenant for p in plans)

@@ -46,6 +46,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from scheduler.core.types import QoS
 from scheduler.sim.workload import Period, SessionPlan
@@ -115,10 +116,20 @@ def _float(text: str | None) -> float | None:
     return float(text) if text else None
 
 
+def _open(path: str | Path, what: str) -> TextIO:
+    """The trace file opened for csv, or a TraceError naming it (never a bare errno)."""
+    try:
+        return open(path, newline="")
+    except FileNotFoundError:
+        raise TraceError(f"{what} not found: {path}") from None
+    except OSError as e:
+        raise TraceError(f"cannot read {what} {path}: {e.strerror or e}") from None
+
+
 def read_sessions(path: str | Path) -> dict[str, TraceSession]:
     """Calls of every session, all agents flattened, api_time_s recovered where it is empty."""
     by_agent: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
-    with open(path, newline="") as f:
+    with _open(path, "sessions trace") as f:
         reader = csv.DictReader(f)
         need = {"trace_id", "agent", "t_s", "api_time_s", "think_time_s"}
         missing = need - set(reader.fieldnames or [])
@@ -154,7 +165,7 @@ def _seconds(stamp: str) -> float:
 
 def read_arrivals(path: str | Path) -> list[float]:
     """Request times of the arrivals trace, in seconds from its first request, sorted."""
-    with open(path, newline="") as f:
+    with _open(path, "arrivals trace") as f:
         reader = csv.DictReader(f)
         if "TIMESTAMP" not in (reader.fieldnames or []):
             raise TraceError(f"{path}: needs a TIMESTAMP column")

@@ -152,3 +152,29 @@ def test_cli_writes_a_workload_the_simulator_reads_and_a_valid_policy(
     policy, _warnings = load_policy(pol)  # raises on any error
     assert {t.name for t in policy.tenants} == {p.tenant for p in plans}
 
+
+@pytest.mark.parametrize(
+    ("flag", "what"), [("--sessions", "sessions trace"), ("--arrivals", "arrivals trace")]
+)
+def test_cli_names_a_missing_trace_file_instead_of_a_bare_errno(
+    flag: str, what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scheduler.cli import main
+
+    missing = tmp_path / "nowhere.csv"
+    args = {"--sessions": str(SESSIONS), "--arrivals": str(ARRIVALS), flag: str(missing)}
+    argv = ["trace", "import", "--out", str(tmp_path / "w.csv")]
+    argv += [x for kv in args.items() for x in kv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {what} not found: {missing}\n"
+    assert not (tmp_path / "w.csv").exists()
+
+
+def test_cli_creates_the_output_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from scheduler.cli import main
+
+    out = tmp_path / "new" / "w.csv"
+    argv = ["trace", "import", "--sessions", str(SESSIONS), "--limit", "3", "--out", str(out)]
+    assert main(argv + ["--policy-out", str(tmp_path / "other" / "p.yaml")]) == 0
+    assert len(load_workload(out)) == 3 and (tmp_path / "other" / "p.yaml").exists()
