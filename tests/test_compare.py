@@ -14,6 +14,7 @@ import pytest
 
 from scheduler.core.types import QoS
 from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.policy_load import policy_to_yaml
 from scheduler.sim.compare import run_compare
 from scheduler.sim.compare_metrics import RunFigures, jain
 from scheduler.sim.compare_report import verdicts
@@ -32,6 +33,7 @@ SIMULATE_KEYS = {
     "utilization",
     "completed",
     "unfinished",
+    "stopped",
 }
 
 
@@ -98,13 +100,15 @@ def test_json_shape_is_simulate_keys_plus_pool_figures(
 
 def test_cli_simulate_compare_json(tmp_path: Path) -> None:
     pol, plans = small()
-    wl = tmp_path / "w.csv"
+    wl, pf = tmp_path / "w.csv", tmp_path / "p.yaml"
     write_workload(wl, plans)
+    pf.write_text(policy_to_yaml(pol))
     cmd = [sys.executable, "-m", "scheduler.cli", "simulate", "--compare", "--workload", str(wl)]
-    cmd += ["--out", str(tmp_path / "out"), "--json", "--until", "600"]
+    cmd += ["--policy", str(pf), "--out", str(tmp_path / "out"), "--json", "--until", "600"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
     doc = json.loads(r.stdout)
-    assert "slotsched" in doc["policies"] and (tmp_path / "out" / "report.md").exists()
+    assert doc["policies"]["slotsched"]["completed"] == len(plans)
+    assert (tmp_path / "out" / "report.md").exists()
 
 
 def test_jain_index() -> None:

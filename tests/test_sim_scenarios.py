@@ -131,7 +131,9 @@ def test_simulate_cli_json_has_exactly_the_documented_keys(tmp_path: Path) -> No
         "utilization",
         "completed",
         "unfinished",
+        "stopped",
     }
+    assert result["stopped"] is None
     assert set(result["classes"]) == {"guaranteed", "burstable", "besteffort"}
     assert set(result["classes"]["guaranteed"]["time_to_slot"]) == {"p50", "p95", "p99", "max"}
     assert result["completed"] == 2 and result["tenants"]["sre"]["by_class"]["guaranteed"] == 5.0

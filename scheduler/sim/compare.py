@@ -14,20 +14,20 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from scheduler.policy import Policy
 from scheduler.sim.compare_metrics import RunFigures, figures, json_entry, sla_target
-from scheduler.sim.compare_plots import draw_all
 from scheduler.sim.compare_report import render
 from scheduler.sim.contenders import Contender, roster
 from scheduler.sim.simulator import SimConfig, Simulator
 from scheduler.sim.stats import SimStats
-from scheduler.sim.workload import SessionPlan
+from scheduler.sim.workload import SessionPlan, describe_tenants
 
 SAMPLES = 400  # time-series points per run, for the plots
+PLOTS_HINT = "python3 -m pip install matplotlib"  # or `pip install -e .`: it is a dependency
 
 
 class Progress:
@@ -89,14 +89,17 @@ def compare(
     config: SimConfig,
     contenders: Sequence[Contender] | None = None,
     stream: TextIO | None = None,
+    refused: int = 0,
 ) -> list[tuple[Contender, SimStats, RunFigures]]:
-    """Run every contender; returns each with its stats and figures, in roster order."""
+    """Run every contender; returns each with its stats and figures, in roster order. `refused`:
+    sessions left out of `plans` (their tenant is unknown) that every contender counts as refused."""
     cs = list(contenders or roster())
     bar = Progress(len(cs), stream)
     out = []
     for c in cs:
         bar.start(c.name)
         sim = run_one(c, policy, plans, config, bar.update)
+        sim.stats.refusals += refused
         bar.finish()
         fig = figures(c.name, sim.stats, policy, plans, config.checkpoint_s, sim.waiting_by_tenant)
         out.append((c, sim.stats, fig))
@@ -142,6 +145,19 @@ def header_lines(policy: Policy, plans: Sequence[SessionPlan], config: SimConfig
     ]
 
 
+def draw_plots(
+    results: Sequence[tuple[Contender, SimStats, RunFigures]], out: Path
+) -> tuple[list[Path], str]:
+    """The PNGs, or none and a line saying why: matplotlib is a dependency, but a report and the
+    JSON are worth having from an install that lacks it (or whose matplotlib is broken)."""
+    try:
+        from scheduler.sim.compare_plots import draw_all
+    except ImportError as e:
+        return [], f"plots not drawn: matplotlib could not be imported ({e}); to get them: `{PLOTS_HINT}`"
+    images = draw_all([(c.name, s) for c, s, _ in results], out, {c.name: c.group for c, _, _ in results})
+    return images, ""
+
+
 def write_outputs(
     results: Sequence[tuple[Contender, SimStats, RunFigures]],
     policy: Policy,
@@ -149,23 +165,39 @@ def write_outputs(
     config: SimConfig,
     out: Path,
     args: Any,
+    refused_unknown: Mapping[str, int] | None = None,
 ) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    images = draw_all([(c.name, s) for c, s, _ in results], out, {c.name: c.group for c, _, _ in results})
+    images, missing = draw_plots(results, out)
+    if missing:
+        print(missing, file=sys.stderr)
+    header = header_lines(policy, plans, config, args)
+    if refused_unknown:
+        header.insert(
+            1,
+            f"Refused, not simulated (tenants the policy lacks; counted in refusals): "
+            f"{describe_tenants(dict(refused_unknown))}.",
+        )
     text = render(
         [c for c, _, _ in results],
         [f for _, _, f in results],
         sla_target(policy, config.checkpoint_s),
         config.checkpoint_s,
-        header_lines(policy, plans, config, args),
+        header,
         [p.name for p in images],
+        missing,
     )
     report = out / "report.md"
     report.write_text(text)
     return report
 
 
-def run_compare(policy: Policy, plans: list[SessionPlan], args: argparse.Namespace) -> int:
+def run_compare(
+    policy: Policy,
+    plans: list[SessionPlan],
+    args: argparse.Namespace,
+    refused_unknown: Mapping[str, int] | None = None,
+) -> int:
     checkpoint = getattr(args, "checkpoint_seconds", 2.0)
     until = getattr(args, "until", None)
     config = SimConfig(
@@ -175,8 +207,9 @@ def run_compare(policy: Policy, plans: list[SessionPlan], args: argparse.Namespa
         retry_refused=True,
         seed=getattr(args, "seed", 0) or 0,
     )
-    results = compare(policy, plans, config)
-    report = write_outputs(results, policy, plans, config, Path(args.out), args)
+    refused = sum((refused_unknown or {}).values())
+    results = compare(policy, plans, config, refused=refused)
+    report = write_outputs(results, policy, plans, config, Path(args.out), args, refused_unknown)
     if args.json:
         doc = {"policies": {c.name: json_entry(s, f) for c, s, f in results}}
         print(json.dumps(doc))

@@ -26,7 +26,7 @@ must agree on every number, so each is computed once, here, from `SimStats`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.policy import Policy
@@ -67,6 +67,12 @@ class RunFigures:
     peak_capacity: int = 0  # most slots the pool had at a sample
     top_tenant_share: float = 0.0  # the largest tenant's share of all slot-seconds
     contended_samples: int = 0  # samples where someone waited: what Jain under contention averages
+    grants: dict[str, int] = field(default_factory=dict)  # by class; 0: its waits mean nothing
+    stop_note: str = ""  # why the run ended with work left (see SimStats.stop_note), else ""
+
+    def granted(self, cls: str) -> bool:
+        """Did the class get any grant? (Unknown when built without `grants`: assume it did.)"""
+        return self.grants.get(cls, 1) > 0
 
     def value(self, metric: str) -> float:
         """A figure by name: `g_p99`, `b_max`, `jain`, `work_lost`… (see METRICS in the report)."""
@@ -150,6 +156,8 @@ def figures(
         peak_capacity=max((x.capacity for x in stats.samples), default=0),
         top_tenant_share=max(shares, default=0.0) / sum(shares) if sum(shares) else 0.0,
         contended_samples=sum(1 for x in stats.samples if x.pending > 0),
+        grants={k: len(stats.waits[k]) for k in CLASS_KEYS},
+        stop_note=stats.stop_note,
     )
 
 

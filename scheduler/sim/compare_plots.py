@@ -2,18 +2,31 @@
 
 - `time_to_slot_cdf.png`: for each class (columns) and group of contenders (rows: the static pool,
   the elastic pools), the CDF of time-to-slot, one line per contender (slotsched's thicker). The
-  x axis is symlog (linear below 1 s) so a zero wait and an hour's wait fit on one axis.
+  x axis is symlog (linear below 1 s) so a zero wait and an hour's wait fit on one axis. Each
+  curve starts at 0 at its shortest wait, so a single grant is a visible step; few grants are
+  also marked with dots. Contenders whose waits are identical share one curve: the later ones
+  are drawn dashed over it and the panel names them ("same curve: …"). A class with no grant
+  says so instead of leaving an empty frame.
 - `slots_by_tenant.png`: for each contender, slots held per tenant over time (the largest
-  tenants by slot-seconds, the rest summed), with the pool's capacity on top: who got the pool.
-- `pool_vs_demand.png`: for each contender, pool size against demand (held + waiting) and held
-  slots over time: where demand outran the pool, and how an autoscaler followed it.
+  tenants by slot-seconds over all contenders, each in the same colour in every panel; "others"
+  only when there are other tenants), with the pool's ready slots on top: who got the pool.
+- `pool_vs_demand.png`: for each contender, held slots, the sessions waiting on top of them (a
+  shaded band: demand above what is held) and the pool size over time: where demand outran the
+  pool, and how an autoscaler followed it.
+
+Time axes are in seconds, minutes or hours, whichever suits the run's length (`time_unit`).
+The helpers that choose what is drawn (`time_unit`, `cdf_lines`, `cdf_xlim`, `tenant_order`,
+`tenant_legend`) are pure, so tests check them rather than pixels.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import matplotlib
 
@@ -21,10 +34,87 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 from scheduler.sim.stats import CLASS_KEYS, SimStats  # noqa: E402
 
 TOP_TENANTS = 6
+MARK_BELOW = 25  # grants in a curve below which each one is marked with a dot
+OTHERS = "others"
+POOL = "pool size (ready slots)"
+_PALETTE = plt.get_cmap("tab10")
+
+
+# ---------------------------------------------------------------- what is drawn (pure)
+
+
+def time_unit(span_s: float) -> tuple[float, str]:
+    """(seconds per unit, unit name) for a time axis spanning `span_s`: a 5-minute run in minutes,
+    a 4-hour one in hours, never a run in fractions of an hour."""
+    if span_s <= 180.0:
+        return 1.0, "seconds"
+    if span_s <= 3 * 3600.0:
+        return 60.0, "minutes"
+    return 3600.0, "hours"
+
+
+@dataclass(frozen=True)
+class CdfLine:
+    names: tuple[str, ...]  # contenders with exactly these waits; the first draws the curve
+    xs: list[float]
+    ys: list[float]
+
+    @property
+    def grants(self) -> int:
+        return len(self.xs) - 1
+
+
+def cdf_lines(members: Sequence[tuple[str, SimStats]], cls: str) -> list[CdfLine]:
+    """The empirical CDF of each contender's waits in `cls`, starting at (shortest wait, 0) so that
+    one grant draws a step; contenders with identical waits share a line. None without grants."""
+    by_waits: dict[tuple[float, ...], list[str]] = {}
+    for name, stats in members:
+        w = tuple(sorted(round(x, 6) for x in stats.waits[cls]))
+        if w:
+            by_waits.setdefault(w, []).append(name)
+    out = []
+    for w, names in by_waits.items():
+        n = len(w)
+        out.append(CdfLine(tuple(names), [w[0], *w], [0.0, *((k + 1) / n for k in range(n))]))
+    return out
+
+
+def cdf_xlim(waits: Sequence[float]) -> tuple[float, float]:
+    """x limits that show a curve at 0 off the frame and leave room past the longest wait; all
+    zeros (everyone served at once) get 0-10 s rather than matplotlib's ±0.055."""
+    hi = max(waits, default=0.0)
+    return -0.2, max(10.0, hi * 1.5)
+
+
+def tenant_order(runs: Sequence[tuple[str, SimStats]]) -> list[str]:
+    """Tenants by slot-seconds over every run, largest first: one colour per tenant in all panels."""
+    totals: dict[str, float] = {}
+    for _, stats in runs:
+        for t, by in stats.slot_seconds.items():
+            totals[t] = totals.get(t, 0.0) + sum(by.values())
+        for s in stats.samples:
+            for t in s.held_by_tenant:
+                totals.setdefault(t, 0.0)
+    return sorted(totals, key=lambda t: (-totals[t], t))
+
+
+def tenant_legend(runs: Sequence[tuple[str, SimStats]]) -> list[str]:
+    """The tenants plot's legend: its top tenants, "others" only if some run had other tenants
+    holding slots, then the pool line."""
+    order = tenant_order(runs)
+    top = order[:TOP_TENANTS]
+    rest = set(order[TOP_TENANTS:])
+    others = any(s.held_by_tenant.get(t, 0) for _, stats in runs for s in stats.samples for t in rest)
+    return [*top, *([OTHERS] if others else []), POOL]
+
+
+# ---------------------------------------------------------------- drawing
 
 
 def _grid(n: int, width: float = 5.0, height: float = 3.0) -> tuple[Figure, list[Axes]]:
@@ -34,14 +124,43 @@ def _grid(n: int, width: float = 5.0, height: float = 3.0) -> tuple[Figure, list
     flat = [ax for row in axes for ax in row]
     for ax in flat[n:]:
         ax.set_visible(False)
+    for i, ax in enumerate(flat[:n]):
+        if i + cols >= n:  # nothing visible below it: it carries the time axis
+            ax.xaxis.set_tick_params(labelbottom=True)
     return fig, flat[:n]
 
 
-def _save(fig: Figure, path: Path) -> Path:
-    fig.tight_layout()
+def _label_time(axes: Sequence[Axes], unit: str) -> None:
+    cols = min(3, len(axes))
+    for i, ax in enumerate(axes):
+        if i + cols >= len(axes):
+            ax.set_xlabel(unit)
+
+
+def _span(runs: Sequence[tuple[str, SimStats]]) -> float:
+    return max(
+        (max(stats.end_s, stats.samples[-1].t if stats.samples else 0.0) for _, stats in runs), default=0
+    )
+
+
+def _save(fig: Figure, path: Path, legend_rows: int = 0) -> Path:
+    height = fig.get_figheight()
+    fig.tight_layout(rect=(0, 0, 1, 1 - (0.1 + 0.25 * legend_rows) / height if legend_rows else 1))
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def _step(samples: Sequence[object]) -> Literal["post"] | None:
+    """Steps show a short run's few changes as they were; many samples read better as a curve
+    (stepped areas of hundreds of points render as seams)."""
+    return "post" if len(samples) < 100 else None
+
+
+def _note(ax: Axes, text: str, where: str = "center") -> None:
+    x, y, ha, va = (0.5, 0.5, "center", "center") if where == "center" else (0.98, 0.04, "right", "bottom")
+    box = {"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 2}
+    ax.text(x, y, text, transform=ax.transAxes, ha=ha, va=va, fontsize="small", color="dimgray", bbox=box)
 
 
 def cdf_plot(
@@ -49,62 +168,123 @@ def cdf_plot(
 ) -> Path:
     group_of = groups or {}
     rows = list(dict.fromkeys(group_of.get(name, "") for name, _ in runs))
-    fig, axes = plt.subplots(len(rows), 3, figsize=(16, 4.2 * len(rows)), squeeze=False)
+    fig, axes = plt.subplots(len(rows), 3, figsize=(17, 4.2 * len(rows)), squeeze=False)
     for r, group in enumerate(rows):
         members = [(n, s) for n, s in runs if group_of.get(n, "") == group]
+        color = {name: _PALETTE(i % 10) for i, (name, _) in enumerate(members)}
         for ax, cls in zip(axes[r], CLASS_KEYS, strict=True):
-            for i, (name, stats) in enumerate(members):
-                w = sorted(stats.waits[cls])
-                if not w:
-                    continue
-                ys = [(k + 1) / len(w) for k in range(len(w))]
-                lw = 2.4 if name.startswith("slotsched") else 1.2
-                ax.step(w, ys, where="post", label=name, color=plt.get_cmap("tab10")(i % 10), lw=lw)
+            lines = cdf_lines(members, cls)
+            waits = [x for line in lines for x in line.xs]
+            for line in lines:
+                for k, name in enumerate(line.names):
+                    mark = "o" if line.grants < MARK_BELOW else None
+                    ax.step(
+                        line.xs,
+                        line.ys,
+                        where="post",
+                        color=color[name],
+                        lw=2.4 if name.startswith("slotsched") else 1.3,
+                        ls="-" if k == 0 else (0, (3, 3)),  # an identical curve: dashed over the first
+                        marker=mark if k == 0 else None,
+                        markersize=3.5,
+                    )
             ax.set_xscale("symlog", linthresh=1.0)
+            ax.set_xlim(*cdf_xlim(waits))
+            ax.set_ylim(-0.03, 1.03)
             ax.set_title(f"{cls}: time to slot" + (f" ({group} pool)" if group else ""))
-            ax.set_xlabel("seconds (symlog)")
+            ax.set_xlabel("seconds waited (log scale above 1 s)")
             ax.set_ylabel("fraction of grants")
             ax.grid(True, alpha=0.3)
-        axes[r][0].legend(fontsize="small", loc="lower right")
+            if not lines:
+                _note(ax, f"no {cls} grants")
+            elif max(waits) == 0:
+                _note(ax, "every grant at once (0 s)")
+            same = [
+                textwrap.fill(" = ".join(line.names), 44, subsequent_indent="  ")
+                for line in lines
+                if len(line.names) > 1
+            ]
+            if same:
+                _note(ax, "\n".join(["same curve (dashed over it):", *same]), where="corner")
+        handles = [
+            Line2D([], [], color=color[n], lw=2.4 if n.startswith("slotsched") else 1.3) for n, _ in members
+        ]
+        axes[r][2].legend(
+            handles, [n for n, _ in members], fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0)
+        )
     return _save(fig, path)
 
 
 def tenants_plot(runs: Sequence[tuple[str, SimStats]], path: Path) -> Path:
     fig, axes = _grid(len(runs))
+    div, unit = time_unit(_span(runs))
+    legend = tenant_legend(runs)
+    top = [t for t in legend if t not in (OTHERS, POOL)]
+    colors = {t: _PALETTE(i % 10) for i, t in enumerate(top)}
+    colors[OTHERS] = (0.83, 0.83, 0.83, 1.0)  # light gray
+    layers = [*top, *([OTHERS] if OTHERS in legend else [])]
     for ax, (name, stats) in zip(axes, runs, strict=True):
         samples = stats.samples
-        if not samples:
-            ax.set_title(f"{name}: no samples")
-            continue
-        totals = {t: sum(by.values()) for t, by in stats.slot_seconds.items()}
-        top = sorted(totals, key=lambda t: (-totals[t], t))[:TOP_TENANTS]
-        ts = [s.t / 3600 for s in samples]
-        series = [[s.held_by_tenant.get(t, 0) for s in samples] for t in top]
-        rest = [
-            sum(s.held_by_tenant.values()) - sum(s.held_by_tenant.get(t, 0) for t in top) for s in samples
-        ]
-        ax.stackplot(ts, *series, rest, labels=[*top, "others"], alpha=0.85)
-        ax.plot(ts, [s.capacity for s in samples], color="black", lw=1, label="capacity")
         ax.set_title(f"{name}: slots held per tenant")
-        ax.set_xlabel("hours")
         ax.set_ylabel("slots")
-    axes[0].legend(fontsize="x-small", loc="upper right", ncol=2)
-    return _save(fig, path)
+        if not samples:
+            _note(ax, "no samples")
+            continue
+        ts = [s.t / div for s in samples]
+        series = [[s.held_by_tenant.get(t, 0) for s in samples] for t in top]
+        if OTHERS in layers:
+            series.append(
+                [
+                    sum(s.held_by_tenant.values()) - sum(s.held_by_tenant.get(t, 0) for t in top)
+                    for s in samples
+                ]
+            )
+        ax.stackplot(ts, *series, colors=[colors[t] for t in layers], step=_step(samples))
+        ax.step(ts, [s.capacity for s in samples], where="post", color="black", lw=1)
+        ax.set_ylim(0, max(1, max(max(s.capacity, sum(s.held_by_tenant.values())) for s in samples)) * 1.08)
+        if not any(any(s.held_by_tenant.values()) for s in samples):
+            _note(ax, "no slots held")
+    for ax in axes:
+        ax.set_xlim(0, max(_span(runs), 1.0) / div)
+    _label_time(axes, unit)
+    handles: list[Patch | Line2D] = [Patch(color=colors[t]) for t in layers]
+    handles.append(Line2D([], [], color="black", lw=1))
+    fig.legend(handles, legend, loc="upper center", ncol=min(len(legend), 8), fontsize="small")
+    return _save(fig, path, legend_rows=math.ceil(len(legend) / 8))
+
+
+POOL_LEGEND = ("held", "waiting (on top of held)", "pool size (ready slots)")
 
 
 def pool_plot(runs: Sequence[tuple[str, SimStats]], path: Path) -> Path:
     fig, axes = _grid(len(runs))
+    div, unit = time_unit(_span(runs))
     for ax, (name, stats) in zip(axes, runs, strict=True):
         samples = stats.samples
-        ts = [s.t / 3600 for s in samples]
-        ax.plot(ts, [s.busy + s.pending for s in samples], label="demand (held + waiting)", color="tab:red")
-        ax.plot(ts, [s.busy for s in samples], label="held", color="tab:blue", lw=0.8)
-        ax.step(ts, [s.capacity for s in samples], where="post", label="pool size (slots)", color="black")
         ax.set_title(f"{name}: pool vs demand")
-        ax.set_xlabel("hours")
         ax.set_ylabel("slots")
-    axes[0].legend(fontsize="x-small", loc="upper right")
-    return _save(fig, path)
+        if not samples:
+            _note(ax, "no samples")
+            continue
+        ts = [s.t / div for s in samples]
+        held = [s.busy for s in samples]
+        demand = [s.busy + s.pending for s in samples]
+        # Waiting as a band above the held line: where nobody waits it vanishes, instead of a
+        # demand line drawn over the held one (which blended into an unexplained purple).
+        ax.fill_between(ts, held, demand, step=_step(samples), color="tab:red", alpha=0.3, lw=0)
+        ax.step(ts, held, where="post", color="tab:blue", lw=1)
+        ax.step(ts, [s.capacity for s in samples], where="post", color="black", lw=1.3)
+        ax.set_ylim(0, max(1, max(max(d, s.capacity) for d, s in zip(demand, samples, strict=True))) * 1.08)
+    for ax in axes:
+        ax.set_xlim(0, max(_span(runs), 1.0) / div)
+    _label_time(axes, unit)
+    handles = [
+        Line2D([], [], color="tab:blue", lw=1),
+        Patch(color="tab:red", alpha=0.3),
+        Line2D([], [], color="black", lw=1.3),
+    ]
+    fig.legend(handles, POOL_LEGEND, loc="upper center", ncol=3, fontsize="small")
+    return _save(fig, path, legend_rows=1)
 
 
 def draw_all(

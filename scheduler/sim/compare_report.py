@@ -64,7 +64,12 @@ def fmt(m: Metric, v: float) -> str:
 # ---------------------------------------------------------------- the table
 
 
+NONE = "—"  # a class with no grant: no wait was measured (not a 0 s wait)
+
+
 def _waits(f: RunFigures, cls: str) -> str:
+    if not f.granted(cls):
+        return f"{NONE} (no grants)"
     p50, p99, mx = f.waits[cls]
     return f"{p50:.1f} / {p99:.1f} / {mx:.1f}"
 
@@ -88,12 +93,12 @@ def table(figs: Sequence[RunFigures], target: float) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for f in figs:
         row = [
-            f"**{f.name}**" if f.name.startswith("slotsched") else f.name,
+            (f"**{f.name}**" if f.name.startswith("slotsched") else f.name) + (" †" if f.stop_note else ""),
             _waits(f, "guaranteed"),
             _waits(f, "burstable"),
             _waits(f, "besteffort"),
             str(f.sla_misses),
-            f"{f.be_max_wait:.1f}",
+            f"{f.be_max_wait:.1f}" if f.granted("besteffort") else NONE,
             f"{f.jain:.3f}",
             f"{f.jain_contended:.3f}",
             f"{f.work_lost:.0f}",
@@ -346,6 +351,13 @@ class Loss:
     best: RunFigures
 
 
+_CLASS_OF = {
+    m.key: {"g": "guaranteed", "b": "burstable", "be": "besteffort"}[m.topic]
+    for m in METRICS
+    if m.topic in ("g", "b", "be") and m.key != "sla_misses"
+}
+
+
 def verdicts(
     contenders: Sequence[Contender], figs: Sequence[RunFigures], target: float, checkpoint_s: float
 ) -> tuple[list[str], list[str]]:
@@ -356,14 +368,27 @@ def verdicts(
     found: list[Loss] = []
     for group in dict.fromkeys(c.group for c in contenders):
         ref = by_name.get(reference(group))
-        others = [
-            c for c in contenders if c.group == group and c.name != reference(group) and c.name in by_name
+        # A run stopped with work left ran a shorter, different race: listed under "Unfinished
+        # work", never a winner here.
+        everyone = [
+            c
+            for c in contenders
+            if c.group == group
+            and c.name != reference(group)
+            and c.name in by_name
+            and not by_name[c.name].stop_note
         ]
-        if ref is None or not others:
+        if ref is None or not everyone:
             continue
         for m in METRICS:
             if group == "static" and m.key in ("worker_seconds", "scale_actions"):
                 continue  # one fixed pool: equal by construction
+            cls = _CLASS_OF.get(m.key)
+            if cls is not None and not ref.granted(cls):
+                continue  # no wait of that class to compare
+            others = [c for c in everyone if cls is None or by_name[c.name].granted(cls)]
+            if not others:
+                continue
             sv = ref.value(m.key)
 
             def goodness(c: Contender, m: Metric = m) -> float:
@@ -383,7 +408,7 @@ def verdicts(
                     f"- {m.label}: tie — {ref.name} {fmt(m, sv)}, {best.name} {fmt(m, bv)} (within noise)"
                 )
         if group != "static":
-            found += _dominating(others, by_name, ref)
+            found += _dominating(everyone, by_name, ref)
     losses: list[str] = []
     groups: dict[tuple[str, str, str], list[Loss]] = {}
     for loss in found:
@@ -405,6 +430,29 @@ def verdicts(
     return wins, losses
 
 
+def unfinished(figs: Sequence[RunFigures]) -> list[str]:
+    """Contenders that left sessions unfinished, and why: a reader must not take a short run's
+    figures (fewer worker-seconds, fewer waits measured) for a better one."""
+    left = [f for f in figs if f.unfinished or f.stop_note]
+    if not left:
+        return []
+    lines = ["## Unfinished work", ""]
+    for f in left:
+        if f.stop_note:
+            lines.append(f"- **{f.name}** ({f.completed} session(s) completed): {f.stop_note}")
+        else:
+            lines.append(
+                f"- **{f.name}**: {f.unfinished} session(s) unfinished, {f.completed} completed: still "
+                "running or waiting when the run stopped (--until)."
+            )
+    if any(f.stop_note for f in left):
+        lines += [
+            "",
+            "† stopped with work left: its figures cover a shorter run and it takes no part in the verdicts.",
+        ]
+    return [*lines, ""]
+
+
 def render(
     contenders: Sequence[Contender],
     figs: Sequence[RunFigures],
@@ -412,6 +460,7 @@ def render(
     checkpoint_s: float,
     header: Sequence[str],
     images: Sequence[str],
+    no_images: str = "",
 ) -> str:
     wins, losses = verdicts(contenders, figs, target, checkpoint_s)
     notes = [f"- **{c.name}** ({c.family}): {c.note}" for c in contenders]
@@ -425,6 +474,7 @@ def render(
         "Time-to-slot counts every wait (the first, and each after a yield, a kill or a refusal); for "
         "reject-retry it runs from the first refused attempt to the retry that lands.",
         "",
+        *unfinished(figs),
         "## Contenders",
         "",
         *notes,
@@ -440,6 +490,7 @@ def render(
         "## Figures",
         "",
         *[f"![{name}]({name})" for name in images],
+        *([f"- {no_images}"] if no_images else []),
         "",
     ]
     return "\n".join(lines)

@@ -4,18 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
+NONE = "—"  # a figure with nothing to measure (a class with no grant)
+
+
+def _secs(v: float | None) -> str:
+    return f"{v:>8.2f}" if v is not None else f"{NONE:>8}"
+
 
 def render_text(result: dict[str, Any]) -> str:
     lines = ["time to slot (s)        count      p50      p95      p99      max"]
     for name, c in result["classes"].items():
         tts = c["time_to_slot"]
+        suffix = "   (no grants)" if c["count"] == 0 else ""
         lines.append(
             f"  {name:<20} {c['count']:>7} "
-            + " ".join(f"{tts[k]:>8.2f}" for k in ("p50", "p95", "p99", "max"))
+            + " ".join(_secs(tts[k]) for k in ("p50", "p95", "p99", "max"))
+            + suffix
         )
     lines.append("slot-seconds by tenant")
     for name, t in result["tenants"].items():
-        by = ", ".join(f"{k} {v:.0f}" for k, v in sorted(t["by_class"].items()))
+        by = ", ".join(f"{k} {v:.0f}" for k, v in t["by_class"].items() if v) or "nothing granted"
         lines.append(f"  {name:<20} {t['slot_seconds']:>12.0f}   ({by})")
     lines.append(
         "preemptions {preemptions}  revocations {revocations}  "

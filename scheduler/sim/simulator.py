@@ -49,6 +49,7 @@ from scheduler.core.types import (
 )
 from scheduler.policy import Policy
 from scheduler.sim.decider import Decider
+from scheduler.sim.guard import RunGuard
 from scheduler.sim.stats import SimStats
 from scheduler.sim.workload import SessionPlan
 
@@ -110,12 +111,15 @@ class Simulator:
         self.waiting_by_tenant: list[dict[str, int]] = []
         self._in_retry: dict[str, None] = {}  # sessions in a retry loop, in order of entry
         self.now = 0.0
+        self.guard = RunGuard.for_run(self.policy, self.plans, self.config.checkpoint_s)
 
     # ------------------------------------------------------------------ driving
 
     def at(self, t: float, kind: int, payload: object) -> None:
         self._seq += 1
         heapq.heappush(self._events, (t, kind, self._seq, payload))
+        if kind == _ARRIVE:
+            self.guard.arrivals_pending += 1
 
     def schedule_hook(self, t: float) -> None:
         self.at(t, _HOOK, None)
@@ -143,6 +147,7 @@ class Simulator:
             self.at(0.0, _HOOK, "sample")
         until = self.config.until_s if self.config.until_s is not None else math.inf
         last_report = -1.0
+        stalled = False
         while self._events:
             t, kind, _, payload = self._events[0]
             if t > until:
@@ -152,11 +157,18 @@ class Simulator:
             heapq.heappop(self._events)
             self.now = max(self.now, t)
             self._dispatch(kind, payload)
+            if self.guard.should_stop(self.now) and not self._all_done():
+                stalled = True  # no session can progress any more (guard.py): stop, count the rest
+                break
             if progress is not None and self.now - last_report >= 60.0:
                 last_report = self.now
                 progress(self._progress(until))
         end = min(until, self.now) if until != math.inf else self.now
         self.stats.finish(end, self.core, self._live_counts())
+        if stalled:
+            s = self.stats
+            s.stopped_at_s = self.now
+            s.stop_note = self.guard.note(self.now, s.unfinished, s.revocations, s.work_lost)
         return self.stats
 
     def add_worker(self, worker: WorkerId, slots: int) -> None:
@@ -202,6 +214,8 @@ class Simulator:
     def _dispatch(self, kind: int, payload: object) -> None:
         if kind == _ARRIVE:
             lv = self._live[str(payload)]
+            self.guard.arrivals_pending -= 1
+            self.guard.progress(self.now)
             period = lv.plan.periods[lv.period]
             lv.remaining = period.hold_s
             self.apply(Acquire(SessionId(lv.plan.session_id), TenantName(lv.plan.tenant), lv.plan.qos))
@@ -241,6 +255,7 @@ class Simulator:
                 assert lv.yield_asked_at is not None
                 done = lv.yield_asked_at - lease.granted_at
                 lv.remaining = max(0.0, lv.remaining - done)
+                self.guard.saved(self.now, done)
                 snap = SnapshotRef(f"sim://{sid}/{lease.epoch}", lv.plan.periods[lv.period].snapshot_bytes)
                 lv.snapshot = snap
                 self.apply(Yield(SessionId(sid), lease.lease_id, lease.epoch, snap))
@@ -309,10 +324,12 @@ class Simulator:
                 self.at(self.now + d.retry_after_s + self._rng.uniform(lo, hi), _RETRY, d.session)
             else:
                 lv.refused = True
+                self.guard.progress(self.now)  # a session ended for good
         elif isinstance(d, Queued):
             pass
 
     def _next_period(self, lv: _Live) -> None:
+        self.guard.progress(self.now)
         lv.period += 1
         if lv.period >= len(lv.plan.periods):
             lv.finished = True

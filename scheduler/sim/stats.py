@@ -69,6 +69,9 @@ class SimStats:
     worker_seconds: float = 0.0
     scale_actions: int = 0
     samples: list[Sample] = field(default_factory=list)
+    # Set when the run was cut short because it could make no more progress (simulator.py):
+    stopped_at_s: float | None = None
+    stop_note: str = ""
     _cap_at: float = 0.0
     _cap: int = 0
 
@@ -124,25 +127,27 @@ class SimStats:
         return self.busy_slot_seconds / self.capacity_slot_seconds if self.capacity_slot_seconds else 0.0
 
     def to_json(self) -> dict[str, Any]:
+        """`simulate --json`. Every class and every tenant of the policy is listed: a class with no
+        grant has null waits (no wait was measured, which is not a 0 s wait), a tenant that got
+        nothing has 0 slot-seconds (absent would read as "not in the run")."""
         classes = {}
         for k in CLASS_KEYS:
             w = self.waits[k]
-            classes[k] = {
-                "count": len(w),
-                "time_to_slot": {
-                    "p50": round(percentile(w, 50), 3),
-                    "p95": round(percentile(w, 95), 3),
-                    "p99": round(percentile(w, 99), 3),
-                    "max": round(max(w), 3) if w else 0.0,
-                },
+            tts: dict[str, float | None] = {
+                "p50": round(percentile(w, 50), 3) if w else None,
+                "p95": round(percentile(w, 95), 3) if w else None,
+                "p99": round(percentile(w, 99), 3) if w else None,
+                "max": round(max(w), 3) if w else None,
             }
-        tenants = {
-            name: {
+            classes[k] = {"count": len(w), "time_to_slot": tts}
+        names = sorted({t.name for t in self.policy.tenants} | set(self.slot_seconds))
+        tenants = {}
+        for name in names:
+            by = self.slot_seconds.get(name, {})
+            tenants[name] = {
                 "slot_seconds": round(sum(by.values()), 3),
-                "by_class": {c: round(v, 3) for c, v in by.items()},
+                "by_class": {c: round(by.get(c, 0.0), 3) for c in CLASS_KEYS},
             }
-            for name, by in sorted(self.slot_seconds.items())
-        }
         return {
             "classes": classes,
             "tenants": tenants,
@@ -154,4 +159,7 @@ class SimStats:
             "utilization": round(self.utilization, 4),
             "completed": self.completed,
             "unfinished": self.unfinished,
+            "stopped": None
+            if self.stopped_at_s is None
+            else {"at_s": round(self.stopped_at_s, 3), "reason": self.stop_note},
         }

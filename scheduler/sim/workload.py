@@ -112,9 +112,30 @@ def parse_rows(rows: Iterable[dict[str, str]], header: Iterable[str]) -> list[Se
 
 
 def load_workload(path: str | Path) -> list[SessionPlan]:
-    with open(path, newline="") as f:
+    try:
+        f = open(path, newline="")  # noqa: SIM115 (closed below; the error names the file)
+    except FileNotFoundError:
+        raise WorkloadError(f"workload file not found: {path}") from None
+    except OSError as e:
+        raise WorkloadError(f"cannot read workload file {path}: {e.strerror or e}") from None
+    with f:
         reader = csv.DictReader(f)
         return parse_rows(reader, reader.fieldnames or [])
+
+
+def unknown_tenants(plans: Iterable[SessionPlan], known: Iterable[str]) -> dict[str, int]:
+    """Sessions per tenant the policy lacks, by name: every one of their requests would be refused."""
+    names = set(known)
+    out: dict[str, int] = {}
+    for p in plans:
+        if p.tenant not in names:
+            out[p.tenant] = out.get(p.tenant, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def describe_tenants(counts: dict[str, int]) -> str:
+    """`a (3 sessions), b (1 session)`."""
+    return ", ".join(f"{t} ({n} session{'s' if n != 1 else ''})" for t, n in counts.items())
 
 
 def write_workload(path: str | Path, plans: Iterable[SessionPlan]) -> None:

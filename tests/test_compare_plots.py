@@ -1,0 +1,112 @@
+"""The comparison's plots as a reader sees them (issue 10 items 5 and 6): what is drawn is
+checked through the pure helpers that choose it (units, curves, legends), not pixels; and a
+missing matplotlib costs the plots only, not the report or the JSON."""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.core.types import QoS
+from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec
+from scheduler.sim.stats import Sample, SimStats
+from scheduler.sim.workload import Period, SessionPlan
+
+
+def stats(waits: dict[str, list[float]] | None = None, held: list[dict[str, int]] | None = None) -> SimStats:
+    s = SimStats(Policy())
+    for k, v in (waits or {}).items():
+        s.waits[k] = list(v)
+    for i, h in enumerate(held or []):
+        s.samples.append(Sample(float(i), 8, sum(h.values()), 0, h))
+        for t, n in h.items():
+            s.slot_seconds[t]["burstable"] += n
+    return s
+
+
+def test_time_unit_follows_the_span() -> None:
+    from scheduler.sim.compare_plots import time_unit
+
+    assert time_unit(90) == (1.0, "seconds")
+    assert time_unit(300) == (60.0, "minutes")  # a 5-minute run, not 0.08 hours
+    assert time_unit(2 * 3600) == (60.0, "minutes")
+    assert time_unit(4 * 3600) == (3600.0, "hours")
+
+
+def test_a_single_grant_draws_a_visible_step_and_nothing_is_a_blank() -> None:
+    from scheduler.sim.compare_plots import cdf_lines, cdf_xlim
+
+    (line,) = cdf_lines([("slotsched", stats({"guaranteed": [48.0]}))], "guaranteed")
+    assert line.xs == [48.0, 48.0] and line.ys == [0.0, 1.0]  # from 0 to 1 at 48 s
+    assert cdf_lines([("slotsched", stats())], "guaranteed") == []  # -> "no guaranteed grants"
+    assert cdf_xlim([0.0, 0.0]) == (-0.2, 10.0)  # not ±0.055
+    lo, hi = cdf_xlim([0.0, 48.0])
+    assert lo < 0 < 48.0 < hi
+
+
+def test_identical_curves_are_one_line_naming_every_contender() -> None:
+    from scheduler.sim.compare_plots import cdf_lines
+
+    same = {"burstable": [0.0, 3.0]}
+    lines = cdf_lines(
+        [("fifo", stats(same)), ("strict-priority", stats(same)), ("slotsched", stats({"burstable": [1.0]}))],
+        "burstable",
+    )
+    assert sorted(line.names for line in lines) == [("fifo", "strict-priority"), ("slotsched",)]
+
+
+def test_legend_lists_others_only_when_there_are_other_tenants() -> None:
+    from scheduler.sim.compare_plots import OTHERS, POOL, TOP_TENANTS, tenant_legend
+
+    two = [("a", stats(held=[{"big": 3, "small": 1}])), ("b", stats(held=[{"big": 2}]))]
+    assert tenant_legend(two) == ["big", "small", POOL]
+    many = {f"t{i}": i + 1 for i in range(TOP_TENANTS + 2)}
+    legend = tenant_legend([("a", stats(held=[many]))])
+    assert legend[:2] == ["t7", "t6"] and legend[-2:] == [OTHERS, POOL]
+    assert len(legend) == TOP_TENANTS + 2
+
+
+def test_plots_of_a_tiny_run_are_drawn(tmp_path: Path) -> None:
+    from scheduler.sim.compare_plots import draw_all
+
+    runs = [("slotsched", stats({"guaranteed": [48.0]}, [{"sre": 1}, {"sre": 0}])), ("fifo", stats())]
+    for p in draw_all(runs, tmp_path, {"slotsched": "static", "fifo": "static"}):
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_without_matplotlib_writes_report_and_json_and_says_how_to_get_plots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_import = builtins.__import__
+
+    def no_matplotlib(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    for mod in [m for m in sys.modules if m.startswith("matplotlib") or m == "scheduler.sim.compare_plots"]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    monkeypatch.delitem(sys.modules, "scheduler.sim.compare", raising=False)
+    from scheduler.sim.compare import run_compare
+
+    pol = Policy(
+        pool=PoolSpec(slots_per_worker=1, workers=1, min_workers=1, max_workers=2, floor=0),
+        queue=QueueSpec(max_pending=10, max_pending_per_tenant=10),
+        tenants=(TenantSpec("t", burstable_nominal=1, burstable_limit=2),),
+    )
+    plans = [SessionPlan(f"s{i}", "t", QoS.BURSTABLE, [Period(20.0, None, float(i))]) for i in range(3)]
+    ns = argparse.Namespace(out=str(tmp_path), json=True, checkpoint_seconds=2.0, until=None)
+    assert run_compare(pol, plans, ns) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["policies"]["slotsched"]["completed"] == 3
+    assert "plots not drawn" in out.err and "pip install matplotlib" in out.err
+    report = (tmp_path / "report.md").read_text()
+    assert "plots not drawn" in report and "![" not in report
+    assert not list(tmp_path.glob("*.png"))
