@@ -38,6 +38,7 @@ from scheduler.core.types import (
     WorkerId,
     WorkerRemoved,
     Yield,
+    YieldCancelled,
     YieldRequested,
 )
 from scheduler.policy import Policy, PoolSpec, TenantSpec, TimingSpec
@@ -84,6 +85,8 @@ def summary(d: Decision) -> str:
         return f"queued {d.session}"
     if isinstance(d, YieldRequested):
         return f"yield {d.lease.session} {d.cause.value}"
+    if isinstance(d, YieldCancelled):
+        return f"cancelled {d.lease.session}"
     if isinstance(d, Revoked):
         return f"revoked {d.lease.session} {d.reason.value}"
     if isinstance(d, Expired):

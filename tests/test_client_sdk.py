@@ -479,6 +479,62 @@ def test_failing_on_yield_does_not_yield_and_is_revoked_at_the_deadline() -> Non
         asyncio.run(body())
 
 
+def test_a_yield_called_off_during_the_checkpoint_keeps_the_lease() -> None:
+    """One slot; beta (nominal 0) holds it; alpha (nominal 1) waits with a 1 s wait_timeout, so
+    beta is asked to yield. Alpha is withdrawn while beta's on_yield is still checkpointing:
+    beta hears YieldCancelled, keeps its lease (no Yield when the checkpoint returns) and is not
+    revoked at the old deadline."""
+    tenants = [
+        {"name": "acme", "guaranteed": 0, "burstable": {"nominal": 1, "limit": 1}},
+        {"name": "globex", "guaranteed": 0, "burstable": {"nominal": 0, "limit": 1}},
+    ]
+    grace = 2.0
+    with running_server(_one_slot_policy(tenants=tenants, floor=0, yield_grace_s=grace)) as server:
+
+        async def body() -> None:
+            checkpointing = asyncio.Event()
+            finish = asyncio.Event()
+            called_off: list[LeaseInfo] = []
+
+            async def checkpoint(lease: LeaseInfo) -> SnapshotRef:
+                checkpointing.set()
+                await finish.wait()
+                return SnapshotRef(uri=f"file:///snapshots/{lease.session_id}/{lease.epoch}")
+
+            def on_cancel(lease: LeaseInfo) -> None:
+                called_off.append(lease)
+
+            async with (
+                AsyncClient(server.target, token=GLOBEX) as beta,
+                AsyncClient(server.target, token=ACME) as alpha,
+                beta.session(
+                    "beta-1", Qos.BURSTABLE, on_yield=checkpoint, on_yield_cancelled=on_cancel
+                ) as held,
+            ):
+                first = held.lease
+                assert first is not None
+                waiter = alpha.session("alpha-1", Qos.BURSTABLE, wait_timeout_s=1.0)
+                waiter.start()
+                await asyncio.wait_for(checkpointing.wait(), 5)
+                assert held.phase is Phase.YIELDING
+                with pytest.raises(AcquireTimeout):
+                    await waiter.wait_granted(5)
+                await held.wait_until(lambda s: s.yields_cancelled == 1, 5)
+                assert held.phase is Phase.HOLDING and held.lease is not None
+                assert held.lease.yield_deadline is None
+                assert [x.lease_id for x in called_off] == [first.lease_id]
+                finish.set()  # the checkpoint returns: no Yield follows
+                await asyncio.sleep(grace + 0.3)  # past the old yield deadline
+                assert held.yields == 0 and not held.lost_lease.is_set() and held.callback_errors == []
+                assert (held.lease_id, held.epoch) == (first.lease_id, first.epoch)
+                view = await beta.get_session("beta-1")
+                assert view.phase is Phase.HOLDING and view.lease is not None
+                assert view.lease.epoch == first.epoch
+            assert held.end_reason == "released" and held.error is None
+
+        asyncio.run(body())
+
+
 def test_reattach_after_broken_stream_keeps_the_lease() -> None:
     with running_server(_one_slot_policy(floor=0, lease_ttl_s=1.5)) as server:
 

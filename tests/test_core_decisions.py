@@ -505,6 +505,117 @@ CASES: dict[str, Case] = {
     ),
 }
 
+# A yield exists for a waiter: when the waiter leaves, the yield is cancelled unless another
+# waiter has the same right to that victim. One slot; beta (nominal 0) holds it as borrowing.
+ALPHA = tenant("alpha", nominal=1, limit=1)
+ALPHA2 = tenant("alpha", nominal=2, limit=2)
+BETA = tenant("beta", nominal=0, limit=2)
+BETA_HOLDS = [("add", "w0", 1), ("acquire", "b1", "beta", "b"), (1, "acquire", "a1", "alpha", "b")]
+
+
+def _holds_unrevoked(session: str, until: float) -> Callable[[Driver], None]:
+    """`session` holds an ACTIVE lease again, and nothing happens at its old yield deadline."""
+
+    def check(d: Driver) -> None:
+        view = d.core.session(SessionId(session))
+        assert view is not None and view.phase == "active", view
+        assert d.step((until, "tick")) == []
+        view = d.core.session(SessionId(session))
+        assert view is not None and view.phase == "active", view
+
+    return check
+
+
+def _revoked_for(victim: str, waiter: str, at: float) -> Callable[[Driver], None]:
+    def check(d: Driver) -> None:
+        (out,) = [d.run([(at, "tick")])]
+        assert out[:2] == [f"revoked {victim} yield_deadline", f"granted {waiter} w0/0"], out
+
+    return check
+
+
+YIELD_CASES: dict[str, Case] = {
+    "withdrawn_waiter_cancels_its_yield": Case(
+        policy(ALPHA, BETA),
+        [*BETA_HOLDS, (2, "withdraw", "a1")],
+        ["ended a1 withdrawn", "cancelled b1"],
+        _holds_unrevoked("b1", 11),
+    ),
+    "waiter_granted_another_slot_cancels_its_yield": Case(
+        policy(ALPHA, BETA),
+        [
+            ("add", "w0", 2),
+            ("acquire", "b1", "beta", "b"),
+            ("acquire", "b2", "beta", "b"),  # newest: the victim
+            (1, "acquire", "a1", "alpha", "b"),
+            (2, "release", "b1"),
+        ],
+        ["ended b1 released", "granted a1 w0/0", "cancelled b2"],
+        _holds_unrevoked("b2", 11),
+    ),
+    "another_waiter_with_the_same_right_takes_the_yield_over": Case(
+        policy(ALPHA2, BETA),
+        [*BETA_HOLDS[:2], (1, "acquire", "a1", "alpha", "b"), (1, "acquire", "a2", "alpha", "b")]
+        + [(2, "withdraw", "a1")],
+        ["ended a1 withdrawn"],  # no YieldCancelled, no second YieldRequested
+        _revoked_for("b1", "a2", 11),  # the deadline told to b1 at 1 s still holds
+    ),
+    "a_waiter_without_the_right_does_not_keep_the_yield": Case(
+        policy(ALPHA, BETA),
+        [*BETA_HOLDS[:2], (1, "acquire", "b2", "beta", "b"), (1, "acquire", "a1", "alpha", "b")]
+        + [(2, "withdraw", "a1")],
+        ["ended a1 withdrawn", "cancelled b1"],  # b2 may not take its own tenant's slot by force
+        _holds_unrevoked("b1", 11),
+    ),
+    "drain_letting_leases_finish_cancels_a_yield_for_a_waiter": Case(
+        policy(ALPHA, BETA),
+        [
+            ("add", "w0", 1),
+            ("add", "w1", 1),
+            ("acquire", "b1", "beta", "b"),
+            ("acquire", "b2", "beta", "b"),  # newest: the victim, on w1
+            (1, "acquire", "a1", "alpha", "b"),
+            (2, "drain", "w1"),
+        ],
+        ["yield b1 nominal", "cancelled b2"],  # the waiter needs a slot on a ready worker
+    ),
+    "drain_asking_for_yields_keeps_a_yield_for_a_waiter": Case(
+        policy(ALPHA, BETA),
+        [
+            ("add", "w0", 1),
+            ("add", "w1", 1),
+            ("acquire", "b1", "beta", "b"),
+            ("acquire", "b2", "beta", "b"),
+            (1, "acquire", "a1", "alpha", "b"),
+            (2, "drain", "w1", 5),
+        ],
+        ["yield b1 nominal"],  # b2's yield now serves the drain, by its first deadline
+    ),
+}
+CASES.update(YIELD_CASES)
+
+
+def test_a_quota_change_that_takes_the_waiters_right_cancels_its_yield() -> None:
+    d = Driver(policy(ALPHA, BETA))
+    assert d.run(BETA_HOLDS) == ["yield b1 nominal", "queued a1"]
+    out = d.core.apply_policy(policy(tenant("alpha", nominal=0, limit=1), BETA), 2.0)
+    assert [type(x).__name__ for x in out] == ["YieldCancelled"], out
+    _holds_unrevoked("b1", 11)(d)
+    # With the right intact, the yield stays.
+    d = Driver(policy(ALPHA, BETA))
+    d.run(BETA_HOLDS)
+    assert d.core.apply_policy(policy(ALPHA, tenant("beta", nominal=0, limit=1)), 2.0) == []
+    assert d.run([(11, "tick")])[:2] == ["revoked b1 yield_deadline", "granted a1 w0/0"]
+
+
+def test_a_yield_cancelled_and_asked_again_keeps_only_the_new_deadline() -> None:
+    """The heap entry of the cancelled yield must not revoke the lease when asked again later."""
+    d = Driver(policy(ALPHA, BETA))
+    d.run([*BETA_HOLDS, (2, "withdraw", "a1")])  # first yield (deadline 11) cancelled
+    assert d.run([(8, "acquire", "a2", "alpha", "b")]) == ["yield b1 nominal", "queued a2"]
+    assert d.run([(11, "tick")]) == []  # the old deadline passes harmlessly
+    assert d.run([(18, "tick")])[:2] == ["revoked b1 yield_deadline", "granted a2 w0/0"]
+
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_decision(name: str) -> None:

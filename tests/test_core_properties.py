@@ -1,8 +1,11 @@
 """Invariants of the core under random event sequences (hypothesis stateful testing).
 
 After every step: leases <= slots and one lease per slot; quotas never exceeded; the floor
-invariant; no session lost; epochs strictly increase per slot. At the end, replaying the same
-events on a fresh core gives the same decisions.
+invariant; no session lost; epochs strictly increase per slot; every yield (but a drain's) is
+for a waiter still queued. A yield that ends (Yield or revocation at its deadline) hands its
+slot to another session in the same event: no revoke, and no yield into an idle slot, without a
+waiter that needed it. At the end, replaying the same events on a fresh core gives the same
+decisions.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from scheduler.core.types import (
     Event,
     Expired,
     Granted,
+    Lease,
+    LeaseId,
     QoS,
     Queued,
     Refused,
@@ -36,6 +41,7 @@ from scheduler.core.types import (
     WorkerId,
     WorkerRemoved,
     Yield,
+    YieldCancelled,
     YieldRequested,
 )
 from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
@@ -70,8 +76,15 @@ class CoreMachine(RuleBasedStateMachine):
 
     def apply(self, ev: Event) -> list[Decision]:
         self.log.append((self.now, ev))
+        # Leases yielding for a waiter (not for a drain) before the event, by id.
+        for_waiter = {
+            lease.lease_id: lease
+            for lease, state in self.core.leases()
+            if state is LeaseState.YIELDING and self.core.yields_for(lease.lease_id) is not None
+        }
         out = self.core.handle(ev, self.now)
         self.decisions.append(out)
+        self.check_yields_served(ev, out, for_waiter)
         for d in out:
             if isinstance(d, Granted):
                 self.state[d.lease.session] = "held"
@@ -91,6 +104,25 @@ class CoreMachine(RuleBasedStateMachine):
                 assert d.message
                 self.state.setdefault(d.session, "refused")
         return out
+
+    def check_yields_served(self, ev: Event, out: list[Decision], for_waiter: dict[LeaseId, Lease]) -> None:
+        """A yield for a waiter that ends (revoked at its deadline, or yielded) gives its slot to
+        another session in the same event; a cancelled yield was one for a waiter."""
+        granted = {str(d.lease.slot): d.lease.session for d in out if isinstance(d, Granted)}
+        ended = [d.lease for d in out if isinstance(d, Revoked) and d.reason.value == "yield_deadline"]
+        if isinstance(ev, Yield) and ev.lease_id in for_waiter:
+            ended += [
+                d.lease for d in out if isinstance(d, Ended) and d.lease and d.reason.value == "yielded"
+            ]
+        for lease in ended:
+            if lease.lease_id in for_waiter:
+                to = granted.get(str(lease.slot))
+                assert to is not None and to != lease.session, (
+                    f"the yield of {lease.lease_id} ended with no waiter taking its slot: {out}"
+                )
+        for d in out:
+            if isinstance(d, YieldCancelled):
+                assert d.lease.lease_id in for_waiter, f"cancelled a yield that was for no waiter: {d}"
 
     def advance(self, dt: float) -> None:
         self.now += dt
@@ -207,6 +239,19 @@ class CoreMachine(RuleBasedStateMachine):
                 assert view is None
         for _lease, state in self.core.leases():
             assert state in (LeaseState.ACTIVE, LeaseState.YIELDING)
+
+    @invariant()
+    def every_yield_is_for_a_queued_waiter(self) -> None:
+        draining = {w.worker_id for w in self.core.describe().workers if w.state.value != "ready"}
+        for lease, state in self.core.leases():
+            if state is not LeaseState.YIELDING:
+                continue
+            waiter = self.core.yields_for(lease.lease_id)
+            if waiter is None:
+                assert lease.slot.worker in draining, f"{lease.lease_id} yields for no one"
+            else:
+                view = self.core.session(waiter)
+                assert view is not None and view.lease is None, f"{lease.lease_id} yields for {waiter}"
 
     @invariant()
     def quiescent(self) -> None:

@@ -32,6 +32,7 @@ from scheduler.core.types import (
     WorkerId,
     WorkerRemoved,
     Yield,
+    YieldCancelled,
     YieldRequested,
 )
 from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
@@ -294,9 +295,11 @@ def test_an_empty_core_round_trips() -> None:
     assert rebuilt.export_state() == doc
 
 
-def test_yields_left_for_no_one_keep_their_order() -> None:
-    """Two victims yield for waiters that gave up (orphans): the next waiter with a right to a
-    slot takes the first of them, in the rebuilt core too."""
+def test_yields_left_for_no_one_by_an_older_build_are_taken_over_or_cancelled() -> None:
+    """An older build left a victim yielding when its waiter gave up (an `orphan` in its
+    document, without `yield_deadline`). This build reads such a document; at the next event a
+    waiter with a right to a slot takes the first yield over (no new YieldRequested, the old
+    deadline stands) and the other is cancelled."""
     core = Core(POLICY)
     core.handle(WorkerAdded(WorkerId("w0"), 2), 0.0)
     for s in ("s0", "s1"):
@@ -304,13 +307,24 @@ def test_yields_left_for_no_one_keep_their_order() -> None:
     for s, t in (("s2", 1.0), ("s3", 2.0)):
         out = core.handle(Acquire(SessionId(s), TenantName("sre"), QoS.GUARANTEED), t)
         assert any(isinstance(d, YieldRequested) and d.for_session == s for d in out), out
-    core.handle(Release(SessionId("s3")), 3.0)
-    core.handle(Release(SessionId("s2")), 3.0)
     doc = _through_json(core.export_state())
-    assert len(doc["orphans"]) == 2 and not doc["requests"], doc
+    yielding = [ld["lease_id"] for ld in doc["leases"] if ld["state"] == "yielding"]
+    assert len(yielding) == 2
+    # The document of an older build: the waiters gone, their victims orphaned.
+    for ld in doc["leases"]:
+        ld["for_session"] = None
+        del ld["yield_deadline"]
+    doc["requests"], doc["earmark_order"], doc["orphans"] = [], [], yielding
     rebuilt = Core.from_state(core.policy, doc)
-    now = 3.0
-    for ev in [Acquire(SessionId("s4"), TenantName("prod"), QoS.GUARANTEED), Tick()]:
-        now += 1
-        assert rebuilt.handle(ev, now) == core.handle(ev, now)
-        assert rebuilt.export_state() == core.export_state()
+    out = rebuilt.handle(Acquire(SessionId("s4"), TenantName("prod"), QoS.GUARANTEED), 3.0)
+    assert [type(d).__name__ for d in out] == ["Queued", "YieldCancelled"], out
+    cancelled = out[1]
+    assert isinstance(cancelled, YieldCancelled) and cancelled.lease.lease_id == yielding[1]
+    states = {lease.lease_id: state for lease, state in rebuilt.leases()}
+    assert states == {yielding[0]: LeaseState.YIELDING, yielding[1]: LeaseState.ACTIVE}
+    # The first lease (s0's) was asked second, at 2 s: that deadline (+ 5 s grace) still holds.
+    assert rebuilt.handle(Tick(), 6.9) == []
+    out = rebuilt.handle(Tick(), 7.0)
+    assert [type(d).__name__ for d in out] == ["Revoked", "Granted", "Queued"], out
+    assert isinstance(out[1], Granted) and out[1].lease.session == "s4"
+    assert rebuilt.export_state()["orphans"] == []

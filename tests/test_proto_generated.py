@@ -125,6 +125,7 @@ def test_services_and_rpcs() -> None:
         "yield_requested",
         "revoked",
         "ended",
+        "yield_cancelled",
     ]
 
 

@@ -20,7 +20,7 @@ Threaded code uses `Client` the same way (`with client.session(...) as lease:`).
 raised from entering the session as typed errors (`QueueFull`, `NoQuota`, `AcquireTimeout`, ...).
 """
 
-from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield
+from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield, OnYieldCancelled
 from scheduler.client.errors import (
     AcquireTimeout,
     GrantFailed,
@@ -50,6 +50,7 @@ __all__ = [
     "NotFound",
     "OnGrant",
     "OnYield",
+    "OnYieldCancelled",
     "Phase",
     "Qos",
     "QueueFull",

@@ -31,6 +31,13 @@ does it once:
     `callback_errors`, the server revokes the lease at the yield deadline and the session is
     re-queued from its last good snapshot. Yielding with a snapshot that was not written would
     be worse than losing the work since the last one.
+  - A yield exists for a waiter: if the waiter leaves first, the server sends YieldCancelled
+    and the session keeps its lease and goes back to HOLDING. A queued yield does not run; an
+    `on_yield` in progress finishes, but no Yield follows (the actor should keep running). The
+    optional `on_yield_cancelled(lease)` is called at once, on the SDK's loop (it must not
+    block: set a flag that `on_yield` reads before it does anything it cannot undo, e.g.
+    stopping the actor). If it returns False, it is too late to keep the lease (the actor was
+    stopped): the yield in progress goes on and the server accepts it as a voluntary yield.
   - If `on_grant` raises for a re-grant, the actor did not start on its new slot: the session
     releases the lease and ends with `GrantFailed` in `.error` (`.lost_lease` is set), rather
     than pin a slot that runs nothing. `.resume_from` keeps the snapshot to start over from.
@@ -73,6 +80,9 @@ log = logging.getLogger(__name__)
 OnYield: TypeAlias = Callable[[LeaseInfo], SnapshotRef | None | Awaitable[SnapshotRef | None]]
 #: `on_grant(lease)`: start (or restore from `lease.resume_from`) the actor on the new slot.
 OnGrant: TypeAlias = Callable[[LeaseInfo], None | Awaitable[None]]
+#: `on_yield_cancelled(lease)`: the yield asked of `lease` is called off (see the module
+#: docstring); called at once on the SDK's loop, so it must not block. False = too late, yield.
+OnYieldCancelled: TypeAlias = Callable[[LeaseInfo], bool | None | Awaitable[None]]
 
 #: Stream failures after which the session re-attaches (the server keeps the session meanwhile).
 _REATTACH_CODES = frozenset(
@@ -173,6 +183,7 @@ class AsyncClient:
         on_grant: OnGrant | None = None,
         resume_from: SnapshotRef | None = None,
         wait_timeout_s: float | None = None,
+        on_yield_cancelled: OnYieldCancelled | None = None,
     ) -> AsyncSession:
         """A session handle; `async with` it to acquire (see `AsyncSession`)."""
         return AsyncSession(
@@ -183,6 +194,7 @@ class AsyncClient:
             on_grant=on_grant,
             resume_from=resume_from,
             wait_timeout_s=wait_timeout_s,
+            on_yield_cancelled=on_yield_cancelled,
         )
 
     async def get_session(self, session_id: str) -> SessionInfo:
@@ -232,7 +244,8 @@ class AsyncSession:
       `.epoch`, `.worker_address`, `.slot` are shortcuts to it.
     * `.queue` — the latest `QueueInfo` while queued (None otherwise).
     * `.resume_from` — the snapshot the current (or next) grant resumes from.
-    * `.phase`, `.yields`, `.grants`, `.reattaches`, `.callback_errors`; once over,
+    * `.phase`, `.yields`, `.yields_cancelled`, `.grants`, `.reattaches`, `.callback_errors`;
+      once over,
       `.end_reason` ("released", "withdrawn", "expired", "revoked"; "failed" when the stream
       failed, "abandoned" when a release could not reach the server) and `.error` (None after
       our own release).
@@ -254,12 +267,14 @@ class AsyncSession:
         on_grant: OnGrant | None = None,
         resume_from: SnapshotRef | None = None,
         wait_timeout_s: float | None = None,
+        on_yield_cancelled: OnYieldCancelled | None = None,
     ) -> None:
         self._client = client
         self.session_id = session_id
         self.qos = qos
         self._on_yield = on_yield
         self._on_grant = on_grant
+        self._on_yield_cancelled = on_yield_cancelled
         self._initial_resume_from = resume_from
         self._wait_timeout_s = wait_timeout_s
 
@@ -268,6 +283,7 @@ class AsyncSession:
         self._queue: QueueInfo | None = None
         self._resume_from = resume_from
         self._yields = 0
+        self._yields_cancelled = 0
         self._grants = 0
         self.reattaches = 0
         self.end_reason: str | None = None
@@ -293,6 +309,8 @@ class AsyncSession:
         self._closing = False
         self._release_requested = False
         self._yield_started: tuple[str, int] | None = None
+        self._yield_gen = 0  # bumped by every yield started or cancelled: stale ones stop
+        self._background: set[asyncio.Task[Any]] = set()
         self._yield_ref: tuple[tuple[str, int], SnapshotRef] | None = None
         self._grant_done: tuple[str, int] | None = None
         self._grant_error: BaseException | None = None
@@ -323,6 +341,11 @@ class AsyncSession:
     def yields(self) -> int:
         """How many times this session yielded its slot (Yield accepted by the server)."""
         return self._yields
+
+    @property
+    def yields_cancelled(self) -> int:
+        """How many yield requests the server called off while this session held the lease."""
+        return self._yields_cancelled
 
     @property
     def grants(self) -> int:
@@ -658,6 +681,9 @@ class AsyncSession:
                     lease = replace(lease, yield_deadline=self._local(yr.deadline))
                     self._lease = lease
                 self._start_yield(lease)
+        elif kind == "yield_cancelled":
+            yc = ev.yield_cancelled
+            self._yield_called_off(yc.lease_id, yc.epoch)
         elif kind == "revoked":
             rv = ev.revoked
             if self._is_current(rv.lease_id, rv.epoch):
@@ -676,6 +702,9 @@ class AsyncSession:
         self._queue = None
         self._phase = Phase.HOLDING
         self.lost_lease.clear()
+        if replay and lease.yield_deadline is None and self._yield_started == (lease.lease_id, lease.epoch):
+            # Re-attached to an ACTIVE lease we were yielding: we missed its YieldCancelled.
+            self._yield_called_off(lease.lease_id, lease.epoch)
         if replay:
             # Re-attached: renew at once (renewals may have failed while detached), then on schedule.
             self._start_renew(lease, self._renew_interval_s or self._ttl_interval(lease, ev), immediate=True)
@@ -767,6 +796,41 @@ class AsyncSession:
         # DEADLINE_EXCEEDED after Ended{WITHDRAWN} is a wait_timeout).
         self._set_ended(reason, final_status_pending=True)
 
+    def _yield_called_off(self, lease_id: str, epoch: int) -> None:
+        """YieldCancelled for our lease: keep holding it (see the module docstring)."""
+        key = (lease_id, epoch)
+        if not self._is_current(lease_id, epoch) or self._yield_started != key:
+            return  # not yielding it (any more): nothing to call off
+        held = replace(self._require_lease(), yield_deadline=None)
+        keep = True
+        if self._on_yield_cancelled is not None:
+            try:
+                result = self._on_yield_cancelled(held)
+                if inspect.isawaitable(result):  # a coroutine function: run it, keep the lease
+                    task = asyncio.ensure_future(result)
+                    self._background.add(task)
+                    task.add_done_callback(self._background_done)
+                else:
+                    keep = result is not False
+            except Exception as e:
+                log.warning("slotsched: on_yield_cancelled for %s failed: %r", self.session_id, e)
+                self.callback_errors.append(e)
+        if not keep:
+            log.info("slotsched: yield of %s called off too late (actor stopped); yielding", self.session_id)
+            return
+        self._yield_started = None
+        self._yield_gen += 1  # a checkpoint in progress finishes, and no Yield follows it
+        self._yields_cancelled += 1
+        self._lease = held
+        self._phase = Phase.HOLDING
+        log.info("slotsched: yield of %s (lease %s) called off; holding on", self.session_id, lease_id)
+
+    def _background_done(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.callback_errors.append(task.exception())  # type: ignore[arg-type]
+            self._notify()
+
     def _count_yield(self, key: tuple[str, int]) -> None:
         if self._yielded != key:
             self._yielded = key
@@ -841,11 +905,15 @@ class AsyncSession:
         if self._yield_started == key or self._release_requested:
             return
         self._yield_started = key
-        self._actions.put_nowait(lambda: self._do_yield(lease))
+        self._yield_gen += 1
+        gen = self._yield_gen
+        self._actions.put_nowait(lambda: self._do_yield(lease, gen))
 
-    async def _do_yield(self, lease: LeaseInfo) -> None:
+    async def _do_yield(self, lease: LeaseInfo, gen: int) -> None:
         if not self._is_current(lease.lease_id, lease.epoch) or self._release_requested:
             return
+        if gen != self._yield_gen:
+            return  # called off before it began
         ref: SnapshotRef | None
         if self._on_yield is None:
             ref = self._resume_from
@@ -863,6 +931,10 @@ class AsyncSession:
                 self._notify()
                 return
             ref = result
+        if gen != self._yield_gen:
+            # Called off while on_yield ran: keep the lease; the checkpoint stays unused.
+            log.info("slotsched: %s checkpointed for a yield since called off; holding on", self.session_id)
+            return
         req = scheduler_pb2.YieldRequest(
             session_id=self.session_id, lease_id=lease.lease_id, epoch=lease.epoch
         )
@@ -873,6 +945,8 @@ class AsyncSession:
         for attempt in range(5):
             if not self._is_current(lease.lease_id, lease.epoch) or self._release_requested:
                 return
+            if gen != self._yield_gen:
+                return  # called off between attempts: the lease is still ours
             try:
                 await stub.Yield(req, metadata=self._client.metadata, timeout=self._client.rpc_timeout_s)
                 break

@@ -24,7 +24,7 @@ from typing import Any, Self, TypeVar
 
 import grpc
 
-from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield
+from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield, OnYieldCancelled
 from scheduler.client.errors import SlotschedError
 from scheduler.client.types import LeaseInfo, Phase, Qos, QueueInfo, SessionInfo, Slot, SnapshotRef
 
@@ -100,8 +100,10 @@ class Client:
         on_grant: OnGrant | None = None,
         resume_from: SnapshotRef | None = None,
         wait_timeout_s: float | None = None,
+        on_yield_cancelled: OnYieldCancelled | None = None,
     ) -> Session:
-        """A session handle; `with` it to acquire (see `Session`)."""
+        """A session handle; `with` it to acquire (see `Session`). `on_yield_cancelled` runs on
+        the client's loop thread and must not block (see `scheduler.client.aio`)."""
 
         async def make() -> AsyncSession:
             return self._aclient.session(
@@ -111,6 +113,7 @@ class Client:
                 on_grant=on_grant,
                 resume_from=resume_from,
                 wait_timeout_s=wait_timeout_s,
+                on_yield_cancelled=on_yield_cancelled,
             )
 
         return Session(self, self.run(make()))
@@ -192,6 +195,10 @@ class Session:
     @property
     def yields(self) -> int:
         return self._a.yields
+
+    @property
+    def yields_cancelled(self) -> int:
+        return self._a.yields_cancelled
 
     @property
     def grants(self) -> int:

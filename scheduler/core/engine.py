@@ -9,6 +9,12 @@ A pass over the queue (`_schedule`) repeats two steps until neither applies:
   2. with no free slot, the first waiter with a right to a slot gets one victim asked to yield
      (`_preempt_once`), never more than one per waiter.
 Both steps read heads of indexed heaps, so a decision costs O(log queued + log tenants).
+
+A yield exists for a waiter. When the waiter leaves (withdrawn, granted another slot, its right
+gone with a policy change), its victim is made ACTIVE again at once and the pass runs: a waiter
+with a right to that very lease takes the yield over (it stays under way, same deadline, and the
+holder hears nothing); otherwise the event ends with `YieldCancelled` for it. So no lease is
+revoked, and no yield frees a slot, for a waiter that is not there.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from scheduler.core.types import (
     WorkerId,
     WorkerRemoved,
     Yield,
+    YieldCancelled,
     YieldCause,
     YieldRequested,
 )
@@ -87,6 +94,9 @@ class _LeaseRec:
     worker: _Worker
     for_session: SessionId | None = None
     borrowing: bool = False  # preemptible: BestEffort, or Burstable held as borrowing
+    gseq: int = 0  # grant order: candidates are kept in it (a cancelled yield goes back in place)
+    matured: bool = False  # its min_runtime timer fired (it can be a fairness victim when active)
+    yield_deadline: float | None = None  # of the yield under way; older heap entries are stale
 
 
 @dataclass(slots=True)
@@ -177,7 +187,13 @@ class Core:
         self._requests: dict[SessionId, _Request] = {}
         self._holders: dict[SessionId, _LeaseRec] = {}
         self._leases: dict[LeaseId, _LeaseRec] = {}
-        self._orphans: dict[LeaseId, None] = {}  # yielding leases no waiter is counting on
+        # Yields whose waiter left during this event, made ACTIVE again: each is taken over by a
+        # waiter with a right to it during the pass, or cancelled (`YieldCancelled`) at its end.
+        self._cancelled: dict[LeaseId, None] = {}
+        # Only from a state exported by an older build, which left such yields running: they are
+        # handled like `_cancelled` by the next event.
+        self._orphans: dict[LeaseId, None] = {}
+        self._gseq = 0
         self._held_g = 0
         self._preemptible = 0
         self._inflight_nominal = 0
@@ -240,9 +256,11 @@ class Core:
         out: list[Decision] = []
         if isinstance(event, Resumed):
             self._resume(event.since, now)  # before the timers: the outage must not fire them
+        if self._orphans:
+            self._adopt_orphans()  # before the timers: no deadline may revoke them now
         # The state is quiescent after every event (the pass ran to completion), so a pass is
         # needed only when timers fired or the event can open a slot or a right to one.
-        need_pass = self._advance(now, out)
+        need_pass = self._advance(now, out) or bool(self._cancelled)
         if isinstance(event, Acquire):
             need_pass = self._acquire(event, now, out) or need_pass
         elif isinstance(event, Release):
@@ -267,6 +285,8 @@ class Core:
             for req in self._to_report:
                 self._report_queued(req, out)
             self._to_report.clear()
+        if self._cancelled:
+            self._cancel_yields(out)
         return out
 
     def apply_policy(self, policy: Policy, now: float) -> list[Decision]:
@@ -288,6 +308,14 @@ class Core:
         for t in self._tenants.values():
             self._refresh(t)
         self._set_capacity(self._capacity)
+        # A waiter's right to its victim may be gone with the new quotas: every earmarked waiter
+        # goes back in line, and the pass gives each yield under way to a waiter with a right to
+        # it or cancels it. (Rare, so a walk over the earmarks is fine.)
+        for _, _, seq, s in list(self._earmarked):
+            req = self._requests.get(s)
+            if req is not None and req.seq == seq and req.earmark is not None:
+                self._unearmark(req)
+                self._refresh_queue(req.tenant)
         return self.handle(Tick(), now)
 
     def next_deadline(self) -> float | None:
@@ -343,6 +371,11 @@ class Core:
             view = self.session(s)
             if view is not None:
                 yield view
+
+    def yields_for(self, lease_id: LeaseId) -> SessionId | None:
+        """The waiter a yielding lease yields for (None: not yielding, or a drain's yield)."""
+        rec = self._leases.get(lease_id)
+        return rec.for_session if rec is not None and rec.state is LeaseState.YIELDING else None
 
     def lease(self, lease_id: LeaseId) -> Lease | None:
         rec = self._leases.get(lease_id)
@@ -429,7 +462,7 @@ class Core:
         self._enqueue(req)
         self._to_report.append(req)
         # Only the newcomer can act now: on a free slot, or by a right to preempt.
-        if self._free_ready > 0 or cls == G or self._orphans:
+        if self._free_ready > 0 or cls == G:
             return True
         if cls == B and t.b_nominal_held() + t.earmarked[B] < t.spec.burstable_nominal:
             return True
@@ -485,6 +518,8 @@ class Core:
             expires = max(rec.lease.expires_at + gap, at_least)
             if expires != rec.lease.expires_at:
                 rec.lease = rec.lease._replace(expires_at=expires)
+            if gap and rec.yield_deadline is not None:
+                rec.yield_deadline += gap  # as its heap entry below: they must stay equal
         if gap and self._yield_deadlines:
             # The same shift for every entry keeps the heap order: no re-heapify needed.
             self._yield_deadlines = [(d + gap, lid, epoch) for d, lid, epoch in self._yield_deadlines]
@@ -529,7 +564,18 @@ class Core:
             t.candidates[rec.cls].pop(lid, None)  # its slot cannot be handed on: not a victim
             if t.mature[rec.cls].pop(lid, None) is not None:
                 self._mature_n -= 1
-            if ev.yield_within_s is not None and rec.state is LeaseState.ACTIVE:
+            if rec.state is LeaseState.YIELDING and rec.for_session is not None:
+                # Its slot will not reach the waiter it yields for: the waiter goes back in line
+                # (to find a victim on a ready worker), and the yield serves the drain if the
+                # drain asks for yields, else it is cancelled (the drain lets leases finish).
+                waiter = self._requests.get(rec.for_session)
+                rec.for_session = None
+                if waiter is not None and waiter.earmark == lid:
+                    self._unearmark(waiter)
+                    self._refresh_queue(waiter.tenant)
+                if ev.yield_within_s is None:
+                    self._reinstate(rec)
+            elif ev.yield_within_s is not None and rec.state is LeaseState.ACTIVE:
                 self._ask_to_yield(rec, now + ev.yield_within_s, YieldCause.DRAIN, None, out)
             self._refresh(t)
 
@@ -558,6 +604,7 @@ class Core:
             rec = self._leases.get(lid)
             if rec is None or rec.lease.epoch != epoch:
                 continue
+            rec.matured = True  # kept while it yields, for when the yield is cancelled
             t = rec.tenant
             granted = t.candidates[rec.cls].get(lid)
             if granted is not None:
@@ -567,9 +614,14 @@ class Core:
                 fired = True
         deadlines = self._yield_deadlines
         while deadlines and deadlines[0][0] <= now:
-            _, lid, epoch = heapq.heappop(deadlines)
+            deadline, lid, epoch = heapq.heappop(deadlines)
             rec = self._leases.get(lid)
-            if rec is not None and rec.lease.epoch == epoch and rec.state is LeaseState.YIELDING:
+            if (
+                rec is not None
+                and rec.lease.epoch == epoch
+                and rec.state is LeaseState.YIELDING
+                and rec.yield_deadline == deadline  # not the entry of an earlier, cancelled yield
+            ):
                 self._revoke(rec, RevokeReason.YIELD_DEADLINE, now, out)
                 fired = True
         expiries = self._expiries
@@ -636,7 +688,7 @@ class Core:
         top = self._tier2.peek()
         if top is not None and self._slack() - self._inflight_nominal >= 1:
             return self._preempt_for(self._requests[top[-3]], TIER_NOMINAL, YieldCause.NOMINAL, now, out)
-        if not self._orphans and self._mature_n == 0:
+        if self._mature_n == 0:
             return False  # a fairness preemption needs a victim that ran min_runtime
         top = self._tier3.peek()
         if top is not None:
@@ -646,13 +698,9 @@ class Core:
     def _preempt_for(
         self, req: _Request, tier: int, cause: YieldCause, now: float, out: list[Decision]
     ) -> bool:
-        if self._orphans:
-            # A yield already under way serves this waiter: no second victim.
-            lid = next(iter(self._orphans))
-            del self._orphans[lid]
-            self._earmark(req, self._leases[lid], tier)
-            return True
-        victim = self._fair_victim(req.tenant) if tier == TIER_SHARED else self._any_victim()
+        victim = self._under_way_for(req, tier) if self._cancelled else None
+        if victim is None:
+            victim = self._fair_victim(req.tenant) if tier == TIER_SHARED else self._any_victim()
         if victim is None:
             return False
         self._earmark(req, victim, tier)
@@ -660,6 +708,27 @@ class Core:
         return True
 
     # ------------------------------------------------------------------ victims
+
+    def _under_way_for(self, req: _Request, tier: int) -> _LeaseRec | None:
+        """A lease whose yield was cancelled in this event and that `req` has a right to (the
+        rules of `_any_victim` / `_fair_victim` for one lease): taking it over keeps the yield
+        under way instead of starting another. Only this event's cancellations are looked at."""
+        a = req.tenant
+        for lid in self._cancelled:
+            rec = self._leases.get(lid)
+            if rec is None or rec.state is not LeaseState.ACTIVE:
+                continue
+            t = rec.tenant
+            if lid not in t.candidates[rec.cls]:
+                continue
+            if tier != TIER_SHARED:
+                return rec
+            if t is a or lid not in t.mature[rec.cls]:
+                continue
+            a_after = a.borrowed_effective() + a.earmarked_fair + 1
+            if a_after * t.spec.weight <= (t.borrowed_effective() - 1) * a.spec.weight:
+                return rec
+        return None
 
     def _any_victim(self) -> _LeaseRec | None:
         """Victim order: BestEffort before borrowing Burstable; then the tenant furthest above its
@@ -704,20 +773,77 @@ class Core:
         for_session: SessionId | None,
         out: list[Decision],
     ) -> None:
+        lid = rec.lease.lease_id
         rec.state = check_lease(rec.state, LeaseState.YIELDING)
         rec.for_session = for_session
         t = rec.tenant
         t.yielding[rec.cls] += 1
         if rec.cls == B and rec.borrowing:
             t.b_borrowing_yielding += 1
-        t.candidates[rec.cls].pop(rec.lease.lease_id, None)
-        if t.mature[rec.cls].pop(rec.lease.lease_id, None) is not None:
+        t.candidates[rec.cls].pop(lid, None)
+        if t.mature[rec.cls].pop(lid, None) is not None:
             self._mature_n -= 1
-        if for_session is None and cause is not YieldCause.DRAIN:
-            self._orphans[rec.lease.lease_id] = None
-        heapq.heappush(self._yield_deadlines, (deadline, rec.lease.lease_id, rec.lease.epoch))
-        out.append(YieldRequested(rec.lease, deadline, cause, for_session))
+        if lid in self._cancelled:
+            # Its yield was cancelled in this very event and never told: it goes on, for this
+            # waiter now, by the deadline the holder already has.
+            del self._cancelled[lid]
+        else:
+            rec.yield_deadline = deadline
+            heapq.heappush(self._yield_deadlines, (deadline, lid, rec.lease.epoch))
+            out.append(YieldRequested(rec.lease, deadline, cause, for_session))
         self._refresh(t)
+
+    def _reinstate(self, rec: _LeaseRec) -> None:
+        """A yielding lease no waiter needs now: ACTIVE again (and a victim candidate again, in
+        its grant order), pending `YieldCancelled` unless the pass gives it another waiter."""
+        rec.state = check_lease(rec.state, LeaseState.ACTIVE)
+        t, cls, lid = rec.tenant, rec.cls, rec.lease.lease_id
+        t.yielding[cls] -= 1
+        if cls == B and rec.borrowing:
+            t.b_borrowing_yielding -= 1
+        if rec.worker.state is WorkerState.READY and (cls == BE or rec.borrowing):
+            self._insert_in_grant_order(t.candidates[cls], rec)
+            if rec.matured:
+                self._insert_in_grant_order(t.mature[cls], rec)
+                self._mature_n += 1
+        self._cancelled[lid] = None
+        self._refresh(t)
+
+    def _insert_in_grant_order(self, d: dict[LeaseId, float], rec: _LeaseRec) -> None:
+        lid = rec.lease.lease_id
+        if d:
+            leases = self._leases
+            last = next(reversed(d))
+            if leases[last].gseq > rec.gseq:
+                # The tenant was granted leases of this class since: rebuild the dict in grant
+                # order (linear in them, and only when a yield is cancelled).
+                items = list(d.items())
+                i = len(items)
+                while i > 0 and leases[items[i - 1][0]].gseq > rec.gseq:
+                    i -= 1
+                items.insert(i, (lid, rec.lease.granted_at))
+                d.clear()
+                d.update(items)
+                return
+        d[lid] = rec.lease.granted_at
+
+    def _cancel_yields(self, out: list[Decision]) -> None:
+        """End of an event: the yields no waiter took over are cancelled, and their holders told."""
+        for lid in self._cancelled:
+            rec = self._leases.get(lid)
+            if rec is not None and rec.state is LeaseState.ACTIVE:
+                rec.yield_deadline = None
+                out.append(YieldCancelled(rec.lease))
+        self._cancelled.clear()
+
+    def _adopt_orphans(self) -> None:
+        """Yields left running for no one in a state an older build exported: cancel them (or
+        let the pass give them a waiter), as this build would have when their waiter left."""
+        for lid in self._orphans:
+            rec = self._leases.get(lid)
+            if rec is not None and rec.state is LeaseState.YIELDING and rec.for_session is None:
+                self._reinstate(rec)
+        self._orphans.clear()
 
     def _earmark(self, req: _Request, victim: _LeaseRec, tier: int) -> None:
         t = req.tenant
@@ -743,7 +869,7 @@ class Core:
         if victim is not None and victim.for_session == req.session:
             victim.for_session = None
             if victim.state is LeaseState.YIELDING:
-                self._orphans[victim.lease.lease_id] = None
+                self._reinstate(victim)  # the pass may give it another waiter, else cancelled
         req.earmark = None
         req.earmark_tier = 0
         t.push_request(req.cls, (req.arrival, req.seq, req.session))
@@ -786,7 +912,10 @@ class Core:
         borrowing = req.cls == BE or (
             req.cls == B and not (t.b_nominal_held() < t.spec.burstable_nominal and self._slack() >= 0)
         )
-        rec = _LeaseRec(lease, t, req.cls, LeaseState.ACTIVE, req.arrival, req.seq, w, None, borrowing)
+        self._gseq += 1
+        rec = _LeaseRec(
+            lease, t, req.cls, LeaseState.ACTIVE, req.arrival, req.seq, w, None, borrowing, self._gseq
+        )
         w.leases[slot.index] = lid
         self._leases[lid] = rec
         self._holders[req.session] = rec
@@ -822,6 +951,7 @@ class Core:
             self._held_g -= 1
         del self._leases[lid]
         del self._holders[rec.lease.session]
+        self._cancelled.pop(lid, None)  # it ends: its own decision says so
         self._orphans.pop(lid, None)
         w = rec.worker
         del w.leases[rec.lease.slot.index]

@@ -36,6 +36,7 @@ LEASE_TRANSITIONS: Mapping[LeaseState, frozenset[LeaseState]] = {
     ),
     LeaseState.YIELDING: frozenset(
         {
+            LeaseState.ACTIVE,  # the yield was cancelled: no waiter needs the slot any more
             LeaseState.RELEASED,  # finished before it had to yield
             LeaseState.YIELDED,  # checkpointed in time
             LeaseState.EXPIRED,

@@ -10,8 +10,11 @@ preemptible total. The policy is not in the document: the caller stores it and p
 
 Order is part of the state and is kept by list order: tenants (as the core met them), workers
 (registration), leases (grant order: it is also the order of each tenant's preemption
-candidates and mature candidates, and of each worker's leases), requests (queue order), and
-the leases yielding for no one (`orphans`, the first one serves the next waiter).
+candidates and mature candidates, and of each worker's leases), and requests (queue order).
+`orphans` is always empty now (a yield whose waiter left is taken over or cancelled within the
+event); an older build's document may list yields left running for no one, and the next event
+cancels them (or gives them a waiter). A lease's `yield_deadline` is that of the yield under
+way (older documents lack it: it is then the lease's earliest yield-deadline timer).
 
 Three lazily cleaned structures are stored entry by entry, because their leftover entries still
 change what the core does next, and a rebuilt core must do exactly the same:
@@ -142,6 +145,7 @@ def export_state(core: Core) -> Doc:
                 "seq": rec.seq,
                 "borrowing": rec.borrowing,
                 "for_session": rec.for_session,
+                "yield_deadline": rec.yield_deadline,
                 # Preemption candidate (active, preemptible, on a ready worker), and whether it
                 # has run min_runtime (only then a fairness victim).
                 "candidate": lid in t.candidates[rec.cls],
@@ -248,8 +252,15 @@ def _build(policy: Policy, doc: Doc) -> Core:
     core._worker_seq = int(doc["worker_seq"])
     core._epochs = {SlotId(WorkerId(str(w)), int(i)): int(e) for w, i, e in doc["epochs"]}
 
+    timers = doc["timers"]
+    pending_maturity = {(str(e[1]), int(e[2])) for e in timers["maturing"]}
+    earliest_deadline: dict[tuple[str, int], float] = {}
+    for e in timers["yield_deadlines"]:
+        k = (str(e[1]), int(e[2]))
+        earliest_deadline[k] = min(float(e[0]), earliest_deadline.get(k, math.inf))
+
     held_g = mature_n = 0
-    for ld in doc["leases"]:
+    for gseq, ld in enumerate(doc["leases"], start=1):
         lid = LeaseId(str(ld["lease_id"]))
         qos = QoS(ld["qos"])
         cls = CLASS_INDEX[qos]
@@ -282,7 +293,15 @@ def _build(policy: Policy, doc: Doc) -> Core:
             w,
             None if for_session is None else SessionId(str(for_session)),
             borrowing,
+            gseq,  # list order is grant order
+            # Its maturity timer has fired (the timers hold the ones still pending).
+            (lid, lease.epoch) not in pending_maturity,
         )
+        if state is LeaseState.YIELDING:
+            yd = ld["yield_deadline"] if "yield_deadline" in ld else earliest_deadline.get((lid, lease.epoch))
+            if yd is None:
+                raise ValueError(f"yielding lease {lid} has no yield deadline")
+            rec.yield_deadline = float(yd)
         if slot.index in w.leases or lid in core._leases or lease.session in core._holders:
             raise ValueError(f"lease {lid} collides with another lease")
         w.leases[slot.index] = lid
@@ -302,6 +321,7 @@ def _build(policy: Policy, doc: Doc) -> Core:
             t.mature[cls][lid] = lease.granted_at
             mature_n += 1
     core._held_g = held_g
+    core._gseq = len(core._leases)
     core._mature_n = mature_n
     core._orphans = {LeaseId(str(lid)): None for lid in doc["orphans"]}
     if any(lid not in core._leases for lid in core._orphans):
@@ -359,7 +379,6 @@ def _build(policy: Policy, doc: Doc) -> Core:
         core._dirty_victims[t] = None
     core._preemptible = preemptible
 
-    timers = doc["timers"]
     core._expiries = [_untimer(e) for e in timers["expiries"]]
     heapq.heapify(core._expiries)
     core._yield_deadlines = [_untimer(e) for e in timers["yield_deadlines"]]

@@ -190,6 +190,15 @@ class YieldRequested:
 
 
 @dataclass(frozen=True)
+class YieldCancelled:
+    """A yield no waiter needs any more: the waiter it was for left (withdrawn, granted another
+    slot, its right gone with a policy change) and no other waiter has the same right to this
+    lease. The lease is ACTIVE again (same epoch, expiry and slot); its holder keeps running."""
+
+    lease: Lease
+
+
+@dataclass(frozen=True)
 class Revoked:
     lease: Lease
     reason: RevokeReason
@@ -240,4 +249,15 @@ class Rejected:
     message: str
 
 
-Decision = Granted | Queued | YieldRequested | Revoked | Expired | Ended | Renewed | Refused | Rejected
+Decision = (
+    Granted
+    | Queued
+    | YieldRequested
+    | YieldCancelled
+    | Revoked
+    | Expired
+    | Ended
+    | Renewed
+    | Refused
+    | Rejected
+)

@@ -165,6 +165,15 @@ def yield_event(y: YieldRequested, at: float) -> scheduler_pb2.LeaseEvent:
     return ev
 
 
+def yield_cancelled_event(lease: Lease, at: float) -> scheduler_pb2.LeaseEvent:
+    ev = scheduler_pb2.LeaseEvent()
+    yc = ev.yield_cancelled
+    yc.lease_id = lease.lease_id
+    yc.epoch = lease.epoch
+    _set_ts(ev.at, at)
+    return ev
+
+
 def revoked_event(
     lease: Lease, reason: scheduler_pb2.RevokeReason, lost_s: float, at: float
 ) -> scheduler_pb2.LeaseEvent:

@@ -57,6 +57,7 @@ from scheduler.core.types import (
     WorkerAdded,
     WorkerId,
     WorkerRemoved,
+    YieldCancelled,
     YieldRequested,
 )
 from scheduler.policy import Policy
@@ -447,6 +448,12 @@ class SchedulerLoop:
                 s = streams.get(d.lease.session)
                 if s is not None:
                     s.put(OTHER, convert.yield_event(d, now), now)
+            elif isinstance(d, YieldCancelled):
+                # Renew, GetSession and a re-attach replay say ACTIVE from now on.
+                self._yields.pop(d.lease.lease_id, None)
+                s = streams.get(d.lease.session)
+                if s is not None:
+                    s.put(OTHER, convert.yield_cancelled_event(d.lease, now), now)
             elif isinstance(d, Revoked):
                 self._yields.pop(d.lease.lease_id, None)
                 s = streams.get(d.lease.session)

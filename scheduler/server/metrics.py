@@ -34,6 +34,7 @@ from scheduler.core.types import (
     RefuseReason,
     Revoked,
     RevokeReason,
+    YieldCancelled,
     YieldCause,
     YieldRequested,
 )
@@ -82,6 +83,7 @@ class Metrics:
         self.revocations = dict.fromkeys(RevokeReason, 0)
         self.refusals = dict.fromkeys(RefuseReason, 0)
         self.yields = 0
+        self.yields_cancelled = 0
         self.expiries = 0
         self.work_lost = 0.0
         self.latency = _Histogram(LATENCY_BUCKETS)
@@ -101,6 +103,8 @@ class Metrics:
                 self.time_to_slot[q].observe(d.waited_s)
             elif isinstance(d, YieldRequested):
                 self.preemptions[d.cause] += 1
+            elif isinstance(d, YieldCancelled):
+                self.yields_cancelled += 1
             elif isinstance(d, Ended):
                 if d.reason is EndReason.YIELDED:
                     self.yields += 1
@@ -135,6 +139,11 @@ class _Collector(Collector):
         yield tts
         yield _counter("slotsched_preemptions", "Holders asked to yield, by cause.", "cause", m.preemptions)
         yield CounterMetricFamily("slotsched_yields", "Leases given up by Yield.", value=m.yields)
+        yield CounterMetricFamily(
+            "slotsched_yields_cancelled",
+            "Yield requests called off: the waiter left and no other waiter had a right to the lease.",
+            value=m.yields_cancelled,
+        )
         yield _counter(
             "slotsched_revocations",
             "Leases revoked without a yield.",

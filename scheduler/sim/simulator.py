@@ -2,8 +2,9 @@
 
 A simulated holder renews its lease every half TTL, releases when its hold is done, and answers
 `YieldRequested` by checkpointing (`checkpoint_s`) and yielding; its snapshot saves the work done
-up to the request, and it resumes the rest when granted again. A holder that crashes stops
-renewing and never releases. Nothing here decides anything: every decision comes from `Core`
+up to the request, and it resumes the rest when granted again. A `YieldCancelled` (the waiter
+left) before the checkpoint is done calls the yield off: the holder runs on. A holder that
+crashes stops renewing and never releases. Nothing here decides anything: every decision comes from `Core`
 (or from a baseline built on the same `Decider` seam, for comparisons).
 
 With `SimConfig.retry_refused`, a holder refused for lack of room (queue full, no capacity) does
@@ -44,6 +45,7 @@ from scheduler.core.types import (
     WorkerAdded,
     WorkerId,
     Yield,
+    YieldCancelled,
     YieldCause,
     YieldRequested,
 )
@@ -252,7 +254,8 @@ class Simulator:
                 self.apply(Release(SessionId(sid), lv.lease.lease_id, lv.lease.epoch))
             elif kind == _YIELD_ACK:
                 lease = lv.lease
-                assert lv.yield_asked_at is not None
+                if lv.yield_asked_at is None or self.now < lv.yield_asked_at + self.config.checkpoint_s:
+                    return  # that yield was called off (and maybe asked again since: not done yet)
                 done = lv.yield_asked_at - lease.granted_at
                 lv.remaining = max(0.0, lv.remaining - done)
                 self.guard.saved(self.now, done)
@@ -302,6 +305,10 @@ class Simulator:
                     (d.lease.session, d.lease.lease_id, d.lease.epoch),
                 )
             # else: it finishes before a checkpoint would, and simply releases.
+        elif isinstance(d, YieldCancelled):
+            lv = self._live[d.lease.session]
+            if lv.lease is not None and lv.lease.lease_id == d.lease.lease_id:
+                lv.yield_asked_at = None  # its pending checkpoint-and-yield is off: it runs on
         elif isinstance(d, Ended):
             lv = self._live[d.session]
             if d.lease is not None and lv.lease is not None and d.lease.lease_id == lv.lease.lease_id:

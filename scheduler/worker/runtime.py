@@ -22,6 +22,9 @@ or, to also stop the actor when the session ends (recommended; see below),
   callback raises: the SDK then does NOT yield, the scheduler revokes the lease at the deadline
   and re-queues the session from its last good snapshot. Yielding with a snapshot that was not
   written would be worse than losing the work since the last one.
+* on YieldCancelled (the waiter left): a checkpoint in progress finishes, the actor is NOT
+  stopped and keeps running on its lease. Once the Stop has begun it is too late: the SDK is
+  told so and yields with the checkpoint (a voluntary yield; the session is re-granted).
 * at the end of `actor_session`, `Worker.Stop(session)` before the lease is released: the
   worker counts an actor whose lease vanishes without a Stop as lost work (it cannot tell a
   release from a revocation), so plain `actor_callbacks` users should call `runtime.stop(lease)`
@@ -47,7 +50,7 @@ import grpc
 import grpc.aio
 
 from scheduler.api.gen.slotsched.v1 import worker_pb2, worker_pb2_grpc
-from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield
+from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield, OnYieldCancelled
 from scheduler.client.types import LeaseInfo, Qos, SnapshotRef
 
 log = logging.getLogger("slotsched.runtime")
@@ -260,6 +263,7 @@ class _Owner(TypedDict):
 class ActorCallbacks(TypedDict):
     on_grant: OnGrant
     on_yield: OnYield
+    on_yield_cancelled: OnYieldCancelled
 
 
 class ActorRuntime:
@@ -290,11 +294,31 @@ class ActorRuntime:
         #: The latest start per session.
         self.started: dict[str, Started] = {}
         self.checkpoints: deque[Checkpointed] = deque(maxlen=keep_records)
+        # Per session, the yield in progress: its lease (id, epoch) and how far it got
+        # ("checkpoint", "cancelled" while checkpointing, "stopping": too late to call off).
+        self._yielding: dict[str, tuple[tuple[str, int], str]] = {}
 
     def callbacks(self) -> ActorCallbacks:
-        return {"on_grant": self.on_grant, "on_yield": self.on_yield}
+        return {
+            "on_grant": self.on_grant,
+            "on_yield": self.on_yield,
+            "on_yield_cancelled": self.on_yield_cancelled,
+        }
+
+    def on_yield_cancelled(self, lease: LeaseInfo) -> bool:
+        """The SDK's YieldCancelled (called on its loop, between awaits of `on_yield`): True keeps
+        the lease (the actor was not stopped), False if the Stop has begun (yield anyway)."""
+        key = (lease.lease_id, lease.epoch)
+        entry = self._yielding.get(lease.session_id)
+        if entry is None or entry[0] != key:
+            return True
+        if entry[1] == "stopping":
+            return False
+        self._yielding[lease.session_id] = (key, "cancelled")
+        return True
 
     async def on_grant(self, lease: LeaseInfo) -> None:
+        self._yielding.pop(lease.session_id, None)
         tenant = lease.tenant or self.tenant
         if not tenant:
             raise ValueError(f"lease {lease.lease_id} names no tenant and the runtime was given none")
@@ -344,9 +368,12 @@ class ActorRuntime:
             left = (lease.yield_deadline - datetime.now(UTC)).total_seconds()
             # Keep a margin for the Yield call itself, which must also land before the deadline.
             timeout = max(0.1, min(timeout, left - min(1.0, 0.1 * left)))
+        key = (lease.lease_id, lease.epoch)
+        self._yielding[lease.session_id] = (key, "checkpoint")
         try:
             ref = await client.checkpoint(lease.session_id, timeout, **self._owner(lease))
         except WorkerCallError as e:
+            self._yielding.pop(lease.session_id, None)
             seconds = time.perf_counter() - t0
             self.checkpoints.append(
                 Checkpointed(lease.session_id, lease.lease_id, None, seconds, str(e), time.time())
@@ -364,7 +391,14 @@ class ActorRuntime:
         self.checkpoints.append(
             Checkpointed(lease.session_id, lease.lease_id, ref, seconds, None, time.time())
         )
+        if self._yielding.get(lease.session_id) == (key, "cancelled"):
+            del self._yielding[lease.session_id]
+            log.info(
+                "session %s: yield called off during the checkpoint; the actor runs on", lease.session_id
+            )
+            return ref  # the SDK keeps the lease and does not yield
         if self.stop_after_checkpoint:
+            self._yielding[lease.session_id] = (key, "stopping")
             try:
                 await client.stop(lease.session_id, **self._owner(lease))
             except WorkerCallError as e:  # the snapshot is good; the worker will fence the actor

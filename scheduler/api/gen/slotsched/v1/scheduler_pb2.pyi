@@ -76,20 +76,22 @@ class AcquireRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., resume_from: _Optional[_Union[_common_pb2.SnapshotRef, _Mapping]] = ..., wait_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LeaseEvent(_message.Message):
-    __slots__ = ("queued", "granted", "yield_requested", "revoked", "ended", "at")
+    __slots__ = ("queued", "granted", "yield_requested", "revoked", "ended", "yield_cancelled", "at")
     QUEUED_FIELD_NUMBER: _ClassVar[int]
     GRANTED_FIELD_NUMBER: _ClassVar[int]
     YIELD_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     REVOKED_FIELD_NUMBER: _ClassVar[int]
     ENDED_FIELD_NUMBER: _ClassVar[int]
+    YIELD_CANCELLED_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
     queued: Queued
     granted: Granted
     yield_requested: YieldRequested
     revoked: Revoked
     ended: Ended
+    yield_cancelled: YieldCancelled
     at: _timestamp_pb2.Timestamp
-    def __init__(self, queued: _Optional[_Union[Queued, _Mapping]] = ..., granted: _Optional[_Union[Granted, _Mapping]] = ..., yield_requested: _Optional[_Union[YieldRequested, _Mapping]] = ..., revoked: _Optional[_Union[Revoked, _Mapping]] = ..., ended: _Optional[_Union[Ended, _Mapping]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, queued: _Optional[_Union[Queued, _Mapping]] = ..., granted: _Optional[_Union[Granted, _Mapping]] = ..., yield_requested: _Optional[_Union[YieldRequested, _Mapping]] = ..., revoked: _Optional[_Union[Revoked, _Mapping]] = ..., ended: _Optional[_Union[Ended, _Mapping]] = ..., yield_cancelled: _Optional[_Union[YieldCancelled, _Mapping]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Queued(_message.Message):
     __slots__ = ("position", "estimated_wait")
@@ -118,6 +120,14 @@ class YieldRequested(_message.Message):
     deadline: _timestamp_pb2.Timestamp
     cause: YieldCause
     def __init__(self, lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cause: _Optional[_Union[YieldCause, str]] = ...) -> None: ...
+
+class YieldCancelled(_message.Message):
+    __slots__ = ("lease_id", "epoch")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    epoch: int
+    def __init__(self, lease_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class Revoked(_message.Message):
     __slots__ = ("lease_id", "epoch", "reason", "lost_slot_seconds", "resume_from")

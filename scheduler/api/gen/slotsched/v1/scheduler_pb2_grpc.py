@@ -74,6 +74,10 @@ class SchedulerServicer:
         - `Queued` while no slot can be given (again whenever the position or estimate changes;
         updates may be coalesced), then `Granted` with the lease.
         - While holding: possibly `YieldRequested` (checkpoint, then call Yield before the deadline).
+        A yield exists for a waiter: if the waiter leaves (withdrawn, granted another slot, its
+        quota changed) and no other waiter has the same right to this lease, `YieldCancelled`
+        follows: the lease is ACTIVE again and the holder keeps it (a Yield sent anyway is
+        accepted as a voluntary yield).
         - After a Yield: `Ended{YIELDED}` (session_over = false), then `Queued` and `Granted`
         again: the session is re-queued with its snapshot and its original arrival time and is
         re-granted with `resume_from` set.
@@ -86,7 +90,8 @@ class SchedulerServicer:
         Re-attach: a broken stream does not lose the lease or the queued request. Calling Acquire
         again with the same session id (and the same tenant) re-attaches: the new stream first
         replays the session's current state (`Queued` with the current position; or `Granted` with
-        the current lease, followed by `YieldRequested` if the lease is yielding) and then carries on.
+        the current lease, followed by `YieldRequested` if the lease is yielding; a replayed Granted
+        whose lease is ACTIVE tells a holder that missed `YieldCancelled`) and then carries on.
         The re-attaching request's `qos`, `resume_from` and `wait_timeout` are ignored. An older stream
         of the same session is closed with ABORTED. While no stream is attached a held lease still
         expires unless renewed within the lease TTL, and a queued request stays queued; to withdraw
