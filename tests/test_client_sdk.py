@@ -583,6 +583,76 @@ def test_reattach_gives_up_when_the_server_stays_unavailable() -> None:
         asyncio.run(body())
 
 
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed: connections are refused)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_a_dead_address_fails_soon_saying_it_could_not_connect(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 10 item 9: a session that never reached the server fails after connect_timeout_s
+    (not after reattach_timeout_s), names the address, and warns while it retries."""
+    target = f"127.0.0.1:{_closed_port()}"
+
+    async def body() -> None:
+        async with AsyncClient(target, token=ACME, connect_timeout_s=1.5, reattach_timeout_s=30) as client:
+            t0 = time.monotonic()
+            with pytest.raises(Unavailable) as ei:
+                async with client.session("never", Qos.BURSTABLE):
+                    raise AssertionError("granted by nobody")
+            took = time.monotonic() - t0
+            assert took < 4.0, took
+            message = str(ei.value)
+            assert "could not connect" in message and target in message, message
+            assert "re-attach" not in message
+
+    caplog.set_level("WARNING", logger="scheduler.client.aio")
+    asyncio.run(body())
+    retries = [r for r in caplog.records if r.levelname == "WARNING" and target in r.getMessage()]
+    assert len(retries) >= 2, caplog.text
+    assert AsyncClient("x:1").connect_timeout_s == 10.0  # the documented default
+    with pytest.raises(ValueError, match="connect_timeout_s"):
+        AsyncClient("x:1", connect_timeout_s=0)
+
+
+def test_a_silent_address_does_not_hang_the_first_attach() -> None:
+    """A listener that accepts and never answers (no HTTP/2): the first Acquire is bounded too."""
+
+    async def body() -> None:
+        held: list[asyncio.StreamWriter] = []
+
+        async def accept(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            held.append(w)
+
+        server = await asyncio.start_server(accept, "127.0.0.1", 0)
+        target = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        try:
+            async with AsyncClient(target, token=ACME, connect_timeout_s=1.0) as client:
+                t0 = time.monotonic()
+                with pytest.raises(Unavailable, match="could not connect") as ei:
+                    await client.session("mute", Qos.BURSTABLE).wait_granted(10)
+                assert time.monotonic() - t0 < 4.0 and target in str(ei.value)
+        finally:
+            for w in held:
+                w.transport.abort()
+            server.close()
+
+    asyncio.run(body())
+
+
+def test_sync_client_against_a_dead_address_fails_soon() -> None:
+    target = f"127.0.0.1:{_closed_port()}"
+    with Client(target, token=ACME, connect_timeout_s=1.0) as client:
+        t0 = time.monotonic()
+        with pytest.raises(Unavailable, match="could not connect"), client.session("never", Qos.BURSTABLE):
+            pass
+        assert time.monotonic() - t0 < 4.0
+
+
 def test_sync_client_basic_flow() -> None:
     with running_server(_one_slot_policy(floor=0)) as server:
         granted: list[LeaseInfo] = []

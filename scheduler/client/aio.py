@@ -12,6 +12,9 @@ does it once:
   the stream breaks (UNAVAILABLE, RST, server restart), calls `Acquire` again with the same
   session id with exponential backoff (0.1 s doubling to 2 s by default, giving up after
   `reattach_timeout_s`). The server replays the session's current state, so the lease is kept.
+  A session that never reached the server (no event yet: a wrong or dead address, a server not
+  up yet) retries the same way, logging a WARNING each time, but only for `connect_timeout_s`
+  (default 10 s); then it fails with `Unavailable` saying it could not connect, and to where.
   (If the server lost its state, e.g. an in-memory restart, the re-attach becomes a new request
   carrying the session's last snapshot, and `on_grant` sees the new lease.)
 * a renew task renews at TTL/3 on a fixed, jitter-free schedule counted from the grant
@@ -93,6 +96,8 @@ _REATTACH_CODES = frozenset(
         grpc.StatusCode.CANCELLED,
     }
 )
+#: How long a session that never reached the server keeps trying before it fails (seconds).
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
 #: Unary-call failures worth retrying within a deadline (Yield, Release).
 _TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
@@ -103,6 +108,10 @@ DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2000),
 )
+
+
+class _NoAnswer(Exception):
+    """The first Acquire of a session got no answer within the connect deadline."""
 
 
 def _event_time(ev: scheduler_pb2.LeaseEvent) -> datetime | None:
@@ -125,6 +134,8 @@ class AsyncClient:
     `token` is sent as `authorization: Bearer <token>`; `tenant` as `x-slotsched-tenant` (the
     server's insecure dev mode only). `channel_options` are merged over `DEFAULT_CHANNEL_OPTIONS`;
     pass `credentials` for TLS. The channel is opened on first use, in the running loop.
+    `connect_timeout_s` bounds how long a session tries to reach the server at all (its first
+    Acquire); `reattach_timeout_s` how long an attached session tries to re-attach.
     """
 
     def __init__(
@@ -140,10 +151,14 @@ class AsyncClient:
         backoff_initial_s: float = 0.1,
         backoff_max_s: float = 2.0,
         renew_interval_s: float | None = None,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     ) -> None:
+        if connect_timeout_s <= 0:
+            raise ValueError(f"connect_timeout_s must be > 0, not {connect_timeout_s!r}")
         self.target = target
         self.rpc_timeout_s = rpc_timeout_s
         self.reattach_timeout_s = reattach_timeout_s
+        self.connect_timeout_s = connect_timeout_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.renew_interval_s = renew_interval_s
@@ -306,6 +321,7 @@ class AsyncSession:
         self._action_task: asyncio.Task[None] | None = None
         self._actions: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
         self._attached = False
+        self._reached = False  # an event came from the server: the session exists there
         self._closing = False
         self._release_requested = False
         self._yield_started: tuple[str, int] | None = None
@@ -608,18 +624,36 @@ class AsyncSession:
         client = self._client
         backoff = client.backoff_initial_s
         outage_since: float | None = None
+        started = loop.time()
         while not self._closing:
             failure: SlotschedError
             try:
                 call = client.stub().Acquire(self._acquire_request(), metadata=client.metadata)
                 self._attached = True
-                async for ev in call:
+                events = call.__aiter__()
+                if not self._reached:
+                    # A black-holed address must not hang the first attach: the server answers an
+                    # Acquire at once (Queued or Granted), so wait for that within the deadline.
+                    left = client.connect_timeout_s - (loop.time() - started)
+                    try:
+                        first = await asyncio.wait_for(anext(events, None), max(0.05, left))
+                    except TimeoutError:
+                        call.cancel()
+                        raise _NoAnswer(f"no answer within {client.connect_timeout_s:g}s") from None
+                    if first is not None:
+                        self._reached = True
+                        outage_since, backoff = None, client.backoff_initial_s
+                        self._handle_event(first)
+                async for ev in events:
+                    self._reached = True
                     outage_since, backoff = None, client.backoff_initial_s
                     self._handle_event(ev)
                 if self._phase is Phase.ENDED:
                     self.ended.set()  # after the status: waiters see the final error
                     return
                 failure = Unavailable("Acquire stream closed before the session ended", None)
+            except _NoAnswer as e:
+                failure = Unavailable(str(e), grpc.StatusCode.UNAVAILABLE)
             except grpc.aio.AioRpcError as e:
                 err = from_rpc_error(e)
                 err.__cause__ = e
@@ -642,6 +676,27 @@ class AsyncSession:
             if self._release_requested or self._closing:
                 return
             now = loop.time()
+            if not self._reached:
+                if now - started + backoff > client.connect_timeout_s:
+                    err = Unavailable(
+                        f"could not connect to the slotsched scheduler at {client.target} for session "
+                        f"{self.session_id!r} within {now - started:.1f}s (connect_timeout_s="
+                        f"{client.connect_timeout_s:g}): {failure.message}",
+                        grpc.StatusCode.UNAVAILABLE,
+                    )
+                    err.__cause__ = failure
+                    self._fail(err)
+                    return
+                log.warning(
+                    "slotsched: cannot reach the scheduler at %s for session %s (%s); retrying in %.2fs",
+                    client.target,
+                    self.session_id,
+                    failure.message,
+                    backoff,
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, client.backoff_max_s)
+                continue
             if outage_since is None:
                 outage_since = now
             if now - outage_since + backoff > client.reattach_timeout_s:

@@ -24,7 +24,14 @@ from typing import Any, Self, TypeVar
 
 import grpc
 
-from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield, OnYieldCancelled
+from scheduler.client.aio import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    AsyncClient,
+    AsyncSession,
+    OnGrant,
+    OnYield,
+    OnYieldCancelled,
+)
 from scheduler.client.errors import SlotschedError
 from scheduler.client.types import LeaseInfo, Phase, Qos, QueueInfo, SessionInfo, Slot, SnapshotRef
 
@@ -47,7 +54,10 @@ class Client:
         backoff_initial_s: float = 0.1,
         backoff_max_s: float = 2.0,
         renew_interval_s: float | None = None,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     ) -> None:
+        if connect_timeout_s <= 0:  # before the loop thread starts: nothing to clean up
+            raise ValueError(f"connect_timeout_s must be > 0, not {connect_timeout_s!r}")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="slotsched-client", daemon=True)
         self._thread.start()
@@ -63,6 +73,7 @@ class Client:
             backoff_initial_s=backoff_initial_s,
             backoff_max_s=backoff_max_s,
             renew_interval_s=renew_interval_s,
+            connect_timeout_s=connect_timeout_s,
         )
 
     def _run_loop(self) -> None:
