@@ -63,3 +63,11 @@ def test_a_holder_whose_yield_is_called_off_runs_on() -> None:
     assert stats.completed == 3
     # b2 ran its 20 s on its first lease, in one go.
     assert [now for now, ev, _ in core.log if isinstance(ev, Release) and ev.session == "b2"] == [20.0]
+
+
+def test_a_called_off_yield_is_no_preemption_in_the_stats() -> None:
+    # The same run: one yield asked, then cancelled; the holder lost nothing and was not preempted.
+    plans = [_plan("b1", "beta", 0, 5), _plan("b2", "beta", 0, 20), _plan("a1", "alpha", 4, 3)]
+    stats = Simulator(POLICY, plans, SimConfig(checkpoint_s=2.0)).run()
+    assert stats.preemptions == 0
+    assert stats.to_json()["preemptions"] == 0

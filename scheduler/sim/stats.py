@@ -20,6 +20,7 @@ from scheduler.core.types import (
     Lease,
     Refused,
     Revoked,
+    YieldCancelled,
     YieldCause,
     YieldRequested,
 )
@@ -81,6 +82,10 @@ class SimStats:
         elif isinstance(d, YieldRequested):
             if d.cause is not YieldCause.DRAIN:
                 self.preemptions += 1
+        elif isinstance(d, YieldCancelled):
+            # Only a yield for a waiter is ever cancelled; the holder ran on, so it was no
+            # preemption after all (a later re-ask counts again).
+            self.preemptions -= 1
         elif isinstance(d, Revoked):
             self.revocations += 1
             self.work_lost += d.lost_slot_seconds
