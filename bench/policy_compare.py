@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scheduler.policy_load import policy_to_yaml  # noqa: E402
+from scheduler.policy.yaml_io import policy_to_yaml  # noqa: E402
 from scheduler.sim.compare import compare, sample_every, write_outputs  # noqa: E402
 from scheduler.sim.compare_metrics import RunFigures  # noqa: E402
 from scheduler.sim.simulator import SimConfig  # noqa: E402

@@ -11,11 +11,13 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from scheduler.policy_load import PolicyError, default_policy, load_policy
+    from scheduler.policy.defaults import default_policy
+    from scheduler.policy.errors import PolicyError
+    from scheduler.policy.yaml_io import load_policy
     from scheduler.sim.render import render_text
     from scheduler.sim.simulator import SimConfig, Simulator
     from scheduler.sim.workload import WorkloadError, describe_tenants, load_workload, unknown_tenants
@@ -69,11 +71,42 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _policy_validate(args: argparse.Namespace) -> int:
-    from scheduler.policy_load import validate_main
+def validate_main(path: str, out: TextIO | None = None) -> int:
+    """Validate a policy file, print its errors and warnings; 1 on any error, else 0."""
+    from scheduler.policy.errors import PolicyError
+    from scheduler.policy.model import ADMIN, WORKER
+    from scheduler.policy.yaml_io import load_policy
 
-    rc: int = validate_main(args.file)
-    return rc
+    stream = sys.stdout if out is None else out
+    try:
+        policy, warnings = load_policy(path)
+    except PolicyError as e:
+        for p in e.problems:
+            print(f"error: {p}", file=stream)
+        for w in e.warnings:
+            print(f"warning: {w}", file=stream)
+        n = len(e.problems)
+        print(f"{path}: invalid policy, {n} error{'s' if n != 1 else ''}", file=stream)
+        return 1
+    for w in warnings:
+        print(f"warning: {w}", file=stream)
+    cap = policy.pool.workers * policy.pool.slots_per_worker
+    n = len(policy.tenants)
+    roles = "".join(
+        f", {k} {role} token{'s' if k != 1 else ''}"
+        for role, k in ((ADMIN, len(policy.access.admins)), (WORKER, len(policy.access.workers)))
+        if k
+    )
+    print(
+        f"policy {policy.name} is valid: {n} tenant{'s' if n != 1 else ''}, capacity {cap} slots, "
+        f"floor {policy.pool.floor_slots(cap)}{roles}",
+        file=stream,
+    )
+    return 0
+
+
+def _policy_validate(args: argparse.Namespace) -> int:
+    return validate_main(args.file)
 
 
 def _serve(args: argparse.Namespace) -> int:

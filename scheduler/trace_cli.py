@@ -26,7 +26,7 @@ def _mix(text: str) -> tuple[float, float, float]:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from scheduler.policy_load import policy_to_yaml
+    from scheduler.policy.yaml_io import policy_to_yaml
     from scheduler.sim.workload import write_workload
     from scheduler.trace_policy import policy_for
     from scheduler.traces import ImportConfig, TraceError, import_files

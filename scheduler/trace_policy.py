@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
 from scheduler.core.types import QoS
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 from scheduler.sim.workload import SessionPlan
 from scheduler.traces import exact_counts
 

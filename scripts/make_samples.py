@@ -166,7 +166,7 @@ def busy_300(seed: int = 3, sessions: int = 300, window_s: float = 1800.0) -> li
 
 def write_imported(sessions: Path, arrivals: Path, out: Path) -> int:
     """What `slotsched trace import … --out agent-sessions.csv --policy-out …` writes."""
-    from scheduler.policy_load import policy_to_yaml
+    from scheduler.policy.yaml_io import policy_to_yaml
 
     a = IMPORT_ARGS
     plans = import_files(sessions, arrivals, ImportConfig(tenants=a["tenants"], seed=a["seed"]))

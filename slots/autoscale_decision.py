@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scheduler.core.types import QoS
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 
 # Demand is a float sum of weights; this keeps 2.0000000000000004 slots from asking for a worker.
 _EPS = 1e-9

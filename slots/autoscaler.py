@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry
 
 from scheduler.core.types import WorkerId
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from slots.actuators.base import Actuator, DecisionRecorder, ScaleNote, WorkerInfo, WorkerPhase
 from slots.autoscale_decision import (
     ScaleConfig,

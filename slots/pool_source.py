@@ -22,7 +22,7 @@ from scheduler.core.types import (
     WorkerId,
     WorkerRemoved,
 )
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from slots.autoscale_decision import (
     ScaleConfig,
     ScaleInput,

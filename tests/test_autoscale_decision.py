@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.policy import AutoscalerSpec, Policy, PoolSpec
+from scheduler.policy.model import AutoscalerSpec, Policy, PoolSpec
 from slots.autoscale_decision import (
     Reason,
     ScaleConfig,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from scheduler.core.types import QoS
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
-from scheduler.policy_load import policy_to_yaml
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.policy.yaml_io import policy_to_yaml
 from scheduler.sim.compare import run_compare
 from scheduler.sim.compare_metrics import RunFigures, jain
 from scheduler.sim.compare_report import verdicts

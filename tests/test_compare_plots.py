@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from scheduler.core.types import QoS
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec
 from scheduler.sim.stats import Sample, SimStats
 from scheduler.sim.workload import Period, SessionPlan
 

@@ -38,7 +38,7 @@ from scheduler.core.types import (
     Yield,
     YieldRequested,
 )
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 
 TENANTS = (
     TenantSpec("sre", weight=1, guaranteed=2, burstable_nominal=1, burstable_limit=3),

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.policy import AccessSpec, Policy
-from scheduler.policy_load import load_policy
+from scheduler.policy.model import AccessSpec, Policy
+from scheduler.policy.yaml_io import load_policy
 from scheduler.sim.workload import load_workload
 from scheduler.trace_cli import SAMPLE_COMMANDS
 from scheduler.traces import samples_dir

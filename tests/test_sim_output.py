@@ -13,7 +13,7 @@ import pytest
 
 from scheduler.cli import main
 from scheduler.core.types import QoS
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec
 from scheduler.sim.compare_metrics import figures
 from scheduler.sim.compare_report import table, verdicts
 from scheduler.sim.contenders import STATIC

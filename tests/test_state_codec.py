@@ -34,7 +34,7 @@ from scheduler.core.types import (
     Yield,
     YieldRequested,
 )
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 from scheduler.server.loop import EndedSession, LoopState
 from scheduler.server.registry import WorkerEntry
 from scheduler.state import codec, snapshot

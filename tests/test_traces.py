@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.core.types import QoS
-from scheduler.policy_load import load_policy
+from scheduler.policy.yaml_io import load_policy
 from scheduler.sim.workload import Period, SessionPlan, load_workload
 from scheduler.trace_policy import intervals, peak_concurrency, policy_for
 from scheduler.traces import (

@@ -32,7 +32,7 @@ import yaml
 from scheduler.api.gen.slotsched.v1 import admin_pb2
 from scheduler.client import AsyncClient, Phase, Qos
 from scheduler.client.aio import AsyncSession
-from scheduler.policy_load import hash_token
+from scheduler.policy.identities import hash_token
 from scheduler.worker.actor import TRAILER_SIZE
 from scheduler.worker.runtime import ActorRuntime, WorkerClients, actor_session
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import yaml
 
 from scheduler.client import Qos
-from scheduler.policy_load import hash_token
+from scheduler.policy.identities import hash_token
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,10 @@ from scheduler.api.gen.slotsched.v1 import (
 )
 from scheduler.core.types import WorkerId
 from scheduler.listen import ListenError, add_grpc_port, check_bindable, start_metrics_http
-from scheduler.policy import Policy
-from scheduler.policy_load import PolicyError, default_policy, load_policy
+from scheduler.policy.defaults import default_policy
+from scheduler.policy.errors import PolicyError
+from scheduler.policy.model import Policy
+from scheduler.policy.yaml_io import load_policy
 from scheduler.server.admin_service import AdminService
 from scheduler.server.auth import TENANT_HEADER, Authenticator
 from scheduler.server.keda_service import add_keda_servicer

@@ -20,7 +20,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from scheduler.core.types import Decision, ErrorCode, Refused, RefuseReason, Rejected
-from scheduler.policy_load import PolicyError
+from scheduler.policy.errors import PolicyError
 
 DETAILS_KEY = rpc_status.GRPC_DETAILS_METADATA_KEY  # "grpc-status-details-bin"
 RETRY_AFTER_KEY = "retry-after-ms"

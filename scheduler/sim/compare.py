@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from scheduler.sim.compare_metrics import RunFigures, figures, json_entry, sla_target
 from scheduler.sim.compare_report import render
 from scheduler.sim.contenders import Contender, roster

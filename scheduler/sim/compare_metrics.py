@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from scheduler.sim.stats import CLASS_KEYS, SimStats, percentile
 from scheduler.sim.workload import SessionPlan
 

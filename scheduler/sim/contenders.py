@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler.core.engine import Core
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from scheduler.sim.baselines.fifo import Fifo
 from scheduler.sim.baselines.kueue_classic import KueueClassic
 from scheduler.sim.baselines.priority_kill import PriorityKill

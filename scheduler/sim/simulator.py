@@ -47,7 +47,7 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from scheduler.sim.decider import Decider
 from scheduler.sim.guard import RunGuard
 from scheduler.sim.stats import SimStats

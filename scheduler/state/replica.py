@@ -53,7 +53,7 @@ from scheduler.core.types import (
     WorkerDraining,
     WorkerRemoved,
 )
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from scheduler.server import errors
 from scheduler.server.loop import LoopState, PolicyApplied, SchedulerLoop
 from scheduler.server.registry import WorkerRegistry

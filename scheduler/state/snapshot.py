@@ -46,7 +46,8 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
-from scheduler.policy_load import PolicyError, parse_policy, policy_to_yaml
+from scheduler.policy.errors import PolicyError
+from scheduler.policy.yaml_io import parse_policy, policy_to_yaml
 from scheduler.server.loop import EndedSession, LoopState
 from scheduler.server.registry import WorkerEntry
 

@@ -1,8 +1,8 @@
 """The SchedulingPolicy model: what a platform team declares (pool, timing, queue caps, tenants,
 and which credentials act as operators or worker agents).
 
-Plain frozen dataclasses with defaults; parsing and validation live in `policy_load.py` so the
-core can depend on this model without depending on YAML.
+Plain frozen dataclasses with defaults; parsing and validation live in `validate.py` and `yaml_io.py`
+(same package) so the core can depend on this model without depending on YAML.
 """
 
 from __future__ import annotations
