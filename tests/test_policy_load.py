@@ -14,7 +14,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.cli import validate_main
+from scheduler.cli.policy import validate_main
 from scheduler.policy.defaults import DEFAULT_POLICY_YAML, default_policy
 from scheduler.policy.errors import PolicyError, Problem
 from scheduler.policy.identities import hash_token, role_for_token, tenant_for_token

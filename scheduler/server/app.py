@@ -16,7 +16,6 @@ UNAVAILABLE "not the leader"; the reaper and the autoscaler run only on the lead
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import logging
@@ -446,17 +445,3 @@ async def serve_forever(
         print(f"slotsched: cannot recover the state: {fatal}", file=sys.stderr)
         return 1
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m scheduler.server.app`: the same as `slotsched serve`, for benches and dev."""
-    p = argparse.ArgumentParser(prog="python -m scheduler.server.app")
-    p.add_argument("--policy", default=None)
-    p.add_argument("--listen", default=DEFAULT_LISTEN)
-    p.add_argument("--metrics-listen", default=DEFAULT_METRICS_LISTEN)
-    args = p.parse_args(argv)
-    return asyncio.run(serve_forever(args.policy, args.listen, args.metrics_listen or None))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

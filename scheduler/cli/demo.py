@@ -1,7 +1,6 @@
 """`slotsched demo`: one command that shows checkpoint-and-yield scheduling on a pool too small.
 
-Lives outside `scheduler/cli.py` (which imports it if present and calls `register(sub)`), with
-lazy imports so the rest of the CLI does not pay for gRPC.
+Lazy imports, so the rest of the CLI does not pay for gRPC.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """`slotsched worker`: run a reference worker that serves actors in slots for a scheduler.
 
-Lives outside `scheduler/cli.py` so the worker lands without touching the main CLI: `cli.py`
-imports this module if it exists and calls `register(sub)`. Imports are lazy, like the other
-subcommands, so `slotsched --help` stays fast.
+Imports are lazy, like the other subcommands, so `slotsched --help` stays fast.
 """
 
 from __future__ import annotations
