@@ -39,9 +39,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scheduler.core.types import QoS  # noqa: E402
+from scheduler.sim.traces.convert import (  # noqa: E402
+    SAMPLE_ARRIVALS,
+    SAMPLE_SESSIONS,
+    ImportConfig,
+    import_files,
+    samples_dir,
+)
+from scheduler.sim.traces.policy import policy_for  # noqa: E402
 from scheduler.sim.workload import Period, SessionPlan, write_workload  # noqa: E402
-from scheduler.trace_policy import policy_for  # noqa: E402
-from scheduler.traces import SAMPLE_ARRIVALS, SAMPLE_SESSIONS, ImportConfig, import_files, samples_dir  # noqa: E402
 
 # Where this team keeps the full traces; anyone else passes --sessions/--arrivals.
 FULL_DATA = ROOT.parent / "shared" / "data"

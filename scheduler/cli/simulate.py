@@ -44,7 +44,7 @@ def _simulate(args: argparse.Namespace) -> int:
         )
         plans = [p for p in plans if p.tenant not in unknown]
     if args.compare:
-        from scheduler.sim.compare import run_compare
+        from scheduler.sim.compare.run import run_compare
 
         rc: int = run_compare(policy, plans, args, refused_unknown=unknown)
         return rc

@@ -2,7 +2,8 @@
 
 Why a subcommand: the comparison in bench/ must be reproducible from the shell with one command
 per step — import, then `slotsched simulate --compare`. The rules of the conversion are in
-`scheduler/traces.py`; the sizing of the optional policy in `scheduler/trace_policy.py`.
+`scheduler/sim/traces/convert.py`; the sizing of the optional policy in
+`scheduler/sim/traces/policy.py`.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ def _mix(text: str) -> tuple[float, float, float]:
 
 def _import(args: argparse.Namespace) -> int:
     from scheduler.policy.yaml_io import policy_to_yaml
+    from scheduler.sim.traces.convert import ImportConfig, TraceError, import_files
+    from scheduler.sim.traces.policy import policy_for
     from scheduler.sim.workload import write_workload
-    from scheduler.trace_policy import policy_for
-    from scheduler.traces import ImportConfig, TraceError, import_files
 
     try:
         cfg = ImportConfig(
@@ -86,7 +87,7 @@ SAMPLE_COMMANDS: tuple[str, ...] = (
 
 
 def _samples(args: argparse.Namespace) -> int:
-    from scheduler.traces import samples_dir
+    from scheduler.sim.traces.convert import samples_dir
 
     src = samples_dir()
     files = sorted(p for p in src.iterdir() if p.is_file())
@@ -123,7 +124,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     im = trsub.add_parser(
         "import",
         help="coding-agent sessions (+ an arrival process) → workload CSV",
-        description="Convert per-LLM-call agent traces into closed-loop sessions (see scheduler/traces.py).",
+        description="Convert per-LLM-call agent traces into closed-loop sessions "
+        "(see scheduler/sim/traces/convert.py).",
     )
     im.add_argument("--sessions", required=True, help="CSV with trace_id,agent,t_s,api_time_s,think_time_s,…")
     im.add_argument(

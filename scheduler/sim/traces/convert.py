@@ -62,7 +62,7 @@ SAMPLE_ARRIVALS = "azure_llm_conv_2023_sample.csv"
 def samples_dir() -> Path:
     """The sample traces, workloads and policies shipped as package data, so that a clone and an
     installed package alike can import, simulate and compare without the full traces."""
-    return Path(__file__).resolve().parent / "sim" / "samples"
+    return Path(__file__).resolve().parents[1] / "samples"
 
 
 class TraceError(ValueError):

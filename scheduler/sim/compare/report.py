@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from scheduler.sim.compare_metrics import RunFigures
-from scheduler.sim.contenders import Contender, reference
+from scheduler.sim.compare.contenders import Contender, reference
+from scheduler.sim.compare.metrics import RunFigures
 
 
 @dataclass(frozen=True)

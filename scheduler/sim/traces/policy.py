@@ -23,8 +23,8 @@ from collections.abc import Iterator, Sequence
 
 from scheduler.core.types import QoS
 from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.sim.traces.convert import exact_counts
 from scheduler.sim.workload import SessionPlan
-from scheduler.traces import exact_counts
 
 
 def intervals(plan: SessionPlan) -> Iterator[tuple[float, float]]:

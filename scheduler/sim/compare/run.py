@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from scheduler.policy.model import Policy
-from scheduler.sim.compare_metrics import RunFigures, figures, json_entry, sla_target
-from scheduler.sim.compare_report import render
-from scheduler.sim.contenders import Contender, roster
+from scheduler.sim.compare.contenders import Contender, roster
+from scheduler.sim.compare.metrics import RunFigures, figures, json_entry, sla_target
+from scheduler.sim.compare.report import render
 from scheduler.sim.simulator import SimConfig, Simulator
 from scheduler.sim.stats import SimStats
 from scheduler.sim.workload import SessionPlan, describe_tenants
@@ -151,7 +151,7 @@ def draw_plots(
     """The PNGs, or none and a line saying why: matplotlib is a dependency, but a report and the
     JSON are worth having from an install that lacks it (or whose matplotlib is broken)."""
     try:
-        from scheduler.sim.compare_plots import draw_all
+        from scheduler.sim.compare.plots import draw_all
     except ImportError as e:
         return [], f"plots not drawn: matplotlib could not be imported ({e}); to get them: `{PLOTS_HINT}`"
     images = draw_all([(c.name, s) for c, s, _ in results], out, {c.name: c.group for c, _, _ in results})
