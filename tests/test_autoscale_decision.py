@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.policy.model import AutoscalerSpec, Policy, PoolSpec
-from slots.autoscale_decision import (
+from slots.autoscaler.decision import (
     Reason,
     ScaleConfig,
     ScaleDecision,

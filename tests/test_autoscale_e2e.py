@@ -56,8 +56,8 @@ from scheduler.api.gen.slotsched.v1 import admin_pb2
 from scheduler.client import AsyncClient, AsyncSession, LeaseInfo, NotFound, Qos
 from scheduler.policy.identities import hash_token
 from scheduler.server.app import RunningServer, start_server
-from scheduler.worker.actor import Actor
-from scheduler.worker.runtime import ActorRuntime, Started, WorkerClients, actor_session
+from slots.worker.actor import Actor
+from slots.worker.runtime import ActorRuntime, Started, WorkerClients, actor_session
 from tests.grpc_fixtures import ADMIN_TOKEN, WORKER_TOKEN, Client, policy_yaml, write_policy
 
 T = TypeVar("T")

@@ -19,17 +19,9 @@ import pytest
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, scheduler_pb2, worker_pb2, worker_pb2_grpc
 from scheduler.core.types import SnapshotRef
-from scheduler.worker.actor import ActorConfig
-from scheduler.worker.leases import (
-    Accepted,
-    Grant,
-    LeaseView,
-    RefusalReason,
-    Refused,
-    StartClaim,
-    check_start,
-)
-from scheduler.worker.main import RunningWorker, start_worker
+from slots.worker.actor import ActorConfig
+from slots.worker.leases import Accepted, Grant, LeaseView, RefusalReason, Refused, StartClaim, check_start
+from slots.worker.main import RunningWorker, start_worker
 
 pytest.register_assert_rewrite("tests.grpc_fixtures")  # imported before pytest loads it as a plugin
 from tests.grpc_fixtures import ADMIN_TOKEN, WORKER_TOKEN, Client, policy_yaml, running_server, until  # noqa: E402

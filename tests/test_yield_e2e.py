@@ -33,8 +33,8 @@ from scheduler.api.gen.slotsched.v1 import admin_pb2
 from scheduler.client import AsyncClient, Phase, Qos
 from scheduler.client.aio import AsyncSession
 from scheduler.policy.identities import hash_token
-from scheduler.worker.actor import TRAILER_SIZE
-from scheduler.worker.runtime import ActorRuntime, WorkerClients, actor_session
+from slots.worker.actor import TRAILER_SIZE
+from slots.worker.runtime import ActorRuntime, WorkerClients, actor_session
 
 pytest.register_assert_rewrite(
     "tests.fixtures_s3", "tests.grpc_fixtures"

@@ -9,7 +9,7 @@ import argparse
 import os
 import tempfile
 
-#: The same default as scheduler.worker.main (not imported here: it pulls in gRPC).
+#: The same default as slots.worker.main (not imported here: it pulls in gRPC).
 DEFAULT_SNAPSHOTS = os.path.join(tempfile.gettempdir(), "slotsched-snapshots")
 
 
@@ -37,8 +37,8 @@ def _size(text: str) -> int:
 def _worker(args: argparse.Namespace) -> int:
     import asyncio
 
-    from scheduler.worker.actor import ActorConfig
-    from scheduler.worker.main import run_worker
+    from slots.worker.actor import ActorConfig
+    from slots.worker.main import run_worker
 
     config = ActorConfig(args.bytes_per_turn, args.turn_interval, args.max_turns)
     token = args.token if args.token is not None else os.environ.get("SLOTSCHED_TOKEN")

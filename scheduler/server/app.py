@@ -57,8 +57,8 @@ from scheduler.server.scheduler_service import SchedulerService
 from scheduler.server.workers_service import WorkersService
 from slots.actuators.base import Actuator
 from slots.actuators.factory import actuator_from_env
-from slots.autoscaler import Autoscaler
-from slots.pool_source import CoreDemand, weighted_demand_of_pool
+from slots.autoscaler.demand import CoreDemand, weighted_demand_of_pool
+from slots.autoscaler.loop import Autoscaler
 
 log = logging.getLogger("slotsched.server")
 

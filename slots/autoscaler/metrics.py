@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from slots.autoscale_decision import ScaleDecision
+from slots.autoscaler.decision import ScaleDecision
 
 
 class AutoscalerMetrics:

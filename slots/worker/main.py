@@ -34,11 +34,11 @@ import grpc.aio
 
 from scheduler.api.gen.slotsched.v1 import worker_pb2_grpc
 from scheduler.listen import ListenError, add_grpc_port, check_bindable, start_metrics_http
-from scheduler.worker.actor import ActorConfig
-from scheduler.worker.agent import STOPPED, WorkerAgent
-from scheduler.worker.host import ActorHost
-from scheduler.worker.metrics import WorkerMetrics
-from scheduler.worker.service import WorkerService
+from slots.worker.actor import ActorConfig
+from slots.worker.agent import STOPPED, WorkerAgent
+from slots.worker.host import ActorHost
+from slots.worker.metrics import WorkerMetrics
+from slots.worker.service import WorkerService
 from snapshots.config import store_from_url
 from snapshots.store import SnapshotStore
 

@@ -43,8 +43,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from scheduler.core.types import SnapshotRef
-from scheduler.worker.actor import TRAILER_SIZE, Actor, ActorConfig, StateCorrupt
-from scheduler.worker.metrics import (
+from slots.worker.actor import TRAILER_SIZE, Actor, ActorConfig, StateCorrupt
+from slots.worker.metrics import (
     LOST_FENCED,
     LOST_SNAPSHOT_REFUSED,
     LOST_WORKER_EXIT,

@@ -5,7 +5,7 @@ does no I/O, so it can be replayed and table-tested; everything that can fail li
 failure is data for the next tick, never an exception that stops the loop. Each tick:
 
   1. gather: the actuator's workers and the errors it saw (I/O); the pool's demand (the core);
-  2. decide: `autoscale_decision.decide` with the history the previous tick left;
+  2. decide: `decision.decide` with the history the previous tick left;
   3. drain the workers chosen: no new grants, their sessions are asked to checkpoint-and-yield
      within the drain timeout;
   4. ask the actuator for workers while ready + starting < desired (it never stops one);
@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry
 from scheduler.core.types import WorkerId
 from scheduler.policy.model import Policy
 from slots.actuators.base import Actuator, DecisionRecorder, ScaleNote, WorkerInfo, WorkerPhase
-from slots.autoscale_decision import (
+from slots.autoscaler.decision import (
     ScaleConfig,
     ScaleDecision,
     ScaleHistory,
@@ -45,26 +45,13 @@ from slots.autoscale_decision import (
     WorkerView,
     decide,
 )
-from slots.autoscaler_metrics import AutoscalerMetrics
-from slots.pool_source import (
-    CoreDemand,
-    CoreMembership,
+from slots.autoscaler.demand import (
     DemandSource,
     Membership,
-    scale_input_from_pool,
-    weighted_demand_of_pool,
 )
+from slots.autoscaler.metrics import AutoscalerMetrics
 
-__all__ = [
-    "Autoscaler",
-    "CoreDemand",
-    "CoreMembership",
-    "DemandSource",
-    "Membership",
-    "TickReport",
-    "scale_input_from_pool",
-    "weighted_demand_of_pool",
-]
+__all__ = ["Autoscaler", "TickReport"]
 
 log = logging.getLogger("slotsched.autoscaler")
 

@@ -35,8 +35,8 @@ import grpc
 from scheduler.api.gen.slotsched.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from scheduler.core.types import SnapshotRef
 from scheduler.policy.identities import hash_token
-from scheduler.worker.host import ActorHost, HostError
-from scheduler.worker.leases import Accepted, LeaseSource, RefusalReason, Refused, StartClaim, check_start
+from slots.worker.host import ActorHost, HostError
+from slots.worker.leases import Accepted, LeaseSource, RefusalReason, Refused, StartClaim, check_start
 
 log = logging.getLogger("slotsched.worker")
 

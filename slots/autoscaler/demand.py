@@ -23,13 +23,7 @@ from scheduler.core.types import (
     WorkerRemoved,
 )
 from scheduler.policy.model import Policy
-from slots.autoscale_decision import (
-    ScaleConfig,
-    ScaleInput,
-    WorkerState,
-    WorkerView,
-    weighted_demand,
-)
+from slots.autoscaler.decision import ScaleConfig, ScaleInput, WorkerState, WorkerView, weighted_demand
 
 CLASS_KEYS: tuple[str, str, str] = (CLASSES[0].value, CLASSES[1].value, CLASSES[2].value)
 _IN_POOL = {s.value: s for s in WorkerState}  # ready, draining; a removed worker is not in the pool

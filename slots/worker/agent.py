@@ -39,8 +39,8 @@ import grpc
 import grpc.aio
 
 from scheduler.api.gen.slotsched.v1 import workers_pb2, workers_pb2_grpc
-from scheduler.worker.host import ActorHost
-from scheduler.worker.leases import Grant, LeaseView
+from slots.worker.host import ActorHost
+from slots.worker.leases import Grant, LeaseView
 
 log = logging.getLogger("slotsched.worker")
 
