@@ -26,7 +26,7 @@ import grpc
 
 from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield
 from scheduler.client.errors import SlotschedError
-from scheduler.client.types import LeaseInfo, Phase, Qos, QueueInfo, SessionInfo, Slot, SnapshotRef
+from scheduler.client.types import LeaseInfo, Phase, QoS, QueueInfo, SessionInfo, Slot, SnapshotRef
 
 T = TypeVar("T")
 
@@ -95,7 +95,7 @@ class Client:
     def session(
         self,
         session_id: str,
-        qos: Qos | str = Qos.BURSTABLE,
+        qos: QoS | str = QoS.BURSTABLE,
         on_yield: OnYield | None = None,
         on_grant: OnGrant | None = None,
         resume_from: SnapshotRef | None = None,

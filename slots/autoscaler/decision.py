@@ -37,7 +37,9 @@ from scheduler.policy.model import Policy
 _EPS = 1e-9
 
 
-class WorkerState(enum.StrEnum):
+class ScaleWorkerState(enum.StrEnum):
+    """A worker's state as the decision sees it (not the core's `lifecycle.WorkerState`)."""
+
     READY = "ready"
     DRAINING = "draining"  # no new grants; its sessions checkpoint-and-yield or finish
 
@@ -57,9 +59,11 @@ class Reason(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class WorkerView:
+class ScaleWorker:
+    """One worker as the decision sees it (not the core's `WorkerView`)."""
+
     worker_id: str
-    state: WorkerState
+    state: ScaleWorkerState
     busy_slots: int
     lease_cost_s: float  # slot-seconds of work that would need to checkpoint/move if drained
     ready_since: float
@@ -68,7 +72,7 @@ class WorkerView:
 @dataclass(frozen=True)
 class ScaleInput:
     now: float
-    workers: tuple[WorkerView, ...]
+    workers: tuple[ScaleWorker, ...]
     slots_per_worker: int
     busy_by_class: Mapping[str, int]  # leases held per QoS class, on draining workers too
     pending_by_class: Mapping[str, int]  # queued sessions per QoS class
@@ -186,7 +190,7 @@ def weighted_demand(inp: ScaleInput, cfg: ScaleConfig) -> float:
     return sum(inp.busy_by_class.values()) + pending + floor_headroom(inp)
 
 
-def drain_order(w: WorkerView) -> tuple[bool, float, float, str]:
+def drain_order(w: ScaleWorker) -> tuple[bool, float, float, str]:
     """Which ready worker goes first: idle before busy, then the least lease work to checkpoint
     and move, then the newest (the oldest keep their warm caches), then id, for determinism."""
     return (w.busy_slots > 0, w.lease_cost_s, -w.ready_since, w.worker_id)
@@ -194,7 +198,7 @@ def drain_order(w: WorkerView) -> tuple[bool, float, float, str]:
 
 def decide(inp: ScaleInput, cfg: ScaleConfig, hist: ScaleHistory) -> ScaleDecision:
     now, lo, hi = inp.now, cfg.min_workers, cfg.max_workers
-    ready = [w for w in inp.workers if w.state is WorkerState.READY]
+    ready = [w for w in inp.workers if w.state is ScaleWorkerState.READY]
     current = len(ready)
     demand = weighted_demand(inp, cfg)
     raw = math.ceil(demand / inp.slots_per_worker - _EPS)

@@ -23,10 +23,10 @@ from scheduler.core.types import (
     WorkerRemoved,
 )
 from scheduler.policy.model import Policy
-from slots.autoscaler.decision import ScaleConfig, ScaleInput, WorkerState, WorkerView, weighted_demand
+from slots.autoscaler.decision import ScaleConfig, ScaleInput, ScaleWorker, ScaleWorkerState, weighted_demand
 
 CLASS_KEYS: tuple[str, str, str] = (CLASSES[0].value, CLASSES[1].value, CLASSES[2].value)
-_IN_POOL = {s.value: s for s in WorkerState}  # ready, draining; a removed worker is not in the pool
+_IN_POOL = {s.value: s for s in ScaleWorkerState}  # ready, draining; a removed worker is not in the pool
 
 
 class DemandSource(Protocol):
@@ -57,7 +57,9 @@ def scale_input_from_pool(
     orders drains newest-first; a worker missing from it counts as new (`now`)."""
     since = ready_since or {}
     workers = tuple(
-        WorkerView(w.worker_id, _IN_POOL[w.state.value], w.busy, w.lease_seconds, since.get(w.worker_id, now))
+        ScaleWorker(
+            w.worker_id, _IN_POOL[w.state.value], w.busy, w.lease_seconds, since.get(w.worker_id, now)
+        )
         for w in view.workers
         if w.state.value in _IN_POOL
     )

@@ -41,8 +41,8 @@ from slots.autoscaler.decision import (
     ScaleDecision,
     ScaleHistory,
     ScaleInput,
-    WorkerState,
-    WorkerView,
+    ScaleWorker,
+    ScaleWorkerState,
     decide,
 )
 from slots.autoscaler.demand import (
@@ -204,14 +204,14 @@ class Autoscaler:
         timeout = policy.autoscaler.drain_timeout_s
         for wid, since in self._draining_since.items():
             w = in_core.get(wid)
-            if w is None or w.state is not WorkerState.DRAINING:
+            if w is None or w.state is not ScaleWorkerState.DRAINING:
                 continue
             if w.busy_slots == 0 or now - since >= timeout:
                 plan.remove.append(wid)
         plan.remove.extend(sorted(self._to_stop))
         return plan
 
-    def _track_draining(self, in_core: dict[str, WorkerView]) -> None:
+    def _track_draining(self, in_core: dict[str, ScaleWorker]) -> None:
         """Follow the workers this loop drained. One drained by someone else (an admin, with its
         own deadline) is theirs to remove: the loop neither removes it nor counts it as ready."""
         for wid in list(self._draining_since):
@@ -219,7 +219,7 @@ class Autoscaler:
             if now_w is None:
                 del self._draining_since[wid]
                 self._to_stop.add(wid)  # deregistered on its own: still stop its process
-            elif now_w.state is not WorkerState.DRAINING:
+            elif now_w.state is not ScaleWorkerState.DRAINING:
                 del self._draining_since[wid]  # the drain was called off
         self._deregister_retry &= set(in_core)
 
@@ -239,7 +239,7 @@ class Autoscaler:
         self,
         now: float,
         listed: list[WorkerInfo],
-        in_core: dict[str, WorkerView],
+        in_core: dict[str, ScaleWorker],
         d: ScaleDecision,
         plan: _Plan,
     ) -> None:
@@ -261,7 +261,7 @@ class Autoscaler:
             elif w.worker_id not in self._reported_late:  # say it once, not every tick
                 self._reported_late.add(w.worker_id)
                 plan.errors.append(f"worker {w.worker_id} has not registered after {now - since:.0f} s")
-        ready = sum(1 for w in in_core.values() if w.state is WorkerState.READY)
+        ready = sum(1 for w in in_core.values() if w.state is ScaleWorkerState.READY)
         missing = d.desired - (ready - len(plan.drained)) - starting
         if missing > 0:
             plan.start_to, plan.missing = len(alive) + missing, missing
@@ -323,7 +323,7 @@ class Autoscaler:
 
 
 def _ready(inp: ScaleInput | None) -> int:
-    return 0 if inp is None else sum(1 for w in inp.workers if w.state is WorkerState.READY)
+    return 0 if inp is None else sum(1 for w in inp.workers if w.state is ScaleWorkerState.READY)
 
 
 def _direction(d: ScaleDecision, inp: ScaleInput) -> str:

@@ -120,7 +120,7 @@ class Accepted:
 
 
 @dataclass(frozen=True)
-class Refused:
+class LeaseCheckFailed:
     reason: RefusalReason
     message: str
 
@@ -129,7 +129,7 @@ class Refused:
         return REFUSAL_CODES[self.reason]
 
 
-def check_start(view: LeaseView, claim: StartClaim) -> Accepted | Refused:
+def check_start(view: LeaseView, claim: StartClaim) -> Accepted | LeaseCheckFailed:
     """Accept `claim` only if a lease in `view` matches it exactly (see the module docstring)."""
     g = view.grants.get(claim.lease_id)
     where = f"{claim.worker_id}/{claim.slot}"
@@ -137,38 +137,38 @@ def check_start(view: LeaseView, claim: StartClaim) -> Accepted | Refused:
         # A lease that is gone while its slot was granted again is stale, not forged: say so.
         newer = [x.epoch for x in view.grants.values() if x.slot == claim.slot and x.epoch > claim.epoch]
         if newer:
-            return Refused(
+            return LeaseCheckFailed(
                 RefusalReason.STALE_EPOCH,
                 f"lease {claim.lease_id!r} is no longer live: slot {where} is held at epoch {max(newer)} "
                 f"(> {claim.epoch})",
             )
-        return Refused(
+        return LeaseCheckFailed(
             RefusalReason.UNKNOWN_LEASE,
             f"lease {claim.lease_id!r} is unknown to the scheduler on this worker's slots",
         )
     if g.tenant != claim.tenant:
-        return Refused(
+        return LeaseCheckFailed(
             RefusalReason.TENANT_MISMATCH,
             f"tenant {claim.tenant!r} does not match lease {g.lease_id!r} (granted to another tenant)",
         )
     if g.session_id != claim.session_id:
-        return Refused(
+        return LeaseCheckFailed(
             RefusalReason.SESSION_MISMATCH,
             f"session_id {claim.session_id!r} does not match lease {g.lease_id!r} "
             "(granted to another session)",
         )
     if (g.worker_id, g.slot) != (claim.worker_id, claim.slot):
-        return Refused(
+        return LeaseCheckFailed(
             RefusalReason.SLOT_MISMATCH,
             f"slot {where} does not match lease {g.lease_id!r} (granted slot {g.worker_id}/{g.slot})",
         )
     if claim.epoch < g.epoch:
-        return Refused(
+        return LeaseCheckFailed(
             RefusalReason.STALE_EPOCH,
             f"epoch {claim.epoch} is stale: lease {g.lease_id!r} is at epoch {g.epoch}",
         )
     if claim.epoch != g.epoch:
-        return Refused(
+        return LeaseCheckFailed(
             RefusalReason.EPOCH_MISMATCH,
             f"epoch {claim.epoch} does not match lease {g.lease_id!r} (epoch {g.epoch})",
         )
@@ -176,18 +176,18 @@ def check_start(view: LeaseView, claim: StartClaim) -> Accepted | Refused:
     if ref is None:
         return Accepted(g, None)
     if not g.resume_uri:
-        return Refused(
+        return LeaseCheckFailed(
             RefusalReason.SNAPSHOT_MISMATCH,
             f"resume_from {ref.uri!r} does not match lease {g.lease_id!r}, which resumes from no snapshot",
         )
     if ref.uri != g.resume_uri:
-        return Refused(
+        return LeaseCheckFailed(
             RefusalReason.SNAPSHOT_MISMATCH,
             f"resume_from {ref.uri!r} does not match lease {g.lease_id!r} (resume_from {g.resume_uri!r})",
         )
     if g.resume_sha256:
         if ref.sha256 and ref.sha256 != g.resume_sha256:
-            return Refused(
+            return LeaseCheckFailed(
                 RefusalReason.SNAPSHOT_MISMATCH,
                 f"resume_from.sha256 {ref.sha256!r} does not match lease {g.lease_id!r} "
                 f"(sha256 {g.resume_sha256!r})",

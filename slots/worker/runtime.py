@@ -6,12 +6,12 @@ the SnapshotRef the SDK passes to Yield). For actors hosted by slotsched workers
 always the same gRPC calls at the lease's `worker_address`, so a runtime should not write them:
 
     workers = WorkerClients(token=WORKER_TOKEN)           # the only thing a runtime names
-    async with client.session("sess-42", Qos.BESTEFFORT, **actor_callbacks(workers)) as s:
+    async with client.session("sess-42", QoS.BESTEFFORT, **actor_callbacks(workers)) as s:
         ...                                               # grants, yields, resumes: handled
 
 or, to also stop the actor when the session ends (recommended; see below),
 
-    async with actor_session(client, "sess-42", Qos.BESTEFFORT, workers) as s:
+    async with actor_session(client, "sess-42", QoS.BESTEFFORT, workers) as s:
         ...
 
 * on grant: `Worker.Start(session, tenant, slot, lease_id, epoch, resume_from)` on the granted
@@ -48,7 +48,7 @@ import grpc.aio
 
 from scheduler.api.gen.slotsched.v1 import worker_pb2, worker_pb2_grpc
 from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield
-from scheduler.client.types import LeaseInfo, Qos, SnapshotRef
+from scheduler.client.types import LeaseInfo, QoS, SnapshotRef
 
 log = logging.getLogger("slotsched.runtime")
 
@@ -389,7 +389,7 @@ def actor_callbacks(workers: WorkerClientFactory, tenant: str | None = None, **k
 async def actor_session(
     client: AsyncClient,
     session_id: str,
-    qos: Qos | str,
+    qos: QoS | str,
     workers: ActorRuntime | WorkerClientFactory,
     *,
     tenant: str | None = None,

@@ -36,7 +36,14 @@ from scheduler.api.gen.slotsched.v1 import common_pb2, worker_pb2, worker_pb2_gr
 from scheduler.core.types import SnapshotRef
 from scheduler.policy.identities import hash_token
 from slots.worker.host import ActorHost, HostError
-from slots.worker.leases import Accepted, LeaseSource, RefusalReason, Refused, StartClaim, check_start
+from slots.worker.leases import (
+    Accepted,
+    LeaseCheckFailed,
+    LeaseSource,
+    RefusalReason,
+    StartClaim,
+    check_start,
+)
 
 log = logging.getLogger("slotsched.worker")
 
@@ -139,7 +146,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                     resume,
                 )
             )
-            if isinstance(verdict, Refused):
+            if isinstance(verdict, LeaseCheckFailed):
                 await self._abort(context, _CODES[verdict.code], verdict.message)
             resume = verdict.resume_from
         try:
@@ -162,24 +169,28 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             )
         return worker_pb2.StartResponse(turns=result.turns, state_sha256=result.state_sha256)
 
-    async def _verify(self, claim: StartClaim) -> Accepted | Refused:
+    async def _verify(self, claim: StartClaim) -> Accepted | LeaseCheckFailed:
         """Check `claim` against the scheduler's view, refreshed once if it lacks the lease."""
         assert self.leases is not None
         arrived = time.monotonic()
         view = self.leases.view
         verdict = check_start(view, claim)
-        if isinstance(verdict, Refused) and claim.lease_id not in view.grants and view.as_of < arrived:
+        if (
+            isinstance(verdict, LeaseCheckFailed)
+            and claim.lease_id not in view.grants
+            and view.as_of < arrived
+        ):
             # The grant may be newer than the last heartbeat: ask the scheduler now, then decide.
             # (A lease the view lists does not change: no refresh, so refusals cost no heartbeat.)
             fresh = await self.leases.refresh(arrived)
             if fresh is None:
-                verdict = Refused(
+                verdict = LeaseCheckFailed(
                     RefusalReason.UNVERIFIED,
                     f"cannot verify lease {claim.lease_id!r}: the scheduler is not reachable; retry",
                 )
             else:
                 verdict = check_start(fresh, claim)
-        if isinstance(verdict, Refused):
+        if isinstance(verdict, LeaseCheckFailed):
             self.host.metrics.starts_refused.labels(verdict.reason.value).inc()
             log.warning(
                 "refused Start of session %r (tenant %r) on %s/%d lease %r epoch %d: %s: %s",

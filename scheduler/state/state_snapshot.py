@@ -1,4 +1,7 @@
-"""Snapshots of the scheduler's state: a versioned JSON document, readable across deploys.
+"""State snapshots: a dump of the scheduler's state as a versioned JSON document, readable across
+deploys. Named apart on purpose: "snapshot" alone means an actor checkpoint in this project
+(`snapshots/`, `SnapshotRef`, `snapshots.errors.StateSnapshotError`); a dump of the scheduler's state
+is a *state snapshot* (`StateSnapshotError`).
 
 A snapshot holds what the state *is*, not how this build indexes it, so a build with a changed
 core, policy or server still reads it (the journal is trimmed at every snapshot: an unreadable
@@ -57,11 +60,11 @@ _LABEL = "slotsched-snapshot"
 Doc = dict[str, Any]
 
 
-class SnapshotError(Exception):
+class StateSnapshotError(Exception):
     """The state cannot be snapshotted or restored."""
 
 
-class SnapshotMismatch(SnapshotError):
+class SnapshotMismatch(StateSnapshotError):
     """A snapshot in a format this build does not read (a newer one, or the old pickle)."""
 
 
@@ -163,7 +166,7 @@ def dumps(state: State) -> bytes:
         }
         return json.dumps(doc, allow_nan=False, separators=(",", ":")).encode()
     except (TypeError, ValueError, AttributeError) as e:
-        raise SnapshotError(f"cannot snapshot the scheduler state: {e}") from e
+        raise StateSnapshotError(f"cannot snapshot the scheduler state: {e}") from e
 
 
 # ------------------------------------------------------------------ read
@@ -180,9 +183,9 @@ def loads(data: bytes, written_by: str | None = None) -> State:
                 f"snapshot written by {written_by!r} is a pickle of an earlier build (format 1); "
                 f"this build reads formats {sorted(_READERS)}"
             ) from e
-        raise SnapshotError(f"cannot read the snapshot: not JSON ({e})") from e
+        raise StateSnapshotError(f"cannot read the snapshot: not JSON ({e})") from e
     if not isinstance(doc, dict) or not isinstance(doc.get("format"), int):
-        raise SnapshotError("the snapshot does not hold a slotsched state (no format number)")
+        raise StateSnapshotError("the snapshot does not hold a slotsched state (no format number)")
     fmt = doc["format"]
     reader = _READERS.get(fmt)
     if reader is None:
@@ -193,10 +196,10 @@ def loads(data: bytes, written_by: str | None = None) -> State:
         )
     try:
         return reader(doc)
-    except SnapshotError:
+    except StateSnapshotError:
         raise
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, PolicyError) as e:
-        raise SnapshotError(f"cannot read the snapshot (format {fmt}): {type(e).__name__}: {e}") from e
+        raise StateSnapshotError(f"cannot read the snapshot (format {fmt}): {type(e).__name__}: {e}") from e
 
 
 def _read_v2(doc: Doc) -> State:
