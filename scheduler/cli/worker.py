@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 
-#: The same default as slots.worker.main (not imported here: it pulls in gRPC).
-DEFAULT_SNAPSHOTS = os.path.join(tempfile.gettempdir(), "slotsched-snapshots")
+from slots.worker.defaults import DEFAULT_SNAPSHOTS
 
 
 def _positive_float(text: str) -> float:

@@ -135,8 +135,6 @@ def from_refused(r: Refused, tenant: str) -> RpcFailure:
         return permission_denied(r.message)
     if r.reason is RefuseReason.SHUTTING_DOWN:
         return unavailable()
-    if r.reason is RefuseReason.DRAINING_POOL:
-        return RpcFailure(grpc.StatusCode.UNAVAILABLE, r.message)
     # DUPLICATE_SESSION is answered by re-attaching; reaching here is a server bug.
     return RpcFailure(grpc.StatusCode.INTERNAL, f"unexpected refusal {r.reason}: {r.message}")
 

@@ -57,7 +57,7 @@ from scheduler.sim.workload import SessionPlan
 _ARRIVE, _COMPLETE, _YIELD_ACK, _RENEW, _TICK, _HOOK, _RETRY = range(7)
 
 # Refusals a client retries: room may appear later. The others could never be served.
-RETRYABLE = frozenset({RefuseReason.QUEUE_FULL, RefuseReason.TENANT_QUEUE_FULL, RefuseReason.DRAINING_POOL})
+RETRYABLE = frozenset({RefuseReason.QUEUE_FULL, RefuseReason.TENANT_QUEUE_FULL})
 
 
 @dataclass

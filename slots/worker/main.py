@@ -20,10 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import sys
-import tempfile
 import threading
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -36,6 +34,7 @@ from scheduler.api.gen.slotsched.v1 import worker_pb2_grpc
 from scheduler.listen import ListenError, add_grpc_port, check_bindable, start_metrics_http
 from slots.worker.actor import ActorConfig
 from slots.worker.agent import STOPPED, WorkerAgent
+from slots.worker.defaults import DEFAULT_SNAPSHOTS
 from slots.worker.host import ActorHost
 from slots.worker.metrics import WorkerMetrics
 from slots.worker.service import WorkerService
@@ -43,8 +42,6 @@ from snapshots.config import store_from_url
 from snapshots.store import SnapshotStore
 
 log = logging.getLogger("slotsched.worker")
-
-DEFAULT_SNAPSHOTS = os.path.join(tempfile.gettempdir(), "slotsched-snapshots")
 
 
 def split_hostport(text: str) -> tuple[str, int]:
