@@ -2,7 +2,7 @@
 
 The workload (`scheduler/sim/bursty.py`): quiet, a burst of Burstable and BestEffort sessions
 with Guaranteed arrivals during it, quiet again. The elastic pool is the autoscaler loop the
-server runs (`slots/autoscaler.py`, deciding every `--period` seconds), in virtual time; new
+server runs (`slots/autoscaler/loop.py`, deciding every `--period` seconds), in virtual time; new
 workers are ready `startDelaySeconds` after being asked for. The static pools are the sizes one
 would otherwise pick: the maximum (never short, always paid for) and the quiet-hours size.
 

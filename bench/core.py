@@ -33,7 +33,7 @@ from scheduler.core.types import (  # noqa: E402
     WorkerAdded,
     WorkerId,
 )
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec  # noqa: E402
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec  # noqa: E402
 
 SLOTS = 512
 

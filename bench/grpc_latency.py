@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 import grpc  # noqa: E402
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc  # noqa: E402
-from scheduler.policy_load import hash_token  # noqa: E402
+from scheduler.policy.identities import hash_token  # noqa: E402
 
 TOKEN = "bench-token"
 NOOP_METHOD = "/bench.Noop/Call"

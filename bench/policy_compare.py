@@ -5,7 +5,7 @@ Steps, each the library call behind a CLI command (bench/README.md gives the com
      --sessions; by default the shipped 60-session sample, each drawn five times) started
      by the Azure LLM conversation arrival process over its 58 minutes, 12 Zipf-sized tenants,
      classes 10% Guaranteed / 50% Burstable / 40% BestEffort, 30 s idle threshold, seed 1; and a
-     policy sized to it (scheduler/trace_policy.py) for 24 workers x 2 slots, at most 48 workers.
+     policy sized to it (scheduler/sim/traces/policy.py) for 24 workers x 2 slots, at most 48 workers.
   2. `slotsched simulate --compare --until 14400`: every contender on that workload and pool for
      four virtual hours; report.md and PNGs in --out.
 Runs in well under 3 minutes on 2 cores (about 15 s of CPU).
@@ -23,13 +23,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scheduler.policy_load import policy_to_yaml  # noqa: E402
-from scheduler.sim.compare import compare, sample_every, write_outputs  # noqa: E402
-from scheduler.sim.compare_metrics import RunFigures  # noqa: E402
+from scheduler.policy.yaml_io import policy_to_yaml  # noqa: E402
+from scheduler.sim.compare.metrics import RunFigures  # noqa: E402
+from scheduler.sim.compare.run import compare, sample_every, write_outputs  # noqa: E402
 from scheduler.sim.simulator import SimConfig  # noqa: E402
+from scheduler.sim.traces.convert import (  # noqa: E402
+    SAMPLE_ARRIVALS,
+    SAMPLE_SESSIONS,
+    ImportConfig,
+    import_files,
+    samples_dir,
+)
+from scheduler.sim.traces.policy import policy_for  # noqa: E402
 from scheduler.sim.workload import write_workload  # noqa: E402
-from scheduler.trace_policy import policy_for  # noqa: E402
-from scheduler.traces import SAMPLE_ARRIVALS, SAMPLE_SESSIONS, ImportConfig, import_files, samples_dir  # noqa: E402
 
 
 def _best(figs: list[RunFigures], key: str, lower: bool = True) -> RunFigures:

@@ -47,12 +47,12 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from scheduler.client import AsyncClient, Phase, Qos  # noqa: E402
+from scheduler.client import AsyncClient, Phase, QoS  # noqa: E402
 from scheduler.core.types import Decision, Granted, YieldCause, YieldRequested  # noqa: E402
-from scheduler.policy_load import hash_token  # noqa: E402
+from scheduler.policy.identities import hash_token  # noqa: E402
 from scheduler.server.app import start_server  # noqa: E402
-from scheduler.worker.actor import TRAILER_SIZE  # noqa: E402
-from scheduler.worker.runtime import ActorRuntime, WorkerClients, actor_session  # noqa: E402
+from slots.worker.actor import TRAILER_SIZE  # noqa: E402
+from slots.worker.runtime import ActorRuntime, WorkerClients, actor_session  # noqa: E402
 from tests.fixtures_s3 import AWS_TEST_ENV, MotoServer, free_port, make_bucket, s3_client  # noqa: E402
 
 MiB = 1 << 20
@@ -168,7 +168,7 @@ async def measure_size(
     ytg_before = len(observer.samples)
     base: list[float] = []
     try:
-        async with actor_session(batch, f"be-{size}", Qos.BESTEFFORT, runtime) as be:
+        async with actor_session(batch, f"be-{size}", QoS.BESTEFFORT, runtime) as be:
 
             async def one_turn() -> bool:
                 status = await workers(be.worker_address).status()
@@ -181,7 +181,7 @@ async def measure_size(
                     ytg_before = len(observer.samples) + 1
                 else:
                     base.append(b)
-                async with actor_session(sre, f"g-{size}-{time.time_ns()}", Qos.GUARANTEED, runtime):
+                async with actor_session(sre, f"g-{size}-{time.time_ns()}", QoS.GUARANTEED, runtime):
                     assert be.yields >= 1 and be.resume_from is not None
                     assert be.resume_from.size_bytes == size, be.resume_from
                 # The incident is over: the BestEffort actor comes back from its snapshot.

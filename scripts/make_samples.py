@@ -39,9 +39,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scheduler.core.types import QoS  # noqa: E402
+from scheduler.sim.traces.convert import (  # noqa: E402
+    SAMPLE_ARRIVALS,
+    SAMPLE_SESSIONS,
+    ImportConfig,
+    import_files,
+    samples_dir,
+)
+from scheduler.sim.traces.policy import policy_for  # noqa: E402
 from scheduler.sim.workload import Period, SessionPlan, write_workload  # noqa: E402
-from scheduler.trace_policy import policy_for  # noqa: E402
-from scheduler.traces import SAMPLE_ARRIVALS, SAMPLE_SESSIONS, ImportConfig, import_files, samples_dir  # noqa: E402
 
 # Where this team keeps the full traces; anyone else passes --sessions/--arrivals.
 FULL_DATA = ROOT.parent / "shared" / "data"
@@ -166,7 +172,7 @@ def busy_300(seed: int = 3, sessions: int = 300, window_s: float = 1800.0) -> li
 
 def write_imported(sessions: Path, arrivals: Path, out: Path) -> int:
     """What `slotsched trace import … --out agent-sessions.csv --policy-out …` writes."""
-    from scheduler.policy_load import policy_to_yaml
+    from scheduler.policy.yaml_io import policy_to_yaml
 
     a = IMPORT_ARGS
     plans = import_files(sessions, arrivals, ImportConfig(tenants=a["tenants"], seed=a["seed"]))

@@ -1,1 +1,2 @@
-"""Pool model, worker agent, autoscaler decision and actuators."""
+"""The supply side: the worker agent and reference worker (`worker`), the pool and its autoscaler
+(`autoscaler`) and actuators (`actuators`)."""

@@ -41,7 +41,7 @@ from scheduler.core.types import (
     YieldCancelled,
     YieldRequested,
 )
-from scheduler.policy import Policy, PoolSpec, TenantSpec, TimingSpec
+from scheduler.policy.model import Policy, PoolSpec, TenantSpec, TimingSpec
 
 CLASS = {"g": QoS.GUARANTEED, "b": QoS.BURSTABLE, "be": QoS.BEST_EFFORT}
 
@@ -55,7 +55,7 @@ def policy(
     max_pending: int = 10000,
     per_tenant: int = 1000,
 ) -> Policy:
-    from scheduler.policy import QueueSpec
+    from scheduler.policy.model import QueueSpec
 
     return Policy(
         pool=PoolSpec(floor=floor),

@@ -46,7 +46,7 @@ from scheduler.api.gen.slotsched.v1 import (
     scheduler_pb2_grpc,
     workers_pb2_grpc,
 )
-from scheduler.policy_load import hash_token
+from scheduler.policy.identities import hash_token
 from scheduler.server.app import RunningServer, start_server
 
 T = TypeVar("T")

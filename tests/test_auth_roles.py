@@ -19,7 +19,8 @@ import yaml
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, workers_pb2
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
-from scheduler.policy_load import parse_policy, role_for_token
+from scheduler.policy.identities import role_for_token
+from scheduler.policy.yaml_io import parse_policy
 
 pytest.register_assert_rewrite("tests.grpc_fixtures")  # imported before pytest loads it as a plugin
 from tests.grpc_fixtures import (  # noqa: E402

@@ -9,16 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.policy import AutoscalerSpec, Policy, PoolSpec
-from slots.autoscale_decision import (
+from scheduler.policy.model import AutoscalerSpec, Policy, PoolSpec
+from slots.autoscaler.decision import (
     Reason,
     ScaleConfig,
     ScaleDecision,
     ScaleHistory,
     ScaleInput,
     ScaleUp,
-    WorkerState,
-    WorkerView,
+    ScaleWorker,
+    ScaleWorkerState,
     decide,
 )
 
@@ -28,19 +28,23 @@ CFG = replace(ScaleConfig.from_policy(Policy()), min_workers=1, max_workers=20)
 
 
 def w(
-    wid: str, busy: int = 0, cost: float = 0.0, since: float = 0.0, state: WorkerState = WorkerState.READY
-) -> WorkerView:
-    return WorkerView(wid, state, busy, cost, since)
+    wid: str,
+    busy: int = 0,
+    cost: float = 0.0,
+    since: float = 0.0,
+    state: ScaleWorkerState = ScaleWorkerState.READY,
+) -> ScaleWorker:
+    return ScaleWorker(wid, state, busy, cost, since)
 
 
-def idle(n: int) -> tuple[WorkerView, ...]:
+def idle(n: int) -> tuple[ScaleWorker, ...]:
     """n idle ready workers w0..w{n-1}, the higher the id the newer."""
     return tuple(w(f"w{i}", since=float(i)) for i in range(n))
 
 
 @dataclass(frozen=True)
 class Case:
-    workers: tuple[WorkerView, ...]
+    workers: tuple[ScaleWorker, ...]
     want_desired: int
     want_reason: Reason
     busy: dict[str, int] = field(default_factory=dict)
@@ -233,8 +237,8 @@ CASES = [
         Case(
             (
                 *(w(f"w{i}", busy=1, cost=float(i)) for i in range(4)),
-                w("d0", 1, state=WorkerState.DRAINING),
-                w("d1", 1, state=WorkerState.DRAINING),
+                w("d0", 1, state=ScaleWorkerState.DRAINING),
+                w("d1", 1, state=ScaleWorkerState.DRAINING),
             ),
             3,
             Reason.SCALE_DOWN,
@@ -336,7 +340,7 @@ def worlds(draw: st.DrawFn) -> tuple[ScaleInput, ScaleConfig, ScaleHistory]:
         scale_down_cooldown_s=draw(st.floats(0, 120)),
     )
     spw = draw(st.integers(1, 4))
-    states = draw(st.lists(st.sampled_from(WorkerState), max_size=25))
+    states = draw(st.lists(st.sampled_from(ScaleWorkerState), max_size=25))
     workers = tuple(
         w(f"w{i}", draw(st.integers(0, spw)), draw(st.floats(0, 100)), draw(st.floats(0, NOW)), s)
         for i, s in enumerate(states)
@@ -359,7 +363,7 @@ def worlds(draw: st.DrawFn) -> tuple[ScaleInput, ScaleConfig, ScaleHistory]:
 def test_properties(world: tuple[ScaleInput, ScaleConfig, ScaleHistory]) -> None:
     inp, cfg, hist = world
     d = decide(inp, cfg, hist)
-    ready = [x.worker_id for x in inp.workers if x.state is WorkerState.READY]
+    ready = [x.worker_id for x in inp.workers if x.state is ScaleWorkerState.READY]
     current = len(ready)
     assert cfg.min_workers <= d.desired <= cfg.max_workers
     assert set(d.drain) <= set(ready) and len(set(d.drain)) == len(d.drain) == max(0, current - d.desired)

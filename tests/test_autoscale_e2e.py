@@ -53,11 +53,11 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2
-from scheduler.client import AsyncClient, AsyncSession, LeaseInfo, NotFound, Qos
-from scheduler.policy_load import hash_token
+from scheduler.client import AsyncClient, AsyncSession, LeaseInfo, NotFound, QoS
+from scheduler.policy.identities import hash_token
 from scheduler.server.app import RunningServer, start_server
-from scheduler.worker.actor import Actor
-from scheduler.worker.runtime import ActorRuntime, Started, WorkerClients, actor_session
+from slots.worker.actor import Actor
+from slots.worker.runtime import ActorRuntime, Started, WorkerClients, actor_session
 from tests.grpc_fixtures import ADMIN_TOKEN, WORKER_TOKEN, Client, policy_yaml, write_policy
 
 T = TypeVar("T")
@@ -78,13 +78,13 @@ TENANTS: list[dict[str, Any]] = [
     {"name": "batch", "guaranteed": 0, "burstable": {"nominal": 0, "limit": 0}},
 ]
 # In arrival order: the Guaranteed one first, BestEffort last, so nobody is preempted on the way up.
-SESSIONS: tuple[tuple[str, str, Qos], ...] = (
-    ("g-1", "acme", Qos.GUARANTEED),
-    ("b-1", "acme", Qos.BURSTABLE),
-    ("b-2", "acme", Qos.BURSTABLE),
-    ("b-3", "acme", Qos.BURSTABLE),
-    ("be-1", "batch", Qos.BESTEFFORT),
-    ("be-2", "batch", Qos.BESTEFFORT),
+SESSIONS: tuple[tuple[str, str, QoS], ...] = (
+    ("g-1", "acme", QoS.GUARANTEED),
+    ("b-1", "acme", QoS.BURSTABLE),
+    ("b-2", "acme", QoS.BURSTABLE),
+    ("b-3", "acme", QoS.BURSTABLE),
+    ("be-1", "batch", QoS.BESTEFFORT),
+    ("be-2", "batch", QoS.BESTEFFORT),
 )
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc for process state")
@@ -224,7 +224,7 @@ class Held:
 
     sid: str
     tenant: str
-    qos: Qos
+    qos: QoS
     leave: asyncio.Event = field(default_factory=asyncio.Event)
     session: AsyncSession | None = None
     lost_lease_seen: bool = False

@@ -28,9 +28,10 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
-from scheduler.policy import AutoscalerSpec, Policy, PoolSpec, TenantSpec, TimingSpec
+from scheduler.policy.model import AutoscalerSpec, Policy, PoolSpec, TenantSpec, TimingSpec
 from slots.actuators.base import ScaleNote, WorkerInfo, WorkerPhase
-from slots.autoscaler import Autoscaler, CoreDemand, CoreMembership, scale_input_from_pool
+from slots.autoscaler.demand import CoreDemand, CoreMembership, scale_input_from_pool
+from slots.autoscaler.loop import Autoscaler
 
 
 class FakeActuator:

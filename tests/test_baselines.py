@@ -39,7 +39,7 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 from scheduler.sim.autoscalers import Demo, Hpa, Keda, Observation, Polling, Rule, WeightedFormula
 from scheduler.sim.baselines.common import Baseline
 from scheduler.sim.baselines.fifo import Fifo

@@ -37,7 +37,7 @@ from scheduler.client import (
     NoQuota,
     NotFound,
     Phase,
-    Qos,
+    QoS,
     QueueFull,
     QueueInfo,
     SessionInfo,
@@ -58,15 +58,18 @@ ACME, GLOBEX, BATCH = TOKENS["acme"], TOKENS["globex"], TOKENS["batch"]
 
 
 def test_qos_round_trip_and_parse() -> None:
-    for q in Qos:
-        assert Qos.from_proto(q.to_proto()) is q
-    assert Qos.parse("BestEffort") is Qos.BESTEFFORT
-    assert Qos.parse("best_effort") is Qos.BESTEFFORT
-    assert Qos.parse(Qos.GUARANTEED) is Qos.GUARANTEED
+    for q in QoS:
+        assert QoS.from_proto(q.to_proto()) is q
+    assert QoS.parse("BestEffort") is QoS.BESTEFFORT
+    from scheduler.client import Qos  # the deprecated alias still imports
+
+    assert Qos is QoS
+    assert QoS.parse("best_effort") is QoS.BESTEFFORT
+    assert QoS.parse(QoS.GUARANTEED) is QoS.GUARANTEED
     with pytest.raises(ValueError):
-        Qos.from_proto(common_pb2.QOS_CLASS_UNSPECIFIED)
+        QoS.from_proto(common_pb2.QOS_CLASS_UNSPECIFIED)
     with pytest.raises(ValueError):
-        Qos.parse("platinum")
+        QoS.parse("platinum")
 
 
 def test_snapshot_ref_round_trip() -> None:
@@ -90,7 +93,7 @@ def test_lease_info_round_trip_and_unset_fields() -> None:
         worker_address="127.0.0.1:7000",
         expires_at=now + timedelta(seconds=30),
         resume_from=SnapshotRef(uri="file:///snap"),
-        qos=Qos.BURSTABLE,
+        qos=QoS.BURSTABLE,
         tenant="acme",
         granted_at=now,
     )
@@ -118,7 +121,7 @@ def test_queue_and_session_info_from_proto() -> None:
     )
     info = SessionInfo.from_proto(st)
     assert info.phase is Phase.QUEUED and info.queue == QueueInfo(4, None) and info.lease is None
-    assert info.qos is Qos.GUARANTEED
+    assert info.qos is QoS.GUARANTEED
     ended = SessionInfo.from_proto(
         scheduler_pb2.SessionState(
             session_id="s",
@@ -292,7 +295,7 @@ def test_async_acquire_release() -> None:
                 assert lease.phase is Phase.HOLDING
                 info = lease.lease
                 assert info is not None and info.session_id == "s-basic"
-                assert info.qos is Qos.BURSTABLE and info.tenant == "acme" and info.epoch >= 1
+                assert info.qos is QoS.BURSTABLE and info.tenant == "acme" and info.epoch >= 1
                 assert lease.lease_id == info.lease_id and lease.resume_from is None
                 assert info.expires_at is not None and info.expires_at > datetime.now(UTC)
                 server_view = await client.get_session("s-basic")
@@ -315,31 +318,31 @@ def test_refusals_are_typed_errors_from_aenter() -> None:
             async with AsyncClient(server.target, token=GLOBEX) as globex:
                 # globex has no Guaranteed quota: refused at once, never queued.
                 with pytest.raises(NoQuota) as no_quota:
-                    async with globex.session("g-nope", Qos.GUARANTEED):
+                    async with globex.session("g-nope", QoS.GUARANTEED):
                         pytest.fail("entered a session that has no quota")
                 assert isinstance(no_quota.value.__cause__, grpc.aio.AioRpcError)
-                async with globex.session("first", Qos.BURSTABLE):
+                async with globex.session("first", QoS.BURSTABLE):
                     pass  # one hold observed: from now on waits are estimated
-                async with globex.session("holder", Qos.BURSTABLE):
+                async with globex.session("holder", QoS.BURSTABLE):
                     # Queued past wait_timeout: withdrawn, AcquireTimeout.
                     t0 = time.monotonic()
                     with pytest.raises(AcquireTimeout):
-                        async with globex.session("impatient", Qos.BURSTABLE, wait_timeout_s=0.3):
+                        async with globex.session("impatient", QoS.BURSTABLE, wait_timeout_s=0.3):
                             pytest.fail("granted while the only slot is held")
                     assert time.monotonic() - t0 < 5
                     # The tenant's queue cap is 1: a second waiter is refused with a retry hint.
-                    waiter = globex.session("waiter", Qos.BURSTABLE)
+                    waiter = globex.session("waiter", QoS.BURSTABLE)
                     waiter.start()
                     await waiter.wait_until(lambda s: s.queue is not None, 5)
                     with pytest.raises(QueueFull) as full:
-                        async with globex.session("one-too-many", Qos.BURSTABLE):
+                        async with globex.session("one-too-many", QoS.BURSTABLE):
                             pytest.fail("queued past the tenant cap")
                     assert full.value.retry_after_s is not None and full.value.retry_after_s > 0
                     assert full.value.estimated_wait_s is not None and full.value.estimated_wait_s > 0
                     await waiter.release()
                     assert waiter.end_reason == "withdrawn"
                 with pytest.raises(InvalidArgument):
-                    async with globex.session("x" * 300, Qos.BURSTABLE):
+                    async with globex.session("x" * 300, QoS.BURSTABLE):
                         pass
 
         asyncio.run(body())
@@ -350,10 +353,10 @@ def test_queue_position_visible_then_granted_on_release() -> None:
 
         async def body() -> None:
             async with AsyncClient(server.target, token=ACME) as client:
-                holder = client.session("holder", Qos.BURSTABLE)
+                holder = client.session("holder", QoS.BURSTABLE)
                 await holder.__aenter__()
-                first = client.session("first", Qos.BURSTABLE)
-                second = client.session("second", Qos.BURSTABLE)
+                first = client.session("first", QoS.BURSTABLE)
+                second = client.session("second", QoS.BURSTABLE)
                 first.start()
                 await first.wait_until(lambda s: s.queue is not None, 5)
                 second.start()
@@ -391,12 +394,12 @@ def test_besteffort_yields_to_guaranteed_and_resumes_from_its_snapshot() -> None
             async with (
                 AsyncClient(server.target, token=BATCH) as batch,
                 AsyncClient(server.target, token=ACME) as acme,
-                batch.session("batch-1", Qos.BESTEFFORT, on_yield=checkpoint, on_grant=start_actor) as be,
+                batch.session("batch-1", QoS.BESTEFFORT, on_yield=checkpoint, on_grant=start_actor) as be,
             ):
                 first = be.lease
                 assert first is not None and first.resume_from is None
                 assert [g.lease_id for g in grants] == [first.lease_id]
-                async with acme.session("urgent", Qos.GUARANTEED) as g:
+                async with acme.session("urgent", QoS.GUARANTEED) as g:
                     # The slot was yielded to the Guaranteed request (our own stream may report
                     # it a moment after the other client's grant).
                     assert g.slot == first.slot
@@ -437,9 +440,9 @@ def test_failing_on_grant_after_a_regrant_gives_the_slot_back() -> None:
             async with (
                 AsyncClient(server.target, token=BATCH) as batch,
                 AsyncClient(server.target, token=ACME) as acme,
-                batch.session("batch-3", Qos.BESTEFFORT, on_yield=checkpoint, on_grant=start_actor) as be,
+                batch.session("batch-3", QoS.BESTEFFORT, on_yield=checkpoint, on_grant=start_actor) as be,
             ):
-                async with acme.session("urgent-3", Qos.GUARANTEED):
+                async with acme.session("urgent-3", QoS.GUARANTEED):
                     await be.wait_until(lambda s: s.yields == 1, 5)
                 # Re-granted when the Guaranteed session left; the restore fails: the session
                 # releases the lease instead of pinning the only slot with no actor on it.
@@ -448,7 +451,7 @@ def test_failing_on_grant_after_a_regrant_gives_the_slot_back() -> None:
                 assert isinstance(be.error, GrantFailed) and isinstance(be.error.__cause__, RuntimeError)
                 assert be.resume_from == SnapshotRef(uri=f"file:///snapshots/batch-3/{starts[0].epoch}")
                 # The slot is free: another session gets it at once.
-                async with acme.session("next", Qos.BURSTABLE, wait_timeout_s=2) as nxt:
+                async with acme.session("next", QoS.BURSTABLE, wait_timeout_s=2) as nxt:
                     assert nxt.slot == starts[1].slot
 
         asyncio.run(body())
@@ -465,9 +468,9 @@ def test_failing_on_yield_does_not_yield_and_is_revoked_at_the_deadline() -> Non
                 AsyncClient(server.target, token=BATCH) as batch,
                 AsyncClient(server.target, token=ACME) as acme,
             ):
-                be = batch.session("batch-2", Qos.BESTEFFORT, on_yield=broken_checkpoint)
+                be = batch.session("batch-2", QoS.BESTEFFORT, on_yield=broken_checkpoint)
                 await be.__aenter__()
-                async with acme.session("urgent-2", Qos.GUARANTEED):
+                async with acme.session("urgent-2", QoS.GUARANTEED):
                     await be.wait_until(lambda s: s.phase is Phase.QUEUED, 5)
                     assert be.yields == 0 and be.lost_lease.is_set() and be.lease is None
                     assert [type(e) for e in be.callback_errors] == [OSError]
@@ -508,12 +511,12 @@ def test_a_yield_called_off_during_the_checkpoint_keeps_the_lease() -> None:
                 AsyncClient(server.target, token=GLOBEX) as beta,
                 AsyncClient(server.target, token=ACME) as alpha,
                 beta.session(
-                    "beta-1", Qos.BURSTABLE, on_yield=checkpoint, on_yield_cancelled=on_cancel
+                    "beta-1", QoS.BURSTABLE, on_yield=checkpoint, on_yield_cancelled=on_cancel
                 ) as held,
             ):
                 first = held.lease
                 assert first is not None
-                waiter = alpha.session("alpha-1", Qos.BURSTABLE, wait_timeout_s=1.0)
+                waiter = alpha.session("alpha-1", QoS.BURSTABLE, wait_timeout_s=1.0)
                 waiter.start()
                 await asyncio.wait_for(checkpointing.wait(), 5)
                 assert held.phase is Phase.YIELDING
@@ -545,7 +548,7 @@ def test_reattach_after_broken_stream_keeps_the_lease() -> None:
                     AsyncClient(f"127.0.0.1:{proxy.port}", token=ACME) as client,
                     AsyncClient(server.target, token=ACME) as direct,
                 ):
-                    async with client.session("sticky", Qos.BURSTABLE) as lease:
+                    async with client.session("sticky", QoS.BURSTABLE) as lease:
                         before = (lease.lease_id, lease.epoch)
                         for _ in range(2):
                             assert proxy.cut() >= 1
@@ -571,7 +574,7 @@ def test_reattach_gives_up_when_the_server_stays_unavailable() -> None:
 
         async def body() -> None:
             client = AsyncClient(server.target, token=ACME, reattach_timeout_s=0.6)
-            async with client, client.session("orphan", Qos.BURSTABLE) as lease:
+            async with client, client.session("orphan", QoS.BURSTABLE) as lease:
                 # Shutting down: open streams end UNAVAILABLE, new calls are refused UNAVAILABLE.
                 server.call_async(lambda s: s.begin_shutdown())
                 await asyncio.wait_for(lease.ended.wait(), 5)
@@ -602,7 +605,7 @@ def test_a_dead_address_fails_soon_saying_it_could_not_connect(caplog: pytest.Lo
         async with AsyncClient(target, token=ACME, connect_timeout_s=1.5, reattach_timeout_s=30) as client:
             t0 = time.monotonic()
             with pytest.raises(Unavailable) as ei:
-                async with client.session("never", Qos.BURSTABLE):
+                async with client.session("never", QoS.BURSTABLE):
                     raise AssertionError("granted by nobody")
             took = time.monotonic() - t0
             assert took < 4.0, took
@@ -634,7 +637,7 @@ def test_a_silent_address_does_not_hang_the_first_attach() -> None:
             async with AsyncClient(target, token=ACME, connect_timeout_s=1.0) as client:
                 t0 = time.monotonic()
                 with pytest.raises(Unavailable, match="could not connect") as ei:
-                    await client.session("mute", Qos.BURSTABLE).wait_granted(10)
+                    await client.session("mute", QoS.BURSTABLE).wait_granted(10)
                 assert time.monotonic() - t0 < 4.0 and target in str(ei.value)
         finally:
             for w in held:
@@ -648,7 +651,7 @@ def test_sync_client_against_a_dead_address_fails_soon() -> None:
     target = f"127.0.0.1:{_closed_port()}"
     with Client(target, token=ACME, connect_timeout_s=1.0) as client:
         t0 = time.monotonic()
-        with pytest.raises(Unavailable, match="could not connect"), client.session("never", Qos.BURSTABLE):
+        with pytest.raises(Unavailable, match="could not connect"), client.session("never", QoS.BURSTABLE):
             pass
         assert time.monotonic() - t0 < 4.0
 
@@ -660,7 +663,7 @@ def test_sync_client_basic_flow() -> None:
             with client.session("sync-1", "burstable", on_grant=granted.append) as lease:
                 assert lease.phase is Phase.HOLDING and lease.lease is not None
                 assert [g.lease_id for g in granted] == [lease.lease_id]
-                waiter = client.session("sync-2", Qos.BURSTABLE)
+                waiter = client.session("sync-2", QoS.BURSTABLE)
                 waiter.start()
                 waiter.wait_until(lambda s: s.queue is not None, 5)
                 assert waiter.queue == QueueInfo(0, waiter.queue.estimated_wait_s)
@@ -701,7 +704,7 @@ def test_sigkilled_holder_lease_expires_and_slot_goes_to_next_waiter() -> None:
             line = child.stdout.readline().split()
             assert len(line) == 2, "the holder did not get a lease"
             with Client(server.target, token=ACME) as client:
-                waiter = client.session("next", Qos.BURSTABLE)
+                waiter = client.session("next", QoS.BURSTABLE)
                 waiter.start()
                 waiter.wait_until(lambda s: s.queue is not None, 5)
                 # While the child lives, its SDK renews: the lease outlives the TTL.

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from scheduler.core.types import QoS
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
-from scheduler.policy_load import policy_to_yaml
-from scheduler.sim.compare import run_compare
-from scheduler.sim.compare_metrics import RunFigures, jain
-from scheduler.sim.compare_report import verdicts
-from scheduler.sim.contenders import STATIC, roster
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.policy.yaml_io import policy_to_yaml
+from scheduler.sim.compare.contenders import STATIC, roster
+from scheduler.sim.compare.metrics import RunFigures, jain
+from scheduler.sim.compare.report import verdicts
+from scheduler.sim.compare.run import run_compare
 from scheduler.sim.workload import Period, SessionPlan, write_workload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,7 +137,7 @@ def test_verdicts_name_the_winner_and_the_price_where_slotsched_loses() -> None:
 
 
 def test_progress_bar_draws_in_place_on_a_terminal() -> None:
-    from scheduler.sim.compare import Progress
+    from scheduler.sim.compare.run import Progress
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from scheduler.core.types import QoS
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec
 from scheduler.sim.stats import Sample, SimStats
 from scheduler.sim.workload import Period, SessionPlan
 
@@ -31,7 +31,7 @@ def stats(waits: dict[str, list[float]] | None = None, held: list[dict[str, int]
 
 
 def test_time_unit_follows_the_span() -> None:
-    from scheduler.sim.compare_plots import time_unit
+    from scheduler.sim.compare.plots import time_unit
 
     assert time_unit(90) == (1.0, "seconds")
     assert time_unit(300) == (60.0, "minutes")  # a 5-minute run, not 0.08 hours
@@ -40,7 +40,7 @@ def test_time_unit_follows_the_span() -> None:
 
 
 def test_a_single_grant_draws_a_visible_step_and_nothing_is_a_blank() -> None:
-    from scheduler.sim.compare_plots import cdf_lines, cdf_xlim
+    from scheduler.sim.compare.plots import cdf_lines, cdf_xlim
 
     (line,) = cdf_lines([("slotsched", stats({"guaranteed": [48.0]}))], "guaranteed")
     assert line.xs == [48.0, 48.0] and line.ys == [0.0, 1.0]  # from 0 to 1 at 48 s
@@ -51,7 +51,7 @@ def test_a_single_grant_draws_a_visible_step_and_nothing_is_a_blank() -> None:
 
 
 def test_identical_curves_are_one_line_naming_every_contender() -> None:
-    from scheduler.sim.compare_plots import cdf_lines
+    from scheduler.sim.compare.plots import cdf_lines
 
     same = {"burstable": [0.0, 3.0]}
     lines = cdf_lines(
@@ -62,7 +62,7 @@ def test_identical_curves_are_one_line_naming_every_contender() -> None:
 
 
 def test_legend_lists_others_only_when_there_are_other_tenants() -> None:
-    from scheduler.sim.compare_plots import OTHERS, POOL, TOP_TENANTS, tenant_legend
+    from scheduler.sim.compare.plots import OTHERS, POOL, TOP_TENANTS, tenant_legend
 
     two = [("a", stats(held=[{"big": 3, "small": 1}])), ("b", stats(held=[{"big": 2}]))]
     assert tenant_legend(two) == ["big", "small", POOL]
@@ -73,7 +73,7 @@ def test_legend_lists_others_only_when_there_are_other_tenants() -> None:
 
 
 def test_plots_of_a_tiny_run_are_drawn(tmp_path: Path) -> None:
-    from scheduler.sim.compare_plots import draw_all
+    from scheduler.sim.compare.plots import draw_all
 
     runs = [("slotsched", stats({"guaranteed": [48.0]}, [{"sre": 1}, {"sre": 0}])), ("fifo", stats())]
     for p in draw_all(runs, tmp_path, {"slotsched": "static", "fifo": "static"}):
@@ -90,11 +90,11 @@ def test_compare_without_matplotlib_writes_report_and_json_and_says_how_to_get_p
             raise ImportError(f"No module named {name!r}")
         return real_import(name, *args, **kwargs)
 
-    for mod in [m for m in sys.modules if m.startswith("matplotlib") or m == "scheduler.sim.compare_plots"]:
+    for mod in [m for m in sys.modules if m.startswith("matplotlib") or m == "scheduler.sim.compare.plots"]:
         monkeypatch.delitem(sys.modules, mod)
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
-    monkeypatch.delitem(sys.modules, "scheduler.sim.compare", raising=False)
-    from scheduler.sim.compare import run_compare
+    monkeypatch.delitem(sys.modules, "scheduler.sim.compare.run", raising=False)
+    from scheduler.sim.compare.run import run_compare
 
     pol = Policy(
         pool=PoolSpec(slots_per_worker=1, workers=1, min_workers=1, max_workers=2, floor=0),

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from scheduler.core.types import SessionId
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from tests.core_script import Driver, policy, tenant
 
 SRE = tenant("sre", g=2, nominal=1, limit=4)

@@ -44,7 +44,7 @@ from scheduler.core.types import (
     YieldCancelled,
     YieldRequested,
 )
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 
 TENANTS = (
     TenantSpec("sre", weight=1, guaranteed=2, burstable_nominal=1, burstable_limit=3),

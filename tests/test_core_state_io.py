@@ -35,7 +35,7 @@ from scheduler.core.types import (
     YieldCancelled,
     YieldRequested,
 )
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 
 SNAP = SnapshotRef("s3://b/k", 12, "ab" * 32, 17.5)
 TENANTS = (

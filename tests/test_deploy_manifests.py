@@ -11,9 +11,9 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from scheduler.policy_load import parse_policy
+from scheduler.policy.yaml_io import parse_policy
 from scheduler.server.metrics import Metrics
-from slots.autoscaler_metrics import AutoscalerMetrics
+from slots.autoscaler.metrics import AutoscalerMetrics
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 FILES = sorted(DEPLOY.glob("*.yaml"))

@@ -12,9 +12,9 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from scheduler.core.engine import Core
 from scheduler.core.types import Acquire, QoS, SessionId, TenantName, WorkerAdded, WorkerId
-from scheduler.policy import Policy, PoolSpec, TenantSpec
+from scheduler.policy.model import Policy, PoolSpec, TenantSpec
 from scheduler.server.keda_service import METRIC_NAME, add_keda_servicer
-from slots.autoscaler import weighted_demand_of_pool
+from slots.autoscaler.demand import weighted_demand_of_pool
 
 F = descriptor_pb2.FieldDescriptorProto
 

@@ -14,24 +14,14 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.policy import AccessSpec, Policy, PoolSpec, TenantSpec
-from scheduler.policy_load import (
-    API_VERSION,
-    DEFAULT_POLICY_YAML,
-    KIND,
-    PolicyError,
-    Problem,
-    default_policy,
-    hash_token,
-    load_policy,
-    parse_policy,
-    policy_from_dict,
-    policy_to_dict,
-    policy_to_yaml,
-    role_for_token,
-    tenant_for_token,
-    validate_main,
-)
+from scheduler.cli.policy import validate_main
+from scheduler.policy.defaults import DEFAULT_POLICY_YAML, default_policy
+from scheduler.policy.errors import PolicyError, Problem
+from scheduler.policy.identities import hash_token, role_for_token, tenant_for_token
+from scheduler.policy.model import AccessSpec, Policy, PoolSpec, TenantSpec
+from scheduler.policy.schema import API_VERSION, KIND
+from scheduler.policy.validate import policy_from_dict
+from scheduler.policy.yaml_io import load_policy, parse_policy, policy_to_dict, policy_to_yaml
 
 EXAMPLE = pathlib.Path(__file__).resolve().parent.parent / "deploy" / "policy-example.yaml"
 TOKEN_A = hash_token("token-a")

@@ -1,4 +1,4 @@
-"""The reference runtime's side of YieldCancelled (scheduler/worker/runtime.py): a yield called off
+"""The reference runtime's side of YieldCancelled (slots/worker/runtime.py): a yield called off
 during the checkpoint leaves the actor running (no Stop) and keeps the lease; once the Stop has
 begun it is too late, and the runtime tells the SDK to yield anyway. The worker is a fake here:
 what is tested is the order of the runtime's own steps, which a real worker cannot slow down."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from scheduler.client.types import LeaseInfo, Qos, Slot, SnapshotRef
-from scheduler.worker.runtime import ActorRuntime, WorkerClient
+from scheduler.client.types import LeaseInfo, QoS, Slot, SnapshotRef
+from slots.worker.runtime import ActorRuntime, WorkerClient
 
 LEASE = LeaseInfo(
     session_id="s1",
@@ -19,7 +19,7 @@ LEASE = LeaseInfo(
     worker_address="127.0.0.1:1",
     expires_at=None,
     resume_from=None,
-    qos=Qos.BESTEFFORT,
+    qos=QoS.BESTEFFORT,
     tenant="batch",
 )
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.policy import AccessSpec, Policy
-from scheduler.policy_load import load_policy
+from scheduler.cli.trace import SAMPLE_COMMANDS
+from scheduler.policy.model import AccessSpec, Policy
+from scheduler.policy.yaml_io import load_policy
+from scheduler.sim.traces.convert import samples_dir
 from scheduler.sim.workload import load_workload
-from scheduler.trace_cli import SAMPLE_COMMANDS
-from scheduler.traces import samples_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = samples_dir()

@@ -24,7 +24,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, workers_pb2
-from scheduler.policy_load import parse_policy
+from scheduler.policy.yaml_io import parse_policy
 from scheduler.server.status import render, status_main
 from tests.grpc_fixtures import (
     ADMIN_TOKEN,

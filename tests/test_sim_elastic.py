@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scheduler.core.types import QoS
-from scheduler.policy import AutoscalerSpec, Policy, PoolSpec, QueueSpec, TenantSpec
+from scheduler.policy.model import AutoscalerSpec, Policy, PoolSpec, QueueSpec, TenantSpec
 from scheduler.sim.bursty import bursty_policy, bursty_workload
 from scheduler.sim.elastic import ElasticPool, ElasticStats, StaticPool, elastic_report
 from scheduler.sim.simulator import SimConfig, Simulator

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.types import QoS
-from scheduler.policy import AutoscalerSpec, Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
-from scheduler.sim.compare import run_compare, run_one, sample_every
-from scheduler.sim.contenders import Contender, roster
+from scheduler.policy.model import AutoscalerSpec, Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.sim.compare.contenders import Contender, roster
+from scheduler.sim.compare.run import run_compare, run_one, sample_every
 from scheduler.sim.guard import RunGuard
 from scheduler.sim.simulator import SimConfig, Simulator
 from scheduler.sim.workload import Period, SessionPlan

@@ -13,10 +13,10 @@ import pytest
 
 from scheduler.cli import main
 from scheduler.core.types import QoS
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec
-from scheduler.sim.compare_metrics import figures
-from scheduler.sim.compare_report import table, verdicts
-from scheduler.sim.contenders import STATIC
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec
+from scheduler.sim.compare.contenders import STATIC
+from scheduler.sim.compare.metrics import figures
+from scheduler.sim.compare.report import table, verdicts
 from scheduler.sim.render import render_text
 from scheduler.sim.simulator import SimConfig, Simulator
 from scheduler.sim.workload import Period, SessionPlan, write_workload

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from scheduler.core.types import QoS
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 from scheduler.sim.simulator import SimConfig, Simulator
 from scheduler.sim.workload import Period, SessionPlan, write_workload
 

@@ -16,7 +16,7 @@ from scheduler.core.types import (
     YieldCancelled,
     YieldRequested,
 )
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 from scheduler.sim.simulator import SimConfig, Simulator
 from scheduler.sim.workload import Period, SessionPlan
 

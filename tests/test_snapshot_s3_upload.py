@@ -22,7 +22,7 @@ import botocore.exceptions
 import pytest
 from botocore.config import Config
 
-from scheduler.worker.actor import Actor
+from slots.worker.actor import Actor
 from snapshots.config import store_from_url
 from snapshots.errors import SnapshotUnavailable
 from snapshots.s3 import S3SnapshotStore, _Body

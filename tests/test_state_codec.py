@@ -34,10 +34,11 @@ from scheduler.core.types import (
     Yield,
     YieldRequested,
 )
-from scheduler.policy import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 from scheduler.server.loop import EndedSession, LoopState
 from scheduler.server.registry import WorkerEntry
-from scheduler.state import codec, snapshot
+from scheduler.state import codec
+from scheduler.state import state_snapshot as snapshot
 from scheduler.state.redis_store import StateConfigError, parse_state
 
 SNAP = SnapshotRef("s3://b/k", 12, "ab" * 32, 17.5)
@@ -279,7 +280,7 @@ def test_a_snapshot_of_a_newer_format_is_refused() -> None:
         snapshot.loads(json.dumps(doc).encode(), "slotsched-snapshot/3")
     doc["format"] = snapshot.SNAPSHOT_FORMAT
     doc["core"]["format"] = 99  # a core state this build does not know: refused, not guessed
-    with pytest.raises(snapshot.SnapshotError, match="core state format 99"):
+    with pytest.raises(snapshot.StateSnapshotError, match="core state format 99"):
         snapshot.loads(json.dumps(doc).encode())
 
 
@@ -288,5 +289,5 @@ def test_an_old_pickle_snapshot_is_refused_clearly() -> None:
 
     with pytest.raises(snapshot.SnapshotMismatch, match="pickle of an earlier build"):
         snapshot.loads(pickle.dumps({"core": 1}), "slotsched-state/1:0123456789abcdef")
-    with pytest.raises(snapshot.SnapshotError, match="no format number"):
+    with pytest.raises(snapshot.StateSnapshotError, match="no format number"):
         snapshot.loads(b'{"core": {}}')

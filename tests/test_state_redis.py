@@ -30,7 +30,7 @@ import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, scheduler_pb2
-from scheduler.client import AsyncClient, Phase, Qos
+from scheduler.client import AsyncClient, Phase, QoS
 from scheduler.state.redis_store import NotLeader, RedisStore
 from tests.grpc_fixtures import ADMIN_TOKEN, TOKENS, Client, policy_yaml, write_policy
 
@@ -173,14 +173,14 @@ def test_sigkilled_scheduler_successor_keeps_leases_and_queue_order() -> None:
                 AsyncClient(a.target, token=ACME, reattach_timeout_s=20) as holder_client,
                 AsyncClient(a.target, token=ACME, reattach_timeout_s=20) as waiter_client,
             ):
-                holder = holder_client.session("holder", Qos.BURSTABLE)
+                holder = holder_client.session("holder", QoS.BURSTABLE)
                 holder.start()
                 await holder.wait_granted(5)
                 before = (holder.lease_id, holder.epoch)
-                w1 = waiter_client.session("w1", Qos.BURSTABLE)
+                w1 = waiter_client.session("w1", QoS.BURSTABLE)
                 w1.start()
                 await w1.wait_until(lambda s: s.queue is not None, 5)
-                w2 = waiter_client.session("w2", Qos.BURSTABLE)
+                w2 = waiter_client.session("w2", QoS.BURSTABLE)
                 w2.start()
                 await w2.wait_until(lambda s: s.queue is not None, 5)
                 assert await queue_order(a.target) == ["w1", "w2"]
@@ -253,7 +253,7 @@ def test_standby_takes_over_when_the_leader_dies_and_the_client_keeps_its_lease(
             # Both replicas behind one name, as a Service would route: pick_first tries a, then b.
             both = f"ipv4:{a.target},{b.target}"
             async with AsyncClient(both, token=ACME, reattach_timeout_s=20) as client:
-                holder = client.session("holder", Qos.BURSTABLE)
+                holder = client.session("holder", QoS.BURSTABLE)
                 holder.start()
                 await holder.wait_granted(5)
                 before = (holder.lease_id, holder.epoch)

@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 
 from scheduler.core.types import QoS
-from scheduler.policy_load import load_policy
-from scheduler.sim.workload import Period, SessionPlan, load_workload
-from scheduler.trace_policy import intervals, peak_concurrency, policy_for
-from scheduler.traces import (
+from scheduler.policy.yaml_io import load_policy
+from scheduler.sim.traces.convert import (
     SAMPLE_ARRIVALS,
     SAMPLE_SESSIONS,
     Call,
@@ -28,6 +26,8 @@ from scheduler.traces import (
     samples_dir,
     zipf_weights,
 )
+from scheduler.sim.traces.policy import intervals, peak_concurrency, policy_for
+from scheduler.sim.workload import Period, SessionPlan, load_workload
 
 SESSIONS = samples_dir() / SAMPLE_SESSIONS
 ARRIVALS = samples_dir() / SAMPLE_ARRIVALS

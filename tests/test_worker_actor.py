@@ -1,7 +1,7 @@
 """The reference actor and its host: state that grows, round trips, verification, fallback, fencing.
 
 Why these tests: a resume is only as good as what it proves. Each test pins one promise of
-`scheduler/worker/actor.py` and `host.py` — the state is real bytes that grow turn by turn, a
+`slots/worker/actor.py` and `host.py` — the state is real bytes that grow turn by turn, a
 checkpoint restores to the same hash and turn count and goes on counting, a damaged snapshot is
 refused with an error naming it and the previous snapshot is used, and every loss is counted.
 Local-directory store for speed, and the same corruption path through a real S3 API server.
@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from scheduler.core.types import SnapshotRef
-from scheduler.worker.actor import TRAILER_SIZE, Actor, ActorConfig, StateCorrupt, turn_chunk
-from scheduler.worker.host import ActorHost, DataLoss, FailedPrecondition, NotFound
-from scheduler.worker.metrics import WorkerMetrics
+from slots.worker.actor import TRAILER_SIZE, Actor, ActorConfig, StateCorrupt, turn_chunk
+from slots.worker.host import ActorHost, DataLoss, FailedPrecondition, NotFound
+from slots.worker.metrics import WorkerMetrics
 from snapshots.local import LocalSnapshotStore
 from snapshots.s3 import S3SnapshotStore
 from snapshots.store import SnapshotStore

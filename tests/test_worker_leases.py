@@ -19,17 +19,17 @@ import pytest
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, scheduler_pb2, worker_pb2, worker_pb2_grpc
 from scheduler.core.types import SnapshotRef
-from scheduler.worker.actor import ActorConfig
-from scheduler.worker.leases import (
+from slots.worker.actor import ActorConfig
+from slots.worker.leases import (
     Accepted,
     Grant,
+    LeaseCheckFailed,
     LeaseView,
     RefusalReason,
-    Refused,
     StartClaim,
     check_start,
 )
-from scheduler.worker.main import RunningWorker, start_worker
+from slots.worker.main import RunningWorker, start_worker
 
 pytest.register_assert_rewrite("tests.grpc_fixtures")  # imported before pytest loads it as a plugin
 from tests.grpc_fixtures import ADMIN_TOKEN, WORKER_TOKEN, Client, policy_yaml, running_server, until  # noqa: E402
@@ -89,7 +89,7 @@ def test_check_start(name: str, c: StartClaim, reason: RefusalReason | None) -> 
         assert isinstance(verdict, Accepted), verdict
         assert verdict.grant.lease_id == c.lease_id
     else:
-        assert isinstance(verdict, Refused), verdict
+        assert isinstance(verdict, LeaseCheckFailed), verdict
         assert verdict.reason is reason
         assert c.lease_id in verdict.message
         expected = "failed_precondition" if reason is R.STALE_EPOCH else "permission_denied"
@@ -106,11 +106,11 @@ def test_accepted_resume_carries_the_lease_sha256() -> None:
 
 def test_messages_name_what_did_not_match() -> None:
     v = check_start(VIEW, claim(tenant="globex"))
-    assert isinstance(v, Refused) and "tenant 'globex'" in v.message
+    assert isinstance(v, LeaseCheckFailed) and "tenant 'globex'" in v.message
     v = check_start(VIEW, claim(resume_from=SnapshotRef("file:///x")))
-    assert isinstance(v, Refused) and "resume_from 'file:///x'" in v.message and URI in v.message
+    assert isinstance(v, LeaseCheckFailed) and "resume_from 'file:///x'" in v.message and URI in v.message
     v = check_start(VIEW, claim(epoch=1))
-    assert isinstance(v, Refused) and "epoch 1" in v.message and "epoch 3" in v.message
+    assert isinstance(v, LeaseCheckFailed) and "epoch 1" in v.message and "epoch 3" in v.message
 
 
 def test_grant_from_lease_proto() -> None:

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from scheduler.api.gen.slotsched.v1 import workers_pb2
-from scheduler.client import AsyncClient, Phase, Qos
-from scheduler.worker.actor import ActorConfig
-from scheduler.worker.agent import DRAINED
-from scheduler.worker.main import RunningWorker, start_worker
-from scheduler.worker.runtime import ActorRuntime, WorkerClients, actor_session
+from scheduler.client import AsyncClient, Phase, QoS
+from slots.worker.actor import ActorConfig
+from slots.worker.agent import DRAINED
+from slots.worker.main import RunningWorker, start_worker
+from slots.worker.runtime import ActorRuntime, WorkerClients, actor_session
 
 pytest.register_assert_rewrite("tests.grpc_fixtures")  # imported before pytest loads it as a plugin
 from tests.grpc_fixtures import (  # noqa: E402
@@ -82,12 +82,12 @@ def test_preempted_actor_checkpoints_and_resumes_on_another_slot(
         prod = AsyncClient(server.target, token=TOKENS["prod"])
         sre = AsyncClient(server.target, token=TOKENS["sre"])
         try:
-            async with actor_session(batch, "be-1", Qos.BESTEFFORT, rt) as be:
+            async with actor_session(batch, "be-1", QoS.BESTEFFORT, rt) as be:
                 first_slot = be.slot
                 await _until(lambda: any((w.host.running("be-1") or _NO).turns >= 5 for w in ws))
-                filler_cm = actor_session(prod, "fill-1", Qos.BURSTABLE, rt)
+                filler_cm = actor_session(prod, "fill-1", QoS.BURSTABLE, rt)
                 filler = await filler_cm.__aenter__()
-                async with actor_session(sre, "inc-1", Qos.GUARANTEED, rt) as inc:
+                async with actor_session(sre, "inc-1", QoS.GUARANTEED, rt) as inc:
                     assert inc.slot == first_slot  # the BestEffort slot was reclaimed
                     await _until(lambda: be.phase is Phase.QUEUED and be.yields == 1)
                     ref = be.resume_from

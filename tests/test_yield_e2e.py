@@ -30,11 +30,11 @@ import pytest
 import yaml
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2
-from scheduler.client import AsyncClient, Phase, Qos
+from scheduler.client import AsyncClient, Phase, QoS
 from scheduler.client.aio import AsyncSession
-from scheduler.policy_load import hash_token
-from scheduler.worker.actor import TRAILER_SIZE
-from scheduler.worker.runtime import ActorRuntime, WorkerClients, actor_session
+from scheduler.policy.identities import hash_token
+from slots.worker.actor import TRAILER_SIZE
+from slots.worker.runtime import ActorRuntime, WorkerClients, actor_session
 
 pytest.register_assert_rewrite(
     "tests.fixtures_s3", "tests.grpc_fixtures"
@@ -227,9 +227,9 @@ class _Sessions:
 
 async def _fill_and_preempt(x: _Sessions, be: AsyncSession, incident: str) -> tuple[Any, AsyncSession, Any]:
     """Fill the other slot with a Burstable session, then bring in a Guaranteed one."""
-    filler_cm = actor_session(x.prod, f"fill-{incident}", Qos.BURSTABLE, x.runtime)
+    filler_cm = actor_session(x.prod, f"fill-{incident}", QoS.BURSTABLE, x.runtime)
     filler = await filler_cm.__aenter__()
-    inc_cm = actor_session(x.sre, incident, Qos.GUARANTEED, x.runtime)
+    inc_cm = actor_session(x.sre, incident, QoS.GUARANTEED, x.runtime)
     return filler_cm, filler, inc_cm
 
 
@@ -246,7 +246,7 @@ def test_preempted_actor_resumes_on_another_worker_through_s3(
         await _pool_ready(cl.target)
         x = _Sessions(cl.target)
         try:
-            async with actor_session(x.batch, "be-1", Qos.BESTEFFORT, x.runtime) as be:
+            async with actor_session(x.batch, "be-1", QoS.BESTEFFORT, x.runtime) as be:
                 be_slot, be_addr = be.slot, be.worker_address
                 await _until(lambda: _at_least(x.workers, be_addr, "be-1", 10))
                 filler_cm, filler, inc_cm = await _fill_and_preempt(x, be, "inc-1")
@@ -300,7 +300,7 @@ def test_s3_down_at_checkpoint_revokes_and_resumes_from_last_good_snapshot(
         await _pool_ready(cl.target)
         x = _Sessions(cl.target)
         try:
-            async with actor_session(x.batch, "be-2", Qos.BESTEFFORT, x.runtime) as be:
+            async with actor_session(x.batch, "be-2", QoS.BESTEFFORT, x.runtime) as be:
                 await _until(lambda: _at_least(x.workers, be.worker_address, "be-2", 5))
                 filler_cm, _filler, inc_cm = await _fill_and_preempt(x, be, "inc-a")
                 # 1. A good checkpoint: the last good snapshot.
@@ -318,7 +318,7 @@ def test_s3_down_at_checkpoint_revokes_and_resumes_from_last_good_snapshot(
                 # 2. The store dies; another incident arrives and the checkpoint cannot be written.
                 s3.kill()
                 t_kill = time.monotonic()
-                async with actor_session(x.sre, "inc-b", Qos.GUARANTEED, x.runtime) as inc_b:
+                async with actor_session(x.sre, "inc-b", QoS.GUARANTEED, x.runtime) as inc_b:
                     waited = time.monotonic() - t_kill
                     assert be.yields == 1, "no Yield without a snapshot"
                     assert waited >= GRACE_S - 0.5, f"granted after {waited:.2f}s: not at the deadline"

@@ -5,19 +5,21 @@ before a deadline, re-attach after a broken stream, release at the end). A runti
 of them wrong loses its slot or pins one forever; the SDK does all of them, so a runtime only
 says what to do on a grant (start the actor) and on a yield request (checkpoint it):
 
-    from scheduler.client import AsyncClient, Qos, SnapshotRef
+    from scheduler.client import AsyncClient, QoS, SnapshotRef
 
     async def checkpoint(lease) -> SnapshotRef:          # may also be a plain (blocking) def
         return SnapshotRef(uri=await my_worker(lease.worker_address).checkpoint(lease.session_id))
 
     async with AsyncClient("scheduler:50051", token=TOKEN) as client:
-        async with client.session("sess-42", qos=Qos.BESTEFFORT, on_yield=checkpoint,
+        async with client.session("sess-42", qos=QoS.BESTEFFORT, on_yield=checkpoint,
                                   on_grant=lambda lease: start_actor(lease)) as lease:
             print(lease.worker_address, lease.resume_from)   # kept current across re-grants
             await run_agent(lease)                           # renewals, yields: in the background
 
 Threaded code uses `Client` the same way (`with client.session(...) as lease:`). Refusals are
 raised from entering the session as typed errors (`QueueFull`, `NoQuota`, `AcquireTimeout`, ...).
+
+`Qos` is a deprecated alias of `QoS` (the SDK's first name for it), kept so old imports work.
 """
 
 from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield, OnYieldCancelled
@@ -36,7 +38,10 @@ from scheduler.client.errors import (
     from_rpc_error,
 )
 from scheduler.client.sync import Client, Session
-from scheduler.client.types import LeaseInfo, Phase, Qos, QueueInfo, SessionInfo, Slot, SnapshotRef
+from scheduler.client.types import LeaseInfo, Phase, QoS, QueueInfo, SessionInfo, Slot, SnapshotRef
+
+#: Deprecated: the old spelling of `QoS`, one name for the QoS class across core and SDK now.
+Qos = QoS
 
 __all__ = [
     "AcquireTimeout",
@@ -52,6 +57,7 @@ __all__ = [
     "OnYield",
     "OnYieldCancelled",
     "Phase",
+    "QoS",
     "Qos",
     "QueueFull",
     "QueueInfo",

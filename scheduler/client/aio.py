@@ -69,7 +69,7 @@ from scheduler.client.errors import GrantFailed, SessionEnded, SlotschedError, U
 from scheduler.client.types import (
     LeaseInfo,
     Phase,
-    Qos,
+    QoS,
     QueueInfo,
     SessionInfo,
     Slot,
@@ -193,7 +193,7 @@ class AsyncClient:
     def session(
         self,
         session_id: str,
-        qos: Qos | str = Qos.BURSTABLE,
+        qos: QoS | str = QoS.BURSTABLE,
         on_yield: OnYield | None = None,
         on_grant: OnGrant | None = None,
         resume_from: SnapshotRef | None = None,
@@ -204,7 +204,7 @@ class AsyncClient:
         return AsyncSession(
             self,
             session_id,
-            Qos.parse(qos),
+            QoS.parse(qos),
             on_yield=on_yield,
             on_grant=on_grant,
             resume_from=resume_from,
@@ -276,7 +276,7 @@ class AsyncSession:
         self,
         client: AsyncClient,
         session_id: str,
-        qos: Qos,
+        qos: QoS,
         *,
         on_yield: OnYield | None = None,
         on_grant: OnGrant | None = None,

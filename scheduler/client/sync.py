@@ -20,7 +20,7 @@ import concurrent.futures
 import threading
 from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Generic, Never, Self, TypeVar, overload
 
 import grpc
 
@@ -33,9 +33,31 @@ from scheduler.client.aio import (
     OnYieldCancelled,
 )
 from scheduler.client.errors import SlotschedError
-from scheduler.client.types import LeaseInfo, Phase, Qos, QueueInfo, SessionInfo, Slot, SnapshotRef
+from scheduler.client.types import LeaseInfo, Phase, QoS, QueueInfo, SessionInfo, Slot, SnapshotRef
 
 T = TypeVar("T")
+
+
+class _Forward(Generic[T]):
+    """A read-only attribute of `Session` that reads the same attribute of its async session, live
+    (one line per name instead of a hand-written property each)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _Forward[T]: ...
+    @overload
+    def __get__(self, obj: Session, owner: type | None = None) -> T: ...
+    def __get__(self, obj: Session | None, owner: type | None = None) -> _Forward[T] | T:
+        if obj is None:
+            return self
+        value: T = getattr(obj.aio, self._name)
+        return value
+
+    def __set__(self, obj: Session, value: Never) -> None:
+        # Read-only like a property: the state belongs to the async session.
+        raise AttributeError(f"{self._name} of a Session is read-only")
 
 
 class Client:
@@ -106,7 +128,7 @@ class Client:
     def session(
         self,
         session_id: str,
-        qos: Qos | str = Qos.BURSTABLE,
+        qos: QoS | str = QoS.BURSTABLE,
         on_yield: OnYield | None = None,
         on_grant: OnGrant | None = None,
         resume_from: SnapshotRef | None = None,
@@ -187,65 +209,25 @@ class Session:
     def aio(self) -> AsyncSession:
         return self._a
 
-    @property
-    def phase(self) -> Phase:
-        return self._a.phase
-
-    @property
-    def lease(self) -> LeaseInfo | None:
-        return self._a.lease
-
-    @property
-    def queue(self) -> QueueInfo | None:
-        return self._a.queue
-
-    @property
-    def resume_from(self) -> SnapshotRef | None:
-        return self._a.resume_from
-
-    @property
-    def yields(self) -> int:
-        return self._a.yields
-
-    @property
-    def yields_cancelled(self) -> int:
-        return self._a.yields_cancelled
-
-    @property
-    def grants(self) -> int:
-        return self._a.grants
-
-    @property
-    def reattaches(self) -> int:
-        return self._a.reattaches
-
-    @property
-    def error(self) -> SlotschedError | None:
-        return self._a.error
+    # Read-only, live views of the async session's state (see `_Forward`).
+    phase = _Forward[Phase]()
+    lease = _Forward[LeaseInfo | None]()
+    queue = _Forward[QueueInfo | None]()
+    resume_from = _Forward[SnapshotRef | None]()
+    yields = _Forward[int]()
+    yields_cancelled = _Forward[int]()
+    grants = _Forward[int]()
+    reattaches = _Forward[int]()
+    error = _Forward[SlotschedError | None]()
+    end_reason = _Forward[str | None]()
+    lease_id = _Forward[str]()
+    epoch = _Forward[int]()
+    worker_address = _Forward[str]()
+    slot = _Forward[Slot]()
 
     @property
     def callback_errors(self) -> list[BaseException]:
         return list(self._a.callback_errors)
-
-    @property
-    def end_reason(self) -> str | None:
-        return self._a.end_reason
-
-    @property
-    def lease_id(self) -> str:
-        return self._a.lease_id
-
-    @property
-    def epoch(self) -> int:
-        return self._a.epoch
-
-    @property
-    def worker_address(self) -> str:
-        return self._a.worker_address
-
-    @property
-    def slot(self) -> Slot:
-        return self._a.slot
 
     def start(self) -> None:
         """Open the Acquire stream in the background (then poll `.queue`, `wait_granted()`)."""

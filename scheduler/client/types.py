@@ -38,7 +38,7 @@ def _opt_seconds(msg: object, field: str) -> float | None:
     return value.ToNanoseconds() / 1e9
 
 
-class Qos(enum.StrEnum):
+class QoS(enum.StrEnum):
     """A QoS class (a resource contract, not a rank); see DESIGN.md "QoS classes"."""
 
     GUARANTEED = "guaranteed"
@@ -49,7 +49,7 @@ class Qos(enum.StrEnum):
         return _QOS_TO_PROTO[self]
 
     @classmethod
-    def from_proto(cls, value: int) -> Qos:
+    def from_proto(cls, value: int) -> QoS:
         """The class for a wire value; ValueError for QOS_CLASS_UNSPECIFIED or unknown values."""
         try:
             return _QOS_FROM_PROTO[value]
@@ -57,9 +57,9 @@ class Qos(enum.StrEnum):
             raise ValueError(f"not a valid QoS class on the wire: {value}") from None
 
     @classmethod
-    def parse(cls, value: Qos | str) -> Qos:
-        """Accept a Qos, or a case-insensitive name ("guaranteed", "best_effort", "BestEffort")."""
-        if isinstance(value, Qos):
+    def parse(cls, value: QoS | str) -> QoS:
+        """Accept a QoS, or a case-insensitive name ("guaranteed", "best_effort", "BestEffort")."""
+        if isinstance(value, QoS):
             return value
         key = value.strip().lower().replace("_", "").replace("-", "")
         try:
@@ -70,12 +70,12 @@ class Qos(enum.StrEnum):
             ) from None
 
 
-_QOS_TO_PROTO: dict[Qos, common_pb2.QosClass] = {
-    Qos.GUARANTEED: common_pb2.QOS_CLASS_GUARANTEED,
-    Qos.BURSTABLE: common_pb2.QOS_CLASS_BURSTABLE,
-    Qos.BESTEFFORT: common_pb2.QOS_CLASS_BEST_EFFORT,
+_QOS_TO_PROTO: dict[QoS, common_pb2.QosClass] = {
+    QoS.GUARANTEED: common_pb2.QOS_CLASS_GUARANTEED,
+    QoS.BURSTABLE: common_pb2.QOS_CLASS_BURSTABLE,
+    QoS.BESTEFFORT: common_pb2.QOS_CLASS_BEST_EFFORT,
 }
-_QOS_FROM_PROTO: dict[int, Qos] = {int(v): k for k, v in _QOS_TO_PROTO.items()}
+_QOS_FROM_PROTO: dict[int, QoS] = {int(v): k for k, v in _QOS_TO_PROTO.items()}
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class LeaseInfo:
     worker_address: str
     expires_at: datetime | None
     resume_from: SnapshotRef | None
-    qos: Qos | None
+    qos: QoS | None
     tenant: str = ""
     granted_at: datetime | None = None
     #: Set once the server asked this lease to yield: checkpoint and yield before it, or the lease
@@ -256,7 +256,7 @@ class SessionInfo:
     lease: LeaseInfo | None
     queue: QueueInfo | None
     last_snapshot: SnapshotRef | None
-    qos: Qos | None
+    qos: QoS | None
     tenant: str
     end_reason: str | None
 

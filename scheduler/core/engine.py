@@ -63,7 +63,7 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 
 TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED = 1, 2, 3
 _DEFAULT_MEAN_HOLD_S = 60.0

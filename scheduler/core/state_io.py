@@ -50,7 +50,7 @@ from scheduler.core.types import (
     TenantName,
     WorkerId,
 )
-from scheduler.policy import Policy, TenantSpec
+from scheduler.policy.model import Policy, TenantSpec
 
 if TYPE_CHECKING:
     from scheduler.core.engine import Core

@@ -16,7 +16,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from scheduler.core.types import LeaseId, QoS, SessionId
-from scheduler.policy import TenantSpec
+from scheduler.policy.model import TenantSpec
 
 G, B, BE = 0, 1, 2
 CLASSES: tuple[QoS, QoS, QoS] = (QoS.GUARANTEED, QoS.BURSTABLE, QoS.BEST_EFFORT)

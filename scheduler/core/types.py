@@ -55,7 +55,6 @@ class RefuseReason(enum.StrEnum):
     QUEUE_FULL = "queue_full"  # pool-wide pending cap
     TENANT_QUEUE_FULL = "tenant_queue_full"  # per-tenant pending cap
     DUPLICATE_SESSION = "duplicate_session"  # the session already holds a lease or waits
-    DRAINING_POOL = "no_capacity"  # unused by the core today; kept for adapters
     SHUTTING_DOWN = "shutting_down"
 
 

@@ -7,9 +7,9 @@ real gRPC, real actors with real state and a real snapshot store, with the outco
 
 Everything runs in this process, on one event loop: the scheduler (`start_server`, the same
 server `slotsched serve` runs, without a static pool), three reference workers
-(`scheduler.worker.main.start_worker`, each its own gRPC server on loopback, registering and
+(`slots.worker.main.start_worker`, each its own gRPC server on loopback, registering and
 heartbeating like a worker process would) and the sessions (the SDK plus
-`scheduler.worker.runtime.actor_session`). In-process workers start in milliseconds; the
+`slots.worker.runtime.actor_session`). In-process workers start in milliseconds; the
 end-to-end test runs the same code as separate processes.
 
 Time to slot, preemptions and revocations are read from the scheduler's own decisions (an
@@ -36,13 +36,13 @@ from typing import Any, TextIO
 from scheduler.client import AsyncClient, Phase, SlotschedError
 from scheduler.core.types import Decision, Granted, Revoked, YieldCause, YieldRequested
 from scheduler.demo import workload as wl
-from scheduler.policy_load import hash_token
+from scheduler.policy.identities import hash_token
 from scheduler.server.app import RunningServer, start_server
 from scheduler.server.metrics import CLASS_ORDER
 from scheduler.sim.stats import CLASS_KEYS, percentile
-from scheduler.worker.actor import ActorConfig
-from scheduler.worker.main import RunningWorker, start_worker
-from scheduler.worker.runtime import ActorRuntime, WorkerClients, actor_session
+from slots.worker.actor import ActorConfig
+from slots.worker.main import RunningWorker, start_worker
+from slots.worker.runtime import ActorRuntime, WorkerClients, actor_session
 
 log = logging.getLogger("slotsched.demo")
 

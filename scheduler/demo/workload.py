@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from scheduler.client import Qos
-from scheduler.policy_load import hash_token
+from scheduler.client import QoS
+from scheduler.policy.identities import hash_token
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Stream:
     """One tenant's stream of sessions in one class."""
 
     tenant: str
-    qos: Qos
+    qos: QoS
     #: Closed loop: keep this many sessions in flight (0 = open loop, Poisson arrivals).
     concurrency: int
     #: Open loop: mean seconds between arrivals.
@@ -47,12 +47,12 @@ TENANTS: dict[str, tuple[float, int, int, int, int | None]] = {
 }
 
 STREAMS: tuple[Stream, ...] = (
-    Stream("batch", Qos.BESTEFFORT, concurrency=10, mean_interarrival_s=0.0, work_s=(4.0, 9.0)),
-    Stream("web", Qos.BURSTABLE, concurrency=0, mean_interarrival_s=2.0, work_s=(2.0, 5.0), first_at_s=0.5),
+    Stream("batch", QoS.BESTEFFORT, concurrency=10, mean_interarrival_s=0.0, work_s=(4.0, 9.0)),
+    Stream("web", QoS.BURSTABLE, concurrency=0, mean_interarrival_s=2.0, work_s=(2.0, 5.0), first_at_s=0.5),
     Stream(
-        "mobile", Qos.BURSTABLE, concurrency=0, mean_interarrival_s=3.0, work_s=(2.0, 5.0), first_at_s=1.0
+        "mobile", QoS.BURSTABLE, concurrency=0, mean_interarrival_s=3.0, work_s=(2.0, 5.0), first_at_s=1.0
     ),
-    Stream("sre", Qos.GUARANTEED, concurrency=0, mean_interarrival_s=6.0, work_s=(3.0, 6.0), first_at_s=3.0),
+    Stream("sre", QoS.GUARANTEED, concurrency=0, mean_interarrival_s=6.0, work_s=(3.0, 6.0), first_at_s=3.0),
 )
 
 WORKERS = 3

@@ -19,7 +19,8 @@ from typing import Any
 from scheduler.api.gen.slotsched.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from scheduler.core.lifecycle import LeaseState, WorkerState
 from scheduler.core.types import QoS
-from scheduler.policy_load import PolicyError, parse_policy, policy_to_yaml
+from scheduler.policy.errors import PolicyError
+from scheduler.policy.yaml_io import parse_policy, policy_to_yaml
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
 from scheduler.server.metrics import CLASS_ORDER

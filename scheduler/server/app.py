@@ -16,7 +16,6 @@ UNAVAILABLE "not the leader"; the reaper and the autoscaler run only on the lead
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import logging
@@ -44,8 +43,10 @@ from scheduler.api.gen.slotsched.v1 import (
 )
 from scheduler.core.types import WorkerId
 from scheduler.listen import ListenError, add_grpc_port, check_bindable, start_metrics_http
-from scheduler.policy import Policy
-from scheduler.policy_load import PolicyError, default_policy, load_policy
+from scheduler.policy.defaults import default_policy
+from scheduler.policy.errors import PolicyError
+from scheduler.policy.model import Policy
+from scheduler.policy.yaml_io import load_policy
 from scheduler.server.admin_service import AdminService
 from scheduler.server.auth import TENANT_HEADER, Authenticator
 from scheduler.server.keda_service import add_keda_servicer
@@ -56,8 +57,8 @@ from scheduler.server.scheduler_service import SchedulerService
 from scheduler.server.workers_service import WorkersService
 from slots.actuators.base import Actuator
 from slots.actuators.factory import actuator_from_env
-from slots.autoscaler import Autoscaler
-from slots.pool_source import CoreDemand, weighted_demand_of_pool
+from slots.autoscaler.demand import CoreDemand, weighted_demand_of_pool
+from slots.autoscaler.loop import Autoscaler
 
 log = logging.getLogger("slotsched.server")
 
@@ -444,17 +445,3 @@ async def serve_forever(
         print(f"slotsched: cannot recover the state: {fatal}", file=sys.stderr)
         return 1
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m scheduler.server.app`: the same as `slotsched serve`, for benches and dev."""
-    p = argparse.ArgumentParser(prog="python -m scheduler.server.app")
-    p.add_argument("--policy", default=None)
-    p.add_argument("--listen", default=DEFAULT_LISTEN)
-    p.add_argument("--metrics-listen", default=DEFAULT_METRICS_LISTEN)
-    args = p.parse_args(argv)
-    return asyncio.run(serve_forever(args.policy, args.listen, args.metrics_listen or None))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from scheduler.policy import ADMIN, WORKER, Policy, Role
-from scheduler.policy_load import role_for_token, tenant_for_token
+from scheduler.policy.identities import role_for_token, tenant_for_token
+from scheduler.policy.model import ADMIN, WORKER, Policy, Role
 from scheduler.server import errors
 
 AUTH_HEADER = "authorization"

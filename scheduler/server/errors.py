@@ -20,7 +20,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from scheduler.core.types import Decision, ErrorCode, Refused, RefuseReason, Rejected
-from scheduler.policy_load import PolicyError
+from scheduler.policy.errors import PolicyError
 
 DETAILS_KEY = rpc_status.GRPC_DETAILS_METADATA_KEY  # "grpc-status-details-bin"
 RETRY_AFTER_KEY = "retry-after-ms"
@@ -135,8 +135,6 @@ def from_refused(r: Refused, tenant: str) -> RpcFailure:
         return permission_denied(r.message)
     if r.reason is RefuseReason.SHUTTING_DOWN:
         return unavailable()
-    if r.reason is RefuseReason.DRAINING_POOL:
-        return RpcFailure(grpc.StatusCode.UNAVAILABLE, r.message)
     # DUPLICATE_SESSION is answered by re-attaching; reaching here is a server bug.
     return RpcFailure(grpc.StatusCode.INTERNAL, f"unexpected refusal {r.reason}: {r.message}")
 

@@ -60,7 +60,7 @@ from scheduler.core.types import (
     YieldCancelled,
     YieldRequested,
 )
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from scheduler.server import convert
 from scheduler.server.metrics import Metrics
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 
 from scheduler.core.types import QoS
-from scheduler.policy import AutoscalerSpec, Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.policy.model import AutoscalerSpec, Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 from scheduler.sim.workload import Period, SessionPlan
 
 

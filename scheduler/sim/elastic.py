@@ -1,6 +1,6 @@
 """An elastic pool for the simulator: the autoscaler loop the server runs, in virtual time.
 
-Why the real loop and not a model of it: `ElasticPool` drives `slots.autoscaler.Autoscaler` —
+Why the real loop and not a model of it: `ElasticPool` drives `slots.autoscaler.loop.Autoscaler` —
 the same gather/decide/drain/remove code and the same pure `decide` — with a simulated actuator,
 so what a bench measures (worker-seconds against Guaranteed waits) is what production would do.
 Only the outside world is simulated: a worker asked for becomes ready `start_delay_s` later
@@ -24,7 +24,8 @@ from scheduler.sim.decider import Decider
 from scheduler.sim.simulator import Simulator
 from scheduler.sim.stats import SimStats
 from slots.actuators.base import WorkerInfo, WorkerPhase
-from slots.autoscaler import Autoscaler, CoreDemand
+from slots.autoscaler.demand import CoreDemand
+from slots.autoscaler.loop import Autoscaler
 
 _EPS = 1e-9
 

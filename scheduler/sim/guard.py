@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from scheduler.sim.workload import SessionPlan
 
 SLACK_S = 600.0  # autoscaler cooldowns and polls (KEDA 300 s, HPA stabilization 300 s) fit in it

@@ -49,7 +49,7 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from scheduler.sim.decider import Decider
 from scheduler.sim.guard import RunGuard
 from scheduler.sim.stats import SimStats
@@ -59,7 +59,7 @@ from scheduler.sim.workload import SessionPlan
 _ARRIVE, _COMPLETE, _YIELD_ACK, _RENEW, _TICK, _HOOK, _RETRY = range(7)
 
 # Refusals a client retries: room may appear later. The others could never be served.
-RETRYABLE = frozenset({RefuseReason.QUEUE_FULL, RefuseReason.TENANT_QUEUE_FULL, RefuseReason.DRAINING_POOL})
+RETRYABLE = frozenset({RefuseReason.QUEUE_FULL, RefuseReason.TENANT_QUEUE_FULL})
 
 
 @dataclass

@@ -24,7 +24,7 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from scheduler.sim.decider import Decider
 
 CLASS_KEYS = ("guaranteed", "burstable", "besteffort")

@@ -51,8 +51,9 @@ from scheduler.core.types import (
     WorkerRemoved,
     Yield,
 )
-from scheduler.policy import Policy
-from scheduler.policy_load import PolicyError, parse_policy, policy_to_yaml
+from scheduler.policy.errors import PolicyError
+from scheduler.policy.model import Policy
+from scheduler.policy.yaml_io import parse_policy, policy_to_yaml
 
 FORMAT_VERSION = 1
 

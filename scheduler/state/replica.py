@@ -53,11 +53,12 @@ from scheduler.core.types import (
     WorkerDraining,
     WorkerRemoved,
 )
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from scheduler.server import errors
 from scheduler.server.loop import LoopState, PolicyApplied, SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
-from scheduler.state import codec, snapshot
+from scheduler.state import codec
+from scheduler.state import state_snapshot as snapshot
 from scheduler.state.redis_store import NotLeader, RedisStore
 
 log = logging.getLogger("slotsched.state")
@@ -232,7 +233,7 @@ class Replica:
         try:
             state = snapshot.State(self.loop.export_state(), self.registry.workers, self._last_now)
             return snapshot.dumps(state)
-        except snapshot.SnapshotError as e:
+        except snapshot.StateSnapshotError as e:
             self._snapshots_ok = False  # the journal keeps everything; say so once
             log.error("snapshots disabled, the journal will not be compacted: %s", e)
             return None
@@ -318,7 +319,7 @@ class Replica:
             try:
                 state = snapshot.loads(stored.data, stored.fingerprint)
                 after = stored.stream_id
-            except snapshot.SnapshotError as e:
+            except snapshot.StateSnapshotError as e:
                 if await self.store.trimmed():
                     raise StateError(
                         f"{e}; the journal was compacted up to that snapshot, so it cannot be replayed "

@@ -50,7 +50,7 @@ class ScaleNote:
     desired: int  # ready workers wanted
     current: int  # ready workers when decided
     weighted_demand_slots: float
-    reason: str  # autoscale_decision.Reason value
+    reason: str  # slots.autoscaler.decision.Reason value
     at_ceiling: bool
     estimated_drain_s: float
     workers: tuple[str, ...] = ()  # the workers drained (down), none for up

@@ -60,7 +60,7 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 
 CLASSES = ("guaranteed", "burstable", "besteffort")
 PRIORITY = {"guaranteed": 2, "burstable": 1, "besteffort": 0}  # higher is more important

@@ -8,7 +8,7 @@ nothing is ever preempted, so a Guaranteed request waits behind every BestEffort
 from __future__ import annotations
 
 from scheduler.core.types import Decision
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from scheduler.sim.baselines.common import Baseline, Lanes, Request
 
 

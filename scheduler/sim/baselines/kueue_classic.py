@@ -20,7 +20,7 @@ Modelled on Kueue's ClusterQueue/cohort semantics with the usual classic-preempt
 from __future__ import annotations
 
 from scheduler.core.types import Decision, YieldCause
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from scheduler.sim.baselines.common import Baseline, Lanes, LeaseRec, Request
 
 

@@ -9,7 +9,7 @@ ignored, so one tenant's flood of high-class work starves everyone's lower class
 from __future__ import annotations
 
 from scheduler.core.types import Decision
-from scheduler.policy import Policy
+from scheduler.policy.model import Policy
 from scheduler.sim.baselines.common import Baseline, Lanes, Request
 
 

@@ -1,0 +1,37 @@
+"""`slotsched` command line: serve, status, policy validate, simulate, worker, demo, trace.
+
+One module per subcommand, each with a `register(sub)` that adds its parser; main() builds the
+parser from them. Each subcommand imports what it needs lazily, so `slotsched policy validate`
+starts fast and does not import gRPC.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from scheduler.cli import demo, policy, serve, simulate, status, trace, worker
+from scheduler.cli.help import Parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = Parser(
+        prog="slotsched",
+        description="A scheduler for agent runtimes: who gets the next warm slot, who waits, who yields.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    # The order of --help.
+    for module in (serve, status, policy, simulate, worker, demo, trace):
+        module.register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    rc: int = args.func(args)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

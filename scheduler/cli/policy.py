@@ -1,0 +1,53 @@
+"""`slotsched policy validate FILE`: check a SchedulingPolicy file, print every error and warning."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+
+def validate_main(path: str, out: TextIO | None = None) -> int:
+    """Validate a policy file, print its errors and warnings; 1 on any error, else 0."""
+    from scheduler.policy.errors import PolicyError
+    from scheduler.policy.model import ADMIN, WORKER
+    from scheduler.policy.yaml_io import load_policy
+
+    stream = sys.stdout if out is None else out
+    try:
+        policy, warnings = load_policy(path)
+    except PolicyError as e:
+        for p in e.problems:
+            print(f"error: {p}", file=stream)
+        for w in e.warnings:
+            print(f"warning: {w}", file=stream)
+        n = len(e.problems)
+        print(f"{path}: invalid policy, {n} error{'s' if n != 1 else ''}", file=stream)
+        return 1
+    for w in warnings:
+        print(f"warning: {w}", file=stream)
+    cap = policy.pool.workers * policy.pool.slots_per_worker
+    n = len(policy.tenants)
+    roles = "".join(
+        f", {k} {role} token{'s' if k != 1 else ''}"
+        for role, k in ((ADMIN, len(policy.access.admins)), (WORKER, len(policy.access.workers)))
+        if k
+    )
+    print(
+        f"policy {policy.name} is valid: {n} tenant{'s' if n != 1 else ''}, capacity {cap} slots, "
+        f"floor {policy.pool.floor_slots(cap)}{roles}",
+        file=stream,
+    )
+    return 0
+
+
+def _policy_validate(args: argparse.Namespace) -> int:
+    return validate_main(args.file)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    pol = sub.add_parser("policy", help="policy file tools")
+    polsub = pol.add_subparsers(dest="policy_command", required=True)
+    v = polsub.add_parser("validate", help="check a SchedulingPolicy file; non-zero exit on any error")
+    v.add_argument("file")
+    v.set_defaults(func=_policy_validate)

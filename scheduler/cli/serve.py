@@ -1,0 +1,83 @@
+"""`slotsched serve`: run the scheduler service (gRPC, metrics, optional durable state and
+autoscaler). Imports the server lazily, so other subcommands do not pay for gRPC.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from scheduler.server.app import StateOptions, serve_forever
+
+    state = StateOptions(
+        state=args.state,
+        prefix=args.state_prefix,
+        replica_id=args.replica_id,
+        leader_ttl_s=args.leader_ttl,
+        snapshot_every=args.snapshot_every,
+        snapshot_interval_s=args.snapshot_interval,
+    )
+    rc: int = asyncio.run(
+        serve_forever(
+            policy_path=args.policy,
+            listen=args.listen,
+            metrics_listen=args.metrics_listen,
+            static_pool=not args.no_static_pool,
+            autoscaler=args.autoscaler,
+            state=state,
+        )
+    )
+    return rc
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser("serve", help="run the scheduler service (embedded defaults with no flags)")
+    s.add_argument("--policy", help="SchedulingPolicy YAML; without it: built-in policy, INSECURE dev mode")
+    s.add_argument("--listen", default="127.0.0.1:50051", help="gRPC address (default %(default)s)")
+    s.add_argument(
+        "--metrics-listen", default="127.0.0.1:9464", help="Prometheus /metrics address (default %(default)s)"
+    )
+    s.add_argument(
+        "--autoscaler",
+        choices=("off", "local", "kubernetes", "dry-run"),
+        default=None,
+        help="companion autoscaler actuator (default: $SLOTSCHED_AUTOSCALER or off); see deploy/",
+    )
+    s.add_argument(
+        "--no-static-pool",
+        action="store_true",
+        help="register no local-N workers: workers join with `slotsched worker` (or the autoscaler)",
+    )
+    s.add_argument(
+        "--state",
+        default=os.environ.get("SLOTSCHED_STATE", "memory"),
+        help="memory, or redis://HOST:PORT/DB: journal, snapshots and leader election in Redis "
+        "(default %(default)s, from $SLOTSCHED_STATE if set)",
+    )
+    s.add_argument("--state-prefix", default="slotsched", help="Redis key namespace (default %(default)s)")
+    s.add_argument(
+        "--replica-id", default=None, help="this replica's name in the leader key (default host-pid)"
+    )
+    s.add_argument(
+        "--leader-ttl",
+        type=float,
+        default=5.0,
+        help="seconds a leader lease lasts unrenewed: the failover time (default %(default)s)",
+    )
+    s.add_argument(
+        "--snapshot-every",
+        type=int,
+        default=1000,
+        help="snapshot the state and trim the journal every N events (default %(default)s)",
+    )
+    s.add_argument(
+        "--snapshot-interval",
+        type=float,
+        default=60.0,
+        help="... or every this many seconds with events since the last (default %(default)s)",
+    )
+    s.set_defaults(func=_serve)

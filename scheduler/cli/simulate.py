@@ -1,0 +1,89 @@
+"""`slotsched simulate`: run the policy core in virtual time on a workload CSV (and, with
+`--compare`, every baseline too, with a report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from scheduler.policy.defaults import default_policy
+    from scheduler.policy.errors import PolicyError
+    from scheduler.policy.yaml_io import load_policy
+    from scheduler.sim.render import render_text
+    from scheduler.sim.simulator import SimConfig, Simulator
+    from scheduler.sim.workload import WorkloadError, describe_tenants, load_workload, unknown_tenants
+
+    try:
+        policy = load_policy(args.policy)[0] if args.policy else default_policy()
+        plans = load_workload(args.workload)
+    except (PolicyError, WorkloadError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    # A tenant the policy lacks is refused every request: silently, the run would print zeroes.
+    known = [t.name for t in policy.tenants]
+    unknown = unknown_tenants(plans, known)
+    if unknown and args.unknown_tenants != "refuse":
+        which = f"the policy {args.policy}" if args.policy else "the built-in policy (no --policy)"
+        print(
+            f"error: the workload names tenants {which} lacks: {describe_tenants(unknown)}; its tenants: "
+            f"{', '.join(known)}. Give a --policy that lists them, or --unknown-tenants=refuse to count "
+            "their sessions as refused",
+            file=sys.stderr,
+        )
+        return 2
+    refused = sum(unknown.values())
+    if unknown:
+        print(
+            f"note: {refused} session(s) of tenants the policy lacks counted as refused, not simulated: "
+            f"{describe_tenants(unknown)}",
+            file=sys.stderr,
+        )
+        plans = [p for p in plans if p.tenant not in unknown]
+    if args.compare:
+        from scheduler.sim.compare.run import run_compare
+
+        rc: int = run_compare(policy, plans, args, refused_unknown=unknown)
+        return rc
+    config = SimConfig(checkpoint_s=args.checkpoint_seconds, until_s=args.until)
+
+    def progress(frac: float) -> None:
+        if not args.json and sys.stderr.isatty():
+            print(f"\rsimulating… {frac:6.1%}", end="", file=sys.stderr, flush=True)
+
+    stats = Simulator(policy, plans, config).run(progress)
+    stats.refusals += refused
+    if sys.stderr.isatty() and not args.json:
+        print("\r" + " " * 30 + "\r", end="", file=sys.stderr)
+    result = stats.to_json()
+    text = render_text(result)
+    if unknown:
+        text += f"\nrefused as unknown tenants (in refusals): {describe_tenants(unknown)}"
+    print(json.dumps(result) if args.json else text)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sim = sub.add_parser("simulate", help="run the policy core in virtual time on a workload CSV")
+    sim.add_argument("--policy", help="SchedulingPolicy YAML (default: the built-in policy)")
+    sim.add_argument(
+        "--workload", required=True, help="CSV: arrival_s,session_id,tenant,qos_class,hold_s[,…]"
+    )
+    sim.add_argument("--checkpoint-seconds", type=float, default=2.0, help="holder's checkpoint time")
+    sim.add_argument(
+        "--until", type=float, default=None, help="stop at this virtual time; the rest is unfinished"
+    )
+    sim.add_argument("--json", action="store_true", help="print the result as JSON")
+    sim.add_argument("--compare", action="store_true", help="run every baseline too and write a report")
+    sim.add_argument("--out", default="out/compare", help="report folder for --compare")
+    sim.add_argument(
+        "--unknown-tenants",
+        choices=("error", "refuse"),
+        default="error",
+        help="workload tenants the policy lacks: error (default: name them, exit 2) or refuse "
+        "(count their sessions as refused, and say so)",
+    )
+    sim.set_defaults(func=_simulate)

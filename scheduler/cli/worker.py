@@ -1,0 +1,118 @@
+"""`slotsched worker`: run a reference worker that serves actors in slots for a scheduler.
+
+Imports are lazy, like the other subcommands, so `slotsched --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from slots.worker.defaults import DEFAULT_SNAPSHOTS
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    mult = units.get(t[-1:], 1)
+    number = t[:-1] if t[-1:] in units else t
+    try:
+        value = int(float(number) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size like 4096, 64KiB or 1MiB: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text}")
+    return value
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from slots.worker.actor import ActorConfig
+    from slots.worker.main import run_worker
+
+    config = ActorConfig(args.bytes_per_turn, args.turn_interval, args.max_turns)
+    token = args.token if args.token is not None else os.environ.get("SLOTSCHED_TOKEN")
+    rc: int = asyncio.run(
+        run_worker(
+            args.scheduler,
+            args.worker_id,
+            args.slots,
+            args.listen,
+            args.snapshots,
+            token=token,
+            tenant=args.tenant,
+            advertise=args.advertise,
+            actor_config=config,
+            accept_token_hashes=tuple(args.accept_token_hash or ()),
+            metrics_listen=args.metrics_listen,
+            fallback=not args.strict_restore,
+            drain_yield_s=args.drain_yield,
+            drain_timeout_s=args.drain_timeout,
+            verify_leases=not args.no_verify_leases,
+        )
+    )
+    return rc
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    w = sub.add_parser(
+        "worker", help="run a reference worker: actors with real state in slots, checkpointed on yield"
+    )
+    w.add_argument("--scheduler", default="127.0.0.1:50051", help="scheduler HOST:PORT (default %(default)s)")
+    w.add_argument("--worker-id", required=True, help="unique id of this worker in the pool")
+    w.add_argument("--slots", type=int, default=2, help="actors it runs at once (default %(default)s)")
+    w.add_argument("--listen", default="127.0.0.1:0", help="Worker service HOST:PORT (default %(default)s)")
+    w.add_argument("--advertise", default=None, help="HOST:PORT clients dial (default: the listen address)")
+    w.add_argument(
+        "--snapshots",
+        default=DEFAULT_SNAPSHOTS,
+        help="snapshot store URL: a directory, file:///dir or s3://bucket/prefix?endpoint_url=... "
+        "(default %(default)s)",
+    )
+    w.add_argument(
+        "--token",
+        default=None,
+        help="worker bearer token for the scheduler's Workers service, its hash listed under "
+        "spec.access.workers of the policy (or $SLOTSCHED_TOKEN); tenant tokens are refused",
+    )
+    w.add_argument(
+        "--tenant",
+        default=None,
+        help="x-slotsched-tenant header (dev mode; the Workers service needs none there)",
+    )
+    w.add_argument(
+        "--accept-token-hash",
+        action="append",
+        metavar="sha256:HEX",
+        help="accept Worker calls bearing this token (repeatable); none = accept anyone (dev only)",
+    )
+    w.add_argument("--metrics-listen", default=None, help="Prometheus /metrics HOST:PORT (default: off)")
+    w.add_argument("--bytes-per-turn", type=_size, default=4096, help="state an actor adds per turn")
+    w.add_argument("--turn-interval", type=_positive_float, default=0.25, help="seconds between turns")
+    w.add_argument("--max-turns", type=int, default=None, help="turns after which an actor idles")
+    w.add_argument(
+        "--strict-restore",
+        action="store_true",
+        help="fail Start with DATA_LOSS on a bad snapshot instead of falling back to an older one",
+    )
+    w.add_argument(
+        "--no-verify-leases",
+        action="store_true",
+        help="start actors without checking that the scheduler granted their lease (tenant, session, "
+        "slot, epoch, snapshot) on this worker; for standalone use without a scheduler only. By "
+        "default a Start no live lease matches is refused PERMISSION_DENIED (FAILED_PRECONDITION for a "
+        "stale epoch, UNAVAILABLE while the scheduler cannot be reached)",
+    )
+    w.add_argument("--drain-yield", type=float, default=10.0, help="yield deadline when draining on exit")
+    w.add_argument(
+        "--drain-timeout", type=float, default=30.0, help="longest wait for actors to leave on exit"
+    )
+    w.set_defaults(func=_worker)

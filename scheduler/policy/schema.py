@@ -1,0 +1,81 @@
+"""The SchedulingPolicy YAML shape: api version, kind, names, and the field tables that are the one
+source of truth for parsing (camelCase key -> dataclass field, with bounds) and for writing back."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+API_VERSION: Final = "slotsched.dev/v1alpha1"
+KIND: Final = "SchedulingPolicy"
+
+# Tenant names end up in metric labels, log fields and Redis keys: keep them boring.
+TENANT_NAME_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")
+TENANT_NAME_MAX_LEN: Final = 63
+# metadata.name follows Kubernetes object names (DNS-1123 subdomain).
+POLICY_NAME_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+POLICY_NAME_MAX_LEN: Final = 253
+TOKEN_HASH_RE: Final = re.compile(r"^sha256:[0-9a-f]{64}$")
+# "25%", "12.5%"; the exponent form is what repr() writes for tiny floats ("1e-05%").
+PERCENT_RE: Final = re.compile(r"^(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)%$")
+
+
+@dataclass(frozen=True)
+class Num:
+    key: str  # camelCase key in the YAML
+    attr: str  # dataclass field
+    integer: bool
+    minimum: float = 0
+    exclusive: bool = False  # the minimum itself is not allowed
+    maximum: float | None = None
+
+
+POOL_FIELDS: Final = (
+    Num("slotsPerWorker", "slots_per_worker", True, minimum=1),
+    Num("workers", "workers", True),
+    Num("minWorkers", "min_workers", True),
+    Num("maxWorkers", "max_workers", True, minimum=1),
+)
+TIMING_FIELDS: Final = (
+    Num("yieldGraceSeconds", "yield_grace_s", False),
+    Num("leaseTTLSeconds", "lease_ttl_s", False, exclusive=True),
+    Num("minRuntimeSeconds", "min_runtime_s", False),
+)
+QUEUE_FIELDS: Final = (
+    Num("maxPending", "max_pending", True),
+    Num("maxPendingPerTenant", "max_pending_per_tenant", True),
+    Num("bestEffortFraction", "best_effort_fraction", False, maximum=1.0),
+)
+AUTOSCALER_FIELDS: Final = (
+    Num("tolerance", "tolerance", False),
+    Num("scaleDownStabilizationSeconds", "scale_down_stabilization_s", False),
+    Num("scaleUpCooldownSeconds", "scale_up_cooldown_s", False),
+    Num("scaleDownCooldownSeconds", "scale_down_cooldown_s", False),
+    Num("drainTimeoutSeconds", "drain_timeout_s", False),
+    Num("startDelaySeconds", "start_delay_s", False),
+)
+WEIGHT_FIELDS: Final = (
+    Num("guaranteed", "weight_guaranteed", False),
+    Num("burstable", "weight_burstable", False),
+    Num("bestEffort", "weight_best_effort", False),
+)
+SCALE_UP_FIELDS: Final = (
+    Num("pods", "scale_up_pods", True, minimum=1),
+    Num("percent", "scale_up_percent", False, exclusive=True),
+    Num("periodSeconds", "scale_up_period_s", False, exclusive=True),
+)
+
+TOP_KEYS: Final = ("apiVersion", "kind", "metadata", "spec")
+METADATA_KEYS: Final = ("name", "labels", "annotations")
+SPEC_KEYS: Final = ("pool", "timing", "queue", "autoscaler", "tenants", "access")
+POOL_KEYS: Final = tuple(f.key for f in POOL_FIELDS) + ("floor",)
+AUTOSCALER_KEYS: Final = ("weights", "scaleUp") + tuple(f.key for f in AUTOSCALER_FIELDS)
+TENANT_KEYS: Final = ("name", "weight", "guaranteed", "burstable", "bestEffort", "tokens")
+BURSTABLE_KEYS: Final = ("nominal", "limit")
+BEST_EFFORT_KEYS: Final = ("limit",)
+ACCESS_KEYS: Final = ("admins", "workers")
+
+
+def fmt_number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)

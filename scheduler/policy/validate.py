@@ -1,0 +1,325 @@
+"""Validate a decoded SchedulingPolicy document and build the Policy (``policy_from_dict``).
+
+Why this module exists: a policy is the contract between a platform team and its tenants — who
+is protected, how far each may burst, which bearer token speaks for whom (a tenant, or the admin
+or worker role). A mistake in it crashes nothing; it quietly starves someone. So the loader is
+strict and talkative:
+
+* it reports every error at once, each with the key path that holds it
+  (``spec.tenants[1].burstable.nominal: ...``), so one run fixes a whole file;
+* it rejects unknown and duplicate keys, because a misspelt key would otherwise fall back to a
+  default unnoticed;
+* it warns, with the numbers, about policies that are legal but break a promise of the design:
+  an over-committed floor (a Guaranteed request within quota may wait on another tenant) and a
+  pool with no shared remainder (BestEffort can starve).
+
+The model lives in ``model.py`` so the core does not depend on YAML; the YAML text is read and
+written in ``yaml_io.py``, the key shape and bounds are the tables of ``schema.py``. No I/O here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from scheduler.policy.checker import Checker, describe, join, keys_text
+from scheduler.policy.errors import PolicyError, Problem
+from scheduler.policy.model import (
+    AccessSpec,
+    AutoscalerSpec,
+    Policy,
+    PoolSpec,
+    QueueSpec,
+    TenantSpec,
+    TimingSpec,
+)
+from scheduler.policy.schema import (
+    ACCESS_KEYS,
+    API_VERSION,
+    AUTOSCALER_FIELDS,
+    AUTOSCALER_KEYS,
+    BEST_EFFORT_KEYS,
+    BURSTABLE_KEYS,
+    KIND,
+    METADATA_KEYS,
+    PERCENT_RE,
+    POLICY_NAME_MAX_LEN,
+    POLICY_NAME_RE,
+    POOL_FIELDS,
+    POOL_KEYS,
+    QUEUE_FIELDS,
+    SCALE_UP_FIELDS,
+    SPEC_KEYS,
+    TENANT_KEYS,
+    TENANT_NAME_MAX_LEN,
+    TENANT_NAME_RE,
+    TIMING_FIELDS,
+    TOKEN_HASH_RE,
+    TOP_KEYS,
+    WEIGHT_FIELDS,
+    Num,
+    fmt_number,
+)
+
+
+def _capacity(pool: PoolSpec) -> int:
+    return pool.workers * pool.slots_per_worker
+
+
+def _floor_text(pool: PoolSpec) -> str:
+    cap = _capacity(pool)
+    floor = pool.floor_slots(cap)
+    if pool.floor_percent is not None:
+        return f"{floor} ({fmt_number(pool.floor_percent)}% of {cap} slots)"
+    return str(floor)
+
+
+def _parse_pool(c: Checker, value: object, path: str) -> PoolSpec:
+    m = c.section(value, path, POOL_KEYS)
+    changes = c.numbers(m, POOL_FIELDS, path)
+    fp = join(path, "floor")
+    if "floor" in m:
+        v = m["floor"]
+        if isinstance(v, int) and not isinstance(v, bool):
+            if v < 0:
+                c.error(fp, f"must not be negative, got {v}")
+            else:
+                changes["floor"] = v
+                changes["floor_percent"] = None
+        elif isinstance(v, str):
+            match = PERCENT_RE.match(v.strip())
+            if match is None:
+                c.error(fp, f'bad percent {v!r}: expected a percent of capacity like "25%"')
+            elif float(match.group(1)) > 100:
+                c.error(fp, f"a percent of capacity must be at most 100%, got {v.strip()}")
+            else:
+                # `floor` keeps its default: it is ignored while floor_percent is set.
+                changes["floor_percent"] = float(match.group(1))
+        else:
+            c.error(fp, f'expected a slot count or a percent like "25%", got {describe(v)}')
+    pool = dataclasses.replace(PoolSpec(), **changes)
+
+    mn, mx, wk = (join(path, k) for k in ("minWorkers", "maxWorkers", "workers"))
+    spw = join(path, "slotsPerWorker")
+    if c.ok(mn, mx) and pool.min_workers > pool.max_workers:
+        c.error(mn, f"minWorkers {pool.min_workers} is greater than maxWorkers {pool.max_workers}")
+    elif c.ok(mn, mx, wk) and not pool.min_workers <= pool.workers <= pool.max_workers:
+        c.error(
+            wk,
+            f"workers {pool.workers} is outside [minWorkers {pool.min_workers}, "
+            f"maxWorkers {pool.max_workers}]",
+        )
+    if c.ok(fp, wk, spw) and pool.floor_percent is None and pool.floor > _capacity(pool):
+        c.error(
+            fp,
+            f"floor of {pool.floor} slots is larger than the pool: {pool.workers} workers x "
+            f"{pool.slots_per_worker} slots = {_capacity(pool)} slots",
+        )
+    return pool
+
+
+def _parse_autoscaler(c: Checker, value: object, path: str) -> AutoscalerSpec:
+    m = c.section(value, path, AUTOSCALER_KEYS)
+    changes = c.numbers(m, AUTOSCALER_FIELDS, path)
+    wp, sp = join(path, "weights"), join(path, "scaleUp")
+    changes |= c.numbers(c.section(m.get("weights"), wp, [f.key for f in WEIGHT_FIELDS]), WEIGHT_FIELDS, wp)
+    changes |= c.numbers(
+        c.section(m.get("scaleUp"), sp, [f.key for f in SCALE_UP_FIELDS]), SCALE_UP_FIELDS, sp
+    )
+    return dataclasses.replace(AutoscalerSpec(), **changes)
+
+
+_TENANT_WEIGHT: Final = Num("weight", "weight", False, exclusive=True)
+_TENANT_GUARANTEED: Final = Num("guaranteed", "guaranteed", True)
+_NOMINAL: Final = Num("nominal", "burstable_nominal", True)
+_LIMIT: Final = Num("limit", "burstable_limit", True)
+_BE_LIMIT: Final = Num("limit", "best_effort_limit", True)
+
+
+def _parse_tokens(c: Checker, value: object, path: str, seen: dict[str, str]) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        c.error(path, f"expected a list of token hashes, got {describe(value)}")
+        return ()
+    tokens: list[str] = []
+    for i, tok in enumerate(value):
+        p = f"{path}[{i}]"
+        if not isinstance(tok, str):
+            c.error(p, f"expected a string, got {describe(tok)}")
+        elif not TOKEN_HASH_RE.match(tok):
+            # Never echo the value: a plain token pasted here by mistake is a secret.
+            hint = " (use lowercase hex)" if TOKEN_HASH_RE.match(tok.lower()) else ""
+            c.error(
+                p,
+                '"sha256:" followed by 64 lowercase hex digits expected: store the hash of the bearer '
+                f"token, never the token itself{hint}",
+            )
+        elif tok in seen:
+            c.error(
+                p,
+                f"the same token hash is already listed at {seen[tok]}: one credential is one identity "
+                "(one tenant, or one role)",
+            )
+        else:
+            seen[tok] = p
+            tokens.append(tok)
+    return tuple(tokens)
+
+
+def _parse_tenant(c: Checker, value: object, path: str, tokens_seen: dict[str, str]) -> TenantSpec | None:
+    if not isinstance(value, Mapping):
+        c.error(path, f"expected a mapping with keys {keys_text(TENANT_KEYS)}, got {describe(value)}")
+        return None
+    m = c.section(value, path, TENANT_KEYS)
+    np = join(path, "name")
+    name = c.string(m, "name", path)
+    if "name" not in m:
+        c.error(np, "required")
+    elif name is not None:
+        if not TENANT_NAME_RE.match(name):
+            c.error(
+                np,
+                f"{name!r} is not a valid tenant name: lowercase letters, digits, '-' and '_', "
+                "starting and ending with a letter or digit",
+            )
+        elif len(name) > TENANT_NAME_MAX_LEN:
+            c.error(np, f"longer than {TENANT_NAME_MAX_LEN} characters")
+    changes: dict[str, Any] = {}
+    changes |= c.numbers(m, (_TENANT_WEIGHT, _TENANT_GUARANTEED), path)
+
+    bp = join(path, "burstable")
+    bm = c.section(m.get("burstable"), bp, BURSTABLE_KEYS)
+    nominal = c.number(bm, _NOMINAL, bp)
+    limit = c.number(bm, _LIMIT, bp)
+    if nominal is not None:
+        changes["burstable_nominal"] = nominal
+        # An absent limit means "no bursting": the limit is the nominal.
+        changes["burstable_limit"] = nominal
+    if limit is not None:
+        changes["burstable_limit"] = limit
+    if nominal is not None and limit is not None and nominal > limit:
+        c.error(join(bp, "nominal"), f"nominal {nominal} is greater than limit {limit}")
+
+    ep = join(path, "bestEffort")
+    em = c.section(m.get("bestEffort"), ep, BEST_EFFORT_KEYS)
+    # limit: null is allowed and means "no cap", like an absent limit.
+    be = c.number(em, _BE_LIMIT, ep) if em.get("limit") is not None else None
+    if be is not None:
+        changes["best_effort_limit"] = be
+
+    changes["tokens"] = _parse_tokens(c, m.get("tokens"), join(path, "tokens"), tokens_seen)
+    if name is None:
+        return None
+    return dataclasses.replace(TenantSpec(name=name), **changes)
+
+
+def _parse_tenants(c: Checker, value: object, path: str, tokens_seen: dict[str, str]) -> list[TenantSpec]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        c.error(path, f"expected a list of tenants, got {describe(value)}")
+        return []
+    tenants: list[TenantSpec] = []
+    names: dict[str, str] = {}
+    for i, item in enumerate(value):
+        p = f"{path}[{i}]"
+        t = _parse_tenant(c, item, p, tokens_seen)
+        if t is None:
+            continue
+        if t.name in names:
+            c.error(join(p, "name"), f"duplicate tenant name {t.name!r} (also at {names[t.name]})")
+        else:
+            names[t.name] = join(p, "name")
+        tenants.append(t)
+    return tenants
+
+
+def _parse_access(c: Checker, value: object, path: str, tokens_seen: dict[str, str]) -> AccessSpec:
+    # `tokens_seen` already holds the tenants' hashes: a role token may not be a tenant's too,
+    # or a tenant could call the Admin service (or a worker agent Acquire) with its own token.
+    m = c.section(value, path, ACCESS_KEYS)
+    return AccessSpec(
+        admins=_parse_tokens(c, m.get("admins"), join(path, "admins"), tokens_seen),
+        workers=_parse_tokens(c, m.get("workers"), join(path, "workers"), tokens_seen),
+    )
+
+
+def _check_commitments(c: Checker, pool: PoolSpec, tenants: Sequence[TenantSpec]) -> None:
+    """Warnings about legal policies that break a promise of the design, with their numbers."""
+    if not c.ok("spec.pool", "spec.tenants"):
+        return
+    cap = _capacity(pool)
+    floor = pool.floor_slots(cap)
+    guaranteed = sum(t.guaranteed for t in tenants)
+    nominal = sum(t.burstable_nominal for t in tenants)
+    if guaranteed > floor:
+        c.warn(
+            "spec.pool.floor",
+            f"Guaranteed quotas add up to {guaranteed} slots but the floor is {_floor_text(pool)}: "
+            "a Guaranteed request within quota may wait for another tenant's Guaranteed lease",
+        )
+    committed = guaranteed + nominal
+    if committed > 0 and committed >= cap:
+        c.warn(
+            "spec.tenants",
+            f"Guaranteed quotas ({guaranteed}) and Burstable nominals ({nominal}) add up to {committed} "
+            f"slots, and the pool has {cap} slots ({pool.workers} workers x {pool.slots_per_worker}): "
+            "no shared remainder is left, so BestEffort can starve",
+        )
+
+
+def policy_from_dict(d: object) -> tuple[Policy, list[Problem]]:
+    """Build a Policy from a decoded policy document (a mapping in the YAML shape).
+
+    Returns the policy and its warnings; raises PolicyError listing every error found.
+    """
+    c = Checker()
+    if not isinstance(d, Mapping):
+        kind = "an empty document" if d is None else describe(d)
+        c.error("", f"expected a {KIND} mapping (apiVersion, kind, metadata, spec), got {kind}")
+        raise PolicyError(c.errors)
+    top = c.section(d, "", TOP_KEYS)
+    for key, want in (("apiVersion", API_VERSION), ("kind", KIND)):
+        got = top.get(key)
+        if key not in top:
+            c.error(key, f'required: must be "{want}"')
+        elif got != want:
+            c.error(key, f'must be "{want}", got {describe(got)}')
+
+    meta = c.section(top.get("metadata"), "metadata", METADATA_KEYS)
+    name = c.string(meta, "name", "metadata")
+    if name is not None and (not POLICY_NAME_RE.match(name) or len(name) > POLICY_NAME_MAX_LEN):
+        c.error("metadata.name", f"{name!r} is not a valid name: lowercase letters, digits, '-' and '.'")
+    for key in ("labels", "annotations"):  # accepted for Kubernetes tooling, not kept
+        labels = meta.get(key)
+        if labels is not None and not (
+            isinstance(labels, Mapping) and all(isinstance(v, str) for v in labels.values())
+        ):
+            c.error(join("metadata", key), "expected a mapping of strings to strings")
+
+    spec = c.section(top.get("spec"), "spec", SPEC_KEYS)
+    pool = _parse_pool(c, spec.get("pool"), "spec.pool")
+    timing_m = c.section(spec.get("timing"), "spec.timing", [f.key for f in TIMING_FIELDS])
+    timing = dataclasses.replace(TimingSpec(), **c.numbers(timing_m, TIMING_FIELDS, "spec.timing"))
+    queue_m = c.section(spec.get("queue"), "spec.queue", [f.key for f in QUEUE_FIELDS])
+    queue = dataclasses.replace(QueueSpec(), **c.numbers(queue_m, QUEUE_FIELDS, "spec.queue"))
+    autoscaler = _parse_autoscaler(c, spec.get("autoscaler"), "spec.autoscaler")
+    tokens_seen: dict[str, str] = {}  # hash -> where it was first listed, across tenants and roles
+    tenants = _parse_tenants(c, spec.get("tenants"), "spec.tenants", tokens_seen)
+    access = _parse_access(c, spec.get("access"), "spec.access", tokens_seen)
+    _check_commitments(c, pool, tenants)
+
+    if c.errors:
+        raise PolicyError(c.errors, c.warnings)
+    policy = Policy(
+        name=name if name is not None else Policy.name,
+        pool=pool,
+        timing=timing,
+        queue=queue,
+        autoscaler=autoscaler,
+        tenants=tuple(tenants),
+        access=access,
+    )
+    return policy, c.warnings

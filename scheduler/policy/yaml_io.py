@@ -1,0 +1,130 @@
+"""SchedulingPolicy YAML in and out: a strict reader (duplicate keys refused) and the writer.
+
+``policy_to_dict`` is the inverse of ``policy_from_dict`` so a policy round-trips through the Admin
+API. Only ``load_policy`` does I/O.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import yaml
+
+from scheduler.policy.errors import DOCUMENT, PolicyError, Problem
+from scheduler.policy.model import Policy
+from scheduler.policy.schema import (
+    API_VERSION,
+    AUTOSCALER_FIELDS,
+    KIND,
+    POOL_FIELDS,
+    QUEUE_FIELDS,
+    SCALE_UP_FIELDS,
+    TIMING_FIELDS,
+    WEIGHT_FIELDS,
+    Num,
+    fmt_number,
+)
+from scheduler.policy.validate import policy_from_dict
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # unhashable key: the base class reports it
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key!r}",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep)
+
+
+def parse_policy(text: str) -> tuple[Policy, list[Problem]]:
+    """Parse a policy from YAML text. Returns (policy, warnings); raises PolicyError."""
+    try:
+        doc = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: builds plain data only
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"line {mark.line + 1}" if mark is not None else DOCUMENT
+        column = f" (column {mark.column + 1})" if mark is not None else ""
+        context = f"{e.context}: " if e.context else ""
+        raise PolicyError([Problem(where, f"invalid YAML: {context}{e.problem}{column}")]) from e
+    except yaml.YAMLError as e:
+        raise PolicyError([Problem(DOCUMENT, f"invalid YAML: {e}")]) from e
+    return policy_from_dict(doc)
+
+
+def load_policy(path: str | os.PathLike[str]) -> tuple[Policy, list[Problem]]:
+    """Read and parse a policy file. Returns (policy, warnings); raises PolicyError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise PolicyError([Problem(os.fspath(path), f"cannot read policy file: {reason}")]) from e
+    return parse_policy(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Policy -> dict / YAML (the inverse of policy_from_dict)
+
+
+def _numbers_to_dict(spec: object, fields: Sequence[Num]) -> dict[str, Any]:
+    return {f.key: getattr(spec, f.attr) for f in fields}
+
+
+def policy_to_dict(policy: Policy) -> dict[str, Any]:
+    """The policy in its YAML shape (camelCase keys); policy_from_dict(policy_to_dict(p)) == p."""
+    pool = policy.pool
+    pool_d = _numbers_to_dict(pool, POOL_FIELDS)
+    pool_d["floor"] = f"{fmt_number(pool.floor_percent)}%" if pool.floor_percent is not None else pool.floor
+    autoscaler_d = {
+        "weights": _numbers_to_dict(policy.autoscaler, WEIGHT_FIELDS),
+        "scaleUp": _numbers_to_dict(policy.autoscaler, SCALE_UP_FIELDS),
+        **_numbers_to_dict(policy.autoscaler, AUTOSCALER_FIELDS),
+    }
+    tenants = []
+    for t in policy.tenants:
+        be: dict[str, Any] = {} if t.best_effort_limit is None else {"limit": t.best_effort_limit}
+        tenants.append(
+            {
+                "name": t.name,
+                "weight": t.weight,
+                "guaranteed": t.guaranteed,
+                "burstable": {"nominal": t.burstable_nominal, "limit": t.burstable_limit},
+                "bestEffort": be,
+                "tokens": list(t.tokens),
+            }
+        )
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": policy.name},
+        "spec": {
+            "pool": pool_d,
+            "timing": _numbers_to_dict(policy.timing, TIMING_FIELDS),
+            "queue": _numbers_to_dict(policy.queue, QUEUE_FIELDS),
+            "autoscaler": autoscaler_d,
+            "tenants": tenants,
+            "access": {"admins": list(policy.access.admins), "workers": list(policy.access.workers)},
+        },
+    }
+
+
+def policy_to_yaml(policy: Policy) -> str:
+    """The policy as a YAML document that parse_policy reads back to an equal Policy."""
+    return yaml.safe_dump(policy_to_dict(policy), sort_keys=False, default_flow_style=False)

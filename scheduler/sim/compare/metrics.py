@@ -1,0 +1,170 @@
+"""The figures of one comparison run: what the report table, the JSON and the verdicts read.
+
+Why a module of its own: the report, the plots, the `--json` output and bench/policy_compare.py
+must agree on every number, so each is computed once, here, from `SimStats`.
+
+- Guaranteed SLA target: `yieldGraceSeconds + checkpoint` — the wait DESIGN.md promises a
+  Guaranteed request within quota; a miss is a Guaranteed wait above it.
+- Jain's fairness index over tenants with demand (tenants with at least one session in the
+  workload) of `slot-seconds / weight`: 1 when every tenant got the same weighted service, 1/n
+  when one got all of it. It rewards equal totals, so it is bounded by how unequal demand is —
+  and in a closed-loop workload every session's work is done sooner or later, so totals differ
+  between policies only by what is left at the horizon.
+- Jain under contention answers the fairness question directly: at each sample where someone
+  waits for a slot (queued, or in a client's retry loop), Jain's index of `held slots / weight`
+  over the tenants holding or waiting at that moment; averaged over those samples (evenly spaced,
+  so weighted by time). Max-min fair sharing raises it; serving by arrival or by retry luck
+  hands the pool to whoever has the most sessions in line.
+- Worker-seconds: what the pool cost — reported by an elastic pool hook, else ready capacity
+  over time divided by slots per worker (a static pool).
+- Utilization: busy slot-seconds over the slot-seconds paid for (worker-seconds x slots per
+  worker). For a static pool it is `SimStats.utilization`; for an elastic one it also counts
+  workers starting and draining, which `SimStats` leaves out of capacity (so its ratio can pass
+  100% while leases finish on a draining worker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.policy.model import Policy
+from scheduler.sim.stats import CLASS_KEYS, SimStats, percentile
+from scheduler.sim.workload import SessionPlan
+
+
+def jain(values: Sequence[float]) -> float:
+    """(Σx)² / (n·Σx²); 1.0 for no values or all zeros (nothing to be unfair about)."""
+    sq = sum(x * x for x in values)
+    if not values or sq == 0:
+        return 1.0
+    return sum(values) ** 2 / (len(values) * sq)
+
+
+def sla_target(policy: Policy, checkpoint_s: float) -> float:
+    return policy.timing.yield_grace_s + checkpoint_s
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """One contender's row: waits by class (p50, p99, max), and the pool-level figures."""
+
+    name: str
+    waits: dict[str, tuple[float, float, float]]
+    sla_misses: int
+    be_max_wait: float
+    jain: float
+    jain_contended: float
+    work_lost: float
+    preemptions: int
+    utilization: float
+    worker_seconds: float
+    scale_actions: int
+    refusals: int
+    completed: int
+    unfinished: int
+    peak_capacity: int = 0  # most slots the pool had at a sample
+    top_tenant_share: float = 0.0  # the largest tenant's share of all slot-seconds
+    contended_samples: int = 0  # samples where someone waited: what Jain under contention averages
+    grants: dict[str, int] = field(default_factory=dict)  # by class; 0: its waits mean nothing
+    stop_note: str = ""  # why the run ended with work left (see SimStats.stop_note), else ""
+
+    def granted(self, cls: str) -> bool:
+        """Did the class get any grant? (Unknown when built without `grants`: assume it did.)"""
+        return self.grants.get(cls, 1) > 0
+
+    def value(self, metric: str) -> float:
+        """A figure by name: `g_p99`, `b_max`, `jain`, `work_lost`… (see METRICS in the report)."""
+        cls, _, stat = metric.partition("_")
+        if cls in ("g", "b", "be") and stat in ("p50", "p99", "max"):
+            key = {"g": "guaranteed", "b": "burstable", "be": "besteffort"}[cls]
+            return self.waits[key][("p50", "p99", "max").index(stat)]
+        return float(getattr(self, metric))
+
+
+def contention_jain(stats: SimStats, waiting_by_tenant: Sequence[dict[str, int]], policy: Policy) -> float:
+    weights = {t.name: t.weight for t in policy.tenants}
+    values = []
+    for sample, waiting in zip(stats.samples, waiting_by_tenant, strict=False):
+        if sample.pending == 0:
+            continue
+        tenants = {t for t, n in sample.held_by_tenant.items() if n} | set(waiting)
+        values.append(jain([sample.held_by_tenant.get(t, 0) / weights.get(t, 1.0) for t in sorted(tenants)]))
+    return sum(values) / len(values) if values else 1.0
+
+
+def _paid_utilization(stats: SimStats, worker_seconds: float, slots_per_worker: int) -> float:
+    paid = worker_seconds * slots_per_worker
+    return stats.busy_slot_seconds / paid if paid else 0.0
+
+
+def pool_figures(stats: SimStats, target: float) -> tuple[int, float, int]:
+    """(SLA misses, worker-seconds, scale actions): `elastic_report`'s, when the elastic pool exists."""
+    try:
+        from scheduler.sim.elastic import elastic_report
+    except ModuleNotFoundError:
+        misses = sum(1 for w in stats.waits["guaranteed"] if w > target + 1e-9)
+        return misses, stats.worker_seconds, stats.scale_actions
+    rep = elastic_report(stats, target)
+    return int(rep["sla_misses"]), float(rep["worker_seconds"]), int(rep["scale_actions"])
+
+
+def tenant_demand(plans: Iterable[SessionPlan]) -> set[str]:
+    return {p.tenant for p in plans}
+
+
+def figures(
+    name: str,
+    stats: SimStats,
+    policy: Policy,
+    plans: Sequence[SessionPlan],
+    checkpoint_s: float,
+    waiting_by_tenant: Sequence[dict[str, int]] = (),
+) -> RunFigures:
+    waits = {
+        k: (
+            percentile(stats.waits[k], 50),
+            percentile(stats.waits[k], 99),
+            max(stats.waits[k], default=0.0),
+        )
+        for k in CLASS_KEYS
+    }
+    target = sla_target(policy, checkpoint_s)
+    misses, worker_s, actions = pool_figures(stats, target)
+    weights = {t.name: t.weight for t in policy.tenants}
+    shares = [
+        sum(stats.slot_seconds[t].values()) / weights.get(t, 1.0) if t in stats.slot_seconds else 0.0
+        for t in sorted(tenant_demand(plans))
+    ]
+    static_ws = stats.capacity_slot_seconds / max(1, policy.pool.slots_per_worker)
+    return RunFigures(
+        name=name,
+        waits=waits,
+        sla_misses=misses,
+        be_max_wait=waits["besteffort"][2],
+        jain=jain(shares),
+        jain_contended=contention_jain(stats, waiting_by_tenant, policy),
+        work_lost=stats.work_lost,
+        preemptions=stats.preemptions,
+        utilization=_paid_utilization(stats, worker_s or static_ws, policy.pool.slots_per_worker),
+        worker_seconds=worker_s or static_ws,
+        scale_actions=actions,
+        refusals=stats.refusals,
+        completed=stats.completed,
+        unfinished=stats.unfinished,
+        peak_capacity=max((x.capacity for x in stats.samples), default=0),
+        top_tenant_share=max(shares, default=0.0) / sum(shares) if sum(shares) else 0.0,
+        contended_samples=sum(1 for x in stats.samples if x.pending > 0),
+        grants={k: len(stats.waits[k]) for k in CLASS_KEYS},
+        stop_note=stats.stop_note,
+    )
+
+
+def json_entry(stats: SimStats, fig: RunFigures) -> dict[str, Any]:
+    """`simulate --json`'s keys plus worker_seconds, scale_actions and sla_misses."""
+    out = stats.to_json()
+    out["worker_seconds"] = round(fig.worker_seconds, 3)
+    out["scale_actions"] = fig.scale_actions
+    out["sla_misses"] = fig.sla_misses
+    return out

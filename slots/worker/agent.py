@@ -1,0 +1,272 @@
+"""The worker agent: joins the pool, stays in it, honours drains, and leaves cleanly.
+
+Why an agent beside the Worker service: the scheduler only grants slots it knows are alive, and
+only the worker knows when it is going away. The agent
+
+* registers the worker's slots with the scheduler's Workers service (retrying until the
+  scheduler answers: workers may start first), and registers again if a heartbeat says the
+  scheduler forgot it (restart, or removal after missed heartbeats);
+* heartbeats at the interval the scheduler asks for, and applies each answer to the host: actors
+  whose lease is no longer listed are stopped (fencing), epochs move forward;
+* keeps each answer's leases as `view` (a `LeaseView`), which the Worker service checks every
+  Start against (leases.py), and heartbeats at once on demand (`refresh`) when a Start names a
+  lease the view does not list yet: the grant may be newer than the last heartbeat. Concurrent
+  refreshes share one heartbeat when it was sent late enough for all of them;
+* honours drain: once a heartbeat says `draining`, the host refuses new actors, and the agent
+  exits when the host is empty and the scheduler lists no lease on the worker;
+* on its own shutdown (SIGTERM) drains itself first — `Drain(yield_within)` makes the scheduler
+  ask every holder to checkpoint and yield — waits (bounded) for the actors to leave, and
+  always deregisters on the way out, so the scheduler never grants a slot of a dead worker.
+
+Against a scheduler in secure mode the agent needs a worker token (`token`; its hash listed under
+`spec.access.workers`, or `spec.access.admins`): the Workers service refuses tenant tokens, so no
+tenant can add, drain or remove workers. A refused credential ends the agent at once instead of
+retrying: it does not fix itself. Refused on a heartbeat (the token was revoked), the agent first
+stops every actor — the scheduler will drop this worker and re-grant its leases elsewhere — and
+then exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from scheduler.api.gen.slotsched.v1 import workers_pb2, workers_pb2_grpc
+from slots.worker.host import ActorHost
+from slots.worker.leases import Grant, LeaseView
+
+log = logging.getLogger("slotsched.worker")
+
+DRAINED = "drained"
+STOPPED = "stopped"
+
+
+# Heartbeat failures that mean the scheduler no longer counts us in (not a network blip).
+_LOST_MEMBERSHIP = frozenset(
+    {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED}
+)
+
+
+class WorkerAgent:
+    def __init__(
+        self,
+        target: str,
+        worker_id: str,
+        address: str,
+        host: ActorHost,
+        *,
+        token: str | None = None,
+        tenant: str | None = None,
+        labels: dict[str, str] | None = None,
+        channel_options: Sequence[tuple[str, Any]] = (),
+        rpc_timeout_s: float = 5.0,
+        drain_yield_s: float = 10.0,
+        drain_timeout_s: float = 30.0,
+        retry_s: float = 0.5,
+    ) -> None:
+        self.target = target
+        self.worker_id = worker_id
+        self.address = address
+        self.host = host
+        self.labels = dict(labels or {})
+        self.rpc_timeout_s = rpc_timeout_s
+        self.drain_yield_s = drain_yield_s
+        self.drain_timeout_s = drain_timeout_s
+        self.retry_s = retry_s
+        self.channel_options = list(channel_options)
+        md: list[tuple[str, str]] = []
+        if token:
+            md.append(("authorization", f"Bearer {token}"))
+        if tenant:
+            md.append(("x-slotsched-tenant", tenant))
+        self.metadata = tuple(md)
+        self.heartbeat_interval_s = 5.0
+        self.draining = False
+        self.registered = asyncio.Event()
+        self.heartbeats = 0
+        #: The scheduler's leases on our slots, as of the newest heartbeat answered.
+        self.view = LeaseView()
+        self._refresh_lock = asyncio.Lock()
+        self._stub: Any = None
+
+    # ------------------------------------------------------------------ rpcs
+
+    async def _register(self, stop: asyncio.Event) -> bool:
+        req = workers_pb2.RegisterRequest(
+            worker_id=self.worker_id, address=self.address, slots=self.host.slots, labels=self.labels
+        )
+        delay = self.retry_s
+        while not stop.is_set():
+            try:
+                resp = await self._stub.Register(req, metadata=self.metadata, timeout=self.rpc_timeout_s)
+            except grpc.aio.AioRpcError as e:
+                if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    log.info(
+                        "scheduler %s not reachable yet (%s); retrying in %.1fs", self.target, e.code(), delay
+                    )
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), delay)
+                    delay = min(delay * 2, 5.0)
+                    continue
+                if e.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                    log.error(
+                        "scheduler %s refused worker %s: %s. Give the worker a worker token (--token or "
+                        "$SLOTSCHED_TOKEN) whose sha256 hash is listed under spec.access.workers",
+                        self.target, self.worker_id, e.details(),
+                    )  # fmt: skip
+                raise
+            if resp.HasField("heartbeat_interval"):
+                self.heartbeat_interval_s = max(0.05, resp.heartbeat_interval.ToNanoseconds() / 1e9)
+            log.info(
+                "worker %s registered with %s: %d slots at %s (heartbeat every %.1fs)",
+                self.worker_id, self.target, self.host.slots, self.address, self.heartbeat_interval_s,
+            )  # fmt: skip
+            self.registered.set()
+            return True
+        return False
+
+    async def _heartbeat(self) -> workers_pb2.HeartbeatResponse | None:
+        """One heartbeat applied to the host; None if the scheduler could not be reached."""
+        sent = time.monotonic()
+        try:
+            resp: workers_pb2.HeartbeatResponse = await self._stub.Heartbeat(
+                workers_pb2.HeartbeatRequest(worker_id=self.worker_id),
+                metadata=self.metadata,
+                timeout=self.rpc_timeout_s,
+            )
+        except grpc.aio.AioRpcError as e:
+            if e.code() in _LOST_MEMBERSHIP:
+                raise
+            log.warning("heartbeat of worker %s failed: %s %s", self.worker_id, e.code(), e.details())
+            return None
+        self.heartbeats += 1
+        if sent >= self.view.as_of:  # an on-demand heartbeat may overtake a periodic one
+            self.view = LeaseView.of((Grant.from_pb(lease) for lease in resp.leases), sent)
+        live = [(lease.slot.index, lease.lease_id, lease.epoch) for lease in resp.leases]
+        self.host.fence(live, sent)
+        if resp.draining and not self.draining:
+            log.info("worker %s is draining: no new actors; exiting once empty", self.worker_id)
+            self.draining = True
+            self.host.accepting = False
+        return resp
+
+    async def refresh(self, after: float) -> LeaseView | None:
+        """A view from a heartbeat sent at or after monotonic time `after` (one now if the current
+        view is older); None if the scheduler cannot be reached or does not know us (yet)."""
+        if self.view.as_of >= after:
+            return self.view
+        async with self._refresh_lock:
+            if self.view.as_of >= after:  # a refresh we waited for was recent enough
+                return self.view
+            if self._stub is None or not self.registered.is_set():
+                return None
+            try:
+                resp = await self._heartbeat()
+            except grpc.aio.AioRpcError as e:  # NOT_FOUND: the run loop registers again
+                log.warning("lease refresh of worker %s failed: %s %s", self.worker_id, e.code(), e.details())
+                return None
+            return self.view if resp is not None else None
+
+    async def _wait(self, stop: asyncio.Event, seconds: float) -> None:
+        """Sleep `seconds`, waking early on stop or, while draining, when the host empties."""
+        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait())]
+        if self.draining and not self.host.empty:
+            waits.append(asyncio.ensure_future(self.host.wait_empty()))
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    # ------------------------------------------------------------------ life
+
+    async def run(self, stop: asyncio.Event) -> str:
+        """Serve until drained by the scheduler (returns DRAINED) or `stop` is set (STOPPED)."""
+        channel = grpc.aio.insecure_channel(self.target, options=self.channel_options)
+        self._stub = workers_pb2_grpc.WorkersStub(channel)  # type: ignore[no-untyped-call]
+        reason = STOPPED
+        try:
+            if not await self._register(stop):
+                return STOPPED
+            while not stop.is_set():
+                try:
+                    resp = await self._heartbeat()
+                except grpc.aio.AioRpcError as e:
+                    if e.code() is not grpc.StatusCode.NOT_FOUND:
+                        # Our token was revoked: the scheduler will drop us and re-grant our
+                        # leases elsewhere, so stop our actors now rather than run them twice.
+                        log.error(
+                            "scheduler refuses worker %s: %s %s; stopping its actors and exiting",
+                            self.worker_id,
+                            e.code(),
+                            e.details(),
+                        )
+                        self.host.accepting = False
+                        self.host.fence((), time.monotonic())
+                        raise
+                    # NOT_FOUND: the scheduler forgot us
+                    log.warning(
+                        "scheduler does not know worker %s any more: registering again", self.worker_id
+                    )
+                    if self.draining:
+                        reason = DRAINED
+                        break
+                    await self._register(stop)
+                    continue
+                if resp is not None and self.draining and self.host.empty and not resp.leases:
+                    reason = DRAINED
+                    break
+                await self._wait(stop, self.heartbeat_interval_s)
+            if reason == STOPPED:
+                await self._drain_self()
+            return reason
+        finally:
+            await self._deregister()
+            await channel.close()
+
+    async def _drain_self(self) -> None:
+        """Ask the scheduler to move our holders away, and wait (bounded) for them to go."""
+        self.draining = True
+        self.host.accepting = False
+        if self.host.empty:
+            return
+        req = workers_pb2.DrainRequest(worker_id=self.worker_id)
+        req.yield_within.FromNanoseconds(round(self.drain_yield_s * 1e9))
+        try:
+            await self._stub.Drain(req, metadata=self.metadata, timeout=self.rpc_timeout_s)
+        except grpc.aio.AioRpcError as e:
+            log.warning("could not drain worker %s before exit: %s %s", self.worker_id, e.code(), e.details())
+            return
+        log.info("worker %s draining before exit (up to %.0fs)", self.worker_id, self.drain_timeout_s)
+        deadline = time.monotonic() + self.drain_timeout_s
+        never = asyncio.Event()
+        while not self.host.empty and time.monotonic() < deadline:
+            try:
+                resp = await self._heartbeat()
+            except grpc.aio.AioRpcError:
+                return
+            if resp is not None and not resp.leases:
+                break
+            await self._wait(never, min(self.heartbeat_interval_s, max(0.0, deadline - time.monotonic())))
+
+    async def _deregister(self) -> None:
+        if not self.registered.is_set() or self._stub is None:
+            return
+        try:
+            resp = await self._stub.Deregister(
+                workers_pb2.DeregisterRequest(worker_id=self.worker_id),
+                metadata=self.metadata,
+                timeout=self.rpc_timeout_s,
+            )
+            log.info("worker %s deregistered (%d leases revoked)", self.worker_id, resp.revoked)
+        except grpc.aio.AioRpcError as e:
+            if e.code() is not grpc.StatusCode.NOT_FOUND:
+                log.warning("could not deregister worker %s: %s %s", self.worker_id, e.code(), e.details())
+        self.registered.clear()
