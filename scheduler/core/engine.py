@@ -22,11 +22,11 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.core.indexes import Fenwick, VersionedHeap
 from scheduler.core.lifecycle import LeaseState, WorkerState, check_lease, check_worker
+from scheduler.core.model import LeaseRec, Request, WorkerRec
 from scheduler.core.tenants import BE, CLASS_INDEX, CLASSES, B, G, TenantState
 from scheduler.core.types import (
     Acquire,
@@ -63,106 +63,14 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
+from scheduler.core.views import PoolView, SessionView, TenantView, WorkerView
 from scheduler.policy import Policy
+
+__all__ = ["Core", "PoolView", "SessionView", "TenantView", "WorkerView"]  # views: old import path
 
 TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED = 1, 2, 3
 _DEFAULT_MEAN_HOLD_S = 60.0
 _RETRY_UNKNOWN_S = 5.0  # retry-after for a refusal before any hold has been observed
-
-
-@dataclass(slots=True)
-class _Request:
-    session: SessionId
-    tenant: TenantState
-    cls: int
-    arrival: float  # original arrival: a yielded session keeps its place in line
-    seq: int
-    enqueued_at: float  # when this wait began (time-to-slot counts every wait)
-    resume_from: SnapshotRef | None
-    earmark: LeaseId | None = None  # the victim yielding for this request, if any
-    earmark_tier: int = 0
-
-
-@dataclass(slots=True)
-class _LeaseRec:
-    lease: Lease
-    tenant: TenantState
-    cls: int
-    state: LeaseState
-    arrival: float
-    seq: int
-    worker: _Worker
-    for_session: SessionId | None = None
-    borrowing: bool = False  # preemptible: BestEffort, or Burstable held as borrowing
-    gseq: int = 0  # grant order: candidates are kept in it (a cancelled yield goes back in place)
-    matured: bool = False  # its min_runtime timer fired (it can be a fairness victim when active)
-    yield_deadline: float | None = None  # of the yield under way; older heap entries are stale
-
-
-@dataclass(slots=True)
-class _Worker:
-    worker_id: WorkerId
-    address: str
-    slots: int
-    seq: int
-    state: WorkerState = WorkerState.READY
-    leases: dict[int, LeaseId] = field(default_factory=dict)
-    slot_ids: list[SlotId] = field(default_factory=list)  # built once: grants reuse them
-
-    def __post_init__(self) -> None:
-        self.slot_ids = [SlotId(self.worker_id, i) for i in range(self.slots)]
-
-
-@dataclass(frozen=True)
-class SessionView:
-    session: SessionId
-    tenant: TenantName
-    qos: str
-    phase: str  # queued | active | yielding
-    lease: Lease | None
-    position: int
-    estimated_wait_s: float | None
-    resume_from: SnapshotRef | None
-    waiting_since: float
-
-
-@dataclass(frozen=True)
-class TenantView:
-    name: str
-    weight: float
-    held: tuple[int, int, int]
-    pending: tuple[int, int, int]
-    borrowed: int
-    share: float
-    guaranteed: int
-    burstable_nominal: int
-    burstable_limit: int
-    best_effort_limit: int | None
-
-
-@dataclass(frozen=True)
-class WorkerView:
-    worker_id: WorkerId
-    address: str
-    slots: int
-    busy: int
-    state: WorkerState
-    lease_seconds: float  # slot-seconds since the grant of each of its leases, summed
-
-
-@dataclass(frozen=True)
-class PoolView:
-    capacity: int
-    free: int
-    floor: int
-    held: tuple[int, int, int]
-    pending: tuple[int, int, int]
-    preemptible: int
-    yielding: int
-    workers: tuple[WorkerView, ...]
-    tenants: tuple[TenantView, ...]
-    oldest_wait_s: tuple[float, float, float]
-    mean_hold_s: float
 
 
 class Core:
@@ -174,7 +82,7 @@ class Core:
         self._min_runtime = policy.timing.min_runtime_s
         self._tenants: dict[str, TenantState] = {}
         self._retired: set[str] = set()
-        self._workers: dict[WorkerId, _Worker] = {}
+        self._workers: dict[WorkerId, WorkerRec] = {}
         self._worker_seq = 0
         self._epochs: dict[SlotId, int] = {}
         self._free: list[tuple[int, int, WorkerId]] = []
@@ -184,9 +92,9 @@ class Core:
         self._free_ready = 0
         self._capacity = 0
         self._floor = 0
-        self._requests: dict[SessionId, _Request] = {}
-        self._holders: dict[SessionId, _LeaseRec] = {}
-        self._leases: dict[LeaseId, _LeaseRec] = {}
+        self._requests: dict[SessionId, Request] = {}
+        self._holders: dict[SessionId, LeaseRec] = {}
+        self._leases: dict[LeaseId, LeaseRec] = {}
         # Yields whose waiter left during this event, made ACTIVE again: each is taken over by a
         # waiter with a right to it during the pass, or cancelled (`YieldCancelled`) at its end.
         self._cancelled: dict[LeaseId, None] = {}
@@ -203,7 +111,7 @@ class Core:
         self._now = float("-inf")
         self._mean_hold = _DEFAULT_MEAN_HOLD_S  # a prior for the autoscaler's drain time
         self._holds_seen = False  # until then, waits are not estimated (the prior is no evidence)
-        self._to_report: list[_Request] = []
+        self._to_report: list[Request] = []
         # Tenants whose heap entries are out of date (insertion-ordered, so flushing is deterministic).
         self._dirty_queue: dict[TenantState, None] = {}
         self._dirty_victims: dict[TenantState, None] = {}
@@ -454,7 +362,7 @@ class Core:
                 out.append(refusal)
                 return False
         self._seq += 1
-        req = _Request(s, t, cls, now, self._seq, now, ev.resume_from)
+        req = Request(s, t, cls, now, self._seq, now, ev.resume_from)
         if self._free_ready > 0 and not self._requests and t.held[cls] < (t.quota(cls) or 1 << 62):
             # Nobody waits and a slot is free: this request is first in line and within quota.
             self._grant(req, self._pop_free(), now, out, queued=False)
@@ -542,7 +450,7 @@ class Core:
             out.append(Rejected(None, ErrorCode.INVALID, f"worker {ev.worker} is already registered"))
             return
         self._worker_seq += 1
-        w = _Worker(ev.worker, ev.address, ev.slots, self._worker_seq)
+        w = WorkerRec(ev.worker, ev.address, ev.slots, self._worker_seq)
         self._workers[ev.worker] = w
         for i in range(ev.slots):
             self._push_free(w, i)
@@ -656,11 +564,11 @@ class Core:
         """How far the floor invariant holds above its bound (>= 0 whenever it holds)."""
         return self._free_ready + self._preemptible - max(0, self._floor - self._held_g)
 
-    def _pick_for_free_slot(self) -> _Request | None:
+    def _pick_for_free_slot(self) -> Request | None:
         # Candidates in order of service: (tier, earmarked first). A Burstable request below
         # nominal on a slot the floor cannot spare gets it as borrowing (see `_grant`).
         self._flush()
-        best: _Request | None = None
+        best: Request | None = None
         best_key = (9, 9)
         e = self._earmarked_head()
         if e is not None:
@@ -696,7 +604,7 @@ class Core:
         return False
 
     def _preempt_for(
-        self, req: _Request, tier: int, cause: YieldCause, now: float, out: list[Decision]
+        self, req: Request, tier: int, cause: YieldCause, now: float, out: list[Decision]
     ) -> bool:
         victim = self._under_way_for(req, tier) if self._cancelled else None
         if victim is None:
@@ -709,7 +617,7 @@ class Core:
 
     # ------------------------------------------------------------------ victims
 
-    def _under_way_for(self, req: _Request, tier: int) -> _LeaseRec | None:
+    def _under_way_for(self, req: Request, tier: int) -> LeaseRec | None:
         """A lease whose yield was cancelled in this event and that `req` has a right to (the
         rules of `_any_victim` / `_fair_victim` for one lease): taking it over keeps the yield
         under way instead of starting another. Only this event's cancellations are looked at."""
@@ -730,7 +638,7 @@ class Core:
                 return rec
         return None
 
-    def _any_victim(self) -> _LeaseRec | None:
+    def _any_victim(self) -> LeaseRec | None:
         """Victim order: BestEffort before borrowing Burstable; then the tenant furthest above its
         share (highest borrowed/weight); then the lease that loses least work (newest grant).
         Heap ties fall to the tenant name, so the order is total and deterministic."""
@@ -742,7 +650,7 @@ class Core:
                 return self._leases[next(reversed(t.candidates[cls]))]
         return None
 
-    def _fair_victim(self, a: TenantState) -> _LeaseRec | None:
+    def _fair_victim(self, a: TenantState) -> LeaseRec | None:
         """A fairness victim: same order as `_any_victim`, restricted to leases that ran
         min_runtime and to other tenants, and only if the requester's share after taking the slot
         is no larger than the victim tenant's after losing it (Kueue's
@@ -767,7 +675,7 @@ class Core:
 
     def _ask_to_yield(
         self,
-        rec: _LeaseRec,
+        rec: LeaseRec,
         deadline: float,
         cause: YieldCause,
         for_session: SessionId | None,
@@ -793,7 +701,7 @@ class Core:
             out.append(YieldRequested(rec.lease, deadline, cause, for_session))
         self._refresh(t)
 
-    def _reinstate(self, rec: _LeaseRec) -> None:
+    def _reinstate(self, rec: LeaseRec) -> None:
         """A yielding lease no waiter needs now: ACTIVE again (and a victim candidate again, in
         its grant order), pending `YieldCancelled` unless the pass gives it another waiter."""
         rec.state = check_lease(rec.state, LeaseState.ACTIVE)
@@ -809,7 +717,7 @@ class Core:
         self._cancelled[lid] = None
         self._refresh(t)
 
-    def _insert_in_grant_order(self, d: dict[LeaseId, float], rec: _LeaseRec) -> None:
+    def _insert_in_grant_order(self, d: dict[LeaseId, float], rec: LeaseRec) -> None:
         lid = rec.lease.lease_id
         if d:
             leases = self._leases
@@ -845,7 +753,7 @@ class Core:
                 self._reinstate(rec)
         self._orphans.clear()
 
-    def _earmark(self, req: _Request, victim: _LeaseRec, tier: int) -> None:
+    def _earmark(self, req: Request, victim: LeaseRec, tier: int) -> None:
         t = req.tenant
         req.earmark = victim.lease.lease_id
         req.earmark_tier = tier
@@ -858,7 +766,7 @@ class Core:
         heapq.heappush(self._earmarked, (tier, req.arrival, req.seq, req.session))
         self._refresh_queue(t)
 
-    def _unearmark(self, req: _Request) -> None:
+    def _unearmark(self, req: Request) -> None:
         t = req.tenant
         t.earmarked[req.cls] -= 1
         if req.earmark_tier == TIER_SHARED:
@@ -874,7 +782,7 @@ class Core:
         req.earmark_tier = 0
         t.push_request(req.cls, (req.arrival, req.seq, req.session))
 
-    def _earmarked_head(self) -> _Request | None:
+    def _earmarked_head(self) -> Request | None:
         heap = self._earmarked
         while heap:
             _, _, seq, s = heap[0]
@@ -887,7 +795,7 @@ class Core:
     # ------------------------------------------------------------------ lease and queue changes
 
     def _grant(
-        self, req: _Request, slot: SlotId, now: float, out: list[Decision], queued: bool = True
+        self, req: Request, slot: SlotId, now: float, out: list[Decision], queued: bool = True
     ) -> None:
         t = req.tenant
         if queued:
@@ -913,7 +821,7 @@ class Core:
             req.cls == B and not (t.b_nominal_held() < t.spec.burstable_nominal and self._slack() >= 0)
         )
         self._gseq += 1
-        rec = _LeaseRec(
+        rec = LeaseRec(
             lease, t, req.cls, LeaseState.ACTIVE, req.arrival, req.seq, w, None, borrowing, self._gseq
         )
         w.leases[slot.index] = lid
@@ -933,7 +841,7 @@ class Core:
         self._refresh(t)
         out.append(Granted(lease, now - req.enqueued_at))
 
-    def _end_lease(self, rec: _LeaseRec, state: LeaseState) -> None:
+    def _end_lease(self, rec: LeaseRec, state: LeaseState) -> None:
         was_yielding = rec.state is LeaseState.YIELDING
         rec.state = check_lease(rec.state, state)
         t, cls, lid = rec.tenant, rec.cls, rec.lease.lease_id
@@ -982,24 +890,24 @@ class Core:
         self._preemptible -= 1
         t.preemptible_contrib -= 1
 
-    def _revoke(self, rec: _LeaseRec, reason: RevokeReason, now: float, out: list[Decision]) -> None:
+    def _revoke(self, rec: LeaseRec, reason: RevokeReason, now: float, out: list[Decision]) -> None:
         self._end_lease(rec, LeaseState.REVOKED)
         slot = rec.lease.slot
         self._epochs[slot] = self._epochs.get(slot, 0) + 1  # fence: the old epoch is dead now
         out.append(Revoked(rec.lease, reason, now - rec.lease.granted_at))
         self._requeue(rec, rec.lease.resume_from, now, out)
 
-    def _requeue(self, rec: _LeaseRec, snap: SnapshotRef | None, now: float, out: list[Decision]) -> None:
-        req = _Request(rec.lease.session, rec.tenant, rec.cls, rec.arrival, rec.seq, now, snap)
+    def _requeue(self, rec: LeaseRec, snap: SnapshotRef | None, now: float, out: list[Decision]) -> None:
+        req = Request(rec.lease.session, rec.tenant, rec.cls, rec.arrival, rec.seq, now, snap)
         self._enqueue(req)
         self._to_report.append(req)
 
-    def _report_queued(self, req: _Request, out: list[Decision]) -> None:
+    def _report_queued(self, req: Request, out: list[Decision]) -> None:
         if self._requests.get(req.session) is req:
             pos = self._position(req)
             out.append(Queued(req.session, pos, self._estimate(pos)))
 
-    def _enqueue(self, req: _Request) -> None:
+    def _enqueue(self, req: Request) -> None:
         t = req.tenant
         self._requests[req.session] = req
         t.waiting[req.cls] += 1
@@ -1008,7 +916,7 @@ class Core:
         t.push_request(req.cls, (req.arrival, req.seq, req.session))
         self._refresh_queue(t)
 
-    def _dequeue(self, req: _Request, refresh: bool = True) -> None:
+    def _dequeue(self, req: Request, refresh: bool = True) -> None:
         t = req.tenant
         if req.earmark is not None:
             self._unearmark(req)
@@ -1021,7 +929,7 @@ class Core:
 
     def _check_call(
         self, session: SessionId, lease_id: LeaseId, epoch: int, out: list[Decision]
-    ) -> _LeaseRec | None:
+    ) -> LeaseRec | None:
         rec = self._holders.get(session)
         if rec is not None and rec.lease.lease_id == lease_id and rec.lease.epoch == epoch:
             return rec
@@ -1043,7 +951,7 @@ class Core:
 
     # ------------------------------------------------------------------ slots and accounting
 
-    def _push_free(self, w: _Worker, index: int) -> None:
+    def _push_free(self, w: WorkerRec, index: int) -> None:
         self._free_ready += 1
         key = (w.seq, index)
         if key not in self._free_in_heap:
@@ -1068,7 +976,7 @@ class Core:
         self._mean_hold = 0.9 * self._mean_hold + 0.1 * max(0.0, seconds)
         self._holds_seen = True
 
-    def _position(self, req: _Request) -> int:
+    def _position(self, req: Request) -> int:
         ahead = sum(self._waiting_cls[: req.cls])
         return ahead + self._positions[req.cls].prefix(req.seq)
 

@@ -219,7 +219,8 @@ def from_state(policy: Policy, doc: Doc) -> Core:
 
 
 def _build(policy: Policy, doc: Doc) -> Core:
-    from scheduler.core.engine import TIER_NOMINAL, TIER_SHARED, Core, _LeaseRec, _Request, _Worker
+    from scheduler.core.engine import TIER_NOMINAL, TIER_SHARED, Core
+    from scheduler.core.model import LeaseRec, Request, WorkerRec
 
     core = Core(policy)
     # The heaps' staleness checks close over this very dict: refill it, never replace it.
@@ -246,7 +247,7 @@ def _build(policy: Policy, doc: Doc) -> Core:
     workers = core._workers
     for wd in doc["workers"]:
         wid = WorkerId(str(wd["id"]))
-        workers[wid] = _Worker(
+        workers[wid] = WorkerRec(
             wid, str(wd["address"]), int(wd["slots"]), int(wd["seq"]), WorkerState(wd["state"])
         )
     core._worker_seq = int(doc["worker_seq"])
@@ -283,7 +284,7 @@ def _build(policy: Policy, doc: Doc) -> Core:
             raise ValueError(f"lease {lid} is {state.value}: only live leases are state")
         for_session = ld["for_session"]
         borrowing = bool(ld["borrowing"])
-        rec = _LeaseRec(
+        rec = LeaseRec(
             lease,
             t,
             cls,
@@ -332,7 +333,7 @@ def _build(policy: Policy, doc: Doc) -> Core:
         t = tenants[str(rd["tenant"])]
         cls = CLASS_INDEX[QoS(rd["qos"])]
         earmark = rd["earmark"]
-        req = _Request(
+        req = Request(
             SessionId(str(rd["session"])),
             t,
             cls,
