@@ -24,9 +24,10 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from scheduler.core.indexes import Fenwick, VersionedHeap
+from scheduler.core.indexes import Fenwick
 from scheduler.core.lifecycle import LeaseState, WorkerState, check_lease, check_worker
 from scheduler.core.model import LeaseRec, Request, WorkerRec
+from scheduler.core.order import TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED, ServiceOrder
 from scheduler.core.tenants import BE, CLASS_INDEX, CLASSES, B, G, TenantState
 from scheduler.core.types import (
     Acquire,
@@ -63,14 +64,19 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
+from scheduler.core.victims import VictimIndex, may_take
 from scheduler.core.views import PoolView, SessionView, TenantView, WorkerView
 from scheduler.policy import Policy
 
 __all__ = ["Core", "PoolView", "SessionView", "TenantView", "WorkerView"]  # views: old import path
 
-TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED = 1, 2, 3
 _DEFAULT_MEAN_HOLD_S = 60.0
 _RETRY_UNKNOWN_S = 5.0  # retry-after for a refusal before any hold has been observed
+_CAUSES = {
+    TIER_GUARANTEED: YieldCause.GUARANTEED,
+    TIER_NOMINAL: YieldCause.NOMINAL,
+    TIER_SHARED: YieldCause.FAIR_SHARE,
+}
 
 
 class Core:
@@ -112,25 +118,10 @@ class Core:
         self._mean_hold = _DEFAULT_MEAN_HOLD_S  # a prior for the autoscaler's drain time
         self._holds_seen = False  # until then, waits are not estimated (the prior is no evidence)
         self._to_report: list[Request] = []
-        # Tenants whose heap entries are out of date (insertion-ordered, so flushing is deterministic).
-        self._dirty_queue: dict[TenantState, None] = {}
-        self._dirty_victims: dict[TenantState, None] = {}
         self._mature_n = 0  # mature candidates: none means no fairness preemption is possible
 
-        tenants = self._tenants
-
-        def current(name: str, version: int) -> bool:
-            return tenants[name].version == version
-
-        def current_victims(name: str, version: int) -> bool:
-            return tenants[name].vversion == version
-
-        self._tier1 = VersionedHeap(current)
-        self._tier2 = VersionedHeap(current)
-        self._tier3 = VersionedHeap(current)
-        self._victims_any = (VersionedHeap(current_victims), VersionedHeap(current_victims))  # (BE, B)
-        self._victims_mature = (VersionedHeap(current_victims), VersionedHeap(current_victims))
-        self._earmarked: list[tuple[int, float, int, SessionId]] = []
+        self._order = ServiceOrder(self._tenants, self._requests)
+        self._victims = VictimIndex(self._tenants, self._leases)
         self._maturing: deque[tuple[float, LeaseId, int]] = deque()
         self._yield_deadlines: list[tuple[float, LeaseId, int]] = []
         self._expiries: list[tuple[float, LeaseId, int]] = []
@@ -219,7 +210,7 @@ class Core:
         # A waiter's right to its victim may be gone with the new quotas: every earmarked waiter
         # goes back in line, and the pass gives each yield under way to a waiter with a right to
         # it or cancels it. (Rare, so a walk over the earmarks is fine.)
-        for _, _, seq, s in list(self._earmarked):
+        for _, _, seq, s in list(self._order.earmarked):
             req = self._requests.get(s)
             if req is not None and req.seq == seq and req.earmark is not None:
                 self._unearmark(req)
@@ -234,8 +225,8 @@ class Core:
         if self._expiries:
             times.append(self._expiries[0][0])
         if self._maturing:  # flush only when it matters: this runs after every event
-            self._flush()
-            if self._tier3.peek() is not None:
+            self._order.flush()
+            if self._order.tiers[2].peek() is not None:
                 times.append(self._maturing[0][0])
         return min(times) if times else None
 
@@ -553,7 +544,7 @@ class Core:
             return  # nobody waits: nothing to grant, no one with a right to preempt
         while True:
             if self._free_ready > 0:
-                req = self._pick_for_free_slot()
+                req = self._order.for_free_slot()
                 if req is None:
                     return
                 self._grant(req, self._pop_free(), now, out)
@@ -564,113 +555,35 @@ class Core:
         """How far the floor invariant holds above its bound (>= 0 whenever it holds)."""
         return self._free_ready + self._preemptible - max(0, self._floor - self._held_g)
 
-    def _pick_for_free_slot(self) -> Request | None:
-        # Candidates in order of service: (tier, earmarked first). A Burstable request below
-        # nominal on a slot the floor cannot spare gets it as borrowing (see `_grant`).
-        self._flush()
-        best: Request | None = None
-        best_key = (9, 9)
-        e = self._earmarked_head()
-        if e is not None:
-            best, best_key = e, (e.earmark_tier, 0)
-        for tier, heap in (
-            (TIER_GUARANTEED, self._tier1),
-            (TIER_NOMINAL, self._tier2),
-            (TIER_SHARED, self._tier3),
-        ):
-            if (tier, 1) >= best_key:
-                break
-            top = heap.peek()
-            if top is not None:
-                return self._requests[top[-3]]
-        return best
-
     def _preempt_once(self, now: float, out: list[Decision]) -> bool:
         """Ask one victim to yield for the first waiter with a right to a slot; False if none."""
-        self._flush()
-        top = self._tier1.peek()
-        if top is not None:
-            return self._preempt_for(
-                self._requests[top[-3]], TIER_GUARANTEED, YieldCause.GUARANTEED, now, out
-            )
-        top = self._tier2.peek()
-        if top is not None and self._slack() - self._inflight_nominal >= 1:
-            return self._preempt_for(self._requests[top[-3]], TIER_NOMINAL, YieldCause.NOMINAL, now, out)
-        if self._mature_n == 0:
-            return False  # a fairness preemption needs a victim that ran min_runtime
-        top = self._tier3.peek()
-        if top is not None:
-            return self._preempt_for(self._requests[top[-3]], TIER_SHARED, YieldCause.FAIR_SHARE, now, out)
-        return False
+        first = self._order.first_with_right(
+            lambda: self._slack() - self._inflight_nominal >= 1, self._mature_n > 0
+        )
+        return first is not None and self._preempt_for(first[1], first[0], now, out)
 
-    def _preempt_for(
-        self, req: Request, tier: int, cause: YieldCause, now: float, out: list[Decision]
-    ) -> bool:
-        victim = self._under_way_for(req, tier) if self._cancelled else None
+    def _preempt_for(self, req: Request, tier: int, now: float, out: list[Decision]) -> bool:
+        fairness = tier == TIER_SHARED
+        victim = self._under_way_for(req, fairness) if self._cancelled else None
         if victim is None:
-            victim = self._fair_victim(req.tenant) if tier == TIER_SHARED else self._any_victim()
+            victim = self._victims.fair_victim(req.tenant) if fairness else self._victims.any_victim()
         if victim is None:
             return False
         self._earmark(req, victim, tier)
-        self._ask_to_yield(victim, now + self._policy.timing.yield_grace_s, cause, req.session, out)
+        deadline = now + self._policy.timing.yield_grace_s
+        self._ask_to_yield(victim, deadline, _CAUSES[tier], req.session, out)
         return True
 
     # ------------------------------------------------------------------ victims
 
-    def _under_way_for(self, req: Request, tier: int) -> LeaseRec | None:
-        """A lease whose yield was cancelled in this event and that `req` has a right to (the
-        rules of `_any_victim` / `_fair_victim` for one lease): taking it over keeps the yield
-        under way instead of starting another. Only this event's cancellations are looked at."""
-        a = req.tenant
+    def _under_way_for(self, req: Request, fairness: bool) -> LeaseRec | None:
+        """A lease whose yield was cancelled in this event and that `req` has a right to
+        (`victims.may_take`): taking it over keeps the yield under way instead of starting
+        another. Only this event's cancellations are looked at."""
         for lid in self._cancelled:
             rec = self._leases.get(lid)
-            if rec is None or rec.state is not LeaseState.ACTIVE:
-                continue
-            t = rec.tenant
-            if lid not in t.candidates[rec.cls]:
-                continue
-            if tier != TIER_SHARED:
+            if rec is not None and rec.state is LeaseState.ACTIVE and may_take(req.tenant, rec, fairness):
                 return rec
-            if t is a or lid not in t.mature[rec.cls]:
-                continue
-            a_after = a.borrowed_effective() + a.earmarked_fair + 1
-            if a_after * t.spec.weight <= (t.borrowed_effective() - 1) * a.spec.weight:
-                return rec
-        return None
-
-    def _any_victim(self) -> LeaseRec | None:
-        """Victim order: BestEffort before borrowing Burstable; then the tenant furthest above its
-        share (highest borrowed/weight); then the lease that loses least work (newest grant).
-        Heap ties fall to the tenant name, so the order is total and deterministic."""
-        self._flush_victims()
-        for cls, heap in ((BE, self._victims_any[0]), (B, self._victims_any[1])):
-            top = heap.peek()
-            if top is not None:
-                t = self._tenants[top[-2]]
-                return self._leases[next(reversed(t.candidates[cls]))]
-        return None
-
-    def _fair_victim(self, a: TenantState) -> LeaseRec | None:
-        """A fairness victim: same order as `_any_victim`, restricted to leases that ran
-        min_runtime and to other tenants, and only if the requester's share after taking the slot
-        is no larger than the victim tenant's after losing it (Kueue's
-        LessThanOrEqualToFinalShare). Checking the top tenant suffices: others have lower shares."""
-        if self._mature_n == 0:
-            return None
-        self._flush_victims()
-        a_after = a.borrowed_effective() + a.earmarked_fair + 1
-        for cls, heap in ((BE, self._victims_mature[0]), (B, self._victims_mature[1])):
-            top = heap.peek()
-            if top is not None and top[-2] == a.name:
-                own = heap.pop_current()  # never the requester's own lease: look one below
-                top = heap.peek()
-                heap.push_back([own] if own is not None else [])
-            if top is None:
-                continue
-            t = self._tenants[top[-2]]
-            # Cross-multiplied so equal shares compare exactly: a_after/wa <= (tb-1)/wt.
-            if a_after * t.spec.weight <= (t.borrowed_effective() - 1) * a.spec.weight:
-                return self._leases[next(reversed(t.mature[cls]))]
         return None
 
     def _ask_to_yield(
@@ -763,7 +676,7 @@ class Core:
             t.earmarked_fair += 1
         elif tier == TIER_NOMINAL:
             self._inflight_nominal += 1
-        heapq.heappush(self._earmarked, (tier, req.arrival, req.seq, req.session))
+        self._order.push_earmarked(req)
         self._refresh_queue(t)
 
     def _unearmark(self, req: Request) -> None:
@@ -781,16 +694,6 @@ class Core:
         req.earmark = None
         req.earmark_tier = 0
         t.push_request(req.cls, (req.arrival, req.seq, req.session))
-
-    def _earmarked_head(self) -> Request | None:
-        heap = self._earmarked
-        while heap:
-            _, _, seq, s = heap[0]
-            req = self._requests.get(s)
-            if req is not None and req.seq == seq and req.earmark is not None:
-                return req
-            heapq.heappop(heap)
-        return None
 
     # ------------------------------------------------------------------ lease and queue changes
 
@@ -987,94 +890,20 @@ class Core:
             return None
         return (position + 1) * self._mean_hold / max(1, self._capacity)
 
-    def _head(self, t: TenantState, cls: int) -> tuple[float, int, SessionId] | None:
-        q = t.queues[cls]
-        requests = self._requests
-        while q:
-            arrival, seq, s = q[0]
-            req = requests.get(s)
-            if req is not None and req.seq == seq and req.earmark is None and req.cls == cls:
-                return q[0]
-            heapq.heappop(q)
-        return None
-
     def _refresh(self, t: TenantState) -> None:
         """Re-index a tenant after a change to what it holds: the floor, its queue, its victims.
 
         The floor accounting is updated at once (the slack is read mid-pass); heap entries are
-        pushed once per tenant when the heaps are next read (`_flush`), so an event that touches
+        pushed once per tenant when the heaps are next read (their `flush`), so an event that touches
         a tenant twice pays for one re-index."""
         contrib = t.preemptible()
         self._preemptible += contrib - t.preemptible_contrib
         t.preemptible_contrib = contrib
-        self._dirty_queue[t] = None
-        self._dirty_victims[t] = None
+        self._order.dirty[t] = None
+        self._victims.dirty[t] = None
 
     def _refresh_queue(self, t: TenantState) -> None:
-        self._dirty_queue[t] = None
+        self._order.dirty[t] = None
 
     def _refresh_victims(self, t: TenantState) -> None:
-        self._dirty_victims[t] = None
-
-    def _flush(self) -> None:
-        """Bring the order-of-service heaps up to date (before reading them)."""
-        if self._dirty_queue:
-            for t in self._dirty_queue:
-                self._reindex_queue(t)
-            self._dirty_queue.clear()
-
-    def _flush_victims(self) -> None:
-        """Bring the victim heaps up to date; only a preemption reads them, and most passes
-        end before one is possible, so this is done on demand."""
-        if self._dirty_victims:
-            for t in self._dirty_victims:
-                self._reindex_victims(t)
-            self._dirty_victims.clear()
-
-    def _reindex_queue(self, t: TenantState) -> None:
-        """Re-index a tenant's place in the order of service (after any change to it)."""
-        t.version += 1
-        v = t.version
-        name = t.spec.name
-        n = len(self._tenants)
-        spec = t.spec
-        held, ear, waiting = t.held, t.earmarked, t.waiting
-
-        if waiting[G] > ear[G] and held[G] + ear[G] < spec.guaranteed:
-            h = self._head(t, G)
-            if h is not None:
-                self._tier1.push((h[0], h[1], h[2], name, v), n)
-        shared = None
-        if waiting[B] > ear[B] and held[B] + ear[B] < spec.burstable_limit:
-            h = self._head(t, B)
-            if h is not None:
-                used = held[B] - t.b_borrowing + ear[B]
-                if used < spec.burstable_nominal:
-                    self._tier2.push((used / spec.burstable_nominal, h[0], h[1], h[2], name, v), n)
-                else:
-                    shared = h
-        be_limit = spec.best_effort_limit
-        if waiting[BE] > ear[BE] and (be_limit is None or held[BE] + ear[BE] < be_limit):
-            h = self._head(t, BE)
-            if h is not None and (shared is None or h < shared):
-                shared = h
-        if shared is not None:
-            order_share = (t.borrowed_effective() + t.earmarked_fair) / spec.weight
-            self._tier3.push((order_share, shared[0], shared[1], shared[2], name, v), n)
-
-    def _reindex_victims(self, t: TenantState) -> None:
-        """Re-index a tenant as a source of victims (after a change to its leases or share)."""
-        t.vversion += 1
-        v = t.vversion
-        name = t.spec.name
-        n = len(self._tenants)
-        share = -t.share()
-        if t.candidates[BE]:
-            self._victims_any[0].push((share, name, v), n)
-        if t.mature[BE]:
-            self._victims_mature[0].push((share, name, v), n)
-        if t.borrowed_b_effective() > 0:
-            if t.candidates[B]:
-                self._victims_any[1].push((share, name, v), n)
-            if t.mature[B]:
-                self._victims_mature[1].push((share, name, v), n)
+        self._victims.dirty[t] = None

@@ -171,7 +171,7 @@ def export_state(core: Core) -> Doc:
     earmark_order = sorted(
         {
             (tier, arrival, seq, s)
-            for tier, arrival, seq, s in core._earmarked
+            for tier, arrival, seq, s in core._order.earmarked
             if (s, seq) in lineages  # a request that can come back with this seq
         }
     )
@@ -219,8 +219,9 @@ def from_state(policy: Policy, doc: Doc) -> Core:
 
 
 def _build(policy: Policy, doc: Doc) -> Core:
-    from scheduler.core.engine import TIER_NOMINAL, TIER_SHARED, Core
+    from scheduler.core.engine import Core
     from scheduler.core.model import LeaseRec, Request, WorkerRec
+    from scheduler.core.order import TIER_NOMINAL, TIER_SHARED
 
     core = Core(policy)
     # The heaps' staleness checks close over this very dict: refill it, never replace it.
@@ -359,10 +360,10 @@ def _build(policy: Policy, doc: Doc) -> Core:
             elif req.earmark_tier == TIER_NOMINAL:
                 inflight_nominal += 1
     core._inflight_nominal = inflight_nominal
-    core._earmarked = [
+    core._order.earmarked = [
         (int(e[0]), float(e[1]), int(e[2]), SessionId(str(e[3]))) for e in doc["earmark_order"]
     ]
-    heapq.heapify(core._earmarked)
+    heapq.heapify(core._order.earmarked)
 
     core._free = [(int(seq), int(index), WorkerId(str(wid))) for seq, index, wid in doc["free_slots"]]
     heapq.heapify(core._free)
@@ -376,8 +377,8 @@ def _build(policy: Policy, doc: Doc) -> Core:
         t.preemptible_contrib = t.preemptible()
         preemptible += t.preemptible_contrib
         # Re-indexed in the order-of-service and victim heaps on their next read.
-        core._dirty_queue[t] = None
-        core._dirty_victims[t] = None
+        core._order.dirty[t] = None
+        core._victims.dirty[t] = None
     core._preemptible = preemptible
 
     core._expiries = [_untimer(e) for e in timers["expiries"]]
