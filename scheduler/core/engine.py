@@ -24,10 +24,12 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+from scheduler.core import state_io
 from scheduler.core.indexes import Fenwick
 from scheduler.core.lifecycle import LeaseState, WorkerState, check_lease, check_worker
 from scheduler.core.model import LeaseRec, Request, WorkerRec
 from scheduler.core.order import TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED, ServiceOrder
+from scheduler.core.records import CoreRecords, LeaseRecord, RequestRecord, WorkerRecord
 from scheduler.core.tenants import BE, CLASS_INDEX, CLASSES, B, G, TenantState
 from scheduler.core.types import (
     Acquire,
@@ -136,17 +138,78 @@ class Core:
 
     def export_state(self) -> dict[str, Any]:
         """The logical state as JSON-ready data (no indexes, no policy): see `state_io`."""
-        from scheduler.core import state_io
-
-        return state_io.export_state(self)
+        return state_io.to_doc(self.export_records())
 
     @classmethod
     def from_state(cls, policy: Policy, doc: dict[str, Any]) -> Core:
         """Rebuild a core from `export_state()` and the policy it ran under; ValueError if `doc`
         is of an unknown format or malformed. The rebuilt core decides exactly as the original."""
-        from scheduler.core import state_io
+        return cls.restore(policy, state_io.from_doc(doc))
 
-        return state_io.from_state(policy, doc)
+    def export_records(self) -> CoreRecords:
+        """The logical state (records.py), for `restore`. Call between events only."""
+        leases = tuple(
+            LeaseRecord(
+                rec.lease,
+                rec.state,
+                rec.arrival,
+                rec.seq,
+                rec.borrowing,
+                rec.for_session,
+                rec.yield_deadline,
+                lid in rec.tenant.candidates[rec.cls],
+                lid in rec.tenant.mature[rec.cls],
+                rec.matured,
+            )
+            for lid, rec in self._leases.items()
+        )
+        requests = tuple(
+            RequestRecord(
+                r.session,
+                TenantName(r.tenant.name),
+                CLASSES[r.cls],
+                r.arrival,
+                r.seq,
+                r.enqueued_at,
+                r.resume_from,
+                r.earmark,
+                r.earmark_tier,
+            )
+            for r in self._requests.values()
+        )
+        # Earmark entries are kept only for a request that can come back with that seq.
+        lineages = {(s, r.seq) for s, r in self._requests.items()}
+        lineages.update((s, r.seq) for s, r in self._holders.items())
+        earmark_order = tuple(sorted({e for e in self._order.earmarked if (e[3], e[2]) in lineages}))
+        return CoreRecords(
+            now=self._now,
+            seq=self._seq,
+            worker_seq=self._worker_seq,
+            mean_hold_s=self._mean_hold,
+            holds_seen=self._holds_seen,
+            tenants=tuple(t.spec for t in self._tenants.values()),
+            retired=frozenset(self._retired),
+            workers=tuple(
+                WorkerRecord(w.worker_id, w.address, w.slots, w.seq, w.state) for w in self._workers.values()
+            ),
+            epochs=tuple(self._epochs.items()),
+            free_slots=tuple(self._free),
+            leases=leases,
+            orphans=tuple(self._orphans),
+            requests=requests,
+            earmark_order=earmark_order,
+            expiries=tuple(self._expiries),
+            yield_deadlines=tuple(self._yield_deadlines),
+            maturing=tuple(self._maturing),
+        )
+
+    @classmethod
+    def restore(cls, policy: Policy, records: CoreRecords) -> Core:
+        """A core whose future behaviour is that of the core `records` were exported from, under
+        the policy it ran under; ValueError if they do not fit the policy or each other."""
+        core = cls(policy)
+        core._restore(records)
+        return core
 
     def handle(self, event: Event, now: float) -> list[Decision]:
         """Apply one event at time `now`; return every decision it caused, in order."""
@@ -907,3 +970,130 @@ class Core:
 
     def _refresh_victims(self, t: TenantState) -> None:
         self._victims.dirty[t] = None
+
+    # ------------------------------------------------------------------ restore
+
+    def _restore(self, r: CoreRecords) -> None:
+        """Load `r` into this fresh core and rebuild every index from it (see `restore`)."""
+        # The heaps' staleness checks close over these very dicts: refill them, never replace.
+        tenants = self._tenants
+        tenants.clear()
+        in_policy = {spec.name: spec for spec in self._policy.tenants}
+        for spec in r.tenants:
+            if spec.name in tenants:
+                raise ValueError(f"tenant {spec.name!r} appears twice")
+            if spec.name not in r.retired:  # a retired tenant keeps the spec it had
+                if spec.name not in in_policy:
+                    raise ValueError(f"tenant {spec.name!r} is neither in the policy nor retired")
+                spec = in_policy[spec.name]
+            tenants[spec.name] = TenantState(spec)
+        missing = [n for n in in_policy if n not in tenants or n in r.retired]
+        if missing or not r.retired <= tenants.keys():
+            raise ValueError(
+                f"the core state does not match the policy (tenants {missing or sorted(r.retired)})"
+            )
+        self._retired = set(r.retired)
+
+        for wr in r.workers:
+            self._workers[wr.worker_id] = WorkerRec(wr.worker_id, wr.address, wr.slots, wr.seq, wr.state)
+        self._worker_seq = r.worker_seq
+        self._epochs = dict(r.epochs)
+
+        for gseq, lr in enumerate(r.leases, start=1):  # tuple order is grant order
+            self._restore_lease(lr, gseq)
+        self._gseq = len(self._leases)
+        self._orphans = dict.fromkeys(r.orphans)
+        if any(lid not in self._leases for lid in self._orphans):
+            raise ValueError("an orphaned yield names no live lease")
+
+        for rr in r.requests:
+            self._restore_request(rr)
+        self._order.earmarked[:] = r.earmark_order
+        heapq.heapify(self._order.earmarked)
+
+        self._free = list(r.free_slots)
+        heapq.heapify(self._free)
+        self._free_in_heap = {(seq, index) for seq, index, _ in self._free}
+        ready = [w for w in self._workers.values() if w.state is WorkerState.READY]
+        self._free_ready = sum(w.slots - len(w.leases) for w in ready)
+        self._set_capacity(sum(w.slots for w in ready))
+        for t in tenants.values():
+            t.preemptible_contrib = t.preemptible()
+            self._preemptible += t.preemptible_contrib
+            self._refresh(t)  # re-indexed in the heaps on their next read
+
+        self._expiries = list(r.expiries)
+        heapq.heapify(self._expiries)
+        self._yield_deadlines = list(r.yield_deadlines)
+        heapq.heapify(self._yield_deadlines)
+        self._maturing = deque(r.maturing)
+        self._seq = r.seq
+        self._now = r.now
+        self._mean_hold = r.mean_hold_s
+        self._holds_seen = r.holds_seen
+
+    def _restore_lease(self, lr: LeaseRecord, gseq: int) -> None:
+        lease, state = lr.lease, lr.state
+        lid, cls = lease.lease_id, CLASS_INDEX[lease.qos]
+        t = self._tenants.get(lease.tenant)
+        w = self._workers.get(lease.slot.worker)
+        if t is None or w is None or not 0 <= lease.slot.index < w.slots:
+            raise ValueError(f"lease {lid} names an unknown tenant, worker or slot")
+        if state not in (LeaseState.ACTIVE, LeaseState.YIELDING):
+            raise ValueError(f"lease {lid} is {state.value}: only live leases are state")
+        rec = LeaseRec(
+            lease, t, cls, state, lr.arrival, lr.seq, w, lr.for_session, lr.borrowing, gseq, lr.matured
+        )
+        yielding = state is LeaseState.YIELDING
+        if yielding:
+            if lr.yield_deadline is None:
+                raise ValueError(f"yielding lease {lid} has no yield deadline")
+            rec.yield_deadline = lr.yield_deadline
+        if lease.slot.index in w.leases or lid in self._leases or lease.session in self._holders:
+            raise ValueError(f"lease {lid} collides with another lease")
+        w.leases[lease.slot.index] = lid
+        self._leases[lid] = rec
+        self._holders[lease.session] = rec
+        t.held[cls] += 1
+        t.yielding[cls] += int(yielding)
+        if cls == G:
+            self._held_g += 1
+        if cls == B and lr.borrowing:
+            t.b_borrowing += 1
+            t.b_borrowing_yielding += int(yielding)
+        if lr.candidate:
+            t.candidates[cls][lid] = lease.granted_at
+        if lr.mature:
+            t.mature[cls][lid] = lease.granted_at
+            self._mature_n += 1
+
+    def _restore_request(self, rr: RequestRecord) -> None:
+        t = self._tenants.get(rr.tenant)
+        if t is None:
+            raise ValueError(f"request of session {rr.session} names an unknown tenant {rr.tenant!r}")
+        cls = CLASS_INDEX[rr.qos]
+        req = Request(
+            rr.session,
+            t,
+            cls,
+            rr.arrival,
+            rr.seq,
+            rr.enqueued_at,
+            rr.resume_from,
+            rr.earmark,
+            rr.earmark_tier,
+        )
+        if req.session in self._requests or req.session in self._holders:
+            raise ValueError(f"session {req.session} is queued twice or queued and holding")
+        self._requests[req.session] = req
+        t.waiting[cls] += 1
+        self._waiting_cls[cls] += 1
+        self._positions[cls].add(req.seq, 1)
+        if req.earmark is None:
+            t.push_request(cls, (req.arrival, req.seq, req.session))
+        else:
+            t.earmarked[cls] += 1
+            if req.earmark_tier == TIER_SHARED:
+                t.earmarked_fair += 1
+            elif req.earmark_tier == TIER_NOMINAL:
+                self._inflight_nominal += 1

@@ -29,13 +29,11 @@ from collections.abc import Callable
 
 from scheduler.core.indexes import VersionedHeap
 from scheduler.core.model import Request
+from scheduler.core.records import EarmarkEntry
 from scheduler.core.tenants import BE, B, G, QueueEntry, TenantState
 from scheduler.core.types import SessionId
 
 TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED = 1, 2, 3
-
-# An earmarked waiter: (tier of its right, original arrival, seq, session).
-EarmarkEntry = tuple[int, float, int, SessionId]
 
 
 class ServiceOrder:
