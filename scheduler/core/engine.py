@@ -1,14 +1,22 @@
 """The policy core: one deterministic state machine that decides who holds, waits and yields.
 
-`Core.handle(event, now)` applies one event at time `now` and returns the decisions it caused.
-Every rule of DESIGN.md lives here; the server, the simulator and the tests drive this same class.
-
-A pass over the queue (`_schedule`) repeats two steps until neither applies:
-  1. a free slot on a ready worker goes to the first waiter in the order of service that may take
-     it (`_pick_for_free_slot`);
-  2. with no free slot, the first waiter with a right to a slot gets one victim asked to yield
-     (`_preempt_once`), never more than one per waiter.
-Both steps read heads of indexed heaps, so a decision costs O(log queued + log tenants).
+`Core.handle(event, now)` applies one event at time `now` and returns the decisions it caused,
+in these steps (the methods below follow this order):
+  1. timers due by `now` fire: maturity for fairness preemption, yield deadlines, lease expiries
+     (`_advance`; after an outage, `_resume` first moves them out);
+  2. the event itself: acquire (admit, grant at once, queue or refuse), release, renew, yield,
+     worker added / draining / removed;
+  3. a pass over the queue (`_schedule`), repeated until neither applies:
+       a. a free slot on a ready worker goes to the first waiter in the order of service
+          (`ServiceOrder.for_free_slot`, order.py);
+       b. with no free slot, the first waiter with a right to a slot (`first_with_right`) gets
+          one victim asked to yield (`_preempt_for`; the victim order is victims.py's), never
+          more than one per waiter;
+  4. newcomers the pass did not serve are told their place (`Queued`), and yields no waiter took
+     over are cancelled (`YieldCancelled`).
+Both pass steps read heads of indexed heaps, so a decision costs O(log queued + log tenants).
+The weighted share is `TenantState.share` (tenants.py); the views adapters read are views.py's;
+the state as records (`export_records` / `restore`) is records.py's, as JSON state_io.py's.
 
 A yield exists for a waiter. When the waiter leaves (withdrawn, granted another slot, its right
 gone with a policy change), its victim is made ACTIVE again at once and the pass runs: a waiter
