@@ -8,7 +8,7 @@ temporary (retry later, keep the lease). One exception type per reaction keeps c
 
 from __future__ import annotations
 
-from scheduler.core.types import SnapshotRef
+from snapshots.ref import SnapshotRef
 
 
 class SnapshotError(Exception):

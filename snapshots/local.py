@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
-from scheduler.core.types import SnapshotRef
 from snapshots.errors import ChecksumMismatch, SnapshotNotFound, TenantMismatch
+from snapshots.ref import SnapshotRef
 from snapshots.store import (
     NAME_RE,
     SNAPSHOT_SUFFIX,

@@ -57,7 +57,6 @@ import boto3
 import botocore.exceptions as bexc
 from botocore.config import Config
 
-from scheduler.core.types import SnapshotRef
 from snapshots.errors import (
     ChecksumMismatch,
     SnapshotError,
@@ -65,6 +64,7 @@ from snapshots.errors import (
     SnapshotUnavailable,
     TenantMismatch,
 )
+from snapshots.ref import SnapshotRef
 from snapshots.store import (
     NAME_RE,
     Chunk,

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Protocol, TypeAlias, runtime_checkable
 
-from scheduler.core.types import SnapshotRef
+from snapshots.ref import SnapshotRef
 
 #: What `put` accepts as a chunk: any flat bytes-like object. A memoryview lets a caller lend a slice
 #: of its own buffer instead of copying it (see `put`).

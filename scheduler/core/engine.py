@@ -1,14 +1,22 @@
 """The policy core: one deterministic state machine that decides who holds, waits and yields.
 
-`Core.handle(event, now)` applies one event at time `now` and returns the decisions it caused.
-Every rule of DESIGN.md lives here; the server, the simulator and the tests drive this same class.
-
-A pass over the queue (`_schedule`) repeats two steps until neither applies:
-  1. a free slot on a ready worker goes to the first waiter in the order of service that may take
-     it (`_pick_for_free_slot`);
-  2. with no free slot, the first waiter with a right to a slot gets one victim asked to yield
-     (`_preempt_once`), never more than one per waiter.
-Both steps read heads of indexed heaps, so a decision costs O(log queued + log tenants).
+`Core.handle(event, now)` applies one event at time `now` and returns the decisions it caused,
+in these steps (the methods below follow this order):
+  1. timers due by `now` fire: maturity for fairness preemption, yield deadlines, lease expiries
+     (`_advance`; after an outage, `_resume` first moves them out);
+  2. the event itself: acquire (admit, grant at once, queue or refuse), release, renew, yield,
+     worker added / draining / removed;
+  3. a pass over the queue (`_schedule`), repeated until neither applies:
+       a. a free slot on a ready worker goes to the first waiter in the order of service
+          (`ServiceOrder.for_free_slot`, order.py);
+       b. with no free slot, the first waiter with a right to a slot (`first_with_right`) gets
+          one victim asked to yield (`_preempt_for`; the victim order is victims.py's), never
+          more than one per waiter;
+  4. newcomers the pass did not serve are told their place (`Queued`), and yields no waiter took
+     over are cancelled (`YieldCancelled`).
+Both pass steps read heads of indexed heaps, so a decision costs O(log queued + log tenants).
+The weighted share is `TenantState.share` (tenants.py); the views adapters read are views.py's;
+the state as records (`export_records` / `restore`) is records.py's, as JSON state_io.py's.
 
 A yield exists for a waiter. When the waiter leaves (withdrawn, granted another slot, its right
 gone with a policy change), its victim is made ACTIVE again at once and the pass runs: a waiter
@@ -22,11 +30,14 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.core.indexes import Fenwick, VersionedHeap
+from scheduler.core import state_io
+from scheduler.core.indexes import Fenwick
 from scheduler.core.lifecycle import LeaseState, WorkerState, check_lease, check_worker
+from scheduler.core.model import LeaseRec, Request, WorkerRec
+from scheduler.core.order import TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED, ServiceOrder
+from scheduler.core.records import CoreRecords, LeaseRecord, RequestRecord, WorkerRecord
 from scheduler.core.tenants import BE, CLASS_INDEX, CLASSES, B, G, TenantState
 from scheduler.core.types import (
     Acquire,
@@ -63,106 +74,19 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
+from scheduler.core.victims import VictimIndex, may_take
+from scheduler.core.views import PoolView, SessionView, TenantView, WorkerView
 from scheduler.policy.model import Policy
 
-TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED = 1, 2, 3
+__all__ = ["Core", "PoolView", "SessionView", "TenantView", "WorkerView"]  # views: old import path
+
 _DEFAULT_MEAN_HOLD_S = 60.0
 _RETRY_UNKNOWN_S = 5.0  # retry-after for a refusal before any hold has been observed
-
-
-@dataclass(slots=True)
-class _Request:
-    session: SessionId
-    tenant: TenantState
-    cls: int
-    arrival: float  # original arrival: a yielded session keeps its place in line
-    seq: int
-    enqueued_at: float  # when this wait began (time-to-slot counts every wait)
-    resume_from: SnapshotRef | None
-    earmark: LeaseId | None = None  # the victim yielding for this request, if any
-    earmark_tier: int = 0
-
-
-@dataclass(slots=True)
-class _LeaseRec:
-    lease: Lease
-    tenant: TenantState
-    cls: int
-    state: LeaseState
-    arrival: float
-    seq: int
-    worker: _Worker
-    for_session: SessionId | None = None
-    borrowing: bool = False  # preemptible: BestEffort, or Burstable held as borrowing
-    gseq: int = 0  # grant order: candidates are kept in it (a cancelled yield goes back in place)
-    matured: bool = False  # its min_runtime timer fired (it can be a fairness victim when active)
-    yield_deadline: float | None = None  # of the yield under way; older heap entries are stale
-
-
-@dataclass(slots=True)
-class _Worker:
-    worker_id: WorkerId
-    address: str
-    slots: int
-    seq: int
-    state: WorkerState = WorkerState.READY
-    leases: dict[int, LeaseId] = field(default_factory=dict)
-    slot_ids: list[SlotId] = field(default_factory=list)  # built once: grants reuse them
-
-    def __post_init__(self) -> None:
-        self.slot_ids = [SlotId(self.worker_id, i) for i in range(self.slots)]
-
-
-@dataclass(frozen=True)
-class SessionView:
-    session: SessionId
-    tenant: TenantName
-    qos: str
-    phase: str  # queued | active | yielding
-    lease: Lease | None
-    position: int
-    estimated_wait_s: float | None
-    resume_from: SnapshotRef | None
-    waiting_since: float
-
-
-@dataclass(frozen=True)
-class TenantView:
-    name: str
-    weight: float
-    held: tuple[int, int, int]
-    pending: tuple[int, int, int]
-    borrowed: int
-    share: float
-    guaranteed: int
-    burstable_nominal: int
-    burstable_limit: int
-    best_effort_limit: int | None
-
-
-@dataclass(frozen=True)
-class WorkerView:
-    worker_id: WorkerId
-    address: str
-    slots: int
-    busy: int
-    state: WorkerState
-    lease_seconds: float  # slot-seconds since the grant of each of its leases, summed
-
-
-@dataclass(frozen=True)
-class PoolView:
-    capacity: int
-    free: int
-    floor: int
-    held: tuple[int, int, int]
-    pending: tuple[int, int, int]
-    preemptible: int
-    yielding: int
-    workers: tuple[WorkerView, ...]
-    tenants: tuple[TenantView, ...]
-    oldest_wait_s: tuple[float, float, float]
-    mean_hold_s: float
+_CAUSES = {
+    TIER_GUARANTEED: YieldCause.GUARANTEED,
+    TIER_NOMINAL: YieldCause.NOMINAL,
+    TIER_SHARED: YieldCause.FAIR_SHARE,
+}
 
 
 class Core:
@@ -174,7 +98,7 @@ class Core:
         self._min_runtime = policy.timing.min_runtime_s
         self._tenants: dict[str, TenantState] = {}
         self._retired: set[str] = set()
-        self._workers: dict[WorkerId, _Worker] = {}
+        self._workers: dict[WorkerId, WorkerRec] = {}
         self._worker_seq = 0
         self._epochs: dict[SlotId, int] = {}
         self._free: list[tuple[int, int, WorkerId]] = []
@@ -184,9 +108,9 @@ class Core:
         self._free_ready = 0
         self._capacity = 0
         self._floor = 0
-        self._requests: dict[SessionId, _Request] = {}
-        self._holders: dict[SessionId, _LeaseRec] = {}
-        self._leases: dict[LeaseId, _LeaseRec] = {}
+        self._requests: dict[SessionId, Request] = {}
+        self._holders: dict[SessionId, LeaseRec] = {}
+        self._leases: dict[LeaseId, LeaseRec] = {}
         # Yields whose waiter left during this event, made ACTIVE again: each is taken over by a
         # waiter with a right to it during the pass, or cancelled (`YieldCancelled`) at its end.
         self._cancelled: dict[LeaseId, None] = {}
@@ -203,26 +127,11 @@ class Core:
         self._now = float("-inf")
         self._mean_hold = _DEFAULT_MEAN_HOLD_S  # a prior for the autoscaler's drain time
         self._holds_seen = False  # until then, waits are not estimated (the prior is no evidence)
-        self._to_report: list[_Request] = []
-        # Tenants whose heap entries are out of date (insertion-ordered, so flushing is deterministic).
-        self._dirty_queue: dict[TenantState, None] = {}
-        self._dirty_victims: dict[TenantState, None] = {}
+        self._to_report: list[Request] = []
         self._mature_n = 0  # mature candidates: none means no fairness preemption is possible
 
-        tenants = self._tenants
-
-        def current(name: str, version: int) -> bool:
-            return tenants[name].version == version
-
-        def current_victims(name: str, version: int) -> bool:
-            return tenants[name].vversion == version
-
-        self._tier1 = VersionedHeap(current)
-        self._tier2 = VersionedHeap(current)
-        self._tier3 = VersionedHeap(current)
-        self._victims_any = (VersionedHeap(current_victims), VersionedHeap(current_victims))  # (BE, B)
-        self._victims_mature = (VersionedHeap(current_victims), VersionedHeap(current_victims))
-        self._earmarked: list[tuple[int, float, int, SessionId]] = []
+        self._order = ServiceOrder(self._tenants, self._requests)
+        self._victims = VictimIndex(self._tenants, self._leases)
         self._maturing: deque[tuple[float, LeaseId, int]] = deque()
         self._yield_deadlines: list[tuple[float, LeaseId, int]] = []
         self._expiries: list[tuple[float, LeaseId, int]] = []
@@ -237,17 +146,78 @@ class Core:
 
     def export_state(self) -> dict[str, Any]:
         """The logical state as JSON-ready data (no indexes, no policy): see `state_io`."""
-        from scheduler.core import state_io
-
-        return state_io.export_state(self)
+        return state_io.to_doc(self.export_records())
 
     @classmethod
     def from_state(cls, policy: Policy, doc: dict[str, Any]) -> Core:
         """Rebuild a core from `export_state()` and the policy it ran under; ValueError if `doc`
         is of an unknown format or malformed. The rebuilt core decides exactly as the original."""
-        from scheduler.core import state_io
+        return cls.restore(policy, state_io.from_doc(doc))
 
-        return state_io.from_state(policy, doc)
+    def export_records(self) -> CoreRecords:
+        """The logical state (records.py), for `restore`. Call between events only."""
+        leases = tuple(
+            LeaseRecord(
+                rec.lease,
+                rec.state,
+                rec.arrival,
+                rec.seq,
+                rec.borrowing,
+                rec.for_session,
+                rec.yield_deadline,
+                lid in rec.tenant.candidates[rec.cls],
+                lid in rec.tenant.mature[rec.cls],
+                rec.matured,
+            )
+            for lid, rec in self._leases.items()
+        )
+        requests = tuple(
+            RequestRecord(
+                r.session,
+                TenantName(r.tenant.name),
+                CLASSES[r.cls],
+                r.arrival,
+                r.seq,
+                r.enqueued_at,
+                r.resume_from,
+                r.earmark,
+                r.earmark_tier,
+            )
+            for r in self._requests.values()
+        )
+        # Earmark entries are kept only for a request that can come back with that seq.
+        lineages = {(s, r.seq) for s, r in self._requests.items()}
+        lineages.update((s, r.seq) for s, r in self._holders.items())
+        earmark_order = tuple(sorted({e for e in self._order.earmarked if (e[3], e[2]) in lineages}))
+        return CoreRecords(
+            now=self._now,
+            seq=self._seq,
+            worker_seq=self._worker_seq,
+            mean_hold_s=self._mean_hold,
+            holds_seen=self._holds_seen,
+            tenants=tuple(t.spec for t in self._tenants.values()),
+            retired=frozenset(self._retired),
+            workers=tuple(
+                WorkerRecord(w.worker_id, w.address, w.slots, w.seq, w.state) for w in self._workers.values()
+            ),
+            epochs=tuple(self._epochs.items()),
+            free_slots=tuple(self._free),
+            leases=leases,
+            orphans=tuple(self._orphans),
+            requests=requests,
+            earmark_order=earmark_order,
+            expiries=tuple(self._expiries),
+            yield_deadlines=tuple(self._yield_deadlines),
+            maturing=tuple(self._maturing),
+        )
+
+    @classmethod
+    def restore(cls, policy: Policy, records: CoreRecords) -> Core:
+        """A core whose future behaviour is that of the core `records` were exported from, under
+        the policy it ran under; ValueError if they do not fit the policy or each other."""
+        core = cls(policy)
+        core._restore(records)
+        return core
 
     def handle(self, event: Event, now: float) -> list[Decision]:
         """Apply one event at time `now`; return every decision it caused, in order."""
@@ -311,7 +281,7 @@ class Core:
         # A waiter's right to its victim may be gone with the new quotas: every earmarked waiter
         # goes back in line, and the pass gives each yield under way to a waiter with a right to
         # it or cancels it. (Rare, so a walk over the earmarks is fine.)
-        for _, _, seq, s in list(self._earmarked):
+        for _, _, seq, s in list(self._order.earmarked):
             req = self._requests.get(s)
             if req is not None and req.seq == seq and req.earmark is not None:
                 self._unearmark(req)
@@ -326,8 +296,8 @@ class Core:
         if self._expiries:
             times.append(self._expiries[0][0])
         if self._maturing:  # flush only when it matters: this runs after every event
-            self._flush()
-            if self._tier3.peek() is not None:
+            self._order.flush()
+            if self._order.tiers[2].peek() is not None:
                 times.append(self._maturing[0][0])
         return min(times) if times else None
 
@@ -454,7 +424,7 @@ class Core:
                 out.append(refusal)
                 return False
         self._seq += 1
-        req = _Request(s, t, cls, now, self._seq, now, ev.resume_from)
+        req = Request(s, t, cls, now, self._seq, now, ev.resume_from)
         if self._free_ready > 0 and not self._requests and t.held[cls] < (t.quota(cls) or 1 << 62):
             # Nobody waits and a slot is free: this request is first in line and within quota.
             self._grant(req, self._pop_free(), now, out, queued=False)
@@ -542,7 +512,7 @@ class Core:
             out.append(Rejected(None, ErrorCode.INVALID, f"worker {ev.worker} is already registered"))
             return
         self._worker_seq += 1
-        w = _Worker(ev.worker, ev.address, ev.slots, self._worker_seq)
+        w = WorkerRec(ev.worker, ev.address, ev.slots, self._worker_seq)
         self._workers[ev.worker] = w
         for i in range(ev.slots):
             self._push_free(w, i)
@@ -645,7 +615,7 @@ class Core:
             return  # nobody waits: nothing to grant, no one with a right to preempt
         while True:
             if self._free_ready > 0:
-                req = self._pick_for_free_slot()
+                req = self._order.for_free_slot()
                 if req is None:
                     return
                 self._grant(req, self._pop_free(), now, out)
@@ -656,118 +626,40 @@ class Core:
         """How far the floor invariant holds above its bound (>= 0 whenever it holds)."""
         return self._free_ready + self._preemptible - max(0, self._floor - self._held_g)
 
-    def _pick_for_free_slot(self) -> _Request | None:
-        # Candidates in order of service: (tier, earmarked first). A Burstable request below
-        # nominal on a slot the floor cannot spare gets it as borrowing (see `_grant`).
-        self._flush()
-        best: _Request | None = None
-        best_key = (9, 9)
-        e = self._earmarked_head()
-        if e is not None:
-            best, best_key = e, (e.earmark_tier, 0)
-        for tier, heap in (
-            (TIER_GUARANTEED, self._tier1),
-            (TIER_NOMINAL, self._tier2),
-            (TIER_SHARED, self._tier3),
-        ):
-            if (tier, 1) >= best_key:
-                break
-            top = heap.peek()
-            if top is not None:
-                return self._requests[top[-3]]
-        return best
-
     def _preempt_once(self, now: float, out: list[Decision]) -> bool:
         """Ask one victim to yield for the first waiter with a right to a slot; False if none."""
-        self._flush()
-        top = self._tier1.peek()
-        if top is not None:
-            return self._preempt_for(
-                self._requests[top[-3]], TIER_GUARANTEED, YieldCause.GUARANTEED, now, out
-            )
-        top = self._tier2.peek()
-        if top is not None and self._slack() - self._inflight_nominal >= 1:
-            return self._preempt_for(self._requests[top[-3]], TIER_NOMINAL, YieldCause.NOMINAL, now, out)
-        if self._mature_n == 0:
-            return False  # a fairness preemption needs a victim that ran min_runtime
-        top = self._tier3.peek()
-        if top is not None:
-            return self._preempt_for(self._requests[top[-3]], TIER_SHARED, YieldCause.FAIR_SHARE, now, out)
-        return False
+        first = self._order.first_with_right(
+            lambda: self._slack() - self._inflight_nominal >= 1, self._mature_n > 0
+        )
+        return first is not None and self._preempt_for(first[1], first[0], now, out)
 
-    def _preempt_for(
-        self, req: _Request, tier: int, cause: YieldCause, now: float, out: list[Decision]
-    ) -> bool:
-        victim = self._under_way_for(req, tier) if self._cancelled else None
+    def _preempt_for(self, req: Request, tier: int, now: float, out: list[Decision]) -> bool:
+        fairness = tier == TIER_SHARED
+        victim = self._under_way_for(req, fairness) if self._cancelled else None
         if victim is None:
-            victim = self._fair_victim(req.tenant) if tier == TIER_SHARED else self._any_victim()
+            victim = self._victims.fair_victim(req.tenant) if fairness else self._victims.any_victim()
         if victim is None:
             return False
         self._earmark(req, victim, tier)
-        self._ask_to_yield(victim, now + self._policy.timing.yield_grace_s, cause, req.session, out)
+        deadline = now + self._policy.timing.yield_grace_s
+        self._ask_to_yield(victim, deadline, _CAUSES[tier], req.session, out)
         return True
 
     # ------------------------------------------------------------------ victims
 
-    def _under_way_for(self, req: _Request, tier: int) -> _LeaseRec | None:
-        """A lease whose yield was cancelled in this event and that `req` has a right to (the
-        rules of `_any_victim` / `_fair_victim` for one lease): taking it over keeps the yield
-        under way instead of starting another. Only this event's cancellations are looked at."""
-        a = req.tenant
+    def _under_way_for(self, req: Request, fairness: bool) -> LeaseRec | None:
+        """A lease whose yield was cancelled in this event and that `req` has a right to
+        (`victims.may_take`): taking it over keeps the yield under way instead of starting
+        another. Only this event's cancellations are looked at."""
         for lid in self._cancelled:
             rec = self._leases.get(lid)
-            if rec is None or rec.state is not LeaseState.ACTIVE:
-                continue
-            t = rec.tenant
-            if lid not in t.candidates[rec.cls]:
-                continue
-            if tier != TIER_SHARED:
+            if rec is not None and rec.state is LeaseState.ACTIVE and may_take(req.tenant, rec, fairness):
                 return rec
-            if t is a or lid not in t.mature[rec.cls]:
-                continue
-            a_after = a.borrowed_effective() + a.earmarked_fair + 1
-            if a_after * t.spec.weight <= (t.borrowed_effective() - 1) * a.spec.weight:
-                return rec
-        return None
-
-    def _any_victim(self) -> _LeaseRec | None:
-        """Victim order: BestEffort before borrowing Burstable; then the tenant furthest above its
-        share (highest borrowed/weight); then the lease that loses least work (newest grant).
-        Heap ties fall to the tenant name, so the order is total and deterministic."""
-        self._flush_victims()
-        for cls, heap in ((BE, self._victims_any[0]), (B, self._victims_any[1])):
-            top = heap.peek()
-            if top is not None:
-                t = self._tenants[top[-2]]
-                return self._leases[next(reversed(t.candidates[cls]))]
-        return None
-
-    def _fair_victim(self, a: TenantState) -> _LeaseRec | None:
-        """A fairness victim: same order as `_any_victim`, restricted to leases that ran
-        min_runtime and to other tenants, and only if the requester's share after taking the slot
-        is no larger than the victim tenant's after losing it (Kueue's
-        LessThanOrEqualToFinalShare). Checking the top tenant suffices: others have lower shares."""
-        if self._mature_n == 0:
-            return None
-        self._flush_victims()
-        a_after = a.borrowed_effective() + a.earmarked_fair + 1
-        for cls, heap in ((BE, self._victims_mature[0]), (B, self._victims_mature[1])):
-            top = heap.peek()
-            if top is not None and top[-2] == a.name:
-                own = heap.pop_current()  # never the requester's own lease: look one below
-                top = heap.peek()
-                heap.push_back([own] if own is not None else [])
-            if top is None:
-                continue
-            t = self._tenants[top[-2]]
-            # Cross-multiplied so equal shares compare exactly: a_after/wa <= (tb-1)/wt.
-            if a_after * t.spec.weight <= (t.borrowed_effective() - 1) * a.spec.weight:
-                return self._leases[next(reversed(t.mature[cls]))]
         return None
 
     def _ask_to_yield(
         self,
-        rec: _LeaseRec,
+        rec: LeaseRec,
         deadline: float,
         cause: YieldCause,
         for_session: SessionId | None,
@@ -793,7 +685,7 @@ class Core:
             out.append(YieldRequested(rec.lease, deadline, cause, for_session))
         self._refresh(t)
 
-    def _reinstate(self, rec: _LeaseRec) -> None:
+    def _reinstate(self, rec: LeaseRec) -> None:
         """A yielding lease no waiter needs now: ACTIVE again (and a victim candidate again, in
         its grant order), pending `YieldCancelled` unless the pass gives it another waiter."""
         rec.state = check_lease(rec.state, LeaseState.ACTIVE)
@@ -809,7 +701,7 @@ class Core:
         self._cancelled[lid] = None
         self._refresh(t)
 
-    def _insert_in_grant_order(self, d: dict[LeaseId, float], rec: _LeaseRec) -> None:
+    def _insert_in_grant_order(self, d: dict[LeaseId, float], rec: LeaseRec) -> None:
         lid = rec.lease.lease_id
         if d:
             leases = self._leases
@@ -845,7 +737,7 @@ class Core:
                 self._reinstate(rec)
         self._orphans.clear()
 
-    def _earmark(self, req: _Request, victim: _LeaseRec, tier: int) -> None:
+    def _earmark(self, req: Request, victim: LeaseRec, tier: int) -> None:
         t = req.tenant
         req.earmark = victim.lease.lease_id
         req.earmark_tier = tier
@@ -855,10 +747,10 @@ class Core:
             t.earmarked_fair += 1
         elif tier == TIER_NOMINAL:
             self._inflight_nominal += 1
-        heapq.heappush(self._earmarked, (tier, req.arrival, req.seq, req.session))
+        self._order.push_earmarked(req)
         self._refresh_queue(t)
 
-    def _unearmark(self, req: _Request) -> None:
+    def _unearmark(self, req: Request) -> None:
         t = req.tenant
         t.earmarked[req.cls] -= 1
         if req.earmark_tier == TIER_SHARED:
@@ -874,20 +766,10 @@ class Core:
         req.earmark_tier = 0
         t.push_request(req.cls, (req.arrival, req.seq, req.session))
 
-    def _earmarked_head(self) -> _Request | None:
-        heap = self._earmarked
-        while heap:
-            _, _, seq, s = heap[0]
-            req = self._requests.get(s)
-            if req is not None and req.seq == seq and req.earmark is not None:
-                return req
-            heapq.heappop(heap)
-        return None
-
     # ------------------------------------------------------------------ lease and queue changes
 
     def _grant(
-        self, req: _Request, slot: SlotId, now: float, out: list[Decision], queued: bool = True
+        self, req: Request, slot: SlotId, now: float, out: list[Decision], queued: bool = True
     ) -> None:
         t = req.tenant
         if queued:
@@ -913,7 +795,7 @@ class Core:
             req.cls == B and not (t.b_nominal_held() < t.spec.burstable_nominal and self._slack() >= 0)
         )
         self._gseq += 1
-        rec = _LeaseRec(
+        rec = LeaseRec(
             lease, t, req.cls, LeaseState.ACTIVE, req.arrival, req.seq, w, None, borrowing, self._gseq
         )
         w.leases[slot.index] = lid
@@ -933,7 +815,7 @@ class Core:
         self._refresh(t)
         out.append(Granted(lease, now - req.enqueued_at))
 
-    def _end_lease(self, rec: _LeaseRec, state: LeaseState) -> None:
+    def _end_lease(self, rec: LeaseRec, state: LeaseState) -> None:
         was_yielding = rec.state is LeaseState.YIELDING
         rec.state = check_lease(rec.state, state)
         t, cls, lid = rec.tenant, rec.cls, rec.lease.lease_id
@@ -982,24 +864,24 @@ class Core:
         self._preemptible -= 1
         t.preemptible_contrib -= 1
 
-    def _revoke(self, rec: _LeaseRec, reason: RevokeReason, now: float, out: list[Decision]) -> None:
+    def _revoke(self, rec: LeaseRec, reason: RevokeReason, now: float, out: list[Decision]) -> None:
         self._end_lease(rec, LeaseState.REVOKED)
         slot = rec.lease.slot
         self._epochs[slot] = self._epochs.get(slot, 0) + 1  # fence: the old epoch is dead now
         out.append(Revoked(rec.lease, reason, now - rec.lease.granted_at))
         self._requeue(rec, rec.lease.resume_from, now, out)
 
-    def _requeue(self, rec: _LeaseRec, snap: SnapshotRef | None, now: float, out: list[Decision]) -> None:
-        req = _Request(rec.lease.session, rec.tenant, rec.cls, rec.arrival, rec.seq, now, snap)
+    def _requeue(self, rec: LeaseRec, snap: SnapshotRef | None, now: float, out: list[Decision]) -> None:
+        req = Request(rec.lease.session, rec.tenant, rec.cls, rec.arrival, rec.seq, now, snap)
         self._enqueue(req)
         self._to_report.append(req)
 
-    def _report_queued(self, req: _Request, out: list[Decision]) -> None:
+    def _report_queued(self, req: Request, out: list[Decision]) -> None:
         if self._requests.get(req.session) is req:
             pos = self._position(req)
             out.append(Queued(req.session, pos, self._estimate(pos)))
 
-    def _enqueue(self, req: _Request) -> None:
+    def _enqueue(self, req: Request) -> None:
         t = req.tenant
         self._requests[req.session] = req
         t.waiting[req.cls] += 1
@@ -1008,7 +890,7 @@ class Core:
         t.push_request(req.cls, (req.arrival, req.seq, req.session))
         self._refresh_queue(t)
 
-    def _dequeue(self, req: _Request, refresh: bool = True) -> None:
+    def _dequeue(self, req: Request, refresh: bool = True) -> None:
         t = req.tenant
         if req.earmark is not None:
             self._unearmark(req)
@@ -1021,7 +903,7 @@ class Core:
 
     def _check_call(
         self, session: SessionId, lease_id: LeaseId, epoch: int, out: list[Decision]
-    ) -> _LeaseRec | None:
+    ) -> LeaseRec | None:
         rec = self._holders.get(session)
         if rec is not None and rec.lease.lease_id == lease_id and rec.lease.epoch == epoch:
             return rec
@@ -1043,7 +925,7 @@ class Core:
 
     # ------------------------------------------------------------------ slots and accounting
 
-    def _push_free(self, w: _Worker, index: int) -> None:
+    def _push_free(self, w: WorkerRec, index: int) -> None:
         self._free_ready += 1
         key = (w.seq, index)
         if key not in self._free_in_heap:
@@ -1068,7 +950,7 @@ class Core:
         self._mean_hold = 0.9 * self._mean_hold + 0.1 * max(0.0, seconds)
         self._holds_seen = True
 
-    def _position(self, req: _Request) -> int:
+    def _position(self, req: Request) -> int:
         ahead = sum(self._waiting_cls[: req.cls])
         return ahead + self._positions[req.cls].prefix(req.seq)
 
@@ -1079,94 +961,147 @@ class Core:
             return None
         return (position + 1) * self._mean_hold / max(1, self._capacity)
 
-    def _head(self, t: TenantState, cls: int) -> tuple[float, int, SessionId] | None:
-        q = t.queues[cls]
-        requests = self._requests
-        while q:
-            arrival, seq, s = q[0]
-            req = requests.get(s)
-            if req is not None and req.seq == seq and req.earmark is None and req.cls == cls:
-                return q[0]
-            heapq.heappop(q)
-        return None
-
     def _refresh(self, t: TenantState) -> None:
         """Re-index a tenant after a change to what it holds: the floor, its queue, its victims.
 
         The floor accounting is updated at once (the slack is read mid-pass); heap entries are
-        pushed once per tenant when the heaps are next read (`_flush`), so an event that touches
+        pushed once per tenant when the heaps are next read (their `flush`), so an event that touches
         a tenant twice pays for one re-index."""
         contrib = t.preemptible()
         self._preemptible += contrib - t.preemptible_contrib
         t.preemptible_contrib = contrib
-        self._dirty_queue[t] = None
-        self._dirty_victims[t] = None
+        self._order.dirty[t] = None
+        self._victims.dirty[t] = None
 
     def _refresh_queue(self, t: TenantState) -> None:
-        self._dirty_queue[t] = None
+        self._order.dirty[t] = None
 
     def _refresh_victims(self, t: TenantState) -> None:
-        self._dirty_victims[t] = None
+        self._victims.dirty[t] = None
 
-    def _flush(self) -> None:
-        """Bring the order-of-service heaps up to date (before reading them)."""
-        if self._dirty_queue:
-            for t in self._dirty_queue:
-                self._reindex_queue(t)
-            self._dirty_queue.clear()
+    # ------------------------------------------------------------------ restore
 
-    def _flush_victims(self) -> None:
-        """Bring the victim heaps up to date; only a preemption reads them, and most passes
-        end before one is possible, so this is done on demand."""
-        if self._dirty_victims:
-            for t in self._dirty_victims:
-                self._reindex_victims(t)
-            self._dirty_victims.clear()
+    def _restore(self, r: CoreRecords) -> None:
+        """Load `r` into this fresh core and rebuild every index from it (see `restore`)."""
+        # The heaps' staleness checks close over these very dicts: refill them, never replace.
+        tenants = self._tenants
+        tenants.clear()
+        in_policy = {spec.name: spec for spec in self._policy.tenants}
+        for spec in r.tenants:
+            if spec.name in tenants:
+                raise ValueError(f"tenant {spec.name!r} appears twice")
+            if spec.name not in r.retired:  # a retired tenant keeps the spec it had
+                if spec.name not in in_policy:
+                    raise ValueError(f"tenant {spec.name!r} is neither in the policy nor retired")
+                spec = in_policy[spec.name]
+            tenants[spec.name] = TenantState(spec)
+        missing = [n for n in in_policy if n not in tenants or n in r.retired]
+        if missing or not r.retired <= tenants.keys():
+            raise ValueError(
+                f"the core state does not match the policy (tenants {missing or sorted(r.retired)})"
+            )
+        self._retired = set(r.retired)
 
-    def _reindex_queue(self, t: TenantState) -> None:
-        """Re-index a tenant's place in the order of service (after any change to it)."""
-        t.version += 1
-        v = t.version
-        name = t.spec.name
-        n = len(self._tenants)
-        spec = t.spec
-        held, ear, waiting = t.held, t.earmarked, t.waiting
+        for wr in r.workers:
+            self._workers[wr.worker_id] = WorkerRec(wr.worker_id, wr.address, wr.slots, wr.seq, wr.state)
+        self._worker_seq = r.worker_seq
+        self._epochs = dict(r.epochs)
 
-        if waiting[G] > ear[G] and held[G] + ear[G] < spec.guaranteed:
-            h = self._head(t, G)
-            if h is not None:
-                self._tier1.push((h[0], h[1], h[2], name, v), n)
-        shared = None
-        if waiting[B] > ear[B] and held[B] + ear[B] < spec.burstable_limit:
-            h = self._head(t, B)
-            if h is not None:
-                used = held[B] - t.b_borrowing + ear[B]
-                if used < spec.burstable_nominal:
-                    self._tier2.push((used / spec.burstable_nominal, h[0], h[1], h[2], name, v), n)
-                else:
-                    shared = h
-        be_limit = spec.best_effort_limit
-        if waiting[BE] > ear[BE] and (be_limit is None or held[BE] + ear[BE] < be_limit):
-            h = self._head(t, BE)
-            if h is not None and (shared is None or h < shared):
-                shared = h
-        if shared is not None:
-            order_share = (t.borrowed_effective() + t.earmarked_fair) / spec.weight
-            self._tier3.push((order_share, shared[0], shared[1], shared[2], name, v), n)
+        for gseq, lr in enumerate(r.leases, start=1):  # tuple order is grant order
+            self._restore_lease(lr, gseq)
+        self._gseq = len(self._leases)
+        self._orphans = dict.fromkeys(r.orphans)
+        if any(lid not in self._leases for lid in self._orphans):
+            raise ValueError("an orphaned yield names no live lease")
 
-    def _reindex_victims(self, t: TenantState) -> None:
-        """Re-index a tenant as a source of victims (after a change to its leases or share)."""
-        t.vversion += 1
-        v = t.vversion
-        name = t.spec.name
-        n = len(self._tenants)
-        share = -t.share()
-        if t.candidates[BE]:
-            self._victims_any[0].push((share, name, v), n)
-        if t.mature[BE]:
-            self._victims_mature[0].push((share, name, v), n)
-        if t.borrowed_b_effective() > 0:
-            if t.candidates[B]:
-                self._victims_any[1].push((share, name, v), n)
-            if t.mature[B]:
-                self._victims_mature[1].push((share, name, v), n)
+        for rr in r.requests:
+            self._restore_request(rr)
+        self._order.earmarked[:] = r.earmark_order
+        heapq.heapify(self._order.earmarked)
+
+        self._free = list(r.free_slots)
+        heapq.heapify(self._free)
+        self._free_in_heap = {(seq, index) for seq, index, _ in self._free}
+        ready = [w for w in self._workers.values() if w.state is WorkerState.READY]
+        self._free_ready = sum(w.slots - len(w.leases) for w in ready)
+        self._set_capacity(sum(w.slots for w in ready))
+        for t in tenants.values():
+            t.preemptible_contrib = t.preemptible()
+            self._preemptible += t.preemptible_contrib
+            self._refresh(t)  # re-indexed in the heaps on their next read
+
+        self._expiries = list(r.expiries)
+        heapq.heapify(self._expiries)
+        self._yield_deadlines = list(r.yield_deadlines)
+        heapq.heapify(self._yield_deadlines)
+        self._maturing = deque(r.maturing)
+        self._seq = r.seq
+        self._now = r.now
+        self._mean_hold = r.mean_hold_s
+        self._holds_seen = r.holds_seen
+
+    def _restore_lease(self, lr: LeaseRecord, gseq: int) -> None:
+        lease, state = lr.lease, lr.state
+        lid, cls = lease.lease_id, CLASS_INDEX[lease.qos]
+        t = self._tenants.get(lease.tenant)
+        w = self._workers.get(lease.slot.worker)
+        if t is None or w is None or not 0 <= lease.slot.index < w.slots:
+            raise ValueError(f"lease {lid} names an unknown tenant, worker or slot")
+        if state not in (LeaseState.ACTIVE, LeaseState.YIELDING):
+            raise ValueError(f"lease {lid} is {state.value}: only live leases are state")
+        rec = LeaseRec(
+            lease, t, cls, state, lr.arrival, lr.seq, w, lr.for_session, lr.borrowing, gseq, lr.matured
+        )
+        yielding = state is LeaseState.YIELDING
+        if yielding:
+            if lr.yield_deadline is None:
+                raise ValueError(f"yielding lease {lid} has no yield deadline")
+            rec.yield_deadline = lr.yield_deadline
+        if lease.slot.index in w.leases or lid in self._leases or lease.session in self._holders:
+            raise ValueError(f"lease {lid} collides with another lease")
+        w.leases[lease.slot.index] = lid
+        self._leases[lid] = rec
+        self._holders[lease.session] = rec
+        t.held[cls] += 1
+        t.yielding[cls] += int(yielding)
+        if cls == G:
+            self._held_g += 1
+        if cls == B and lr.borrowing:
+            t.b_borrowing += 1
+            t.b_borrowing_yielding += int(yielding)
+        if lr.candidate:
+            t.candidates[cls][lid] = lease.granted_at
+        if lr.mature:
+            t.mature[cls][lid] = lease.granted_at
+            self._mature_n += 1
+
+    def _restore_request(self, rr: RequestRecord) -> None:
+        t = self._tenants.get(rr.tenant)
+        if t is None:
+            raise ValueError(f"request of session {rr.session} names an unknown tenant {rr.tenant!r}")
+        cls = CLASS_INDEX[rr.qos]
+        req = Request(
+            rr.session,
+            t,
+            cls,
+            rr.arrival,
+            rr.seq,
+            rr.enqueued_at,
+            rr.resume_from,
+            rr.earmark,
+            rr.earmark_tier,
+        )
+        if req.session in self._requests or req.session in self._holders:
+            raise ValueError(f"session {req.session} is queued twice or queued and holding")
+        self._requests[req.session] = req
+        t.waiting[cls] += 1
+        self._waiting_cls[cls] += 1
+        self._positions[cls].add(req.seq, 1)
+        if req.earmark is None:
+            t.push_request(cls, (req.arrival, req.seq, req.session))
+        else:
+            t.earmarked[cls] += 1
+            if req.earmark_tier == TIER_SHARED:
+                t.earmarked_fair += 1
+            elif req.earmark_tier == TIER_NOMINAL:
+                self._inflight_nominal += 1

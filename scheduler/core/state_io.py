@@ -1,5 +1,8 @@
 """The core's state as a plain, versioned document (`Core.export_state` / `Core.from_state`).
 
+This module only converts: `to_doc` turns `CoreRecords` (records.py, from `Core.export_records`)
+into the document, `from_doc` turns a document back into records (for `Core.restore`).
+
 A snapshot must survive a deploy, so it holds what the core *knows*, not how it indexes it:
 workers, slot epochs, live leases, queued requests, counters and pending timers, as JSON types
 only (str, int, float, bool, None, list, dict). Everything else is rebuilt on import from that:
@@ -33,13 +36,11 @@ keep a reader for this one (or convert it) so that a deploy never loses the stat
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from scheduler.core.lifecycle import LeaseState, WorkerState
-from scheduler.core.tenants import CLASS_INDEX, CLASSES, B, G, TenantState
+from scheduler.core.records import CoreRecords, LeaseRecord, RequestRecord, Timer, WorkerRecord
 from scheduler.core.types import (
     Lease,
     LeaseId,
@@ -50,10 +51,7 @@ from scheduler.core.types import (
     TenantName,
     WorkerId,
 )
-from scheduler.policy.model import Policy, TenantSpec
-
-if TYPE_CHECKING:
-    from scheduler.core.engine import Core
+from scheduler.policy.model import TenantSpec
 
 FORMAT = 1
 
@@ -110,286 +108,190 @@ def _unspec(doc: Doc) -> TenantSpec:
     )
 
 
-def _timer(entry: tuple[float, LeaseId, int]) -> list[Any]:
+def _timer(entry: Timer) -> list[Any]:
     return [entry[0], entry[1], entry[2]]
 
 
-def _untimer(doc: Any) -> tuple[float, LeaseId, int]:
+def _untimer(doc: Any) -> Timer:
     return (float(doc[0]), LeaseId(str(doc[1])), int(doc[2]))
 
 
-# ------------------------------------------------------------------ export
+# ------------------------------------------------------------------ records -> document
 
 
-def export_state(core: Core) -> Doc:
-    """The logical state of `core` (see the module docstring). Call between events only."""
-    tenants = core._tenants
-    leases: list[Doc] = []
-    for lid, rec in core._leases.items():
-        lease = rec.lease
-        t = rec.tenant
-        leases.append(
-            {
-                "lease_id": lid,
-                "session": lease.session,
-                "tenant": lease.tenant,
-                "qos": lease.qos.value,
-                "worker": lease.slot.worker,
-                "slot": lease.slot.index,
-                "epoch": lease.epoch,
-                "granted_at": lease.granted_at,
-                "expires_at": lease.expires_at,
-                "resume_from": ref_to_doc(lease.resume_from),
-                "state": rec.state.value,
-                "arrival": rec.arrival,
-                "seq": rec.seq,
-                "borrowing": rec.borrowing,
-                "for_session": rec.for_session,
-                "yield_deadline": rec.yield_deadline,
-                # Preemption candidate (active, preemptible, on a ready worker), and whether it
-                # has run min_runtime (only then a fairness victim).
-                "candidate": lid in t.candidates[rec.cls],
-                "mature": lid in t.mature[rec.cls],
-            }
-        )
-    requests: list[Doc] = [
-        {
-            "session": req.session,
-            "tenant": req.tenant.name,
-            "qos": CLASSES[req.cls].value,
-            "arrival": req.arrival,
-            "seq": req.seq,
-            "enqueued_at": req.enqueued_at,
-            "resume_from": ref_to_doc(req.resume_from),
-            "earmark": req.earmark,
-            "earmark_tier": req.earmark_tier,
-        }
-        for req in core._requests.values()
-    ]
-    lineages = {(s, r.seq) for s, r in core._requests.items()}
-    lineages.update((s, r.seq) for s, r in core._holders.items())
-    earmark_order = sorted(
-        {
-            (tier, arrival, seq, s)
-            for tier, arrival, seq, s in core._earmarked
-            if (s, seq) in lineages  # a request that can come back with this seq
-        }
-    )
+def _lease_doc(lr: LeaseRecord) -> Doc:
+    lease = lr.lease
+    return {
+        "lease_id": lease.lease_id,
+        "session": lease.session,
+        "tenant": lease.tenant,
+        "qos": lease.qos.value,
+        "worker": lease.slot.worker,
+        "slot": lease.slot.index,
+        "epoch": lease.epoch,
+        "granted_at": lease.granted_at,
+        "expires_at": lease.expires_at,
+        "resume_from": ref_to_doc(lease.resume_from),
+        "state": lr.state.value,
+        "arrival": lr.arrival,
+        "seq": lr.seq,
+        "borrowing": lr.borrowing,
+        "for_session": lr.for_session,
+        "yield_deadline": lr.yield_deadline,
+        # Preemption candidate (active, preemptible, on a ready worker), and whether it has run
+        # min_runtime (only then a fairness victim). `matured` is not stored: the maturity
+        # timers still pending say which leases have not.
+        "candidate": lr.candidate,
+        "mature": lr.mature,
+    }
+
+
+def _request_doc(rr: RequestRecord) -> Doc:
+    return {
+        "session": rr.session,
+        "tenant": rr.tenant,
+        "qos": rr.qos.value,
+        "arrival": rr.arrival,
+        "seq": rr.seq,
+        "enqueued_at": rr.enqueued_at,
+        "resume_from": ref_to_doc(rr.resume_from),
+        "earmark": rr.earmark,
+        "earmark_tier": rr.earmark_tier,
+    }
+
+
+def to_doc(r: CoreRecords) -> Doc:
+    """The document of `r` (see the module docstring)."""
     return {
         "format": FORMAT,
-        "now": time_to_doc(core._now),
-        "seq": core._seq,
-        "worker_seq": core._worker_seq,
-        "mean_hold_s": core._mean_hold,
-        "holds_seen": core._holds_seen,
-        "tenants": [_spec(t.spec) for t in tenants.values()],
-        "retired": sorted(core._retired),
+        "now": time_to_doc(r.now),
+        "seq": r.seq,
+        "worker_seq": r.worker_seq,
+        "mean_hold_s": r.mean_hold_s,
+        "holds_seen": r.holds_seen,
+        "tenants": [_spec(spec) for spec in r.tenants],
+        "retired": sorted(r.retired),
         "workers": [
             {"id": w.worker_id, "address": w.address, "slots": w.slots, "seq": w.seq, "state": w.state.value}
-            for w in core._workers.values()
+            for w in r.workers
         ],
-        "epochs": sorted([slot.worker, slot.index, epoch] for slot, epoch in core._epochs.items()),
-        "free_slots": sorted([seq, index, wid] for seq, index, wid in core._free),
-        "leases": leases,
-        "orphans": list(core._orphans),
-        "requests": requests,
-        "earmark_order": [list(e) for e in earmark_order],
+        "epochs": sorted([slot.worker, slot.index, epoch] for slot, epoch in r.epochs),
+        "free_slots": sorted([seq, index, wid] for seq, index, wid in r.free_slots),
+        "leases": [_lease_doc(lr) for lr in r.leases],
+        "orphans": list(r.orphans),
+        "requests": [_request_doc(rr) for rr in r.requests],
+        "earmark_order": [list(e) for e in r.earmark_order],
         "timers": {
-            "expiries": sorted(_timer(e) for e in core._expiries),
-            "yield_deadlines": sorted(_timer(e) for e in core._yield_deadlines),
-            "maturing": [_timer(e) for e in core._maturing],  # a FIFO: its order is kept as is
+            "expiries": sorted(_timer(e) for e in r.expiries),
+            "yield_deadlines": sorted(_timer(e) for e in r.yield_deadlines),
+            "maturing": [_timer(e) for e in r.maturing],  # a FIFO: its order is kept as is
         },
     }
 
 
-# ------------------------------------------------------------------ import
+# ------------------------------------------------------------------ document -> records
 
 
-def from_state(policy: Policy, doc: Doc) -> Core:
-    """A core whose future behaviour is that of the core `doc` was exported from."""
+def from_doc(doc: Any) -> CoreRecords:
+    """The records of a document `to_doc` wrote (this format or an older document of it);
+    ValueError naming what is wrong if it is of an unknown format or malformed."""
     if not isinstance(doc, dict):
         raise ValueError("core state: expected a JSON object")
     fmt = doc.get("format")
     if fmt != FORMAT:
         raise ValueError(f"core state format {fmt!r} is not one this build reads (it reads {FORMAT})")
     try:
-        return _build(policy, doc)
+        return _records(doc)
     except (KeyError, IndexError, TypeError, ValueError) as e:
         raise ValueError(f"core state is malformed: {type(e).__name__}: {e}") from e
 
 
-def _build(policy: Policy, doc: Doc) -> Core:
-    from scheduler.core.engine import TIER_NOMINAL, TIER_SHARED, Core, _LeaseRec, _Request, _Worker
-
-    core = Core(policy)
-    # The heaps' staleness checks close over this very dict: refill it, never replace it.
-    tenants = core._tenants
-    tenants.clear()
-    retired = {str(n) for n in doc["retired"]}
-    in_policy = {spec.name: spec for spec in policy.tenants}
-    for td in doc["tenants"]:
-        name = str(td["name"])
-        if name in tenants:
-            raise ValueError(f"tenant {name!r} appears twice")
-        if name in retired:
-            spec = _unspec(td)  # no longer in the policy: it keeps the spec it had
-        elif name in in_policy:
-            spec = in_policy[name]
-        else:
-            raise ValueError(f"tenant {name!r} is neither in the policy nor retired")
-        tenants[name] = TenantState(spec)
-    missing = [n for n in in_policy if n not in tenants or n in retired]
-    if missing or not retired <= tenants.keys():
-        raise ValueError(f"the core state does not match the policy (tenants {missing or sorted(retired)})")
-    core._retired = retired
-
-    workers = core._workers
-    for wd in doc["workers"]:
-        wid = WorkerId(str(wd["id"]))
-        workers[wid] = _Worker(
-            wid, str(wd["address"]), int(wd["slots"]), int(wd["seq"]), WorkerState(wd["state"])
-        )
-    core._worker_seq = int(doc["worker_seq"])
-    core._epochs = {SlotId(WorkerId(str(w)), int(i)): int(e) for w, i, e in doc["epochs"]}
-
+def _records(doc: Doc) -> CoreRecords:
     timers = doc["timers"]
-    pending_maturity = {(str(e[1]), int(e[2])) for e in timers["maturing"]}
+    maturing = tuple(_untimer(e) for e in timers["maturing"])
+    yield_deadlines = tuple(_untimer(e) for e in timers["yield_deadlines"])
+    pending_maturity = {(lid, epoch) for _, lid, epoch in maturing}
+    # An older document lacks a lease's `yield_deadline`: the earliest yield-deadline timer.
     earliest_deadline: dict[tuple[str, int], float] = {}
-    for e in timers["yield_deadlines"]:
-        k = (str(e[1]), int(e[2]))
-        earliest_deadline[k] = min(float(e[0]), earliest_deadline.get(k, math.inf))
-
-    held_g = mature_n = 0
-    for gseq, ld in enumerate(doc["leases"], start=1):
-        lid = LeaseId(str(ld["lease_id"]))
-        qos = QoS(ld["qos"])
-        cls = CLASS_INDEX[qos]
-        t = tenants[str(ld["tenant"])]
-        w = workers[WorkerId(str(ld["worker"]))]
-        slot = w.slot_ids[int(ld["slot"])]
-        lease = Lease(
-            lid,
-            SessionId(str(ld["session"])),
-            TenantName(t.name),
-            qos,
-            slot,
-            int(ld["epoch"]),
-            float(ld["granted_at"]),
-            float(ld["expires_at"]),
-            ref_from_doc(ld["resume_from"]),
-        )
-        state = LeaseState(ld["state"])
-        if state not in (LeaseState.ACTIVE, LeaseState.YIELDING):
-            raise ValueError(f"lease {lid} is {state.value}: only live leases are state")
-        for_session = ld["for_session"]
-        borrowing = bool(ld["borrowing"])
-        rec = _LeaseRec(
-            lease,
-            t,
-            cls,
-            state,
-            float(ld["arrival"]),
-            int(ld["seq"]),
-            w,
-            None if for_session is None else SessionId(str(for_session)),
-            borrowing,
-            gseq,  # list order is grant order
-            # Its maturity timer has fired (the timers hold the ones still pending).
-            (lid, lease.epoch) not in pending_maturity,
-        )
-        if state is LeaseState.YIELDING:
-            yd = ld["yield_deadline"] if "yield_deadline" in ld else earliest_deadline.get((lid, lease.epoch))
-            if yd is None:
-                raise ValueError(f"yielding lease {lid} has no yield deadline")
-            rec.yield_deadline = float(yd)
-        if slot.index in w.leases or lid in core._leases or lease.session in core._holders:
-            raise ValueError(f"lease {lid} collides with another lease")
-        w.leases[slot.index] = lid
-        core._leases[lid] = rec
-        core._holders[lease.session] = rec
-        yielding = state is LeaseState.YIELDING
-        t.held[cls] += 1
-        t.yielding[cls] += int(yielding)
-        if cls == G:
-            held_g += 1
-        if cls == B and borrowing:
-            t.b_borrowing += 1
-            t.b_borrowing_yielding += int(yielding)
-        if ld["candidate"]:
-            t.candidates[cls][lid] = lease.granted_at
-        if ld["mature"]:
-            t.mature[cls][lid] = lease.granted_at
-            mature_n += 1
-    core._held_g = held_g
-    core._gseq = len(core._leases)
-    core._mature_n = mature_n
-    core._orphans = {LeaseId(str(lid)): None for lid in doc["orphans"]}
-    if any(lid not in core._leases for lid in core._orphans):
-        raise ValueError("an orphaned yield names no live lease")
-
-    inflight_nominal = 0
-    for rd in doc["requests"]:
-        t = tenants[str(rd["tenant"])]
-        cls = CLASS_INDEX[QoS(rd["qos"])]
-        earmark = rd["earmark"]
-        req = _Request(
-            SessionId(str(rd["session"])),
-            t,
-            cls,
-            float(rd["arrival"]),
-            int(rd["seq"]),
-            float(rd["enqueued_at"]),
-            ref_from_doc(rd["resume_from"]),
-            None if earmark is None else LeaseId(str(earmark)),
-            int(rd["earmark_tier"]),
-        )
-        if req.session in core._requests or req.session in core._holders:
-            raise ValueError(f"session {req.session} is queued twice or queued and holding")
-        core._requests[req.session] = req
-        t.waiting[cls] += 1
-        core._waiting_cls[cls] += 1
-        core._positions[cls].add(req.seq, 1)
-        if req.earmark is None:
-            t.push_request(cls, (req.arrival, req.seq, req.session))
-        else:
-            t.earmarked[cls] += 1
-            if req.earmark_tier == TIER_SHARED:
-                t.earmarked_fair += 1
-            elif req.earmark_tier == TIER_NOMINAL:
-                inflight_nominal += 1
-    core._inflight_nominal = inflight_nominal
-    core._earmarked = [
-        (int(e[0]), float(e[1]), int(e[2]), SessionId(str(e[3]))) for e in doc["earmark_order"]
-    ]
-    heapq.heapify(core._earmarked)
-
-    core._free = [(int(seq), int(index), WorkerId(str(wid))) for seq, index, wid in doc["free_slots"]]
-    heapq.heapify(core._free)
-    core._free_in_heap = {(seq, index) for seq, index, _ in core._free}
-    ready = [w for w in workers.values() if w.state is WorkerState.READY]
-    core._free_ready = sum(w.slots - len(w.leases) for w in ready)
-    core._set_capacity(sum(w.slots for w in ready))
-
-    preemptible = 0
-    for t in tenants.values():
-        t.preemptible_contrib = t.preemptible()
-        preemptible += t.preemptible_contrib
-        # Re-indexed in the order-of-service and victim heaps on their next read.
-        core._dirty_queue[t] = None
-        core._dirty_victims[t] = None
-    core._preemptible = preemptible
-
-    core._expiries = [_untimer(e) for e in timers["expiries"]]
-    heapq.heapify(core._expiries)
-    core._yield_deadlines = [_untimer(e) for e in timers["yield_deadlines"]]
-    heapq.heapify(core._yield_deadlines)
-    core._maturing = deque(_untimer(e) for e in timers["maturing"])
-
-    core._seq = int(doc["seq"])
-    core._now = time_from_doc(doc["now"])
-    core._mean_hold = float(doc["mean_hold_s"])
-    core._holds_seen = bool(doc["holds_seen"])
-    return core
+    for d, lid, epoch in yield_deadlines:
+        earliest_deadline[(lid, epoch)] = min(d, earliest_deadline.get((lid, epoch), math.inf))
+    return CoreRecords(
+        now=time_from_doc(doc["now"]),
+        seq=int(doc["seq"]),
+        worker_seq=int(doc["worker_seq"]),
+        mean_hold_s=float(doc["mean_hold_s"]),
+        holds_seen=bool(doc["holds_seen"]),
+        tenants=tuple(_unspec(td) for td in doc["tenants"]),
+        retired=frozenset(str(n) for n in doc["retired"]),
+        workers=tuple(
+            WorkerRecord(
+                WorkerId(str(wd["id"])),
+                str(wd["address"]),
+                int(wd["slots"]),
+                int(wd["seq"]),
+                WorkerState(wd["state"]),
+            )
+            for wd in doc["workers"]
+        ),
+        epochs=tuple((SlotId(WorkerId(str(w)), int(i)), int(e)) for w, i, e in doc["epochs"]),
+        free_slots=tuple((int(seq), int(index), WorkerId(str(wid))) for seq, index, wid in doc["free_slots"]),
+        leases=tuple(_lease(ld, pending_maturity, earliest_deadline) for ld in doc["leases"]),
+        orphans=tuple(LeaseId(str(lid)) for lid in doc["orphans"]),
+        requests=tuple(_request(rd) for rd in doc["requests"]),
+        earmark_order=tuple(
+            (int(e[0]), float(e[1]), int(e[2]), SessionId(str(e[3]))) for e in doc["earmark_order"]
+        ),
+        expiries=tuple(_untimer(e) for e in timers["expiries"]),
+        yield_deadlines=yield_deadlines,
+        maturing=maturing,
+    )
 
 
-__all__ = ["FORMAT", "export_state", "from_state"]
+def _lease(
+    ld: Doc, pending_maturity: set[tuple[LeaseId, int]], earliest_deadline: dict[tuple[str, int], float]
+) -> LeaseRecord:
+    lid = LeaseId(str(ld["lease_id"]))
+    epoch = int(ld["epoch"])
+    lease = Lease(
+        lid,
+        SessionId(str(ld["session"])),
+        TenantName(str(ld["tenant"])),
+        QoS(ld["qos"]),
+        SlotId(WorkerId(str(ld["worker"])), int(ld["slot"])),
+        epoch,
+        float(ld["granted_at"]),
+        float(ld["expires_at"]),
+        ref_from_doc(ld["resume_from"]),
+    )
+    for_session = ld["for_session"]
+    yd = ld["yield_deadline"] if "yield_deadline" in ld else earliest_deadline.get((lid, epoch))
+    return LeaseRecord(
+        lease,
+        LeaseState(ld["state"]),
+        float(ld["arrival"]),
+        int(ld["seq"]),
+        bool(ld["borrowing"]),
+        None if for_session is None else SessionId(str(for_session)),
+        None if yd is None else float(yd),
+        bool(ld["candidate"]),
+        bool(ld["mature"]),
+        (lid, epoch) not in pending_maturity,  # its maturity timer has fired
+    )
+
+
+def _request(rd: Doc) -> RequestRecord:
+    earmark = rd["earmark"]
+    return RequestRecord(
+        SessionId(str(rd["session"])),
+        TenantName(str(rd["tenant"])),
+        QoS(rd["qos"]),
+        float(rd["arrival"]),
+        int(rd["seq"]),
+        float(rd["enqueued_at"]),
+        ref_from_doc(rd["resume_from"]),
+        None if earmark is None else LeaseId(str(earmark)),
+        int(rd["earmark_tier"]),
+    )
+
+
+__all__ = ["FORMAT", "from_doc", "ref_from_doc", "ref_to_doc", "time_from_doc", "time_to_doc", "to_doc"]

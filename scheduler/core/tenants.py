@@ -26,6 +26,19 @@ CLASS_INDEX: dict[QoS, int] = {q: i for i, q in enumerate(CLASSES)}
 QueueEntry = tuple[float, int, SessionId]
 
 
+def weighted_share(borrowed: int, weight: float) -> float:
+    """The weighted share: slots held beyond what the tenant can count on (Burstable beyond its
+    nominal plus BestEffort; DESIGN.md, "Who gets the next free slot", rule 3), per unit of
+    weight. The one definition: the order of service, the victim order and the views use it."""
+    return borrowed / weight
+
+
+def share_at_most(borrowed_a: int, weight_a: float, borrowed_b: int, weight_b: float) -> bool:
+    """`weighted_share(borrowed_a, weight_a) <= weighted_share(borrowed_b, weight_b)`,
+    cross-multiplied so that equal shares compare equal exactly (no rounding of a division)."""
+    return borrowed_a * weight_b <= borrowed_b * weight_a
+
+
 @dataclass(slots=True, eq=False)  # identity: tenants key the dirty sets
 class TenantState:
     spec: TenantSpec
@@ -78,8 +91,10 @@ class TenantState:
     def b_nominal_held(self) -> int:
         return self.held[B] - self.b_borrowing
 
-    def share(self) -> float:
-        return self.borrowed_effective() / self.spec.weight
+    def share(self, in_flight: int = 0) -> float:
+        """Its weighted share, counting `in_flight` more borrowed slots (fairness yields already
+        under way for it, when ranking it in the order of service)."""
+        return weighted_share(self.borrowed_effective() + in_flight, self.spec.weight)
 
     def pending(self) -> int:
         return self.waiting[G] + self.waiting[B] + self.waiting[BE]

@@ -10,6 +10,9 @@ import enum
 from dataclasses import dataclass
 from typing import NamedTuple, NewType
 
+# Defined with the stores (which import nothing of scheduler/); re-exported here.
+from snapshots.ref import SnapshotRef as SnapshotRef
+
 SessionId = NewType("SessionId", str)
 TenantName = NewType("TenantName", str)
 WorkerId = NewType("WorkerId", str)
@@ -37,16 +40,6 @@ class SlotId:
 
     def __str__(self) -> str:
         return f"{self.worker}/{self.index}"
-
-
-@dataclass(frozen=True)
-class SnapshotRef:
-    """Where a checkpoint of an actor lives; sha256 lets the restorer verify the bytes."""
-
-    uri: str
-    size_bytes: int = 0
-    sha256: str = ""
-    created: float = 0.0
 
 
 class RefuseReason(enum.StrEnum):

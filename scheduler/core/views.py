@@ -1,0 +1,67 @@
+"""What adapters read of the core: read-only views of a session, a tenant, a worker and the pool.
+
+Built by `Core.session`, `Core.queue` and `Core.describe`; the server, the metrics, the autoscaler
+and the simulator read these without importing the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.core.lifecycle import WorkerState
+from scheduler.core.types import Lease, SessionId, SnapshotRef, TenantName, WorkerId
+
+
+@dataclass(frozen=True)
+class SessionView:
+    session: SessionId
+    tenant: TenantName
+    qos: str
+    phase: str  # queued | active | yielding
+    lease: Lease | None
+    position: int
+    estimated_wait_s: float | None
+    resume_from: SnapshotRef | None
+    waiting_since: float
+
+
+@dataclass(frozen=True)
+class TenantView:
+    name: str
+    weight: float
+    held: tuple[int, int, int]
+    pending: tuple[int, int, int]
+    borrowed: int
+    share: float
+    guaranteed: int
+    burstable_nominal: int
+    burstable_limit: int
+    best_effort_limit: int | None
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    worker_id: WorkerId
+    address: str
+    slots: int
+    busy: int
+    state: WorkerState
+    lease_seconds: float  # slot-seconds since the grant of each of its leases, summed
+
+
+@dataclass(frozen=True)
+class PoolView:
+    capacity: int
+    free: int
+    floor: int
+    held: tuple[int, int, int]
+    pending: tuple[int, int, int]
+    preemptible: int
+    yielding: int
+    workers: tuple[WorkerView, ...]
+    tenants: tuple[TenantView, ...]
+    oldest_wait_s: tuple[float, float, float]
+    mean_hold_s: float
+
+
+__all__ = ["PoolView", "SessionView", "TenantView", "WorkerView"]
