@@ -136,7 +136,7 @@ class Client:
         on_yield_cancelled: OnYieldCancelled | None = None,
     ) -> Session:
         """A session handle; `with` it to acquire (see `Session`). `on_yield_cancelled` runs on
-        the client's loop thread and must not block (see `scheduler.client.aio`)."""
+        the client's loop thread and must not block (see `scheduler.client.session`)."""
 
         async def make() -> AsyncSession:
             return self._aclient.session(

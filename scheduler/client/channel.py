@@ -1,0 +1,86 @@
+"""The wire under the async SDK: channel options, call metadata, the connect deadline, and what a
+session needs of its client (`ClientLink`).
+
+Why apart from `AsyncClient`: the session's state machine (stream, renew, yield) reads the client's
+timeouts and stub through this narrow Protocol, so the session modules do not import the client
+module that constructs them (no cycle), and the retryable status codes live in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import grpc
+import grpc.aio
+
+from scheduler.api.gen.slotsched.v1 import scheduler_pb2_grpc
+
+#: Stream failures after which the session re-attaches (the server keeps the session meanwhile).
+REATTACH_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.CANCELLED,
+    }
+)
+#: How long a session that never reached the server keeps trying before it fails (seconds).
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+#: Unary-call failures worth retrying within a deadline (Yield, Release).
+TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+#: Reconnect quickly after a server restart; gRPC's defaults (1 s growing to 120 s) would make a
+#: re-attach wait far longer than a lease TTL.
+DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+)
+
+
+class NoAnswer(Exception):
+    """The first Acquire of a session got no answer within the connect deadline."""
+
+
+def merged_options(overrides: Sequence[tuple[str, Any]] | None) -> list[tuple[str, Any]]:
+    """`DEFAULT_CHANNEL_OPTIONS` with `overrides` merged over them."""
+    options = dict(DEFAULT_CHANNEL_OPTIONS)
+    options.update(dict(overrides or ()))
+    return list(options.items())
+
+
+def call_metadata(token: str | None, tenant: str | None) -> tuple[tuple[str, str], ...]:
+    """`authorization: Bearer <token>` and `x-slotsched-tenant` (the server's insecure dev mode only)."""
+    md: list[tuple[str, str]] = []
+    if token is not None:
+        md.append(("authorization", f"Bearer {token}"))
+    if tenant is not None:
+        md.append(("x-slotsched-tenant", tenant))
+    return tuple(md)
+
+
+def open_channel(
+    target: str, options: list[tuple[str, Any]], credentials: grpc.ChannelCredentials | None
+) -> grpc.aio.Channel:
+    """A TLS channel when `credentials` are given, else a plaintext one (in the running loop)."""
+    if credentials is not None:
+        return grpc.aio.secure_channel(target, credentials, options=options)
+    return grpc.aio.insecure_channel(target, options=options)
+
+
+class ClientLink(Protocol):
+    """What a session reads of its client (`AsyncClient` is the one implementation)."""
+
+    target: str
+    metadata: tuple[tuple[str, str], ...]
+    rpc_timeout_s: float
+    reattach_timeout_s: float
+    connect_timeout_s: float
+    backoff_initial_s: float
+    backoff_max_s: float
+    renew_interval_s: float | None
+    #: The client's live sessions, released by its `close()`.
+    _sessions: set[Any]
+
+    def stub(self) -> scheduler_pb2_grpc.SchedulerStub: ...
