@@ -1,4 +1,8 @@
-"""Hosts reference actors in a worker's slots: start/restore, turns, checkpoint, stop, fencing.
+"""Hosts reference actors in a worker's slots: start, turns, stop, fencing, and the slot bookkeeping.
+
+The store side lives beside it: restoring a snapshot with its fallback and lost-work accounting
+in `restore.py`, writing one in `checkpoint.py`; refusals in `host_errors.py`, records in
+`slot_records.py`. The guarantees below are the host's as a whole.
 
 Why the logic lives here and not in the gRPC servicer: what a worker must guarantee is about
 state, not about the wire, and it is easiest to test without one:
@@ -34,160 +38,53 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import hashlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
 from scheduler.core.types import SnapshotRef
-from slots.worker.actor import TRAILER_SIZE, Actor, ActorConfig, StateCorrupt
-from slots.worker.metrics import (
-    LOST_FENCED,
-    LOST_SNAPSHOT_REFUSED,
-    LOST_WORKER_EXIT,
-    RESUME_CORRUPT,
-    RESUME_MISSING,
-    RESUME_REFUSED,
-    RESUME_UNAVAILABLE,
-    WorkerMetrics,
+from slots.worker.actor import Actor, ActorConfig
+from slots.worker.checkpoint import CheckpointMixin
+from slots.worker.host_errors import (
+    DataLoss,
+    FailedPrecondition,
+    HostError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
 )
-from snapshots.errors import (
-    ChecksumMismatch,
-    SnapshotError,
-    SnapshotNotFound,
-    SnapshotUnavailable,
-    TenantMismatch,
-)
-from snapshots.store import Chunk, SnapshotStore, name_created, validate_name
+from slots.worker.metrics import LOST_FENCED, LOST_WORKER_EXIT, WorkerMetrics
+from slots.worker.restore import LOST_SUPERSEDED, RestoreMixin
+from slots.worker.slot_records import CheckpointRecord, Running, SlotState, StartResult, store_name
+from snapshots.store import SnapshotStore, validate_name
+
+# What importers of the host (the servicer, the agent, tests) took from it before the split.
+__all__ = [
+    "BIG_TURN_BYTES",
+    "LOST_SUPERSEDED",
+    "ActorHost",
+    "CheckpointRecord",
+    "DataLoss",
+    "FailedPrecondition",
+    "HostError",
+    "InvalidArgument",
+    "NotFound",
+    "PermissionDenied",
+    "SlotState",
+    "StartResult",
+    "Unavailable",
+    "store_name",
+]
 
 log = logging.getLogger("slotsched.worker")
 
 #: Turns appending at least this many bytes compute their chunk off the event loop.
 BIG_TURN_BYTES = 1 << 20
-#: Lost work from a superseded snapshot: also counted when the gap is unknown (logged as such).
-LOST_SUPERSEDED = "snapshot_superseded"
 
 
-# ---------------------------------------------------------------------------------------- errors
-
-
-class HostError(Exception):
-    """A request the host refuses; `code` names the gRPC status the servicer returns."""
-
-    code = "unknown"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class InvalidArgument(HostError):
-    code = "invalid_argument"
-
-
-class NotFound(HostError):
-    code = "not_found"
-
-
-class FailedPrecondition(HostError):
-    code = "failed_precondition"
-
-
-class DataLoss(HostError):
-    code = "data_loss"
-
-
-class Unavailable(HostError):
-    code = "unavailable"
-
-
-class PermissionDenied(HostError):
-    code = "permission_denied"
-
-
-class _CheckpointAborted(Exception):
-    """Raised into the store's chunk iterator when the checkpoint's caller has gone away."""
-
-
-# ---------------------------------------------------------------------------------------- values
-
-
-@dataclass(frozen=True)
-class StartResult:
-    turns: int
-    state_sha256: str
-    state_bytes: int
-    #: The snapshot the actor was restored from (None: fresh, or no snapshot verified).
-    restored_from: SnapshotRef | None = None
-    #: Snapshots refused on the way, with why (the requested one first).
-    refused: tuple[tuple[str, str], ...] = ()
-    #: True when Start found the same session, lease and epoch running (an idempotent repeat).
-    already_running: bool = False
-
-
-@dataclass(frozen=True)
-class CheckpointRecord:
-    session_id: str
-    tenant: str
-    uri: str
-    size_bytes: int
-    seconds: float
-    turns: int
-    at: float  # unix time
-
-
-@dataclass(frozen=True)
-class SlotState:
-    index: int
-    session_id: str = ""
-    tenant: str = ""
-    lease_id: str = ""
-    epoch: int = 0
-    turns: int = 0
-    state_bytes: int = 0
-    state_sha256: str = ""
-
-
-@dataclass(eq=False)
-class _Running:
-    session_id: str
-    tenant: str
-    slot: int
-    lease_id: str
-    epoch: int
-    actor: Actor
-    started: float  # monotonic: when this incarnation began on this worker
-    saved: float  # monotonic: when the state its holder last received a snapshot of was captured
-    saved_turns: int
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    task: asyncio.Task[None] | None = None
-    next_turn_at: float = 0.0  # event-loop time
-    abort_checkpoint: bool = False
-    stopped: bool = False
-
-
-def store_name(session_id: str) -> str:
-    """The session's name in the snapshot store: itself when the store accepts it as a path
-    segment, else a stable digest (session ids may hold any character; store keys may not)."""
-    try:
-        return validate_name("session", session_id)
-    except ValueError:
-        return "sid-" + hashlib.sha256(session_id.encode()).hexdigest()[:40]
-
-
-def _ref_created(ref: SnapshotRef) -> float | None:
-    if ref.created:
-        return ref.created
-    return name_created(ref.uri.rsplit("/", 1)[-1])
-
-
-# ---------------------------------------------------------------------------------------- host
-
-
-class ActorHost:
+class ActorHost(RestoreMixin, CheckpointMixin):
     """Runs actors in `slots` slots of worker `worker_id`, checkpointing to `store`.
 
     Use from one event loop. `fallback=False` makes a refused snapshot fail Start with DATA_LOSS /
@@ -218,8 +115,8 @@ class ActorHost:
         self.accepting = True
         self.highest_epoch = [0] * slots
         self.checkpoints: deque[CheckpointRecord] = deque(maxlen=keep_records)
-        self._slots: list[_Running | None] = [None] * slots
-        self._by_session: dict[tuple[str, str], _Running] = {}  # (tenant, session_id)
+        self._slots: list[Running | None] = [None] * slots
+        self._by_session: dict[tuple[str, str], Running] = {}  # (tenant, session_id)
         self._slot_locks = [asyncio.Lock() for _ in range(slots)]
         self._emptied = asyncio.Event()
         self._emptied.set()
@@ -237,7 +134,7 @@ class ActorHost:
         run = self._find(session_id, tenant)
         return run.actor if run is not None else None
 
-    def _find(self, session_id: str, tenant: str | None) -> _Running | None:
+    def _find(self, session_id: str, tenant: str | None) -> Running | None:
         """The actor of `session_id` (of `tenant`; of any tenant if None and only one has it)."""
         if tenant is not None:
             return self._by_session.get((tenant, session_id))
@@ -249,7 +146,7 @@ class ActorHost:
             )
         return runs[0] if runs else None
 
-    def _check_owner(self, run: _Running, lease_id: str, epoch: int) -> None:
+    def _check_owner(self, run: Running, lease_id: str, epoch: int) -> None:
         """Refuse a caller that names another lease or epoch than the one `run` was started under."""
         if (not lease_id or lease_id == run.lease_id) and (not epoch or epoch == run.epoch):
             return
@@ -344,7 +241,7 @@ class ActorHost:
                     self._load, session_id, tenant, resume_from
                 )
             now = time.monotonic()
-            run = _Running(
+            run = Running(
                 session_id,
                 tenant,
                 slot,
@@ -367,124 +264,9 @@ class ActorHost:
             )  # fmt: skip
             return StartResult(actor.turns, actor.state_sha256(), actor.state_size, restored, refused)
 
-    # ------------------------------------------------------------------ restore (in a thread)
-
-    def _restore_one(self, session_id: str, tenant: str, ref: SnapshotRef) -> Actor:
-        data = self.store.get(ref, tenant)
-        actor = Actor.restore(data, session_id, ref.uri, ref.sha256)
-        self.metrics.resumes_verified.inc()
-        return actor
-
-    def _load(
-        self, session_id: str, tenant: str, ref: SnapshotRef
-    ) -> tuple[Actor, SnapshotRef | None, tuple[tuple[str, str], ...]]:
-        """Restore from `ref`, else from the newest older snapshot that verifies, else fresh."""
-        refused: list[tuple[str, str]] = []
-        try:
-            actor = self._restore_one(session_id, tenant, ref)
-            self._count_superseded(session_id, tenant, ref, actor)
-            return actor, ref, ()
-        except (ChecksumMismatch, StateCorrupt, SnapshotNotFound) as e:
-            self._refused(session_id, ref, e)
-            if not self.fallback:
-                if isinstance(e, SnapshotNotFound):
-                    raise NotFound(str(e)) from e
-                raise DataLoss(str(e)) from e
-            refused.append((ref.uri, str(e)))
-        except SnapshotUnavailable as e:
-            self.metrics.resume_failures.labels(RESUME_UNAVAILABLE).inc()
-            log.error(
-                "resume of session %s from %s failed: snapshot store unavailable: %s", session_id, ref.uri, e
-            )
-            raise Unavailable(f"snapshot store unavailable while reading {ref.uri}: {e}") from e
-        except TenantMismatch as e:
-            self.metrics.resume_failures.labels(RESUME_REFUSED).inc()
-            log.error("resume of session %s refused: %s", session_id, e)
-            raise PermissionDenied(str(e)) from e
-
-        # Walk back through the session's snapshots to the newest older one that verifies.
-        bad_created = _ref_created(ref)
-        try:
-            listing = self.store.list(tenant, store_name(session_id))
-        except SnapshotError as e:
-            self.metrics.resume_failures.labels(RESUME_UNAVAILABLE).inc()
-            raise Unavailable(
-                f"cannot list session {session_id}'s snapshots after refusing {ref.uri}: {e}"
-            ) from e
-        older = [r for r in listing if r.uri != ref.uri and (bad_created is None or r.created < bad_created)]
-        used: SnapshotRef | None = None
-        fallback: Actor | None = None
-        for prev in reversed(older):
-            try:
-                fallback = self._restore_one(session_id, tenant, prev)
-                used = prev
-                break
-            except (ChecksumMismatch, StateCorrupt, SnapshotNotFound) as e:
-                self._refused(session_id, prev, e)
-                refused.append((prev.uri, str(e)))
-            except SnapshotError as e:
-                self.metrics.resume_failures.labels(RESUME_UNAVAILABLE).inc()
-                raise Unavailable(f"snapshot store failed while reading {prev.uri}: {e}") from e
-        actor = fallback if fallback is not None else Actor(session_id, self.config.bytes_per_turn)
-        newest = max([ref, *listing], key=lambda r: _ref_created(r) or 0.0)
-        lost = self._estimate_lost(newest, actor)
-        self._count_lost(
-            LOST_SNAPSHOT_REFUSED,
-            session_id,
-            lost,
-            f"resumed from {used.uri if used else 'nothing (fresh start)'} at turn {actor.turns} instead of "
-            f"{ref.uri}",
-        )
-        return actor, used, tuple(refused)
-
-    def _refused(self, session_id: str, ref: SnapshotRef, e: Exception) -> None:
-        reason = RESUME_MISSING if isinstance(e, SnapshotNotFound) else RESUME_CORRUPT
-        self.metrics.resume_failures.labels(reason).inc()
-        log.error("resume of session %s refused snapshot %s: %s", session_id, ref.uri, e)
-
-    def _count_superseded(self, session_id: str, tenant: str, used: SnapshotRef, actor: Actor) -> None:
-        """Count the work of snapshots newer than the one resumed from (written, never used)."""
-        try:
-            listing = self.store.list(tenant, store_name(session_id))
-        except SnapshotError as e:
-            log.warning("session %s: could not list snapshots to check for lost work: %s", session_id, e)
-            return
-        used_created = _ref_created(used) or 0.0
-        newer = [r for r in listing if r.uri != used.uri and r.created > used_created]
-        if not newer:
-            return
-        newest = newer[-1]
-        lost = self._estimate_lost(newest, actor)
-        self._count_lost(
-            LOST_SUPERSEDED,
-            session_id,
-            lost,
-            f"resumed from {used.uri} (turn {actor.turns}) although {newest.uri} is newer: "
-            "that checkpoint was never accepted (late or failed yield)",
-        )
-
-    def _estimate_lost(self, newest: SnapshotRef, actor: Actor) -> float | None:
-        """Slot-seconds between `actor`'s state and `newest`, from sizes at the actor's pace."""
-        if newest.size_bytes <= TRAILER_SIZE:
-            return None
-        newest_turns = (newest.size_bytes - TRAILER_SIZE) // actor.bytes_per_turn
-        lost_turns = max(0, newest_turns - actor.turns)
-        per_turn = actor.run_seconds / actor.turns if actor.turns else self.config.turn_interval_s
-        return lost_turns * per_turn
-
-    def _count_lost(self, reason: str, session_id: str, seconds: float | None, detail: str) -> None:
-        if seconds is None:
-            log.warning("work lost: session %s: an unknown number of slot-seconds (%s)", session_id, detail)
-            return
-        if seconds <= 0.0:
-            log.info("session %s: no work lost (%s)", session_id, detail)
-            return
-        self.metrics.work_lost.labels(reason).inc(seconds)
-        log.warning("work lost: session %s: %.3f slot-seconds (%s): %s", session_id, seconds, reason, detail)
-
     # ------------------------------------------------------------------ turns
 
-    async def _turns(self, run: _Running) -> None:
+    async def _turns(self, run: Running) -> None:
         loop = asyncio.get_running_loop()
         interval = self.config.turn_interval_s
         max_turns = self.config.max_turns
@@ -533,74 +315,6 @@ class ActorHost:
             run.saved, run.saved_turns = captured, turns
         return ref
 
-    async def _write(self, run: _Running) -> tuple[SnapshotRef, float, int]:
-        loop = asyncio.get_running_loop()
-        async with run.lock:
-            if run.stopped:
-                raise NotFound(f"the actor of session {run.session_id!r} was stopped")
-            run.abort_checkpoint = False
-            captured = time.monotonic()
-            actor = run.actor
-            turns = actor.turns
-            chunks = actor.state_chunks()
-
-            def guarded() -> Iterator[Chunk]:
-                for c in chunks:
-                    if run.abort_checkpoint:
-                        raise _CheckpointAborted(f"checkpoint of {run.session_id} abandoned by its caller")
-                    yield c
-
-            # The actor knows its state's hash (running hash): the store can skip a staging copy.
-            put = functools.partial(
-                self.store.put, run.tenant, store_name(run.session_id), guarded(), sha256=actor.state_sha256()
-            )
-            t0 = time.perf_counter()
-            try:
-                ref = await asyncio.to_thread(put)
-            except SnapshotUnavailable as e:
-                self.metrics.checkpoints.labels("failed").inc()
-                log.error(
-                    "checkpoint of session %s failed: snapshot store unavailable: %s", run.session_id, e
-                )
-                raise Unavailable(f"snapshot store unavailable: {e}") from e
-            except (SnapshotError, _CheckpointAborted, OSError) as e:
-                self.metrics.checkpoints.labels("failed").inc()
-                log.error("checkpoint of session %s failed: %s", run.session_id, e)
-                raise Unavailable(f"checkpoint failed: {e}") from e
-            finally:
-                chunks.close()  # release the views of the history before the next turn grows it
-            seconds = time.perf_counter() - t0
-            run.next_turn_at = loop.time() + self.config.turn_interval_s
-        self.metrics.checkpoints.labels("ok").inc()
-        self.metrics.checkpoint_seconds.observe(seconds)
-        self.metrics.checkpoint_bytes.observe(ref.size_bytes)
-        self.checkpoints.append(
-            CheckpointRecord(run.session_id, run.tenant, ref.uri, ref.size_bytes, seconds, turns, time.time())
-        )
-        log.info(
-            "checkpointed session %s: %d turns, %d bytes in %.3fs -> %s",
-            run.session_id, turns, ref.size_bytes, seconds, ref.uri,
-        )  # fmt: skip
-        return ref, captured, turns
-
-    def _discard(self, task: asyncio.Task[tuple[SnapshotRef, float, int]], run: _Running) -> None:
-        if task.cancelled() or task.exception() is not None:
-            return
-        ref = task.result()[0]
-        log.warning(
-            "session %s: checkpoint %s completed after its caller gave up; deleting it",
-            run.session_id,
-            ref.uri,
-        )
-
-        def delete() -> None:
-            try:
-                self.store.delete(ref, run.tenant)
-            except SnapshotError as e:
-                log.warning("could not delete unused checkpoint %s: %s", ref.uri, e)
-
-        asyncio.get_running_loop().run_in_executor(None, delete)
-
     # ------------------------------------------------------------------ stop and fencing
 
     async def stop(
@@ -639,7 +353,7 @@ class ActorHost:
         for run in list(self._by_session.values()):
             self._end(run, LOST_WORKER_EXIT, f"worker {self.worker_id} is shutting down")
 
-    def _end(self, run: _Running, lost_reason: str | None, why: str) -> None:
+    def _end(self, run: Running, lost_reason: str | None, why: str) -> None:
         if run.stopped:
             return
         run.stopped = True
