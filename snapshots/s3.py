@@ -1,5 +1,9 @@
 """`S3SnapshotStore`: snapshots in any S3-compatible object store (AWS S3, MinIO, Ceph RGW) via boto3.
 
+This file holds the store's operations (put, get, open, list, delete, retain) and its key layout.
+Beside it: `s3_client.py` (the boto3 client, typed errors), `s3_body.py` (request bodies over the
+caller's buffers), `s3_multipart.py` (streamed multipart uploads and the staging copy).
+
 Why it is built this way:
 
 * Atomic by construction: S3 makes an object visible only once a `PutObject` or a
@@ -39,32 +43,18 @@ URIs: `s3://<bucket>/<prefix>/<tenant>/<session>/<name>.snap`.
 
 from __future__ import annotations
 
-import base64
 import builtins
-import contextlib
 import datetime as dt
 import functools
 import hashlib
-import math
-import re
-import uuid
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import Any
 
-import boto3
-import botocore.exceptions as bexc
-from botocore.config import Config
-
-from snapshots.errors import (
-    ChecksumMismatch,
-    SnapshotError,
-    SnapshotNotFound,
-    SnapshotUnavailable,
-    TenantMismatch,
-)
+from snapshots.errors import ChecksumMismatch, SnapshotNotFound, TenantMismatch
 from snapshots.ref import SnapshotRef
+from snapshots.s3_body import Body, Views, check_signed_sha256, content_md5, flat_view, release_views
+from snapshots.s3_client import build_client, signs_payload
+from snapshots.s3_multipart import MAX_PART_SIZE, MAX_PARTS, MIN_PART_SIZE, STAGING_DIR, MiB, MultipartUploads
 from snapshots.store import (
     NAME_RE,
     Chunk,
@@ -76,11 +66,11 @@ from snapshots.store import (
     validate_sha256,
 )
 
-MiB = 1 << 20
-MIN_PART_SIZE = 5 * MiB  # S3's minimum for every part but the last
-MAX_PART_SIZE = 5 * 1024 * MiB
-MAX_PARTS = 10_000
-STAGING_DIR = ".partial"
+#: The old private name of the request body (tests import it from here).
+_Body = Body
+
+__all__ = ["MAX_PART_SIZE", "MAX_PARTS", "MIN_PART_SIZE", "STAGING_DIR", "MiB", "S3SnapshotStore"]
+
 STAGING_TTL = dt.timedelta(hours=1)  # retain() sweeps staging objects older than this
 _READ_CHUNK = 1 * MiB
 # One PutObject up to 256 MiB: measured on the S3 server the tests run (bench/yield.py), a
@@ -93,174 +83,8 @@ DEFAULT_PART_SIZE = 16 * MiB
 DEFAULT_UPLOAD_CONCURRENCY = 4
 _JOIN_MAX = 1 * MiB  # a PutObject body up to this size is joined into one bytes object
 
-_T = TypeVar("_T")
 
-# Transport-level failures: the store is down, unreachable, or too slow. All temporary.
-_UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
-    bexc.ConnectionError,  # EndpointConnectionError, ConnectTimeoutError, ProxyConnectionError
-    bexc.HTTPClientError,  # ReadTimeoutError, ConnectionClosedError, ResponseStreamingError
-    bexc.IncompleteReadError,
-)
-_TEMPORARY_CODES = frozenset(
-    {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "Throttling", "ThrottlingException"}
-)
-_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
-
-
-def _content_md5(views: Iterable[Chunk]) -> str:
-    md5 = hashlib.md5(usedforsecurity=False)
-    for v in views:
-        md5.update(v)
-    return base64.b64encode(md5.digest()).decode("ascii")
-
-
-def _signs_payload(client: Any) -> bool:
-    """Whether `client` signs every request body's sha256 (SigV4 with payload signing not turned off).
-
-    botocore then sends `x-amz-content-sha256`, which S3 checks against the body, so a body damaged
-    in transit is refused; without Content-MD5 it signs the payload over HTTPS too. A Content-MD5
-    would check the same thing again, at the cost of another pass over the bytes.
-    """
-    config = getattr(getattr(client, "meta", None), "config", None)
-    if config is None:
-        return False
-    s3 = getattr(config, "s3", None) or {}
-    return config.signature_version in (None, "s3v4", "v4") and s3.get("payload_signing_enabled") is not False
-
-
-def _check_signed_sha256(request: Any, **_: Any) -> None:
-    """botocore `before-send` hook: refuse to send a body whose signed sha256 is not the one expected.
-
-    With SigV4 payload signing, `x-amz-content-sha256` is the hash of exactly the bytes about to be
-    sent (and S3 checks the body against it), so comparing it with the caller's hash verifies the
-    snapshot before anything is stored, without hashing it a second time.
-    """
-    body = getattr(request, "body", None)
-    if not isinstance(body, _Body) or body.expected is None:
-        return
-    ref = body.expected
-    signed = request.headers.get("X-Amz-Content-SHA256", "")
-    if isinstance(signed, bytes):
-        signed = signed.decode("ascii", "replace")
-    if signed != ref.sha256:
-        if re.fullmatch(r"[0-9a-f]{64}", signed):
-            raise ChecksumMismatch(ref, ref.sha256, signed)
-        raise SnapshotError(f"cannot verify {ref.uri}: the request carries no payload hash ({signed!r})")
-
-
-def _flat(chunk: Chunk) -> memoryview:
-    """The store's own flat byte view of a caller's chunk (no copy), released when sent."""
-    return memoryview(chunk).cast("B")
-
-
-def _release(views: Iterable[memoryview]) -> None:
-    for v in views:
-        v.release()
-
-
-class _Views:
-    """Byte views waiting to be sent, in stream order; `take` cuts them into parts without copying."""
-
-    def __init__(self) -> None:
-        self._views: deque[memoryview] = deque()
-        self.size = 0
-
-    def add(self, view: memoryview) -> None:
-        if len(view):
-            self._views.append(view)
-            self.size += len(view)
-        else:
-            view.release()
-
-    def take(self, n: int) -> list[memoryview]:
-        """The first `n` bytes (n <= size) as views; a view straddling the cut is split in two."""
-        out: list[memoryview] = []
-        while n > 0:
-            view = self._views.popleft()
-            if len(view) > n:
-                out.append(view[:n])
-                self._views.appendleft(view[n:])
-                view.release()
-                view = out[-1]
-            else:
-                out.append(view)
-            n -= len(view)
-            self.size -= len(view)
-        return out
-
-    def views(self) -> Iterator[memoryview]:
-        return iter(self._views)
-
-    def release(self) -> None:
-        _release(self._views)
-        self._views.clear()
-        self.size = 0
-
-
-class _Body:
-    """A read-only, seekable file over byte views, so botocore can sign, send and, on a retry, resend
-    a part straight from the caller's buffers instead of one joined copy of it."""
-
-    def __init__(self, views: list[memoryview]) -> None:
-        self.views = views
-        #: Set when the request's signed payload hash must be this ref's (see `_check_signed_sha256`).
-        self.expected: SnapshotRef | None = None
-        self._lent: list[memoryview] = []  # slices handed out by `read`, released with the views
-        self._size = sum(len(v) for v in views)
-        self._pos = 0
-        self._index = 0  # the view holding byte `_pos`
-        self._offset = 0  # and where in it
-
-    def __len__(self) -> int:
-        return self._size
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        start = {0: 0, 1: self._pos, 2: self._size}[whence]
-        if start + offset < 0:
-            raise ValueError(f"negative seek position {start + offset}")
-        self._pos = rest = min(start + offset, self._size)
-        self._index = 0
-        while self._index < len(self.views) and rest >= len(self.views[self._index]):
-            rest -= len(self.views[self._index])
-            self._index += 1
-        self._offset = rest
-        return self._pos
-
-    def read(self, size: int | None = -1) -> bytes | memoryview:
-        """Up to `size` bytes (all that is left if None or negative), as a view where possible."""
-        if size is None or size < 0:
-            out = b"".join(self.views[self._index :])[self._offset :]
-            self.seek(0, 2)
-            return out
-        if self._index >= len(self.views) or size == 0:
-            return b""
-        view = self.views[self._index]
-        piece = view[self._offset : self._offset + size]
-        self._lent.append(piece)
-        self._pos += len(piece)
-        self._offset += len(piece)
-        if self._offset == len(view):
-            self._index, self._offset = self._index + 1, 0
-        return piece
-
-    def release(self) -> None:
-        """Drop the views: a traceback or request object that outlives the upload then holds
-        nothing of the caller's buffer (a live view would keep, e.g., a bytearray from growing)."""
-        _release(self._lent)
-        _release(self.views)
-        self._lent.clear()
-
-
-class S3SnapshotStore:
+class S3SnapshotStore(MultipartUploads):
     """A `SnapshotStore` in `bucket` under `prefix`.
 
     `multipart_threshold` (default 256 MiB): snapshots larger than this are streamed as a multipart
@@ -321,31 +145,23 @@ class S3SnapshotStore:
         self.upload_concurrency = upload_concurrency
         own_client = client is None
         if client is None:
-            style = addressing_style or ("path" if endpoint_url else "auto")
-            if style not in ("auto", "path", "virtual"):
-                raise ValueError(f"addressing_style must be auto, path or virtual, not {style!r}")
-            options: dict[str, Any] = {
-                "connect_timeout": connect_timeout,
-                "read_timeout": read_timeout,
-                "retries": {"total_max_attempts": max_attempts, "mode": "standard"},
-                "s3": {"addressing_style": style},
-                "max_pool_connections": max(10, upload_concurrency + 2),  # parts + reads alongside
-            }
-            if "request_checksum_calculation" in Config.OPTION_DEFAULTS:  # botocore >= 1.36
-                options["request_checksum_calculation"] = "when_required"
-                options["response_checksum_validation"] = "when_required"
-            config = Config(**options)
-            client = boto3.session.Session().client(
-                "s3", endpoint_url=endpoint_url, region_name=region, config=config
+            client = build_client(
+                endpoint_url,
+                region,
+                connect_timeout=connect_timeout,
+                read_timeout=read_timeout,
+                max_attempts=max_attempts,
+                addressing_style=addressing_style,
+                upload_concurrency=upload_concurrency,
             )
         self._client: Any = client
-        self._md5 = not _signs_payload(client)
+        self._md5 = not signs_payload(client)
         # Only for a client built here is it known that every PutObject carries its payload's sha256
         # (SigV4, no checksum trailers): then a known hash is checked against the signed one.
         self._verify_signed = own_client and not self._md5
         if self._verify_signed:
             client.meta.events.register(
-                "before-send.s3.PutObject", _check_signed_sha256, unique_id="slotsched-check-signed-sha256"
+                "before-send.s3.PutObject", check_signed_sha256, unique_id="slotsched-check-signed-sha256"
             )
 
     @property
@@ -371,14 +187,14 @@ class S3SnapshotStore:
         ms = created_ms(created)
         expected = validate_sha256(sha256)
         it = iter(chunks)
-        head = _Views()
+        head = Views()
         try:
             # Read just past the threshold to learn whether one PutObject suffices.
             while head.size <= self.multipart_threshold:
                 chunk = next(it, None)
                 if chunk is None:
                     return self._put_small(base, ms, head, expected)
-                head.add(_flat(chunk))
+                head.add(flat_view(chunk))
             digest = hashlib.sha256()
             for view in head.views():
                 digest.update(view)
@@ -386,30 +202,28 @@ class S3SnapshotStore:
         finally:
             head.release()  # whatever was not sent: the caller's buffers are its own again
 
-    def _put_small(self, base: str, ms: int, views: _Views, expected: str | None) -> SnapshotRef:
+    def _put_small(self, base: str, ms: int, views: Views, expected: str | None) -> SnapshotRef:
         size = views.size
         parts = views.take(size)
         # Small bodies are joined (a cheap copy, no Expect: 100-continue round trip); larger ones are
         # sent from the caller's buffers as they are.
-        body: bytes | _Body = b"".join(parts) if size <= _JOIN_MAX else _Body(parts)
+        body: bytes | Body = b"".join(parts) if size <= _JOIN_MAX else Body(parts)
         try:
-            if expected is not None and isinstance(body, _Body) and self._verify_signed:
-                # botocore hashes the body to sign it; `_check_signed_sha256` compares that hash with
+            if expected is not None and isinstance(body, Body) and self._verify_signed:
+                # botocore hashes the body to sign it; `check_signed_sha256` compares that hash with
                 # the expected one before a byte is sent, so the bytes are not hashed twice.
                 sha = expected
                 body.expected = SnapshotRef(self._uri(base + snapshot_name(ms, sha)), size, sha, ms / 1000)
             else:
                 digest = hashlib.sha256()
-                for view in parts if isinstance(body, _Body) else [body]:
+                for view in parts if isinstance(body, Body) else [body]:
                     digest.update(view)
                 sha = digest.hexdigest()
             key = base + snapshot_name(ms, sha)
             if expected is not None and sha != expected:
                 raise ChecksumMismatch(SnapshotRef(self._uri(key), size, expected, ms / 1000), expected, sha)
             extra = (
-                {"ContentMD5": _content_md5([body] if isinstance(body, bytes) else parts)}
-                if self._md5
-                else {}
+                {"ContentMD5": content_md5([body] if isinstance(body, bytes) else parts)} if self._md5 else {}
             )
             self._call(
                 "PutObject",
@@ -424,169 +238,11 @@ class S3SnapshotStore:
                 ),
             )
         finally:
-            if isinstance(body, _Body):
+            if isinstance(body, Body):
                 body.release()
             else:
-                _release(parts)
+                release_views(parts)
         return SnapshotRef(self._uri(key), size, sha, ms / 1000)
-
-    def _put_multipart(
-        self,
-        base: str,
-        ms: int,
-        pending: _Views,
-        rest: Iterator[Chunk],
-        digest: Any,
-        expected: str | None = None,
-    ) -> SnapshotRef:
-        # With the hash known up front the final key and its metadata are known too: upload there
-        # directly and check the hash before completing (nothing is visible until then). Without
-        # it, upload to a hidden staging key and copy to the final key once the hash is known.
-        if expected is not None:
-            staging = base + snapshot_name(ms, expected)
-            create_extra: dict[str, Any] = {"Metadata": {"sha256": expected}}
-        else:
-            staging = f"{base}{STAGING_DIR}/{ms:015d}-{uuid.uuid4().hex}.part"
-            create_extra = {}
-        size = pending.size
-        upload_id: str = self._call(
-            "CreateMultipartUpload",
-            staging,
-            lambda: self._client.create_multipart_upload(
-                Bucket=self.bucket, Key=staging, ContentType="application/octet-stream", **create_extra
-            ),
-        )["UploadId"]
-        # Parts go up concurrently while the stream is read and hashed in this thread; at most
-        # `upload_concurrency` parts are in flight, so memory stays bounded, and the reading stops
-        # as soon as a part fails.
-        pool = ThreadPoolExecutor(self.upload_concurrency, thread_name_prefix="s3-part")
-        inflight: set[Future[dict[str, Any]]] = set()
-        parts: list[dict[str, Any]] = []
-
-        def collect(block: bool) -> None:
-            done = (
-                wait(inflight, return_when=FIRST_COMPLETED)[0] if block else {f for f in inflight if f.done()}
-            )
-            for f in done:
-                inflight.discard(f)
-                parts.append(f.result())  # a failed part raises here
-
-        def send(views: list[memoryview]) -> None:
-            try:
-                number = len(parts) + len(inflight) + 1
-                if number > MAX_PARTS:
-                    raise SnapshotError(
-                        f"snapshot exceeds {MAX_PARTS} parts of {self.part_size} bytes; raise part_size"
-                    )
-                collect(block=False)
-                while len(inflight) >= self.upload_concurrency:
-                    collect(block=True)
-            except BaseException:
-                _release(views)  # never handed to a part: ours to release
-                raise
-            inflight.add(pool.submit(self._upload_part, staging, upload_id, number, _Body(views)))
-
-        try:
-            while True:
-                while pending.size >= self.part_size:
-                    send(pending.take(self.part_size))
-                chunk = next(rest, None)
-                if chunk is None:
-                    break
-                view = _flat(chunk)
-                digest.update(view)
-                pending.add(view)
-                size += len(view)
-            if pending.size or not (parts or inflight):
-                send(pending.take(pending.size))
-            while inflight:
-                collect(block=True)
-            if expected is not None and digest.hexdigest() != expected:
-                ref = SnapshotRef(self._uri(staging), size, expected, ms / 1000)
-                raise ChecksumMismatch(ref, expected, digest.hexdigest())
-            parts.sort(key=lambda p: int(p["PartNumber"]))
-            self._call(
-                "CompleteMultipartUpload",
-                staging,
-                lambda: self._client.complete_multipart_upload(
-                    Bucket=self.bucket, Key=staging, UploadId=upload_id, MultipartUpload={"Parts": parts}
-                ),
-            )
-        except BaseException:
-            # Let the parts in flight finish (each is bounded by the timeouts) so that none lands
-            # after the abort, then abort: nothing of this upload stays behind.
-            wait(inflight)
-            self._abort(staging, upload_id)
-            raise
-        finally:
-            pool.shutdown(wait=True)
-
-        sha = digest.hexdigest()
-        if expected is not None:
-            return SnapshotRef(self._uri(staging), size, sha, ms / 1000)
-        key = base + snapshot_name(ms, sha)
-        try:
-            self._commit_copy(staging, key, size, sha)
-        finally:
-            self._delete_quietly(staging)
-        return SnapshotRef(self._uri(key), size, sha, ms / 1000)
-
-    def _upload_part(self, key: str, upload_id: str, number: int, body: _Body) -> dict[str, Any]:
-        """Upload one part (in a pool thread); its views are released whatever happens."""
-        try:
-            extra = {"ContentMD5": _content_md5(body.views)} if self._md5 else {}
-            resp = self._call(
-                "UploadPart",
-                key,
-                lambda: self._client.upload_part(
-                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body, **extra
-                ),
-            )
-        finally:
-            body.release()
-        return {"ETag": resp["ETag"], "PartNumber": number}
-
-    def _commit_copy(self, source: str, key: str, size: int, sha: str) -> None:
-        """Server-side multipart copy of the staged object to its final key, with its metadata."""
-        upload_id: str = self._call(
-            "CreateMultipartUpload",
-            key,
-            lambda: self._client.create_multipart_upload(
-                Bucket=self.bucket,
-                Key=key,
-                ContentType="application/octet-stream",
-                Metadata={"sha256": sha, "size": str(size)},
-            ),
-        )["UploadId"]
-        step = min(MAX_PART_SIZE, max(self.part_size, math.ceil(size / MAX_PARTS)))
-        parts: list[dict[str, Any]] = []
-        try:
-            for number, start in enumerate(range(0, size, step), start=1):
-                end = min(start + step, size) - 1
-                resp = self._call(
-                    "UploadPartCopy",
-                    key,
-                    functools.partial(
-                        self._client.upload_part_copy,
-                        Bucket=self.bucket,
-                        Key=key,
-                        UploadId=upload_id,
-                        PartNumber=number,
-                        CopySource={"Bucket": self.bucket, "Key": source},
-                        CopySourceRange=f"bytes={start}-{end}",
-                    ),
-                )
-                parts.append({"ETag": resp["CopyPartResult"]["ETag"], "PartNumber": number})
-            self._call(
-                "CompleteMultipartUpload",
-                key,
-                lambda: self._client.complete_multipart_upload(
-                    Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
-                ),
-            )
-        except BaseException:
-            self._abort(key, upload_id)
-            raise
 
     def delete(self, ref: SnapshotRef, tenant: str) -> None:
         key = self._resolve(ref, tenant)
@@ -668,78 +324,11 @@ class S3SnapshotStore:
             refs.append(SnapshotRef(self._uri(key), int(obj["Size"]), sha, created))
         return refs
 
-    # --- helpers -------------------------------------------------------------------------------
-
-    def _call(self, action: str, key: str, fn: Callable[[], _T], ref: SnapshotRef | None = None) -> _T:
-        """Run one S3 call, translating botocore's errors into the store's typed errors."""
-        try:
-            return fn()
-        except bexc.ClientError as e:
-            err = e.response.get("Error", {})
-            code = str(err.get("Code", ""))
-            status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-            if ref is not None and code != "NoSuchBucket" and (code in _NOT_FOUND_CODES or status == 404):
-                raise SnapshotNotFound(ref) from e
-            where = f"s3://{self.bucket}/{key}"
-            if status >= 500 or code in _TEMPORARY_CODES:
-                raise SnapshotUnavailable(f"S3 {action} {where} failed temporarily: {code} {status}") from e
-            raise SnapshotError(f"S3 {action} {where} failed: {code}: {err.get('Message', '')}") from e
-        except _UNAVAILABLE_ERRORS as e:
-            raise SnapshotUnavailable(
-                f"S3 store at {self._client.meta.endpoint_url} unavailable during {action} "
-                f"s3://{self.bucket}/{key}: {e}"
-            ) from e
-        except bexc.BotoCoreError as e:  # e.g. NoCredentialsError: configuration, not temporary
-            raise SnapshotError(f"S3 {action} s3://{self.bucket}/{key} failed: {e}") from e
-
-    def _abort(self, key: str, upload_id: str) -> None:
-        with contextlib.suppress(Exception):
-            self._client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
-
-    def _delete_quietly(self, key: str) -> None:
-        with contextlib.suppress(Exception):
-            self._client.delete_object(Bucket=self.bucket, Key=key)
-
-    def _delete_keys(self, keys: builtins.list[str]) -> None:
-        for i in range(0, len(keys), 1000):
-            batch = keys[i : i + 1000]
-            resp = self._call(
-                "DeleteObjects",
-                batch[0],
-                functools.partial(
-                    self._client.delete_objects,
-                    Bucket=self.bucket,
-                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
-                ),
-            )
-            errors = resp.get("Errors") or []
-            if errors:
-                first = errors[0]
-                raise SnapshotError(
-                    f"S3 DeleteObjects failed for {len(errors)} key(s), first "
-                    f"s3://{self.bucket}/{first.get('Key')}: {first.get('Code')}: {first.get('Message')}"
-                )
-
-    def _list_objects(self, base: str, recursive: bool) -> builtins.list[dict[str, Any]]:
-        def run() -> builtins.list[dict[str, Any]]:
-            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": base}
-            if not recursive:
-                kwargs["Delimiter"] = "/"
-            out: builtins.list[dict[str, Any]] = []
-            for page in self._client.get_paginator("list_objects_v2").paginate(**kwargs):
-                out.extend(page.get("Contents", []))
-            return out
-
-        return self._call("ListObjectsV2", base, run)
-
     def _tenant_prefix(self, tenant: str) -> str:
         return f"{self.prefix}/{tenant}/" if self.prefix else f"{tenant}/"
 
     def _session_prefix(self, tenant: str, session: str) -> str:
         return f"{self._tenant_prefix(tenant)}{session}/"
-
-    def _uri(self, key: str) -> str:
-        return f"s3://{self.bucket}/{key}"
 
     def _resolve(self, ref: SnapshotRef, tenant: str) -> str:
         """Map a ref to its key, refusing anything outside `<prefix>/<tenant>/` in this bucket."""
