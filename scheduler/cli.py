@@ -79,7 +79,7 @@ def _policy_validate(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from scheduler.server.app import StateOptions, serve_forever
+    from scheduler.serve import StateOptions, serve_forever
 
     state = StateOptions(
         state=args.state,

@@ -10,12 +10,13 @@ grant. What `submit` does after `handle`:
 * keeps what the core does not expose but the wire needs: worker addresses, the pending yield
   request per lease (for replays and `Lease.yield_deadline`), each session's `wait_timeout`, and
   recently ended sessions (for GetSession);
-* observes metrics and the handle() duration, calls observers (the Redis journal subscribes),
-  and re-arms the one timer that sends `Tick` at `core.next_deadline()`.
+* observes metrics and the handle() duration, hands the event to the journal (if any) and the
+  observers, and re-arms the one timer that sends `Tick` at `core.next_deadline()`.
 
-With a durable state store (scheduler/state/), handlers `await loop.durable()` before they tell
-a caller anything; in memory mode that awaits an already-done future (no suspension). `replay`,
-`export_state` and `restore` are the store's recovery hooks.
+With a durable state store (scheduler/state/, wired in by scheduler/serve.py), handlers `await
+loop.durable()` before they tell a caller anything; in memory mode that awaits an already-done
+future (no suspension). The loop knows the store only as a `Journal` and implements
+`ReplicaHost` for it (`replay`, `export_state`, `restore`): see scheduler/ports.py.
 
 Sessions are namespaced `tenant/session_id` in the core so two tenants may use the same id.
 """
@@ -27,9 +28,8 @@ import concurrent.futures
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 import grpc
 
@@ -61,8 +61,12 @@ from scheduler.core.types import (
     YieldRequested,
 )
 from scheduler.policy import Policy
+from scheduler.ports import NO_EXTRAS, EndedSession, Extras, Journal, LoopState, Observer, PolicyApplied
 from scheduler.server import convert
 from scheduler.server.metrics import Metrics
+
+# Kept importable from here: the records moved to scheduler/ports.py, which the state store shares.
+__all__ = ["EndedSession", "LoopState", "PolicyApplied", "SchedulerLoop", "SessionStream"]
 
 # Kinds of stream items: the handler needs to know queued/granted (for wait_timeout), the last
 # event of a session, and a close order from the loop (re-attach, shutdown).
@@ -73,44 +77,6 @@ _ENDED_KEEP = 10_000  # recently ended sessions remembered for GetSession
 # The core reports a position when a request enters the queue; later moves (others granted or
 # gone) are sent as fresh Queued events, coalesced to at most one pass per this interval.
 POSITION_REFRESH_S = 0.2
-
-
-@dataclass(frozen=True)
-class PolicyApplied:
-    """What observers see for an ApplyPolicy (it is not a core Event)."""
-
-    policy: Policy
-
-
-Observer = Callable[["Event | PolicyApplied", Sequence[Decision], float], None]
-
-
-class Durability(Protocol):
-    """What the loop needs of a journal: an awaitable that resolves once everything applied so
-    far is durable (or raises errors.RpcFailure UNAVAILABLE if it cannot be made so)."""
-
-    def durable(self) -> Awaitable[None]: ...
-
-
-@dataclass
-class LoopState:
-    """The core and the server-side bookkeeping a recovered server needs (streams excluded)."""
-
-    core: Core
-    addresses: dict[WorkerId, str]
-    yields: dict[LeaseId, YieldRequested]
-    waited: dict[SessionId, float]
-    qos: dict[SessionId, QoS]
-    wait_timeouts: dict[SessionId, float]
-    ended: OrderedDict[SessionId, EndedSession]
-
-
-@dataclass(frozen=True)
-class EndedSession:
-    reason: EndReason
-    qos: QoS
-    last_snapshot: SnapshotRef | None
-    at: float
 
 
 class SessionStream:
@@ -184,7 +150,7 @@ class SchedulerLoop:
         self._timer: asyncio.TimerHandle | None = None
         self._armed_at: float | None = None
         self._positions_timer: asyncio.TimerHandle | None = None
-        self.journal: Durability | None = None  # set by a durable state store
+        self.journal: Journal | None = None  # set by the wiring root for a durable state store
         self._done: asyncio.Future[None] = self._aloop.create_future()
         self._done.set_result(None)
         if metrics is not None:
@@ -195,12 +161,13 @@ class SchedulerLoop:
     def now(self) -> float:
         return self._clock()
 
-    def submit(self, event: Event) -> list[Decision]:
-        """Apply one event now; fan its decisions out; return them to the caller."""
+    def submit(self, event: Event, extras: Extras = NO_EXTRAS) -> list[Decision]:
+        """Apply one event now; fan its decisions out; return them to the caller. `extras` are
+        the server-side facts the journal keeps beside the event (wait_timeout, labels)."""
         now = self._clock()
         t0 = time.perf_counter()
         decisions = self.core.handle(event, now)
-        self._after(event, decisions, now, time.perf_counter() - t0)
+        self._after(event, decisions, now, time.perf_counter() - t0, extras)
         return decisions
 
     def durable(self) -> Awaitable[None]:
@@ -217,14 +184,14 @@ class SchedulerLoop:
         """`submit` at an explicit time (recovery renews leases at the times it walks through)."""
         t0 = time.perf_counter()
         decisions = self.core.handle(event, now)
-        self._after(event, decisions, now, time.perf_counter() - t0)
+        self._after(event, decisions, now, time.perf_counter() - t0, NO_EXTRAS)
         return decisions
 
     def apply_policy(self, policy: Policy) -> list[Decision]:
         now = self._clock()
         t0 = time.perf_counter()
         decisions = self.core.apply_policy(policy, now)
-        self._after(PolicyApplied(policy), decisions, now, time.perf_counter() - t0)
+        self._after(PolicyApplied(policy), decisions, now, time.perf_counter() - t0, NO_EXTRAS)
         return decisions
 
     def acquire(
@@ -239,9 +206,11 @@ class SchedulerLoop:
         stream = self._attach(key)
         self._qos[key] = qos
         self._ended.pop(key, None)
+        extras = NO_EXTRAS
         if wait_timeout_s is not None:
             self._wait_timeouts[key] = wait_timeout_s
-        decisions = self.submit(Acquire(key, TenantName(tenant), qos, resume_from))
+            extras = Extras(wait_timeout_s=wait_timeout_s)
+        decisions = self.submit(Acquire(key, TenantName(tenant), qos, resume_from), extras)
         for d in decisions:
             if isinstance(d, Refused) and d.session == key:
                 self._forget(key)
@@ -297,9 +266,7 @@ class SchedulerLoop:
 
     # ------------------------------------------------------------------ state store hooks
 
-    def replay(
-        self, event: Event | PolicyApplied, now: float, wait_timeout_s: float | None = None
-    ) -> list[Decision]:
+    def replay(self, event: Event | PolicyApplied, now: float, extras: Extras = NO_EXTRAS) -> list[Decision]:
         """Re-apply a journaled event at its recorded time: core and bookkeeping only (no
         stream is attached during recovery, so `_fan_out` only updates bookkeeping); no metrics,
         no observers, no timer."""
@@ -309,8 +276,8 @@ class SchedulerLoop:
             if isinstance(event, Acquire):
                 self._qos[event.session] = event.qos
                 self._ended.pop(event.session, None)
-                if wait_timeout_s is not None:
-                    self._wait_timeouts[event.session] = wait_timeout_s
+                if extras.wait_timeout_s is not None:
+                    self._wait_timeouts[event.session] = extras.wait_timeout_s
             decisions = self.core.handle(event, now)
             if isinstance(event, Acquire) and any(
                 isinstance(d, Refused) and d.session == event.session for d in decisions
@@ -402,7 +369,9 @@ class SchedulerLoop:
 
     # ------------------------------------------------------------------ decisions out
 
-    def _after(self, event: Event | PolicyApplied, decisions: list[Decision], now: float, dt: float) -> None:
+    def _after(
+        self, event: Event | PolicyApplied, decisions: list[Decision], now: float, dt: float, extras: Extras
+    ) -> None:
         if self.metrics is not None:
             self.metrics.observe(decisions, dt)
         if isinstance(event, WorkerAdded) and not any(isinstance(d, Rejected) for d in decisions):
@@ -415,6 +384,8 @@ class SchedulerLoop:
             self._addresses.pop(event.worker, None)
         elif isinstance(event, Resumed):
             self._shift_yields(event, now)
+        if self.journal is not None:
+            self.journal.record(event, now, extras)
         for obs in self.observers:
             obs(event, decisions, now)
         self._arm()

@@ -15,6 +15,7 @@ from typing import Any
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from scheduler.core.types import LeaseId, QoS, Queued, Release, Renew, Renewed, SessionId, SnapshotRef, Yield
+from scheduler.ports import StateUnavailable
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
 from scheduler.server.loop import FINAL, GRANTED, QUEUED, Item, SchedulerLoop, SessionStream
@@ -115,8 +116,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                         msg = f"still queued when {withdrawn} passed: the request was withdrawn"
                         await errors.abort(context, errors.deadline_exceeded(msg))
                     return
-        except errors.RpcFailure as f:  # the state store could not make it durable
-            await errors.abort(context, f)
+        except StateUnavailable as e:  # the state store could not make it durable
+            await errors.abort(context, errors.from_state(e))
         except asyncio.CancelledError:
             # Client gone or its deadline passed. Only the deadline withdraws a queued request.
             if queued_since is not None:

@@ -29,8 +29,6 @@ guess: a newer writer's journal must not be half-understood.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.core.state_io import ref_from_doc, ref_to_doc
@@ -51,8 +49,8 @@ from scheduler.core.types import (
     WorkerRemoved,
     Yield,
 )
-from scheduler.policy import Policy
 from scheduler.policy_load import PolicyError, parse_policy, policy_to_yaml
+from scheduler.ports import Extras, PolicyApplied
 
 FORMAT_VERSION = 1
 
@@ -61,23 +59,12 @@ class CodecError(ValueError):
     """A journal record this build cannot read."""
 
 
-@dataclass(frozen=True)
-class PolicyRecord:
-    """An ApplyPolicy, as journaled (it is not a core Event)."""
-
-    policy: Policy
-
+# An ApplyPolicy, as journaled (it is not a core Event): the loop's own record of it.
+PolicyRecord = PolicyApplied
 
 Record = Event | PolicyRecord
 
-
-@dataclass(frozen=True)
-class Extras:
-    """Server-side facts carried beside an event (all optional)."""
-
-    wait_timeout_s: float | None = None  # acquire
-    labels: Mapping[str, str] = field(default_factory=dict)  # worker_added
-    static: bool = False  # worker_added: the in-process local pool
+__all__ = ["FORMAT_VERSION", "CodecError", "Extras", "PolicyRecord", "Record", "decode", "encode"]
 
 
 def encode(record: Record, at: float, extras: Extras | None = None) -> bytes:

@@ -47,8 +47,7 @@ from scheduler.core.types import (
     YieldRequested,
 )
 from scheduler.policy_load import PolicyError, parse_policy, policy_to_yaml
-from scheduler.server.loop import EndedSession, LoopState
-from scheduler.server.registry import WorkerEntry
+from scheduler.ports import EndedSession, LoopState, WorkerEntry
 
 SNAPSHOT_FORMAT = 2
 _LABEL = "slotsched-snapshot"
