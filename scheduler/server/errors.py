@@ -22,6 +22,7 @@ from grpc_status import rpc_status
 from scheduler.core.types import Decision, ErrorCode, Refused, RefuseReason, Rejected
 from scheduler.policy_load import PolicyError
 from scheduler.ports import NOT_LEADER, StateUnavailable
+from scheduler.server.stream import StreamClosed
 
 DETAILS_KEY = rpc_status.GRPC_DETAILS_METADATA_KEY  # "grpc-status-details-bin"
 RETRY_AFTER_KEY = "retry-after-ms"
@@ -113,6 +114,21 @@ def from_state(e: StateUnavailable) -> RpcFailure:
 def not_leader(retry_after_s: float = 1.0) -> RpcFailure:
     """A call to a replica that does not serve (standby, or stepped down)."""
     return from_state(StateUnavailable(NOT_LEADER, retry_after_s))
+
+
+_CLOSED = {
+    StreamClosed.SUPERSEDED: (grpc.StatusCode.ABORTED, "a newer Acquire stream attached to this session"),
+    StreamClosed.SHUTTING_DOWN: (
+        grpc.StatusCode.UNAVAILABLE,
+        "server is shutting down: re-attach to another replica",
+    ),
+}
+
+
+def from_closed(reason: StreamClosed) -> RpcFailure:
+    """An Acquire stream the loop closed: superseded by a newer one, or the server stops serving."""
+    code, message = _CLOSED[reason]
+    return RpcFailure(code, message)
 
 
 def deadline_exceeded(message: str) -> RpcFailure:
@@ -210,6 +226,7 @@ __all__ = [
     "aborted",
     "deadline_exceeded",
     "failed_precondition",
+    "from_closed",
     "from_refused",
     "from_state",
     "from_rejected",

@@ -6,7 +6,7 @@ by construction. An extra hop (a queue drained by a task) would only add a wake-
 grant. What `submit` does after `handle`:
 
 * fans each decision out to the affected session's attached Acquire stream (one small queue
-  per stream, events already converted to proto);
+  per stream, domain notices the Acquire handler converts to proto);
 * keeps what the core does not expose but the wire needs: worker addresses, the pending yield
   request per lease (for replays and `Lease.yield_deadline`), each session's `wait_timeout`, and
   recently ended sessions (for GetSession);
@@ -27,13 +27,10 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-import grpc
-
-from scheduler.api.gen.slotsched.v1 import scheduler_pb2
 from scheduler.core.engine import Core, PoolView, SessionView
 from scheduler.core.types import (
     Acquire,
@@ -62,69 +59,16 @@ from scheduler.core.types import (
 )
 from scheduler.policy import Policy
 from scheduler.ports import NO_EXTRAS, EndedSession, Extras, Journal, LoopState, Observer, PolicyApplied
-from scheduler.server import convert
 from scheduler.server.metrics import Metrics
+from scheduler.server.stream import FINAL, GRANTED, OTHER, QUEUED, Notice, SessionStream, StreamClosed
 
 # Kept importable from here: the records moved to scheduler/ports.py, which the state store shares.
-__all__ = ["EndedSession", "LoopState", "PolicyApplied", "SchedulerLoop", "SessionStream"]
-
-# Kinds of stream items: the handler needs to know queued/granted (for wait_timeout), the last
-# event of a session, and a close order from the loop (re-attach, shutdown).
-QUEUED, GRANTED, OTHER, FINAL, CLOSE = range(5)
-Item = tuple[int, "scheduler_pb2.LeaseEvent | None", float]
+__all__ = ["EndedSession", "LoopState", "PolicyApplied", "SchedulerLoop"]
 
 _ENDED_KEEP = 10_000  # recently ended sessions remembered for GetSession
 # The core reports a position when a request enters the queue; later moves (others granted or
 # gone) are sent as fresh Queued events, coalesced to at most one pass per this interval.
 POSITION_REFRESH_S = 0.2
-
-
-class SessionStream:
-    """One attached Acquire stream: the loop puts events in, the handler takes them out.
-
-    A deque and at most one waiting future rather than an asyncio.Queue: every event of every
-    session passes through here, and the Queue's getter bookkeeping was measurable per grant.
-    """
-
-    __slots__ = ("key", "items", "_waiter", "close_code", "close_message", "position", "closed")
-
-    def __init__(self, key: SessionId) -> None:
-        self.key = key
-        self.items: deque[Item] = deque()
-        self._waiter: asyncio.Future[None] | None = None
-        self.close_code = grpc.StatusCode.OK
-        self.close_message = ""
-        self.position = -1  # last queue position sent; -1 while not queued
-        self.closed = False  # once closed, items still queued are stale: never written
-
-    def put(self, kind: int, event: scheduler_pb2.LeaseEvent, at: float) -> None:
-        if kind == QUEUED:
-            self.position = event.queued.position
-        elif kind != OTHER:
-            self.position = -1
-        self._push((kind, event, at))
-
-    def close(self, code: grpc.StatusCode, message: str) -> None:
-        self.close_code = code
-        self.close_message = message
-        self.closed = True
-        self._push((CLOSE, None, 0.0))
-
-    def _push(self, item: Item) -> None:
-        self.items.append(item)
-        w = self._waiter
-        if w is not None:
-            self._waiter = None
-            if not w.done():  # a cancelled getter leaves a done future behind
-                w.set_result(None)
-
-    async def get(self) -> Item:
-        """The next item, waiting for one if none is there. Safe to cancel: nothing is lost."""
-        items = self.items
-        while not items:
-            w = self._waiter = asyncio.get_running_loop().create_future()
-            await w
-        return items.popleft()
 
 
 class SchedulerLoop:
@@ -227,16 +171,15 @@ class SchedulerLoop:
         stream = self._attach(key)
         now = self._clock()
         if view.lease is None:
-            event = convert.queued_event(view.position, view.estimated_wait_s, now)
-            stream.put(QUEUED, event, view.waiting_since)  # the handler times wait_timeout from it
+            queued = Queued(key, view.position, view.estimated_wait_s)
+            stream.put(QUEUED, Notice(queued, now), view.waiting_since)  # wait_timeout runs from it
         else:
             lease, y = view.lease, self._yields.get(view.lease.lease_id)
             address = self._addresses.get(lease.slot.worker, "")
-            stream.put(
-                GRANTED, convert.granted_event(lease, address, y, self._waited.get(key, 0.0), now), now
-            )
+            granted = Granted(lease, self._waited.get(key, 0.0))
+            stream.put(GRANTED, Notice(granted, now, address, y), now)
             if y is not None:
-                stream.put(OTHER, convert.yield_event(y, now), now)
+                stream.put(OTHER, Notice(y, now), now)
         return stream
 
     def detach(self, stream: SessionStream) -> None:
@@ -246,16 +189,16 @@ class SchedulerLoop:
     def _attach(self, key: SessionId) -> SessionStream:
         old = self._streams.get(key)
         if old is not None:
-            old.close(grpc.StatusCode.ABORTED, "a newer Acquire stream attached to this session")
+            old.close(StreamClosed.SUPERSEDED)
         stream = SessionStream(key)
         self._streams[key] = stream
         return stream
 
     def begin_shutdown(self) -> None:
-        """Refuse new work and end every open stream with UNAVAILABLE (clients re-attach)."""
+        """Refuse new work and end every open stream (UNAVAILABLE: clients re-attach)."""
         self.shutting_down = True
         for stream in list(self._streams.values()):
-            stream.close(grpc.StatusCode.UNAVAILABLE, "server is shutting down: re-attach to another replica")
+            stream.close(StreamClosed.SHUTTING_DOWN)
         self._streams.clear()
 
     def close(self) -> None:
@@ -391,6 +334,8 @@ class SchedulerLoop:
         self._arm()
 
     def _fan_out(self, decisions: list[Decision], now: float) -> None:
+        """Bookkeeping per decision, and a Notice to the session's stream if one is attached
+        (the handler converts it to proto: one conversion per event, as before)."""
         streams = self._streams
         for d in decisions:
             if isinstance(d, Granted):
@@ -398,19 +343,18 @@ class SchedulerLoop:
                 self._waited[key] = d.waited_s
                 s = streams.get(key)
                 if s is not None:
-                    address = self._addresses.get(d.lease.slot.worker, "")
-                    s.put(GRANTED, convert.granted_event(d.lease, address, None, d.waited_s, now), now)
+                    s.put(GRANTED, Notice(d, now, self._addresses.get(d.lease.slot.worker, "")), now)
             elif isinstance(d, Queued):
                 s = streams.get(d.session)
                 if s is not None:
-                    s.put(QUEUED, convert.queued_event(d.position, d.estimated_wait_s, now), now)
+                    s.put(QUEUED, Notice(d, now), now)
             elif isinstance(d, Ended):
                 if d.lease is not None:
                     self._yields.pop(d.lease.lease_id, None)
                 final = d.reason is not EndReason.YIELDED
                 s = streams.get(d.session)
                 if s is not None:
-                    s.put(FINAL if final else OTHER, convert.ended_event(d.reason, d.lease, final, now), now)
+                    s.put(FINAL if final else OTHER, Notice(d, now), now)
                 if final:
                     snap = d.lease.resume_from if d.lease is not None else None
                     self._finish(d.session, d.reason, snap, now)
@@ -418,27 +362,20 @@ class SchedulerLoop:
                 self._yields[d.lease.lease_id] = d
                 s = streams.get(d.lease.session)
                 if s is not None:
-                    s.put(OTHER, convert.yield_event(d, now), now)
-            elif isinstance(d, YieldCancelled):
-                # Renew, GetSession and a re-attach replay say ACTIVE from now on.
+                    s.put(OTHER, Notice(d, now), now)
+            elif isinstance(d, YieldCancelled | Revoked):
+                # YieldCancelled: Renew, GetSession and a re-attach replay say ACTIVE from now on.
                 self._yields.pop(d.lease.lease_id, None)
                 s = streams.get(d.lease.session)
                 if s is not None:
-                    s.put(OTHER, convert.yield_cancelled_event(d.lease, now), now)
-            elif isinstance(d, Revoked):
-                self._yields.pop(d.lease.lease_id, None)
-                s = streams.get(d.lease.session)
-                if s is not None:
-                    reason = convert.REVOKE_TO_PB[d.reason]
-                    s.put(OTHER, convert.revoked_event(d.lease, reason, d.lost_slot_seconds, now), now)
+                    s.put(OTHER, Notice(d, now), now)
             elif isinstance(d, Expired):
                 lease = d.lease
                 self._yields.pop(lease.lease_id, None)
                 s = streams.get(lease.session)
                 if s is not None:
-                    expired = scheduler_pb2.REVOKE_REASON_EXPIRED
-                    s.put(OTHER, convert.revoked_event(lease, expired, d.lost_slot_seconds, now), now)
-                    s.put(FINAL, convert.ended_event(EndReason.EXPIRED, lease, True, now), now)
+                    s.put(OTHER, Notice(d, now), now)  # revoked EXPIRED, then the session's end
+                    s.put(FINAL, Notice(Ended(lease.session, EndReason.EXPIRED, lease), now), now)
                 self._finish(lease.session, EndReason.EXPIRED, lease.resume_from, now)
             # Renewed, Refused, Rejected answer the caller; they are not stream events.
 
@@ -466,8 +403,8 @@ class SchedulerLoop:
                 continue
             view = self.core.session(stream.key)
             if view is not None and view.lease is None and view.position != stream.position:
-                event = convert.queued_event(view.position, view.estimated_wait_s, now)
-                stream.put(QUEUED, event, view.waiting_since)
+                queued = Queued(stream.key, view.position, view.estimated_wait_s)
+                stream.put(QUEUED, Notice(queued, now), view.waiting_since)
 
     # ------------------------------------------------------------------ timer
 
