@@ -44,19 +44,16 @@ from scheduler.core.types import (
     QoS,
     Queued,
     Refused,
-    Rejected,
-    Resumed,
     Revoked,
     SessionId,
     SnapshotRef,
     TenantName,
     Tick,
-    WorkerAdded,
     WorkerId,
-    WorkerRemoved,
     YieldCancelled,
     YieldRequested,
 )
+from scheduler.dispatch import BY_TYPE, EventSpec
 from scheduler.policy import Policy
 from scheduler.ports import NO_EXTRAS, EndedSession, Extras, Journal, LoopState, Observer, PolicyApplied
 from scheduler.server.metrics import Metrics
@@ -109,9 +106,12 @@ class SchedulerLoop:
         """Apply one event now; fan its decisions out; return them to the caller. `extras` are
         the server-side facts the journal keeps beside the event (wait_timeout, labels)."""
         now = self._clock()
+        spec = BY_TYPE[type(event)]
+        if spec.before is not None:
+            spec.before(self, event, extras)
         t0 = time.perf_counter()
         decisions = self.core.handle(event, now)
-        self._after(event, decisions, now, time.perf_counter() - t0, extras)
+        self._after(event, spec, decisions, now, time.perf_counter() - t0, extras)
         return decisions
 
     def durable(self) -> Awaitable[None]:
@@ -126,16 +126,20 @@ class SchedulerLoop:
 
     def submit_at(self, event: Event, now: float) -> list[Decision]:
         """`submit` at an explicit time (recovery renews leases at the times it walks through)."""
+        spec = BY_TYPE[type(event)]
+        if spec.before is not None:
+            spec.before(self, event, NO_EXTRAS)
         t0 = time.perf_counter()
         decisions = self.core.handle(event, now)
-        self._after(event, decisions, now, time.perf_counter() - t0, NO_EXTRAS)
+        self._after(event, spec, decisions, now, time.perf_counter() - t0, NO_EXTRAS)
         return decisions
 
     def apply_policy(self, policy: Policy) -> list[Decision]:
         now = self._clock()
         t0 = time.perf_counter()
         decisions = self.core.apply_policy(policy, now)
-        self._after(PolicyApplied(policy), decisions, now, time.perf_counter() - t0, NO_EXTRAS)
+        event = PolicyApplied(policy)
+        self._after(event, BY_TYPE[PolicyApplied], decisions, now, time.perf_counter() - t0, NO_EXTRAS)
         return decisions
 
     def acquire(
@@ -148,16 +152,11 @@ class SchedulerLoop:
     ) -> tuple[SessionStream | None, Refused | None]:
         """Attach a stream, then ask the core. On a refusal nothing stays attached."""
         stream = self._attach(key)
-        self._qos[key] = qos
-        self._ended.pop(key, None)
-        extras = NO_EXTRAS
-        if wait_timeout_s is not None:
-            self._wait_timeouts[key] = wait_timeout_s
-            extras = Extras(wait_timeout_s=wait_timeout_s)
+        extras = NO_EXTRAS if wait_timeout_s is None else Extras(wait_timeout_s=wait_timeout_s)
+        # The session's bookkeeping is the table's (scheduler/dispatch.py): replay does the same.
         decisions = self.submit(Acquire(key, TenantName(tenant), qos, resume_from), extras)
         for d in decisions:
             if isinstance(d, Refused) and d.session == key:
-                self._forget(key)
                 if self._streams.get(key) is stream:
                     del self._streams[key]
                 return None, d
@@ -210,30 +209,22 @@ class SchedulerLoop:
     # ------------------------------------------------------------------ state store hooks
 
     def replay(self, event: Event | PolicyApplied, now: float, extras: Extras = NO_EXTRAS) -> list[Decision]:
-        """Re-apply a journaled event at its recorded time: core and bookkeeping only (no
-        stream is attached during recovery, so `_fan_out` only updates bookkeeping); no metrics,
-        no observers, no timer."""
+        """Re-apply a journaled event at its recorded time: `submit`'s bookkeeping (the same
+        table hooks) without streams, metrics, journal, observers or timer (no stream is attached
+        during recovery, so `_fan_out` only updates bookkeeping)."""
+        spec = BY_TYPE[type(event)]
+        if spec.before is not None:
+            spec.before(self, event, extras)
         if isinstance(event, PolicyApplied):
             decisions = self.core.apply_policy(event.policy, now)
         else:
-            if isinstance(event, Acquire):
-                self._qos[event.session] = event.qos
-                self._ended.pop(event.session, None)
-                if extras.wait_timeout_s is not None:
-                    self._wait_timeouts[event.session] = extras.wait_timeout_s
             decisions = self.core.handle(event, now)
-            if isinstance(event, Acquire) and any(
-                isinstance(d, Refused) and d.session == event.session for d in decisions
-            ):
-                self._forget(event.session)
-            if isinstance(event, WorkerAdded) and not any(isinstance(d, Rejected) for d in decisions):
-                self._addresses[event.worker] = event.address
+        if spec.decided is not None:
+            spec.decided(self, event, decisions)
         if decisions:
             self._fan_out(decisions, now)
-        if isinstance(event, WorkerRemoved):
-            self._addresses.pop(event.worker, None)
-        elif isinstance(event, Resumed):
-            self._shift_yields(event, now)
+        if spec.after is not None:
+            spec.after(self, event, now)
         return decisions
 
     def export_state(self) -> LoopState:
@@ -260,9 +251,28 @@ class SchedulerLoop:
         self._ended = state.ended
         self._streams.clear()
 
-    def _shift_yields(self, event: Resumed, now: float) -> None:
+    # ------------------------------------------------------------------ Books (dispatch hooks)
+
+    def begin_session(self, key: SessionId, qos: QoS, wait_timeout_s: float | None) -> None:
+        self._qos[key] = qos
+        self._ended.pop(key, None)
+        if wait_timeout_s is not None:
+            self._wait_timeouts[key] = wait_timeout_s
+
+    def forget(self, key: SessionId) -> None:
+        self._qos.pop(key, None)
+        self._waited.pop(key, None)
+        self._wait_timeouts.pop(key, None)
+
+    def set_address(self, worker: WorkerId, address: str) -> None:
+        self._addresses[worker] = address
+
+    def drop_address(self, worker: WorkerId) -> None:
+        self._addresses.pop(worker, None)
+
+    def shift_yields(self, since: float, now: float) -> None:
         """Move the wire's yield deadlines out by the outage, as the core did (see `Resumed`)."""
-        gap = max(0.0, now - event.since)
+        gap = max(0.0, now - since)
         if gap:
             self._yields = {lid: replace(y, deadline=y.deadline + gap) for lid, y in self._yields.items()}
 
@@ -313,20 +323,24 @@ class SchedulerLoop:
     # ------------------------------------------------------------------ decisions out
 
     def _after(
-        self, event: Event | PolicyApplied, decisions: list[Decision], now: float, dt: float, extras: Extras
+        self,
+        event: Event | PolicyApplied,
+        spec: EventSpec,
+        decisions: list[Decision],
+        now: float,
+        dt: float,
+        extras: Extras,
     ) -> None:
         if self.metrics is not None:
             self.metrics.observe(decisions, dt)
-        if isinstance(event, WorkerAdded) and not any(isinstance(d, Rejected) for d in decisions):
-            self._addresses[event.worker] = event.address  # before fan-out: grants quote it
+        if spec.decided is not None:
+            spec.decided(self, event, decisions)
         if decisions:
             self._fan_out(decisions, now)
             if self._positions_timer is None and not self.shutting_down:
                 self._positions_timer = self._aloop.call_later(POSITION_REFRESH_S, self._refresh_positions)
-        if isinstance(event, WorkerRemoved):
-            self._addresses.pop(event.worker, None)
-        elif isinstance(event, Resumed):
-            self._shift_yields(event, now)
+        if spec.after is not None:
+            spec.after(self, event, now)
         if self.journal is not None:
             self.journal.record(event, now, extras)
         for obs in self.observers:
@@ -382,17 +396,12 @@ class SchedulerLoop:
     def _finish(self, key: SessionId, reason: EndReason, snap: SnapshotRef | None, now: float) -> None:
         """The session is over: its stream (if any) ends after the event just queued."""
         qos = self._qos.get(key)
-        self._forget(key)
+        self.forget(key)
         self._streams.pop(key, None)
         if qos is not None:
             self._ended[key] = EndedSession(reason, qos, snap, now)
             if len(self._ended) > _ENDED_KEEP:
                 self._ended.popitem(last=False)
-
-    def _forget(self, key: SessionId) -> None:
-        self._qos.pop(key, None)
-        self._waited.pop(key, None)
-        self._wait_timeouts.pop(key, None)
 
     def _refresh_positions(self) -> None:
         """Send Queued again to every attached waiter whose position moved since it was told."""

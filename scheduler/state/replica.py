@@ -47,7 +47,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from redis.exceptions import RedisError
 
 from scheduler.core.engine import Core
-from scheduler.core.types import Decision, Resumed, WorkerAdded, WorkerDraining, WorkerRemoved
+from scheduler.core.types import Decision, Resumed
+from scheduler.dispatch import spec_of
 from scheduler.policy import Policy
 from scheduler.ports import NOT_LEADER, Applied, Extras, LoopState, ReplicaHost, StateUnavailable, WorkerBook
 from scheduler.state import codec, snapshot
@@ -313,8 +314,8 @@ class Replica:
                 except codec.CodecError as e:
                     raise StateError(str(e)) from e
                 decisions: list[Decision] = self.loop.replay(rec, at, x)
-                if isinstance(rec, WorkerAdded | WorkerDraining | WorkerRemoved):
-                    self.registry.replay(rec, decisions, at, dict(x.labels), x.static)
+                if spec_of(rec).membership:
+                    self.registry.replay(rec, decisions, at, dict(x.labels), x.static)  # type: ignore[arg-type]
                 last_now = max(last_now, at)
                 n += 1
         self._last_now = last_now
