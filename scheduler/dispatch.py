@@ -189,13 +189,26 @@ def _dec_policy(doc: Doc) -> tuple[PolicyApplied, Extras]:
 
 
 TABLE: tuple[EventSpec, ...] = (
-    EventSpec(WorkerAdded, "worker_added", _enc_worker_added, _dec_worker_added,
-              decided=_worker_added_decided, membership=True),  # fmt: skip
+    EventSpec(
+        WorkerAdded,
+        "worker_added",
+        _enc_worker_added,
+        _dec_worker_added,
+        decided=_worker_added_decided,
+        membership=True,
+    ),
     EventSpec(WorkerDraining, "worker_draining", _enc_worker_draining, _dec_worker_draining, membership=True),
-    EventSpec(WorkerRemoved, "worker_removed", _enc_worker_removed, _dec_worker_removed,
-              after=_worker_removed_after, membership=True),  # fmt: skip
-    EventSpec(Acquire, "acquire", _enc_acquire, _dec_acquire,
-              before=_acquire_before, decided=_acquire_decided),  # fmt: skip
+    EventSpec(
+        WorkerRemoved,
+        "worker_removed",
+        _enc_worker_removed,
+        _dec_worker_removed,
+        after=_worker_removed_after,
+        membership=True,
+    ),
+    EventSpec(
+        Acquire, "acquire", _enc_acquire, _dec_acquire, before=_acquire_before, decided=_acquire_decided
+    ),
     EventSpec(Release, "release", _enc_lease_op, _dec_release),
     EventSpec(Renew, "renew", _enc_lease_op, _dec_renew),
     EventSpec(Yield, "yield", _enc_yield, _dec_yield),
