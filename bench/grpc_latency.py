@@ -60,7 +60,7 @@ spec:
 """
 _SERVE = (
     "import asyncio, sys\n"
-    "from scheduler.server.app import StateOptions, serve_forever\n"
+    "from scheduler.serve import StateOptions, serve_forever\n"
     "state = StateOptions(state=sys.argv[2]) if len(sys.argv) > 2 else None\n"
     "sys.exit(asyncio.run(serve_forever(sys.argv[1], '127.0.0.1:0', None, state=state)))\n"
 )

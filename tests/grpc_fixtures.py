@@ -47,7 +47,7 @@ from scheduler.api.gen.slotsched.v1 import (
     workers_pb2_grpc,
 )
 from scheduler.policy.identities import hash_token
-from scheduler.server.app import RunningServer, start_server
+from scheduler.serve import RunningServer, start_server
 
 T = TypeVar("T")
 

@@ -300,7 +300,7 @@ def test_insecure_dev_mode_takes_the_tenant_from_a_header(caplog: pytest.LogCapt
 _SERVE = textwrap.dedent(
     """
     import asyncio, sys
-    from scheduler.server.app import serve_forever
+    from scheduler.serve import serve_forever
     sys.exit(asyncio.run(serve_forever(sys.argv[1], "127.0.0.1:0", "127.0.0.1:0", grace_s=2.0)))
     """
 )

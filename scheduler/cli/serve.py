@@ -11,7 +11,7 @@ import os
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from scheduler.server.app import StateOptions, serve_forever
+    from scheduler.serve import StateOptions, serve_forever
 
     state = StateOptions(
         state=args.state,

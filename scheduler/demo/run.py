@@ -37,7 +37,7 @@ from scheduler.client import AsyncClient, Phase, SlotschedError
 from scheduler.core.types import Decision, Granted, Revoked, YieldCause, YieldRequested
 from scheduler.demo import workload as wl
 from scheduler.policy.identities import hash_token
-from scheduler.server.app import RunningServer, start_server
+from scheduler.serve import RunningServer, start_server
 from scheduler.server.metrics import CLASS_ORDER
 from scheduler.sim.stats import CLASS_KEYS, percentile
 from slots.worker.actor import ActorConfig

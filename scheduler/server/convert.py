@@ -1,4 +1,4 @@
-"""Domain <-> proto translation, shared by the loop (stream events) and the servicers.
+"""Domain <-> proto translation, shared by the servicers (and the Acquire stream's notices).
 
 Kept apart so every servicer speaks the same wire dialect: times are wall-clock Timestamps,
 spans Durations, sessions travel without the `tenant/` prefix the loop namespaces them with.
@@ -8,22 +8,30 @@ These functions sit on the hot path of every grant, so they build messages direc
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2
 from scheduler.core.types import (
+    Ended,
     EndReason,
+    Expired,
+    Granted,
     Lease,
     QoS,
+    Queued,
+    Revoked,
     RevokeReason,
     SessionId,
     SnapshotRef,
     TenantName,
+    YieldCancelled,
     YieldCause,
     YieldRequested,
 )
+from scheduler.server.stream import Notice
 
 QOS_TO_PB: dict[QoS, common_pb2.QosClass] = {
     QoS.GUARANTEED: common_pb2.QOS_CLASS_GUARANTEED,
@@ -199,3 +207,57 @@ def ended_event(reason: EndReason, lease: Lease | None, final: bool, at: float) 
     e.session_over = final
     _set_ts(ev.at, at)
     return ev
+
+
+# ---------------------------------------------------------------- stream notices
+
+
+def _granted(n: Notice) -> scheduler_pb2.LeaseEvent:
+    d: Granted = n.decision  # type: ignore[assignment]
+    return granted_event(d.lease, n.address, n.yielding, d.waited_s, n.at)
+
+
+def _queued(n: Notice) -> scheduler_pb2.LeaseEvent:
+    d: Queued = n.decision  # type: ignore[assignment]
+    return queued_event(d.position, d.estimated_wait_s, n.at)
+
+
+def _ended(n: Notice) -> scheduler_pb2.LeaseEvent:
+    d: Ended = n.decision  # type: ignore[assignment]
+    return ended_event(d.reason, d.lease, d.reason is not EndReason.YIELDED, n.at)
+
+
+def _yield(n: Notice) -> scheduler_pb2.LeaseEvent:
+    return yield_event(n.decision, n.at)  # type: ignore[arg-type]
+
+
+def _yield_cancelled(n: Notice) -> scheduler_pb2.LeaseEvent:
+    d: YieldCancelled = n.decision  # type: ignore[assignment]
+    return yield_cancelled_event(d.lease, n.at)
+
+
+def _revoked(n: Notice) -> scheduler_pb2.LeaseEvent:
+    d: Revoked = n.decision  # type: ignore[assignment]
+    return revoked_event(d.lease, REVOKE_TO_PB[d.reason], d.lost_slot_seconds, n.at)
+
+
+def _expired(n: Notice) -> scheduler_pb2.LeaseEvent:
+    d: Expired = n.decision  # type: ignore[assignment]
+    return revoked_event(d.lease, scheduler_pb2.REVOKE_REASON_EXPIRED, d.lost_slot_seconds, n.at)
+
+
+_NOTICE_TO_PB: dict[type, Callable[[Notice], scheduler_pb2.LeaseEvent]] = {
+    Granted: _granted,
+    Queued: _queued,
+    Ended: _ended,
+    YieldRequested: _yield,
+    YieldCancelled: _yield_cancelled,
+    Revoked: _revoked,
+    Expired: _expired,
+}
+
+
+def lease_event(n: Notice) -> scheduler_pb2.LeaseEvent:
+    """The LeaseEvent a stream writes for one notice (an Expired is its revocation; the loop
+    queues the session's Ended after it)."""
+    return _NOTICE_TO_PB[type(n.decision)](n)

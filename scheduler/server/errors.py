@@ -21,6 +21,8 @@ from grpc_status import rpc_status
 
 from scheduler.core.types import Decision, ErrorCode, Refused, RefuseReason, Rejected
 from scheduler.policy.errors import PolicyError
+from scheduler.ports import NOT_LEADER, StateUnavailable
+from scheduler.server.stream import StreamClosed
 
 DETAILS_KEY = rpc_status.GRPC_DETAILS_METADATA_KEY  # "grpc-status-details-bin"
 RETRY_AFTER_KEY = "retry-after-ms"
@@ -103,6 +105,32 @@ def unavailable(message: str = SHUTTING_DOWN) -> RpcFailure:
     return RpcFailure(grpc.StatusCode.UNAVAILABLE, message)
 
 
+def from_state(e: StateUnavailable) -> RpcFailure:
+    """The state store could not make the call's effects durable (or this replica does not lead)."""
+    retry = ((RETRY_AFTER_KEY, str(round(e.retry_after_s * 1000))),)
+    return RpcFailure(grpc.StatusCode.UNAVAILABLE, e.message, metadata=retry)
+
+
+def not_leader(retry_after_s: float = 1.0) -> RpcFailure:
+    """A call to a replica that does not serve (standby, or stepped down)."""
+    return from_state(StateUnavailable(NOT_LEADER, retry_after_s))
+
+
+_CLOSED = {
+    StreamClosed.SUPERSEDED: (grpc.StatusCode.ABORTED, "a newer Acquire stream attached to this session"),
+    StreamClosed.SHUTTING_DOWN: (
+        grpc.StatusCode.UNAVAILABLE,
+        "server is shutting down: re-attach to another replica",
+    ),
+}
+
+
+def from_closed(reason: StreamClosed) -> RpcFailure:
+    """An Acquire stream the loop closed: superseded by a newer one, or the server stops serving."""
+    code, message = _CLOSED[reason]
+    return RpcFailure(code, message)
+
+
 def deadline_exceeded(message: str) -> RpcFailure:
     return RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, message)
 
@@ -181,6 +209,9 @@ def unary(fn: Callable[[S, Q, Any], Awaitable[R]]) -> Callable[[S, Q, Any], Awai
         except RpcFailure as f:
             await abort(context, f)
             raise  # abort() raises; keeps the type checker honest
+        except StateUnavailable as e:
+            await abort(context, from_state(e))
+            raise
 
     return wrapper
 
@@ -193,10 +224,13 @@ __all__ = [
     "aborted",
     "deadline_exceeded",
     "failed_precondition",
+    "from_closed",
     "from_refused",
+    "from_state",
     "from_rejected",
     "invalid_argument",
     "not_found",
+    "not_leader",
     "permission_denied",
     "policy_invalid",
     "raise_for",

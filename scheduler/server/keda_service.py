@@ -25,6 +25,7 @@ import grpc
 
 from scheduler.api.gen.externalscaler import externalscaler_pb2 as pb
 from scheduler.api.gen.externalscaler import externalscaler_pb2_grpc as pb_grpc
+from scheduler.server import errors
 
 METRIC_NAME = "slotsched_weighted_demand_slots"
 _EPS = 1e-9  # 2.0000000000000004 slots is 2 slots, as in the decision
@@ -46,7 +47,7 @@ class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
         try:
             return float(self._demand())
         except Exception as e:  # the scheduler cannot answer now; KEDA retries on its interval
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"weighted demand unavailable: {e}")
+            await errors.abort(context, errors.unavailable(f"weighted demand unavailable: {e}"))
             raise  # abort raises; this keeps type checkers sure nothing is returned
 
     async def IsActive(

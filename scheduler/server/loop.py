@@ -6,16 +6,17 @@ by construction. An extra hop (a queue drained by a task) would only add a wake-
 grant. What `submit` does after `handle`:
 
 * fans each decision out to the affected session's attached Acquire stream (one small queue
-  per stream, events already converted to proto);
+  per stream, domain notices the Acquire handler converts to proto);
 * keeps what the core does not expose but the wire needs: worker addresses, the pending yield
   request per lease (for replays and `Lease.yield_deadline`), each session's `wait_timeout`, and
   recently ended sessions (for GetSession);
-* observes metrics and the handle() duration, calls observers (the Redis journal subscribes),
-  and re-arms the one timer that sends `Tick` at `core.next_deadline()`.
+* observes metrics and the handle() duration, hands the event to the journal (if any) and the
+  observers, and re-arms the one timer that sends `Tick` at `core.next_deadline()`.
 
-With a durable state store (scheduler/state/), handlers `await loop.durable()` before they tell
-a caller anything; in memory mode that awaits an already-done future (no suspension). `replay`,
-`export_state` and `restore` are the store's recovery hooks.
+With a durable state store (scheduler/state/, wired in by scheduler/serve.py), handlers `await
+loop.durable()` before they tell a caller anything; in memory mode that awaits an already-done
+future (no suspension). The loop knows the store only as a `Journal` and implements
+`ReplicaHost` for it (`replay`, `export_state`, `restore`): see scheduler/ports.py.
 
 Sessions are namespaced `tenant/session_id` in the core so two tenants may use the same id.
 """
@@ -26,14 +27,10 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Protocol
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
-import grpc
-
-from scheduler.api.gen.slotsched.v1 import scheduler_pb2
 from scheduler.core.engine import Core, PoolView, SessionView
 from scheduler.core.types import (
     Acquire,
@@ -47,118 +44,28 @@ from scheduler.core.types import (
     QoS,
     Queued,
     Refused,
-    Rejected,
-    Resumed,
     Revoked,
     SessionId,
     SnapshotRef,
     TenantName,
     Tick,
-    WorkerAdded,
     WorkerId,
-    WorkerRemoved,
     YieldCancelled,
     YieldRequested,
 )
+from scheduler.dispatch import BY_TYPE, EventSpec
 from scheduler.policy.model import Policy
-from scheduler.server import convert
+from scheduler.ports import NO_EXTRAS, EndedSession, Extras, Journal, LoopState, Observer, PolicyApplied
 from scheduler.server.metrics import Metrics
+from scheduler.server.stream import FINAL, GRANTED, OTHER, QUEUED, Notice, SessionStream, StreamClosed
 
-# Kinds of stream items: the handler needs to know queued/granted (for wait_timeout), the last
-# event of a session, and a close order from the loop (re-attach, shutdown).
-QUEUED, GRANTED, OTHER, FINAL, CLOSE = range(5)
-Item = tuple[int, "scheduler_pb2.LeaseEvent | None", float]
+# Kept importable from here: the records moved to scheduler/ports.py, which the state store shares.
+__all__ = ["EndedSession", "LoopState", "PolicyApplied", "SchedulerLoop"]
 
 _ENDED_KEEP = 10_000  # recently ended sessions remembered for GetSession
 # The core reports a position when a request enters the queue; later moves (others granted or
 # gone) are sent as fresh Queued events, coalesced to at most one pass per this interval.
 POSITION_REFRESH_S = 0.2
-
-
-@dataclass(frozen=True)
-class PolicyApplied:
-    """What observers see for an ApplyPolicy (it is not a core Event)."""
-
-    policy: Policy
-
-
-Observer = Callable[["Event | PolicyApplied", Sequence[Decision], float], None]
-
-
-class Durability(Protocol):
-    """What the loop needs of a journal: an awaitable that resolves once everything applied so
-    far is durable (or raises errors.RpcFailure UNAVAILABLE if it cannot be made so)."""
-
-    def durable(self) -> Awaitable[None]: ...
-
-
-@dataclass
-class LoopState:
-    """The core and the server-side bookkeeping a recovered server needs (streams excluded)."""
-
-    core: Core
-    addresses: dict[WorkerId, str]
-    yields: dict[LeaseId, YieldRequested]
-    waited: dict[SessionId, float]
-    qos: dict[SessionId, QoS]
-    wait_timeouts: dict[SessionId, float]
-    ended: OrderedDict[SessionId, EndedSession]
-
-
-@dataclass(frozen=True)
-class EndedSession:
-    reason: EndReason
-    qos: QoS
-    last_snapshot: SnapshotRef | None
-    at: float
-
-
-class SessionStream:
-    """One attached Acquire stream: the loop puts events in, the handler takes them out.
-
-    A deque and at most one waiting future rather than an asyncio.Queue: every event of every
-    session passes through here, and the Queue's getter bookkeeping was measurable per grant.
-    """
-
-    __slots__ = ("key", "items", "_waiter", "close_code", "close_message", "position", "closed")
-
-    def __init__(self, key: SessionId) -> None:
-        self.key = key
-        self.items: deque[Item] = deque()
-        self._waiter: asyncio.Future[None] | None = None
-        self.close_code = grpc.StatusCode.OK
-        self.close_message = ""
-        self.position = -1  # last queue position sent; -1 while not queued
-        self.closed = False  # once closed, items still queued are stale: never written
-
-    def put(self, kind: int, event: scheduler_pb2.LeaseEvent, at: float) -> None:
-        if kind == QUEUED:
-            self.position = event.queued.position
-        elif kind != OTHER:
-            self.position = -1
-        self._push((kind, event, at))
-
-    def close(self, code: grpc.StatusCode, message: str) -> None:
-        self.close_code = code
-        self.close_message = message
-        self.closed = True
-        self._push((CLOSE, None, 0.0))
-
-    def _push(self, item: Item) -> None:
-        self.items.append(item)
-        w = self._waiter
-        if w is not None:
-            self._waiter = None
-            if not w.done():  # a cancelled getter leaves a done future behind
-                w.set_result(None)
-
-    async def get(self) -> Item:
-        """The next item, waiting for one if none is there. Safe to cancel: nothing is lost."""
-        items = self.items
-        while not items:
-            w = self._waiter = asyncio.get_running_loop().create_future()
-            await w
-        return items.popleft()
 
 
 class SchedulerLoop:
@@ -184,7 +91,7 @@ class SchedulerLoop:
         self._timer: asyncio.TimerHandle | None = None
         self._armed_at: float | None = None
         self._positions_timer: asyncio.TimerHandle | None = None
-        self.journal: Durability | None = None  # set by a durable state store
+        self.journal: Journal | None = None  # set by the wiring root for a durable state store
         self._done: asyncio.Future[None] = self._aloop.create_future()
         self._done.set_result(None)
         if metrics is not None:
@@ -195,12 +102,16 @@ class SchedulerLoop:
     def now(self) -> float:
         return self._clock()
 
-    def submit(self, event: Event) -> list[Decision]:
-        """Apply one event now; fan its decisions out; return them to the caller."""
+    def submit(self, event: Event, extras: Extras = NO_EXTRAS) -> list[Decision]:
+        """Apply one event now; fan its decisions out; return them to the caller. `extras` are
+        the server-side facts the journal keeps beside the event (wait_timeout, labels)."""
         now = self._clock()
+        spec = BY_TYPE[type(event)]
+        if spec.before is not None:
+            spec.before(self, event, extras)
         t0 = time.perf_counter()
         decisions = self.core.handle(event, now)
-        self._after(event, decisions, now, time.perf_counter() - t0)
+        self._after(event, spec, decisions, now, time.perf_counter() - t0, extras)
         return decisions
 
     def durable(self) -> Awaitable[None]:
@@ -215,16 +126,20 @@ class SchedulerLoop:
 
     def submit_at(self, event: Event, now: float) -> list[Decision]:
         """`submit` at an explicit time (recovery renews leases at the times it walks through)."""
+        spec = BY_TYPE[type(event)]
+        if spec.before is not None:
+            spec.before(self, event, NO_EXTRAS)
         t0 = time.perf_counter()
         decisions = self.core.handle(event, now)
-        self._after(event, decisions, now, time.perf_counter() - t0)
+        self._after(event, spec, decisions, now, time.perf_counter() - t0, NO_EXTRAS)
         return decisions
 
     def apply_policy(self, policy: Policy) -> list[Decision]:
         now = self._clock()
         t0 = time.perf_counter()
         decisions = self.core.apply_policy(policy, now)
-        self._after(PolicyApplied(policy), decisions, now, time.perf_counter() - t0)
+        event = PolicyApplied(policy)
+        self._after(event, BY_TYPE[PolicyApplied], decisions, now, time.perf_counter() - t0, NO_EXTRAS)
         return decisions
 
     def acquire(
@@ -237,14 +152,11 @@ class SchedulerLoop:
     ) -> tuple[SessionStream | None, Refused | None]:
         """Attach a stream, then ask the core. On a refusal nothing stays attached."""
         stream = self._attach(key)
-        self._qos[key] = qos
-        self._ended.pop(key, None)
-        if wait_timeout_s is not None:
-            self._wait_timeouts[key] = wait_timeout_s
-        decisions = self.submit(Acquire(key, TenantName(tenant), qos, resume_from))
+        extras = NO_EXTRAS if wait_timeout_s is None else Extras(wait_timeout_s=wait_timeout_s)
+        # The session's bookkeeping is the table's (scheduler/dispatch.py): replay does the same.
+        decisions = self.submit(Acquire(key, TenantName(tenant), qos, resume_from), extras)
         for d in decisions:
             if isinstance(d, Refused) and d.session == key:
-                self._forget(key)
                 if self._streams.get(key) is stream:
                     del self._streams[key]
                 return None, d
@@ -258,16 +170,15 @@ class SchedulerLoop:
         stream = self._attach(key)
         now = self._clock()
         if view.lease is None:
-            event = convert.queued_event(view.position, view.estimated_wait_s, now)
-            stream.put(QUEUED, event, view.waiting_since)  # the handler times wait_timeout from it
+            queued = Queued(key, view.position, view.estimated_wait_s)
+            stream.put(QUEUED, Notice(queued, now), view.waiting_since)  # wait_timeout runs from it
         else:
             lease, y = view.lease, self._yields.get(view.lease.lease_id)
             address = self._addresses.get(lease.slot.worker, "")
-            stream.put(
-                GRANTED, convert.granted_event(lease, address, y, self._waited.get(key, 0.0), now), now
-            )
+            granted = Granted(lease, self._waited.get(key, 0.0))
+            stream.put(GRANTED, Notice(granted, now, address, y), now)
             if y is not None:
-                stream.put(OTHER, convert.yield_event(y, now), now)
+                stream.put(OTHER, Notice(y, now), now)
         return stream
 
     def detach(self, stream: SessionStream) -> None:
@@ -277,16 +188,16 @@ class SchedulerLoop:
     def _attach(self, key: SessionId) -> SessionStream:
         old = self._streams.get(key)
         if old is not None:
-            old.close(grpc.StatusCode.ABORTED, "a newer Acquire stream attached to this session")
+            old.close(StreamClosed.SUPERSEDED)
         stream = SessionStream(key)
         self._streams[key] = stream
         return stream
 
     def begin_shutdown(self) -> None:
-        """Refuse new work and end every open stream with UNAVAILABLE (clients re-attach)."""
+        """Refuse new work and end every open stream (UNAVAILABLE: clients re-attach)."""
         self.shutting_down = True
         for stream in list(self._streams.values()):
-            stream.close(grpc.StatusCode.UNAVAILABLE, "server is shutting down: re-attach to another replica")
+            stream.close(StreamClosed.SHUTTING_DOWN)
         self._streams.clear()
 
     def close(self) -> None:
@@ -297,33 +208,23 @@ class SchedulerLoop:
 
     # ------------------------------------------------------------------ state store hooks
 
-    def replay(
-        self, event: Event | PolicyApplied, now: float, wait_timeout_s: float | None = None
-    ) -> list[Decision]:
-        """Re-apply a journaled event at its recorded time: core and bookkeeping only (no
-        stream is attached during recovery, so `_fan_out` only updates bookkeeping); no metrics,
-        no observers, no timer."""
+    def replay(self, event: Event | PolicyApplied, now: float, extras: Extras = NO_EXTRAS) -> list[Decision]:
+        """Re-apply a journaled event at its recorded time: `submit`'s bookkeeping (the same
+        table hooks) without streams, metrics, journal, observers or timer (no stream is attached
+        during recovery, so `_fan_out` only updates bookkeeping)."""
+        spec = BY_TYPE[type(event)]
+        if spec.before is not None:
+            spec.before(self, event, extras)
         if isinstance(event, PolicyApplied):
             decisions = self.core.apply_policy(event.policy, now)
         else:
-            if isinstance(event, Acquire):
-                self._qos[event.session] = event.qos
-                self._ended.pop(event.session, None)
-                if wait_timeout_s is not None:
-                    self._wait_timeouts[event.session] = wait_timeout_s
             decisions = self.core.handle(event, now)
-            if isinstance(event, Acquire) and any(
-                isinstance(d, Refused) and d.session == event.session for d in decisions
-            ):
-                self._forget(event.session)
-            if isinstance(event, WorkerAdded) and not any(isinstance(d, Rejected) for d in decisions):
-                self._addresses[event.worker] = event.address
+        if spec.decided is not None:
+            spec.decided(self, event, decisions)
         if decisions:
             self._fan_out(decisions, now)
-        if isinstance(event, WorkerRemoved):
-            self._addresses.pop(event.worker, None)
-        elif isinstance(event, Resumed):
-            self._shift_yields(event, now)
+        if spec.after is not None:
+            spec.after(self, event, now)
         return decisions
 
     def export_state(self) -> LoopState:
@@ -350,9 +251,28 @@ class SchedulerLoop:
         self._ended = state.ended
         self._streams.clear()
 
-    def _shift_yields(self, event: Resumed, now: float) -> None:
+    # ------------------------------------------------------------------ Books (dispatch hooks)
+
+    def begin_session(self, key: SessionId, qos: QoS, wait_timeout_s: float | None) -> None:
+        self._qos[key] = qos
+        self._ended.pop(key, None)
+        if wait_timeout_s is not None:
+            self._wait_timeouts[key] = wait_timeout_s
+
+    def forget(self, key: SessionId) -> None:
+        self._qos.pop(key, None)
+        self._waited.pop(key, None)
+        self._wait_timeouts.pop(key, None)
+
+    def set_address(self, worker: WorkerId, address: str) -> None:
+        self._addresses[worker] = address
+
+    def drop_address(self, worker: WorkerId) -> None:
+        self._addresses.pop(worker, None)
+
+    def shift_yields(self, since: float, now: float) -> None:
         """Move the wire's yield deadlines out by the outage, as the core did (see `Resumed`)."""
-        gap = max(0.0, now - event.since)
+        gap = max(0.0, now - since)
         if gap:
             self._yields = {lid: replace(y, deadline=y.deadline + gap) for lid, y in self._yields.items()}
 
@@ -402,24 +322,34 @@ class SchedulerLoop:
 
     # ------------------------------------------------------------------ decisions out
 
-    def _after(self, event: Event | PolicyApplied, decisions: list[Decision], now: float, dt: float) -> None:
+    def _after(
+        self,
+        event: Event | PolicyApplied,
+        spec: EventSpec,
+        decisions: list[Decision],
+        now: float,
+        dt: float,
+        extras: Extras,
+    ) -> None:
         if self.metrics is not None:
             self.metrics.observe(decisions, dt)
-        if isinstance(event, WorkerAdded) and not any(isinstance(d, Rejected) for d in decisions):
-            self._addresses[event.worker] = event.address  # before fan-out: grants quote it
+        if spec.decided is not None:
+            spec.decided(self, event, decisions)
         if decisions:
             self._fan_out(decisions, now)
             if self._positions_timer is None and not self.shutting_down:
                 self._positions_timer = self._aloop.call_later(POSITION_REFRESH_S, self._refresh_positions)
-        if isinstance(event, WorkerRemoved):
-            self._addresses.pop(event.worker, None)
-        elif isinstance(event, Resumed):
-            self._shift_yields(event, now)
+        if spec.after is not None:
+            spec.after(self, event, now)
+        if self.journal is not None:
+            self.journal.record(event, now, extras)
         for obs in self.observers:
             obs(event, decisions, now)
         self._arm()
 
     def _fan_out(self, decisions: list[Decision], now: float) -> None:
+        """Bookkeeping per decision, and a Notice to the session's stream if one is attached
+        (the handler converts it to proto: one conversion per event, as before)."""
         streams = self._streams
         for d in decisions:
             if isinstance(d, Granted):
@@ -427,19 +357,18 @@ class SchedulerLoop:
                 self._waited[key] = d.waited_s
                 s = streams.get(key)
                 if s is not None:
-                    address = self._addresses.get(d.lease.slot.worker, "")
-                    s.put(GRANTED, convert.granted_event(d.lease, address, None, d.waited_s, now), now)
+                    s.put(GRANTED, Notice(d, now, self._addresses.get(d.lease.slot.worker, "")), now)
             elif isinstance(d, Queued):
                 s = streams.get(d.session)
                 if s is not None:
-                    s.put(QUEUED, convert.queued_event(d.position, d.estimated_wait_s, now), now)
+                    s.put(QUEUED, Notice(d, now), now)
             elif isinstance(d, Ended):
                 if d.lease is not None:
                     self._yields.pop(d.lease.lease_id, None)
                 final = d.reason is not EndReason.YIELDED
                 s = streams.get(d.session)
                 if s is not None:
-                    s.put(FINAL if final else OTHER, convert.ended_event(d.reason, d.lease, final, now), now)
+                    s.put(FINAL if final else OTHER, Notice(d, now), now)
                 if final:
                     snap = d.lease.resume_from if d.lease is not None else None
                     self._finish(d.session, d.reason, snap, now)
@@ -447,44 +376,32 @@ class SchedulerLoop:
                 self._yields[d.lease.lease_id] = d
                 s = streams.get(d.lease.session)
                 if s is not None:
-                    s.put(OTHER, convert.yield_event(d, now), now)
-            elif isinstance(d, YieldCancelled):
-                # Renew, GetSession and a re-attach replay say ACTIVE from now on.
+                    s.put(OTHER, Notice(d, now), now)
+            elif isinstance(d, YieldCancelled | Revoked):
+                # YieldCancelled: Renew, GetSession and a re-attach replay say ACTIVE from now on.
                 self._yields.pop(d.lease.lease_id, None)
                 s = streams.get(d.lease.session)
                 if s is not None:
-                    s.put(OTHER, convert.yield_cancelled_event(d.lease, now), now)
-            elif isinstance(d, Revoked):
-                self._yields.pop(d.lease.lease_id, None)
-                s = streams.get(d.lease.session)
-                if s is not None:
-                    reason = convert.REVOKE_TO_PB[d.reason]
-                    s.put(OTHER, convert.revoked_event(d.lease, reason, d.lost_slot_seconds, now), now)
+                    s.put(OTHER, Notice(d, now), now)
             elif isinstance(d, Expired):
                 lease = d.lease
                 self._yields.pop(lease.lease_id, None)
                 s = streams.get(lease.session)
                 if s is not None:
-                    expired = scheduler_pb2.REVOKE_REASON_EXPIRED
-                    s.put(OTHER, convert.revoked_event(lease, expired, d.lost_slot_seconds, now), now)
-                    s.put(FINAL, convert.ended_event(EndReason.EXPIRED, lease, True, now), now)
+                    s.put(OTHER, Notice(d, now), now)  # revoked EXPIRED, then the session's end
+                    s.put(FINAL, Notice(Ended(lease.session, EndReason.EXPIRED, lease), now), now)
                 self._finish(lease.session, EndReason.EXPIRED, lease.resume_from, now)
             # Renewed, Refused, Rejected answer the caller; they are not stream events.
 
     def _finish(self, key: SessionId, reason: EndReason, snap: SnapshotRef | None, now: float) -> None:
         """The session is over: its stream (if any) ends after the event just queued."""
         qos = self._qos.get(key)
-        self._forget(key)
+        self.forget(key)
         self._streams.pop(key, None)
         if qos is not None:
             self._ended[key] = EndedSession(reason, qos, snap, now)
             if len(self._ended) > _ENDED_KEEP:
                 self._ended.popitem(last=False)
-
-    def _forget(self, key: SessionId) -> None:
-        self._qos.pop(key, None)
-        self._waited.pop(key, None)
-        self._wait_timeouts.pop(key, None)
 
     def _refresh_positions(self) -> None:
         """Send Queued again to every attached waiter whose position moved since it was told."""
@@ -495,8 +412,8 @@ class SchedulerLoop:
                 continue
             view = self.core.session(stream.key)
             if view is not None and view.lease is None and view.position != stream.position:
-                event = convert.queued_event(view.position, view.estimated_wait_s, now)
-                stream.put(QUEUED, event, view.waiting_since)
+                queued = Queued(stream.key, view.position, view.estimated_wait_s)
+                stream.put(QUEUED, Notice(queued, now), view.waiting_since)
 
     # ------------------------------------------------------------------ timer
 

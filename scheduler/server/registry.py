@@ -11,26 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
 
 from scheduler.core.types import Decision, Rejected, WorkerAdded, WorkerDraining, WorkerId, WorkerRemoved
+from scheduler.ports import Extras, WorkerEntry
 from scheduler.server import errors
 from scheduler.server.loop import SchedulerLoop
 
+__all__ = ["MISSED_HEARTBEATS", "WorkerEntry", "WorkerRegistry"]  # WorkerEntry lives in scheduler/ports.py
+
 MISSED_HEARTBEATS = 3
 log = logging.getLogger("slotsched.server")
-
-
-@dataclass(slots=True)
-class WorkerEntry:
-    worker_id: WorkerId
-    address: str
-    slots: int
-    registered_at: float
-    labels: dict[str, str] = field(default_factory=dict)
-    last_heartbeat: float | None = None
-    draining: bool = False
-    static: bool = False
 
 
 class WorkerRegistry:
@@ -38,8 +28,6 @@ class WorkerRegistry:
         self.loop = loop
         self.heartbeat_interval_s = heartbeat_interval_s
         self.workers: dict[WorkerId, WorkerEntry] = {}
-        # (worker, labels, static) while its WorkerAdded is being applied: the journal reads it.
-        self.adding: tuple[WorkerId, dict[str, str], bool] | None = None
 
     def register(
         self, worker_id: WorkerId, address: str, slots: int, labels: dict[str, str], static: bool = False
@@ -55,11 +43,9 @@ class WorkerRegistry:
             w.labels = labels  # idempotent re-register (e.g. after a scheduler restart)
             w.last_heartbeat = now
             return
-        self.adding = (worker_id, labels, static)
-        try:
-            decisions = self.loop.submit(WorkerAdded(worker_id, slots, address))
-        finally:
-            self.adding = None
+        # The journal keeps labels and static beside the event: recovery rebuilds this entry.
+        extras = Extras(labels=labels, static=static)
+        decisions = self.loop.submit(WorkerAdded(worker_id, slots, address), extras)
         errors.raise_for(decisions)
         self.workers[worker_id] = WorkerEntry(worker_id, address, slots, now, labels, static=static)
 

@@ -15,9 +15,11 @@ from typing import Any
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from scheduler.core.types import LeaseId, QoS, Queued, Release, Renew, Renewed, SessionId, SnapshotRef, Yield
+from scheduler.ports import StateUnavailable
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
-from scheduler.server.loop import FINAL, GRANTED, QUEUED, Item, SchedulerLoop, SessionStream
+from scheduler.server.loop import SchedulerLoop
+from scheduler.server.stream import FINAL, GRANTED, QUEUED, Item, SessionStream, StreamClosed
 
 MAX_SESSION_ID_BYTES = 256
 # A gRPC deadline within this much of now counts as passed when the call is cancelled.
@@ -81,25 +83,27 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         key = stream.key
         items = stream.items
         write = context.write
+        to_event = convert.lease_event
         wait_timeout = self._loop.wait_timeout(key)
         queued_since: float | None = None
         withdrawn = ""  # why the caller's patience ran out, once the request is withdrawn
         try:
             while True:
                 if items:
-                    kind, event, at = items.popleft()
+                    kind, notice, at = items.popleft()
                 elif queued_since is None or withdrawn:
-                    kind, event, at = await stream.get()
+                    kind, notice, at = await stream.get()
                 else:
                     item, why = await self._next_while_queued(stream, queued_since, wait_timeout, context)
                     if item is None:
                         withdrawn = why  # Ended{WITHDRAWN} is in the queue now (or a grant was first)
                         continue
-                    kind, event, at = item
-                if event is None or stream.closed:
+                    kind, notice, at = item
+                if notice is None or stream.closed:
                     # CLOSE (a newer stream attached, shutdown, a step-down): what is still queued
                     # is stale, e.g. a grant of a term whose state a step-down threw away.
-                    await errors.abort(context, errors.RpcFailure(stream.close_code, stream.close_message))
+                    reason = stream.close_reason or StreamClosed.SHUTTING_DOWN
+                    await errors.abort(context, errors.from_closed(reason))
                     return
                 if kind == QUEUED:
                     if queued_since is None:
@@ -109,14 +113,14 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 await self._loop.durable()  # never tell what a crash could take back
                 if stream.closed:
                     continue  # closed while we waited: the check above ends the stream
-                await write(event)
+                await write(to_event(notice))
                 if kind == FINAL:
                     if withdrawn:
                         msg = f"still queued when {withdrawn} passed: the request was withdrawn"
                         await errors.abort(context, errors.deadline_exceeded(msg))
                     return
-        except errors.RpcFailure as f:  # the state store could not make it durable
-            await errors.abort(context, f)
+        except StateUnavailable as e:  # the state store could not make it durable
+            await errors.abort(context, errors.from_state(e))
         except asyncio.CancelledError:
             # Client gone or its deadline passed. Only the deadline withdraws a queued request.
             if queued_since is not None:

@@ -29,31 +29,12 @@ guess: a newer writer's journal must not be half-understood.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.core.state_io import ref_from_doc, ref_to_doc
-from scheduler.core.types import (
-    Acquire,
-    Event,
-    LeaseId,
-    QoS,
-    Release,
-    Renew,
-    Resumed,
-    SessionId,
-    TenantName,
-    Tick,
-    WorkerAdded,
-    WorkerDraining,
-    WorkerId,
-    WorkerRemoved,
-    Yield,
-)
+from scheduler.core.types import Event
+from scheduler.dispatch import BY_NAME, BY_TYPE
 from scheduler.policy.errors import PolicyError
-from scheduler.policy.model import Policy
-from scheduler.policy.yaml_io import parse_policy, policy_to_yaml
+from scheduler.ports import NO_EXTRAS, Extras, PolicyApplied
 
 FORMAT_VERSION = 1
 
@@ -62,69 +43,21 @@ class CodecError(ValueError):
     """A journal record this build cannot read."""
 
 
-@dataclass(frozen=True)
-class PolicyRecord:
-    """An ApplyPolicy, as journaled (it is not a core Event)."""
-
-    policy: Policy
-
+# An ApplyPolicy, as journaled (it is not a core Event): the loop's own record of it.
+PolicyRecord = PolicyApplied
 
 Record = Event | PolicyRecord
 
-
-@dataclass(frozen=True)
-class Extras:
-    """Server-side facts carried beside an event (all optional)."""
-
-    wait_timeout_s: float | None = None  # acquire
-    labels: Mapping[str, str] = field(default_factory=dict)  # worker_added
-    static: bool = False  # worker_added: the in-process local pool
+__all__ = ["FORMAT_VERSION", "CodecError", "Extras", "PolicyRecord", "Record", "decode", "encode"]
 
 
 def encode(record: Record, at: float, extras: Extras | None = None) -> bytes:
-    """One record as compact JSON bytes."""
-    doc: dict[str, Any] = {"v": FORMAT_VERSION, "at": at}
-    x = extras or Extras()
-    if isinstance(record, Acquire):
-        doc.update(
-            t="acquire",
-            session=record.session,
-            tenant=record.tenant,
-            qos=record.qos.value,
-            resume_from=ref_to_doc(record.resume_from),
-        )
-        if x.wait_timeout_s is not None:
-            doc["wait_timeout_s"] = x.wait_timeout_s
-    elif isinstance(record, Renew):
-        doc.update(t="renew", session=record.session, lease_id=record.lease_id, epoch=record.epoch)
-    elif isinstance(record, Release):
-        doc.update(t="release", session=record.session, lease_id=record.lease_id, epoch=record.epoch)
-    elif isinstance(record, Yield):
-        doc.update(
-            t="yield",
-            session=record.session,
-            lease_id=record.lease_id,
-            epoch=record.epoch,
-            snapshot=ref_to_doc(record.snapshot),
-        )
-    elif isinstance(record, Tick):
-        doc["t"] = "tick"
-    elif isinstance(record, Resumed):
-        doc.update(t="resumed", since=record.since)
-    elif isinstance(record, WorkerAdded):
-        doc.update(t="worker_added", worker=record.worker, slots=record.slots, address=record.address)
-        if x.labels:
-            doc["labels"] = dict(x.labels)
-        if x.static:
-            doc["static"] = True
-    elif isinstance(record, WorkerDraining):
-        doc.update(t="worker_draining", worker=record.worker, yield_within_s=record.yield_within_s)
-    elif isinstance(record, WorkerRemoved):
-        doc.update(t="worker_removed", worker=record.worker)
-    elif isinstance(record, PolicyRecord):
-        doc.update(t="policy", yaml=policy_to_yaml(record.policy))
-    else:  # pragma: no cover - the Event union is closed
+    """One record as compact JSON bytes (its fields written by scheduler/dispatch.py's table)."""
+    spec = BY_TYPE.get(type(record))
+    if spec is None:  # pragma: no cover - the Event union is closed
         raise CodecError(f"cannot encode {type(record).__name__}")
+    doc: dict[str, Any] = {"v": FORMAT_VERSION, "at": at, "t": spec.name}
+    spec.encode(record, doc, extras or NO_EXTRAS)
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
 
@@ -146,44 +79,8 @@ def decode(raw: bytes | str) -> tuple[Record, float, Extras]:
 def _decode(doc: dict[str, Any]) -> tuple[Record, float, Extras]:
     at = float(doc["at"])
     t = doc.get("t")
-    x = Extras()
-    rec: Record
-    if t == "acquire":
-        rec = Acquire(
-            SessionId(doc["session"]),
-            TenantName(doc["tenant"]),
-            QoS(doc["qos"]),
-            ref_from_doc(doc.get("resume_from")),
-        )
-        wt = doc.get("wait_timeout_s")
-        x = Extras(wait_timeout_s=None if wt is None else float(wt))
-    elif t == "renew":
-        rec = Renew(SessionId(doc["session"]), LeaseId(doc["lease_id"]), int(doc["epoch"]))
-    elif t == "release":
-        lid = doc.get("lease_id")
-        rec = Release(SessionId(doc["session"]), None if lid is None else LeaseId(lid), int(doc["epoch"]))
-    elif t == "yield":
-        rec = Yield(
-            SessionId(doc["session"]),
-            LeaseId(doc["lease_id"]),
-            int(doc["epoch"]),
-            ref_from_doc(doc.get("snapshot")),
-        )
-    elif t == "tick":
-        rec = Tick()
-    elif t == "resumed":
-        rec = Resumed(float(doc["since"]))
-    elif t == "worker_added":
-        rec = WorkerAdded(WorkerId(doc["worker"]), int(doc["slots"]), str(doc["address"]))
-        labels = {str(k): str(v) for k, v in (doc.get("labels") or {}).items()}
-        x = Extras(labels=labels, static=bool(doc.get("static", False)))
-    elif t == "worker_draining":
-        within = doc.get("yield_within_s")
-        rec = WorkerDraining(WorkerId(doc["worker"]), None if within is None else float(within))
-    elif t == "worker_removed":
-        rec = WorkerRemoved(WorkerId(doc["worker"]))
-    elif t == "policy":
-        rec = PolicyRecord(parse_policy(doc["yaml"])[0])
-    else:
+    spec = BY_NAME.get(t) if isinstance(t, str) else None
+    if spec is None:
         raise CodecError(f"unknown journal record type {t!r}")
+    rec, x = spec.decode(doc)
     return rec, at, x

@@ -1,13 +1,14 @@
 """One scheduler replica backed by Redis: journal, snapshots, recovery, leader election.
 
-Journal. The loop calls `observe` after every event it applies (submit, apply_policy); the record
+Journal. The loop calls `record` after every event it applies (submit, apply_policy); the record
 (codec.py) joins the current batch, and the first record of a batch schedules a flush task, so
 the events of one loop iteration go to Redis together in one fenced script call (group commit).
 Handlers `await loop.durable()` before they reply or write a stream event; that resolves when
 the batch holding everything applied so far is in Redis. Memory mode never gets here.
 
 Failure. If an append fails (Redis unreachable, or the leader key is no longer ours), every
-caller waiting for durability gets UNAVAILABLE with `retry-after-ms`, and the replica steps
+caller waiting for durability gets `StateUnavailable` (UNAVAILABLE with `retry-after-ms` on the
+wire, scheduler/server/errors.py), and the replica steps
 down: health NOT_SERVING, open Acquire streams end UNAVAILABLE (the SDK re-attaches), calls are
 refused "not the leader". Events already applied in memory but not journaled are discarded with
 the in-memory state: nobody was told about them, and when this replica (or another) next wins
@@ -20,6 +21,9 @@ bookkeeping), stored with that stream id once the batch is in, and the journal t
 Any build that knows the snapshot's format reads it, so an ordinary deploy keeps the state; a
 snapshot of a newer format is refused (the whole journal is replayed if it was never trimmed,
 else this replica stops and says so).
+
+The replica knows the server only through scheduler/ports.py: it drives a `ReplicaHost` (the
+loop) and a `WorkerBook` (the registry), and is the loop's `Journal`; scheduler/serve.py wires them.
 
 Recovery (on winning the lease): load the snapshot, replay the journal after it through
 `loop.replay` (core + bookkeeping, no fan-out, metrics or observers), give every registered
@@ -38,45 +42,30 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from redis.exceptions import RedisError
 
 from scheduler.core.engine import Core
-from scheduler.core.types import (
-    Acquire,
-    Decision,
-    Event,
-    Resumed,
-    WorkerAdded,
-    WorkerDraining,
-    WorkerRemoved,
-)
+from scheduler.core.types import Decision, Resumed
+from scheduler.dispatch import spec_of
 from scheduler.policy.model import Policy
-from scheduler.server import errors
-from scheduler.server.loop import LoopState, PolicyApplied, SchedulerLoop
-from scheduler.server.registry import WorkerRegistry
+from scheduler.ports import NOT_LEADER, Applied, Extras, LoopState, ReplicaHost, StateUnavailable, WorkerBook
 from scheduler.state import codec
 from scheduler.state import state_snapshot as snapshot
 from scheduler.state.redis_store import NotLeader, RedisStore
 
 log = logging.getLogger("slotsched.state")
 
-RETRY_AFTER_MS = "1000"
-NOT_LEADER = "not the leader: this replica is a standby; retry (the Service routes to the leader)"
+RETRY_AFTER_S = 1.0
 
 
 class StateError(RuntimeError):
     """The durable state cannot be recovered by this build: fail loudly, do not serve."""
 
 
-def unavailable(message: str) -> errors.RpcFailure:
-    import grpc
-
-    return errors.RpcFailure(
-        grpc.StatusCode.UNAVAILABLE, message, metadata=((errors.RETRY_AFTER_KEY, RETRY_AFTER_MS),)
-    )
+def unavailable(message: str) -> StateUnavailable:
+    return StateUnavailable(message, RETRY_AFTER_S)
 
 
 class StateMetrics:
@@ -106,8 +95,8 @@ class Replica:
     def __init__(
         self,
         store: RedisStore,
-        loop: SchedulerLoop,
-        registry: WorkerRegistry,
+        loop: ReplicaHost,
+        registry: WorkerBook,
         policy: Policy,
         metrics: StateMetrics,
         *,
@@ -142,7 +131,6 @@ class Replica:
         self._last_now = float("-inf")
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
-        loop.observers.append(self.observe)
 
     # ------------------------------------------------------------------ durability
 
@@ -157,16 +145,13 @@ class Replica:
     async def _refuse(self) -> None:
         raise unavailable(NOT_LEADER)
 
-    def observe(self, event: Event | PolicyApplied, decisions: Any, now: float) -> None:
+    def record(self, event: Applied, now: float, extras: Extras) -> None:
         if not self.serving:
             # Applied to a state this replica no longer leads (e.g. a withdrawal from a stream
             # cancelled by the step-down): it is thrown away at the next recovery, so it must not
             # reach the journal of a later term either.
             return
-        if isinstance(event, PolicyApplied):
-            raw = codec.encode(codec.PolicyRecord(event.policy), now)
-        else:
-            raw = codec.encode(event, now, self._extras(event))
+        raw = codec.encode(event, now, extras)
         self._last_now = max(self._last_now, now)
         self._batch.append(raw)
         self._since_snapshot += 1
@@ -176,16 +161,6 @@ class Replica:
         if not self._flushing:
             self._flushing = True
             self._aloop.create_task(self._flush(self._term, self.store.token))
-
-    def _extras(self, event: Event) -> codec.Extras | None:
-        if isinstance(event, Acquire):
-            wt = self.loop.wait_timeout(event.session)
-            return None if wt is None else codec.Extras(wait_timeout_s=wt)
-        if isinstance(event, WorkerAdded):
-            adding = self.registry.adding
-            if adding is not None and adding[0] == event.worker:
-                return codec.Extras(labels=dict(adding[1]), static=adding[2])
-        return None
 
     async def _flush(self, term: int, token: str) -> None:
         """Append batches in order for one term. A task left over from an earlier term (this
@@ -257,7 +232,7 @@ class Replica:
                 await self._take_over()
             else:
                 log.info("standby: %s leads", await self.store.leader())
-        except (RedisError, OSError, errors.RpcFailure) as e:
+        except (RedisError, OSError, StateUnavailable) as e:
             log.warning("state store unreachable at start (%s): standby until it answers", e)
             await self._step_down(f"take-over failed: {e}")
         self._task = self._aloop.create_task(self._run())
@@ -272,8 +247,8 @@ class Replica:
                         await self._step_down("lost the leader lease")
                 elif await self.store.try_lead(self.leader_ttl_s):
                     await self._take_over()
-            except (RedisError, OSError, errors.RpcFailure) as e:
-                # RpcFailure: a take-over whose first batch (Resumed, the policy) failed to land.
+            except (RedisError, OSError, StateUnavailable) as e:
+                # StateUnavailable: a take-over whose first batch (Resumed, the policy) failed to land.
                 if self.serving:
                     self.metrics.errors.inc()
                     await self._step_down(f"state store unreachable: {e}")
@@ -339,12 +314,9 @@ class Replica:
                     rec, at, x = codec.decode(raw)
                 except codec.CodecError as e:
                     raise StateError(str(e)) from e
-                event: Event | PolicyApplied = (
-                    PolicyApplied(rec.policy) if isinstance(rec, codec.PolicyRecord) else rec
-                )
-                decisions: list[Decision] = self.loop.replay(event, at, x.wait_timeout_s)
-                if isinstance(event, WorkerAdded | WorkerDraining | WorkerRemoved):
-                    self.registry.replay(event, decisions, at, dict(x.labels), x.static)
+                decisions: list[Decision] = self.loop.replay(rec, at, x)
+                if spec_of(rec).membership:
+                    self.registry.replay(rec, decisions, at, dict(x.labels), x.static)  # type: ignore[arg-type]
                 last_now = max(last_now, at)
                 n += 1
         self._last_now = last_now

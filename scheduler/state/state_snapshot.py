@@ -51,8 +51,7 @@ from scheduler.core.types import (
 )
 from scheduler.policy.errors import PolicyError
 from scheduler.policy.yaml_io import parse_policy, policy_to_yaml
-from scheduler.server.loop import EndedSession, LoopState
-from scheduler.server.registry import WorkerEntry
+from scheduler.ports import EndedSession, LoopState, WorkerEntry
 
 SNAPSHOT_FORMAT = 2
 _LABEL = "slotsched-snapshot"

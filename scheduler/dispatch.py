@@ -1,0 +1,224 @@
+"""One table of applied events: per type, its journal name and field codec, and the loop's
+bookkeeping around `Core.handle`. Adding an event (or an RPC that submits a new one) is one row
+here; the loop (`submit` and `replay` run the same hooks), the journal codec (state/codec.py) and
+recovery (state/replica.py) all read this table instead of keeping isinstance chains.
+
+Neutral ground like scheduler/ports.py: the server and the state store both import it, it
+imports neither. The hooks drive the loop through `Books`, which SchedulerLoop implements.
+
+Journal fields per record (the on-disk format, documented in state/codec.py) are written by
+`encode` into the record's dict and read back by `decode`; the codec adds `v`, `at` and `t`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from scheduler.core.state_io import ref_from_doc, ref_to_doc
+from scheduler.core.types import (
+    Acquire,
+    Decision,
+    LeaseId,
+    QoS,
+    Refused,
+    Rejected,
+    Release,
+    Renew,
+    Resumed,
+    SessionId,
+    TenantName,
+    Tick,
+    WorkerAdded,
+    WorkerDraining,
+    WorkerId,
+    WorkerRemoved,
+    Yield,
+)
+from scheduler.policy.yaml_io import parse_policy, policy_to_yaml
+from scheduler.ports import NO_EXTRAS, Applied, Extras, PolicyApplied
+
+Doc = dict[str, Any]
+
+
+class Books(Protocol):
+    """The loop's bookkeeping that the hooks keep (SchedulerLoop implements it)."""
+
+    def begin_session(self, key: SessionId, qos: QoS, wait_timeout_s: float | None) -> None: ...
+
+    def forget(self, key: SessionId) -> None: ...
+
+    def set_address(self, worker: WorkerId, address: str) -> None: ...
+
+    def drop_address(self, worker: WorkerId) -> None: ...
+
+    def shift_yields(self, since: float, now: float) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    type: type
+    name: str  # the journal's `t`
+    encode: Callable[[Any, Doc, Extras], None]  # the record's fields into the journal doc
+    decode: Callable[[Doc], tuple[Any, Extras]]  # and back
+    # Loop bookkeeping: before Core.handle; after it, before the fan-out; after the fan-out.
+    before: Callable[[Books, Any, Extras], None] | None = None
+    decided: Callable[[Books, Any, list[Decision]], None] | None = None
+    after: Callable[[Books, Any, float], None] | None = None
+    membership: bool = False  # the worker registry mirrors it on replay
+
+
+# ------------------------------------------------------------------ per event
+
+
+def _enc_acquire(e: Acquire, doc: Doc, x: Extras) -> None:
+    doc.update(session=e.session, tenant=e.tenant, qos=e.qos.value, resume_from=ref_to_doc(e.resume_from))
+    if x.wait_timeout_s is not None:
+        doc["wait_timeout_s"] = x.wait_timeout_s
+
+
+def _dec_acquire(doc: Doc) -> tuple[Acquire, Extras]:
+    session, tenant = SessionId(doc["session"]), TenantName(doc["tenant"])
+    e = Acquire(session, tenant, QoS(doc["qos"]), ref_from_doc(doc.get("resume_from")))
+    wt = doc.get("wait_timeout_s")
+    return e, Extras(wait_timeout_s=None if wt is None else float(wt))
+
+
+def _acquire_before(b: Books, e: Acquire, x: Extras) -> None:
+    b.begin_session(e.session, e.qos, x.wait_timeout_s)
+
+
+def _acquire_decided(b: Books, e: Acquire, decisions: list[Decision]) -> None:
+    for d in decisions:
+        if isinstance(d, Refused) and d.session == e.session:
+            b.forget(e.session)  # nothing of a refused request stays
+            return
+
+
+def _enc_lease_op(e: Renew | Release, doc: Doc, x: Extras) -> None:
+    doc.update(session=e.session, lease_id=e.lease_id, epoch=e.epoch)
+
+
+def _dec_renew(doc: Doc) -> tuple[Renew, Extras]:
+    return Renew(SessionId(doc["session"]), LeaseId(doc["lease_id"]), int(doc["epoch"])), NO_EXTRAS
+
+
+def _dec_release(doc: Doc) -> tuple[Release, Extras]:
+    lid = doc.get("lease_id")
+    e = Release(SessionId(doc["session"]), None if lid is None else LeaseId(lid), int(doc["epoch"]))
+    return e, NO_EXTRAS
+
+
+def _enc_yield(e: Yield, doc: Doc, x: Extras) -> None:
+    doc.update(session=e.session, lease_id=e.lease_id, epoch=e.epoch, snapshot=ref_to_doc(e.snapshot))
+
+
+def _dec_yield(doc: Doc) -> tuple[Yield, Extras]:
+    session, lease_id = SessionId(doc["session"]), LeaseId(doc["lease_id"])
+    e = Yield(session, lease_id, int(doc["epoch"]), ref_from_doc(doc.get("snapshot")))
+    return e, NO_EXTRAS
+
+
+def _enc_nothing(e: Any, doc: Doc, x: Extras) -> None:
+    pass
+
+
+def _dec_tick(doc: Doc) -> tuple[Tick, Extras]:
+    return Tick(), NO_EXTRAS
+
+
+def _enc_resumed(e: Resumed, doc: Doc, x: Extras) -> None:
+    doc["since"] = e.since
+
+
+def _dec_resumed(doc: Doc) -> tuple[Resumed, Extras]:
+    return Resumed(float(doc["since"])), NO_EXTRAS
+
+
+def _resumed_after(b: Books, e: Resumed, now: float) -> None:
+    b.shift_yields(e.since, now)  # the wire's yield deadlines move out by the outage, as the core's
+
+
+def _enc_worker_added(e: WorkerAdded, doc: Doc, x: Extras) -> None:
+    doc.update(worker=e.worker, slots=e.slots, address=e.address)
+    if x.labels:
+        doc["labels"] = dict(x.labels)
+    if x.static:
+        doc["static"] = True
+
+
+def _dec_worker_added(doc: Doc) -> tuple[WorkerAdded, Extras]:
+    e = WorkerAdded(WorkerId(doc["worker"]), int(doc["slots"]), str(doc["address"]))
+    labels = {str(k): str(v) for k, v in (doc.get("labels") or {}).items()}
+    return e, Extras(labels=labels, static=bool(doc.get("static", False)))
+
+
+def _worker_added_decided(b: Books, e: WorkerAdded, decisions: list[Decision]) -> None:
+    if not any(isinstance(d, Rejected) for d in decisions):
+        b.set_address(e.worker, e.address)  # before the fan-out: grants quote it
+
+
+def _enc_worker_draining(e: WorkerDraining, doc: Doc, x: Extras) -> None:
+    doc.update(worker=e.worker, yield_within_s=e.yield_within_s)
+
+
+def _dec_worker_draining(doc: Doc) -> tuple[WorkerDraining, Extras]:
+    within = doc.get("yield_within_s")
+    return WorkerDraining(WorkerId(doc["worker"]), None if within is None else float(within)), NO_EXTRAS
+
+
+def _enc_worker_removed(e: WorkerRemoved, doc: Doc, x: Extras) -> None:
+    doc["worker"] = e.worker
+
+
+def _dec_worker_removed(doc: Doc) -> tuple[WorkerRemoved, Extras]:
+    return WorkerRemoved(WorkerId(doc["worker"])), NO_EXTRAS
+
+
+def _worker_removed_after(b: Books, e: WorkerRemoved, now: float) -> None:
+    b.drop_address(e.worker)  # after the fan-out: revocations still quote it
+
+
+def _enc_policy(e: PolicyApplied, doc: Doc, x: Extras) -> None:
+    doc["yaml"] = policy_to_yaml(e.policy)
+
+
+def _dec_policy(doc: Doc) -> tuple[PolicyApplied, Extras]:
+    return PolicyApplied(parse_policy(doc["yaml"])[0]), NO_EXTRAS
+
+
+TABLE: tuple[EventSpec, ...] = (
+    EventSpec(
+        WorkerAdded,
+        "worker_added",
+        _enc_worker_added,
+        _dec_worker_added,
+        decided=_worker_added_decided,
+        membership=True,
+    ),
+    EventSpec(WorkerDraining, "worker_draining", _enc_worker_draining, _dec_worker_draining, membership=True),
+    EventSpec(
+        WorkerRemoved,
+        "worker_removed",
+        _enc_worker_removed,
+        _dec_worker_removed,
+        after=_worker_removed_after,
+        membership=True,
+    ),
+    EventSpec(
+        Acquire, "acquire", _enc_acquire, _dec_acquire, before=_acquire_before, decided=_acquire_decided
+    ),
+    EventSpec(Release, "release", _enc_lease_op, _dec_release),
+    EventSpec(Renew, "renew", _enc_lease_op, _dec_renew),
+    EventSpec(Yield, "yield", _enc_yield, _dec_yield),
+    EventSpec(Tick, "tick", _enc_nothing, _dec_tick),
+    EventSpec(Resumed, "resumed", _enc_resumed, _dec_resumed, after=_resumed_after),
+    EventSpec(PolicyApplied, "policy", _enc_policy, _dec_policy),
+)
+BY_TYPE: dict[type, EventSpec] = {s.type: s for s in TABLE}
+BY_NAME: dict[str, EventSpec] = {s.name: s for s in TABLE}
+
+
+def spec_of(event: Applied) -> EventSpec:
+    return BY_TYPE[type(event)]

@@ -1,0 +1,416 @@
+"""The wiring root: composes the gRPC server, the durable state store, metrics and the autoscaler.
+
+The only module that knows both scheduler/server/ and scheduler/state/ (see scheduler/ports.py
+for the contract between them). `start_server` is what tests and embedders use (binds port 0,
+returns the ports and a `stop`); `serve_forever` is what `slotsched serve` runs: it prints where it
+listens, then on SIGTERM or SIGINT turns health to NOT_SERVING, refuses new work with UNAVAILABLE,
+ends open Acquire streams with UNAVAILABLE (clients re-attach elsewhere), and stops the gRPC
+server within the grace.
+
+Without a policy file the server runs in INSECURE dev mode on the built-in policy: the tenant is
+taken from the `x-slotsched-tenant` header and nothing is authenticated.
+
+With `--state redis://…` (StateOptions) the replica journals to Redis and serves only while it
+holds the leader lease (scheduler/state/replica.py): until then, and after stepping down, health
+is NOT_SERVING and the leader gate answers the Scheduler, Workers, Admin and KEDA services
+UNAVAILABLE "not the leader"; the reaper and the autoscaler run only on the leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from wsgiref.simple_server import WSGIServer
+
+import grpc
+from grpc_health.v1 import health
+
+from scheduler.core.types import WorkerId
+from scheduler.listen import ListenError, add_grpc_port, check_bindable, start_metrics_http
+from scheduler.policy.defaults import default_policy
+from scheduler.policy.errors import PolicyError
+from scheduler.policy.model import Policy
+from scheduler.policy.yaml_io import load_policy
+from scheduler.server.app import DEFAULT_LISTEN, DEFAULT_METRICS_LISTEN, GrpcServer, assemble, split_hostport
+from scheduler.server.auth import TENANT_HEADER, Authenticator
+from scheduler.server.loop import SchedulerLoop
+from scheduler.server.metrics import Metrics
+from scheduler.server.registry import WorkerRegistry
+from slots.actuators.base import Actuator
+from slots.actuators.factory import actuator_from_env
+from slots.autoscaler.demand import CoreDemand, weighted_demand_of_pool
+from slots.autoscaler.loop import Autoscaler
+
+if TYPE_CHECKING:  # redis is imported only when --state asks for it
+    from scheduler.state.replica import Replica
+
+log = logging.getLogger("slotsched.server")
+
+
+@dataclass(frozen=True)
+class StateOptions:
+    """Where durable state lives (`slotsched serve --state`); memory keeps none."""
+
+    state: str = "memory"  # memory | redis://HOST:PORT/DB
+    prefix: str = "slotsched"
+    replica_id: str | None = None  # default hostname-pid
+    leader_ttl_s: float = 5.0
+    snapshot_every: int = 1000
+    snapshot_interval_s: float = 60.0
+
+
+@dataclass
+class RunningServer:
+    port: int
+    metrics_port: int | None
+    host: str
+    secure: bool
+    policy: Policy
+    loop: SchedulerLoop
+    registry: WorkerRegistry
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    _httpd: WSGIServer | None = None
+    autoscaler: Autoscaler | None = None
+    _actuator: Actuator | None = None
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _stopped: bool = False
+    replica: Replica | None = None  # redis mode
+
+    @property
+    def target(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def begin_shutdown(self) -> None:
+        """Health NOT_SERVING, new calls UNAVAILABLE, open streams ended with UNAVAILABLE."""
+        await self.health.enter_graceful_shutdown()
+        self.loop.begin_shutdown()
+
+    async def stop(self, grace: float | None = 1.0) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        await self.begin_shutdown()
+        if self.replica is not None:
+            await self.replica.stop()  # resign at once: a standby takes over without waiting a TTL
+        if self._httpd is not None:
+            # shutdown() waits out serve_forever's 0.5 s poll; nothing needs to wait for it.
+            threading.Thread(target=_close_httpd, args=(self._httpd,), daemon=True).start()
+        await self.server.stop(grace)
+        for t in self._tasks:
+            t.cancel()
+        close = getattr(self._actuator, "close", None)
+        if close is not None:
+            close()  # the local actuator stops the worker processes it started
+        self.loop.close()
+
+
+def _close_httpd(httpd: WSGIServer) -> None:
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _load(policy_path: str | None) -> tuple[Policy, bool]:
+    if policy_path is None:
+        return default_policy(), False  # the INSECURE warning comes once the server has started
+    policy, warnings = load_policy(policy_path)
+    for w in warnings:
+        log.warning("policy %s: %s", policy_path, w)
+    if not any(t.tokens for t in policy.tenants):
+        log.warning("policy %s lists no token: every Scheduler call will be refused", policy_path)
+    if not policy.access.admins:
+        log.warning("policy %s lists no spec.access.admins: the Admin service refuses everyone", policy_path)
+    if not (policy.access.workers or policy.access.admins):
+        log.warning(
+            "policy %s lists no spec.access.workers: no worker agent can register",
+            policy_path,
+        )
+    return policy, True
+
+
+async def start_server(
+    policy_path: str | None = None,
+    listen: str = "127.0.0.1:0",
+    metrics_listen: str | None = "127.0.0.1:0",
+    static_pool: bool = True,
+    *,
+    heartbeat_interval_s: float = 5.0,
+    autoscaler_env: Mapping[str, str] | None = None,
+    autoscale_period_s: float = 15.0,
+    state: StateOptions | None = None,
+) -> RunningServer:
+    """Start a server on the running event loop. Raises PolicyError for a bad policy file.
+
+    `autoscaler_env` (default: the process environment) chooses the companion autoscaler's
+    actuator through SLOTSCHED_AUTOSCALER (off | local | kubernetes | dry-run); see
+    slots/actuators/factory.py. The KEDA external scaler is always served.
+
+    `state` (default memory) with a redis:// URL makes this a Redis-backed replica; a bad URL
+    raises ValueError naming `--state`."""
+    state = state or StateOptions()
+    redis_url = None
+    if state.state != "memory":
+        from scheduler.state.redis_store import parse_state
+
+        redis_url = parse_state(state.state)
+    policy, secure = _load(policy_path)
+    metrics = Metrics()
+    loop = SchedulerLoop(policy, metrics)
+    auth = Authenticator(secure, lambda: loop.core.policy)
+    registry = WorkerRegistry(loop, heartbeat_interval_s)
+
+    def register_static_pool() -> None:
+        for i in range(policy.pool.workers):
+            registry.register(WorkerId(f"local-{i}"), "local", policy.pool.slots_per_worker, {}, static=True)
+
+    def demand() -> float:
+        # A standby's (or a stepped-down leader's) core is stale: end KEDA's stream so it
+        # reconnects through the Service to the leader, rather than read frozen demand.
+        if loop.shutting_down:
+            raise RuntimeError("this replica is not serving")
+        return weighted_demand_of_pool(loop.core.describe(), loop.core.policy)
+
+    leadership: _Leadership | None = None
+    if redis_url is None:
+        if static_pool:
+            register_static_pool()  # redis mode: on a fresh store only (the journal has them otherwise)
+        grpc_server = assemble(loop, registry, auth, demand)
+    else:
+        leadership = _Leadership(
+            redis_url, state, loop, registry, policy, metrics, register_static_pool if static_pool else None
+        )
+        grpc_server = assemble(loop, registry, auth, demand, serving=leadership.serving)
+    await grpc_server.set_serving(redis_url is None)
+
+    host, _ = split_hostport(listen)
+    if metrics_listen:
+        check_bindable(metrics_listen, "--metrics-listen")  # before binding anything: nothing to undo
+    server = grpc_server.server
+    port = add_grpc_port(server, listen, "--listen")
+    httpd = None
+    metrics_port = None
+    if metrics_listen:
+        try:
+            httpd = start_metrics_http(metrics_listen, "--metrics-listen", metrics.registry)
+        except ListenError:
+            await server.stop(None)  # frees the gRPC port bound above
+            raise
+        metrics_port = httpd.server_port
+    await server.start()
+    running = RunningServer(
+        port, metrics_port, host, secure, policy, loop, registry, server, grpc_server.health, httpd
+    )
+    _add_autoscaler(running, metrics, host, autoscaler_env, autoscale_period_s)
+    if leadership is None:
+        running._tasks.append(asyncio.create_task(registry.run_reaper()))
+        if running.autoscaler is not None:
+            running._tasks.append(asyncio.create_task(running.autoscaler.run()))
+    else:
+        await leadership.start(running, grpc_server)
+    if not secure:
+        # Only now, with the ports bound: a start that fails says why, not this.
+        log.warning(
+            "INSECURE dev mode: no policy file, using the built-in policy; the tenant is taken from the "
+            "%s header and no caller is authenticated. Do not expose this port.",
+            TENANT_HEADER,
+        )
+    return running
+
+
+def _add_autoscaler(
+    running: RunningServer,
+    metrics: Metrics,
+    host: str,
+    autoscaler_env: Mapping[str, str] | None,
+    period_s: float,
+) -> None:
+    """The companion autoscaler, if SLOTSCHED_AUTOSCALER names an actuator (not started here)."""
+    env = os.environ if autoscaler_env is None else autoscaler_env
+    reach = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    slots = running.policy.pool.slots_per_worker
+    actuator = actuator_from_env(env, scheduler=f"{reach}:{running.port}", slots=slots)
+    if actuator is None:
+        return
+    loop = running.loop
+    running._actuator = actuator
+    running.autoscaler = Autoscaler(
+        CoreDemand(lambda: loop.core.describe(), lambda: loop.core.policy),
+        running.registry,
+        actuator,
+        lambda: loop.core.policy,
+        clock=loop.now,
+        registry=metrics.registry,
+        period_s=period_s,
+    )
+    log.info("autoscaler on: %s actuator, every %.0f s", env.get("SLOTSCHED_AUTOSCALER"), period_s)
+
+
+class _Leadership:
+    """Redis mode: the replica (journal, recovery, election) and what runs only on the leader.
+
+    The gRPC server sees only `serving` (its leader gate); the replica calls `on_lead` and
+    `on_step_down`, which start and stop the reaper and the autoscaler and flip health."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        state: StateOptions,
+        loop: SchedulerLoop,
+        registry: WorkerRegistry,
+        policy: Policy,
+        metrics: Metrics,
+        register_static_pool: Callable[[], None] | None,
+    ) -> None:
+        from scheduler.state.redis_store import RedisStore
+        from scheduler.state.replica import Replica, StateMetrics
+
+        loop.shutting_down = True  # nothing runs on the core until this replica leads
+        store = RedisStore(
+            redis_url,
+            state.prefix,
+            state.replica_id or f"{os.uname().nodename}-{os.getpid()}",
+            # One slow call must not outlast the leader lease it is meant to keep.
+            timeout_s=min(1.0, state.leader_ttl_s / 3),
+        )
+        self._loop = loop
+        self._registry = registry
+        self._policy = policy
+        self._register_static_pool = register_static_pool
+        self._running: RunningServer | None = None
+        self._grpc: GrpcServer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.replica = Replica(
+            store,
+            loop,
+            registry,
+            policy,
+            StateMetrics(metrics.registry),
+            on_lead=self._on_lead,
+            on_step_down=self._on_step_down,
+            leader_ttl_s=state.leader_ttl_s,
+            snapshot_every=state.snapshot_every,
+            snapshot_interval_s=state.snapshot_interval_s,
+        )
+        loop.journal = self.replica
+
+    def serving(self) -> bool:
+        return self.replica.serving
+
+    async def start(self, running: RunningServer, grpc_server: GrpcServer) -> None:
+        self._running, self._grpc = running, grpc_server
+        running.replica = self.replica
+        running._tasks.append(asyncio.create_task(_cancel_on_exit(self._tasks)))
+        try:
+            await self.replica.start()
+        except BaseException:
+            await running.stop(0)
+            raise
+        if self.replica.fatal is not None:
+            await running.stop(0)
+            raise RuntimeError(f"cannot recover the state: {self.replica.fatal}")
+
+    async def _on_lead(self, fresh: bool) -> None:
+        assert self._running is not None and self._grpc is not None
+        if fresh:
+            self._loop.apply_policy(self._policy)  # journaled first: replay never depends on today's file
+            if self._register_static_pool is not None:
+                self._register_static_pool()
+        self._tasks.append(asyncio.create_task(self._registry.run_reaper()))
+        if self._running.autoscaler is not None:
+            self._tasks.append(asyncio.create_task(self._running.autoscaler.run()))
+        await self._grpc.set_serving(True)
+
+    async def _on_step_down(self) -> None:
+        assert self._grpc is not None
+        for t in self._tasks:
+            t.cancel()
+        self._tasks.clear()
+        await self._grpc.set_serving(False)
+
+
+async def _cancel_on_exit(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancels the leader-only tasks when the server's own tasks are cancelled (stop)."""
+    try:
+        await asyncio.Event().wait()
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+async def serve_forever(
+    policy_path: str | None = None,
+    listen: str = DEFAULT_LISTEN,
+    metrics_listen: str | None = DEFAULT_METRICS_LISTEN,
+    static_pool: bool = True,
+    grace_s: float = 5.0,
+    autoscaler: str | None = None,
+    state: StateOptions | None = None,
+) -> int:
+    """Serve until SIGTERM/SIGINT, then shut down gracefully. Returns the process exit code.
+
+    `autoscaler` (off | local | kubernetes | dry-run) overrides SLOTSCHED_AUTOSCALER."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        env = dict(os.environ)
+        if autoscaler is not None:
+            env["SLOTSCHED_AUTOSCALER"] = autoscaler
+        running = await start_server(
+            policy_path, listen, metrics_listen, static_pool, autoscaler_env=env, state=state
+        )
+    except PolicyError as e:
+        for p in e.problems:
+            print(f"error: {p}", file=sys.stderr)
+        print(f"slotsched: cannot start: invalid policy {policy_path}", file=sys.stderr)
+        return 2
+    except ListenError as e:
+        print(f"error: {e}", file=sys.stderr)  # names the address and the flag
+        return 2
+    except (OSError, RuntimeError, ValueError) as e:
+        print(f"slotsched: cannot start: {e}", file=sys.stderr)
+        return 1
+    # Everything allocated so far (modules, descriptors, the policy) lives as long as the process:
+    # keep it out of the collector's full passes, which otherwise stall the loop now and then.
+    gc.freeze()
+    print(f"slotsched serving gRPC on {running.target}", flush=True)
+    if running.metrics_port is not None:
+        mhost = split_hostport(metrics_listen or "")[0]
+        print(f"slotsched metrics on http://{mhost}:{running.metrics_port}/metrics", flush=True)
+    if running.secure:
+        n = len(running.policy.tenants)
+        print(f"slotsched mode: secure, policy {running.policy.name!r} with {n} tenants", flush=True)
+    else:
+        print(f"slotsched mode: INSECURE dev mode (tenant from the {TENANT_HEADER} header)", flush=True)
+
+    replica = running.replica
+    if replica is not None:
+        role = "leader" if replica.serving else "standby"
+        print(f"slotsched state: redis ({role}, replica {replica.store.replica_id})", flush=True)
+
+    stop = asyncio.Event()
+    aloop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        if threading.current_thread() is threading.main_thread():
+            aloop.add_signal_handler(sig, stop.set)
+    waits = [asyncio.create_task(stop.wait())]
+    if replica is not None:
+        waits.append(asyncio.create_task(replica.fatal_event.wait()))
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for w in waits:
+        w.cancel()
+    fatal = replica.fatal if replica is not None else None
+    print("slotsched shutting down", flush=True)
+    await running.stop(grace_s)
+    print("slotsched stopped", flush=True)
+    if fatal is not None:
+        print(f"slotsched: cannot recover the state: {fatal}", file=sys.stderr)
+        return 1
+    return 0
