@@ -24,8 +24,8 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, workers_pb2
+from scheduler.cli.status_table import render, status_main
 from scheduler.policy.yaml_io import parse_policy
-from scheduler.server.status import render, status_main
 from tests.grpc_fixtures import (
     ADMIN_TOKEN,
     BE,

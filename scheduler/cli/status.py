@@ -6,7 +6,7 @@ import argparse
 
 
 def _status(args: argparse.Namespace) -> int:
-    from scheduler.server.status import status_main
+    from scheduler.cli.status_table import status_main
 
     rc: int = status_main(args.target, args.json, args.token, args.tenant)
     return rc

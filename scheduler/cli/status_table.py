@@ -1,5 +1,7 @@
 """`slotsched status`: one look at a running scheduler's pool, as an aligned table or JSON.
 
+A client of the Admin API, not part of the server: it reads statuses, it does not choose them.
+
 A thin client of Admin.DescribePool (and Admin.ListLeases for the leases on each worker in the
 table), so an operator reads exactly what the API says. Against a
 scheduler in secure mode it needs an admin token (`--token`, its hash listed under
