@@ -31,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from scheduler.core.engine import Core, PoolView, SessionView
+from scheduler.core.engine import Core
 from scheduler.core.types import (
     Acquire,
     Decision,
@@ -53,6 +53,7 @@ from scheduler.core.types import (
     YieldCancelled,
     YieldRequested,
 )
+from scheduler.core.views import PoolView, SessionView
 from scheduler.dispatch import BY_TYPE, EventSpec
 from scheduler.policy.model import Policy
 from scheduler.ports import NO_EXTRAS, EndedSession, Extras, Journal, LoopState, Observer, PolicyApplied

@@ -22,7 +22,6 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from scheduler.core.engine import PoolView
 from scheduler.core.types import (
     Decision,
     Ended,
@@ -38,6 +37,7 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
+from scheduler.core.views import PoolView
 
 CLASS_ORDER: tuple[QoS, ...] = tuple(QoS)  # the index order of PoolView/TenantView tuples
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-from scheduler.core.engine import PoolView
 from scheduler.core.lifecycle import LeaseState
 from scheduler.core.types import Decision, Event, Lease
+from scheduler.core.views import PoolView
 
 
 class Decider(Protocol):

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from scheduler.core.engine import PoolView
 from scheduler.core.tenants import CLASSES
 from scheduler.core.types import (
     Decision,
@@ -22,6 +21,7 @@ from scheduler.core.types import (
     WorkerId,
     WorkerRemoved,
 )
+from scheduler.core.views import PoolView
 from scheduler.policy.model import Policy
 from slots.autoscaler.decision import ScaleConfig, ScaleInput, ScaleWorker, ScaleWorkerState, weighted_demand
 

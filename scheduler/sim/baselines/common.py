@@ -24,7 +24,6 @@ from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from scheduler.core.engine import PoolView, TenantView, WorkerView
 from scheduler.core.lifecycle import LeaseState, WorkerState
 from scheduler.core.types import (
     Acquire,
@@ -60,6 +59,7 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
+from scheduler.core.views import PoolView, TenantView, WorkerView
 from scheduler.policy.model import Policy
 
 CLASSES = ("guaranteed", "burstable", "besteffort")
