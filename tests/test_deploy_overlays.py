@@ -1,0 +1,536 @@
+"""The rendered overlays (deploy/overlays/*) are valid and work as a deploy: every object passes its
+schema offline (kubernetes-validate for core kinds, the vendored CRD schemas of KEDA and the
+Prometheus Operator for theirs), workers are reachable and share snapshots, one owner scales the
+workers, the NetworkPolicies let through exactly who should, the alert rules pass `promtool
+check rules`, a real /metrics scrape passes `promtool check metrics`, and the dashboard asks
+for metrics that exist.
+
+Rendering needs kubectl, promtool comes from Debian's `prometheus` package (installed by a
+fixture when missing and running as root); without them the tests are skipped, under `CI` they
+fail.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.test_deploy_manifests import (
+    OVERLAYS,
+    arg,
+    autoscaler_on,
+    env_of,
+    expand,
+    exported_metrics,
+    find,
+    one,
+    policy_of,
+    queried_metrics,
+    render,
+    scheduler,
+    worker,
+)
+
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+K8S_VERSIONS = ("1.28", "1.30", "1.37")
+WORKER_DEPLOYMENT = "slotsched-worker"
+
+
+def _missing(message: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+# --- schemas ---------------------------------------------------------------------------------
+
+
+def _closed(schema: Any) -> Any:
+    """The schema with additionalProperties: false wherever it lists properties and allows no
+    unknown fields: the API server prunes undeclared fields silently, so a typo would vanish."""
+    if isinstance(schema, dict):
+        out = {k: _closed(v) for k, v in schema.items()}
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_closed(v) for v in schema]
+    return schema
+
+
+def crd_schema(api_version: str, kind: str) -> dict[str, Any] | None:
+    group, _, version = api_version.rpartition("/")
+    path = SCHEMAS / f"{group}_{kind}_{version}.json"
+    if not path.exists():
+        return None
+    schema = _closed(json.loads(path.read_text(encoding="utf-8")))
+    # The CRD's metadata is `type: object`; what the API server checks of it is ObjectMeta.
+    schema["properties"]["metadata"] = {"type": "object"}
+    return schema  # type: ignore[no-any-return]
+
+
+def validate_crd(obj: dict[str, Any], schema: dict[str, Any]) -> None:
+    """Raise jsonschema.ValidationError if `obj` breaks `schema`. No check of the schema itself:
+    its Go patterns (`^(?i)...`) are not ECMA regexes, though Python's `re` reads them."""
+    error = jsonschema.exceptions.best_match(jsonschema.Draft7Validator(schema).iter_errors(obj))
+    if error is not None:
+        raise error
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_object_passes_its_schema(overlay: str) -> None:
+    import kubernetes_validate
+
+    checked: dict[str, int] = {}
+    for obj in render(overlay):
+        kind = obj["kind"]
+        schema = crd_schema(obj["apiVersion"], kind)
+        if schema is not None:
+            try:
+                validate_crd(obj, schema)
+            except jsonschema.ValidationError as e:
+                pytest.fail(
+                    f"{overlay}: {kind} {obj['metadata']['name']}: {e.message} at {list(e.absolute_path)}"
+                )
+            checked[kind] = checked.get(kind, 0) + 1
+            continue
+        for version in K8S_VERSIONS:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.SchemaNotFoundError:
+                pytest.fail(
+                    f"{overlay}: no schema for {obj['apiVersion']} {kind}: vendor it in tests/schemas/"
+                )
+            except kubernetes_validate.ValidationError as e:
+                pytest.fail(
+                    f"{overlay}: {kind} {obj['metadata']['name']} invalid in Kubernetes {version}: {e}"
+                )
+        checked[kind] = checked.get(kind, 0) + 1
+    assert {"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "PrometheusRule"} <= set(checked)
+    assert {"ServiceMonitor", "PodMonitor"} <= set(checked)
+
+
+def test_the_crd_schemas_catch_what_the_api_server_would_refuse_or_prune() -> None:
+    so = copy.deepcopy(one(render("keda"), "ScaledObject"))
+    schema = crd_schema(so["apiVersion"], so["kind"])
+    assert schema is not None
+    validate_crd(so, schema)
+    so["spec"]["maxReplicaCount"] = "twenty"
+    with pytest.raises(jsonschema.ValidationError):
+        validate_crd(so, schema)
+    rule = copy.deepcopy(one(render("dev"), "PrometheusRule"))
+    rule_schema = crd_schema(rule["apiVersion"], rule["kind"])
+    assert rule_schema is not None
+    rule["spec"]["groups"][0]["rules"][0]["fro"] = "5m"  # a typo the API server would drop
+    with pytest.raises(jsonschema.ValidationError, match="fro"):
+        validate_crd(rule, rule_schema)
+
+
+# --- reachable workers, shared snapshots, one scaler ------------------------------------------
+
+
+def worker_scalers(objs: list[dict[str, Any]]) -> list[str]:
+    """Who sets the worker Deployment's replicas besides its manifest: KEDA, an HPA, the autoscaler."""
+    found = []
+    for so in find(objs, "ScaledObject"):
+        ref = so["spec"]["scaleTargetRef"]
+        if ref.get("kind", "Deployment") == "Deployment" and ref["name"] == WORKER_DEPLOYMENT:
+            found.append("keda")
+    for hpa in find(objs, "HorizontalPodAutoscaler"):
+        ref = hpa["spec"]["scaleTargetRef"]
+        if ref["kind"] == "Deployment" and ref["name"] == WORKER_DEPLOYMENT:
+            found.append("hpa")
+    if autoscaler_on(objs):
+        target = env_of(scheduler(objs)).get("SLOTSCHED_AUTOSCALER_TARGET", {}).get("value")
+        if target == f"Deployment/{WORKER_DEPLOYMENT}":
+            found.append("autoscaler")
+    return found
+
+
+def max_workers(objs: list[dict[str, Any]]) -> int:
+    """The most worker pods the overlay can run: its replicas, or what its scaler may reach."""
+    dep = one(objs, "Deployment", WORKER_DEPLOYMENT)
+    most = dep["spec"].get("replicas", 1)
+    for so in find(objs, "ScaledObject"):
+        if so["spec"]["scaleTargetRef"]["name"] == WORKER_DEPLOYMENT:
+            most = max(most, so["spec"].get("maxReplicaCount", 100))  # KEDA's default maximum
+    if "autoscaler" in worker_scalers(objs):
+        most = max(most, policy_of(objs).pool.max_workers)
+    return int(most)
+
+
+def shared_snapshot_store(objs: list[dict[str, Any]]) -> str | None:
+    """Why the workers' snapshot store is shared by all of them (None if it is not)."""
+    from snapshots.config import store_from_url
+
+    c = worker(objs)
+    url = expand(arg(c, "--snapshots") or "", c)
+    store_from_url(url)  # raises on a URL the worker would refuse
+    if url.startswith("s3://"):
+        return f"S3 {url}"
+    path = url.removeprefix("file://")
+    spec = one(objs, "Deployment", WORKER_DEPLOYMENT)["spec"]["template"]["spec"]
+    mounts = [
+        m
+        for m in c.get("volumeMounts", [])
+        if path == m["mountPath"] or path.startswith(m["mountPath"] + "/")
+    ]
+    for m in mounts:
+        (vol,) = [v for v in spec.get("volumes", []) if v["name"] == m["name"]]
+        claim = vol.get("persistentVolumeClaim", {}).get("claimName")
+        if claim:
+            pvc = one(objs, "PersistentVolumeClaim", claim)
+            if "ReadWriteMany" in pvc["spec"]["accessModes"]:
+                return f"RWX volume {claim}"
+    return None
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_workers_advertise_their_pod_ip_on_the_port_they_listen_on(overlay: str) -> None:
+    objs = render(overlay)
+    c = worker(objs)
+    listen, advertise = arg(c, "--listen"), arg(c, "--advertise")
+    assert listen and advertise, f"{overlay}: a worker without --listen/--advertise hands out 127.0.0.1"
+    listen_host, _, listen_port = listen.rpartition(":")
+    assert listen_host in ("0.0.0.0", "::"), f"{overlay}: --listen {listen} is not reachable from other pods"
+    host, _, port = advertise.rpartition(":")
+    assert port == listen_port
+    # The host is the pod IP from the downward API, never a loopback or fixed address.
+    assert host == "$(POD_IP)", advertise
+    assert env_of(c)["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    resolved = expand(advertise, c, POD_IP="10.244.1.7").rpartition(":")[0]
+    assert not ipaddress.ip_address(resolved).is_loopback
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert int(port) in ports.values()
+    svc = one(objs, "Service", WORKER_DEPLOYMENT)
+    assert svc["spec"]["clusterIP"] == "None", "the workers' Service must be headless"
+    assert (
+        svc["spec"]["selector"]
+        == one(objs, "Deployment", WORKER_DEPLOYMENT)["spec"]["selector"]["matchLabels"]
+    )
+    (svc_port,) = svc["spec"]["ports"]
+    assert ports[svc_port["targetPort"]] == int(port)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_workers_share_a_snapshot_store_wherever_there_can_be_more_than_one(overlay: str) -> None:
+    objs = render(overlay)
+    if max_workers(objs) > 1:
+        assert shared_snapshot_store(objs), f"{overlay}: {max_workers(objs)} workers, pod-local snapshots"
+        c = worker(objs)
+        if expand(arg(c, "--snapshots") or "", c).startswith("s3://"):
+            # Credentials from the boto3 chain: the Secret's keys (or a workload identity).
+            (ref,) = [e["secretRef"]["name"] for e in c.get("envFrom", []) if "secretRef" in e]
+            keys = set(one(objs, "Secret", ref)["data"])
+            assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= keys
+    else:
+        assert overlay == "dev"
+    assert (max_workers(render("dev")), max_workers(render("redis"))) == (1, 2)
+
+
+def test_a_pod_local_store_with_two_workers_is_caught() -> None:
+    objs = copy.deepcopy(render("redis"))
+    c = worker(objs)
+    for e in c["env"]:
+        if e["name"] == "SLOTSCHED_SNAPSHOTS":
+            e["value"] = "file:///var/lib/slotsched/snapshots"
+    assert max_workers(objs) == 2 and shared_snapshot_store(objs) is None
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_one_owner_scales_the_workers(overlay: str) -> None:
+    objs = render(overlay)
+    scalers = worker_scalers(objs)
+    assert scalers == {"dev": [], "redis": [], "keda": ["keda"], "autoscaler": ["autoscaler"]}[overlay]
+    dep = one(objs, "Deployment", WORKER_DEPLOYMENT)
+    # A scaled Deployment leaves replicas to its scaler, so `kubectl apply` does not reset them.
+    assert ("replicas" in dep["spec"]) == (not scalers)
+
+
+def test_turning_both_on_is_caught() -> None:
+    objs = copy.deepcopy(render("keda"))
+    scheduler(objs)["env"] += [
+        {"name": "SLOTSCHED_AUTOSCALER", "value": "kubernetes"},
+        {"name": "SLOTSCHED_AUTOSCALER_TARGET", "value": f"Deployment/{WORKER_DEPLOYMENT}"},
+    ]
+    assert worker_scalers(objs) == ["keda", "autoscaler"]
+
+
+# --- disruption budgets, network policies, scraping -------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_workload_has_one_disruption_budget(overlay: str) -> None:
+    objs = render(overlay)
+    pdbs = find(objs, "PodDisruptionBudget")
+    for name in ("slotsched-scheduler", WORKER_DEPLOYMENT):
+        labels = one(objs, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
+        covering = [p for p in pdbs if p["spec"]["selector"]["matchLabels"].items() <= labels.items()]
+        assert len(covering) == 1, f"{overlay}: {name} is covered by {len(covering)} budgets"
+        assert covering[0]["spec"].get("maxUnavailable") == 1
+    # The scheduler's standby is never Ready (leader-only readiness): it must stay evictable.
+    assert (
+        one(objs, "PodDisruptionBudget", "slotsched-scheduler")["spec"]["unhealthyPodEvictionPolicy"]
+        == "AlwaysAllow"
+    )
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, "this test reads matchLabels only"
+    wanted: dict[str, str] = selector.get("matchLabels", {})
+    return wanted.items() <= labels.items()
+
+
+def allowed(
+    objs: list[dict[str, Any]],
+    to: dict[str, str],
+    port: int,
+    *,
+    namespace: str = "slotsched",
+    labels: dict[str, str],
+) -> bool:
+    """Would the NetworkPolicies admit a TCP connection from a pod (namespace, labels) to `to`:port?"""
+    ns_labels = {"kubernetes.io/metadata.name": namespace}
+    policies = [p for p in find(objs, "NetworkPolicy") if _selects(p["spec"]["podSelector"], to)]
+    policies = [p for p in policies if "Ingress" in p["spec"]["policyTypes"]]
+    if not policies:
+        return True  # not isolated
+    for p in policies:
+        own_ns = p["metadata"]["namespace"]
+        for rule in p["spec"].get("ingress", []):
+            if rule.get("ports") and port not in [x["port"] for x in rule["ports"]]:
+                continue
+            for peer in rule.get("from", []):
+                ns_sel = peer.get("namespaceSelector")
+                ns_ok = _selects(ns_sel, ns_labels) if ns_sel is not None else namespace == own_ns
+                pod_ok = _selects(peer.get("podSelector", {}), labels)
+                if ns_ok and pod_ok:
+                    return True
+    return False
+
+
+SCHEDULER = {"app.kubernetes.io/name": "slotsched-scheduler"}
+WORKER = {"app.kubernetes.io/name": "slotsched-worker"}
+REDIS = {"app.kubernetes.io/name": "slotsched-redis"}
+RUNTIME = {"app": "agents", "slotsched.dev/client": "true"}
+STRANGER = {"app": "something-else"}
+PROMETHEUS = {"app.kubernetes.io/name": "prometheus"}
+KEDA = {"app.kubernetes.io/name": "keda-operator"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_network_policies_admit_exactly_who_should(overlay: str) -> None:
+    objs = render(overlay)
+    # The scheduler's gRPC port: workers and labelled runtimes, not anyone else.
+    assert allowed(objs, SCHEDULER, 50051, labels=WORKER)
+    assert allowed(objs, SCHEDULER, 50051, namespace="agents", labels=RUNTIME)
+    assert not allowed(objs, SCHEDULER, 50051, namespace="agents", labels=STRANGER)
+    assert not allowed(objs, SCHEDULER, 50051, labels=STRANGER)
+    # KEDA's operator only where KEDA asks the scheduler for demand.
+    assert allowed(objs, SCHEDULER, 50051, namespace="keda", labels=KEDA) == (overlay == "keda")
+    # Workers: the runtimes may start actors; nobody else.
+    assert allowed(objs, WORKER, 50052, namespace="agents", labels=RUNTIME)
+    assert not allowed(objs, WORKER, 50052, namespace="agents", labels=STRANGER)
+    # Metrics: Prometheus of the monitoring namespace only, and only the metrics ports.
+    for target, port in ((SCHEDULER, 9464), (WORKER, 9465)):
+        assert allowed(objs, target, port, namespace="monitoring", labels=PROMETHEUS)
+        assert not allowed(objs, target, port, namespace="agents", labels=PROMETHEUS)
+        assert not allowed(objs, target, port, labels=RUNTIME)
+    assert not allowed(objs, SCHEDULER, 50051, namespace="monitoring", labels=PROMETHEUS)
+    # Redis: the scheduler only.
+    if find(objs, "StatefulSet", "slotsched-redis"):
+        assert allowed(objs, REDIS, 6379, labels=SCHEDULER)
+        assert not allowed(objs, REDIS, 6379, labels=WORKER)
+        assert not allowed(objs, REDIS, 6379, namespace="agents", labels=RUNTIME)
+    # Every port a pod exposes is covered by a policy that names it.
+    for kind in ("Deployment", "StatefulSet"):
+        for d in find(objs, kind):
+            labels = d["spec"]["template"]["metadata"]["labels"]
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                for p in c.get("ports", []):
+                    covered = [
+                        pol
+                        for pol in find(objs, "NetworkPolicy")
+                        if _selects(pol["spec"]["podSelector"], labels)
+                        and any(
+                            p["containerPort"] in [x["port"] for x in r.get("ports", [])]
+                            for r in pol["spec"]["ingress"]
+                        )
+                    ]
+                    assert covered, (
+                        f"{overlay}: {d['metadata']['name']}:{p['containerPort']} has no NetworkPolicy"
+                    )
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_prometheus_operator_scrapes_the_metrics_ports(overlay: str) -> None:
+    objs = render(overlay)
+    sm = one(objs, "ServiceMonitor", "slotsched-scheduler")
+    svc = [
+        s for s in find(objs, "Service") if _selects(sm["spec"]["selector"], s["metadata"].get("labels", {}))
+    ]
+    assert [s["metadata"]["name"] for s in svc] == ["slotsched-scheduler"]
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in svc[0]["spec"]["ports"]}
+    assert arg(scheduler(objs), "--metrics-listen") == "0.0.0.0:9464"
+    pm = one(objs, "PodMonitor", "slotsched-worker")
+    labels = one(objs, "Deployment", WORKER_DEPLOYMENT)["spec"]["template"]["metadata"]["labels"]
+    assert _selects(pm["spec"]["selector"], labels)
+    (pod_endpoint,) = pm["spec"]["podMetricsEndpoints"]
+    ports = {p["name"]: p["containerPort"] for p in worker(objs)["ports"]}
+    assert ports[pod_endpoint["port"]] == int(
+        (arg(worker(objs), "--metrics-listen") or ":").rpartition(":")[2]
+    )
+    # The Prometheus Operator ignores prometheus.io annotations: none should suggest otherwise.
+    assert "prometheus.io/" not in yaml.safe_dump_all(objs)
+
+
+# --- promtool ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Iterator[str]:
+    path = shutil.which("promtool")
+    if path is None and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(
+            ["apt-get", "install", "-y", "--no-install-recommends", "prometheus"],
+            capture_output=True,
+            timeout=600,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
+        path = shutil.which("promtool")
+    if path is None:
+        _missing("promtool is not installed (Debian: apt-get install prometheus) and could not be installed")
+    assert path is not None
+    yield path
+
+
+def _check_rules(promtool: str, tmp_path: Path, groups: list[dict[str, Any]], name: str) -> str:
+    rules = tmp_path / f"{name}.rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False), encoding="utf-8")
+    done = subprocess.run(
+        [promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, f"promtool check rules {name}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_promtool_checks_the_alert_rules(overlay: str, promtool: str, tmp_path: Path) -> None:
+    groups = [g for r in find(render(overlay), "PrometheusRule") for g in r["spec"]["groups"]]
+    assert groups
+    out = _check_rules(promtool, tmp_path, groups, overlay)
+    n = sum(len(g["rules"]) for g in groups)
+    assert f"SUCCESS: {n} rules found" in out
+
+
+def test_promtool_finds_a_broken_rule(promtool: str, tmp_path: Path) -> None:
+    groups = copy.deepcopy(one(render("dev"), "PrometheusRule")["spec"]["groups"])
+    groups[0]["rules"][0]["expr"] = "sum(rate(slotsched_grants_total[5m]) > "
+    with pytest.raises(AssertionError, match="promtool check rules"):
+        _check_rules(promtool, tmp_path, groups, "broken")
+
+
+def test_promtool_checks_a_real_metrics_scrape(promtool: str) -> None:
+    from tests.grpc_fixtures import running_server
+
+    # Dev mode (built-in policy, a static pool): the pool gauges are present.
+    with running_server(None) as server, urllib.request.urlopen(server.metrics_url, timeout=10) as resp:
+        text = resp.read()
+    assert b"slotsched_held_leases" in text and b"slotsched_time_to_slot_seconds_bucket" in text
+    done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)
+    assert done.returncode == 0, f"promtool check metrics:\n{done.stdout.decode()}{done.stderr.decode()}"
+
+
+# --- the dashboard -----------------------------------------------------------------------------
+
+
+def dashboard() -> dict[str, Any]:
+    objs = render("dev")
+    cms = [c for c in find(objs, "ConfigMap") if c["metadata"].get("labels", {}).get("grafana_dashboard")]
+    assert len(cms) == 1, "one ConfigMap labelled grafana_dashboard"
+    ((_, text),) = cms[0]["data"].items()
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+def dashboard_queries() -> dict[str, list[str]]:
+    return {
+        p["title"]: [t["expr"] for t in p.get("targets", [])]
+        for p in dashboard()["panels"]
+        if p["type"] != "row"
+    }
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_overlay_ships_the_dashboard(overlay: str) -> None:
+    objs = render(overlay)
+    cm = one(objs, "ConfigMap", "slotsched-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
+def test_dashboard_has_the_panels_an_operator_looks_at() -> None:
+    queries = dashboard_queries()
+    need = {
+        "Slots held by class and tenant": ("slotsched_held_leases", ["class", "tenant"]),
+        "Queue by class": ("slotsched_pending_sessions", ["class"]),
+        "Time to slot by class (p50, p95, p99)": ("slotsched_time_to_slot_seconds_bucket", ["class"]),
+        "Preemptions": ("slotsched_preemptions_total", ["cause"]),
+        "Work lost": ("slotsched_work_lost_slot_seconds_total", []),
+        "Floor headroom": ("slotsched_floor_slots", []),
+        "Desired vs actual workers": ("slotsched_autoscaler_desired_workers", []),
+        "Failovers and journal": ("slotsched_recoveries_total", []),
+    }
+    for title, (metric, by) in need.items():
+        assert title in queries, f"no panel {title!r}"
+        text = " ".join(queries[title])
+        assert metric in text, (title, metric)
+        for label in by:
+            assert label in text, (title, label)
+
+
+def test_dashboard_queries_name_only_metrics_that_exist() -> None:
+    exported = exported_metrics(state=True, autoscaler=True, worker_metrics=True)
+    seen = set()
+    for title, exprs in dashboard_queries().items():
+        assert exprs, f"panel {title!r} has no query"
+        for expr in exprs:
+            for metric in queried_metrics(expr):
+                assert metric in exported, f"panel {title!r} queries {metric}, which no registry exports"
+                seen.add(metric)
+    assert len(seen) >= 20
+
+
+def test_dashboard_queries_parse(promtool: str, tmp_path: Path) -> None:
+    # promtool parses PromQL only inside rules: each query becomes a recording rule.
+    rules = [
+        {"record": f"slotsched:dashboard_query:{i}", "expr": expr}
+        for i, expr in enumerate(e for exprs in dashboard_queries().values() for e in exprs)
+    ]
+    _check_rules(promtool, tmp_path, [{"name": "dashboard", "rules": rules}], "dashboard")
+
+
+def test_panels_do_not_overlap() -> None:
+    cells: set[tuple[int, int]] = set()
+    for p in dashboard()["panels"]:
+        g = p["gridPos"]
+        assert g["x"] + g["w"] <= 24, p["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"panel {p['title']!r} overlaps another"
+                cells.add((x, y))
