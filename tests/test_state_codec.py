@@ -291,3 +291,10 @@ def test_an_old_pickle_snapshot_is_refused_clearly() -> None:
         snapshot.loads(pickle.dumps({"core": 1}), "slotsched-state/1:0123456789abcdef")
     with pytest.raises(snapshot.StateSnapshotError, match="no format number"):
         snapshot.loads(b'{"core": {}}')
+
+
+def test_a_bad_state_url_never_echoes_its_password() -> None:
+    with pytest.raises(StateConfigError) as err:
+        parse_state("redis://:hunter2-secret@redis:6379/x")
+    assert "hunter2" not in str(err.value)
+    assert "redis://:***@redis:6379/x" in str(err.value)

@@ -75,6 +75,15 @@ class NotLeader(Exception):
     """A fenced write refused: another replica holds the leader lease."""
 
 
+def _redacted(u: urllib.parse.SplitResult) -> str:
+    """The URL without its password: a config error is logged, a credential must not be."""
+    if u.password is None:
+        return u.geturl()
+    user = u.username or ""
+    host = u.netloc.rpartition("@")[2]
+    return u._replace(netloc=f"{user}:***@{host}").geturl()
+
+
 def parse_state(value: str) -> str | None:
     """None for `memory`; the Redis URL for `redis://HOST:PORT/DB`. Raises StateConfigError."""
     text = value.strip()
@@ -95,7 +104,7 @@ def parse_state(value: str) -> str | None:
     elif u.query or u.fragment:
         why = "no query or fragment allowed"
     if why or port == 0:
-        raise StateConfigError(f"--state {value!r}: {why or 'bad port'}")
+        raise StateConfigError(f"--state {_redacted(u)!r}: {why or 'bad port'}")
     return text
 
 

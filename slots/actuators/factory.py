@@ -1,6 +1,6 @@
 """Choosing an actuator from configuration (flags or the environment of a pod).
 
-Why one function: `slotsched serve` and the Kubernetes manifests (deploy/scheduler-deployment.yaml
+Why one function: `slotsched serve` and the Kubernetes manifests (deploy/components/autoscaler
 sets SLOTSCHED_AUTOSCALER* variables) name the actuator as text; everything that turns that text
 into an object, and every error about it, lives here.
 
