@@ -594,6 +594,68 @@ YIELD_CASES: dict[str, Case] = {
 }
 CASES.update(YIELD_CASES)
 
+# No lease is revoked without a waiter that needed its slot (issue 10 item 1): the falsifying
+# examples of the property test (test_core_properties.py), each reduced to a table case.
+SRE_B = tenant("sre", nominal=1, limit=2)
+WEB_B = tenant("web", nominal=1, limit=2)
+
+
+def _then(at: float, want: list[str]) -> Callable[[Driver], None]:
+    def check(d: Driver) -> None:
+        assert d.run([(at, "tick")]) == want
+
+    return check
+
+
+NO_REVOKE_FOR_NO_ONE: dict[str, Case] = {
+    # sre's Burstable lease is within its nominal but lent from the floor (borrowing). Revoked
+    # for batch's fairness right, its holder would be a tier-2 waiter, served before batch, and
+    # take the slot straight back: it is no fairness victim; sre's BestEffort lease is, once it
+    # has run min_runtime.
+    "fairness_never_takes_a_borrowed_floor_lease_its_holder_would_take_back": Case(
+        policy(SRE_B, BATCH, floor=2, min_runtime=30, ttl=100),
+        [
+            ("add", "w0", 2),
+            ("acquire", "b1", "sre", "b"),  # borrowing: the floor cannot spare the slot
+            (20, "acquire", "x0", "sre", "be"),
+            (31, "acquire", "x1", "batch", "be"),  # b1 has run min_runtime, x0 not yet
+        ],
+        ["queued x1"],
+        _then(50, ["yield x0 fair_share"]),
+    ),
+    # The deadline (11) passed before the expiry (30), both seen by one event at 30: the revoke
+    # serves a1 at 11, as a tick at 11 would have, not b1 back with the slot g1 frees at 30.
+    "timers_fire_in_time_order_a_revoke_serves_its_waiter_first": Case(
+        policy(ALPHA, BETA, OPS, ttl=30),
+        [
+            ("add", "w0", 2),
+            ("acquire", "g1", "ops", "g"),  # never renews: expires at 30
+            ("acquire", "b1", "beta", "b"),
+            (1, "acquire", "a1", "alpha", "b"),  # b1 asked to yield by 11
+            (10, "renew", "b1"),
+            (30, "tick"),
+        ],
+        ["revoked b1 yield_deadline", "granted a1 w0/1", "expired g1", "granted b1 w0/0"],
+    ),
+    # web's nominal right takes sre's borrowed floor lease (the floor has room since w1 drained).
+    # At the deadline s0 is re-queued in tier 2 ahead of n1 (same rank, older): n1 keeps its
+    # earmark through the pass and takes the slot its victim freed.
+    "a_revoked_victims_slot_goes_to_its_waiter_not_back_to_it": Case(
+        policy(SRE_B, WEB_B, BATCH, floor=2),
+        [
+            ("add", "w0", 1),
+            ("add", "w1", 1),
+            ("acquire", "s0", "sre", "b"),  # borrowing: the floor cannot spare the slot
+            ("acquire", "x1", "batch", "be"),
+            ("drain", "w1"),  # the floor is 1 now: room for a nominal lease
+            (1, "acquire", "n1", "web", "b"),
+            (11, "tick"),
+        ],
+        ["revoked s0 yield_deadline", "granted n1 w0/0", "queued s0"],
+    ),
+}
+CASES.update(NO_REVOKE_FOR_NO_ONE)
+
 
 def test_a_quota_change_that_takes_the_waiters_right_cancels_its_yield() -> None:
     d = Driver(policy(ALPHA, BETA))

@@ -2,8 +2,9 @@
 
 `Core.handle(event, now)` applies one event at time `now` and returns the decisions it caused,
 in these steps (the methods below follow this order):
-  1. timers due by `now` fire: maturity for fairness preemption, yield deadlines, lease expiries
-     (`_advance`; after an outage, `_resume` first moves them out);
+  1. timers due by `now` fire in time order, a pass after each instant as a tick then would have
+     run: lease expiries, maturity for fairness preemption, yield deadlines (`_advance`; after an
+     outage, `_resume` first moves them out);
   2. the event itself: acquire (admit, grant at once, queue or refuse), release, renew, yield,
      worker added / draining / removed;
   3. a pass over the queue (`_schedule`), repeated until neither applies:
@@ -22,7 +23,9 @@ A yield exists for a waiter. When the waiter leaves (withdrawn, granted another 
 gone with a policy change), its victim is made ACTIVE again at once and the pass runs: a waiter
 with a right to that very lease takes the yield over (it stays under way, same deadline, and the
 holder hears nothing); otherwise the event ends with `YieldCancelled` for it. So no lease is
-revoked, and no yield frees a slot, for a waiter that is not there.
+revoked, and no yield frees a slot, for a waiter that is not there. When the victim's slot frees,
+its waiter keeps its earmark through the pass, so the slot goes to it, not back to the victim's
+holder re-queued in the same tier (`_landed`).
 """
 
 from __future__ import annotations
@@ -117,6 +120,9 @@ class Core:
         # Only from a state exported by an older build, which left such yields running: they are
         # handled like `_cancelled` by the next event.
         self._orphans: dict[LeaseId, None] = {}
+        # Waiters whose victim's slot freed in this event, still earmarked until the pass serves
+        # them (or puts them back in line): empty between events.
+        self._landed: list[Request] = []
         self._gseq = 0
         self._held_g = 0
         self._preemptible = 0
@@ -566,10 +572,43 @@ class Core:
     # ------------------------------------------------------------------ timers
 
     def _advance(self, now: float, out: list[Decision]) -> bool:
-        """Fire the timers due by `now`; True if any did something."""
+        """Fire the timers due by `now`, instant by instant, as ticks at each instant would have;
+        True if any did something.
+
+        Between two instants the pass runs, so a slot freed at one instant goes to its waiter
+        before a later timer fires: a yield deadline at 15 revokes for the waiter that needed the
+        slot then, even if a lease expiring at 20 (both seen only by an event at 20) would have
+        served it. Within one instant, expiries and maturing fire first and the pass runs before
+        the yield deadlines: a slot freed without loss serves the waiter, whose yield is then
+        called off rather than revoked."""
+        fired = False
+        while True:
+            at = self._next_due(now)
+            if at is None:
+                return fired
+            if fired:
+                self._schedule(now, out)  # what the previous instant changed, served first
+            freed = self._fire_expiries(at, now, out)
+            fired = self._fire_maturing(at) or freed or fired
+            if freed and self._yield_deadlines and self._yield_deadlines[0][0] <= at:
+                self._schedule(now, out)
+            fired = self._fire_deadlines(at, now, out) or fired
+
+    def _next_due(self, now: float) -> float | None:
+        """The earliest instant <= `now` at which a timer is due, if any."""
+        at = now + 1.0
+        if self._maturing:
+            at = min(at, self._maturing[0][0])
+        if self._yield_deadlines:
+            at = min(at, self._yield_deadlines[0][0])
+        if self._expiries:
+            at = min(at, self._expiries[0][0])
+        return at if at <= now else None
+
+    def _fire_maturing(self, at: float) -> bool:
         fired = False
         maturing = self._maturing
-        while maturing and maturing[0][0] <= now:
+        while maturing and maturing[0][0] <= at:
             _, lid, epoch = maturing.popleft()
             rec = self._leases.get(lid)
             if rec is None or rec.lease.epoch != epoch:
@@ -582,8 +621,12 @@ class Core:
                 self._mature_n += 1
                 self._refresh_victims(t)
                 fired = True
+        return fired
+
+    def _fire_deadlines(self, at: float, now: float, out: list[Decision]) -> bool:
+        fired = False
         deadlines = self._yield_deadlines
-        while deadlines and deadlines[0][0] <= now:
+        while deadlines and deadlines[0][0] <= at:
             deadline, lid, epoch = heapq.heappop(deadlines)
             rec = self._leases.get(lid)
             if (
@@ -594,13 +637,17 @@ class Core:
             ):
                 self._revoke(rec, RevokeReason.YIELD_DEADLINE, now, out)
                 fired = True
+        return fired
+
+    def _fire_expiries(self, at: float, now: float, out: list[Decision]) -> bool:
+        fired = False
         expiries = self._expiries
-        while expiries and expiries[0][0] <= now:
+        while expiries and expiries[0][0] <= at:
             _, lid, epoch = heapq.heappop(expiries)
             rec = self._leases.get(lid)
             if rec is None or rec.lease.epoch != epoch:
                 continue
-            if rec.lease.expires_at > now:
+            if rec.lease.expires_at > at:
                 heapq.heappush(expiries, (rec.lease.expires_at, lid, epoch))  # renewed meanwhile
                 continue
             self._end_lease(rec, LeaseState.EXPIRED)
@@ -611,16 +658,33 @@ class Core:
     # ------------------------------------------------------------------ the pass
 
     def _schedule(self, now: float, out: list[Decision]) -> None:
-        if not self._requests:
-            return  # nobody waits: nothing to grant, no one with a right to preempt
-        while True:
+        while self._requests:  # nobody waits: nothing to grant, no one with a right to preempt
             if self._free_ready > 0:
                 req = self._order.for_free_slot()
-                if req is None:
-                    return
-                self._grant(req, self._pop_free(), now, out)
-            elif not self._preempt_once(now, out):
-                return
+                if req is not None:
+                    self._grant(req, self._pop_free(), now, out)
+                    continue
+            elif self._preempt_once(now, out):
+                continue
+            if not self._back_in_line():
+                break
+        self._landed.clear()
+
+    def _back_in_line(self) -> bool:
+        """Waiters whose victim's slot freed in this event but went to a higher tier: back in line
+        (to find another victim); True if there were any."""
+        back = False
+        for req in self._landed:
+            if (
+                self._requests.get(req.session) is req
+                and req.earmark is not None
+                and req.earmark not in self._leases
+            ):
+                self._unearmark(req)
+                self._refresh_queue(req.tenant)
+                back = True
+        self._landed.clear()
+        return back
 
     def _slack(self) -> int:
         """How far the floor invariant holds above its bound (>= 0 whenever it holds)."""
@@ -842,9 +906,16 @@ class Core:
         if rec.for_session is not None:
             waiter = self._requests.get(rec.for_session)
             if waiter is not None and waiter.earmark == lid:
-                # The slot it waited for is free now: back into line, where it is first anyway.
-                self._unearmark(waiter)
-                self._refresh_queue(waiter.tenant)
+                if w.state is WorkerState.READY:
+                    # The slot it waited for is free now: the waiter keeps its earmark through
+                    # the pass, so it goes ahead of its own tier and the tiers after it (back in
+                    # line, an older session of its tier, the holder re-queued among them,
+                    # would take the slot back). If a higher tier takes it, the pass puts the
+                    # waiter back in line (`_schedule`).
+                    self._landed.append(waiter)
+                else:
+                    self._unearmark(waiter)  # the slot goes with its worker
+                    self._refresh_queue(waiter.tenant)
         if cls == B and not rec.borrowing:
             self._promote(t)
         self._refresh(t)

@@ -26,7 +26,8 @@ def victim_order(cls: int, tenant: TenantState, grant_seq: int) -> tuple[int, fl
        resumes from the snapshot it yielded with, so its grant is its last checkpoint).
 
     A fairness preemption further takes only leases that ran min_runtime, never one of the
-    requester's tenant, and only if `less_than_or_equal_to_final_share` holds.
+    requester's tenant, never a Burstable lease of a tenant below its nominal
+    (`fair_burstable_victims`), and only if `less_than_or_equal_to_final_share` holds.
     """
     return (0 if cls == BE else 1, -tenant.share(), tenant.name, -grant_seq)
 
@@ -49,6 +50,15 @@ def less_than_or_equal_to_final_share(requester: TenantState, victims: TenantSta
     )
 
 
+def fair_burstable_victims(t: TenantState) -> bool:
+    """May a fairness preemption take one of `t`'s (borrowing) Burstable leases? Not while `t`
+    holds fewer nominal leases than its nominal: such a lease is a borrowed floor lease, and its
+    holder, re-queued, would be a tier-2 waiter (below nominal), served before any tier-3 waiter:
+    it would take its slot straight back, a revoke for no one. Only Guaranteed and nominal rights
+    reclaim it (tiers 1-2, which go ahead of it)."""
+    return t.b_nominal_held() >= t.spec.burstable_nominal
+
+
 def may_take(requester: TenantState, rec: LeaseRec, fairness: bool) -> bool:
     """The rules of `VictimIndex.any_victim` / `fair_victim` for one lease."""
     t, lid = rec.tenant, rec.lease.lease_id
@@ -56,7 +66,12 @@ def may_take(requester: TenantState, rec: LeaseRec, fairness: bool) -> bool:
         return False
     if not fairness:
         return True
-    return t is not requester and lid in t.mature[rec.cls] and less_than_or_equal_to_final_share(requester, t)
+    return (
+        t is not requester
+        and lid in t.mature[rec.cls]
+        and (rec.cls != B or fair_burstable_victims(t))
+        and less_than_or_equal_to_final_share(requester, t)
+    )
 
 
 class VictimIndex:
@@ -98,7 +113,7 @@ class VictimIndex:
             key = (*tenant_key(B, t), v)
             if t.candidates[B]:
                 self.any[1].push(key, n)
-            if t.mature[B]:
+            if t.mature[B] and fair_burstable_victims(t):
                 self.mature[1].push(key, n)
 
     def any_victim(self) -> LeaseRec | None:
@@ -132,6 +147,7 @@ class VictimIndex:
 
 __all__ = [
     "VictimIndex",
+    "fair_burstable_victims",
     "less_than_or_equal_to_final_share",
     "may_take",
     "tenant_key",
