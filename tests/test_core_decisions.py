@@ -653,6 +653,19 @@ NO_REVOKE_FOR_NO_ONE: dict[str, Case] = {
         ],
         ["revoked s0 yield_deadline", "granted n1 w0/0", "queued s0"],
     ),
+    # The deadline (11) passed before the event that removes the worker (12): the revoke serves
+    # a1 first, as a tick at 11 would have; the removal then takes the slot from a1.
+    "a_timer_due_before_an_event_is_served_before_the_event_applies": Case(
+        policy(ALPHA, BETA),
+        [*BETA_HOLDS, (12, "remove", "w0")],
+        [
+            "revoked b1 yield_deadline",
+            "granted a1 w0/0",
+            "revoked a1 worker_removed",
+            "queued b1",
+            "queued a1",
+        ],
+    ),
 }
 CASES.update(NO_REVOKE_FOR_NO_ONE)
 

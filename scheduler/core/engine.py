@@ -575,24 +575,24 @@ class Core:
         """Fire the timers due by `now`, instant by instant, as ticks at each instant would have;
         True if any did something.
 
-        Between two instants the pass runs, so a slot freed at one instant goes to its waiter
-        before a later timer fires: a yield deadline at 15 revokes for the waiter that needed the
-        slot then, even if a lease expiring at 20 (both seen only by an event at 20) would have
-        served it. Within one instant, expiries and maturing fire first and the pass runs before
-        the yield deadlines: a slot freed without loss serves the waiter, whose yield is then
-        called off rather than revoked."""
+        After each instant the pass runs, so a slot freed at one instant goes to its waiter
+        before a later timer fires or the event applies: a yield deadline at 15 revokes for the
+        waiter that needed the slot then, even if a lease expiring at 20 (both seen only by an
+        event at 20) would have served it, or if the event removes the slot's worker. Within one
+        instant, expiries and maturing fire first and the pass runs before the yield deadlines: a
+        slot freed without loss serves the waiter, whose yield is then called off, not revoked."""
         fired = False
-        while True:
-            at = self._next_due(now)
-            if at is None:
-                return fired
-            if fired:
-                self._schedule(now, out)  # what the previous instant changed, served first
+        while (at := self._next_due(now)) is not None:
             freed = self._fire_expiries(at, now, out)
-            fired = self._fire_maturing(at) or freed or fired
+            matured = self._fire_maturing(at)
             if freed and self._yield_deadlines and self._yield_deadlines[0][0] <= at:
                 self._schedule(now, out)
-            fired = self._fire_deadlines(at, now, out) or fired
+            if self._fire_deadlines(at, now, out) or freed or matured:
+                # Served before the event and later timers: the event may take the slot away
+                # (its worker removed), as it would have after a tick at `at`.
+                self._schedule(now, out)
+                fired = True
+        return fired
 
     def _next_due(self, now: float) -> float | None:
         """The earliest instant <= `now` at which a timer is due, if any."""
