@@ -34,6 +34,7 @@ import grpc
 from grpc_health.v1 import health
 
 from scheduler.core.types import WorkerId
+from scheduler.grants import GrantKeyError, GrantKeyring
 from scheduler.listen import ListenError, add_grpc_port, check_bindable, start_metrics_http
 from scheduler.policy.defaults import default_policy
 from scheduler.policy.errors import PolicyError
@@ -84,6 +85,8 @@ class RunningServer:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _stopped: bool = False
     replica: Replica | None = None  # redis mode
+    #: Signs grants and tags lease ids; `.verifier()` / `.public_text()` is what workers need.
+    grant_keys: GrantKeyring = field(default_factory=GrantKeyring.generate)
 
     @property
     def target(self) -> str:
@@ -146,8 +149,12 @@ async def start_server(
     autoscaler_env: Mapping[str, str] | None = None,
     autoscale_period_s: float = 15.0,
     state: StateOptions | None = None,
+    grant_keys: GrantKeyring | None = None,
 ) -> RunningServer:
     """Start a server on the running event loop. Raises PolicyError for a bad policy file.
+
+    `grant_keys` sign grants and tag lease ids (scheduler/grants.py); None = a key generated now,
+    which workers get from `running.grant_keys` (the demo and tests) or not at all.
 
     `autoscaler_env` (default: the process environment) chooses the companion autoscaler's
     actuator through SLOTSCHED_AUTOSCALER (off | local | kubernetes | dry-run); see
@@ -162,6 +169,7 @@ async def start_server(
 
         redis_url = parse_state(state.state)
     policy, secure = _load(policy_path)
+    keys = grant_keys if grant_keys is not None else GrantKeyring.generate()
     metrics = Metrics()
     loop = SchedulerLoop(policy, metrics)
     auth = Authenticator(secure, lambda: loop.core.policy)
@@ -182,12 +190,17 @@ async def start_server(
     if redis_url is None:
         if static_pool:
             register_static_pool()  # redis mode: on a fresh store only (the journal has them otherwise)
-        grpc_server = assemble(loop, registry, auth, demand)
+        grpc_server = assemble(loop, registry, auth, demand, grant_keys=keys)
     else:
         leadership = _Leadership(
             redis_url, state, loop, registry, policy, metrics, register_static_pool if static_pool else None
         )
-        grpc_server = assemble(loop, registry, auth, demand, serving=leadership.serving)
+        grpc_server = assemble(loop, registry, auth, demand, serving=leadership.serving, grant_keys=keys)
+        if keys.ephemeral:
+            log.warning(
+                "no grant key given (--grant-key-file / $SLOTSCHED_GRANT_KEYS): lease ids and grants "
+                "signed by this replica are refused after a failover"
+            )
     await grpc_server.set_serving(redis_url is None)
 
     host, _ = split_hostport(listen)
@@ -208,6 +221,7 @@ async def start_server(
     running = RunningServer(
         port, metrics_port, host, secure, policy, loop, registry, server, grpc_server.health, httpd
     )
+    running.grant_keys = keys
     _add_autoscaler(running, metrics, host, autoscaler_env, autoscale_period_s)
     if leadership is None:
         running._tasks.append(asyncio.create_task(registry.run_reaper()))
@@ -353,19 +367,25 @@ async def serve_forever(
     grace_s: float = 5.0,
     autoscaler: str | None = None,
     state: StateOptions | None = None,
+    grant_key_file: str | None = None,
 ) -> int:
     """Serve until SIGTERM/SIGINT, then shut down gracefully. Returns the process exit code.
 
-    `autoscaler` (off | local | kubernetes | dry-run) overrides SLOTSCHED_AUTOSCALER."""
+    `autoscaler` (off | local | kubernetes | dry-run) overrides SLOTSCHED_AUTOSCALER.
+    `grant_key_file` (else $SLOTSCHED_GRANT_KEYS, else a generated key) signs grants."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         env = dict(os.environ)
         if autoscaler is not None:
             env["SLOTSCHED_AUTOSCALER"] = autoscaler
+        keys = GrantKeyring.from_config(grant_key_file, env)
         running = await start_server(
-            policy_path, listen, metrics_listen, static_pool, autoscaler_env=env, state=state
+            policy_path, listen, metrics_listen, static_pool, autoscaler_env=env, state=state, grant_keys=keys
         )
+    except GrantKeyError as e:
+        print(f"slotsched: cannot start: {e}", file=sys.stderr)
+        return 2
     except PolicyError as e:
         for p in e.problems:
             print(f"error: {p}", file=sys.stderr)
@@ -389,6 +409,14 @@ async def serve_forever(
         print(f"slotsched mode: secure, policy {running.policy.name!r} with {n} tenants", flush=True)
     else:
         print(f"slotsched mode: INSECURE dev mode (tenant from the {TENANT_HEADER} header)", flush=True)
+    keys = running.grant_keys
+    if keys.ephemeral:
+        print("slotsched grants: signed with a key generated at start (no --grant-key-file)", flush=True)
+    else:
+        print(
+            f"slotsched grants: signed with key {keys.kids[0]!r} (verifying {', '.join(keys.kids)})",
+            flush=True,
+        )
 
     replica = running.replica
     if replica is not None:

@@ -46,6 +46,7 @@ from scheduler.api.gen.slotsched.v1 import (
     scheduler_pb2_grpc,
     workers_pb2_grpc,
 )
+from scheduler.grants import GrantKeyring
 from scheduler.policy.identities import hash_token
 from scheduler.serve import RunningServer, start_server
 
@@ -139,8 +140,10 @@ class ServerThread:
         static_pool: bool = True,
         heartbeat_interval_s: float = 5.0,
         grace_s: float = 0.5,
+        grant_keys: GrantKeyring | None = None,
     ) -> None:
         self._args = (policy_path, static_pool, heartbeat_interval_s)
+        self._grant_keys = grant_keys
         self._grace = grace_s
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -155,7 +158,12 @@ class ServerThread:
         self._stop = asyncio.Event()
         try:
             self.running = await start_server(
-                policy_path, "127.0.0.1:0", "127.0.0.1:0", static_pool, heartbeat_interval_s=hb
+                policy_path,
+                "127.0.0.1:0",
+                "127.0.0.1:0",
+                static_pool,
+                heartbeat_interval_s=hb,
+                grant_keys=self._grant_keys,
             )
         except BaseException as e:  # noqa: BLE001 - re-raised in the test thread
             self._error = e

@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, workers_pb2
 from scheduler.cli.status_table import render, status_main
+from scheduler.grants import core_lease_id
 from scheduler.policy.yaml_io import parse_policy
 from tests.grpc_fixtures import (
     ADMIN_TOKEN,
@@ -232,7 +233,7 @@ def test_status_table_lists_workers_their_state_and_leases(
         assert set(held) == {"acme", "globex"}
         for tenant, lease in held.items():
             row = rows[lease.slot.worker_id]
-            assert f"{lease.lease_id} {tenant} (" in row, row
+            assert f"{core_lease_id(lease.lease_id)} {tenant} (" in row, row  # admins see untagged ids
             assert " 1/1 " in row, row  # busy/slots
         assert rows[acme_worker].split()[1] == "draining"
         globex_row = rows[held["globex"].slot.worker_id]

@@ -13,6 +13,7 @@ import pytest
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, workers_pb2
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
+from scheduler.grants import core_lease_id
 from tests.grpc_fixtures import (
     ADMIN_TOKEN,
     BE,
@@ -112,7 +113,9 @@ def test_broken_stream_keeps_the_lease_and_reattach_replays_granted() -> None:
                 call.cancel()  # the client goes away
                 await asyncio.sleep(0.2)
                 leases = await admin.admin.ListLeases(admin_pb2.ListLeasesRequest(), metadata=admin.md)
-                assert [x.lease_id for x in leases.leases] == [lease.lease_id]
+                # The Admin service shows the untagged id; tenants see it tagged.
+                assert lease.lease_id != core_lease_id(lease.lease_id)
+                assert [x.lease_id for x in leases.leases] == [core_lease_id(lease.lease_id)]
 
                 first = c.acquire("agent-7", B)
                 replay = (await next_event(first)).granted.lease
@@ -236,7 +239,7 @@ def test_worker_silent_for_three_heartbeats_is_removed_and_its_leases_requeued()
                 lease = (await next_event(call)).granted.lease
                 assert lease.worker_address == "10.0.0.1:7000"
                 hb = await w.workers.Heartbeat(workers_pb2.HeartbeatRequest(worker_id="w1"), metadata=w.md)
-                assert [x.lease_id for x in hb.leases] == [lease.lease_id] and not hb.draining
+                assert [x.lease_id for x in hb.leases] == [core_lease_id(lease.lease_id)] and not hb.draining
                 # No more heartbeats: removed after ~3 intervals, the lease revoked, the session re-queued.
                 revoked = (await next_event(call, timeout=3)).revoked
                 assert revoked.reason == pb.REVOKE_REASON_WORKER_REMOVED

@@ -12,6 +12,7 @@ loses nothing either.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import shutil
@@ -31,6 +32,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, scheduler_pb2
 from scheduler.client import AsyncClient, Phase, QoS
+from scheduler.grants import GRANT_KEYS_ENV
 from scheduler.state.redis_store import NotLeader, RedisStore
 from tests.grpc_fixtures import ADMIN_TOKEN, TOKENS, Client, policy_yaml, write_policy
 
@@ -83,6 +85,9 @@ class RedisProc:
             self.proc.wait(5)
 
 
+GRANT_KEYS = f"k1:{base64.b64encode(os.urandom(32)).decode()}"
+
+
 class Sched:
     """`slotsched serve --state redis://…` in a subprocess."""
 
@@ -100,7 +105,10 @@ class Sched:
         args = [sys.executable, "-m", "scheduler.cli", "serve", "--policy", policy_path]
         args += ["--state", state_url, "--listen", f"127.0.0.1:{self.port}", "--metrics-listen", ""]
         args += ["--replica-id", name, "--leader-ttl", str(ttl), "--snapshot-every", str(snapshot_every)]
+        # Replicas share the grant key, as a deployment must: a successor accepts the tagged lease
+        # ids and honours the grants its predecessor handed out.
         env = {**os.environ, "PYTHONPATH": str(ROOT), "SLOTSCHED_AUTOSCALER": "off"}
+        env[GRANT_KEYS_ENV] = GRANT_KEYS
         self.log = tempfile.NamedTemporaryFile(prefix=f"slotsched-{name}-", suffix=".log", delete=False)  # noqa: SIM115
         self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
 

@@ -58,7 +58,13 @@ async def _until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
 async def _workers(server: ServerThread, tmp: Path, n: int = 2) -> list[RunningWorker]:
     ws = [
         await start_worker(
-            server.target, f"w{i}", 1, snapshots=str(tmp), token=WORKER_TOKEN, actor_config=CONFIG
+            server.target,
+            f"w{i}",
+            1,
+            snapshots=str(tmp),
+            token=WORKER_TOKEN,
+            actor_config=CONFIG,
+            grants=server.server.grant_keys.verifier(),  # the runtime must pass every grant through
         )
         for i in range(n)
     ]

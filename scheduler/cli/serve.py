@@ -29,6 +29,7 @@ def _serve(args: argparse.Namespace) -> int:
             static_pool=not args.no_static_pool,
             autoscaler=args.autoscaler,
             state=state,
+            grant_key_file=args.grant_key_file,
         )
     )
     return rc
@@ -79,5 +80,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         default=60.0,
         help="... or every this many seconds with events since the last (default %(default)s)",
+    )
+    s.add_argument(
+        "--grant-key-file",
+        default=None,
+        metavar="PATH",
+        help="Ed25519 grant signing keys, KID:BASE64 lines (first signs, all verify; "
+        "`python -m scheduler.grants new KID` makes one); default $SLOTSCHED_GRANT_KEYS, else a key "
+        "generated at start. Workers verify grants with the public keys "
+        "(`python -m scheduler.grants public PATH`)",
     )
     s.set_defaults(func=_serve)

@@ -34,12 +34,23 @@ def _size(text: str) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     import asyncio
+    import sys
 
+    from scheduler.grants import GRANT_PUBLIC_KEYS_ENV, GrantKeyError, GrantVerifier
     from slots.worker.actor import ActorConfig
     from slots.worker.main import run_worker
 
     config = ActorConfig(args.bytes_per_turn, args.turn_interval, args.max_turns)
     token = args.token if args.token is not None else os.environ.get("SLOTSCHED_TOKEN")
+    grants = None
+    try:
+        if args.grant_public_keys:
+            grants = GrantVerifier.load(args.grant_public_keys)
+        elif os.environ.get(GRANT_PUBLIC_KEYS_ENV, "").strip():
+            grants = GrantVerifier.parse(os.environ[GRANT_PUBLIC_KEYS_ENV], GRANT_PUBLIC_KEYS_ENV)
+    except GrantKeyError as e:
+        print(f"slotsched worker: cannot start: {e}", file=sys.stderr)
+        return 2
     rc: int = asyncio.run(
         run_worker(
             args.scheduler,
@@ -57,6 +68,8 @@ def _worker(args: argparse.Namespace) -> int:
             drain_yield_s=args.drain_yield,
             drain_timeout_s=args.drain_timeout,
             verify_leases=not args.no_verify_leases,
+            grants=grants,
+            admin_token_hashes=tuple(args.admin_token_hash or ()),
         )
     )
     return rc
@@ -91,8 +104,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     w.add_argument(
         "--accept-token-hash",
         action="append",
+        metavar="[TENANT=]sha256:HEX",
+        help="accept Worker calls bearing this token (repeatable); TENANT= binds it to a tenant (it may "
+        "then act on, and see in Status, only that tenant's actors); none = accept anyone (dev only)",
+    )
+    w.add_argument(
+        "--admin-token-hash",
+        action="append",
         metavar="sha256:HEX",
-        help="accept Worker calls bearing this token (repeatable); none = accept anyone (dev only)",
+        help="a token that sees every actor in Status (repeatable; operators)",
+    )
+    w.add_argument(
+        "--grant-public-keys",
+        default=None,
+        metavar="PATH",
+        help="the scheduler's grant public keys, KID:BASE64 lines (`python -m scheduler.grants public "
+        "KEYFILE`; default $SLOTSCHED_GRANT_PUBLIC_KEYS): Start, Checkpoint and Stop then need the "
+        "lease's signed grant (PERMISSION_DENIED without). Without: grants are not checked (dev)",
     )
     w.add_argument("--metrics-listen", default=None, help="Prometheus /metrics HOST:PORT (default: off)")
     w.add_argument("--bytes-per-turn", type=_size, default=4096, help="state an actor adds per turn")

@@ -22,7 +22,7 @@ from scheduler.client.callbacks import invoke
 from scheduler.client.channel import TRANSIENT_CODES
 from scheduler.client.errors import from_rpc_error
 from scheduler.client.session_state import SessionState, log
-from scheduler.client.types import LeaseInfo, Phase, SnapshotRef
+from scheduler.client.types import LeaseInfo, Phase, SnapshotRef, lease_key
 
 
 class SessionDuties(SessionState):
@@ -51,7 +51,10 @@ class SessionDuties(SessionState):
             try:
                 resp = await stub.Renew(
                     scheduler_pb2.RenewRequest(
-                        session_id=self.session_id, lease_id=lease.lease_id, epoch=lease.epoch
+                        # the id as last reported (its tag changes when the scheduler's key does)
+                        session_id=self.session_id,
+                        lease_id=(self._lease or lease).lease_id,
+                        epoch=lease.epoch,
                     ),
                     metadata=self._client.metadata,
                     timeout=min(self._client.rpc_timeout_s, max(interval, 0.5)),
@@ -71,10 +74,13 @@ class SessionDuties(SessionState):
                 continue  # transient: the next tick retries, two chances before expiry
             self.renew_error = None
             current = self._lease
-            if current is None or (current.lease_id, current.epoch) != (lease.lease_id, lease.epoch):
+            if current is None or current.key != lease.key:
                 return
             if resp.HasField("expires_at"):
                 current = replace(current, expires_at=resp.expires_at.ToDatetime(tzinfo=UTC))
+                self._lease = current
+            if resp.grant:  # the grant Checkpoint and Stop show the worker, valid past the new expiry
+                current = replace(current, grant=resp.grant)
                 self._lease = current
             if resp.state == common_pb2.LEASE_STATE_YIELDING and self._phase is Phase.HOLDING:
                 # We missed YieldRequested (e.g. while re-attaching): yield now.
@@ -88,7 +94,7 @@ class SessionDuties(SessionState):
     # ---------------------------------------------------------------------------------- yield
 
     def _start_yield(self, lease: LeaseInfo) -> None:
-        key = (lease.lease_id, lease.epoch)
+        key = lease.key
         if self._yield_started == key or self._release_requested:
             return
         self._yield_started = key
@@ -127,7 +133,7 @@ class SessionDuties(SessionState):
         )
         if ref is not None:
             req.snapshot.CopyFrom(ref.to_proto())
-            self._yield_ref = ((lease.lease_id, lease.epoch), ref)
+            self._yield_ref = (lease.key, ref)
         stub = self._client.stub()
         for attempt in range(5):
             if not self._is_current(lease.lease_id, lease.epoch) or self._release_requested:
@@ -148,7 +154,7 @@ class SessionDuties(SessionState):
                 return
         if ref is not None and (self._lease is None or self._is_current(lease.lease_id, lease.epoch)):
             self._resume_from = ref  # (a re-grant that raced ahead already carries it)
-        self._count_yield((lease.lease_id, lease.epoch))
+        self._count_yield(lease.key)
         if self._is_current(lease.lease_id, lease.epoch):
             self._drop_lease(involuntary=False)
             self._phase = Phase.QUEUED
@@ -156,7 +162,7 @@ class SessionDuties(SessionState):
 
     def _yield_called_off(self, lease_id: str, epoch: int) -> None:
         """YieldCancelled for our lease: keep holding it (see `scheduler.client.session`)."""
-        key = (lease_id, epoch)
+        key = lease_key(lease_id, epoch)
         if not self._is_current(lease_id, epoch) or self._yield_started != key:
             return  # not yielding it (any more): nothing to call off
         held = replace(self._require_lease(), yield_deadline=None)

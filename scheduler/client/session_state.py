@@ -17,7 +17,7 @@ from typing import Any, cast
 from scheduler.client.callbacks import OnGrant, OnYield, OnYieldCancelled
 from scheduler.client.channel import ClientLink
 from scheduler.client.errors import SessionEnded, SlotschedError
-from scheduler.client.types import LeaseInfo, Phase, QoS, QueueInfo, Slot, SnapshotRef
+from scheduler.client.types import LeaseInfo, Phase, QoS, QueueInfo, Slot, SnapshotRef, lease_key
 
 #: One logger for the whole async SDK, under the name it always had (users filter on it).
 log = logging.getLogger("scheduler.client.aio")
@@ -150,9 +150,7 @@ class SessionState:
     def _ready(self) -> bool:
         """Holding a lease whose on_grant (if any) has run."""
         lease = self._lease
-        return lease is not None and (
-            self._on_grant is None or self._grant_done == (lease.lease_id, lease.epoch)
-        )
+        return lease is not None and (self._on_grant is None or self._grant_done == lease.key)
 
     def _end_error(self) -> SlotschedError:
         if self.error is not None:
@@ -194,7 +192,7 @@ class SessionState:
         self._lease = None
 
     def _is_current(self, lease_id: str, epoch: int) -> bool:
-        return self._lease is not None and (self._lease.lease_id, self._lease.epoch) == (lease_id, epoch)
+        return self._lease is not None and self._lease.key == lease_key(lease_id, epoch)
 
     def _local(self, server_time: Any) -> datetime:
         """A server timestamp in this machine's clock, so a skewed clock does not move deadlines."""

@@ -20,7 +20,7 @@ from scheduler.client.channel import REATTACH_CODES, NoAnswer
 from scheduler.client.duties import SessionDuties
 from scheduler.client.errors import GrantFailed, SessionEnded, SlotschedError, Unavailable, from_rpc_error
 from scheduler.client.session_state import log
-from scheduler.client.types import LeaseInfo, Phase, QueueInfo, SnapshotRef, end_reason_name
+from scheduler.client.types import LeaseInfo, Phase, QueueInfo, SnapshotRef, end_reason_name, lease_key
 
 
 def _event_time(ev: scheduler_pb2.LeaseEvent) -> datetime | None:
@@ -172,13 +172,13 @@ class SessionStream(SessionDuties):
         self._notify()
 
     def _on_granted(self, ev: scheduler_pb2.LeaseEvent) -> None:
-        lease = LeaseInfo.from_proto(ev.granted.lease)
+        lease = LeaseInfo.from_proto(ev.granted.lease, ev.granted.grant)
         replay = self._is_current(lease.lease_id, lease.epoch)
         self._lease = lease
         self._queue = None
         self._phase = Phase.HOLDING
         self.lost_lease.clear()
-        if replay and lease.yield_deadline is None and self._yield_started == (lease.lease_id, lease.epoch):
+        if replay and lease.yield_deadline is None and self._yield_started == lease.key:
             # Re-attached to an ACTIVE lease we were yielding: we missed its YieldCancelled.
             self._yield_called_off(lease.lease_id, lease.epoch)
         if replay:
@@ -204,7 +204,7 @@ class SessionStream(SessionDuties):
                         self._give_back(lease, e)
                     raise
                 finally:
-                    self._grant_done = (lease.lease_id, lease.epoch)
+                    self._grant_done = lease.key
                     self._notify()
 
             self._actions.put_nowait(grant_action)
@@ -253,8 +253,8 @@ class SessionStream(SessionDuties):
         if ended.lease_id and self._is_current(ended.lease_id, ended.epoch):
             self._drop_lease(involuntary=not ours and ended.reason != scheduler_pb2.END_REASON_YIELDED)
         if ended.reason == scheduler_pb2.END_REASON_YIELDED and not ended.session_over:
-            self._count_yield((ended.lease_id, ended.epoch))
-            if self._yield_ref is not None and self._yield_ref[0] == (ended.lease_id, ended.epoch):
+            self._count_yield(lease_key(ended.lease_id, ended.epoch))
+            if self._yield_ref is not None and self._yield_ref[0] == lease_key(ended.lease_id, ended.epoch):
                 self._resume_from = self._yield_ref[1]  # before the Yield response, maybe
             self._phase = Phase.QUEUED
             return

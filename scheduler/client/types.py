@@ -10,12 +10,13 @@ here, so the rest of the SDK never reads a proto field directly.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2
+from scheduler.grants import core_lease_id
 
 
 def _ts_to_dt(ts: timestamp_pb2.Timestamp) -> datetime:
@@ -133,6 +134,12 @@ class Slot:
         return cls(worker_id=msg.worker_id, index=msg.index)
 
 
+def lease_key(lease_id: str, epoch: int) -> tuple[str, int]:
+    """What identifies a lease: its id without the scheduler's tag, and its epoch. After a
+    signing-key switch the scheduler reports the same lease with a newly tagged id."""
+    return core_lease_id(lease_id), epoch
+
+
 @dataclass(frozen=True)
 class LeaseInfo:
     """A session's hold on a slot, as last reported by the server (a snapshot: a re-grant after a
@@ -152,6 +159,14 @@ class LeaseInfo:
     #: is revoked and the session resumes from its previous snapshot. In this machine's clock (the
     #: SDK converts the server's deadline with the skew seen on the stream).
     yield_deadline: datetime | None = None
+    #: The scheduler's signed grant (`Granted.grant`, refreshed by every Renew): what the Worker
+    #: service's Start, Checkpoint and Stop require. Opaque; kept out of repr (it is a credential).
+    grant: str = field(default="", repr=False)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """(lease id without its tag, epoch): the same lease whatever key tagged its id."""
+        return lease_key(self.lease_id, self.epoch)
 
     def to_proto(self) -> common_pb2.Lease:
         msg = common_pb2.Lease(
@@ -176,7 +191,7 @@ class LeaseInfo:
         return msg
 
     @classmethod
-    def from_proto(cls, msg: common_pb2.Lease) -> LeaseInfo:
+    def from_proto(cls, msg: common_pb2.Lease, grant: str = "") -> LeaseInfo:
         qos = _QOS_FROM_PROTO.get(int(msg.qos))
         return cls(
             session_id=msg.session_id,
@@ -190,6 +205,7 @@ class LeaseInfo:
             tenant=msg.tenant,
             granted_at=_opt_ts(msg, "granted_at"),
             yield_deadline=_opt_ts(msg, "yield_deadline"),
+            grant=grant,
         )
 
 
@@ -269,7 +285,7 @@ class SessionInfo:
         return cls(
             session_id=msg.session_id,
             phase=phase,
-            lease=LeaseInfo.from_proto(msg.lease) if msg.HasField("lease") else None,
+            lease=LeaseInfo.from_proto(msg.lease, msg.grant) if msg.HasField("lease") else None,
             queue=queue,
             last_snapshot=SnapshotRef.from_optional(msg, "last_snapshot"),
             qos=_QOS_FROM_PROTO.get(int(msg.qos)),

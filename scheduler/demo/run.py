@@ -129,6 +129,7 @@ class Demo:
                 snapshots=self.snapshots,
                 token=self.worker_token,
                 accept_token_hashes=[hash_token(self.runtime_token)],
+                grants=self.server.grant_keys.verifier(),  # the scheduler's key, made at start
                 actor_config=ACTOR,
                 drain_timeout_s=2.0,
             )

@@ -26,6 +26,7 @@ from scheduler.api.gen.slotsched.v1 import (
     workers_pb2,
     workers_pb2_grpc,
 )
+from scheduler.grants import GrantKeyring
 from scheduler.server import errors
 from scheduler.server.admin_service import AdminService
 from scheduler.server.auth import Authenticator
@@ -102,12 +103,14 @@ def assemble(
     auth: Authenticator,
     demand: Callable[[], float],
     serving: Callable[[], bool] | None = None,
+    grant_keys: GrantKeyring | None = None,
 ) -> GrpcServer:
     """A gRPC server (not bound, not started) with every service on it. `demand` feeds KEDA
-    (weighted demand in slots); `serving`, if given, gates the scheduling services."""
+    (weighted demand in slots); `serving`, if given, gates the scheduling services; `grant_keys`
+    sign the Scheduler service's grants (None: a generated key)."""
     interceptors = [] if serving is None else [_LeaderGate(serving)]
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=interceptors)
-    scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth), server)  # type: ignore[no-untyped-call]
+    scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth, grant_keys), server)  # type: ignore[no-untyped-call]
     workers_pb2_grpc.add_WorkersServicer_to_server(WorkersService(registry, auth), server)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(AdminService(registry, auth), server)  # type: ignore[no-untyped-call]
     add_keda_servicer(server, demand, lambda: loop.core.policy.pool.slots_per_worker)

@@ -31,6 +31,7 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
+from scheduler.grants import GrantClaim, GrantKeyring
 from scheduler.server.stream import Notice
 
 QOS_TO_PB: dict[QoS, common_pb2.QosClass] = {
@@ -261,3 +262,44 @@ def lease_event(n: Notice) -> scheduler_pb2.LeaseEvent:
     """The LeaseEvent a stream writes for one notice (an Expired is its revocation; the loop
     queues the session's Ended after it)."""
     return _NOTICE_TO_PB[type(n.decision)](n)
+
+
+# ---------------------------------------------------------------- grants and tagged lease ids
+
+
+def grant_for(keys: GrantKeyring, pb: common_pb2.Lease) -> str:
+    """The signed grant for a proto lease still carrying the core's id (before `tag_lease`)."""
+    claim = GrantClaim(pb.tenant, pb.session_id, pb.lease_id, pb.epoch, pb.slot.worker_id, pb.slot.index)
+    return keys.sign(claim, from_ts(pb.expires_at))
+
+
+def grant_for_lease(keys: GrantKeyring, lease: Lease) -> str:
+    """The signed grant for a domain lease (Renew: a fresh expiry, a fresh grant)."""
+    claim = GrantClaim(
+        lease.tenant,
+        split_key(lease.session)[1],
+        lease.lease_id,
+        lease.epoch,
+        lease.slot.worker,
+        lease.slot.index,
+    )
+    return keys.sign(claim, lease.expires_at)
+
+
+def tag_lease(keys: GrantKeyring, pb: common_pb2.Lease) -> None:
+    pb.lease_id = keys.wire_lease_id(pb.lease_id)
+
+
+def seal_event(keys: GrantKeyring, ev: scheduler_pb2.LeaseEvent) -> scheduler_pb2.LeaseEvent:
+    """What a tenant's stream carries: lease ids tagged, and a Granted signed (see grants.py).
+    Done on the proto, after `lease_event`, so the loop and the core never see keys."""
+    kind = ev.WhichOneof("event")
+    if kind == "granted":
+        g = ev.granted
+        g.grant = grant_for(keys, g.lease)
+        tag_lease(keys, g.lease)
+    elif kind in ("yield_requested", "yield_cancelled", "revoked", "ended"):
+        inner = getattr(ev, kind)
+        if inner.lease_id:
+            inner.lease_id = keys.wire_lease_id(inner.lease_id)
+    return ev

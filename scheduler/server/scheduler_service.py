@@ -15,6 +15,7 @@ from typing import Any
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from scheduler.core.types import LeaseId, QoS, Queued, Release, Renew, Renewed, SessionId, SnapshotRef, Yield
+from scheduler.grants import GrantKeyring
 from scheduler.ports import StateUnavailable
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
@@ -53,19 +54,29 @@ def _snapshot(msg: Any, field: str) -> SnapshotRef | None:
 
 
 class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
-    def __init__(self, loop: SchedulerLoop, auth: Authenticator) -> None:
+    """`keys` sign grants and tag lease ids (grants.py); None = a key generated for this server."""
+
+    def __init__(self, loop: SchedulerLoop, auth: Authenticator, keys: GrantKeyring | None = None) -> None:
         self._loop = loop
         self._auth = auth
+        self._keys = keys if keys is not None else GrantKeyring.generate()
 
     def _tenant(self, context: Any) -> str:
         if self._loop.shutting_down:
             raise errors.unavailable()
         return self._auth.tenant(context)
 
-    def _check_lease_tenant(self, lease_id: str, tenant: str) -> None:
-        lease = self._loop.core.lease(LeaseId(lease_id))
+    def _lease_id(self, wire_id: str, tenant: str) -> LeaseId:
+        """The core id of a lease id as quoted (tag verified), checked to be the caller's."""
+        _require(wire_id, "lease_id")
+        core = self._keys.core_of(wire_id)
+        if core is None:
+            # An untagged, mistagged or guessed id names no lease this caller was given.
+            raise errors.not_found(f"no lease {wire_id[:80]!r}: quote lease_id as granted (with its tag)")
+        lease = self._loop.core.lease(LeaseId(core))
         if lease is not None and lease.tenant != tenant:
-            raise errors.failed_precondition(f"lease {lease_id} belongs to another tenant")
+            raise errors.failed_precondition(f"lease {wire_id} belongs to another tenant")
+        return LeaseId(core)
 
     # ------------------------------------------------------------------ Acquire
 
@@ -83,7 +94,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         key = stream.key
         items = stream.items
         write = context.write
-        to_event = convert.lease_event
+        keys = self._keys
+        lease_event, seal = convert.lease_event, convert.seal_event
         wait_timeout = self._loop.wait_timeout(key)
         queued_since: float | None = None
         withdrawn = ""  # why the caller's patience ran out, once the request is withdrawn
@@ -113,7 +125,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 await self._loop.durable()  # never tell what a crash could take back
                 if stream.closed:
                     continue  # closed while we waited: the check above ends the stream
-                await write(to_event(notice))
+                await write(seal(keys, lease_event(notice)))
                 if kind == FINAL:
                     if withdrawn:
                         msg = f"still queued when {withdrawn} passed: the request was withdrawn"
@@ -197,15 +209,16 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         _session_id(request.session_id)
         key = convert.session_key(tenant, request.session_id)
         if request.lease_id:
-            self._check_lease_tenant(request.lease_id, tenant)
-            decisions = self._loop.submit(Release(key, LeaseId(request.lease_id), request.epoch))
+            lease_id = self._lease_id(request.lease_id, tenant)
+            decisions = self._loop.submit(Release(key, lease_id, request.epoch))
             await self._loop.durable()
             errors.raise_for(decisions)
             return scheduler_pb2.ReleaseResponse(reason=scheduler_pb2.END_REASON_RELEASED)
         view = self._loop.session(key)
         if view is not None and view.lease is not None:
             raise errors.failed_precondition(
-                f"session {request.session_id} holds lease {view.lease.lease_id}: quote lease_id and epoch"
+                f"session {request.session_id} holds lease {self._keys.wire_lease_id(view.lease.lease_id)}: "
+                "quote lease_id and epoch"
             )
         decisions = self._loop.submit(Release(key, None))
         await self._loop.durable()
@@ -216,17 +229,18 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     async def Renew(self, request: scheduler_pb2.RenewRequest, context: Any) -> scheduler_pb2.RenewResponse:
         tenant = self._tenant(context)
         _session_id(request.session_id)
-        _require(request.lease_id, "lease_id")
-        self._check_lease_tenant(request.lease_id, tenant)
+        lease_id = self._lease_id(request.lease_id, tenant)
         key = convert.session_key(tenant, request.session_id)
-        decisions = self._loop.submit(Renew(key, LeaseId(request.lease_id), request.epoch))
+        decisions = self._loop.submit(Renew(key, lease_id, request.epoch))
         # The reply is built now, from this event's state, and sent once that state is durable
         # (reading after the wait could report later events that are not).
         resp: scheduler_pb2.RenewResponse | None = None
         for d in decisions:
             if isinstance(d, Renewed) and d.lease.session == key:
                 resp = scheduler_pb2.RenewResponse(
-                    expires_at=convert.ts(d.lease.expires_at), state=common_pb2.LEASE_STATE_ACTIVE
+                    expires_at=convert.ts(d.lease.expires_at),
+                    state=common_pb2.LEASE_STATE_ACTIVE,
+                    grant=convert.grant_for_lease(self._keys, d.lease),
                 )
                 y = self._loop.yielding(d.lease.lease_id)
                 if y is not None:
@@ -244,9 +258,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         _session_id(request.session_id)
         _require(request.lease_id, "lease_id")
         snap = _snapshot(request, "snapshot")
-        self._check_lease_tenant(request.lease_id, tenant)
+        lease_id = self._lease_id(request.lease_id, tenant)
         key = convert.session_key(tenant, request.session_id)
-        decisions = self._loop.submit(Yield(key, LeaseId(request.lease_id), request.epoch, snap))
+        decisions = self._loop.submit(Yield(key, lease_id, request.epoch, snap))
         await self._loop.durable()
         errors.raise_for(decisions)
         position = 0  # re-granted at once if no Queued follows
@@ -281,6 +295,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             if view.lease is not None:
                 lease, y = view.lease, self._loop.yielding(view.lease.lease_id)
                 out.lease.CopyFrom(convert.lease_to_pb(lease, self._loop.address(lease.slot.worker), y))
+                out.grant = convert.grant_for(self._keys, out.lease)
+                convert.tag_lease(self._keys, out.lease)
             else:
                 out.position = view.position
                 if view.estimated_wait_s is not None:

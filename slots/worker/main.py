@@ -13,6 +13,10 @@ are what lease holders must show this worker's Worker service.
 scheduler lists for this worker in its heartbeats (the agent is the service's lease source, see
 leases.py and service.py). Off only for a worker used without a scheduler's grants (a
 standalone test of the Worker service): then any token holder may start any actor.
+
+`grants` (the scheduler's public grant keys, `--grant-public-keys`): Start, Checkpoint and Stop
+must carry the lease's signed grant (service.py). Without, grants are not checked (dev mode: the
+worker warns at start). `admin_token_hashes` may see every actor in Status.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import grpc
 import grpc.aio
 
 from scheduler.api.gen.slotsched.v1 import worker_pb2_grpc
+from scheduler.grants import GrantVerifier
 from scheduler.listen import ListenError, add_grpc_port, check_bindable, start_metrics_http
 from slots.worker.actor import ActorConfig
 from slots.worker.agent import STOPPED, WorkerAgent
@@ -125,12 +130,14 @@ async def start_worker(
     drain_yield_s: float = 10.0,
     drain_timeout_s: float = 30.0,
     verify_leases: bool = True,
+    grants: GrantVerifier | None = None,
+    admin_token_hashes: Collection[str] = (),
 ) -> RunningWorker:
     """Start a worker on the running loop: serve the Worker service, then register and heartbeat."""
     store = store_from_url(snapshots) if isinstance(snapshots, str) else snapshots
     metrics = WorkerMetrics()
     host = ActorHost(worker_id, slots, store, actor_config, metrics, fallback=fallback)
-    service = WorkerService(host, accept_token_hashes)
+    service = WorkerService(host, accept_token_hashes, grants=grants, admin_token_hashes=admin_token_hashes)
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     worker_pb2_grpc.add_WorkerServicer_to_server(service, server)  # type: ignore[no-untyped-call]
     lhost, _ = split_hostport(listen)
@@ -155,6 +162,12 @@ async def start_worker(
         log.warning("worker %s accepts Worker calls from anyone (no --accept-token-hash given)", worker_id)
     if not verify_leases:
         log.warning("worker %s starts actors without verifying their leases (--no-verify-leases)", worker_id)
+    if grants is None:
+        log.warning(
+            "worker %s checks no grants (no --grant-public-keys): any accepted caller may checkpoint or "
+            "stop any actor here",
+            worker_id,
+        )
     agent = WorkerAgent(
         scheduler_target,
         worker_id,
@@ -191,6 +204,8 @@ async def run_worker(
     drain_yield_s: float = 10.0,
     drain_timeout_s: float = 30.0,
     verify_leases: bool = True,
+    grants: GrantVerifier | None = None,
+    admin_token_hashes: Collection[str] = (),
 ) -> int:
     """Serve until SIGTERM/SIGINT or a drain by the scheduler; returns the process exit code."""
     if not logging.getLogger().handlers:
@@ -212,6 +227,8 @@ async def run_worker(
             drain_yield_s=drain_yield_s,
             drain_timeout_s=drain_timeout_s,
             verify_leases=verify_leases,
+            grants=grants,
+            admin_token_hashes=admin_token_hashes,
         )
     except ListenError as e:
         print(f"error: {e}", file=sys.stderr)  # names the address and the flag

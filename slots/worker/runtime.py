@@ -31,7 +31,11 @@ or, to also stop the actor when the session ends (recommended; see below),
   themselves before leaving the session.
 
 Checkpoint and Stop name the session's tenant and the lease (id and epoch) it holds: a worker that
-verifies leases requires them, and touches only the actor started under that lease.
+verifies leases requires them, and touches only the actor started under that lease. Start,
+Checkpoint and Stop also carry the lease's signed grant (`LeaseInfo.grant`, from Granted and
+refreshed by every Renew): a worker holding the scheduler's public keys accepts nothing else. The
+runtime never handles grants itself; a `WorkerClient` also remembers the grants it sent to its
+worker and shows them in `status()`, which then reports those actors in full.
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ from scheduler.client.types import LeaseInfo, QoS, SnapshotRef
 log = logging.getLogger("slotsched.runtime")
 
 _RETRY_CODES = frozenset({grpc.StatusCode.UNAVAILABLE})
+#: Grants a WorkerClient remembers for `status()` (the oldest are dropped first).
+MAX_REMEMBERED_GRANTS = 1024
+#: The Worker service's limit on grants per Status call (service.MAX_STATUS_GRANTS).
+MAX_STATUS_GRANTS = 64
 
 
 class WorkerCallError(Exception):
@@ -96,6 +104,16 @@ class WorkerClient:
         self._options = list(channel_options)
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
+        #: The latest grant sent per (tenant, session): what `status()` shows the worker.
+        self._grants: dict[tuple[str, str], str] = {}
+
+    def _remember(self, tenant: str, session_id: str, grant: str) -> None:
+        if not grant:
+            return
+        self._grants.pop((tenant, session_id), None)
+        self._grants[(tenant, session_id)] = grant
+        while len(self._grants) > MAX_REMEMBERED_GRANTS:
+            del self._grants[next(iter(self._grants))]
 
     def stub(self) -> Any:
         if self._stub is None:
@@ -120,7 +138,9 @@ class WorkerClient:
             slot=lease.slot.to_proto(),
             lease_id=lease.lease_id,
             epoch=lease.epoch,
+            grant=lease.grant,
         )
+        self._remember(tenant, lease.session_id, lease.grant)
         if lease.resume_from is not None:
             req.resume_from.CopyFrom(lease.resume_from.to_proto())
         call = self.stub().Start(req, metadata=self.metadata, timeout=timeout or self.rpc_timeout_s)
@@ -147,11 +167,13 @@ class WorkerClient:
         tenant: str = "",
         lease_id: str = "",
         epoch: int = 0,
+        grant: str = "",
     ) -> SnapshotRef:
+        self._remember(tenant, session_id, grant)
         try:
             pb = await self.stub().Checkpoint(
                 worker_pb2.CheckpointRequest(
-                    session_id=session_id, tenant=tenant, lease_id=lease_id, epoch=epoch
+                    session_id=session_id, tenant=tenant, lease_id=lease_id, epoch=epoch, grant=grant
                 ),
                 metadata=self.metadata,
                 timeout=timeout or self.rpc_timeout_s,
@@ -168,21 +190,33 @@ class WorkerClient:
         tenant: str = "",
         lease_id: str = "",
         epoch: int = 0,
+        grant: str = "",
     ) -> bool:
         try:
             resp = await self.stub().Stop(
-                worker_pb2.StopRequest(session_id=session_id, tenant=tenant, lease_id=lease_id, epoch=epoch),
+                worker_pb2.StopRequest(
+                    session_id=session_id, tenant=tenant, lease_id=lease_id, epoch=epoch, grant=grant
+                ),
                 metadata=self.metadata,
                 timeout=timeout or self.rpc_timeout_s,
             )
         except grpc.aio.AioRpcError as e:
             raise self._error(f"Stop of session {session_id}", e) from e
+        if self._grants.get((tenant, session_id)) == grant:
+            del self._grants[(tenant, session_id)]
         return bool(resp.stopped)
 
-    async def status(self, timeout: float | None = None) -> worker_pb2.StatusResponse:
+    async def status(
+        self, timeout: float | None = None, grants: Sequence[str] | None = None
+    ) -> worker_pb2.StatusResponse:
+        """The worker's slots; the actors of `grants` (default: the latest grant this client sent
+        per session still running) are reported in full."""
+        sent = list(self._grants.values())[-MAX_STATUS_GRANTS:] if grants is None else list(grants)
         try:
             resp: worker_pb2.StatusResponse = await self.stub().Status(
-                worker_pb2.StatusRequest(), metadata=self.metadata, timeout=timeout or self.rpc_timeout_s
+                worker_pb2.StatusRequest(grants=sent),
+                metadata=self.metadata,
+                timeout=timeout or self.rpc_timeout_s,
             )
         except grpc.aio.AioRpcError as e:
             raise self._error("Status", e) from e
@@ -258,6 +292,7 @@ class _Owner(TypedDict):
     tenant: str
     lease_id: str
     epoch: int
+    grant: str
 
 
 class ActorCallbacks(TypedDict):
@@ -308,7 +343,7 @@ class ActorRuntime:
     def on_yield_cancelled(self, lease: LeaseInfo) -> bool:
         """The SDK's YieldCancelled (called on its loop, between awaits of `on_yield`): True keeps
         the lease (the actor was not stopped), False if the Stop has begun (yield anyway)."""
-        key = (lease.lease_id, lease.epoch)
+        key = lease.key
         entry = self._yielding.get(lease.session_id)
         if entry is None or entry[0] != key:
             return True
@@ -368,7 +403,7 @@ class ActorRuntime:
             left = (lease.yield_deadline - datetime.now(UTC)).total_seconds()
             # Keep a margin for the Yield call itself, which must also land before the deadline.
             timeout = max(0.1, min(timeout, left - min(1.0, 0.1 * left)))
-        key = (lease.lease_id, lease.epoch)
+        key = lease.key
         self._yielding[lease.session_id] = (key, "checkpoint")
         try:
             ref = await client.checkpoint(lease.session_id, timeout, **self._owner(lease))
@@ -411,7 +446,12 @@ class ActorRuntime:
 
     def _owner(self, lease: LeaseInfo) -> _Owner:
         """Who started the actor: what Checkpoint and Stop must name to reach it."""
-        return {"tenant": lease.tenant or self.tenant or "", "lease_id": lease.lease_id, "epoch": lease.epoch}
+        return {
+            "tenant": lease.tenant or self.tenant or "",
+            "lease_id": lease.lease_id,
+            "epoch": lease.epoch,
+            "grant": lease.grant,
+        }
 
 
 def actor_callbacks(workers: WorkerClientFactory, tenant: str | None = None, **kwargs: Any) -> ActorCallbacks:

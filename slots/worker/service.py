@@ -17,9 +17,26 @@ counted by reason. Checkpoint and Stop must then name the tenant and lease (`lea
 `epoch` if known) and reach only the actor started under them. Without a source (standalone,
 `--no-verify-leases`) only the epoch fencing of the host applies.
 
+Grants (with a `grants` verifier, i.e. the scheduler's public keys): a lease id is not a
+capability (it can be guessed or read off a heartbeat); the scheduler's signed grant is. Start,
+Checkpoint and Stop must carry the grant of exactly that tenant, session, lease, epoch, this
+worker and slot (scheduler/grants.py): missing, malformed, forged, unknown-key or another
+actor's or worker's grant is PERMISSION_DENIED, an expired one FAILED_PRECONDITION. The
+heartbeat check above stays as a second check on Start: a grant proves who was granted, not that
+the lease is still live (a revoked lease's grant is valid until it expires); the slot's epoch
+fencing and the heartbeat check refuse it. Checkpoint and Stop then reach only the actor started
+under the grant's lease (host.py), so a grant of a previous epoch is FAILED_PRECONDITION.
+Lease ids may come tagged (`worker/slot#epoch.TAG`, as the Scheduler service shows them): the
+worker keys actors by the untagged id, the form its heartbeats list.
+
 Authentication: with `accept_token_hashes` (the `sha256:<hex>` form used in policies), a caller
 must send `authorization: Bearer <token>` matching one of them; without, every caller is accepted
-(development only, like the scheduler's insecure mode; the worker warns at start).
+(development only, like the scheduler's insecure mode; the worker warns at start). An entry
+`TENANT=sha256:<hex>` binds the token to a tenant: its caller may Start, Checkpoint and Stop only
+that tenant's actors, and Status shows it only those (plus the actors its grants name). Tokens
+in `admin_token_hashes` see every actor in Status (operators; they start nothing without a grant).
+A token bound to no tenant sees, with grants verified, only the actors its Status grants name;
+without grant keys, everything (as before).
 """
 
 from __future__ import annotations
@@ -28,14 +45,17 @@ import hmac
 import logging
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import grpc
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from scheduler.core.types import SnapshotRef
+from scheduler.grants import GrantClaim, GrantRefused, GrantVerifier, core_lease_id, parse_token
 from scheduler.policy.identities import hash_token
-from slots.worker.host import ActorHost, HostError
+from scheduler.policy.schema import TENANT_NAME_RE, TOKEN_HASH_RE
+from slots.worker.host import ActorHost, HostError, SlotState
 from slots.worker.leases import (
     Accepted,
     LeaseCheckFailed,
@@ -57,6 +77,35 @@ _CODES: dict[str, grpc.StatusCode] = {
 }
 
 
+#: Most grants one Status call may present (each costs a signature check).
+MAX_STATUS_GRANTS = 64
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who called, by token: an admin, a tenant's runtime, or unbound (a shared token, or anyone
+    when the worker accepts every caller)."""
+
+    admin: bool = False
+    tenant: str | None = None
+
+
+def parse_token_hashes(entries: Collection[str], flag: str = "--accept-token-hash") -> dict[str, str | None]:
+    """`sha256:<hex>` or `TENANT=sha256:<hex>` entries -> {hash: tenant or None}; ValueError names
+    the bad entry."""
+    out: dict[str, str | None] = {}
+    for entry in entries:
+        tenant, sep, digest = entry.rpartition("=")
+        if not TOKEN_HASH_RE.match(digest):
+            raise ValueError(f"{flag} {entry[:80]!r}: expected sha256:<64 hex> or TENANT=sha256:<64 hex>")
+        if sep and not TENANT_NAME_RE.match(tenant):
+            raise ValueError(f"{flag} {entry[:80]!r}: {tenant!r} is not a tenant name")
+        if digest in out and out[digest] != (tenant or None):
+            raise ValueError(f"{flag}: the same token hash is bound to two tenants")
+        out[digest] = tenant or None
+    return out
+
+
 def ref_from_pb(pb: common_pb2.SnapshotRef) -> SnapshotRef:
     created = pb.created.ToNanoseconds() / 1e9 if pb.HasField("created") else 0.0
     return SnapshotRef(pb.uri, pb.size_bytes, pb.sha256, created)
@@ -71,23 +120,34 @@ def ref_to_pb(ref: SnapshotRef) -> common_pb2.SnapshotRef:
 
 class WorkerService(worker_pb2_grpc.WorkerServicer):
     def __init__(
-        self, host: ActorHost, accept_token_hashes: Collection[str] = (), leases: LeaseSource | None = None
+        self,
+        host: ActorHost,
+        accept_token_hashes: Collection[str] = (),
+        leases: LeaseSource | None = None,
+        *,
+        grants: GrantVerifier | None = None,
+        admin_token_hashes: Collection[str] = (),
     ) -> None:
         self.host = host
         #: The scheduler's leases to verify Starts against; None = no verification (standalone).
         self.leases = leases
-        self._hashes = tuple(h.encode("ascii") for h in accept_token_hashes)
+        #: The scheduler's grant keys; None = grants are not required (dev, standalone).
+        self.grants = grants
+        callers = {h: Caller(tenant=t) for h, t in parse_token_hashes(accept_token_hashes).items()}
+        for h in parse_token_hashes(admin_token_hashes, "--admin-token-hash"):
+            callers[h] = Caller(admin=True)
+        self._callers = tuple((h.encode("ascii"), c) for h, c in callers.items())
         self.shutting_down = False
 
     async def _abort(self, context: Any, code: grpc.StatusCode, message: str) -> NoReturn:
         await context.abort(code, message)
         raise AssertionError("unreachable")  # context.abort raises
 
-    async def _guard(self, context: Any) -> None:
+    async def _guard(self, context: Any) -> Caller:
         if self.shutting_down:
             await self._abort(context, grpc.StatusCode.UNAVAILABLE, "worker is shutting down")
-        if not self._hashes:
-            return
+        if not self._callers:
+            return Caller()
         for key, value in context.invocation_metadata() or ():
             if key == "authorization":
                 text = value if isinstance(value, str) else value.decode()
@@ -97,11 +157,12 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                         context, grpc.StatusCode.UNAUTHENTICATED, "authorization must be 'Bearer <token>'"
                     )
                 digest = hash_token(token.strip()).encode("ascii")
-                ok = False
-                for stored in self._hashes:
-                    ok |= hmac.compare_digest(digest, stored)
-                if ok:
-                    return
+                found: Caller | None = None
+                for stored, caller in self._callers:
+                    if hmac.compare_digest(digest, stored):
+                        found = caller
+                if found is not None:
+                    return found
                 await self._abort(
                     context, grpc.StatusCode.PERMISSION_DENIED, "the bearer token is not accepted"
                 )
@@ -114,8 +175,37 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
     async def _fail(self, context: Any, e: HostError) -> NoReturn:
         await self._abort(context, _CODES.get(e.code, grpc.StatusCode.UNKNOWN), e.message)
 
+    async def _authorize(self, context: Any, caller: Caller, grant: str, claim: GrantClaim | None) -> None:
+        """The caller may act on `claim`'s actor: its token's tenant, and the grant, match it.
+
+        `claim.slot` < 0: take the slot from the grant (Checkpoint and Stop name no slot)."""
+        if claim is None:
+            return
+        if caller.tenant is not None and caller.tenant != claim.tenant:
+            await self._abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"tenant {claim.tenant!r}: this token may act only for tenant {caller.tenant!r}",
+            )
+        if self.grants is None:
+            return
+        try:
+            if claim.slot < 0:
+                claim = GrantClaim(
+                    claim.tenant, claim.session_id, claim.lease_id, claim.epoch, claim.worker_id,
+                    parse_token(grant).slot,
+                )  # fmt: skip
+            self.grants.verify(grant, claim, time.time())
+        except GrantRefused as e:
+            log.warning(
+                "refused a grant for session %r (tenant %r) lease %r epoch %d on %s: %s",
+                claim.session_id, claim.tenant, claim.lease_id, claim.epoch, claim.worker_id, e.message,
+            )  # fmt: skip
+            await self._abort(context, _CODES[e.code], e.message)
+
     async def Start(self, request: worker_pb2.StartRequest, context: Any) -> worker_pb2.StartResponse:
-        await self._guard(context)
+        caller = await self._guard(context)
+        lease_id = core_lease_id(request.lease_id)
         if not request.HasField("slot"):
             await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, "slot: required")
         resume = None
@@ -127,21 +217,30 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                     "resume_from.uri: required when a snapshot is given",
                 )
             resume = ref_from_pb(request.resume_from)
-        if self.leases is not None:
+        if self.leases is not None or self.grants is not None or caller.tenant is not None:
             try:
                 self.host.validate_start(
-                    request.session_id, request.tenant, request.slot.index, request.lease_id,
-                    request.slot.worker_id,
-                )  # fmt: skip
+                    request.session_id, request.tenant, request.slot.index, lease_id, request.slot.worker_id
+                )
             except HostError as e:
                 await self._fail(context, e)
+            claim = GrantClaim(
+                request.tenant,
+                request.session_id,
+                lease_id,
+                request.epoch,
+                self.host.worker_id,
+                request.slot.index,
+            )
+            await self._authorize(context, caller, request.grant, claim)
+        if self.leases is not None:
             verdict = await self._verify(
                 StartClaim(
                     request.session_id,
                     request.tenant,
                     request.slot.worker_id,
                     request.slot.index,
-                    request.lease_id,
+                    lease_id,
                     request.epoch,
                     resume,
                 )
@@ -154,7 +253,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 request.session_id,
                 request.tenant,
                 request.slot.index,
-                request.lease_id,
+                lease_id,
                 request.epoch,
                 resume,
                 worker_id=request.slot.worker_id,
@@ -199,9 +298,13 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             )  # fmt: skip
         return verdict
 
-    async def _owner(self, context: Any, session_id: str, tenant: str, lease_id: str) -> str | None:
-        """The tenant to look the session up under; with verification, tenant and lease are required."""
-        if self.leases is not None:
+    async def _owner(
+        self, context: Any, caller: Caller, request: worker_pb2.CheckpointRequest | worker_pb2.StopRequest
+    ) -> tuple[str | None, str]:
+        """The tenant to look the session up under and the (untagged) lease id, once the caller is
+        authorized for them; with verification, tenant and lease are required."""
+        session_id, tenant, lease_id = request.session_id, request.tenant, core_lease_id(request.lease_id)
+        if self.leases is not None or self.grants is not None or caller.tenant is not None:
             if not session_id:
                 await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, "session_id: required")
             if not tenant:
@@ -216,28 +319,39 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                     grpc.StatusCode.INVALID_ARGUMENT,
                     "lease_id: required (this worker verifies leases)",
                 )
-        return tenant or None
+            claim = GrantClaim(tenant, session_id, lease_id, request.epoch, self.host.worker_id, -1)
+            await self._authorize(context, caller, request.grant, claim)
+        return tenant or None, lease_id
 
     async def Checkpoint(self, request: worker_pb2.CheckpointRequest, context: Any) -> common_pb2.SnapshotRef:
-        await self._guard(context)
-        tenant = await self._owner(context, request.session_id, request.tenant, request.lease_id)
+        caller = await self._guard(context)
+        tenant, lease_id = await self._owner(context, caller, request)
         try:
-            ref = await self.host.checkpoint(request.session_id, tenant, request.lease_id, request.epoch)
+            ref = await self.host.checkpoint(request.session_id, tenant, lease_id, request.epoch)
         except HostError as e:
             await self._fail(context, e)
         return ref_to_pb(ref)
 
     async def Stop(self, request: worker_pb2.StopRequest, context: Any) -> worker_pb2.StopResponse:
-        await self._guard(context)
-        tenant = await self._owner(context, request.session_id, request.tenant, request.lease_id)
+        caller = await self._guard(context)
+        tenant, lease_id = await self._owner(context, caller, request)
         try:
-            stopped = await self.host.stop(request.session_id, tenant, request.lease_id, request.epoch)
+            stopped = await self.host.stop(request.session_id, tenant, lease_id, request.epoch)
         except HostError as e:
             await self._fail(context, e)
         return worker_pb2.StopResponse(stopped=stopped)
 
     async def Status(self, request: worker_pb2.StatusRequest, context: Any) -> worker_pb2.StatusResponse:
-        await self._guard(context)
+        caller = await self._guard(context)
+        if len(request.grants) > MAX_STATUS_GRANTS:
+            await self._abort(
+                context, grpc.StatusCode.INVALID_ARGUMENT, f"grants: at most {MAX_STATUS_GRANTS} per call"
+            )
+        states = self.host.status()
+        see_all = caller.admin or (caller.tenant is None and self.grants is None)
+        shown = {s.index for s in states if see_all or (s.session_id and s.tenant == caller.tenant)}
+        if not see_all and self.grants is not None:
+            shown |= self._granted_slots(request.grants, states)
         slots = [
             worker_pb2.SlotStatus(
                 index=s.index,
@@ -249,6 +363,27 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 state_bytes=s.state_bytes,
                 state_sha256=s.state_sha256,
             )
-            for s in self.host.status()
+            if s.index in shown or not s.session_id
+            else worker_pb2.SlotStatus(index=s.index, other=True)
+            for s in states
         ]
         return worker_pb2.StatusResponse(worker_id=self.host.worker_id, slots=slots)
+
+    def _granted_slots(self, grants: Collection[str], states: list[SlotState]) -> set[int]:
+        """Slots whose actor one of `grants` names (signature checked; expiry not: seeing an actor
+        one was granted, while it still runs under that lease, reveals nothing new)."""
+        assert self.grants is not None
+        by_slot = {s.index: s for s in states if s.session_id}
+        out: set[int] = set()
+        for token in grants:
+            try:
+                slot = parse_token(token).slot
+                s = by_slot.get(slot)
+                if s is None:
+                    continue
+                claim = GrantClaim(s.tenant, s.session_id, s.lease_id, s.epoch, self.host.worker_id, slot)
+                self.grants.verify(token, claim, now=0.0)
+            except GrantRefused:
+                continue
+            out.add(slot)
+        return out

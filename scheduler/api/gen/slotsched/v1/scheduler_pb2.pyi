@@ -102,12 +102,14 @@ class Queued(_message.Message):
     def __init__(self, position: _Optional[int] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Granted(_message.Message):
-    __slots__ = ("lease", "waited")
+    __slots__ = ("lease", "waited", "grant")
     LEASE_FIELD_NUMBER: _ClassVar[int]
     WAITED_FIELD_NUMBER: _ClassVar[int]
+    GRANT_FIELD_NUMBER: _ClassVar[int]
     lease: _common_pb2.Lease
     waited: _duration_pb2.Duration
-    def __init__(self, lease: _Optional[_Union[_common_pb2.Lease, _Mapping]] = ..., waited: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    grant: str
+    def __init__(self, lease: _Optional[_Union[_common_pb2.Lease, _Mapping]] = ..., waited: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., grant: _Optional[str] = ...) -> None: ...
 
 class YieldRequested(_message.Message):
     __slots__ = ("lease_id", "epoch", "deadline", "cause")
@@ -182,14 +184,16 @@ class RenewRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class RenewResponse(_message.Message):
-    __slots__ = ("expires_at", "state", "yield_deadline")
+    __slots__ = ("expires_at", "state", "yield_deadline", "grant")
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     YIELD_DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    GRANT_FIELD_NUMBER: _ClassVar[int]
     expires_at: _timestamp_pb2.Timestamp
     state: _common_pb2.LeaseState
     yield_deadline: _timestamp_pb2.Timestamp
-    def __init__(self, expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.LeaseState, str]] = ..., yield_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    grant: str
+    def __init__(self, expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.LeaseState, str]] = ..., yield_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., grant: _Optional[str] = ...) -> None: ...
 
 class YieldRequest(_message.Message):
     __slots__ = ("session_id", "lease_id", "epoch", "snapshot")
@@ -216,7 +220,7 @@ class GetSessionRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class SessionState(_message.Message):
-    __slots__ = ("session_id", "state", "lease", "position", "estimated_wait", "last_snapshot", "qos", "tenant", "queued_since", "end_reason")
+    __slots__ = ("session_id", "state", "lease", "position", "estimated_wait", "last_snapshot", "qos", "tenant", "queued_since", "end_reason", "grant")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -227,6 +231,7 @@ class SessionState(_message.Message):
     TENANT_FIELD_NUMBER: _ClassVar[int]
     QUEUED_SINCE_FIELD_NUMBER: _ClassVar[int]
     END_REASON_FIELD_NUMBER: _ClassVar[int]
+    GRANT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     state: SessionPhase
     lease: _common_pb2.Lease
@@ -237,4 +242,5 @@ class SessionState(_message.Message):
     tenant: str
     queued_since: _timestamp_pb2.Timestamp
     end_reason: EndReason
-    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[_Union[SessionPhase, str]] = ..., lease: _Optional[_Union[_common_pb2.Lease, _Mapping]] = ..., position: _Optional[int] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., last_snapshot: _Optional[_Union[_common_pb2.SnapshotRef, _Mapping]] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., tenant: _Optional[str] = ..., queued_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_reason: _Optional[_Union[EndReason, str]] = ...) -> None: ...
+    grant: str
+    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[_Union[SessionPhase, str]] = ..., lease: _Optional[_Union[_common_pb2.Lease, _Mapping]] = ..., position: _Optional[int] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., last_snapshot: _Optional[_Union[_common_pb2.SnapshotRef, _Mapping]] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., tenant: _Optional[str] = ..., queued_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_reason: _Optional[_Union[EndReason, str]] = ..., grant: _Optional[str] = ...) -> None: ...

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from scheduler.api.gen.slotsched.v1 import common_pb2 as slotsched_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19slotsched/v1/worker.proto\x12\x0cslotsched.v1\x1a\x19slotsched/v1/common.proto\"\xa5\x01\n\x0cStartRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12 \n\x04slot\x18\x03 \x01(\x0b\x32\x12.slotsched.v1.Slot\x12\x10\n\x08lease_id\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12.\n\x0bresume_from\x18\x06 \x01(\x0b\x32\x19.slotsched.v1.SnapshotRef\"4\n\rStartResponse\x12\r\n\x05turns\x18\x01 \x01(\x04\x12\x14\n\x0cstate_sha256\x18\x02 \x01(\t\"X\n\x11\x43heckpointRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\"R\n\x0bStopRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\"\x1f\n\x0cStopResponse\x12\x0f\n\x07stopped\x18\x01 \x01(\x08\"\x0f\n\rStatusRequest\"\x9a\x01\n\nSlotStatus\x12\r\n\x05index\x18\x01 \x01(\r\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x10\n\x08lease_id\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12\r\n\x05turns\x18\x06 \x01(\x04\x12\x13\n\x0bstate_bytes\x18\x07 \x01(\x04\x12\x14\n\x0cstate_sha256\x18\x08 \x01(\t\"L\n\x0eStatusResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\'\n\x05slots\x18\x02 \x03(\x0b\x32\x18.slotsched.v1.SlotStatus2\x98\x02\n\x06Worker\x12@\n\x05Start\x12\x1a.slotsched.v1.StartRequest\x1a\x1b.slotsched.v1.StartResponse\x12H\n\nCheckpoint\x12\x1f.slotsched.v1.CheckpointRequest\x1a\x19.slotsched.v1.SnapshotRef\x12=\n\x04Stop\x12\x19.slotsched.v1.StopRequest\x1a\x1a.slotsched.v1.StopResponse\x12\x43\n\x06Status\x12\x1b.slotsched.v1.StatusRequest\x1a\x1c.slotsched.v1.StatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19slotsched/v1/worker.proto\x12\x0cslotsched.v1\x1a\x19slotsched/v1/common.proto\"\xb4\x01\n\x0cStartRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12 \n\x04slot\x18\x03 \x01(\x0b\x32\x12.slotsched.v1.Slot\x12\x10\n\x08lease_id\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12.\n\x0bresume_from\x18\x06 \x01(\x0b\x32\x19.slotsched.v1.SnapshotRef\x12\r\n\x05grant\x18\x07 \x01(\t\"4\n\rStartResponse\x12\r\n\x05turns\x18\x01 \x01(\x04\x12\x14\n\x0cstate_sha256\x18\x02 \x01(\t\"g\n\x11\x43heckpointRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\x12\r\n\x05grant\x18\x05 \x01(\t\"a\n\x0bStopRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\x12\r\n\x05grant\x18\x05 \x01(\t\"\x1f\n\x0cStopResponse\x12\x0f\n\x07stopped\x18\x01 \x01(\x08\"\x1f\n\rStatusRequest\x12\x0e\n\x06grants\x18\x01 \x03(\t\"\xa9\x01\n\nSlotStatus\x12\r\n\x05index\x18\x01 \x01(\r\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x10\n\x08lease_id\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12\r\n\x05turns\x18\x06 \x01(\x04\x12\x13\n\x0bstate_bytes\x18\x07 \x01(\x04\x12\x14\n\x0cstate_sha256\x18\x08 \x01(\t\x12\r\n\x05other\x18\t \x01(\x08\"L\n\x0eStatusResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\'\n\x05slots\x18\x02 \x03(\x0b\x32\x18.slotsched.v1.SlotStatus2\x98\x02\n\x06Worker\x12@\n\x05Start\x12\x1a.slotsched.v1.StartRequest\x1a\x1b.slotsched.v1.StartResponse\x12H\n\nCheckpoint\x12\x1f.slotsched.v1.CheckpointRequest\x1a\x19.slotsched.v1.SnapshotRef\x12=\n\x04Stop\x12\x19.slotsched.v1.StopRequest\x1a\x1a.slotsched.v1.StopResponse\x12\x43\n\x06Status\x12\x1b.slotsched.v1.StatusRequest\x1a\x1c.slotsched.v1.StatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,21 +33,21 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'slotsched.v1.worker_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_STARTREQUEST']._serialized_start=71
-  _globals['_STARTREQUEST']._serialized_end=236
-  _globals['_STARTRESPONSE']._serialized_start=238
-  _globals['_STARTRESPONSE']._serialized_end=290
-  _globals['_CHECKPOINTREQUEST']._serialized_start=292
-  _globals['_CHECKPOINTREQUEST']._serialized_end=380
-  _globals['_STOPREQUEST']._serialized_start=382
-  _globals['_STOPREQUEST']._serialized_end=464
-  _globals['_STOPRESPONSE']._serialized_start=466
-  _globals['_STOPRESPONSE']._serialized_end=497
-  _globals['_STATUSREQUEST']._serialized_start=499
-  _globals['_STATUSREQUEST']._serialized_end=514
-  _globals['_SLOTSTATUS']._serialized_start=517
-  _globals['_SLOTSTATUS']._serialized_end=671
-  _globals['_STATUSRESPONSE']._serialized_start=673
-  _globals['_STATUSRESPONSE']._serialized_end=749
-  _globals['_WORKER']._serialized_start=752
-  _globals['_WORKER']._serialized_end=1032
+  _globals['_STARTREQUEST']._serialized_end=251
+  _globals['_STARTRESPONSE']._serialized_start=253
+  _globals['_STARTRESPONSE']._serialized_end=305
+  _globals['_CHECKPOINTREQUEST']._serialized_start=307
+  _globals['_CHECKPOINTREQUEST']._serialized_end=410
+  _globals['_STOPREQUEST']._serialized_start=412
+  _globals['_STOPREQUEST']._serialized_end=509
+  _globals['_STOPRESPONSE']._serialized_start=511
+  _globals['_STOPRESPONSE']._serialized_end=542
+  _globals['_STATUSREQUEST']._serialized_start=544
+  _globals['_STATUSREQUEST']._serialized_end=575
+  _globals['_SLOTSTATUS']._serialized_start=578
+  _globals['_SLOTSTATUS']._serialized_end=747
+  _globals['_STATUSRESPONSE']._serialized_start=749
+  _globals['_STATUSRESPONSE']._serialized_end=825
+  _globals['_WORKER']._serialized_start=828
+  _globals['_WORKER']._serialized_end=1108
 # @@protoc_insertion_point(module_scope)

@@ -107,7 +107,11 @@ class WorkerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Status(self, request, context):
-        """Reports the worker's slots and the actor in each.
+        """Reports the worker's slots and the actor in each, as far as the caller may see it: an
+        admin token sees every actor (so does a token bound to no tenant, or anyone, on a worker
+        without grant keys); others see the actors of their token's tenant and those their `grants`
+        name (signature checked, expiry not); other busy slots are reported with `other` set and no
+        actor fields.
 
         Errors: UNAUTHENTICATED; PERMISSION_DENIED; UNAVAILABLE.
         """
