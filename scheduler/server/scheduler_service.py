@@ -57,10 +57,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self._loop = loop
         self._auth = auth
 
-    def _tenant(self, context: Any) -> str:
+    def _tenant(self, context: Any, rpc: str) -> str:
         if self._loop.shutting_down:
             raise errors.unavailable()
-        return self._auth.tenant(context)
+        return self._auth.tenant(context, rpc)  # charged to the tenant's flow (rate limits)
 
     def _check_lease_tenant(self, lease_id: str, tenant: str) -> None:
         lease = self._loop.core.lease(LeaseId(lease_id))
@@ -133,7 +133,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
 
     def _open(self, request: scheduler_pb2.AcquireRequest, context: Any) -> SessionStream:
         """Validate, then re-attach to a live session or ask the core for a new one."""
-        tenant = self._tenant(context)
+        tenant = self._tenant(context, "Acquire")
         _session_id(request.session_id)
         qos = convert.PB_TO_QOS.get(request.qos)
         if qos is None:
@@ -193,7 +193,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     async def Release(
         self, request: scheduler_pb2.ReleaseRequest, context: Any
     ) -> scheduler_pb2.ReleaseResponse:
-        tenant = self._tenant(context)
+        tenant = self._tenant(context, "Release")
         _session_id(request.session_id)
         key = convert.session_key(tenant, request.session_id)
         if request.lease_id:
@@ -214,7 +214,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
 
     @errors.unary
     async def Renew(self, request: scheduler_pb2.RenewRequest, context: Any) -> scheduler_pb2.RenewResponse:
-        tenant = self._tenant(context)
+        tenant = self._tenant(context, "Renew")
         _session_id(request.session_id)
         _require(request.lease_id, "lease_id")
         self._check_lease_tenant(request.lease_id, tenant)
@@ -240,7 +240,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
 
     @errors.unary
     async def Yield(self, request: scheduler_pb2.YieldRequest, context: Any) -> scheduler_pb2.YieldResponse:
-        tenant = self._tenant(context)
+        tenant = self._tenant(context, "Yield")
         _session_id(request.session_id)
         _require(request.lease_id, "lease_id")
         snap = _snapshot(request, "snapshot")
@@ -259,7 +259,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     async def GetSession(
         self, request: scheduler_pb2.GetSessionRequest, context: Any
     ) -> scheduler_pb2.SessionState:
-        tenant = self._tenant(context)
+        tenant = self._tenant(context, "GetSession")
         _session_id(request.session_id)
         # Read now, answer once what was read is durable (a read may see events still in flight).
         try:
