@@ -68,7 +68,7 @@ def policy_text() -> str:
         "spec": {
             "pool": {"slotsPerWorker": 1, "workers": 1, "minWorkers": 0, "maxWorkers": 1, "floor": 1},
             "timing": {"yieldGraceSeconds": 120, "leaseTTLSeconds": 300, "minRuntimeSeconds": 0},
-            "access": {"workers": [hash_token(WORKER_TOKEN)]},
+            "access": {"workers": [{"tokens": [hash_token(WORKER_TOKEN)], "workerIdPrefix": "bench-"}]},
             "tenants": [
                 {"name": "batch", "guaranteed": 0, "burstable": {"nominal": 0, "limit": 0},
                  "tokens": [hash_token(TOKENS["batch"])]},

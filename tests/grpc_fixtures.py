@@ -60,6 +60,9 @@ TOKENS = {"acme": "acme-secret-token", "globex": "globex-secret-token", "batch":
 # Role tokens (spec.access): an operator for the Admin service, a worker agent for Workers.
 ADMIN_TOKEN = "admin-secret-token"
 WORKER_TOKEN = "worker-secret-token"
+# The scope of WORKER_TOKEN (spec.access.workers[0]): worker ids starting with "w", 8 slots each.
+WORKER_PREFIX = "w"
+WORKER_MAX_SLOTS = 8
 
 # acme: every class; globex: Burstable only (no Guaranteed, no BestEffort); batch: BestEffort only.
 DEFAULT_TENANTS: list[dict[str, Any]] = [
@@ -83,17 +86,22 @@ def policy_yaml(
     max_pending_per_tenant: int = 100,
     admin_tokens: list[str] | None = None,
     worker_tokens: list[str] | None = None,
+    worker_access: list[dict[str, Any]] | None = None,
+    rate_limits: dict[str, Any] | None = None,
 ) -> str:
     """A policy document; each tenant gets the hash of TOKENS[name] (or of its own `token`).
 
     `admin_tokens` and `worker_tokens` are plaintext role tokens for `spec.access` (default:
-    [ADMIN_TOKEN] and [WORKER_TOKEN]; [] for none)."""
+    [ADMIN_TOKEN] and [WORKER_TOKEN]; [] for none). The worker tokens make one entry, scoped to
+    worker ids starting with "w" (WORKER_PREFIX) and WORKER_MAX_SLOTS slots; `worker_access`
+    replaces it with entries of your own (their `tokens` plaintext, hashed here).
+    `rate_limits` is `spec.rateLimits` (default: none, so no call is rate-limited)."""
     specs = []
     for t in tenants if tenants is not None else DEFAULT_TENANTS:
         t = dict(t)
         token = t.pop("token", TOKENS.get(t["name"]))
         specs.append({**t, "tokens": [hash_token(token)] if token else []})
-    doc = {
+    doc: dict[str, Any] = {
         "apiVersion": "slotsched.dev/v1alpha1",
         "kind": "SchedulingPolicy",
         "metadata": {"name": name},
@@ -114,13 +122,28 @@ def policy_yaml(
             "tenants": specs,
             "access": {
                 "admins": [hash_token(t) for t in ([ADMIN_TOKEN] if admin_tokens is None else admin_tokens)],
-                "workers": [
-                    hash_token(t) for t in ([WORKER_TOKEN] if worker_tokens is None else worker_tokens)
-                ],
+                "workers": _worker_entries(worker_tokens, worker_access),
             },
         },
     }
+    if rate_limits is not None:
+        doc["spec"]["rateLimits"] = rate_limits
     return yaml.safe_dump(doc, sort_keys=False)
+
+
+def _worker_entries(tokens: list[str] | None, entries: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    if entries is not None:
+        return [{**e, "tokens": [hash_token(t) for t in e.get("tokens", [])]} for e in entries]
+    tokens = [WORKER_TOKEN] if tokens is None else tokens
+    if not tokens:
+        return []
+    return [
+        {
+            "tokens": [hash_token(t) for t in tokens],
+            "workerIdPrefix": WORKER_PREFIX,
+            "maxSlots": WORKER_MAX_SLOTS,
+        }
+    ]
 
 
 def write_policy(directory: str | os.PathLike[str], text: str, name: str = "policy.yaml") -> str:

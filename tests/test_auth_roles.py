@@ -222,16 +222,17 @@ def test_insecure_dev_mode_lets_anyone_call_admin_and_workers() -> None:
 
 
 def test_deploy_manifests_give_workers_a_worker_token() -> None:
-    deploy = Path(__file__).resolve().parents[1] / "deploy"
-    with open(deploy / "scheduler-deployment.yaml", encoding="utf-8") as f:
-        (cm,) = [d for d in yaml.safe_load_all(f) if d and d["kind"] == "ConfigMap"]
-    policy, _ = parse_policy(cm["data"]["policy.yaml"])
+    deploy = Path(__file__).resolve().parents[1] / "deploy" / "base"
+    policy, _ = parse_policy((deploy / "policy.yaml").read_text(encoding="utf-8"))
     # The placeholders the comments name carry the roles they are documented with.
     assert role_for_token(policy, "replace-me-worker") == "worker"
     assert role_for_token(policy, "replace-me-admin") == "admin"
     assert role_for_token(policy, "replace-me-oncall") is None
-    with open(deploy / "worker-deployment.yaml", encoding="utf-8") as f:
+    with open(deploy / "worker.yaml", encoding="utf-8") as f:
         (dep,) = [d for d in yaml.safe_load_all(f) if d and d["kind"] == "Deployment"]
     env = {e["name"]: e for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     ref = env["SLOTSCHED_TOKEN"]["valueFrom"]["secretKeyRef"]
     assert ref["name"] == "slotsched-worker-token" and not ref.get("optional", False)
+    # The worker token is bound to the Deployment's pod names (the worker id is the pod's name).
+    (entry,) = policy.access.workers
+    assert entry.allows(f"{dep['metadata']['name']}-7d4b9c-x2k8p") and not entry.allows("local-0")

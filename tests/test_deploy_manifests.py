@@ -332,7 +332,9 @@ def test_worker_identity_slots_and_tokens(overlay: str) -> None:
 
     secret = one(objs, "Secret", ref["name"])
     token = base64.b64decode(secret["data"][ref["key"]]).decode()
-    assert hash_token(token) in policy_of(objs).access.workers
+    (entry,) = [w for w in policy_of(objs).access.workers if hash_token(token) in w.tokens]
+    # ...bound to the worker ids the Deployment's pods get (the pod name is --worker-id).
+    assert entry.allows(f"{one(objs, 'Deployment', 'slotsched-worker')['metadata']['name']}-5d9c8-x7k2p")
     runtime = base64.b64decode(one(objs, "Secret", "slotsched-runtime-token")["data"]["sha256"]).decode()
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", runtime)
 

@@ -17,8 +17,24 @@ from hypothesis import strategies as st
 from scheduler.cli.policy import validate_main
 from scheduler.policy.defaults import DEFAULT_POLICY_YAML, default_policy
 from scheduler.policy.errors import PolicyError, Problem
-from scheduler.policy.identities import hash_token, role_for_token, tenant_for_token
-from scheduler.policy.model import AccessSpec, Policy, PoolSpec, TenantSpec
+from scheduler.policy.identities import (
+    NOBODY,
+    Identity,
+    hash_token,
+    identities_for_names,
+    identity_for_token,
+    role_for_token,
+    tenant_for_token,
+)
+from scheduler.policy.model import (
+    AccessSpec,
+    Policy,
+    PoolSpec,
+    RateLimit,
+    RateLimitsSpec,
+    TenantSpec,
+    WorkerAccess,
+)
 from scheduler.policy.schema import API_VERSION, KIND
 from scheduler.policy.validate import policy_from_dict
 from scheduler.policy.yaml_io import load_policy, parse_policy, policy_to_dict, policy_to_yaml
@@ -614,7 +630,19 @@ def policy_docs(draw: st.DrawFn) -> dict[str, Any]:
         split = draw(st.integers(0, len(roles)))
         spec["access"] = {
             "admins": [hash_token(f"role:{r}") for r in roles[:split]],
-            "workers": [hash_token(f"role:{r}") for r in roles[split:]],
+            "workers": [
+                {
+                    "tokens": [hash_token(f"role:{r}")],
+                    "workerIds": [f"w{i}"],
+                    "maxSlots": draw(st.integers(1, 8)),
+                }
+                for i, r in enumerate(roles[split:])
+            ],
+        }
+    if draw(st.booleans()):
+        spec["rateLimits"] = {
+            k: {"qps": draw(st.floats(0.5, 1e4)), "burst": draw(st.integers(1, 10**4))}
+            for k in draw(st.lists(st.sampled_from(["tenant", "admin", "worker"]), unique=True))
         }
     for section in ("timing", "queue", "autoscaler"):
         if draw(st.booleans()):
@@ -761,6 +789,20 @@ def test_tenant_for_token(token: str, tenant: str | None) -> None:
 # --- spec.access: roles bound to credentials ---------------------------------------------------
 
 
+def w_entry(
+    *tokens: str, ids: list[str] | None = None, prefix: str | None = None, slots: int = 2
+) -> dict[str, Any]:
+    """A worker entry document (tokens are hashes)."""
+    doc: dict[str, Any] = {"tokens": list(tokens), "maxSlots": slots}
+    if prefix is not None:
+        doc["workerIdPrefix"] = prefix
+    else:
+        doc["workerIds"] = ids if ids is not None else ["w-0"]
+    return doc
+
+
+WA = WorkerAccess(tokens=(WORKER_A,), worker_ids=("w-0",), max_slots=2)
+
 # (id, the spec.access section, the roles it grants)
 ACCESS_GOOD: list[tuple[str, object, AccessSpec]] = [
     ("absent", None, AccessSpec()),
@@ -768,11 +810,44 @@ ACCESS_GOOD: list[tuple[str, object, AccessSpec]] = [
     ("empty-lists", {"admins": [], "workers": []}, AccessSpec()),
     ("null-lists", {"admins": None, "workers": None}, AccessSpec()),
     ("admins-only", {"admins": [ADMIN_A, ADMIN_B]}, AccessSpec(admins=(ADMIN_A, ADMIN_B))),
-    ("workers-only", {"workers": [WORKER_A]}, AccessSpec(workers=(WORKER_A,))),
+    ("admin-token-mapping", {"admins": [{"token": ADMIN_A}]}, AccessSpec(admins=(ADMIN_A,))),
+    (
+        "admin-identity",
+        {"admins": [ADMIN_A, {"identity": "spiffe://example.org/ops"}]},
+        AccessSpec(admins=(ADMIN_A,), admin_identities=("spiffe://example.org/ops",)),
+    ),
+    ("workers-only", {"workers": [w_entry(WORKER_A)]}, AccessSpec(workers=(WA,))),
     (
         "both",
-        {"admins": [ADMIN_A], "workers": [WORKER_A]},
-        AccessSpec(admins=(ADMIN_A,), workers=(WORKER_A,)),
+        {"admins": [ADMIN_A], "workers": [w_entry(WORKER_A)]},
+        AccessSpec(admins=(ADMIN_A,), workers=(WA,)),
+    ),
+    (
+        "prefix-default-slots-from-pool",  # base(): slotsPerWorker 2
+        {"workers": [{"tokens": [WORKER_A], "workerIdPrefix": "pool-"}]},
+        AccessSpec(workers=(WorkerAccess(tokens=(WORKER_A,), worker_id_prefix="pool-", max_slots=2),)),
+    ),
+    (
+        "two-tokens-one-identity-for-rotation",
+        {"workers": [w_entry(WORKER_A, ADMIN_B, ids=["w-0", "w-1"], slots=4)]},
+        AccessSpec(workers=(WorkerAccess((WORKER_A, ADMIN_B), (), ("w-0", "w-1"), None, 4),)),
+    ),
+    (
+        "certificate-identity",
+        {"workers": [{"identities": ["worker.pool.svc"], "workerIds": ["w-0"], "maxSlots": 2}]},
+        AccessSpec(
+            workers=(WorkerAccess(identities=("worker.pool.svc",), worker_ids=("w-0",), max_slots=2),)
+        ),
+    ),
+    (
+        "disjoint-scopes",
+        {"workers": [w_entry(WORKER_A, prefix="a-"), w_entry(ADMIN_B, ids=["b-0"])]},
+        AccessSpec(
+            workers=(
+                WorkerAccess((WORKER_A,), (), (), "a-", 2),
+                WorkerAccess((ADMIN_B,), (), ("b-0",), None, 2),
+            )
+        ),
     ),
 ]
 
@@ -787,6 +862,8 @@ def test_access_section_valid(section: object, want: AccessSpec) -> None:
     assert warnings == []
     round_trips(policy)
 
+
+NEW_SHAPE = '{tokens: ["sha256:<hex>"], workerIds: [...] or workerIdPrefix: "...", maxSlots: N}'
 
 # (id, the spec.access section, path that must carry the error, words the message must contain)
 ACCESS_BAD: list[tuple[str, object, str, str]] = [
@@ -804,19 +881,130 @@ ACCESS_BAD: list[tuple[str, object, str, str]] = [
         "spec.access.admins[0]",
         "lowercase",
     ),
-    ("worker-short", {"workers": ["sha256:abc"]}, "spec.access.workers[0]", "64 lowercase hex"),
-    ("worker-other-algo", {"workers": ["md5:" + "0" * 64]}, "spec.access.workers[0]", "sha256"),
-    ("worker-not-string", {"workers": [7]}, "spec.access.workers[0]", "expected a string"),
+    (
+        "admin-both-keys",
+        {"admins": [{"token": ADMIN_A, "identity": "a.b"}]},
+        "spec.access.admins[0]",
+        "exactly one",
+    ),
+    (
+        "admin-bad-identity",
+        {"admins": [{"identity": "*.ops.example"}]},
+        "spec.access.admins[0].identity",
+        "wildcards",
+    ),
+    (
+        "worker-short",
+        {"workers": [w_entry("sha256:abc")]},
+        "spec.access.workers[0].tokens[0]",
+        "64 lowercase hex",
+    ),
+    (
+        "worker-other-algo",
+        {"workers": [w_entry("md5:" + "0" * 64)]},
+        "spec.access.workers[0].tokens[0]",
+        "sha256",
+    ),
+    ("worker-not-mapping", {"workers": [7]}, "spec.access.workers[0]", "expected a worker credential entry"),
+    # the old shape: a bare hash names no worker ids, so it is refused with the new shape shown
+    ("worker-plain-hash", {"workers": [WORKER_A]}, "spec.access.workers[0]", NEW_SHAPE),
+    (
+        "worker-no-credential",
+        {"workers": [{"workerIds": ["w-0"]}]},
+        "spec.access.workers[0]",
+        "no credential",
+    ),
+    (
+        "worker-no-scope",
+        {"workers": [{"tokens": [WORKER_A]}]},
+        "spec.access.workers[0]",
+        "exactly one of workerIds",
+    ),
+    (
+        "worker-both-scopes",
+        {"workers": [{"tokens": [WORKER_A], "workerIds": ["a"], "workerIdPrefix": "a"}]},
+        "spec.access.workers[0]",
+        "exactly one of workerIds",
+    ),
+    (
+        "worker-empty-prefix",
+        {"workers": [w_entry(WORKER_A, prefix="")]},
+        "spec.access.workers[0].workerIdPrefix",
+        "every id",
+    ),
+    (
+        "worker-empty-ids",
+        {"workers": [w_entry(WORKER_A, ids=[])]},
+        "spec.access.workers[0].workerIds",
+        "empty",
+    ),
+    (
+        "worker-dup-id",
+        {"workers": [w_entry(WORKER_A, ids=["a", "a"])]},
+        "spec.access.workers[0].workerIds[1]",
+        "duplicate",
+    ),
+    (
+        "worker-zero-slots",
+        {"workers": [w_entry(WORKER_A, slots=0)]},
+        "spec.access.workers[0].maxSlots",
+        ">= 1",
+    ),
+    (
+        "worker-1024-slots",
+        {"workers": [w_entry(WORKER_A, slots=1024)]},
+        "spec.access.workers[0].maxSlots",
+        "<= 256",
+    ),
+    (
+        "worker-unknown-key",
+        {"workers": [{**w_entry(WORKER_A), "slots": 2}]},
+        "spec.access.workers[0].slots",
+        "maxSlots",
+    ),
+    # one worker id belongs to one entry
+    (
+        "same-id-twice",
+        {"workers": [w_entry(WORKER_A, ids=["w-0"]), w_entry(ADMIN_B, ids=["w-0"])]},
+        "spec.access.workers[1]",
+        "also in the scope of spec.access.workers[0]",
+    ),
+    (
+        "id-under-prefix",
+        {"workers": [w_entry(WORKER_A, prefix="w-"), w_entry(ADMIN_B, ids=["w-9"])]},
+        "spec.access.workers[1]",
+        "worker id 'w-9'",
+    ),
+    (
+        "nested-prefixes",
+        {"workers": [w_entry(WORKER_A, prefix="w-"), w_entry(ADMIN_B, prefix="w-a")]},
+        "spec.access.workers[1]",
+        "overlaps",
+    ),
     # one credential, one identity: the error is at the second place and names the first
     ("twice-in-admins", {"admins": [ADMIN_A, ADMIN_A]}, "spec.access.admins[1]", "spec.access.admins[0]"),
     (
         "admin-and-worker",
-        {"admins": [ADMIN_A], "workers": [WORKER_A, ADMIN_A]},
-        "spec.access.workers[1]",
+        {"admins": [ADMIN_A], "workers": [w_entry(WORKER_A, ADMIN_A)]},
+        "spec.access.workers[0].tokens[1]",
         "spec.access.admins[0]",
     ),
     ("admin-and-tenant", {"admins": [TOKEN_A]}, "spec.access.admins[0]", "spec.tenants[1].tokens[0]"),
-    ("worker-and-tenant", {"workers": [TOKEN_A]}, "spec.access.workers[0]", "spec.tenants[1].tokens[0]"),
+    (
+        "worker-and-tenant",
+        {"workers": [w_entry(TOKEN_A)]},
+        "spec.access.workers[0].tokens[0]",
+        "spec.tenants[1].tokens[0]",
+    ),
+    (
+        "identity-twice",
+        {
+            "admins": [{"identity": "ops.example"}],
+            "workers": [{"identities": ["ops.example"], "workerIds": ["a"]}],
+        },
+        "spec.access.workers[0].identities[0]",
+        "spec.access.admins[0].identity",
+    ),
 ]
 
 
@@ -844,17 +1032,135 @@ def test_access_plain_token_is_never_echoed() -> None:
     doc["spec"]["access"] = {"admins": ["s3cr3t-admin-token"], "workers": ["s3cr3t-worker"]}
     text = str(PolicyError(errors_of(doc)))
     assert "s3cr3t" not in text
+    doc["spec"]["access"] = {"workers": [{"tokens": ["s3cr3t-worker"], "workerIds": ["a"]}]}
+    assert "s3cr3t" not in str(PolicyError(errors_of(doc)))
 
 
 def test_access_round_trips_through_yaml_and_dict() -> None:
     doc = base()
-    doc["spec"]["access"] = {"admins": [ADMIN_A], "workers": [WORKER_A]}
+    admins = [ADMIN_A, {"identity": "spiffe://example.org/ops"}]
+    workers = [w_entry(WORKER_A), {"identities": ["w.example"], "workerIdPrefix": "sts-", "maxSlots": 3}]
+    doc["spec"]["access"] = {"admins": admins, "workers": workers}
     policy, _ = policy_from_dict(doc)
-    assert policy_to_dict(policy)["spec"]["access"] == {"admins": [ADMIN_A], "workers": [WORKER_A]}
+    assert policy_to_dict(policy)["spec"]["access"] == {"admins": admins, "workers": workers}
     round_trips(policy)
-    assert parse_policy(policy_to_yaml(policy))[0].access == AccessSpec(
-        admins=(ADMIN_A,), workers=(WORKER_A,)
+    assert parse_policy(policy_to_yaml(policy))[0].access == policy.access
+
+
+def test_worker_scope_allows_its_ids_only() -> None:
+    ids = WorkerAccess(tokens=(WORKER_A,), worker_ids=("w-0", "w-1"))
+    assert ids.allows("w-0") and ids.allows("w-1")
+    assert not ids.allows("w-2") and not ids.allows("w-") and not ids.allows("")
+    sts = WorkerAccess(tokens=(WORKER_A,), worker_id_prefix="slotsched-worker-")
+    assert sts.allows("slotsched-worker-0") and sts.allows("slotsched-worker-7c9d-x2")
+    assert not sts.allows("slotsched-worker-")  # the prefix alone is no pod's name
+    assert not sts.allows("other-worker-0") and not sts.allows("slotsched-workers")
+
+
+# --- identities: a credential -> a tenant or a role (with its worker scope) -------------------
+
+
+def test_identity_for_token_and_names() -> None:
+    doc = base()
+    doc["spec"]["tenants"][0]["identities"] = ["spiffe://example.org/sre"]
+    doc["spec"]["access"] = {
+        "admins": [ADMIN_A, {"identity": "ops.example.org"}],
+        "workers": [w_entry(WORKER_A), {"identities": ["spiffe://example.org/w"], "workerIdPrefix": "p-"}],
+    }
+    policy, _ = policy_from_dict(doc)
+    w = identity_for_token(policy, "worker-a")
+    assert (w.role, w.key, w.worker) == ("worker", "spec.access.workers[0]", policy.access.workers[0])
+    assert w.may_act_as("w-0") and not w.may_act_as("w-1")
+    a = identity_for_token(policy, "admin-a")
+    assert (a.role, a.key) == ("admin", "spec.access.admins") and a.may_act_as("anything")
+    t = identity_for_token(policy, "token-a")
+    assert (t.tenant, t.key) == ("product", "spec.tenants[1]") and not t.may_act_as("w-0")
+    assert identity_for_token(policy, "nobody") == NOBODY
+    assert identities_for_names(policy, ["spiffe://example.org/sre", "other"]) == [
+        Identity(tenant="sre", key="spec.tenants[0]")
+    ]
+    (wc,) = identities_for_names(policy, ["spiffe://example.org/w"])
+    assert wc.role == "worker" and wc.may_act_as("p-3") and not wc.may_act_as("w-0")
+    assert [i.role for i in identities_for_names(policy, ["ops.example.org"])] == ["admin"]
+    # A certificate naming two identities matches both: the authenticator refuses it.
+    assert len(identities_for_names(policy, ["ops.example.org", "spiffe://example.org/sre"])) == 2
+    assert identities_for_names(policy, []) == []
+
+
+TENANT_IDENTITY_BAD: list[tuple[str, object, str, str]] = [
+    ("not-a-list", "spiffe://a/b", "spec.tenants[0].identities", "expected a list of certificate names"),
+    ("wildcard", ["*.example.org"], "spec.tenants[0].identities[0]", "without wildcards"),
+    ("uppercase", ["Sre.Example.org"], "spec.tenants[0].identities[0]", "lowercase"),
+    ("other-uri", ["https://example.org/sre"], "spec.tenants[0].identities[0]", "SPIFFE ID"),
+    ("empty-spiffe", ["spiffe://"], "spec.tenants[0].identities[0]", "SPIFFE ID"),
+    ("too-long", ["spiffe://a/" + "b" * 3000], "spec.tenants[0].identities[0]", "longer than 2048"),
+    ("twice", ["a.example", "a.example"], "spec.tenants[0].identities[1]", "spec.tenants[0].identities[0]"),
+]
+
+
+@pytest.mark.parametrize(
+    ("value", "path", "words"), [pytest.param(v, p, w, id=i) for i, v, p, w in TENANT_IDENTITY_BAD]
+)
+def test_tenant_identities_errors(value: object, path: str, words: str) -> None:
+    doc = base()
+    doc["spec"]["tenants"][0]["identities"] = value
+    problems = errors_of(doc)
+    assert [p.path for p in problems] == [path], problems
+    assert words in problems[0].message, problems[0]
+
+
+# --- spec.rateLimits and tenants[].rateLimit ---------------------------------------------------
+
+
+def test_rate_limits_valid_and_round_trip() -> None:
+    doc = base()
+    doc["spec"]["rateLimits"] = {
+        "tenant": {"qps": 50, "burst": 100},
+        "renewals": {"qps": 200},  # burst: one second's worth
+        "admin": {"qps": 0.5},  # burst at least 1
+    }
+    doc["spec"]["tenants"][1]["rateLimit"] = {"qps": 5, "burst": 10}
+    policy, warnings = policy_from_dict(doc)
+    assert warnings == []
+    assert policy.rate_limits == RateLimitsSpec(
+        tenant=RateLimit(50.0, 100), renewals=RateLimit(200.0, 200), admin=RateLimit(0.5, 1)
     )
+    assert policy.tenants[1].rate_limit == RateLimit(5.0, 10)
+    round_trips(policy)
+    assert "rateLimits" not in policy_to_dict(policy_from_dict(base())[0])["spec"]  # absent: unlimited
+
+
+RATE_BAD: list[tuple[str, object, str, str]] = [
+    ("not-a-mapping", 50, "spec.rateLimits", "expected a mapping"),
+    ("unknown-flow", {"tenants": {"qps": 1}}, "spec.rateLimits.tenants", "did you mean tenant?"),
+    ("no-qps", {"tenant": {"burst": 5}}, "spec.rateLimits.tenant.qps", "required"),
+    ("empty-bucket", {"admin": {}}, "spec.rateLimits.admin.qps", "required"),
+    ("zero-qps", {"worker": {"qps": 0}}, "spec.rateLimits.worker.qps", "must be > 0"),
+    ("zero-burst", {"tenant": {"qps": 1, "burst": 0}}, "spec.rateLimits.tenant.burst", ">= 1"),
+    ("float-burst", {"tenant": {"qps": 1, "burst": 1.5}}, "spec.rateLimits.tenant.burst", "integer"),
+]
+
+
+@pytest.mark.parametrize(("value", "path", "words"), [pytest.param(v, p, w, id=i) for i, v, p, w in RATE_BAD])
+def test_rate_limits_errors(value: object, path: str, words: str) -> None:
+    doc = base()
+    doc["spec"]["rateLimits"] = value
+    problems = errors_of(doc)
+    assert [p.path for p in problems] == [path], problems
+    assert words in problems[0].message, problems[0]
+
+
+def test_renewals_bucket_too_small_for_a_quota_warns_with_numbers() -> None:
+    doc = base()  # product may hold 0 + 6 + 16 (uncapped BestEffort: 8 workers x 2) = 22 leases
+    doc["spec"]["rateLimits"] = {"renewals": {"qps": 2}}
+    _, warnings = policy_from_dict(doc)
+    (w,) = [w for w in warnings if "'product'" in w.message]
+    assert w.path == "spec.rateLimits.renewals.qps"
+    assert (
+        "up to 22 leases" in w.message and "leaseTTLSeconds 30" in w.message and "2.2 a second" in w.message
+    )
+    doc["spec"]["rateLimits"] = {"renewals": {"qps": 10}}
+    assert policy_from_dict(doc)[1] == []
 
 
 @pytest.mark.parametrize(
@@ -871,7 +1177,7 @@ def test_access_round_trips_through_yaml_and_dict() -> None:
 )
 def test_role_for_token(token: str, role: str | None, tenant: str | None) -> None:
     doc = base()
-    doc["spec"]["access"] = {"admins": [ADMIN_A, ADMIN_B], "workers": [WORKER_A]}
+    doc["spec"]["access"] = {"admins": [ADMIN_A, ADMIN_B], "workers": [w_entry(WORKER_A)]}
     policy, _ = policy_from_dict(doc)
     assert role_for_token(policy, token) == role
     assert tenant_for_token(policy, token) == tenant  # a role token names no tenant
@@ -879,7 +1185,7 @@ def test_role_for_token(token: str, role: str | None, tenant: str | None) -> Non
 
 def test_validate_main_counts_role_tokens(tmp_path: pathlib.Path) -> None:
     doc = base()
-    doc["spec"]["access"] = {"admins": [ADMIN_A, ADMIN_B], "workers": [WORKER_A]}
+    doc["spec"]["access"] = {"admins": [ADMIN_A, ADMIN_B], "workers": [w_entry(WORKER_A)]}
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(doc))
     out = io.StringIO()

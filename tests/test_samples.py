@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.cli.trace import SAMPLE_COMMANDS
-from scheduler.policy.model import AccessSpec, Policy
+from scheduler.policy.model import AccessSpec, Policy, RateLimitsSpec
 from scheduler.policy.yaml_io import load_policy
 from scheduler.sim.traces.convert import samples_dir
 from scheduler.sim.workload import load_workload
@@ -138,8 +138,9 @@ def test_shipped_workloads_are_what_make_samples_builds(tmp_path: Path) -> None:
 
 
 def _without_credentials(p: Policy) -> Policy:
-    tenants = tuple(dataclasses.replace(t, tokens=()) for t in p.tenants)
-    return dataclasses.replace(p, tenants=tenants, access=AccessSpec())
+    """The example without what only the server reads: credentials and rate limits."""
+    tenants = tuple(dataclasses.replace(t, tokens=(), identities=(), rate_limit=None) for t in p.tenants)
+    return dataclasses.replace(p, tenants=tenants, access=AccessSpec(), rate_limits=RateLimitsSpec())
 
 
 def test_sample_policy_is_the_example_policy_without_tokens() -> None:

@@ -114,7 +114,7 @@ def test_unary_invalid_argument_names_the_field(server: ServerThread) -> None:
             err = await unary_error(s.Yield(req, metadata=c.md))
             assert (err.code(), violations(err)) == (Code.INVALID_ARGUMENT, ["snapshot.uri"])
             err = await unary_error(
-                worker.workers.Register(workers_pb2.RegisterRequest(worker_id="w"), metadata=worker.md)
+                worker.workers.Register(workers_pb2.RegisterRequest(worker_id="w-0"), metadata=worker.md)
             )
             assert (err.code(), violations(err)) == (Code.INVALID_ARGUMENT, ["address"])
             err = await unary_error(
@@ -206,7 +206,7 @@ def test_failed_precondition_for_stale_epoch(server: ServerThread) -> None:
     async def go() -> None:
         async with (
             Client(server.target, token=TOKENS["acme"]) as c,
-            Client(server.target, token=WORKER_TOKEN) as worker,
+            Client(server.target, token=ADMIN_TOKEN) as admin,
         ):
             call = c.acquire("s", B)
             old = (await next_event(call)).granted.lease
@@ -218,9 +218,10 @@ def test_failed_precondition_for_stale_epoch(server: ServerThread) -> None:
             err = await unary_error(c.scheduler.Renew(req2, metadata=c.md))
             assert err.code() == Code.FAILED_PRECONDITION
             assert "stale" in err.details()
-            # A worker id taken with another shape is a precondition failure too.
+            # A worker id taken with another shape is a precondition failure too (for an admin:
+            # a worker credential may not name local-0 at all).
             reg = workers_pb2.RegisterRequest(worker_id="local-0", address="elsewhere:1", slots=1)
-            err = await unary_error(worker.workers.Register(reg, metadata=worker.md))
+            err = await unary_error(admin.workers.Register(reg, metadata=admin.md))
             assert err.code() == Code.FAILED_PRECONDITION
 
     asyncio.run(go())

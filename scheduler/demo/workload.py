@@ -76,6 +76,11 @@ def worker_token(seed: int) -> str:
     return f"demo-worker-{rng.getrandbits(64):016x}"
 
 
+def _worker_entry(worker: str) -> dict[str, object]:
+    # The worker credential is bound to the demo's worker ids (demo-w0, demo-w1, ...).
+    return {"tokens": [hash_token(worker)], "workerIdPrefix": "demo-w", "maxSlots": SLOTS_PER_WORKER}
+
+
 def policy_yaml(tenant_tokens: dict[str, str], worker: str | None = None) -> str:
     tenants = []
     for name, (weight, guaranteed, nominal, limit, be_limit) in TENANTS.items():
@@ -108,7 +113,7 @@ def policy_yaml(tenant_tokens: dict[str, str], worker: str | None = None) -> str
             },
             "queue": {"maxPending": 500, "maxPendingPerTenant": 200},
             "tenants": tenants,
-            "access": {"workers": [hash_token(worker)] if worker else []},
+            "access": {"workers": [_worker_entry(worker)] if worker else []},
         },
     }
     return yaml.safe_dump(doc, sort_keys=False)

@@ -1,12 +1,19 @@
-"""Credentials -> identities: how a bearer token is stored in a policy (its hash) and which tenant or
-role a presented token speaks for."""
+"""Credentials -> identities: how a bearer token is stored in a policy (its hash), and which tenant
+or role (with, for a worker credential, its scope of worker ids and slot bound) a presented token
+or a verified client certificate's name speaks for."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Final
 
-from scheduler.policy.model import ADMIN, WORKER, Policy, Role
+from scheduler.policy.model import ADMIN, WORKER, Policy, Role, WorkerAccess
+
+ADMINS_KEY: Final = "spec.access.admins"
+WORKERS_KEY: Final = "spec.access.workers"
 
 
 def hash_token(token: str) -> str:
@@ -14,38 +21,82 @@ def hash_token(token: str) -> str:
     return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def tenant_for_token(policy: Policy, token: str) -> str | None:
-    """The tenant a bearer token authenticates as, or None.
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """What a credential speaks for in the policy in force: a tenant, a role, or nothing.
+
+    `key` is where the policy lists it (``spec.tenants[0]``, ``spec.access.admins``,
+    ``spec.access.workers[1]``), for error messages; `worker` is the worker entry of a worker
+    credential: the worker ids it may act as and the slots one of them may claim."""
+
+    tenant: str | None = None
+    role: Role | None = None
+    worker: WorkerAccess | None = None
+    key: str = ""
+
+    def describe(self) -> str:
+        if self.tenant is not None:
+            return f"authenticates tenant {self.tenant!r}"
+        if self.role is not None:
+            return f"carries the {self.role} role ({self.key})"
+        return "names no tenant or role of the policy"
+
+    def may_act_as(self, worker_id: str) -> bool:
+        """Whether this identity may register, heartbeat, drain or deregister `worker_id`: an
+        admin may act as any worker (an operator drains by hand), a worker credential only
+        within its scope, anyone else as none."""
+        if self.role == ADMIN:
+            return True
+        return self.role == WORKER and self.worker is not None and self.worker.allows(worker_id)
+
+
+NOBODY: Final = Identity()
+
+
+def _credentials(policy: Policy) -> Iterator[tuple[Identity, Iterable[str], Iterable[str]]]:
+    """Every identity of the policy with its token hashes and its certificate names."""
+    for i, t in enumerate(policy.tenants):
+        yield Identity(tenant=t.name, key=f"spec.tenants[{i}]"), t.tokens, t.identities
+    admin = Identity(role=ADMIN, key=ADMINS_KEY)
+    yield admin, policy.access.admins, policy.access.admin_identities
+    for i, w in enumerate(policy.access.workers):
+        yield Identity(role=WORKER, worker=w, key=f"{WORKERS_KEY}[{i}]"), w.tokens, w.identities
+
+
+def identity_for_token(policy: Policy, token: str) -> Identity:
+    """The identity a bearer token authenticates as, or NOBODY.
 
     Compares against every stored hash with hmac.compare_digest and does not stop at a match,
-    so the time taken does not tell which tenant (or how many hashes) matched.
+    so the time taken does not tell which identity (or how many hashes) matched.
     """
     if not token:
-        return None
+        return NOBODY
     digest = hash_token(token).encode("ascii")
-    found: str | None = None
-    for tenant in policy.tenants:
-        for stored in tenant.tokens:
-            if hmac.compare_digest(digest, stored.encode("ascii", "replace")) and found is None:
-                found = tenant.name
+    found = NOBODY
+    for identity, hashes, _ in _credentials(policy):
+        for stored in hashes:
+            if hmac.compare_digest(digest, stored.encode("ascii", "replace")) and found is NOBODY:
+                found = identity
     return found
+
+
+def identities_for_names(policy: Policy, names: Iterable[str]) -> list[Identity]:
+    """The distinct identities a verified client certificate's names (its SANs, or its common
+    name) match. Certificate names are public, so a plain comparison is fine. More than one
+    means the certificate names two identities: the caller refuses it rather than pick."""
+    wanted = set(names)
+    found: list[Identity] = []
+    for identity, _, listed in _credentials(policy):
+        if any(n in wanted for n in listed) and identity not in found:
+            found.append(identity)
+    return found
+
+
+def tenant_for_token(policy: Policy, token: str) -> str | None:
+    """The tenant a bearer token authenticates as, or None (constant-time as identity_for_token)."""
+    return identity_for_token(policy, token).tenant
 
 
 def role_for_token(policy: Policy, token: str) -> Role | None:
-    """The role ("admin" or "worker") a bearer token carries, or None.
-
-    Constant-time in the same way as tenant_for_token: every stored hash is compared.
-    """
-    if not token:
-        return None
-    digest = hash_token(token).encode("ascii")
-    found: Role | None = None
-    roles: tuple[tuple[Role, tuple[str, ...]], ...] = (
-        (ADMIN, policy.access.admins),
-        (WORKER, policy.access.workers),
-    )
-    for role, hashes in roles:
-        for stored in hashes:
-            if hmac.compare_digest(digest, stored.encode("ascii", "replace")) and found is None:
-                found = role
-    return found
+    """The role ("admin" or "worker") a bearer token carries, or None."""
+    return identity_for_token(policy, token).role

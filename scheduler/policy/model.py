@@ -67,6 +67,32 @@ class AutoscalerSpec:
 
 
 @dataclass(frozen=True)
+class RateLimit:
+    """A token bucket: `qps` tokens a second, at most `burst` saved up (one call costs one)."""
+
+    qps: float
+    burst: int
+
+
+@dataclass(frozen=True)
+class RateLimitsSpec:
+    """Buckets per flow, as API Priority and Fairness limits per flow; None: that flow is unlimited.
+
+    tenant: per tenant, Acquire and GetSession (a tenant's own `rateLimit` overrides it).
+    renewals: per tenant, Renew, Release and Yield: a bucket of their own, so that a tenant's
+      Acquire flood never makes its own renewals fail (and giving a slot back is never refused
+      for the sake of an Acquire).
+    admin: every admin credential together, on the Admin and Workers services.
+    worker: per spec.access.workers entry, on the Workers service.
+    """
+
+    tenant: RateLimit | None = None
+    renewals: RateLimit | None = None
+    admin: RateLimit | None = None
+    worker: RateLimit | None = None
+
+
+@dataclass(frozen=True)
 class TenantSpec:
     name: str
     weight: float = 1.0
@@ -77,17 +103,53 @@ class TenantSpec:
     best_effort_limit: int | None = None
     # "sha256:<hex>" of bearer tokens that authenticate as this tenant.
     tokens: tuple[str, ...] = ()
+    # Names of verified mTLS client certificates (a SAN: "spiffe://…" or a DNS name) that do too.
+    identities: tuple[str, ...] = ()
+    # The tenant's own bucket for Acquire and GetSession; None: spec.rateLimits.tenant applies.
+    rate_limit: RateLimit | None = None
+
+
+@dataclass(frozen=True)
+class WorkerAccess:
+    """One worker credential (spec.access.workers[i]): who it is, which worker ids it may act as,
+    and how many slots one of its workers may claim.
+
+    The credentials are bearer-token hashes (`tokens`) and/or client-certificate names
+    (`identities`); every credential of an entry is the same identity (several tokens let one
+    rotate without downtime). The scope is `worker_ids` or, for a StatefulSet's or a
+    Deployment's pods, `worker_id_prefix`; scopes of two entries never overlap (the loader
+    enforces it), so a worker id belongs to one entry."""
+
+    tokens: tuple[str, ...] = ()
+    identities: tuple[str, ...] = ()
+    worker_ids: tuple[str, ...] = ()
+    worker_id_prefix: str | None = None
+    max_slots: int = 1
+
+    def allows(self, worker_id: str) -> bool:
+        """Whether `worker_id` is in this entry's scope (a prefix needs a non-empty rest)."""
+        if self.worker_id_prefix is not None:
+            return worker_id.startswith(self.worker_id_prefix) and len(worker_id) > len(self.worker_id_prefix)
+        return worker_id in self.worker_ids
+
+    def scope_text(self) -> str:
+        if self.worker_id_prefix is not None:
+            return f"worker ids starting with {self.worker_id_prefix!r} (and longer than it)"
+        return "worker ids " + ", ".join(repr(w) for w in self.worker_ids)
 
 
 @dataclass(frozen=True)
 class AccessSpec:
-    """Roles bound to credentials: "sha256:<hex>" of bearer tokens, like tenant tokens.
+    """Roles bound to credentials: "sha256:<hex>" of bearer tokens, like tenant tokens, or the
+    names of verified client certificates.
 
     Separate from tenants so that no tenant can change the policy or the pool it is judged by:
-    a token is one identity, either a tenant or a role, never both (the loader enforces it)."""
+    a credential is one identity, either a tenant or a role, never both (the loader enforces it).
+    Admins have no scope; each worker entry is bound to its worker ids and a slot bound."""
 
     admins: tuple[str, ...] = ()
-    workers: tuple[str, ...] = ()
+    admin_identities: tuple[str, ...] = ()
+    workers: tuple[WorkerAccess, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,6 +161,7 @@ class Policy:
     autoscaler: AutoscalerSpec = field(default_factory=AutoscalerSpec)
     tenants: tuple[TenantSpec, ...] = ()
     access: AccessSpec = field(default_factory=AccessSpec)
+    rate_limits: RateLimitsSpec = field(default_factory=RateLimitsSpec)
 
     def tenant(self, name: str) -> TenantSpec | None:
         for t in self.tenants:

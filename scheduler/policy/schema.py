@@ -17,6 +17,17 @@ TENANT_NAME_MAX_LEN: Final = 63
 POLICY_NAME_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 POLICY_NAME_MAX_LEN: Final = 253
 TOKEN_HASH_RE: Final = re.compile(r"^sha256:[0-9a-f]{64}$")
+# Client-certificate names (SANs) a policy may bind: a SPIFFE ID or a DNS name, compared exactly
+# with what the TLS layer verified (so no wildcards, and lowercase: DNS names compare lowercase).
+SPIFFE_RE: Final = re.compile(r"^spiffe://[a-z0-9._-]+(/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*$")
+_DNS_LABEL: Final = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+DNS_NAME_RE: Final = re.compile(rf"^(?=.{{1,253}}$){_DNS_LABEL}(\.{_DNS_LABEL})*$")
+IDENTITY_MAX_LEN: Final = 2048
+# Worker ids end up in lease ids and Redis keys: at most a DNS subdomain (a pod name).
+WORKER_ID_MAX_LEN: Final = 253
+# The global cap on the slots one worker may register, whatever the credential (an admin too):
+# a registered worker's slots are capacity every tenant's grants are placed on.
+MAX_WORKER_SLOTS: Final = 256
 # "25%", "12.5%"; the exponent form is what repr() writes for tiny floats ("1e-05%").
 PERCENT_RE: Final = re.compile(r"^(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)%$")
 
@@ -68,13 +79,23 @@ SCALE_UP_FIELDS: Final = (
 
 TOP_KEYS: Final = ("apiVersion", "kind", "metadata", "spec")
 METADATA_KEYS: Final = ("name", "labels", "annotations")
-SPEC_KEYS: Final = ("pool", "timing", "queue", "autoscaler", "tenants", "access")
+SPEC_KEYS: Final = ("pool", "timing", "queue", "autoscaler", "tenants", "access", "rateLimits")
 POOL_KEYS: Final = tuple(f.key for f in POOL_FIELDS) + ("floor",)
 AUTOSCALER_KEYS: Final = ("weights", "scaleUp") + tuple(f.key for f in AUTOSCALER_FIELDS)
-TENANT_KEYS: Final = ("name", "weight", "guaranteed", "burstable", "bestEffort", "tokens")
+TENANT_KEYS: Final = (
+    "name", "weight", "guaranteed", "burstable", "bestEffort", "tokens", "identities", "rateLimit"
+)  # fmt: skip
 BURSTABLE_KEYS: Final = ("nominal", "limit")
 BEST_EFFORT_KEYS: Final = ("limit",)
 ACCESS_KEYS: Final = ("admins", "workers")
+ADMIN_ENTRY_KEYS: Final = ("token", "identity")
+WORKER_ENTRY_KEYS: Final = ("tokens", "identities", "workerIds", "workerIdPrefix", "maxSlots")
+RATE_LIMIT_KEYS: Final = ("qps", "burst")
+RATE_LIMITS_KEYS: Final = ("tenant", "renewals", "admin", "worker")
+# The shape a worker entry takes, for the error a plain string gets.
+WORKER_ENTRY_SHAPE: Final = (
+    '{tokens: ["sha256:<hex>"], workerIds: [...] or workerIdPrefix: "...", maxSlots: N}'
+)
 
 
 def fmt_number(x: float) -> str:

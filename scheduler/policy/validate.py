@@ -23,10 +23,17 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from scheduler.policy.access import (
+    check_renewal_headroom,
+    identity_names,
+    parse_access,
+    parse_rate_limits,
+    rate_limit,
+    token_hashes,
+)
 from scheduler.policy.checker import Checker, describe, join, keys_text
 from scheduler.policy.errors import PolicyError, Problem
 from scheduler.policy.model import (
-    AccessSpec,
     AutoscalerSpec,
     Policy,
     PoolSpec,
@@ -35,7 +42,6 @@ from scheduler.policy.model import (
     TimingSpec,
 )
 from scheduler.policy.schema import (
-    ACCESS_KEYS,
     API_VERSION,
     AUTOSCALER_FIELDS,
     AUTOSCALER_KEYS,
@@ -55,7 +61,6 @@ from scheduler.policy.schema import (
     TENANT_NAME_MAX_LEN,
     TENANT_NAME_RE,
     TIMING_FIELDS,
-    TOKEN_HASH_RE,
     TOP_KEYS,
     WEIGHT_FIELDS,
     Num,
@@ -137,37 +142,6 @@ _LIMIT: Final = Num("limit", "burstable_limit", True)
 _BE_LIMIT: Final = Num("limit", "best_effort_limit", True)
 
 
-def _parse_tokens(c: Checker, value: object, path: str, seen: dict[str, str]) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        c.error(path, f"expected a list of token hashes, got {describe(value)}")
-        return ()
-    tokens: list[str] = []
-    for i, tok in enumerate(value):
-        p = f"{path}[{i}]"
-        if not isinstance(tok, str):
-            c.error(p, f"expected a string, got {describe(tok)}")
-        elif not TOKEN_HASH_RE.match(tok):
-            # Never echo the value: a plain token pasted here by mistake is a secret.
-            hint = " (use lowercase hex)" if TOKEN_HASH_RE.match(tok.lower()) else ""
-            c.error(
-                p,
-                '"sha256:" followed by 64 lowercase hex digits expected: store the hash of the bearer '
-                f"token, never the token itself{hint}",
-            )
-        elif tok in seen:
-            c.error(
-                p,
-                f"the same token hash is already listed at {seen[tok]}: one credential is one identity "
-                "(one tenant, or one role)",
-            )
-        else:
-            seen[tok] = p
-            tokens.append(tok)
-    return tuple(tokens)
-
-
 def _parse_tenant(c: Checker, value: object, path: str, tokens_seen: dict[str, str]) -> TenantSpec | None:
     if not isinstance(value, Mapping):
         c.error(path, f"expected a mapping with keys {keys_text(TENANT_KEYS)}, got {describe(value)}")
@@ -209,7 +183,9 @@ def _parse_tenant(c: Checker, value: object, path: str, tokens_seen: dict[str, s
     if be is not None:
         changes["best_effort_limit"] = be
 
-    changes["tokens"] = _parse_tokens(c, m.get("tokens"), join(path, "tokens"), tokens_seen)
+    changes["tokens"] = token_hashes(c, m.get("tokens"), join(path, "tokens"), tokens_seen)
+    changes["identities"] = identity_names(c, m.get("identities"), join(path, "identities"), tokens_seen)
+    changes["rate_limit"] = rate_limit(c, m.get("rateLimit"), join(path, "rateLimit"))
     if name is None:
         return None
     return dataclasses.replace(TenantSpec(name=name), **changes)
@@ -234,16 +210,6 @@ def _parse_tenants(c: Checker, value: object, path: str, tokens_seen: dict[str, 
             names[t.name] = join(p, "name")
         tenants.append(t)
     return tenants
-
-
-def _parse_access(c: Checker, value: object, path: str, tokens_seen: dict[str, str]) -> AccessSpec:
-    # `tokens_seen` already holds the tenants' hashes: a role token may not be a tenant's too,
-    # or a tenant could call the Admin service (or a worker agent Acquire) with its own token.
-    m = c.section(value, path, ACCESS_KEYS)
-    return AccessSpec(
-        admins=_parse_tokens(c, m.get("admins"), join(path, "admins"), tokens_seen),
-        workers=_parse_tokens(c, m.get("workers"), join(path, "workers"), tokens_seen),
-    )
 
 
 def _check_commitments(c: Checker, pool: PoolSpec, tenants: Sequence[TenantSpec]) -> None:
@@ -308,8 +274,10 @@ def policy_from_dict(d: object) -> tuple[Policy, list[Problem]]:
     autoscaler = _parse_autoscaler(c, spec.get("autoscaler"), "spec.autoscaler")
     tokens_seen: dict[str, str] = {}  # hash -> where it was first listed, across tenants and roles
     tenants = _parse_tenants(c, spec.get("tenants"), "spec.tenants", tokens_seen)
-    access = _parse_access(c, spec.get("access"), "spec.access", tokens_seen)
+    access = parse_access(c, spec.get("access"), "spec.access", tokens_seen, pool)
+    rate_limits = parse_rate_limits(c, spec.get("rateLimits"), "spec.rateLimits")
     _check_commitments(c, pool, tenants)
+    check_renewal_headroom(c, rate_limits, tenants, pool, timing.lease_ttl_s)
 
     if c.errors:
         raise PolicyError(c.errors, c.warnings)
@@ -321,5 +289,6 @@ def policy_from_dict(d: object) -> tuple[Policy, list[Problem]]:
         autoscaler=autoscaler,
         tenants=tuple(tenants),
         access=access,
+        rate_limits=rate_limits,
     )
     return policy, c.warnings

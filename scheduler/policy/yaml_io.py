@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from scheduler.policy.errors import DOCUMENT, PolicyError, Problem
-from scheduler.policy.model import Policy
+from scheduler.policy.model import AccessSpec, Policy, RateLimit
 from scheduler.policy.schema import (
     API_VERSION,
     AUTOSCALER_FIELDS,
@@ -100,17 +100,20 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
     tenants = []
     for t in policy.tenants:
         be: dict[str, Any] = {} if t.best_effort_limit is None else {"limit": t.best_effort_limit}
-        tenants.append(
-            {
-                "name": t.name,
-                "weight": t.weight,
-                "guaranteed": t.guaranteed,
-                "burstable": {"nominal": t.burstable_nominal, "limit": t.burstable_limit},
-                "bestEffort": be,
-                "tokens": list(t.tokens),
-            }
-        )
-    return {
+        tenant: dict[str, Any] = {
+            "name": t.name,
+            "weight": t.weight,
+            "guaranteed": t.guaranteed,
+            "burstable": {"nominal": t.burstable_nominal, "limit": t.burstable_limit},
+            "bestEffort": be,
+            "tokens": list(t.tokens),
+        }
+        if t.identities:
+            tenant["identities"] = list(t.identities)
+        if t.rate_limit is not None:
+            tenant["rateLimit"] = _rate_limit_to_dict(t.rate_limit)
+        tenants.append(tenant)
+    doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"name": policy.name},
@@ -120,9 +123,44 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
             "queue": _numbers_to_dict(policy.queue, QUEUE_FIELDS),
             "autoscaler": autoscaler_d,
             "tenants": tenants,
-            "access": {"admins": list(policy.access.admins), "workers": list(policy.access.workers)},
+            "access": _access_to_dict(policy.access),
         },
     }
+    limits = {
+        k: _rate_limit_to_dict(v)
+        for k, v in (
+            ("tenant", policy.rate_limits.tenant),
+            ("renewals", policy.rate_limits.renewals),
+            ("admin", policy.rate_limits.admin),
+            ("worker", policy.rate_limits.worker),
+        )
+        if v is not None
+    }
+    if limits:
+        doc["spec"]["rateLimits"] = limits
+    return doc
+
+
+def _rate_limit_to_dict(r: RateLimit) -> dict[str, Any]:
+    return {"qps": r.qps, "burst": r.burst}
+
+
+def _access_to_dict(access: AccessSpec) -> dict[str, Any]:
+    admins: list[Any] = [*access.admins, *({"identity": n} for n in access.admin_identities)]
+    workers: list[dict[str, Any]] = []
+    for w in access.workers:
+        entry: dict[str, Any] = {}
+        if w.tokens:
+            entry["tokens"] = list(w.tokens)
+        if w.identities:
+            entry["identities"] = list(w.identities)
+        if w.worker_id_prefix is not None:
+            entry["workerIdPrefix"] = w.worker_id_prefix
+        else:
+            entry["workerIds"] = list(w.worker_ids)
+        entry["maxSlots"] = w.max_slots
+        workers.append(entry)
+    return {"admins": admins, "workers": workers}
 
 
 def policy_to_yaml(policy: Policy) -> str:

@@ -20,6 +20,7 @@ from scheduler.api.gen.slotsched.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from scheduler.core.lifecycle import LeaseState, WorkerState
 from scheduler.core.types import QoS
 from scheduler.policy.errors import PolicyError
+from scheduler.policy.model import Policy
 from scheduler.policy.yaml_io import parse_policy, policy_to_yaml
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
@@ -67,22 +68,26 @@ def _qos_filter(value: int) -> QoS | None:
     return qos
 
 
+def _worker_tokens(policy: Policy) -> set[str]:
+    return {t for w in policy.access.workers for t in w.tokens}
+
+
 class AdminService(admin_pb2_grpc.AdminServicer):
     def __init__(self, registry: WorkerRegistry, auth: Authenticator) -> None:
         self._registry = registry
         self._loop = registry.loop
         self._auth = auth
 
-    def _guard(self, context: Any) -> None:
+    def _guard(self, context: Any, rpc: str) -> None:
         if self._loop.shutting_down:
             raise errors.unavailable()
-        self._auth.require_admin(context)
+        self._auth.require_admin(context, rpc)  # charged to the admins' flow (rate limits)
 
     @errors.unary
     async def GetPolicy(
         self, request: admin_pb2.GetPolicyRequest, context: Any
     ) -> admin_pb2.GetPolicyResponse:
-        self._guard(context)
+        self._guard(context, "GetPolicy")
         policy = self._loop.core.policy
         return admin_pb2.GetPolicyResponse(yaml=policy_to_yaml(policy), name=policy.name)
 
@@ -90,7 +95,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ApplyPolicy(
         self, request: admin_pb2.ApplyPolicyRequest, context: Any
     ) -> admin_pb2.ApplyPolicyResponse:
-        self._guard(context)
+        self._guard(context, "ApplyPolicy")
         if not request.yaml.strip():
             raise errors.invalid_argument("yaml", "required")
         try:
@@ -106,7 +111,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     "spec.access.admins is empty: this policy would lock every operator out of the Admin "
                     "service; list at least one admin token hash"
                 )
-            removed = set(self._loop.core.policy.access.workers) - set(policy.access.workers)
+            removed = _worker_tokens(self._loop.core.policy) - _worker_tokens(policy)
             if removed:
                 notes.append(
                     f"spec.access.workers: {len(removed)} worker token hash(es) removed; workers using "
@@ -122,7 +127,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def DescribePool(
         self, request: admin_pb2.DescribePoolRequest, context: Any
     ) -> admin_pb2.DescribePoolResponse:
-        self._guard(context)
+        self._guard(context, "DescribePool")
         view = self._loop.core.describe()
         at = convert.ts(self._loop.now())
         out = admin_pb2.DescribePoolResponse(free=view.free, floor=view.floor, at=at)
@@ -173,7 +178,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListLeases(
         self, request: admin_pb2.ListLeasesRequest, context: Any
     ) -> admin_pb2.ListLeasesResponse:
-        self._guard(context)
+        self._guard(context, "ListLeases")
         size = _page_size(request.page_size)
         qos = _qos_filter(request.qos)
         after = _decode_token("leases", request.page_token, ((int, float), str))
@@ -202,7 +207,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListQueue(
         self, request: admin_pb2.ListQueueRequest, context: Any
     ) -> admin_pb2.ListQueueResponse:
-        self._guard(context)
+        self._guard(context, "ListQueue")
         size = _page_size(request.page_size)
         qos = _qos_filter(request.qos)
         after = _decode_token("queue", request.page_token, (int, int, str))

@@ -1,60 +1,95 @@
-"""Who is calling: a tenant or a role, derived from the caller's credential, never from a request.
+"""Who is calling: a tenant or a role, derived from the caller's credential, never from a request;
+and whether the caller's flow still has room (rate limits, `ratelimit.RateLimiter`).
 
-Secure mode (a policy file was given): `authorization: Bearer <token>` is hashed and matched
-against the token hashes in the policy in force. A token is exactly one identity (the policy
-loader refuses a hash listed twice): a tenant (`spec.tenants[].tokens`), the admin role
-(`spec.access.admins`: operators) or the worker role (`spec.access.workers`: worker agents).
+Secure mode (a policy file was given). The credential is, in this order:
 
-* Scheduler service (`tenant`): tenant tokens only; a role token names no tenant.
+1. `authorization: Bearer <token>`: hashed and matched against the token hashes of the policy in
+   force;
+2. else a verified mTLS client certificate (the TLS layer checked it against the CA): its subject
+   alternative names (SPIFFE IDs, DNS names; its common name when it has none) are matched
+   against `identities` in the policy. A certificate naming two identities is refused.
+
+A credential is exactly one identity (the policy loader refuses one listed twice): a tenant
+(`spec.tenants[].tokens` / `identities`), the admin role (`spec.access.admins`: operators) or a
+worker entry (`spec.access.workers[i]`: worker agents, bound to the worker ids it may act as and
+a slot bound).
+
+* Scheduler service (`tenant`): tenants only; a role names no tenant.
 * Admin service (`require_admin`): the admin role only, so no tenant can rewrite the policy
   (its own quotas) or read other tenants' leases.
-* Workers service (`require_worker`): the worker or the admin role, so no tenant can drain or
-  deregister workers (and revoke other tenants' leases).
+* Workers service (`worker` + `require_scope`): a worker entry for the ids in its scope, or the
+  admin role for any id (an operator drains by hand); so no tenant can drain or deregister
+  workers, and no worker can heartbeat (read the leases of), drain, deregister or re-register
+  another worker.
 
-No credential is UNAUTHENTICATED; an unknown token, or a known one without the role needed,
-PERMISSION_DENIED (the message names the role and where the policy lists it). Identities are
-cached by the digest of the header per policy, so the hot path (`tenant`, on every Acquire) pays
-one sha256 and a dict lookup; the cache is dropped when ApplyPolicy changes the policy.
+No credential is UNAUTHENTICATED; an unknown one, or one without the role or scope needed,
+PERMISSION_DENIED (the message names what is needed and where the policy lists it). Identities
+are cached by the digest of the header (or of the certificate's names) per policy, so the hot
+path (`tenant`, on every Acquire) pays one sha256 and a dict lookup; the cache is dropped when
+ApplyPolicy changes the policy.
 
 Insecure dev mode (no policy file): the tenant is whatever `x-slotsched-tenant` says, as long as
-the policy has it, and Admin and Workers accept anyone. The server warns about this at startup.
+the policy has it, and Admin and Workers accept anyone (as an admin). The server warns about
+this at startup. Rate limits apply in both modes.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from scheduler.policy.identities import role_for_token, tenant_for_token
+from scheduler.policy.identities import (
+    ADMINS_KEY,
+    NOBODY,
+    WORKERS_KEY,
+    Identity,
+    identities_for_names,
+    identity_for_token,
+)
 from scheduler.policy.model import ADMIN, WORKER, Policy, Role
 from scheduler.server import errors
+from scheduler.server.ratelimit import RateLimiter
+
+__all__ = ["AUTH_HEADER", "TENANT_HEADER", "Authenticator", "Identity"]
 
 AUTH_HEADER = "authorization"
 TENANT_HEADER = "x-slotsched-tenant"
 _CACHE_MAX = 4096
 
-# Where the policy lists each role's token hashes, for error messages.
-_ROLE_KEY: Final[dict[Role, str]] = {ADMIN: "spec.access.admins", WORKER: "spec.access.workers"}
+# Where the policy lists each role's credentials, for error messages.
+_ROLE_KEY: Final[dict[Role, str]] = {ADMIN: ADMINS_KEY, WORKER: WORKERS_KEY}
+# What a caller in insecure dev mode is on the Admin and Workers services.
+_DEV: Final = Identity(role=ADMIN, key="insecure dev mode")
+
+# auth_context() keys grpc sets for a peer whose certificate the TLS layer verified.
+_SAN_KEYS: Final = ("x509_subject_alternative_name", "peer_spiffe_id", "peer_dns", "peer_uri")
+_CN_KEY: Final = "x509_common_name"
+
+_BEARER: Final = "this bearer token"
+_CERT: Final = "this client certificate"
 
 
-@dataclass(frozen=True, slots=True)
-class Identity:
-    """What a bearer token speaks for in the policy in force: a tenant, a role, or nothing."""
-
-    tenant: str | None = None
-    role: Role | None = None
-
-    def describe(self) -> str:
-        if self.tenant is not None:
-            return f"authenticates tenant {self.tenant!r}"
-        if self.role is not None:
-            return f"carries the {self.role} role ({_ROLE_KEY[self.role]})"
-        return "names no tenant or role of the policy"
+def _text(value: str | bytes) -> str:
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
 
 
-_NOBODY: Final = Identity()
+def certificate_names(context: Any) -> list[str]:
+    """The names of the caller's verified client certificate (its SANs; its CN when it has no
+    SAN), or [] when the peer did not authenticate with one (plaintext, or TLS without a
+    client certificate)."""
+    try:
+        ac = context.auth_context() or {}
+    except (AttributeError, NotImplementedError):
+        return []
+    if "ssl" not in {_text(v) for v in ac.get("transport_security_type", ())}:
+        return []
+    names: list[str] = []
+    for key in _SAN_KEYS:
+        names += [_text(v) for v in ac.get(key, ()) if _text(v) not in names]
+    if not names:
+        names = [_text(v) for v in ac.get(_CN_KEY, ())]
+    return names
 
 
 class Authenticator:
@@ -62,80 +97,136 @@ class Authenticator:
         """`policy` returns the policy in force (it changes with ApplyPolicy)."""
         self.secure = secure
         self._policy = policy
-        self._cache: dict[bytes, Identity] = {}
+        self._cache: dict[bytes, tuple[Identity, str]] = {}
         self._cached_for: Policy | None = None
+        self.limits = RateLimiter(policy)
 
-    def tenant(self, context: Any) -> str:
-        """The caller's tenant, or raise UNAUTHENTICATED / PERMISSION_DENIED."""
-        md = context.invocation_metadata() or ()
+    # ------------------------------------------------------------------ per service
+
+    def tenant(self, context: Any, rpc: str = "") -> str:
+        """The caller's tenant, or raise UNAUTHENTICATED / PERMISSION_DENIED; with `rpc`, the
+        call is charged to the tenant's flow (RESOURCE_EXHAUSTED past it)."""
+        name = self._tenant(context)
+        if rpc:
+            self.limits.tenant(name, rpc)
+        return name
+
+    def require_admin(self, context: Any, rpc: str = "") -> Identity:
+        """For the Admin service: the admin role in secure mode, anyone in dev mode."""
+        identity = self._require(context, "Admin", (ADMIN,))
+        if rpc:
+            self.limits.role(identity, rpc)
+        return identity
+
+    def worker(self, context: Any, rpc: str = "") -> Identity:
+        """For the Workers service: a worker entry or the admin role in secure mode, anyone (as
+        an admin) in dev mode. Which worker ids it may act as is `require_scope`'s to say."""
+        identity = self._require(context, "Workers", (WORKER, ADMIN))
+        if rpc:
+            self.limits.role(identity, rpc)
+        return identity
+
+    @staticmethod
+    def require_scope(identity: Identity, worker_id: str) -> None:
+        """PERMISSION_DENIED unless `identity` may act as `worker_id` (its entry's scope)."""
+        if identity.may_act_as(worker_id):
+            return
+        w = identity.worker
+        if w is None:  # not reached: `worker` admits workers and admins only
+            raise errors.permission_denied(f"{identity.describe()}: not a worker credential")
+        which = "workerIdPrefix" if w.worker_id_prefix is not None else "workerIds"
+        raise errors.worker_out_of_scope(worker_id, f"{identity.key}.{which}", w.scope_text())
+
+    # ------------------------------------------------------------------ identities
+
+    def _tenant(self, context: Any) -> str:
         if self.secure:
-            identity = self._from_token(md)
+            identity, via = self._identify(context)
             if identity.tenant is None:
-                raise errors.permission_denied(_no_tenant(identity))
+                raise errors.permission_denied(_no_tenant(identity, via))
             return identity.tenant
-        for key, value in md:
+        for key, value in context.invocation_metadata() or ():
             if key == TENANT_HEADER:
-                name = value if isinstance(value, str) else value.decode()
+                name = _text(value)
                 if self._policy().tenant(name) is None:
-                    raise errors.permission_denied(f"tenant {name!r} is not in the policy")
+                    raise errors.permission_denied(f"tenant {name[:64]!r} is not in the policy")
                 return name
         raise errors.unauthenticated(f"insecure dev mode: send the tenant in the {TENANT_HEADER} header")
 
-    def require_admin(self, context: Any) -> None:
-        """For the Admin service: the admin role in secure mode, anyone in dev mode."""
-        self._require(context, "Admin", (ADMIN,))
-
-    def require_worker(self, context: Any) -> None:
-        """For the Workers service: the worker or admin role in secure mode, anyone in dev mode."""
-        self._require(context, "Workers", (WORKER, ADMIN))
-
-    def _require(self, context: Any, service: str, roles: tuple[Role, ...]) -> None:
+    def _require(self, context: Any, service: str, roles: tuple[Role, ...]) -> Identity:
         if not self.secure:
-            return
-        identity = self._from_token(context.invocation_metadata() or ())
+            return _DEV
+        identity, via = self._identify(context)
         if identity.role in roles:
-            return
+            return identity
         first, *others = roles
-        needed = f"the {first} role (a token whose sha256 hash the policy lists under {_ROLE_KEY[first]})"
+        needed = f"the {first} role (a credential the policy lists under {_ROLE_KEY[first]})"
         needed += "".join(f" or the {r} role ({_ROLE_KEY[r]})" for r in others)
-        raise errors.permission_denied(
-            f"the {service} service needs {needed}; this bearer token {identity.describe()}"
+        raise errors.permission_denied(f"the {service} service needs {needed}; {via} {identity.describe()}")
+
+    def _identify(self, context: Any) -> tuple[Identity, str]:
+        """The caller's identity and what it came from: the bearer token if one is sent, else the
+        verified client certificate."""
+        for key, value in context.invocation_metadata() or ():
+            if key == AUTH_HEADER:
+                return self._lookup(_text(value)), _BEARER
+        names = certificate_names(context)
+        if names:
+            return self._from_certificate(names), _CERT
+        raise errors.unauthenticated(
+            "missing credential: send 'authorization: Bearer <token>' or a client certificate"
         )
 
-    def _from_token(self, md: Any) -> Identity:
-        for key, value in md:
-            if key == AUTH_HEADER:
-                return self._lookup(value if isinstance(value, str) else value.decode())
-        raise errors.unauthenticated("missing credential: send 'authorization: Bearer <token>'")
+    def _cached(self, digest: bytes) -> tuple[Identity, str] | None:
+        policy = self._policy()
+        if policy is not self._cached_for:  # credentials and roles change with ApplyPolicy
+            self._cache.clear()
+            self._cached_for = policy
+        return self._cache.get(digest)
+
+    def _remember(self, digest: bytes, entry: tuple[Identity, str]) -> None:
+        if len(self._cache) >= _CACHE_MAX:
+            self._cache.clear()
+        self._cache[digest] = entry
 
     def _lookup(self, header: str) -> Identity:
         """Identity for an authorization header, cached by the header's digest (never in clear)."""
-        policy = self._policy()
-        if policy is not self._cached_for:  # tokens and roles change with ApplyPolicy
-            self._cache.clear()
-            self._cached_for = policy
-        digest = hashlib.sha256(header.encode()).digest()
-        try:
-            return self._cache[digest]
-        except KeyError:
-            pass
+        digest = hashlib.sha256(b"h" + header.encode()).digest()
+        hit = self._cached(digest)
+        if hit is not None:
+            return hit[0]
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise errors.unauthenticated("authorization must be 'Bearer <token>'")
-        token = token.strip()
-        tenant = tenant_for_token(policy, token)
-        role = role_for_token(policy, token)
-        identity = _NOBODY if tenant is None and role is None else Identity(tenant, role)
-        if len(self._cache) >= _CACHE_MAX:
-            self._cache.clear()
-        self._cache[digest] = identity
+        identity = identity_for_token(self._policy(), token.strip())
+        self._remember(digest, (identity, _BEARER))
+        return identity
+
+    def _from_certificate(self, names: Sequence[str]) -> Identity:
+        digest = hashlib.sha256(b"c" + "\0".join(sorted(names)).encode()).digest()
+        hit = self._cached(digest)
+        if hit is not None:
+            if hit[1] != _CERT:  # the certificate named two identities
+                raise errors.permission_denied(hit[1])
+            return hit[0]
+        found = identities_for_names(self._policy(), names)
+        if len(found) > 1:
+            message = (
+                f"{_CERT} names {len(found)} identities of the policy ("
+                + ", ".join(i.key for i in found)
+                + "): one certificate must be one identity"
+            )
+            self._remember(digest, (NOBODY, message))
+            raise errors.permission_denied(message)
+        identity = found[0] if found else NOBODY
+        self._remember(digest, (identity, _CERT))
         return identity
 
 
-def _no_tenant(identity: Identity) -> str:
+def _no_tenant(identity: Identity, via: str) -> str:
     if identity.role is None:
-        return "the bearer token names no tenant of the policy"
+        return f"{via} names no tenant of the policy"
     return (
-        f"the bearer token names no tenant of the policy: it {identity.describe()}, and the "
-        "Scheduler service serves tenants only (spec.tenants[].tokens)"
+        f"{via} names no tenant of the policy: it {identity.describe()}, and the Scheduler service "
+        "serves tenants only (spec.tenants[].tokens or identities)"
     )

@@ -10,6 +10,7 @@ turns it into the call's status, so a handler never builds a status by hand.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -175,6 +176,44 @@ _REJECT_CODES = {
 }
 
 
+def rate_limited(
+    subject: str, rpc: str, key: str, qps: float, burst: int, retry_after_s: float
+) -> RpcFailure:
+    """A call past its flow's token bucket (`subject`: a tenant's name, or role:admin /
+    role:worker): RESOURCE_EXHAUSTED, when to retry, and which policy key sized the bucket."""
+    who = f"tenant:{subject}" if ":" not in subject else subject
+    limit = f"{key}: {qps:g} calls a second, burst {burst}"
+    quota = error_details_pb2.QuotaFailure(
+        violations=[error_details_pb2.QuotaFailure.Violation(subject=who, description=limit)]
+    )
+    ms = max(1, math.ceil(retry_after_s * 1000))
+    return RpcFailure(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"rate limited: {rpc} by {who} is past {limit}; retry in {ms} ms",
+        [quota],
+        ((RETRY_AFTER_KEY, str(ms)),),
+    )
+
+
+def worker_out_of_scope(worker_id: str, key: str, scope: str) -> RpcFailure:
+    """A worker credential naming a worker id outside its entry's scope (`key`, e.g.
+    spec.access.workers[1].workerIds)."""
+    return permission_denied(
+        f"worker id {_quote(worker_id)} is outside this credential's scope: {key} allows {scope} only"
+    )
+
+
+def worker_slots_over_bound(slots: int, key: str, max_slots: int) -> RpcFailure:
+    """A Register claiming more slots than the credential's entry may (an authority limit, not a
+    malformed request: the same call with an admin credential would pass)."""
+    return permission_denied(f"slots {slots} is more than this credential may register: {key} is {max_slots}")
+
+
+def _quote(value: str, limit: int = 64) -> str:
+    """A caller's string in a message: quoted, at most `limit` characters of it."""
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
+
+
 def from_rejected(r: Rejected) -> RpcFailure:
     return RpcFailure(_REJECT_CODES[r.code], r.message)
 
@@ -234,6 +273,9 @@ __all__ = [
     "permission_denied",
     "policy_invalid",
     "raise_for",
+    "rate_limited",
     "unauthenticated",
     "unavailable",
+    "worker_out_of_scope",
+    "worker_slots_over_bound",
 ]

@@ -87,12 +87,18 @@ class Metrics:
         self.expiries = 0
         self.work_lost = 0.0
         self.latency = _Histogram(LATENCY_BUCKETS)
+        # (tenant or role:admin / role:worker, rpc) -> calls refused by a rate limit
+        self.rate_limited: dict[tuple[str, str], int] = {}
         self.describe: Describe = lambda: None
         self.registry.register(_Collector(self))
 
     def bind(self, describe: Describe) -> None:
         """Where the pool gauges come from (the loop's thread-safe describe)."""
         self.describe = describe
+
+    def count_rate_limited(self, tenant: str, rpc: str) -> None:
+        key = (tenant, rpc)
+        self.rate_limited[key] = self.rate_limited.get(key, 0) + 1
 
     def observe(self, decisions: Sequence[Decision], latency_s: float) -> None:
         self.latency.observe(latency_s)
@@ -152,6 +158,14 @@ class _Collector(Collector):
         )
         yield CounterMetricFamily("slotsched_expiries", "Leases expired (not renewed).", value=m.expiries)
         yield _counter("slotsched_refusals", "Acquires refused.", "reason", m.refusals)
+        limited = CounterMetricFamily(
+            "slotsched_rate_limited",
+            "Calls refused by a rate limit (spec.rateLimits), by tenant (or role:admin/role:worker), rpc.",
+            labels=["tenant", "rpc"],
+        )
+        for (tenant, rpc), n in list(m.rate_limited.items()):
+            limited.add_metric([tenant, rpc], n)
+        yield limited
         yield CounterMetricFamily(
             "slotsched_work_lost_slot_seconds",
             "Slot-seconds of work lost to revocations and expiries.",

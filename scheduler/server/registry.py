@@ -30,19 +30,38 @@ class WorkerRegistry:
         self.workers: dict[WorkerId, WorkerEntry] = {}
 
     def register(
-        self, worker_id: WorkerId, address: str, slots: int, labels: dict[str, str], static: bool = False
+        self,
+        worker_id: WorkerId,
+        address: str,
+        slots: int,
+        labels: dict[str, str],
+        static: bool = False,
+        *,
+        replace: bool = False,
     ) -> None:
+        """Add a worker, or re-register a live one: idempotent at the same address and slots;
+        elsewhere (or with other slots) only with `replace` (the caller is the same identity:
+        the worker restarted), which removes the old registration first, its leases revoked and
+        their sessions re-queued as by Deregister. The in-process pool is never replaced."""
         now = self.loop.now()
         w = self.workers.get(worker_id)
         if w is not None:
-            if w.address != address or w.slots != slots:
+            if w.address == address and w.slots == slots:
+                w.labels = labels  # idempotent re-register (e.g. after a scheduler restart)
+                w.last_heartbeat = now
+                return
+            if not replace or w.static:
+                why = "it is the scheduler's in-process pool" if w.static else "Deregister first"
                 raise errors.failed_precondition(
-                    f"worker {worker_id} is registered with address {w.address!r} and {w.slots} slots: "
-                    "Deregister first"
+                    f"worker {worker_id} is registered with address {w.address!r} and {w.slots} slots: {why}"
                 )
-            w.labels = labels  # idempotent re-register (e.g. after a scheduler restart)
-            w.last_heartbeat = now
-            return
+            log.warning(
+                "worker %s re-registered by its own credential at %s (was %s): replacing it",
+                worker_id,
+                address,
+                w.address,
+            )
+            self.deregister(worker_id)
         # The journal keeps labels and static beside the event: recovery rebuilds this entry.
         extras = Extras(labels=labels, static=static)
         decisions = self.loop.submit(WorkerAdded(worker_id, slots, address), extras)

@@ -61,10 +61,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self._auth = auth
         self._keys = keys if keys is not None else GrantKeyring.generate()
 
-    def _tenant(self, context: Any) -> str:
+    def _tenant(self, context: Any, rpc: str) -> str:
         if self._loop.shutting_down:
             raise errors.unavailable()
-        return self._auth.tenant(context)
+        return self._auth.tenant(context, rpc)  # charged to the tenant's flow (rate limits)
 
     def _lease_id(self, wire_id: str, tenant: str) -> LeaseId:
         """The core id of a lease id as quoted (tag verified), checked to be the caller's."""
@@ -145,7 +145,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
 
     def _open(self, request: scheduler_pb2.AcquireRequest, context: Any) -> SessionStream:
         """Validate, then re-attach to a live session or ask the core for a new one."""
-        tenant = self._tenant(context)
+        tenant = self._tenant(context, "Acquire")
         _session_id(request.session_id)
         qos = convert.PB_TO_QOS.get(request.qos)
         if qos is None:
@@ -205,7 +205,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     async def Release(
         self, request: scheduler_pb2.ReleaseRequest, context: Any
     ) -> scheduler_pb2.ReleaseResponse:
-        tenant = self._tenant(context)
+        tenant = self._tenant(context, "Release")
         _session_id(request.session_id)
         key = convert.session_key(tenant, request.session_id)
         if request.lease_id:
@@ -227,7 +227,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
 
     @errors.unary
     async def Renew(self, request: scheduler_pb2.RenewRequest, context: Any) -> scheduler_pb2.RenewResponse:
-        tenant = self._tenant(context)
+        tenant = self._tenant(context, "Renew")
         _session_id(request.session_id)
         lease_id = self._lease_id(request.lease_id, tenant)
         key = convert.session_key(tenant, request.session_id)
@@ -254,7 +254,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
 
     @errors.unary
     async def Yield(self, request: scheduler_pb2.YieldRequest, context: Any) -> scheduler_pb2.YieldResponse:
-        tenant = self._tenant(context)
+        tenant = self._tenant(context, "Yield")
         _session_id(request.session_id)
         _require(request.lease_id, "lease_id")
         snap = _snapshot(request, "snapshot")
@@ -273,7 +273,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     async def GetSession(
         self, request: scheduler_pb2.GetSessionRequest, context: Any
     ) -> scheduler_pb2.SessionState:
-        tenant = self._tenant(context)
+        tenant = self._tenant(context, "GetSession")
         _session_id(request.session_id)
         # Read now, answer once what was read is durable (a read may see events still in flight).
         try:

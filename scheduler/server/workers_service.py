@@ -3,10 +3,24 @@
 Translation only; membership and liveness bookkeeping live in `registry.WorkerRegistry`, the slot
 accounting in the core.
 
-Who may call: in secure mode the worker role (worker agents, `spec.access.workers`) or the admin
-role (operators draining by hand, `spec.access.admins`); a tenant token is PERMISSION_DENIED,
-since Drain and Deregister revoke other tenants' leases and a registered address is where
-sessions of every tenant are sent. In insecure dev mode anyone.
+Who may call (secure mode), checked before anything is read or changed:
+
+* a worker credential (`spec.access.workers[i]`) for the worker ids in its entry's scope
+  (`workerIds` or `workerIdPrefix`); any other id is PERMISSION_DENIED naming the id and the key,
+  so one worker cannot heartbeat as another (reading its leases), drain or deregister it
+  (revoking other tenants' leases), or re-register its id at its own address (and be sent its
+  grants). Register may claim at most the entry's `maxSlots` (PERMISSION_DENIED past it: an
+  authority limit) and never more than MAX_WORKER_SLOTS (INVALID_ARGUMENT, for anyone);
+* the admin role for any id (an operator drains by hand), bounded by MAX_WORKER_SLOTS only;
+* a tenant: PERMISSION_DENIED.
+
+Re-registering a live id: at the same address with the same slots it is idempotent (a worker
+re-registering after a scheduler restart keeps its leases). At another address or with other
+slots it is the same worker restarted only if the caller is the entry whose scope holds the id
+(scopes never overlap, so that entry is the id's one identity): the old registration is then
+replaced — removed as by Deregister, its leases revoked and their sessions re-queued — and the
+new one added. Anyone else (an admin included) gets FAILED_PRECONDITION "Deregister first", and
+the scheduler's in-process pool is never replaced. In insecure dev mode anyone acts as an admin.
 """
 
 from __future__ import annotations
@@ -15,16 +29,21 @@ from typing import Any
 
 from scheduler.api.gen.slotsched.v1 import workers_pb2, workers_pb2_grpc
 from scheduler.core.types import Revoked, WorkerId
+from scheduler.policy.identities import Identity
+from scheduler.policy.model import WORKER
+from scheduler.policy.schema import MAX_WORKER_SLOTS, WORKER_ID_MAX_LEN
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
 from scheduler.server.registry import WorkerRegistry
 
-MAX_SLOTS = 1024
+MAX_SLOTS = MAX_WORKER_SLOTS
 
 
 def _worker_id(value: str) -> WorkerId:
     if not value:
         raise errors.invalid_argument("worker_id", "required")
+    if len(value) > WORKER_ID_MAX_LEN:
+        raise errors.invalid_argument("worker_id", f"longer than {WORKER_ID_MAX_LEN} characters")
     return WorkerId(value)
 
 
@@ -33,11 +52,17 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
         self._registry = registry
         self._loop = registry.loop
         self._auth = auth
+        # The one Authenticator of the server counts its rate-limit refusals in the server's metrics.
+        auth.limits.metrics = self._loop.metrics
 
-    def _guard(self, context: Any) -> None:
+    def _guard(self, context: Any, rpc: str, worker_id: str) -> tuple[Identity, WorkerId]:
+        """The caller's identity and the checked worker id it may act as; else the failure."""
         if self._loop.shutting_down:
             raise errors.unavailable()
-        self._auth.require_worker(context)
+        identity = self._auth.worker(context, rpc)
+        wid = _worker_id(worker_id)
+        self._auth.require_scope(identity, wid)
+        return identity, wid
 
     def _leases_on(self, worker: WorkerId) -> list[Any]:
         return [
@@ -50,13 +75,19 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
     async def Register(
         self, request: workers_pb2.RegisterRequest, context: Any
     ) -> workers_pb2.RegisterResponse:
-        self._guard(context)
-        wid = _worker_id(request.worker_id)
+        identity, wid = self._guard(context, "Register", request.worker_id)
         if not request.address:
             raise errors.invalid_argument("address", "required")
         if not 1 <= request.slots <= MAX_SLOTS:
             raise errors.invalid_argument("slots", f"must be 1 to {MAX_SLOTS}")
-        self._registry.register(wid, request.address, request.slots, dict(request.labels))
+        w = identity.worker
+        if w is not None and request.slots > w.max_slots:
+            raise errors.worker_slots_over_bound(request.slots, f"{identity.key}.maxSlots", w.max_slots)
+        # The entry whose scope holds the id is its one identity: a restart of the same worker.
+        same_identity = identity.role == WORKER
+        self._registry.register(
+            wid, request.address, request.slots, dict(request.labels), replace=same_identity
+        )
         await self._loop.durable()
         interval = convert.dur(self._registry.heartbeat_interval_s)
         return workers_pb2.RegisterResponse(heartbeat_interval=interval)
@@ -65,18 +96,18 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
     async def Heartbeat(
         self, request: workers_pb2.HeartbeatRequest, context: Any
     ) -> workers_pb2.HeartbeatResponse:
-        self._guard(context)
-        w = self._registry.heartbeat(_worker_id(request.worker_id))
+        _, wid = self._guard(context, "Heartbeat", request.worker_id)
+        w = self._registry.heartbeat(wid)
         # Built now, sent once durable: the leases listed must survive a crash, and a read after
-        # the wait could list leases of later events that are not durable yet.
+        # the wait could list leases of later events that are not durable yet. Only this
+        # worker's leases: the caller was just checked to be this worker (or an admin).
         resp = workers_pb2.HeartbeatResponse(draining=w.draining, leases=self._leases_on(w.worker_id))
         await self._loop.durable()
         return resp
 
     @errors.unary
     async def Drain(self, request: workers_pb2.DrainRequest, context: Any) -> workers_pb2.DrainResponse:
-        self._guard(context)
-        wid = _worker_id(request.worker_id)
+        _, wid = self._guard(context, "Drain", request.worker_id)
         within = None
         if request.HasField("yield_within"):
             within = convert.from_dur(request.yield_within)
@@ -93,7 +124,7 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
     async def Deregister(
         self, request: workers_pb2.DeregisterRequest, context: Any
     ) -> workers_pb2.DeregisterResponse:
-        self._guard(context)
-        decisions = self._registry.deregister(_worker_id(request.worker_id))
+        _, wid = self._guard(context, "Deregister", request.worker_id)
+        decisions = self._registry.deregister(wid)
         await self._loop.durable()
         return workers_pb2.DeregisterResponse(revoked=sum(1 for d in decisions if isinstance(d, Revoked)))

@@ -64,10 +64,16 @@ class WorkersServicer:
     def Register(self, request, context):
         """Adds a worker and its slots to the pool; its slots become grantable at once. Registering
         again with the same id, address and slots is idempotent (e.g. after a scheduler restart).
+        Registering a live id at another address (or with other slots) by the credential whose scope
+        holds the id is the same worker restarted: the old registration is replaced, its leases
+        revoked with WORKER_REMOVED and their sessions re-queued, as by Deregister.
 
-        Errors: INVALID_ARGUMENT (`worker_id` or `address` empty, `slots` 0, or more than 1024);
-        FAILED_PRECONDITION (the id is registered with a different address or slot count:
-        Deregister first); UNAUTHENTICATED; PERMISSION_DENIED; UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (`worker_id` or `address` empty, `slots` 0 or more than 256, the
+        cap for every caller); PERMISSION_DENIED (`worker_id` outside the credential's scope, or
+        `slots` above its `maxSlots`: an authority limit, so not INVALID_ARGUMENT); FAILED_PRECONDITION
+        (the id is registered with a different address or slot count and the caller is not its own
+        worker credential, e.g. an admin, or it is the scheduler's in-process pool: Deregister
+        first); UNAUTHENTICATED; UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -79,8 +85,11 @@ class WorkersServicer:
         A worker that misses heartbeats for long enough is removed, and its leases are revoked with
         WORKER_REMOVED.
 
-        Errors: INVALID_ARGUMENT (`worker_id` empty); NOT_FOUND (not registered, e.g. removed after
-        missed heartbeats: register again); UNAUTHENTICATED; PERMISSION_DENIED; UNAVAILABLE.
+        Lists this worker's leases only (the caller was checked to be this worker, or an admin).
+
+        Errors: INVALID_ARGUMENT (`worker_id` empty); PERMISSION_DENIED (`worker_id` outside the
+        credential's scope); NOT_FOUND (not registered, e.g. removed after missed heartbeats:
+        register again); UNAUTHENTICATED; UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

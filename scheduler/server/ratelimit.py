@@ -1,0 +1,80 @@
+"""Rate limits per flow, as Kubernetes API Priority and Fairness limits per flow: the adapter that
+keeps one pure `TokenBucket` per flow, reads the clock, and refuses a call past its bucket with
+RESOURCE_EXHAUSTED and `retry-after-ms`.
+
+The flows (the buckets' sizes come from the policy in force, `spec.rateLimits`):
+
+* a tenant's calls: Acquire and GetSession (`spec.tenants[i].rateLimit`, else
+  `spec.rateLimits.tenant`);
+* a tenant's renewals: Renew, Release and Yield, in a bucket of their own
+  (`spec.rateLimits.renewals`). Why separate: a tenant flooding Acquire must not make its own
+  renewals fail (its running leases would expire) and a slot given back must never wait behind
+  Acquires. Sized for the tenant's leases at quota (the validator warns when it is not).
+* the admin role: every admin credential together (`spec.rateLimits.admin`), on the Admin and the
+  Workers service, so an operator's loop cannot take the event loop from tenants' renewals;
+* each worker entry (`spec.access.workers[i]`): its pods together (`spec.rateLimits.worker`).
+
+An absent bucket is unlimited. A bucket whose size the policy changes starts full again.
+Refusals are counted in `slotsched_rate_limited_total{tenant,rpc}`: `tenant` is the tenant's
+name or `role:admin` / `role:worker` (no tenant name has a ':'), `rpc` the method name, so the
+label values are bounded by the policy's tenants and the services' methods.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Final
+
+from scheduler.core.ratelimit import TokenBucket
+from scheduler.policy.identities import Identity
+from scheduler.policy.model import ADMIN, Policy, RateLimit
+from scheduler.server import errors
+from scheduler.server.metrics import Metrics
+
+RENEWALS: Final = frozenset({"Renew", "Release", "Yield"})
+
+
+class RateLimiter:
+    def __init__(self, policy: Callable[[], Policy], clock: Callable[[], float] = time.monotonic) -> None:
+        self._policy = policy
+        self._clock = clock
+        self._buckets: dict[str, tuple[RateLimit, TokenBucket]] = {}
+        self.metrics: Metrics | None = None  # where refusals are counted (bound by the wiring)
+
+    def tenant(self, tenant: str, rpc: str) -> None:
+        """Charge a tenant's call to its flow (its renewals' bucket for Renew, Release, Yield)."""
+        policy = self._policy()
+        if rpc in RENEWALS:
+            renewals = policy.rate_limits.renewals
+            self._charge(f"renewals:{tenant}", renewals, "spec.rateLimits.renewals", tenant, rpc)
+            return
+        for i, t in enumerate(policy.tenants):
+            if t.name == tenant and t.rate_limit is not None:
+                self._charge(f"tenant:{tenant}", t.rate_limit, f"spec.tenants[{i}].rateLimit", tenant, rpc)
+                return
+        self._charge(f"tenant:{tenant}", policy.rate_limits.tenant, "spec.rateLimits.tenant", tenant, rpc)
+
+    def role(self, identity: Identity, rpc: str) -> None:
+        """Charge an admin's or a worker's call: all admins share one bucket, each worker entry
+        has its own."""
+        limits = self._policy().rate_limits
+        if identity.role == ADMIN:
+            self._charge("admin", limits.admin, "spec.rateLimits.admin", "role:admin", rpc)
+        else:
+            flow = f"worker:{identity.key}"
+            self._charge(flow, limits.worker, "spec.rateLimits.worker", "role:worker", rpc)
+
+    def _charge(self, flow: str, limit: RateLimit | None, key: str, label: str, rpc: str) -> None:
+        if limit is None:
+            return
+        now = self._clock()
+        held = self._buckets.get(flow)
+        if held is None or held[0] != limit:
+            held = (limit, TokenBucket.full(limit.qps, limit.burst, now))
+            self._buckets[flow] = held
+        wait = held[1].take(now)
+        if wait > 0:
+            if self.metrics is not None:
+                self.metrics.count_rate_limited(label, rpc)
+            raise errors.rate_limited(label, rpc, key, limit.qps, limit.burst, wait)
