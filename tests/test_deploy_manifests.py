@@ -202,6 +202,10 @@ def exported_metrics(*, state: bool, autoscaler: bool, worker_metrics: bool) -> 
         "slotsched_capacity_slots",
         "slotsched_floor_slots",
         "slotsched_free_slots",
+        "slotsched_tenant_weight",
+        "slotsched_tenant_guaranteed_quota_slots",
+        "slotsched_tenant_nominal_quota_slots",
+        "slotsched_tenant_limit_slots",
     }
     return names
 

@@ -508,6 +508,11 @@ def test_dashboard_has_the_panels_an_operator_looks_at() -> None:
         "Floor headroom": ("slotsched_floor_slots", []),
         "Desired vs actual workers": ("slotsched_autoscaler_desired_workers", []),
         "Failovers and journal": ("slotsched_recoveries_total", []),
+        # Per tenant, as Kueue per queue (scheduler/server/metrics.py).
+        "Time to slot by tenant (p95)": ("slotsched_time_to_slot_seconds_bucket", ["tenant"]),
+        "Quota use by tenant": ("slotsched_tenant_guaranteed_quota_slots", ["tenant"]),
+        "Grants and refusals by tenant": ("slotsched_refusals_total", ["tenant", "reason"]),
+        "Preemptions by tenant": ("slotsched_preemptions_total", ["victim_tenant", "preemptor_tenant"]),
     }
     for title, (metric, by) in need.items():
         assert title in queries, f"no panel {title!r}"
