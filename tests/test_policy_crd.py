@@ -209,10 +209,34 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("guaranteed negative", edit("spec.tenants[0].guaranteed", -1), SCHEMA),
     ("bestEffort limit negative", edit("spec.tenants[0].bestEffort", {"limit": -1}), SCHEMA),
     ("a plain token", edit("spec.tenants[0].tokens", ["hunter2"]), SCHEMA),
-    ("an upper-case hash", edit("spec.access.admins", ["sha256:" + "A" * 64]), SCHEMA),
-    ("tokens not a list", edit("spec.access.workers", H), SCHEMA),
+    ("an upper-case hash", edit("spec.tenants[0].tokens", ["sha256:" + "A" * 64]), SCHEMA),
+    # An admin entry is a hash or {token}/{identity}: no one OpenAPI type, so the scheduler checks it.
+    ("an upper-case admin hash", edit("spec.access.admins", ["sha256:" + "A" * 64]), SCHEDULER),
+    ("workers not a list", edit("spec.access.workers", H), SCHEMA),
+    ("a bare worker token hash", edit("spec.access.workers", [H]), SCHEMA),
     ("unknown access role", edit("spec.access.readers", [H]), SCHEMA),
-    ("a token twice in one list", edit("spec.access.workers", ["sha256:" + "c" * 64] * 2), SCHEMA),
+    (
+        "a worker token twice in one entry",
+        edit("spec.access.workers", [{"tokens": ["sha256:" + "c" * 64] * 2, "workerIdPrefix": "w-"}]),
+        SCHEMA,
+    ),
+    (
+        "a worker entry with ids and a prefix",
+        edit(
+            "spec.access.workers",
+            [{"tokens": ["sha256:" + "c" * 64], "workerIds": ["a"], "workerIdPrefix": "w-"}],
+        ),
+        CEL,
+    ),
+    (
+        "a worker entry allowed too many slots",
+        edit(
+            "spec.access.workers",
+            [{"tokens": ["sha256:" + "c" * 64], "workerIdPrefix": "w-", "maxSlots": 10_000}],
+        ),
+        SCHEMA,
+    ),
+    ("a rate limit of zero qps", edit("spec.tenants[0].rateLimit", {"qps": 0}), SCHEMA),
     ("minWorkers > maxWorkers", edit("spec.pool.minWorkers", 5), CEL),
     ("workers > maxWorkers", edit("spec.pool.workers", 5), CEL),
     ("workers < default minWorkers", edit("spec.pool", {"workers": 0}), CEL),
@@ -296,7 +320,12 @@ def test_the_schema_is_structural() -> None:
     no `additionalProperties: false`, list-map keys required in the items."""
 
     def walk(s: dict[str, Any], path: str) -> None:
-        assert "type" in s or s.get("x-kubernetes-int-or-string"), path
+        # Structural: a type everywhere, except int-or-string and preserve-unknown-fields nodes.
+        assert (
+            "type" in s
+            or s.get("x-kubernetes-int-or-string")
+            or s.get("x-kubernetes-preserve-unknown-fields")
+        ), path
         assert "additionalProperties" not in s, path
         for k, sub in s.get("properties", {}).items():
             walk(sub, f"{path}.{k}")
@@ -321,7 +350,7 @@ def test_every_cel_rule_compiles_and_names_only_its_fields() -> None:
             walk(s["items"])
 
     walk(committed_schema())
-    assert len(rules) == 4
+    assert len(rules) == 5  # pool (2), floor, burstable nominal <= limit, worker ids xor prefix
     for r in rules:
         _CEL.compile(r)
 

@@ -28,17 +28,20 @@ from scheduler.policy.schema import (
     API_VERSION,
     AUTOSCALER_FIELDS,
     KIND,
+    MAX_WORKER_SLOTS,
     PERCENT_RE,
     POLICY_NAME_MAX_LEN,
     POLICY_NAME_RE,
     POOL_FIELDS,
     QUEUE_FIELDS,
+    RATE_LIMITS_KEYS,
     SCALE_UP_FIELDS,
     TENANT_NAME_MAX_LEN,
     TENANT_NAME_RE,
     TIMING_FIELDS,
     TOKEN_HASH_RE,
     WEIGHT_FIELDS,
+    WORKER_ID_MAX_LEN,
     Num,
 )
 
@@ -125,6 +128,53 @@ def _pool() -> Schema:
     )
 
 
+def _names(description: str) -> Schema:
+    """Certificate identities (SAN URIs or DNS names): checked in full by the scheduler."""
+    return {
+        "type": "array",
+        "description": description,
+        "x-kubernetes-list-type": "set",
+        "items": {"type": "string", "minLength": 1},
+    }
+
+
+def _rate_limit(description: str) -> Schema:
+    return _obj(
+        {
+            "qps": _num(Num("qps", "qps", False, exclusive=True)),
+            "burst": _num(Num("burst", "burst", True, minimum=1)),
+        },
+        description,
+        required=["qps"],
+    )
+
+
+def _worker_entry() -> Schema:
+    return _obj(
+        {
+            "tokens": _tokens("sha256 hashes of this worker credential's bearer tokens."),
+            "identities": _names("Certificate names (SAN) of this worker credential."),
+            "workerIds": {
+                "type": "array",
+                "x-kubernetes-list-type": "set",
+                "items": {"type": "string", "minLength": 1, "maxLength": WORKER_ID_MAX_LEN},
+                "minItems": 1,
+            },
+            "workerIdPrefix": {"type": "string", "minLength": 1, "maxLength": WORKER_ID_MAX_LEN - 1},
+            "maxSlots": {"type": "integer", "minimum": 1, "maximum": MAX_WORKER_SLOTS},
+        },
+        "A worker credential bound to the worker ids it may act as.",
+        **{
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.workerIds) != has(self.workerIdPrefix)",
+                    "message": "expected exactly one of workerIds or workerIdPrefix",
+                }
+            ]
+        },
+    )
+
+
 def _tenant() -> Schema:
     return _obj(
         {
@@ -152,6 +202,8 @@ def _tenant() -> Schema:
                 "BestEffort cap (absent or null: no cap).",
             ),
             "tokens": _tokens("sha256 hashes of this tenant's bearer tokens (never the tokens)."),
+            "identities": _names("Certificate names (SAN) that authenticate as this tenant."),
+            "rateLimit": _rate_limit("This tenant's token bucket (Acquire and other calls)."),
         },
         required=["name"],
     )
@@ -181,9 +233,23 @@ def policy_schema() -> Schema:
             },
             "access": _obj(
                 {
-                    "admins": _tokens("Token hashes of operators (the Admin service)."),
-                    "workers": _tokens("Token hashes of worker agents (the Workers service)."),
+                    # A hash string or {token: …} / {identity: …}: no single OpenAPI type, so the
+                    # scheduler checks the entries (and reports them in status).
+                    "admins": {
+                        "type": "array",
+                        "description": "Operators (the Admin service): token hashes or {token}/{identity}.",
+                        "items": {"x-kubernetes-preserve-unknown-fields": True},
+                    },
+                    "workers": {
+                        "type": "array",
+                        "description": "Worker agents (the Workers service), each bound to worker ids.",
+                        "items": _worker_entry(),
+                    },
                 }
+            ),
+            "rateLimits": _obj(
+                {k: _rate_limit(f"The {k} flow's token bucket.") for k in RATE_LIMITS_KEYS},
+                "Token buckets per flow (tenant, renewals, admin, worker).",
             ),
         },
         "The policy, exactly as in a policy file (see deploy/policy-example.yaml).",
