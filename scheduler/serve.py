@@ -27,7 +27,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIServer
 
 import grpc
@@ -37,7 +37,7 @@ from scheduler.core.types import WorkerId
 from scheduler.grants import GrantKeyError, GrantKeyring
 from scheduler.listen import ListenError, add_grpc_port, check_bindable, start_metrics_http
 from scheduler.policy.defaults import default_policy
-from scheduler.policy.errors import PolicyError
+from scheduler.policy.errors import PolicyError, Problem
 from scheduler.policy.model import Policy
 from scheduler.policy.yaml_io import load_policy
 from scheduler.server.app import DEFAULT_LISTEN, DEFAULT_METRICS_LISTEN, GrpcServer, assemble, split_hostport
@@ -50,7 +50,8 @@ from slots.actuators.factory import actuator_from_env
 from slots.autoscaler.demand import CoreDemand, weighted_demand_of_pool
 from slots.autoscaler.loop import Autoscaler
 
-if TYPE_CHECKING:  # redis is imported only when --state asks for it
+if TYPE_CHECKING:  # redis and kubernetes are imported only when --state / --policy-source ask
+    from scheduler.kube.policy_watch import Outcome, PolicyWatcher
     from scheduler.state.replica import Replica
 
 log = logging.getLogger("slotsched.server")
@@ -121,10 +122,14 @@ def _close_httpd(httpd: WSGIServer) -> None:
     httpd.server_close()
 
 
-def _load(policy_path: str | None) -> tuple[Policy, bool]:
-    if policy_path is None:
+def _load(policy_path: str | None, watcher: PolicyWatcher | None = None) -> tuple[Policy, bool]:
+    if watcher is not None:
+        policy_path = str(watcher.ref)
+        policy, warnings = watcher.read()
+    elif policy_path is None:
         return default_policy(), False  # the INSECURE warning comes once the server has started
-    policy, warnings = load_policy(policy_path)
+    else:
+        policy, warnings = load_policy(policy_path)
     for w in warnings:
         log.warning("policy %s: %s", policy_path, w)
     if not any(t.tokens for t in policy.tenants):
@@ -150,11 +155,17 @@ async def start_server(
     autoscale_period_s: float = 15.0,
     state: StateOptions | None = None,
     grant_keys: GrantKeyring | None = None,
+    policy_source: str | None = None,
+    kube_api: Any = None,
 ) -> RunningServer:
     """Start a server on the running event loop. Raises PolicyError for a bad policy file.
 
     `grant_keys` sign grants and tag lease ids (scheduler/grants.py); None = a key generated now,
     which workers get from `running.grant_keys` (the demo and tests) or not at all.
+
+    `policy_source` `kubernetes://NAMESPACE/NAME` (instead of `policy_path`) reads the policy from
+    that SchedulingPolicy object and applies its changes live (scheduler/kube/policy_watch.py);
+    `kube_api` is the kubernetes ApiClient to use (default: in-cluster, else the kubeconfig).
 
     `autoscaler_env` (default: the process environment) chooses the companion autoscaler's
     actuator through SLOTSCHED_AUTOSCALER (off | local | kubernetes | dry-run); see
@@ -168,10 +179,16 @@ async def start_server(
         from scheduler.state.redis_store import parse_state
 
         redis_url = parse_state(state.state)
-    policy, secure = _load(policy_path)
+    watcher = _watcher(policy_path, policy_source, kube_api)
+    if watcher is None:
+        policy, secure = _load(policy_path)
+    else:
+        policy, secure = await asyncio.to_thread(_load, None, watcher)  # a blocking GET
     keys = grant_keys if grant_keys is not None else GrantKeyring.generate()
     metrics = Metrics()
     loop = SchedulerLoop(policy, metrics)
+    if watcher is not None:
+        _bind_policy_watcher(watcher, loop, secure)
     auth = Authenticator(secure, lambda: loop.core.policy)
     registry = WorkerRegistry(loop, heartbeat_interval_s)
 
@@ -192,9 +209,8 @@ async def start_server(
             register_static_pool()  # redis mode: on a fresh store only (the journal has them otherwise)
         grpc_server = assemble(loop, registry, auth, demand, grant_keys=keys)
     else:
-        leadership = _Leadership(
-            redis_url, state, loop, registry, policy, metrics, register_static_pool if static_pool else None
-        )
+        static = register_static_pool if static_pool else None
+        leadership = _Leadership(redis_url, state, loop, registry, policy, metrics, static, watcher)
         grpc_server = assemble(loop, registry, auth, demand, serving=leadership.serving, grant_keys=keys)
         if keys.ephemeral:
             log.warning(
@@ -223,6 +239,8 @@ async def start_server(
     )
     running.grant_keys = keys
     _add_autoscaler(running, metrics, host, autoscaler_env, autoscale_period_s)
+    if watcher is not None:
+        running._tasks.append(asyncio.create_task(watcher.run()))
     if leadership is None:
         running._tasks.append(asyncio.create_task(registry.run_reaper()))
         if running.autoscaler is not None:
@@ -237,6 +255,39 @@ async def start_server(
             TENANT_HEADER,
         )
     return running
+
+
+def _watcher(policy_path: str | None, source: str | None, kube_api: Any) -> PolicyWatcher | None:
+    if source is None:
+        return None
+    if policy_path is not None:
+        raise ValueError("--policy and --policy-source name two policies: give one")
+    from scheduler.kube.policy_watch import PolicyWatcher, default_api_client, parse_policy_source
+
+    ref = parse_policy_source(source)
+    return PolicyWatcher(ref, kube_api if kube_api is not None else default_api_client())
+
+
+def _bind_policy_watcher(watcher: PolicyWatcher, loop: SchedulerLoop, secure: bool) -> None:
+    """Every new version of the SchedulingPolicy object goes Admin.ApplyPolicy's path."""
+    from scheduler.kube.policy_watch import Outcome
+
+    async def apply(policy: Policy, warnings: list[Problem]) -> Outcome:
+        if loop.shutting_down:  # a standby (or stopping): the leader applies it; we do on taking the lead
+            return Outcome(False, "Standby", "", report=False)
+        if secure and not policy.access.admins:  # Admin.ApplyPolicy's refusal, for the same reason
+            return Outcome(
+                False,
+                "NoAdmins",
+                "spec.access.admins is empty: it would lock every operator out of the "
+                "Admin service; the policy in force is unchanged",
+            )
+        loop.apply_policy(policy)
+        await loop.durable()
+        log.info("policy %s applied from %s", policy.name, watcher.ref)
+        return Outcome(True, "Applied", f"policy {policy.name} in force")
+
+    watcher.bind(apply, reporting=lambda: not loop.shutting_down)
 
 
 def _add_autoscaler(
@@ -282,6 +333,7 @@ class _Leadership:
         policy: Policy,
         metrics: Metrics,
         register_static_pool: Callable[[], None] | None,
+        watcher: PolicyWatcher | None = None,
     ) -> None:
         from scheduler.state.redis_store import RedisStore
         from scheduler.state.replica import Replica, StateMetrics
@@ -298,6 +350,7 @@ class _Leadership:
         self._registry = registry
         self._policy = policy
         self._register_static_pool = register_static_pool
+        self._watcher = watcher
         self._running: RunningServer | None = None
         self._grpc: GrpcServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -337,6 +390,10 @@ class _Leadership:
             self._loop.apply_policy(self._policy)  # journaled first: replay never depends on today's file
             if self._register_static_pool is not None:
                 self._register_static_pool()
+        if self._watcher is not None:
+            # The object is the truth, not the journal: the new leader applies its latest version
+            # (journaled like any ApplyPolicy) and reports it in the object's status.
+            await self._watcher.resync()
         self._tasks.append(asyncio.create_task(self._registry.run_reaper()))
         if self._running.autoscaler is not None:
             self._tasks.append(asyncio.create_task(self._running.autoscaler.run()))
@@ -368,6 +425,7 @@ async def serve_forever(
     autoscaler: str | None = None,
     state: StateOptions | None = None,
     grant_key_file: str | None = None,
+    policy_source: str | None = None,
 ) -> int:
     """Serve until SIGTERM/SIGINT, then shut down gracefully. Returns the process exit code.
 
@@ -381,7 +439,14 @@ async def serve_forever(
             env["SLOTSCHED_AUTOSCALER"] = autoscaler
         keys = GrantKeyring.from_config(grant_key_file, env)
         running = await start_server(
-            policy_path, listen, metrics_listen, static_pool, autoscaler_env=env, state=state, grant_keys=keys
+            policy_path,
+            listen,
+            metrics_listen,
+            static_pool,
+            autoscaler_env=env,
+            state=state,
+            policy_source=policy_source,
+            grant_keys=keys,
         )
     except GrantKeyError as e:
         print(f"slotsched: cannot start: {e}", file=sys.stderr)
@@ -389,7 +454,7 @@ async def serve_forever(
     except PolicyError as e:
         for p in e.problems:
             print(f"error: {p}", file=sys.stderr)
-        print(f"slotsched: cannot start: invalid policy {policy_path}", file=sys.stderr)
+        print(f"slotsched: cannot start: invalid policy {policy_path or policy_source}", file=sys.stderr)
         return 2
     except ListenError as e:
         print(f"error: {e}", file=sys.stderr)  # names the address and the flag

@@ -223,7 +223,7 @@ def test_insecure_dev_mode_lets_anyone_call_admin_and_workers() -> None:
 
 def test_deploy_manifests_give_workers_a_worker_token() -> None:
     deploy = Path(__file__).resolve().parents[1] / "deploy" / "base"
-    policy, _ = parse_policy((deploy / "policy.yaml").read_text(encoding="utf-8"))
+    policy, _ = parse_policy((deploy / "policy" / "policy.yaml").read_text(encoding="utf-8"))
     # The placeholders the comments name carry the roles they are documented with.
     assert role_for_token(policy, "replace-me-worker") == "worker"
     assert role_for_token(policy, "replace-me-admin") == "admin"

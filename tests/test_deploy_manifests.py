@@ -123,9 +123,30 @@ def expand(text: str, c: dict[str, Any], **values: str) -> str:
     return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", sub, text)
 
 
+def policy_object(objs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The SchedulingPolicy object the scheduler watches (--policy-source), None if it reads a file."""
+    source = arg(scheduler(objs), "--policy-source")
+    if source is None:
+        return None
+    ns, name = source.removeprefix("kubernetes://").split("/")
+    assert ns == "$(POD_NAMESPACE)", source
+    obj = one(objs, "SchedulingPolicy", name)
+    dep = one(objs, "Deployment", "slotsched-scheduler")
+    assert obj["metadata"]["namespace"] == dep["metadata"]["namespace"]
+    return obj
+
+
 def policy_of(objs: list[dict[str, Any]]) -> Policy:
-    """The policy the scheduler reads: the ConfigMap mounted where --policy points."""
+    """The policy the scheduler reads: the SchedulingPolicy object of --policy-source, or the
+    ConfigMap mounted where --policy points."""
     c = scheduler(objs)
+    obj = policy_object(objs)
+    if obj is not None:
+        from scheduler.kube.policy_watch import policy_document
+        from scheduler.policy.validate import policy_from_dict
+
+        assert arg(c, "--policy") is None
+        return policy_from_dict(policy_document(obj))[0]  # raises on any error
     path = arg(c, "--policy")
     assert path is not None
     mount = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
@@ -181,6 +202,10 @@ def exported_metrics(*, state: bool, autoscaler: bool, worker_metrics: bool) -> 
         "slotsched_capacity_slots",
         "slotsched_floor_slots",
         "slotsched_free_slots",
+        "slotsched_tenant_weight",
+        "slotsched_tenant_guaranteed_quota_slots",
+        "slotsched_tenant_nominal_quota_slots",
+        "slotsched_tenant_limit_slots",
     }
     return names
 
@@ -204,17 +229,60 @@ def test_every_object_has_kind_api_version_name_and_namespace(overlay: str) -> N
         assert isinstance(d.get("kind"), str) and d["kind"], overlay
         assert re.fullmatch(r"([a-z0-9.-]+/)?v\d+(alpha\d+|beta\d+)?", d.get("apiVersion", "")), d
         assert d["metadata"].get("name"), f"{overlay}: a {d['kind']} has no name"
-        if d["kind"] != "Namespace":
+        if d["kind"] not in ("Namespace", "CustomResourceDefinition"):  # cluster-scoped
             assert d["metadata"].get("namespace") == "slotsched", (overlay, d["kind"], d["metadata"]["name"])
 
 
+POLICY_CRD_OVERLAYS = ["redis", "keda", "autoscaler"]  # components/policy-crd
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_example_policy_is_no_resource(overlay: str) -> None:
-    # deploy/policy-example.yaml is a policy file (kind SchedulingPolicy, no CRD yet): it reaches
-    # the cluster only as the content of the policy ConfigMap, never as an object of its own.
+def test_the_policy_is_an_object_with_its_crd_or_a_file_never_both(overlay: str) -> None:
+    # deploy/policy-example.yaml (the annotated example) is never applied; the deploy's policy,
+    # base/policy/policy.yaml, is either the ConfigMap's content (dev) or the one SchedulingPolicy
+    # object, next to its generated CRD, that the scheduler watches.
     objs = render(overlay)
-    assert not find(objs, "SchedulingPolicy")
     assert {o["metadata"]["name"] for o in objs} >= {"slotsched-scheduler", "slotsched-worker"}
+    policies = find(objs, "SchedulingPolicy")
+    if overlay not in POLICY_CRD_OVERLAYS:
+        assert not policies and not find(objs, "CustomResourceDefinition")
+        return
+    (obj,) = policies
+    assert obj is policy_object(objs)
+    (crd,) = find(objs, "CustomResourceDefinition")
+    from scheduler.policy.crd import crd as generated
+
+    assert crd["spec"] == generated()["spec"]
+    deploy_policy = yaml.safe_load((DEPLOY / "base" / "policy" / "policy.yaml").read_text())
+    assert obj["spec"] == deploy_policy["spec"]
+    assert not find(objs, "ConfigMap", "slotsched-policy")  # a policy edit rolls no pod
+    pod = one(objs, "Deployment", "slotsched-scheduler")["spec"]["template"]["spec"]
+    assert "policy" not in {v["name"] for v in pod["volumes"]}
+
+
+@pytest.mark.parametrize("overlay", POLICY_CRD_OVERLAYS)
+def test_rbac_grants_what_the_policy_watcher_calls(overlay: str) -> None:
+    objs = render(overlay)
+    role = one(objs, "Role", "slotsched-policy")
+    grants = {
+        (g, r, v)
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert grants == {("slotsched.dev", "schedulingpolicies", v) for v in ("get", "list", "watch")} | {
+        ("slotsched.dev", "schedulingpolicies/status", v) for v in ("get", "patch", "update")
+    }
+    binding = one(objs, "RoleBinding", "slotsched-policy")
+    assert binding["roleRef"]["name"] == "slotsched-policy"
+    (subject,) = binding["subjects"]
+    sa = one(objs, "ServiceAccount")
+    assert (subject["name"], subject["namespace"]) == (sa["metadata"]["name"], sa["metadata"]["namespace"])
+    spec = one(objs, "Deployment", "slotsched-scheduler")["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is True
+    pod_namespace = env_of(scheduler(objs))["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert pod_namespace == "metadata.namespace"  # --policy-source's $(POD_NAMESPACE)
 
 
 def test_the_flat_manifests_are_gone() -> None:
@@ -342,7 +410,7 @@ def test_worker_identity_slots_and_tokens(overlay: str) -> None:
 @pytest.mark.parametrize("overlay", ["autoscaler"])
 def test_rbac_grants_what_the_kubernetes_actuator_calls(overlay: str) -> None:
     objs = render(overlay)
-    role = one(objs, "Role")
+    role = one(objs, "Role", "slotsched-autoscaler")
     grants = {
         (g, r, v)
         for rule in role["rules"]
@@ -358,7 +426,7 @@ def test_rbac_grants_what_the_kubernetes_actuator_calls(overlay: str) -> None:
         ("", "events", "create"),
     ]:
         assert need in grants, need
-    binding = one(objs, "RoleBinding")
+    binding = one(objs, "RoleBinding", "slotsched-autoscaler")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     sa = one(objs, "ServiceAccount")
     (subject,) = binding["subjects"]
@@ -375,10 +443,16 @@ def test_rbac_grants_what_the_kubernetes_actuator_calls(overlay: str) -> None:
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
 
 
-@pytest.mark.parametrize("overlay", ["dev", "redis", "keda"])
-def test_no_kubernetes_api_access_without_the_autoscaler(overlay: str) -> None:
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kubernetes_api_access_only_for_the_autoscaler_and_the_policy_watcher(overlay: str) -> None:
     objs = render(overlay)
-    assert not find(objs, "Role") and not find(objs, "RoleBinding")
+    want = {"slotsched-autoscaler"} if autoscaler_on(objs) else set()
+    want |= {"slotsched-policy"} if policy_object(objs) is not None else set()
+    assert {r["metadata"]["name"] for r in find(objs, "Role")} == want
+    assert {r["metadata"]["name"] for r in find(objs, "RoleBinding")} == want
+    assert not find(objs, "ClusterRole") and not find(objs, "ClusterRoleBinding")
+    if want:
+        return
     assert one(objs, "ServiceAccount")["automountServiceAccountToken"] is False
     assert (
         "automountServiceAccountToken"
@@ -521,12 +595,17 @@ def test_image_commands_are_console_scripts_of_the_package() -> None:
         "POD_IP": "10.0.0.7",
         "SLOTSCHED_RUNTIME_TOKEN_HASH": "sha256:" + "0" * 64,
         "REDIS_PASSWORD": "pw",
+        "POD_NAMESPACE": "slotsched",
     }
     for overlay in OVERLAYS:
         objs = render(overlay)
         for c in (scheduler(objs), worker(objs)):
             args = [expand(a, c, **fills) for a in c["args"]]
-            parser.parse_args(args)
+            parsed = parser.parse_args(args)
+            if getattr(parsed, "policy_source", None):
+                from scheduler.kube.policy_watch import parse_policy_source
+
+                parse_policy_source(parsed.policy_source)
 
 
 def test_image_python_satisfies_requires_python_and_pins_the_proto_compiler() -> None:

@@ -98,8 +98,19 @@ def test_every_object_passes_its_schema(overlay: str) -> None:
     import kubernetes_validate
 
     checked: dict[str, int] = {}
-    for obj in render(overlay):
+    objs = render(overlay)
+    for obj in objs:
         kind = obj["kind"]
+        if kind == "SchedulingPolicy":
+            # Against the CRD rendered with it (generated from the validator): schema, list keys
+            # and CEL rules, as the API server would check them (tests/test_policy_crd.py).
+            from tests.test_policy_crd import api_server_errors
+
+            (crd,) = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
+            schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+            assert api_server_errors(obj, schema) == [], f"{overlay}: {obj['metadata']['name']}"
+            checked[kind] = checked.get(kind, 0) + 1
+            continue
         schema = crd_schema(obj["apiVersion"], kind)
         if schema is not None:
             try:
@@ -124,6 +135,8 @@ def test_every_object_passes_its_schema(overlay: str) -> None:
         checked[kind] = checked.get(kind, 0) + 1
     assert {"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "PrometheusRule"} <= set(checked)
     assert {"ServiceMonitor", "PodMonitor"} <= set(checked)
+    if overlay != "dev":  # components/policy-crd
+        assert {"SchedulingPolicy", "CustomResourceDefinition"} <= set(checked)
 
 
 def test_the_crd_schemas_catch_what_the_api_server_would_refuse_or_prune() -> None:
@@ -495,6 +508,11 @@ def test_dashboard_has_the_panels_an_operator_looks_at() -> None:
         "Floor headroom": ("slotsched_floor_slots", []),
         "Desired vs actual workers": ("slotsched_autoscaler_desired_workers", []),
         "Failovers and journal": ("slotsched_recoveries_total", []),
+        # Per tenant, as Kueue per queue (scheduler/server/metrics.py).
+        "Time to slot by tenant (p95)": ("slotsched_time_to_slot_seconds_bucket", ["tenant"]),
+        "Quota use by tenant": ("slotsched_tenant_guaranteed_quota_slots", ["tenant"]),
+        "Grants and refusals by tenant": ("slotsched_refusals_total", ["tenant", "reason"]),
+        "Preemptions by tenant": ("slotsched_preemptions_total", ["victim_tenant", "preemptor_tenant"]),
     }
     for title, (metric, by) in need.items():
         assert title in queries, f"no panel {title!r}"

@@ -79,10 +79,12 @@ def test_metrics_scraped_over_http_match_the_scenario(server: ServerThread) -> N
             assert (await status_of(refused))[0] == grpc.StatusCode.PERMISSION_DENIED
 
             m = scrape(server.metrics_url)
-            assert m[("slotsched_grants_total", (("class", "burstable"),))] == 1
-            assert m[("slotsched_grants_total", (("class", "besteffort"),))] == 1
-            assert m[("slotsched_grants_total", (("class", "guaranteed"),))] == 0
-            assert m[("slotsched_time_to_slot_seconds_count", (("class", "burstable"),))] == 1
+            assert m[("slotsched_grants_total", (("class", "burstable"), ("tenant", "acme")))] == 1
+            assert m[("slotsched_grants_total", (("class", "besteffort"), ("tenant", "batch")))] == 1
+            assert m[("slotsched_grants_total", (("class", "guaranteed"), ("tenant", "acme")))] == 0
+            assert (
+                m[("slotsched_time_to_slot_seconds_count", (("class", "burstable"), ("tenant", "acme")))] == 1
+            )
             assert m[("slotsched_pending_sessions", (("class", "besteffort"), ("tenant", "batch")))] == 1
             assert m[("slotsched_pending_sessions", (("class", "burstable"), ("tenant", "acme")))] == 0
             assert m[("slotsched_held_leases", (("class", "burstable"), ("tenant", "acme")))] == 1
@@ -91,15 +93,19 @@ def test_metrics_scraped_over_http_match_the_scenario(server: ServerThread) -> N
             assert m[("slotsched_fair_share", (("tenant", "acme"),))] == 0.0
             assert m[("slotsched_capacity_slots", ())] == 2
             assert m[("slotsched_floor_slots", ())] == 1
-            assert m[("slotsched_refusals_total", (("reason", "no_quota"),))] == 1
+            assert m[("slotsched_refusals_total", (("reason", "no_quota"), ("tenant", "globex")))] == 1
             assert m[("slotsched_decision_latency_seconds_count", ())] >= 5
-            assert m[("slotsched_preemptions_total", (("cause", "guaranteed"),))] == 0
+            preempted = (
+                "slotsched_preemptions_total",
+                (("cause", "guaranteed"), ("preemptor_tenant", "acme"), ("victim_tenant", "batch")),
+            )
+            assert m[preempted] == 0
 
             g1 = acme.acquire("g1", G)  # reclaims the floor from b1
             assert (await next_event(g1)).WhichOneof("event") == "queued"
             assert (await next_event(b1)).WhichOneof("event") == "yield_requested"
             m = scrape(server.metrics_url)
-            assert m[("slotsched_preemptions_total", (("cause", "guaranteed"),))] == 1
+            assert m[preempted] == 1
             assert m[("slotsched_pending_sessions", (("class", "guaranteed"), ("tenant", "acme")))] == 1
             assert m[("slotsched_yields_total", ())] == 0
             assert m[("slotsched_work_lost_slot_seconds_total", ())] == 0

@@ -1,4 +1,6 @@
-"""`slotsched policy validate FILE`: check a SchedulingPolicy file, print every error and warning."""
+"""`slotsched policy validate FILE`: check a SchedulingPolicy file, print every error and warning.
+`slotsched policy crd`: print the SchedulingPolicy CustomResourceDefinition generated from the same
+validator (deploy/crd/ holds the committed copy)."""
 
 from __future__ import annotations
 
@@ -45,9 +47,22 @@ def _policy_validate(args: argparse.Namespace) -> int:
     return validate_main(args.file)
 
 
+def _policy_crd(args: argparse.Namespace) -> int:
+    from scheduler.policy.crd import crd_yaml
+
+    sys.stdout.write(crd_yaml())
+    return 0
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pol = sub.add_parser("policy", help="policy file tools")
     polsub = pol.add_subparsers(dest="policy_command", required=True)
     v = polsub.add_parser("validate", help="check a SchedulingPolicy file; non-zero exit on any error")
     v.add_argument("file")
     v.set_defaults(func=_policy_validate)
+    c = polsub.add_parser(
+        "crd",
+        help="print the SchedulingPolicy CustomResourceDefinition (its schema is generated from the "
+        "validator's rules): slotsched policy crd | kubectl apply -f -",
+    )
+    c.set_defaults(func=_policy_crd)

@@ -24,6 +24,7 @@ def _serve(args: argparse.Namespace) -> int:
     rc: int = asyncio.run(
         serve_forever(
             policy_path=args.policy,
+            policy_source=args.policy_source,
             listen=args.listen,
             metrics_listen=args.metrics_listen,
             static_pool=not args.no_static_pool,
@@ -38,6 +39,12 @@ def _serve(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("serve", help="run the scheduler service (embedded defaults with no flags)")
     s.add_argument("--policy", help="SchedulingPolicy YAML; without it: built-in policy, INSECURE dev mode")
+    s.add_argument(
+        "--policy-source",
+        metavar="kubernetes://NAMESPACE/NAME",
+        help="instead of --policy: read the policy from this SchedulingPolicy object (CRD: "
+        "`slotsched policy crd`), apply its changes live and report them in its status",
+    )
     s.add_argument("--listen", default="127.0.0.1:50051", help="gRPC address (default %(default)s)")
     s.add_argument(
         "--metrics-listen", default="127.0.0.1:9464", help="Prometheus /metrics address (default %(default)s)"

@@ -15,7 +15,6 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from scheduler.api.gen.externalscaler import externalscaler_pb2
 from scheduler.api.gen.slotsched.v1 import (
@@ -27,7 +26,7 @@ from scheduler.api.gen.slotsched.v1 import (
     workers_pb2_grpc,
 )
 from scheduler.grants import GrantKeyring
-from scheduler.server import errors
+from scheduler.server import errors, reflection_v1
 from scheduler.server.admin_service import AdminService
 from scheduler.server.auth import Authenticator
 from scheduler.server.keda_service import add_keda_servicer
@@ -116,6 +115,5 @@ def assemble(
     add_keda_servicer(server, demand, lambda: loop.core.policy.pool.slots_per_worker)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME)
-    reflection.enable_server_reflection(names, server)
+    reflection_v1.enable((*SERVICE_NAMES, health.SERVICE_NAME), server)  # v1alpha and v1
     return GrpcServer(server, health_servicer)

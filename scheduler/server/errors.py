@@ -3,15 +3,17 @@
 The core says *why* something did not happen (a `Refused` reason, a `Rejected` code, a policy
 problem); this module says what the caller should *do* about it: which gRPC code, which message,
 which trailing metadata (`retry-after-ms`) and which google.rpc rich detail (BadRequest,
-QuotaFailure). Servicers raise `RpcFailure`; the `unary` wrapper (or `abort`, in the Acquire stream)
-turns it into the call's status, so a handler never builds a status by hand.
+QuotaFailure, and an ErrorInfo on PERMISSION_DENIED, FAILED_PRECONDITION and RESOURCE_EXHAUSTED
+whose `reason` tells a program what happened, e.g. NO_QUOTA from CREDENTIAL_DENIED). Servicers
+raise `RpcFailure`; the `unary` wrapper (or `abort`, in the Acquire stream) turns it into the
+call's status, so a handler never builds a status by hand.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -29,6 +31,26 @@ DETAILS_KEY = rpc_status.GRPC_DETAILS_METADATA_KEY  # "grpc-status-details-bin"
 RETRY_AFTER_KEY = "retry-after-ms"
 ESTIMATED_WAIT_KEY = "estimated-wait-ms"
 
+# google.rpc.ErrorInfo: domain and reasons, documented in proto/slotsched/v1/common.proto (keep
+# the two lists equal: tests/test_wire_polish.py checks it).
+DOMAIN = "slotsched.dev"
+CREDENTIAL_DENIED = "CREDENTIAL_DENIED"  # the credential's identity may not make this call
+NO_QUOTA = "NO_QUOTA"
+UNKNOWN_TENANT = "UNKNOWN_TENANT"
+QUEUE_FULL = "QUEUE_FULL"
+TENANT_QUEUE_FULL = "TENANT_QUEUE_FULL"
+STALE_EPOCH = "STALE_EPOCH"
+NOT_HOLDER = "NOT_HOLDER"
+INVALID_EVENT = "INVALID_EVENT"
+PRECONDITION = "PRECONDITION"  # any other precondition: the message says which
+RATE_LIMITED = "RATE_LIMITED"  # RESOURCE_EXHAUSTED without a more specific reason
+# Every failure with one of these codes carries an ErrorInfo; a builder without a reason gets these.
+DEFAULT_REASONS = {
+    grpc.StatusCode.PERMISSION_DENIED: CREDENTIAL_DENIED,
+    grpc.StatusCode.FAILED_PRECONDITION: PRECONDITION,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: RATE_LIMITED,
+}
+
 
 class RpcFailure(Exception):
     """A call that ends with a non-OK status; raised by servicers, turned into an abort."""
@@ -39,18 +61,26 @@ class RpcFailure(Exception):
         message: str,
         details: Sequence[Message] = (),
         metadata: Sequence[tuple[str, str]] = (),
+        reason: str = "",
+        info: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.details = tuple(details)
         self.metadata = tuple(metadata)
+        self.reason = reason or DEFAULT_REASONS.get(code, "")
+        self.info = dict(info or {})
 
     def trailing_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
         md: list[tuple[str, str | bytes]] = list(self.metadata)
-        if self.details:
+        details = self.details
+        if self.reason:
+            info = error_details_pb2.ErrorInfo(reason=self.reason, domain=DOMAIN, metadata=self.info)
+            details = (*details, info)  # after the others: clients that read details[0] keep working
+        if details:
             status = status_pb2.Status(code=self.code.value[0], message=self.message)
-            for d in self.details:
+            for d in details:
                 packed = any_pb2.Any()
                 packed.Pack(d)
                 status.details.append(packed)
@@ -87,16 +117,16 @@ def unauthenticated(message: str) -> RpcFailure:
     return RpcFailure(grpc.StatusCode.UNAUTHENTICATED, message)
 
 
-def permission_denied(message: str) -> RpcFailure:
-    return RpcFailure(grpc.StatusCode.PERMISSION_DENIED, message)
+def permission_denied(message: str, reason: str = CREDENTIAL_DENIED, **info: str) -> RpcFailure:
+    return RpcFailure(grpc.StatusCode.PERMISSION_DENIED, message, reason=reason, info=info)
 
 
 def not_found(message: str) -> RpcFailure:
     return RpcFailure(grpc.StatusCode.NOT_FOUND, message)
 
 
-def failed_precondition(message: str) -> RpcFailure:
-    return RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, message)
+def failed_precondition(message: str, reason: str = PRECONDITION, **info: str) -> RpcFailure:
+    return RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, message, reason=reason, info=info)
 
 
 SHUTTING_DOWN = "server is shutting down: retry against another replica or later"
@@ -159,9 +189,13 @@ def from_refused(r: Refused, tenant: str) -> RpcFailure:
         md: tuple[tuple[str, str], ...] = ((RETRY_AFTER_KEY, str(round(r.retry_after_s * 1000))),)
         if r.estimated_wait_s is not None:  # absent until a hold has been observed
             md += ((ESTIMATED_WAIT_KEY, str(round(r.estimated_wait_s * 1000))),)
-        return RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED, r.message, [quota], md)
-    if r.reason in (RefuseReason.NO_QUOTA, RefuseReason.UNKNOWN_TENANT):
-        return permission_denied(r.message)
+        reason = QUEUE_FULL if scope == "pool" else TENANT_QUEUE_FULL
+        info = {} if scope == "pool" else {"tenant": tenant}
+        return RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED, r.message, [quota], md, reason, info)
+    if r.reason is RefuseReason.NO_QUOTA:
+        return permission_denied(r.message, NO_QUOTA, tenant=tenant)
+    if r.reason is RefuseReason.UNKNOWN_TENANT:
+        return permission_denied(r.message, UNKNOWN_TENANT, tenant=tenant)
     if r.reason is RefuseReason.SHUTTING_DOWN:
         return unavailable()
     # DUPLICATE_SESSION is answered by re-attaching; reaching here is a server bug.
@@ -214,8 +248,15 @@ def _quote(value: str, limit: int = 64) -> str:
     return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
 
 
+_REJECT_REASONS = {
+    ErrorCode.STALE_EPOCH: STALE_EPOCH,
+    ErrorCode.NOT_HOLDER: NOT_HOLDER,
+    ErrorCode.INVALID: INVALID_EVENT,
+}
+
+
 def from_rejected(r: Rejected) -> RpcFailure:
-    return RpcFailure(_REJECT_CODES[r.code], r.message)
+    return RpcFailure(_REJECT_CODES[r.code], r.message, reason=_REJECT_REASONS.get(r.code, ""))
 
 
 def raise_for(decisions: Iterable[Decision], tenant: str = "") -> None:

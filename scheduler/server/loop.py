@@ -333,7 +333,7 @@ class SchedulerLoop:
         extras: Extras,
     ) -> None:
         if self.metrics is not None:
-            self.metrics.observe(decisions, dt)
+            self.metrics.observe(decisions, dt, event, self.core)  # the event and core name tenants
         if spec.decided is not None:
             spec.decided(self, event, decisions)
         if decisions:

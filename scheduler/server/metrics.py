@@ -7,22 +7,31 @@ a custom collector turns them into metric families when /metrics is scraped, on 
 thread (reading ints another thread writes is safe under the GIL; a scrape may see a histogram
 one observation behind, never a torn value).
 
-Gauges (pending, held, fair share, capacity, floor) come from `core.describe()` at scrape time.
-Only the event loop may touch the core, so the collector asks the loop for the view
+Gauges (pending, held, fair share, quotas, capacity, floor) come from `core.describe()` at scrape
+time. Only the event loop may touch the core, so the collector asks the loop for the view
 (`describe_threadsafe`). Each server has its own CollectorRegistry: tests run several servers.
+
+Per-tenant series, as Kueue labels per queue: grants, time to slot, refusals and preemptions (victim
+and preemptor) carry `tenant` labels, bounded by the policy's tenants, spelt as in the policy. A
+tenant the policy does not list counts as `_other` (no policy name can start with `_`); a tenant
+an ApplyPolicy removes is dropped from the series. A preemption with no waiter behind it (a drain,
+a policy change) has `preemptor_tenant=""`.
 """
 
 from __future__ import annotations
 
+import platform
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from importlib import metadata
+from typing import Any, Final, Protocol
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from scheduler.core.types import (
+    Acquire,
     Decision,
     Ended,
     EndReason,
@@ -37,7 +46,8 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
-from scheduler.core.views import PoolView
+from scheduler.core.views import PoolView, SessionView
+from scheduler.policy.model import Policy
 
 CLASS_ORDER: tuple[QoS, ...] = tuple(QoS)  # the index order of PoolView/TenantView tuples
 
@@ -47,6 +57,26 @@ TIME_TO_SLOT_BUCKETS = (
 LATENCY_BUCKETS = (5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2)
 
 Describe = Callable[[], "PoolView | None"]
+
+OTHER_TENANT: Final = "_other"  # a tenant the policy does not list
+NO_TENANT: Final = ""  # a preemption no waiter asked for
+
+
+class CoreLike(Protocol):
+    """What observe() reads of the core (on the loop): the policy in force, a session's tenant."""
+
+    @property
+    def policy(self) -> Policy: ...
+
+    def session(self, session: Any) -> SessionView | None: ...
+
+
+def _version(package: str) -> str:
+    # From the installed metadata, not `import grpc`: the loop imports this module and no wire.
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 class _Histogram:
@@ -77,11 +107,15 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.grants = dict.fromkeys(QoS, 0)
-        self.time_to_slot = {q: _Histogram(TIME_TO_SLOT_BUCKETS) for q in QoS}
-        self.preemptions = dict.fromkeys(YieldCause, 0)
+        # Keyed by (tenant, ...): the tenants of the policy in force, each with every label value.
+        self.grants: dict[tuple[str, QoS], int] = {}
+        self.time_to_slot: dict[tuple[str, QoS], _Histogram] = {}
+        self.refusals: dict[tuple[str, RefuseReason], int] = {}
+        self.preemptions: dict[tuple[YieldCause, str, str], int] = {}  # cause, victim, preemptor
         self.revocations = dict.fromkeys(RevokeReason, 0)
-        self.refusals = dict.fromkeys(RefuseReason, 0)
+        self.tenants: tuple[str, ...] = ()
+        self._known: frozenset[str] = frozenset()
+        self._policy: Policy | None = None
         self.yields = 0
         self.yields_cancelled = 0
         self.expiries = 0
@@ -90,7 +124,34 @@ class Metrics:
         # (tenant or role:admin / role:worker, rpc) -> calls refused by a rate limit
         self.rate_limited: dict[tuple[str, str], int] = {}
         self.describe: Describe = lambda: None
+        self._set_tenants(())
         self.registry.register(_Collector(self))
+        self.registry.register(_BuildInfo())
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, resident memory, fds
+        PlatformCollector(registry=self.registry)  # python_info
+
+    def _set_tenants(self, names: Iterable[str]) -> None:
+        """Series for exactly these tenants (and OTHER_TENANT): counts of those kept, the rest dropped."""
+        names = tuple(dict.fromkeys((*names, OTHER_TENANT)))
+        peers = (*names, NO_TENANT)
+        self.tenants, self._known = names, frozenset(names)
+        self.grants = {(t, q): self.grants.get((t, q), 0) for t in names for q in QoS}
+        self.time_to_slot = {
+            (t, q): self.time_to_slot.get((t, q)) or _Histogram(TIME_TO_SLOT_BUCKETS)
+            for t in names
+            for q in QoS
+        }
+        self.refusals = {(t, r): self.refusals.get((t, r), 0) for t in names for r in RefuseReason}
+        self.preemptions = {
+            (c, v, p): self.preemptions.get((c, v, p), 0) for c in YieldCause for v in names for p in peers
+        }
+
+    def policy_tenants(self) -> frozenset[str] | None:
+        """The policy's tenant names (None before the first event showed the policy)."""
+        return None if self._policy is None else self._known
+
+    def _tenant(self, name: str | None) -> str:
+        return name if name is not None and name in self._known else OTHER_TENANT
 
     def bind(self, describe: Describe) -> None:
         """Where the pool gauges come from (the loop's thread-safe describe)."""
@@ -100,15 +161,32 @@ class Metrics:
         key = (tenant, rpc)
         self.rate_limited[key] = self.rate_limited.get(key, 0) + 1
 
-    def observe(self, decisions: Sequence[Decision], latency_s: float) -> None:
+    def observe(
+        self,
+        decisions: Sequence[Decision],
+        latency_s: float,
+        event: object = None,
+        core: CoreLike | None = None,
+    ) -> None:
+        """Count one handled event's decisions; `event` and `core` (on the loop) name the tenants."""
         self.latency.observe(latency_s)
+        if core is not None and core.policy is not self._policy:
+            self._policy = core.policy  # an ApplyPolicy: series follow its tenants
+            self._set_tenants(t.name for t in core.policy.tenants)
         for d in decisions:
             if isinstance(d, Granted):
-                q = d.lease.qos
-                self.grants[q] += 1
-                self.time_to_slot[q].observe(d.waited_s)
+                key = (self._tenant(d.lease.tenant), d.lease.qos)
+                self.grants[key] += 1
+                self.time_to_slot[key].observe(d.waited_s)
             elif isinstance(d, YieldRequested):
-                self.preemptions[d.cause] += 1
+                preemptor = NO_TENANT
+                if d.for_session is not None:
+                    if isinstance(event, Acquire) and event.session == d.for_session:
+                        preemptor = self._tenant(event.tenant)
+                    else:
+                        view = core.session(d.for_session) if core is not None else None
+                        preemptor = self._tenant(view.tenant if view is not None else None)
+                self.preemptions[(d.cause, self._tenant(d.lease.tenant), preemptor)] += 1
             elif isinstance(d, YieldCancelled):
                 self.yields_cancelled += 1
             elif isinstance(d, Ended):
@@ -121,7 +199,22 @@ class Metrics:
                 self.expiries += 1
                 self.work_lost += d.lost_slot_seconds
             elif isinstance(d, Refused):
-                self.refusals[d.reason] += 1
+                tenant = event.tenant if isinstance(event, Acquire) and event.session == d.session else None
+                self.refusals[(self._tenant(tenant), d.reason)] += 1
+
+
+class _BuildInfo(Collector):
+    def __init__(self) -> None:
+        self._labels = [_version("slotsched"), platform.python_version(), _version("grpcio")]
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "slotsched_build_info",
+            "Always 1: the versions this scheduler runs.",
+            labels=["version", "python", "grpc"],
+        )
+        info.add_metric(self._labels, 1)
+        yield info
 
 
 class _Collector(Collector):
@@ -133,17 +226,27 @@ class _Collector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         m = self.m
-        yield _counter("slotsched_grants", "Leases granted.", "class", m.grants)
+        grants = CounterMetricFamily("slotsched_grants", "Leases granted.", labels=["class", "tenant"])
+        for (t, q), n in list(m.grants.items()):
+            grants.add_metric([q.value, t], n)
+        yield grants
         tts = HistogramMetricFamily(
             "slotsched_time_to_slot_seconds",
             "Wait from entering the queue (or re-queue) to a grant.",
-            labels=["class"],
+            labels=["class", "tenant"],
         )
-        for q, h in m.time_to_slot.items():
+        for (t, q), h in list(m.time_to_slot.items()):
             buckets, total = h.family_samples()
-            tts.add_metric([q.value], buckets, total)
+            tts.add_metric([q.value, t], buckets, total)
         yield tts
-        yield _counter("slotsched_preemptions", "Holders asked to yield, by cause.", "cause", m.preemptions)
+        pre = CounterMetricFamily(
+            "slotsched_preemptions",
+            "Holders asked to yield, by cause, the holder's tenant and the waiter's (if any).",
+            labels=["cause", "victim_tenant", "preemptor_tenant"],
+        )
+        for (c, v, p), n in list(m.preemptions.items()):
+            pre.add_metric([c.value, v, p], n)
+        yield pre
         yield CounterMetricFamily("slotsched_yields", "Leases given up by Yield.", value=m.yields)
         yield CounterMetricFamily(
             "slotsched_yields_cancelled",
@@ -157,7 +260,10 @@ class _Collector(Collector):
             m.revocations,
         )
         yield CounterMetricFamily("slotsched_expiries", "Leases expired (not renewed).", value=m.expiries)
-        yield _counter("slotsched_refusals", "Acquires refused.", "reason", m.refusals)
+        refusals = CounterMetricFamily("slotsched_refusals", "Acquires refused.", labels=["reason", "tenant"])
+        for (t, r), n in list(m.refusals.items()):
+            refusals.add_metric([r.value, t], n)
+        yield refusals
         limited = CounterMetricFamily(
             "slotsched_rate_limited",
             "Calls refused by a rate limit (spec.rateLimits), by tenant (or role:admin/role:worker), rpc.",
@@ -177,10 +283,10 @@ class _Collector(Collector):
         buckets, total = m.latency.family_samples()
         lat.add_metric([], buckets, total)
         yield lat
-        yield from _pool_gauges(m.describe())
+        yield from _pool_gauges(m.describe(), m.policy_tenants())
 
 
-def _counter(name: str, doc: str, label: str, values: Mapping[Any, int]) -> CounterMetricFamily:
+def _counter(name: str, doc: str, label: str, values: dict[Any, int]) -> CounterMetricFamily:
     """One counter family with one sample per enum member (label value = the member's value)."""
     family = CounterMetricFamily(name, doc, labels=[label])
     for key, n in values.items():
@@ -188,7 +294,7 @@ def _counter(name: str, doc: str, label: str, values: Mapping[Any, int]) -> Coun
     return family
 
 
-def _pool_gauges(view: PoolView | None) -> Iterator[Metric]:
+def _pool_gauges(view: PoolView | None, policy_tenants: frozenset[str] | None) -> Iterator[Metric]:
     if view is None:
         return
     pending = GaugeMetricFamily(
@@ -200,14 +306,37 @@ def _pool_gauges(view: PoolView | None) -> Iterator[Metric]:
     share = GaugeMetricFamily(
         "slotsched_fair_share", "Borrowed capacity / weight, per tenant.", labels=["tenant"]
     )
+    # The policy's quotas, as Kueue's nominal quota / borrowing limit gauges.
+    weight = GaugeMetricFamily("slotsched_tenant_weight", "Fair-share weight.", labels=["tenant"])
+    guaranteed = GaugeMetricFamily(
+        "slotsched_tenant_guaranteed_quota_slots",
+        "Guaranteed quota: most Guaranteed leases held.",
+        labels=["tenant"],
+    )
+    nominal = GaugeMetricFamily(
+        "slotsched_tenant_nominal_quota_slots",
+        "Burstable nominal: Burstable leases it can count on.",
+        labels=["tenant"],
+    )
+    limit = GaugeMetricFamily(
+        "slotsched_tenant_limit_slots",
+        "Most leases of a class, borrowing included (best_effort: absent when uncapped).",
+        labels=["class", "tenant"],
+    )
     for t in view.tenants:
         for i, q in enumerate(CLASS_ORDER):
             pending.add_metric([q.value, t.name], t.pending[i])
             held.add_metric([q.value, t.name], t.held[i])
         share.add_metric([t.name], t.share)
-    yield pending
-    yield held
-    yield share
+        if policy_tenants is not None and t.name not in policy_tenants:
+            continue  # removed by ApplyPolicy, still draining: no quota any more
+        weight.add_metric([t.name], t.weight)
+        guaranteed.add_metric([t.name], t.guaranteed)
+        nominal.add_metric([t.name], t.burstable_nominal)
+        limit.add_metric([QoS.BURSTABLE.value, t.name], t.burstable_limit)
+        if t.best_effort_limit is not None:
+            limit.add_metric([QoS.BEST_EFFORT.value, t.name], t.best_effort_limit)
+    yield from (pending, held, share, weight, guaranteed, nominal, limit)
     yield GaugeMetricFamily("slotsched_capacity_slots", "Slots on ready workers.", value=view.capacity)
     yield GaugeMetricFamily("slotsched_floor_slots", "The reserved floor, in slots.", value=view.floor)
     yield GaugeMetricFamily("slotsched_free_slots", "Slots free for a grant now.", value=view.free)

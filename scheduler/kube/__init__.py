@@ -1,0 +1,1 @@
+"""Kubernetes adapters of the scheduler (the kubernetes client is imported here only)."""
