@@ -34,7 +34,7 @@ import grpc
 from grpc_health.v1 import health
 
 from scheduler.core.types import WorkerId
-from scheduler.listen import ListenError, add_grpc_port, check_bindable, start_metrics_http
+from scheduler.listen import ListenError, TlsFiles, add_grpc_port, check_bindable, start_metrics_http
 from scheduler.policy.defaults import default_policy
 from scheduler.policy.errors import PolicyError
 from scheduler.policy.model import Policy
@@ -84,6 +84,7 @@ class RunningServer:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _stopped: bool = False
     replica: Replica | None = None  # redis mode
+    transport: str = "plaintext"  # TlsFiles.describe() of the gRPC port
 
     @property
     def target(self) -> str:
@@ -146,8 +147,14 @@ async def start_server(
     autoscaler_env: Mapping[str, str] | None = None,
     autoscale_period_s: float = 15.0,
     state: StateOptions | None = None,
+    tls: TlsFiles | None = None,
+    metrics_tls: bool = False,
 ) -> RunningServer:
     """Start a server on the running event loop. Raises PolicyError for a bad policy file.
+
+    `tls` (cert + key, and a CA for mTLS) secures the gRPC port: every service, health,
+    reflection and KEDA's endpoint; `metrics_tls` serves /metrics over HTTPS with the same files
+    (otherwise metrics stay plain: keep that port cluster-internal, e.g. behind a NetworkPolicy).
 
     `autoscaler_env` (default: the process environment) chooses the companion autoscaler's
     actuator through SLOTSCHED_AUTOSCALER (off | local | kubernetes | dry-run); see
@@ -194,13 +201,16 @@ async def start_server(
     if metrics_listen:
         check_bindable(metrics_listen, "--metrics-listen")  # before binding anything: nothing to undo
     server = grpc_server.server
-    port = add_grpc_port(server, listen, "--listen")
+    if metrics_tls and (tls is None or not tls.enabled):
+        raise ValueError("--metrics-tls reuses --tls-cert and --tls-key: give them too")
+    port = add_grpc_port(server, listen, "--listen", tls)
     httpd = None
     metrics_port = None
     if metrics_listen:
         try:
-            httpd = start_metrics_http(metrics_listen, "--metrics-listen", metrics.registry)
-        except ListenError:
+            mtls = tls if metrics_tls else None
+            httpd = start_metrics_http(metrics_listen, "--metrics-listen", metrics.registry, mtls)
+        except (ListenError, ValueError):
             await server.stop(None)  # frees the gRPC port bound above
             raise
         metrics_port = httpd.server_port
@@ -208,6 +218,7 @@ async def start_server(
     running = RunningServer(
         port, metrics_port, host, secure, policy, loop, registry, server, grpc_server.health, httpd
     )
+    running.transport = tls.describe() if tls is not None else "plaintext"
     _add_autoscaler(running, metrics, host, autoscaler_env, autoscale_period_s)
     if leadership is None:
         running._tasks.append(asyncio.create_task(registry.run_reaper()))
@@ -353,6 +364,8 @@ async def serve_forever(
     grace_s: float = 5.0,
     autoscaler: str | None = None,
     state: StateOptions | None = None,
+    tls: TlsFiles | None = None,
+    metrics_tls: bool = False,
 ) -> int:
     """Serve until SIGTERM/SIGINT, then shut down gracefully. Returns the process exit code.
 
@@ -364,7 +377,14 @@ async def serve_forever(
         if autoscaler is not None:
             env["SLOTSCHED_AUTOSCALER"] = autoscaler
         running = await start_server(
-            policy_path, listen, metrics_listen, static_pool, autoscaler_env=env, state=state
+            policy_path,
+            listen,
+            metrics_listen,
+            static_pool,
+            autoscaler_env=env,
+            state=state,
+            tls=tls,
+            metrics_tls=metrics_tls,
         )
     except PolicyError as e:
         for p in e.problems:
@@ -380,10 +400,12 @@ async def serve_forever(
     # Everything allocated so far (modules, descriptors, the policy) lives as long as the process:
     # keep it out of the collector's full passes, which otherwise stall the loop now and then.
     gc.freeze()
-    print(f"slotsched serving gRPC on {running.target}", flush=True)
+    print(f"slotsched serving gRPC on {running.target}", flush=True)  # the target last: scripts read it
+    print(f"slotsched transport: {running.transport}", flush=True)
     if running.metrics_port is not None:
         mhost = split_hostport(metrics_listen or "")[0]
-        print(f"slotsched metrics on http://{mhost}:{running.metrics_port}/metrics", flush=True)
+        scheme = "https" if metrics_tls else "http"
+        print(f"slotsched metrics on {scheme}://{mhost}:{running.metrics_port}/metrics", flush=True)
     if running.secure:
         n = len(running.policy.tenants)
         print(f"slotsched mode: secure, policy {running.policy.name!r} with {n} tenants", flush=True)

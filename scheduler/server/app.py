@@ -17,6 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from scheduler.api import guard
 from scheduler.api.gen.externalscaler import externalscaler_pb2
 from scheduler.api.gen.slotsched.v1 import (
     admin_pb2,
@@ -26,6 +27,7 @@ from scheduler.api.gen.slotsched.v1 import (
     workers_pb2,
     workers_pb2_grpc,
 )
+from scheduler.policy.model import ADMIN, WORKER
 from scheduler.server import errors
 from scheduler.server.admin_service import AdminService
 from scheduler.server.auth import Authenticator
@@ -83,6 +85,14 @@ class _LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return handler
 
 
+class _Health(health.aio.HealthServicer):  # type: ignore[misc]
+    """grpc's aio health servicer, with `List` (it raises NotImplementedError there: UNKNOWN)."""
+
+    async def List(self, request: Any, context: Any) -> health_pb2.HealthListResponse:
+        statuses = {name: health_pb2.HealthCheckResponse(status=s) for name, s in self._server_status.items()}
+        return health_pb2.HealthListResponse(statuses=statuses)
+
+
 @dataclass
 class GrpcServer:
     server: grpc.aio.Server
@@ -107,12 +117,23 @@ def assemble(
     (weighted demand in slots); `serving`, if given, gates the scheduling services."""
     interceptors = [] if serving is None else [_LeaderGate(serving)]
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=interceptors)
-    scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth), server)  # type: ignore[no-untyped-call]
-    workers_pb2_grpc.add_WorkersServicer_to_server(WorkersService(registry, auth), server)  # type: ignore[no-untyped-call]
-    admin_pb2_grpc.add_AdminServicer_to_server(AdminService(registry, auth), server)  # type: ignore[no-untyped-call]
-    add_keda_servicer(server, demand, lambda: loop.core.policy.pool.slots_per_worker)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    # Every servicer is registered through the wire guard: undecodable or over-long requests are
+    # INVALID_ARGUMENT before a servicer sees them (scheduler/api/guard.py).
+    reg: Any = guard.GuardedRegistrar(server, errors.refuse_request)
+    scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth), reg)  # type: ignore[no-untyped-call]
+    workers_pb2_grpc.add_WorkersServicer_to_server(WorkersService(registry, auth), reg)  # type: ignore[no-untyped-call]
+    admin_pb2_grpc.add_AdminServicer_to_server(AdminService(registry, auth), reg)  # type: ignore[no-untyped-call]
+    add_keda_servicer(reg, demand, lambda: loop.core.policy.pool.slots_per_worker, _keda_guard(auth))
+    health_servicer = _Health()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, reg)
     names = (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME)
-    reflection.enable_server_reflection(names, server)
+    reflection.enable_server_reflection(names, reg)
     return GrpcServer(server, health_servicer)
+
+
+def _keda_guard(auth: Authenticator) -> Callable[[Any], None] | None:
+    """KEDA's endpoint reveals demand: with a policy it needs the worker or admin role (KEDA's
+    TriggerAuthentication sends a bearer token or, over mTLS, a client certificate)."""
+    if not auth.secure:
+        return None
+    return lambda context: auth._require(context, "KEDA external scaler", (WORKER, ADMIN))

@@ -57,6 +57,11 @@ _CODES: dict[str, grpc.StatusCode] = {
 }
 
 
+async def refuse_request(context: Any, field: str, description: str) -> None:
+    """The wire guard's refusal (scheduler/api/guard.py): an undecodable or over-long request."""
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {description}")
+
+
 def ref_from_pb(pb: common_pb2.SnapshotRef) -> SnapshotRef:
     created = pb.created.ToNanoseconds() / 1e9 if pb.HasField("created") else 0.0
     return SnapshotRef(pb.uri, pb.size_bytes, pb.sha256, created)
