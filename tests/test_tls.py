@@ -212,6 +212,15 @@ def test_status_worker_and_keda_over_mtls(
                 assert err.value.code() == code
             spec = await keda.GetMetricSpec(ref, metadata=(("authorization", f"Bearer {WORKER_TOKEN}"),))
             assert spec.metricSpecs[0].targetSize == 1
+            # KEDA sends no header: the token may come in the trigger's metadata instead.
+            with_token = externalscaler_pb2.ScaledObjectRef(name="w", scalerMetadata={"token": WORKER_TOKEN})
+            assert (await keda.IsActive(with_token)).result in (True, False)
+            tenant_token = externalscaler_pb2.ScaledObjectRef(
+                name="w", scalerMetadata={"token": TOKENS["acme"]}
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await keda.GetMetrics(externalscaler_pb2.GetMetricsRequest(scaledObjectRef=tenant_token))
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
         url = f"https://127.0.0.1:{server.metrics_port}/metrics"
         ctx = ssl.create_default_context(cafile=pki.ca)

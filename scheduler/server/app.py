@@ -30,7 +30,7 @@ from scheduler.api.gen.slotsched.v1 import (
 from scheduler.policy.model import ADMIN, WORKER
 from scheduler.server import errors
 from scheduler.server.admin_service import AdminService
-from scheduler.server.auth import Authenticator
+from scheduler.server.auth import AUTH_HEADER, Authenticator
 from scheduler.server.keda_service import add_keda_servicer
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
@@ -131,9 +131,26 @@ def assemble(
     return GrpcServer(server, health_servicer)
 
 
-def _keda_guard(auth: Authenticator) -> Callable[[Any], None] | None:
-    """KEDA's endpoint reveals demand: with a policy it needs the worker or admin role (KEDA's
-    TriggerAuthentication sends a bearer token or, over mTLS, a client certificate)."""
+def _keda_guard(auth: Authenticator) -> Callable[[Any, str | None], None] | None:
+    """KEDA's endpoint reveals demand: with a policy it needs the worker or admin role, from the
+    `authorization` header or, as KEDA sends none, from `token` in the trigger's metadata."""
     if not auth.secure:
         return None
-    return lambda context: auth._require(context, "KEDA external scaler", (WORKER, ADMIN))
+
+    def check(context: Any, token: str | None) -> None:
+        md = context.invocation_metadata() or ()
+        if token is not None and not any(key == AUTH_HEADER for key, _ in md):
+            context = _Bearer(token)
+        auth._require(context, "KEDA external scaler", (WORKER, ADMIN))
+
+    return check
+
+
+class _Bearer:
+    """A call context carrying only `authorization: Bearer <token>` (KEDA's metadata token)."""
+
+    def __init__(self, token: str) -> None:
+        self._md = ((AUTH_HEADER, f"Bearer {token}"),)
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._md
