@@ -9,6 +9,7 @@ of every renewal, a NoSuchBucket restore as UNKNOWN from the worker.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -223,23 +224,27 @@ def test_renewals_keep_their_latency_while_a_big_policy_is_parsed() -> None:
                 await renew(req, metadata=TENANT_MD)  # warm
                 t0 = time.monotonic()
                 applying = asyncio.ensure_future(apply(admin_pb2.ApplyPolicyRequest(yaml=big, dry_run=True)))
-                worst, n = 0.0, 0
+                latencies: list[float] = []
                 while not applying.done():
                     r0 = time.monotonic()
                     await renew(req, metadata=TENANT_MD)
-                    worst = max(worst, time.monotonic() - r0)
-                    n += 1
+                    latencies.append(time.monotonic() - r0)
                 resp = await applying
                 assert not resp.applied
                 stream.cancel()
-                return time.monotonic() - t0, worst, n
+                return time.monotonic() - t0, latencies
         finally:
             await server.stop(0)
 
-    apply_s, worst_renew_s, renewals = asyncio.run(go())
+    apply_s, latencies = asyncio.run(go())
     assert apply_s > 0.3, f"the policy parsed in {apply_s:.3f} s: too small to show a stall"
-    assert renewals >= 5
-    assert worst_renew_s < apply_s / 4, (worst_renew_s, apply_s, renewals)
+    # Parsed on the loop (before), one renewal waited out the whole parse. Off the loop the
+    # renewals go on; the parse thread still competes for the GIL (and, in a full test run, other
+    # processes for the CPU), so the worst is bounded loosely and the typical one tightly.
+    figures = (apply_s, max(latencies), statistics.median(latencies), len(latencies))
+    assert len(latencies) >= 10, figures
+    assert max(latencies) < apply_s / 2, figures
+    assert statistics.median(latencies) < apply_s / 20, figures
 
 
 # ---------------------------------------------------------------- restore errors (real S3 API)
@@ -286,3 +291,25 @@ def test_a_restore_of_a_missing_key_falls_back_or_is_not_found(
     assert _restore_code(tmp_path, url, uri) == (grpc.StatusCode.OK, "0")  # documented: a fresh start
     code, details = _restore_code(tmp_path, url, uri, strict=True)
     assert code is grpc.StatusCode.NOT_FOUND, (code, details)
+
+
+def test_unknown_method_names_are_not_remembered() -> None:
+    """The guard caches wrapped handlers by method name: only for methods that exist, or a client
+    sending random method names would grow the cache without bound."""
+
+    class Nothing(grpc.GenericRpcHandler):
+        def service(self, handler_call_details: Any) -> None:
+            return None
+
+    async def refuse(context: Any, field: str, description: str) -> None:
+        raise AssertionError("never called")
+
+    generic = guard._GuardedGeneric(Nothing(), refuse)
+
+    class Details:
+        def __init__(self, method: str) -> None:
+            self.method = method
+
+    for i in range(100):
+        assert generic.service(Details(f"/x.Y/M{i}")) is None
+    assert generic._cache == {}

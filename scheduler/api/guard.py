@@ -245,9 +245,12 @@ class _GuardedGeneric(grpc.GenericRpcHandler):  # type: ignore[misc]
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         method = handler_call_details.method
-        if method not in self._cache:
-            self._cache[method] = guard_handler(self._inner.service(handler_call_details), self._refuse)
-        return self._cache[method]
+        guarded = self._cache.get(method)
+        if guarded is None:
+            guarded = guard_handler(self._inner.service(handler_call_details), self._refuse)
+            if guarded is not None:  # only methods this handler serves: unknown names are unbounded
+                self._cache[method] = guarded
+        return guarded
 
 
 class GuardedRegistrar:
