@@ -14,6 +14,14 @@ probe cannot see (another process taking the port between probe and bind) reache
 bind, and for that call alone file descriptor 2 is redirected to a temporary file: the C-core's
 log lines written then are dropped (their reason kept for the message), anything else written
 in that instant is passed on to stderr.
+
+TLS (`--tls-cert/--tls-key/--tls-ca`, `TlsFiles`): with a certificate and key the port speaks TLS
+only; with a CA as well it is mutual TLS: a client must present a certificate signed by that CA
+or the handshake fails (the caller sees UNAVAILABLE) before any service, reflection, health or
+KEDA's endpoint is reached. The verified certificate is then in each call's
+`context.auth_context()` (`x509_subject_alternative_name`, `x509_common_name`, `x509_pem_cert`),
+where scheduler/server/auth.py may read an identity from its SAN. The metrics port reuses the
+same files when asked (`--metrics-tls`).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -49,6 +58,58 @@ class ListenError(OSError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for a TLS port: `cert` + `key` (this server's), `ca` (clients' issuer: mTLS).
+
+    `flags` names the command-line flags in error messages (e.g. `--tls`)."""
+
+    cert: str | None = None
+    key: str | None = None
+    ca: str | None = None
+    flags: str = "--tls"
+
+    def __post_init__(self) -> None:
+        if (self.cert is None) != (self.key is None):
+            raise ValueError(f"{self.flags}-cert and {self.flags}-key go together: give both or neither")
+        if self.ca is not None and self.cert is None:
+            raise ValueError(
+                f"{self.flags}-ca requires {self.flags}-cert and {self.flags}-key: a port that checks "
+                "client certificates must itself speak TLS"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert is not None
+
+    @property
+    def mutual(self) -> bool:
+        return self.ca is not None
+
+    def read(self, which: str) -> bytes:
+        path = getattr(self, which)
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise ValueError(f"cannot read {self.flags}-{which} {path}: {e.strerror or e}") from None
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        """TLS with this certificate; client certificates of `ca` REQUIRED when a CA is given."""
+        return grpc.ssl_server_credentials(
+            [(self.read("key"), self.read("cert"))],
+            root_certificates=self.read("ca") if self.ca else None,
+            require_client_auth=self.ca is not None,
+        )
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return "plaintext"
+        if self.mutual:
+            return f"mTLS (client certificates required, issued by {self.ca})"
+        return "TLS (no client certificates)"
 
 
 def split_hostport(text: str, flag: str) -> tuple[str, int]:
@@ -115,28 +176,44 @@ def _core_logs_captured() -> Iterator[list[str]]:
                 sys.stderr.flush()
 
 
-def add_grpc_port(server: grpc.aio.Server, address: str, flag: str) -> int:
-    """`server.add_insecure_port(address)`, failing with a ListenError naming `flag` instead of
-    the C-core's log line and RuntimeError. Returns the bound port."""
+def add_grpc_port(server: grpc.aio.Server, address: str, flag: str, tls: TlsFiles | None = None) -> int:
+    """`server.add_insecure_port(address)` (`add_secure_port` with `tls`), failing with a
+    ListenError naming `flag` instead of the C-core's log line and RuntimeError. Returns the
+    bound port. Unreadable TLS files raise ValueError naming their flag."""
+    credentials = tls.server_credentials() if tls is not None and tls.enabled else None
     check_bindable(address, flag)
     port = 0
     # grpc raises RuntimeError for "no address added"; the reason is in the C-core's log line.
     with _core_logs_captured() as core, contextlib.suppress(RuntimeError):
-        port = server.add_insecure_port(address)
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
     if port == 0:
         found = [m.group(1) for line in core if (m := _CORE_BIND_REASON.search(line))]
         raise ListenError(address, flag, found[0].lower() if found else "the gRPC server could not bind it")
     return port
 
 
-def start_metrics_http(address: str, flag: str, registry: Any) -> Any:
+def start_metrics_http(address: str, flag: str, registry: Any, tls: TlsFiles | None = None) -> Any:
     """prometheus_client's /metrics HTTP server on `address` (returns its WSGIServer); a
-    ListenError naming `flag` if it cannot bind."""
+    ListenError naming `flag` if it cannot bind. With `tls`, HTTPS with the same certificate
+    (and client certificates of its CA required, if it has one)."""
     from prometheus_client import start_http_server
 
     host, port = split_hostport(address, flag)
+    kw: dict[str, Any] = {}
+    if tls is not None and tls.enabled:
+        for which in ("cert", "key") + (("ca",) if tls.ca else ()):
+            tls.read(which)  # a missing file is a ValueError naming its flag, like the gRPC port's
+        kw = {
+            "certfile": tls.cert,
+            "keyfile": tls.key,
+            "client_cafile": tls.ca,
+            "client_auth_required": tls.mutual,
+        }
     try:
-        httpd, _ = start_http_server(port, host or "0.0.0.0", registry=registry)
+        httpd, _ = start_http_server(port, host or "0.0.0.0", registry=registry, **kw)
     except OSError as e:
         raise ListenError(address, flag, _reason(e)) from None
     return httpd

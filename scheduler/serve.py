@@ -35,7 +35,7 @@ from grpc_health.v1 import health
 
 from scheduler.core.types import WorkerId
 from scheduler.grants import GrantKeyError, GrantKeyring
-from scheduler.listen import ListenError, add_grpc_port, check_bindable, start_metrics_http
+from scheduler.listen import ListenError, TlsFiles, add_grpc_port, check_bindable, start_metrics_http
 from scheduler.policy.defaults import default_policy
 from scheduler.policy.errors import PolicyError, Problem
 from scheduler.policy.model import Policy
@@ -88,6 +88,7 @@ class RunningServer:
     replica: Replica | None = None  # redis mode
     #: Signs grants and tags lease ids; `.verifier()` / `.public_text()` is what workers need.
     grant_keys: GrantKeyring = field(default_factory=GrantKeyring.generate)
+    transport: str = "plaintext"  # TlsFiles.describe() of the gRPC port
 
     @property
     def target(self) -> str:
@@ -157,6 +158,8 @@ async def start_server(
     grant_keys: GrantKeyring | None = None,
     policy_source: str | None = None,
     kube_api: Any = None,
+    tls: TlsFiles | None = None,
+    metrics_tls: bool = False,
 ) -> RunningServer:
     """Start a server on the running event loop. Raises PolicyError for a bad policy file.
 
@@ -166,6 +169,10 @@ async def start_server(
     `policy_source` `kubernetes://NAMESPACE/NAME` (instead of `policy_path`) reads the policy from
     that SchedulingPolicy object and applies its changes live (scheduler/kube/policy_watch.py);
     `kube_api` is the kubernetes ApiClient to use (default: in-cluster, else the kubeconfig).
+
+    `tls` (cert + key, and a CA for mTLS) secures the gRPC port: every service, health,
+    reflection and KEDA's endpoint; `metrics_tls` serves /metrics over HTTPS with the same files
+    (otherwise metrics stay plain: keep that port cluster-internal, e.g. behind a NetworkPolicy).
 
     `autoscaler_env` (default: the process environment) chooses the companion autoscaler's
     actuator through SLOTSCHED_AUTOSCALER (off | local | kubernetes | dry-run); see
@@ -223,13 +230,16 @@ async def start_server(
     if metrics_listen:
         check_bindable(metrics_listen, "--metrics-listen")  # before binding anything: nothing to undo
     server = grpc_server.server
-    port = add_grpc_port(server, listen, "--listen")
+    if metrics_tls and (tls is None or not tls.enabled):
+        raise ValueError("--metrics-tls reuses --tls-cert and --tls-key: give them too")
+    port = add_grpc_port(server, listen, "--listen", tls)
     httpd = None
     metrics_port = None
     if metrics_listen:
         try:
-            httpd = start_metrics_http(metrics_listen, "--metrics-listen", metrics.registry)
-        except ListenError:
+            mtls = tls if metrics_tls else None
+            httpd = start_metrics_http(metrics_listen, "--metrics-listen", metrics.registry, mtls)
+        except (ListenError, ValueError):
             await server.stop(None)  # frees the gRPC port bound above
             raise
         metrics_port = httpd.server_port
@@ -238,6 +248,7 @@ async def start_server(
         port, metrics_port, host, secure, policy, loop, registry, server, grpc_server.health, httpd
     )
     running.grant_keys = keys
+    running.transport = tls.describe() if tls is not None else "plaintext"
     _add_autoscaler(running, metrics, host, autoscaler_env, autoscale_period_s)
     if watcher is not None:
         running._tasks.append(asyncio.create_task(watcher.run()))
@@ -426,6 +437,8 @@ async def serve_forever(
     state: StateOptions | None = None,
     grant_key_file: str | None = None,
     policy_source: str | None = None,
+    tls: TlsFiles | None = None,
+    metrics_tls: bool = False,
 ) -> int:
     """Serve until SIGTERM/SIGINT, then shut down gracefully. Returns the process exit code.
 
@@ -447,6 +460,8 @@ async def serve_forever(
             state=state,
             policy_source=policy_source,
             grant_keys=keys,
+            tls=tls,
+            metrics_tls=metrics_tls,
         )
     except GrantKeyError as e:
         print(f"slotsched: cannot start: {e}", file=sys.stderr)
@@ -465,10 +480,12 @@ async def serve_forever(
     # Everything allocated so far (modules, descriptors, the policy) lives as long as the process:
     # keep it out of the collector's full passes, which otherwise stall the loop now and then.
     gc.freeze()
-    print(f"slotsched serving gRPC on {running.target}", flush=True)
+    print(f"slotsched serving gRPC on {running.target}", flush=True)  # the target last: scripts read it
+    print(f"slotsched transport: {running.transport}", flush=True)
     if running.metrics_port is not None:
         mhost = split_hostport(metrics_listen or "")[0]
-        print(f"slotsched metrics on http://{mhost}:{running.metrics_port}/metrics", flush=True)
+        scheme = "https" if metrics_tls else "http"
+        print(f"slotsched metrics on {scheme}://{mhost}:{running.metrics_port}/metrics", flush=True)
     if running.secure:
         n = len(running.policy.tenants)
         print(f"slotsched mode: secure, policy {running.policy.name!r} with {n} tenants", flush=True)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
+    from scheduler.listen import TlsFiles
     from scheduler.serve import StateOptions, serve_forever
 
     state = StateOptions(
@@ -21,6 +23,11 @@ def _serve(args: argparse.Namespace) -> int:
         snapshot_every=args.snapshot_every,
         snapshot_interval_s=args.snapshot_interval,
     )
+    try:
+        tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_ca)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     rc: int = asyncio.run(
         serve_forever(
             policy_path=args.policy,
@@ -31,6 +38,8 @@ def _serve(args: argparse.Namespace) -> int:
             autoscaler=args.autoscaler,
             state=state,
             grant_key_file=args.grant_key_file,
+            tls=tls,
+            metrics_tls=args.metrics_tls,
         )
     )
     return rc
@@ -97,4 +106,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "generated at start. Workers verify grants with the public keys "
         "(`python -m scheduler.grants public PATH`)",
     )
+    add_tls_flags(s, "this server's")
+    s.add_argument(
+        "--metrics-tls",
+        action="store_true",
+        help="serve /metrics over HTTPS with --tls-cert/--tls-key (and require client certificates "
+        "of --tls-ca if given); without it metrics stay plain HTTP: keep that port cluster-internal",
+    )
     s.set_defaults(func=_serve)
+
+
+def add_tls_flags(p: argparse.ArgumentParser, whose: str) -> None:
+    """--tls-cert/--tls-key/--tls-ca of a serving command (`serve`, `worker`)."""
+    p.add_argument("--tls-cert", default=None, metavar="PEM", help=f"{whose} TLS certificate (chain)")
+    p.add_argument("--tls-key", default=None, metavar="PEM", help=f"{whose} TLS private key")
+    p.add_argument(
+        "--tls-ca",
+        default=None,
+        metavar="PEM",
+        help="CA of the client certificates: with it, every caller must present one it signed "
+        "(mTLS; without a certificate the handshake fails); without it, TLS without client certificates",
+    )

@@ -8,7 +8,8 @@ import argparse
 def _status(args: argparse.Namespace) -> int:
     from scheduler.cli.status_table import status_main
 
-    rc: int = status_main(args.target, args.json, args.token, args.tenant)
+    tls = (args.tls_ca, args.tls_cert, args.tls_key)
+    rc: int = status_main(args.target, args.json, args.token, args.tenant, tls)
     return rc
 
 
@@ -26,4 +27,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     st.add_argument(
         "--tenant", default=None, help="x-slotsched-tenant header (dev mode; Admin needs none there)"
     )
+    st.add_argument(
+        "--tls-ca", default=None, metavar="PEM", help="CA that signed the scheduler's certificate (TLS)"
+    )
+    st.add_argument(
+        "--tls-cert", default=None, metavar="PEM", help="client certificate, for a scheduler requiring mTLS"
+    )
+    st.add_argument("--tls-key", default=None, metavar="PEM", help="the client certificate's private key")
     st.set_defaults(func=_status)

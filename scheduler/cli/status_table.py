@@ -19,6 +19,7 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, admin_pb2_grpc, common_pb2
+from scheduler.client.channel import tls_credentials
 from scheduler.server.auth import AUTH_HEADER, TENANT_HEADER
 
 _CLASS_NAMES = {
@@ -168,8 +169,20 @@ def _list_leases(stub: Any, metadata: Sequence[tuple[str, str]]) -> list[common_
         return None
 
 
-def status_main(target: str, as_json: bool, token: str | None, tenant: str | None) -> int:
-    """Print the pool of the scheduler at `target`; 0 on success, 1 if the call failed."""
+def status_main(
+    target: str,
+    as_json: bool,
+    token: str | None,
+    tenant: str | None,
+    tls: tuple[str | None, str | None, str | None] = (None, None, None),
+) -> int:
+    """Print the pool of the scheduler at `target`; 0 on success, 1 if the call failed (2 for
+    unusable TLS files). `tls` is (CA, client certificate, client key), PEM paths."""
+    try:
+        credentials = tls_credentials(*tls)
+    except ValueError as e:
+        print(f"slotsched status: {str(e).replace('tls_', '--tls-')}", file=sys.stderr)
+        return 2
     metadata: list[tuple[str, str]] = []
     if token:
         metadata.append((AUTH_HEADER, f"Bearer {token}"))
@@ -177,7 +190,12 @@ def status_main(target: str, as_json: bool, token: str | None, tenant: str | Non
         metadata.append((TENANT_HEADER, tenant))
     leases: list[common_pb2.Lease] | None = None
     try:
-        with grpc.insecure_channel(target) as channel:
+        channel = (
+            grpc.secure_channel(target, credentials)
+            if credentials is not None
+            else grpc.insecure_channel(target)
+        )
+        with channel:
             stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
             pool = stub.DescribePool(admin_pb2.DescribePoolRequest(), metadata=metadata, timeout=10)
             if not as_json:

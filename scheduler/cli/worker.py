@@ -37,8 +37,15 @@ def _worker(args: argparse.Namespace) -> int:
     import sys
 
     from scheduler.grants import GRANT_PUBLIC_KEYS_ENV, GrantKeyError, GrantVerifier
+    from scheduler.listen import TlsFiles
     from slots.worker.actor import ActorConfig
     from slots.worker.main import run_worker
+
+    try:
+        tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_ca)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
     config = ActorConfig(args.bytes_per_turn, args.turn_interval, args.max_turns)
     token = args.token if args.token is not None else os.environ.get("SLOTSCHED_TOKEN")
@@ -70,6 +77,7 @@ def _worker(args: argparse.Namespace) -> int:
             verify_leases=not args.no_verify_leases,
             grants=grants,
             admin_token_hashes=tuple(args.admin_token_hash or ()),
+            tls=tls,
         )
     )
     return rc
@@ -142,5 +150,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     w.add_argument("--drain-yield", type=float, default=10.0, help="yield deadline when draining on exit")
     w.add_argument(
         "--drain-timeout", type=float, default=30.0, help="longest wait for actors to leave on exit"
+    )
+    w.add_argument(
+        "--tls-cert",
+        default=None,
+        metavar="PEM",
+        help="this worker's certificate: served on --listen and shown to the scheduler as its client "
+        "certificate (so it needs both server and client use)",
+    )
+    w.add_argument("--tls-key", default=None, metavar="PEM", help="the certificate's private key")
+    w.add_argument(
+        "--tls-ca",
+        default=None,
+        metavar="PEM",
+        help="CA of the scheduler's certificate and of the runtimes' client certificates: with it "
+        "the Worker service requires a client certificate it signed (mTLS), and the channel to the "
+        "scheduler verifies the scheduler against it",
     )
     w.set_defaults(func=_worker)

@@ -20,9 +20,11 @@ from scheduler.client.callbacks import OnGrant, OnYield, OnYieldCancelled
 from scheduler.client.channel import (
     DEFAULT_CHANNEL_OPTIONS,
     DEFAULT_CONNECT_TIMEOUT_S,
+    PemSource,
     call_metadata,
     merged_options,
     open_channel,
+    tls_credentials,
 )
 from scheduler.client.errors import from_rpc_error
 from scheduler.client.session import AsyncSession
@@ -43,8 +45,11 @@ class AsyncClient:
     """A connection to the slotsched Scheduler service for asyncio code.
 
     `token` is sent as `authorization: Bearer <token>`; `tenant` as `x-slotsched-tenant` (the
-    server's insecure dev mode only). `channel_options` are merged over `DEFAULT_CHANNEL_OPTIONS`;
-    pass `credentials` for TLS. The channel is opened on first use, in the running loop.
+    server's insecure dev mode only). `channel_options` are merged over `DEFAULT_CHANNEL_OPTIONS`.
+    TLS: `tls_ca` (the CA that signed the server's certificate; system roots without it) and, for
+    a server that requires client certificates (`slotsched serve --tls-ca`), `tls_cert` +
+    `tls_key` (PEM paths or bytes); or a ready `grpc.ChannelCredentials` as `credentials`.
+    The channel is opened on first use, in the running loop.
     `connect_timeout_s` bounds how long a session tries to reach the server at all (its first
     Acquire); `reattach_timeout_s` how long an attached session tries to re-attach.
     """
@@ -57,6 +62,9 @@ class AsyncClient:
         channel_options: Sequence[tuple[str, Any]] | None = None,
         *,
         credentials: grpc.ChannelCredentials | None = None,
+        tls_ca: PemSource | None = None,
+        tls_cert: PemSource | None = None,
+        tls_key: PemSource | None = None,
         rpc_timeout_s: float = 10.0,
         reattach_timeout_s: float = 30.0,
         backoff_initial_s: float = 0.1,
@@ -74,7 +82,7 @@ class AsyncClient:
         self.backoff_max_s = backoff_max_s
         self.renew_interval_s = renew_interval_s
         self._options = merged_options(channel_options)
-        self._credentials = credentials
+        self._credentials = tls_credentials(tls_ca, tls_cert, tls_key, credentials)
         self.metadata: tuple[tuple[str, str], ...] = call_metadata(token, tenant)
         self._channel: grpc.aio.Channel | None = None
         self._stub: scheduler_pb2_grpc.SchedulerStub | None = None

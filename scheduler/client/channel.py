@@ -8,6 +8,7 @@ module that constructs them (no cycle), and the retryable status codes live in o
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -58,6 +59,45 @@ def call_metadata(token: str | None, tenant: str | None) -> tuple[tuple[str, str
     if tenant is not None:
         md.append(("x-slotsched-tenant", tenant))
     return tuple(md)
+
+
+#: A PEM file's path, or its bytes.
+PemSource = str | os.PathLike[str] | bytes
+
+
+def _pem(value: PemSource | None, name: str) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    try:
+        with open(value, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ValueError(f"cannot read {name} {os.fspath(value)}: {e.strerror or e}") from None
+
+
+def tls_credentials(
+    tls_ca: PemSource | None = None,
+    tls_cert: PemSource | None = None,
+    tls_key: PemSource | None = None,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> grpc.ChannelCredentials | None:
+    """Channel credentials from PEM files (paths or bytes): `tls_ca` verifies the server (the
+    system roots without it), `tls_cert` + `tls_key` are this client's certificate for a server
+    that requires one (mTLS). None when nothing is given (plaintext). `credentials` (already
+    built) is passed through, and may not be combined with the files."""
+    if credentials is not None:
+        if tls_ca is not None or tls_cert is not None or tls_key is not None:
+            raise ValueError("give either credentials or tls_ca/tls_cert/tls_key, not both")
+        return credentials
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("tls_cert and tls_key go together: give both or neither")
+    if tls_ca is None and tls_cert is None:
+        return None
+    return grpc.ssl_channel_credentials(
+        root_certificates=_pem(tls_ca, "tls_ca"),
+        private_key=_pem(tls_key, "tls_key"),
+        certificate_chain=_pem(tls_cert, "tls_cert"),
+    )
 
 
 def open_channel(

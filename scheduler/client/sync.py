@@ -32,6 +32,7 @@ from scheduler.client.aio import (
     OnYield,
     OnYieldCancelled,
 )
+from scheduler.client.channel import PemSource, tls_credentials
 from scheduler.client.errors import SlotschedError
 from scheduler.client.types import LeaseInfo, Phase, QoS, QueueInfo, SessionInfo, Slot, SnapshotRef
 
@@ -71,6 +72,9 @@ class Client:
         channel_options: Sequence[tuple[str, Any]] | None = None,
         *,
         credentials: grpc.ChannelCredentials | None = None,
+        tls_ca: PemSource | None = None,
+        tls_cert: PemSource | None = None,
+        tls_key: PemSource | None = None,
         rpc_timeout_s: float = 10.0,
         reattach_timeout_s: float = 30.0,
         backoff_initial_s: float = 0.1,
@@ -80,6 +84,7 @@ class Client:
     ) -> None:
         if connect_timeout_s <= 0:  # before the loop thread starts: nothing to clean up
             raise ValueError(f"connect_timeout_s must be > 0, not {connect_timeout_s!r}")
+        credentials = tls_credentials(tls_ca, tls_cert, tls_key, credentials)  # files read (or refused) here
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="slotsched-client", daemon=True)
         self._thread.start()

@@ -4,6 +4,10 @@ Translation only. Listings page with opaque cursor tokens (the last key returned
 tagged with the listing it belongs to), so a page is stable when leases come and go between calls
 and a token from another listing fails INVALID_ARGUMENT.
 
+ApplyPolicy parses off the event loop, and only a document within the limits of validate.py
+(256 KiB, 32 levels deep, 100,000 nodes with aliases expanded): beyond, INVALID_ARGUMENT naming
+the limit.
+
 Who may call: in secure mode only the admin role (a token listed under `spec.access.admins`),
 because ApplyPolicy sets every tenant's quotas and the listings show every tenant's sessions; a
 tenant or worker token is PERMISSION_DENIED. In insecure dev mode anyone.
@@ -11,6 +15,7 @@ tenant or worker token is PERMISSION_DENIED. In insecure dev mode anyone.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -21,11 +26,12 @@ from scheduler.core.lifecycle import LeaseState, WorkerState
 from scheduler.core.types import QoS
 from scheduler.policy.errors import PolicyError
 from scheduler.policy.model import Policy
-from scheduler.policy.yaml_io import parse_policy, policy_to_yaml
+from scheduler.policy.yaml_io import policy_to_yaml
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
 from scheduler.server.metrics import CLASS_ORDER
 from scheduler.server.registry import WorkerRegistry
+from scheduler.server.validate import parse_policy_limited
 
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
@@ -99,7 +105,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         if not request.yaml.strip():
             raise errors.invalid_argument("yaml", "required")
         try:
-            policy, warnings = parse_policy(request.yaml)
+            # In a thread, within size, depth and alias limits (validate.py): a large or hostile
+            # document must not hold the event loop that serves every renewal.
+            policy, warnings = await asyncio.to_thread(parse_policy_limited, request.yaml)
         except PolicyError as e:
             raise errors.policy_invalid(e) from e
         notes = [str(w) for w in warnings]

@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from scheduler.api import guard
 from scheduler.api.gen.externalscaler import externalscaler_pb2
 from scheduler.api.gen.slotsched.v1 import (
     admin_pb2,
@@ -26,9 +27,10 @@ from scheduler.api.gen.slotsched.v1 import (
     workers_pb2_grpc,
 )
 from scheduler.grants import GrantKeyring
+from scheduler.policy.model import ADMIN, WORKER
 from scheduler.server import errors, reflection_v1
 from scheduler.server.admin_service import AdminService
-from scheduler.server.auth import Authenticator
+from scheduler.server.auth import AUTH_HEADER, Authenticator
 from scheduler.server.keda_service import add_keda_servicer
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
@@ -83,6 +85,14 @@ class _LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return handler
 
 
+class _Health(health.aio.HealthServicer):  # type: ignore[misc]
+    """grpc's aio health servicer, with `List` (it raises NotImplementedError there: UNKNOWN)."""
+
+    async def List(self, request: Any, context: Any) -> health_pb2.HealthListResponse:
+        statuses = {name: health_pb2.HealthCheckResponse(status=s) for name, s in self._server_status.items()}
+        return health_pb2.HealthListResponse(statuses=statuses)
+
+
 @dataclass
 class GrpcServer:
     server: grpc.aio.Server
@@ -109,11 +119,39 @@ def assemble(
     sign the Scheduler service's grants (None: a generated key)."""
     interceptors = [] if serving is None else [_LeaderGate(serving)]
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=interceptors)
-    scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth, grant_keys), server)  # type: ignore[no-untyped-call]
-    workers_pb2_grpc.add_WorkersServicer_to_server(WorkersService(registry, auth), server)  # type: ignore[no-untyped-call]
-    admin_pb2_grpc.add_AdminServicer_to_server(AdminService(registry, auth), server)  # type: ignore[no-untyped-call]
-    add_keda_servicer(server, demand, lambda: loop.core.policy.pool.slots_per_worker)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection_v1.enable((*SERVICE_NAMES, health.SERVICE_NAME), server)  # v1alpha and v1
+    # Every servicer is registered through the wire guard: undecodable or over-long requests are
+    # INVALID_ARGUMENT before a servicer sees them (scheduler/api/guard.py).
+    reg: Any = guard.GuardedRegistrar(server, errors.refuse_request)
+    scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth, grant_keys), reg)  # type: ignore[no-untyped-call]
+    workers_pb2_grpc.add_WorkersServicer_to_server(WorkersService(registry, auth), reg)  # type: ignore[no-untyped-call]
+    admin_pb2_grpc.add_AdminServicer_to_server(AdminService(registry, auth), reg)  # type: ignore[no-untyped-call]
+    add_keda_servicer(reg, demand, lambda: loop.core.policy.pool.slots_per_worker, _keda_guard(auth))
+    health_servicer = _Health()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, reg)
+    reflection_v1.enable((*SERVICE_NAMES, health.SERVICE_NAME), reg)  # v1alpha and v1
     return GrpcServer(server, health_servicer)
+
+
+def _keda_guard(auth: Authenticator) -> Callable[[Any, str | None], None] | None:
+    """KEDA's endpoint reveals demand: with a policy it needs the worker or admin role, from the
+    `authorization` header or, as KEDA sends none, from `token` in the trigger's metadata."""
+    if not auth.secure:
+        return None
+
+    def check(context: Any, token: str | None) -> None:
+        md = context.invocation_metadata() or ()
+        if token is not None and not any(key == AUTH_HEADER for key, _ in md):
+            context = _Bearer(token)
+        auth._require(context, "KEDA external scaler", (WORKER, ADMIN))
+
+    return check
+
+
+class _Bearer:
+    """A call context carrying only `authorization: Bearer <token>` (KEDA's metadata token)."""
+
+    def __init__(self, token: str) -> None:
+        self._md = ((AUTH_HEADER, f"Bearer {token}"),)
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._md

@@ -99,6 +99,21 @@ def invalid_argument(field: str, description: str) -> RpcFailure:
     return RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {description}", [bad])
 
 
+def policy_too_large(limit: int, size: int) -> RpcFailure:
+    """An ApplyPolicy whose YAML is over the size limit (refused before parsing)."""
+    return invalid_argument("yaml", f"longer than {limit} bytes (got {size}): the policy size limit")
+
+
+def policy_limit(description: str) -> RpcFailure:
+    """An ApplyPolicy whose YAML nests too deep or expands too far (aliases): refused unparsed."""
+    return invalid_argument("yaml", description)
+
+
+async def refuse_request(context: Any, field: str, description: str) -> None:
+    """The wire guard's refusal (scheduler/api/guard.py): an undecodable or over-long request."""
+    await abort(context, invalid_argument(field, description))
+
+
 def policy_invalid(err: PolicyError) -> RpcFailure:
     """An ApplyPolicy that does not validate: one FieldViolation per problem, at its key path."""
     bad = error_details_pb2.BadRequest(
@@ -313,8 +328,11 @@ __all__ = [
     "not_leader",
     "permission_denied",
     "policy_invalid",
+    "policy_limit",
+    "policy_too_large",
     "raise_for",
     "rate_limited",
+    "refuse_request",
     "unauthenticated",
     "unavailable",
     "worker_out_of_scope",

@@ -13,6 +13,14 @@ such a pool to zero.
 The servicer only translates: `demand_fn` returns the weighted demand in slots (busy + weighted
 pending + floor headroom) and `slots_per_worker_fn` the target size; both are called on the
 server's event loop, the only place the core may be read.
+
+Who may call: the endpoint reveals demand (how busy the pool is), so with a policy it needs the
+worker or the admin role (`authorize`, set by app.py). KEDA's external scaler sends no
+`authorization` header, so the credential may also come as `token` in the trigger's metadata
+(KEDA forwards it as `ScaledObjectRef.scalerMetadata`; a header, when present, wins). Over mTLS
+(`--tls-ca`) KEDA presents its client certificate (TriggerAuthentication: caCert, tlsClientCert,
+tlsClientKey) and no call reaches any service without a certificate of that CA. In insecure dev
+mode it is open, like everything else.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 
@@ -38,10 +47,23 @@ class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
         slots_per_worker_fn: Callable[[], int],
         *,
         poll_interval_s: float = 1.0,
+        authorize: Callable[[Any, str | None], None] | None = None,
     ) -> None:
         self._demand = demand_fn
         self._slots = slots_per_worker_fn
         self.poll_interval_s = poll_interval_s
+        self._authorize = authorize
+
+    async def _allow(
+        self, context: grpc.aio.ServicerContext[object, object], ref: pb.ScaledObjectRef
+    ) -> None:
+        """Refuse a caller without the role `authorize` asks for (raises RpcFailure's abort)."""
+        if self._authorize is None:
+            return
+        try:
+            self._authorize(context, ref.scalerMetadata.get("token"))
+        except errors.RpcFailure as f:
+            await errors.abort(context, f)
 
     async def _read(self, context: grpc.aio.ServicerContext[object, object]) -> float:
         try:
@@ -53,12 +75,14 @@ class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
     async def IsActive(
         self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.IsActiveResponse:
+        await self._allow(context, request)
         return pb.IsActiveResponse(result=await self._read(context) > _EPS)
 
     async def StreamIsActive(
         self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[object, object]
     ) -> AsyncIterator[pb.IsActiveResponse]:
         """Push the activity once at once, then on every change (polled every second)."""
+        await self._allow(context, request)
         last: bool | None = None
         while True:
             active = await self._read(context) > _EPS
@@ -70,6 +94,7 @@ class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
     async def GetMetricSpec(
         self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.GetMetricSpecResponse:
+        await self._allow(context, request)
         size = max(1, int(self._slots()))
         spec = pb.MetricSpec(metricName=METRIC_NAME, targetSize=size, targetSizeFloat=float(size))
         return pb.GetMetricSpecResponse(metricSpecs=[spec])
@@ -77,6 +102,7 @@ class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
     async def GetMetrics(
         self, request: pb.GetMetricsRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.GetMetricsResponse:
+        await self._allow(context, request.scaledObjectRef)
         demand = await self._read(context)
         value = pb.MetricValue(
             metricName=request.metricName or METRIC_NAME,
@@ -87,11 +113,14 @@ class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
 
 
 def add_keda_servicer(
-    server: grpc.aio.Server,
+    server: Any,
     demand_fn: Callable[[], float],
     slots_per_worker_fn: Callable[[], int],
+    authorize: Callable[[Any, str | None], None] | None = None,
 ) -> KedaExternalScaler:
-    """Register the external scaler on a grpc.aio server (before `start`); returns the servicer."""
-    servicer = KedaExternalScaler(demand_fn, slots_per_worker_fn)
+    """Register the external scaler on a grpc.aio server (or app.py's guarded registrar, before
+    `start`); returns the servicer. `authorize(context, metadata_token)` raises RpcFailure for a
+    refused caller."""
+    servicer = KedaExternalScaler(demand_fn, slots_per_worker_fn, authorize=authorize)
     pb_grpc.add_ExternalScalerServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     return servicer

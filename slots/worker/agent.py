@@ -66,6 +66,7 @@ class WorkerAgent:
         tenant: str | None = None,
         labels: dict[str, str] | None = None,
         channel_options: Sequence[tuple[str, Any]] = (),
+        credentials: grpc.ChannelCredentials | None = None,
         rpc_timeout_s: float = 5.0,
         drain_yield_s: float = 10.0,
         drain_timeout_s: float = 30.0,
@@ -81,6 +82,7 @@ class WorkerAgent:
         self.drain_timeout_s = drain_timeout_s
         self.retry_s = retry_s
         self.channel_options = list(channel_options)
+        self.credentials = credentials  # TLS to the scheduler (None: plaintext)
         md: list[tuple[str, str]] = []
         if token:
             md.append(("authorization", f"Bearer {token}"))
@@ -189,7 +191,10 @@ class WorkerAgent:
 
     async def run(self, stop: asyncio.Event) -> str:
         """Serve until drained by the scheduler (returns DRAINED) or `stop` is set (STOPPED)."""
-        channel = grpc.aio.insecure_channel(self.target, options=self.channel_options)
+        if self.credentials is not None:
+            channel = grpc.aio.secure_channel(self.target, self.credentials, options=self.channel_options)
+        else:
+            channel = grpc.aio.insecure_channel(self.target, options=self.channel_options)
         self._stub = workers_pb2_grpc.WorkersStub(channel)  # type: ignore[no-untyped-call]
         reason = STOPPED
         try:

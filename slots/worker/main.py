@@ -17,6 +17,11 @@ standalone test of the Worker service): then any token holder may start any acto
 `grants` (the scheduler's public grant keys, `--grant-public-keys`): Start, Checkpoint and Stop
 must carry the lease's signed grant (service.py). Without, grants are not checked (dev mode: the
 worker warns at start). `admin_token_hashes` may see every actor in Status.
+
+`tls` (`--tls-cert/--tls-key/--tls-ca`): the Worker service speaks TLS with that certificate
+(requiring client certificates of the CA when one is given), and the agent's channel to the
+scheduler uses the same certificate as its client certificate and the CA to verify the scheduler.
+Requests are decoded and length-checked by scheduler/api/guard.py, as on the scheduler.
 """
 
 from __future__ import annotations
@@ -29,20 +34,23 @@ import sys
 import threading
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import grpc
 import grpc.aio
 
+from scheduler.api import guard
 from scheduler.api.gen.slotsched.v1 import worker_pb2_grpc
+from scheduler.client.channel import tls_credentials
 from scheduler.grants import GrantVerifier
-from scheduler.listen import ListenError, add_grpc_port, check_bindable, start_metrics_http
+from scheduler.listen import ListenError, TlsFiles, add_grpc_port, check_bindable, start_metrics_http
 from slots.worker.actor import ActorConfig
 from slots.worker.agent import STOPPED, WorkerAgent
 from slots.worker.defaults import DEFAULT_SNAPSHOTS
 from slots.worker.host import ActorHost
 from slots.worker.metrics import WorkerMetrics
-from slots.worker.service import WorkerService
+from slots.worker.service import WorkerService, refuse_request
 from snapshots.config import store_from_url
 from snapshots.store import SnapshotStore
 
@@ -132,6 +140,7 @@ async def start_worker(
     verify_leases: bool = True,
     grants: GrantVerifier | None = None,
     admin_token_hashes: Collection[str] = (),
+    tls: TlsFiles | None = None,
 ) -> RunningWorker:
     """Start a worker on the running loop: serve the Worker service, then register and heartbeat."""
     store = store_from_url(snapshots) if isinstance(snapshots, str) else snapshots
@@ -139,13 +148,19 @@ async def start_worker(
     host = ActorHost(worker_id, slots, store, actor_config, metrics, fallback=fallback)
     service = WorkerService(host, accept_token_hashes, grants=grants, admin_token_hashes=admin_token_hashes)
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    worker_pb2_grpc.add_WorkerServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+    registrar: Any = guard.GuardedRegistrar(server, refuse_request)
+    worker_pb2_grpc.add_WorkerServicer_to_server(service, registrar)  # type: ignore[no-untyped-call]
+    channel_credentials = None
+    if tls is not None and tls.enabled:
+        channel_credentials = tls_credentials(
+            tls.read("ca") if tls.ca else None, tls.read("cert"), tls.read("key")
+        )
     lhost, _ = split_hostport(listen)
     if advertise is None and lhost in ("", "0.0.0.0", "::"):
         raise ValueError(f"listening on {listen}: give --advertise HOST:PORT (the address clients dial)")
     if metrics_listen:
         check_bindable(metrics_listen, "--metrics-listen")  # before binding anything: nothing to undo
-    port = add_grpc_port(server, listen, "--listen")
+    port = add_grpc_port(server, listen, "--listen", tls)
     if advertise is None:
         advertise = f"{lhost}:{port}"
     httpd = None
@@ -178,6 +193,7 @@ async def start_worker(
         labels=labels,
         drain_yield_s=drain_yield_s,
         drain_timeout_s=drain_timeout_s,
+        credentials=channel_credentials,
     )
     if verify_leases:
         service.leases = agent
@@ -206,6 +222,7 @@ async def run_worker(
     verify_leases: bool = True,
     grants: GrantVerifier | None = None,
     admin_token_hashes: Collection[str] = (),
+    tls: TlsFiles | None = None,
 ) -> int:
     """Serve until SIGTERM/SIGINT or a drain by the scheduler; returns the process exit code."""
     if not logging.getLogger().handlers:
@@ -229,6 +246,7 @@ async def run_worker(
             verify_leases=verify_leases,
             grants=grants,
             admin_token_hashes=admin_token_hashes,
+            tls=tls,
         )
     except ListenError as e:
         print(f"error: {e}", file=sys.stderr)  # names the address and the flag

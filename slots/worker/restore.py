@@ -2,6 +2,12 @@
 refused (or failing with DATA_LOSS / NOT_FOUND without `fallback`), and count the work lost on the
 way: a refused snapshot, a newer snapshot never used, an actor stopped before its checkpoint.
 
+What a failed read becomes (the Start errors worker.proto lists): missing or corrupt → walk back
+(NOT_FOUND / DATA_LOSS with `--strict-restore`); the store unreachable → UNAVAILABLE (retry); a
+ref of another tenant → PERMISSION_DENIED; any other refusal of the store (S3 NoSuchBucket,
+AccessDenied: configuration, not the snapshot) → NOT_FOUND naming the store's error, never a
+fresh start that would silently drop the session's work.
+
 Runs in a thread (store reads block); mixed into `ActorHost`, whose store, config and metrics it uses.
 """
 
@@ -11,7 +17,7 @@ import logging
 
 from scheduler.core.types import SnapshotRef
 from slots.worker.actor import TRAILER_SIZE, Actor, ActorConfig, StateCorrupt
-from slots.worker.host_errors import DataLoss, NotFound, PermissionDenied, Unavailable
+from slots.worker.host_errors import DataLoss, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from slots.worker.metrics import (
     LOST_SNAPSHOT_REFUSED,
     RESUME_CORRUPT,
@@ -76,16 +82,25 @@ class RestoreMixin:
             self.metrics.resume_failures.labels(RESUME_REFUSED).inc()
             log.error("resume of session %s refused: %s", session_id, e)
             raise PermissionDenied(str(e)) from e
+        except SnapshotError as e:  # e.g. NoSuchBucket, AccessDenied
+            self.metrics.resume_failures.labels(RESUME_MISSING).inc()
+            log.error("resume of session %s from %s failed: %s", session_id, ref.uri, e)
+            raise NotFound(f"snapshot {ref.uri} cannot be read from the snapshot store: {e}") from e
+        except ValueError as e:  # the store's own argument checks (e.g. a malformed sha256)
+            raise InvalidArgument(f"resume_from: {e}") from e
 
         # Walk back through the session's snapshots to the newest older one that verifies.
         bad_created = ref_created(ref)
         try:
             listing = self.store.list(tenant, store_name(session_id))
-        except SnapshotError as e:
+        except SnapshotUnavailable as e:
             self.metrics.resume_failures.labels(RESUME_UNAVAILABLE).inc()
             raise Unavailable(
                 f"cannot list session {session_id}'s snapshots after refusing {ref.uri}: {e}"
             ) from e
+        except SnapshotError as e:
+            self.metrics.resume_failures.labels(RESUME_MISSING).inc()
+            raise NotFound(f"refused {ref.uri}, and the store refuses to list older snapshots: {e}") from e
         older = [r for r in listing if r.uri != ref.uri and (bad_created is None or r.created < bad_created)]
         used: SnapshotRef | None = None
         fallback: Actor | None = None
@@ -97,9 +112,12 @@ class RestoreMixin:
             except (ChecksumMismatch, StateCorrupt, SnapshotNotFound) as e:
                 self._refused(session_id, prev, e)
                 refused.append((prev.uri, str(e)))
-            except SnapshotError as e:
+            except SnapshotUnavailable as e:
                 self.metrics.resume_failures.labels(RESUME_UNAVAILABLE).inc()
                 raise Unavailable(f"snapshot store failed while reading {prev.uri}: {e}") from e
+            except SnapshotError as e:
+                self.metrics.resume_failures.labels(RESUME_MISSING).inc()
+                raise NotFound(f"snapshot {prev.uri} cannot be read from the snapshot store: {e}") from e
         actor = fallback if fallback is not None else Actor(session_id, self.config.bytes_per_turn)
         newest = max([ref, *listing], key=lambda r: ref_created(r) or 0.0)
         lost = self._estimate_lost(newest, actor)

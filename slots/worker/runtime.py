@@ -55,6 +55,7 @@ import grpc.aio
 
 from scheduler.api.gen.slotsched.v1 import worker_pb2, worker_pb2_grpc
 from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield, OnYieldCancelled
+from scheduler.client.channel import PemSource, tls_credentials
 from scheduler.client.types import LeaseInfo, QoS, SnapshotRef
 
 log = logging.getLogger("slotsched.runtime")
@@ -94,13 +95,17 @@ class WorkerClient:
         token: str | None = None,
         *,
         credentials: grpc.ChannelCredentials | None = None,
+        tls_ca: PemSource | None = None,
+        tls_cert: PemSource | None = None,
+        tls_key: PemSource | None = None,
         channel_options: Sequence[tuple[str, Any]] = (),
         rpc_timeout_s: float = 10.0,
     ) -> None:
         self.address = address
         self.rpc_timeout_s = rpc_timeout_s
         self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
-        self._credentials = credentials
+        # TLS to a worker run with --tls-cert (and a client certificate for one with --tls-ca).
+        self._credentials = tls_credentials(tls_ca, tls_cert, tls_key, credentials)
         self._options = list(channel_options)
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
@@ -234,7 +239,9 @@ WorkerClientFactory = Callable[[str], WorkerClient]
 
 
 class WorkerClients:
-    """The usual `WorkerClientFactory`: one cached `WorkerClient` (one channel) per address."""
+    """The usual `WorkerClientFactory`: one cached `WorkerClient` (one channel) per address.
+    `client_kwargs` go to each WorkerClient: e.g. `tls_ca=`, `tls_cert=`, `tls_key=` for workers
+    serving TLS (`slotsched worker --tls-cert`, mTLS with `--tls-ca`)."""
 
     def __init__(self, token: str | None = None, **client_kwargs: Any) -> None:
         self.token = token

@@ -106,6 +106,11 @@ def parse_token_hashes(entries: Collection[str], flag: str = "--accept-token-has
     return out
 
 
+async def refuse_request(context: Any, field: str, description: str) -> None:
+    """The wire guard's refusal (scheduler/api/guard.py): an undecodable or over-long request."""
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {description}")
+
+
 def ref_from_pb(pb: common_pb2.SnapshotRef) -> SnapshotRef:
     created = pb.created.ToNanoseconds() / 1e9 if pb.HasField("created") else 0.0
     return SnapshotRef(pb.uri, pb.size_bytes, pb.sha256, created)

@@ -68,7 +68,8 @@ class WorkerServicer:
         lease and epoch: it returns the running actor's state.
 
         Errors: INVALID_ARGUMENT (`session_id`, `lease_id` empty, `slot` missing); NOT_FOUND
-        (`resume_from` does not exist in the snapshot store); FAILED_PRECONDITION (the slot is on
+        (`resume_from` does not exist in the snapshot store, with `--strict-restore`; or the store
+        refuses to read it: a missing bucket, access denied); FAILED_PRECONDITION (the slot is on
         another worker or out of range, `epoch` older than the slot's or than the lease's, or the
         slot runs another session at the current epoch); PERMISSION_DENIED (no live lease of the
         scheduler matches: unknown `lease_id`, another `tenant`, `session_id`, `slot` or `epoch`, or

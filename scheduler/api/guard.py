@@ -1,0 +1,287 @@
+"""What every slotsched gRPC server does with a request's bytes before a servicer sees them.
+
+Why here and not in each servicer: gRPC Python decodes a request before the handler runs, and a
+decoder that raises (protobuf's DecodeError on hostile bytes) ends the call UNKNOWN with a Python
+class name in the message. And a field's length is best checked once, for every rpc alike, before
+any servicer quotes it into an error (a 1 MB id echoed into the status message overflows the
+trailers and comes back RESOURCE_EXHAUSTED). So the servers register their servicers through
+`GuardedRegistrar`, which wraps every unary-request method: the request is decoded here, its
+string fields and maps are checked against `limit_for`, and a request that fails either never
+reaches the servicer: the server's `refuse(context, field, description)` ends the call
+(INVALID_ARGUMENT, chosen by the server: the scheduler's in scheduler/server/errors.py).
+
+Limits (documented in the proto files): a request string field is at most 256 bytes
+(`MAX_STRING_BYTES`: ids, names, tenants), except a snapshot `uri`, a `page_token` and KEDA's
+`scalerMetadata` values (2048 bytes) and ApplyPolicy's `yaml` (256 KiB, `MAX_POLICY_BYTES`);
+a map or repeated field holds at most 64 entries. Errors quote at most `QUOTE_CHARS` characters
+of an offending value. A Timestamp or Duration outside the range protobuf defines for it is
+refused too (converting one raises ValueError deep inside a servicer).
+
+Streaming-request methods (server reflection) are registered unchanged: grpc decodes their
+messages one by one inside the servicer's iterator.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import grpc
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+MAX_STRING_BYTES = 256
+MAX_LONG_STRING_BYTES = 2048
+MAX_POLICY_BYTES = 256 * 1024
+MAX_ENTRIES = 64
+QUOTE_CHARS = 64
+
+#: Fields (by name, in any request message) allowed more than MAX_STRING_BYTES.
+_LONGER: dict[str, int] = {
+    "uri": MAX_LONG_STRING_BYTES,
+    "page_token": MAX_LONG_STRING_BYTES,
+    "scalerMetadata": MAX_LONG_STRING_BYTES,
+    "yaml": MAX_POLICY_BYTES,
+}
+
+#: What a server does with a refused request: end the call with INVALID_ARGUMENT naming `field`.
+Refuse = Callable[[Any, str, str], Awaitable[None]]
+
+
+def limit_for(field: str) -> int:
+    """The most bytes a request's string field named `field` may hold."""
+    return _LONGER.get(field, MAX_STRING_BYTES)
+
+
+def quote(value: str, chars: int = QUOTE_CHARS) -> str:
+    """`value` for an error message: repr of at most `chars` characters, then an ellipsis."""
+    return repr(value) if len(value) <= chars else repr(value[:chars]) + "…"
+
+
+class Refused:
+    """What the guarded deserializer returns instead of a request: why it was refused."""
+
+    __slots__ = ("description", "field")
+
+    def __init__(self, field: str, description: str) -> None:
+        self.field = field
+        self.description = description
+
+
+# ---------------------------------------------------------------- field checks
+
+# One plan per message type: (field name, kind, limit, nested plan); computed once.
+_Plan = tuple[tuple[str, str, int, Any], ...]
+_PLANS: dict[str, _Plan] = {}
+
+
+def _plan(desc: Any) -> _Plan:
+    cached = _PLANS.get(desc.full_name)
+    if cached is not None:
+        return cached
+    _PLANS[desc.full_name] = ()  # a recursive message type stops here
+    steps: list[tuple[str, str, int, Any]] = []
+    for f in desc.fields:
+        repeated = f.is_repeated
+        if f.type == FieldDescriptor.TYPE_MESSAGE and f.message_type.GetOptions().map_entry:
+            steps.append((f.name, "map", limit_for(f.name), f.message_type.fields_by_name["value"]))
+        elif f.type == FieldDescriptor.TYPE_STRING:
+            steps.append((f.name, "strings" if repeated else "string", limit_for(f.name), None))
+        elif f.type == FieldDescriptor.TYPE_BYTES:
+            steps.append((f.name, "bytes" if repeated else "byte", limit_for(f.name), None))
+        elif f.type == FieldDescriptor.TYPE_MESSAGE and f.message_type.full_name in _TIME_RANGES:
+            steps.append((f.name, "times" if repeated else "time", 0, f.message_type.full_name))
+        elif f.type == FieldDescriptor.TYPE_MESSAGE:
+            nested = _plan(f.message_type)
+            if nested or repeated:
+                steps.append((f.name, "messages" if repeated else "message", 0, f.message_type))
+        elif repeated:
+            steps.append((f.name, "scalars", 0, None))
+    plan = tuple(steps)
+    _PLANS[desc.full_name] = plan
+    return plan
+
+
+# The ranges protobuf defines for its time types (converting anything outside raises ValueError).
+_TIME_RANGES = {
+    "google.protobuf.Timestamp": (-62_135_596_800, 253_402_300_799, 0),
+    "google.protobuf.Duration": (-315_576_000_000, 315_576_000_000, -999_999_999),
+}
+
+
+def _bad_time(path: str, value: Any, kind: str) -> tuple[str, str] | None:
+    lo, hi, min_nanos = _TIME_RANGES[kind]
+    s, n = value.seconds, value.nanos
+    if lo <= s <= hi and min_nanos <= n <= 999_999_999 and not (s and n and (s < 0) != (n < 0)):
+        return None
+    return path, f"not a valid {kind.rpartition('.')[2]} (seconds {s}, nanos {n})"
+
+
+def _too_long(path: str, value: str | bytes, limit: int) -> tuple[str, str] | None:
+    if len(value) * 4 <= limit:  # a str of n characters is at most 4n bytes of UTF-8
+        return None
+    size = len(value.encode()) if isinstance(value, str) else len(value)
+    if size <= limit:
+        return None
+    shown = quote(value) if isinstance(value, str) else f"{size} bytes"
+    return path, f"longer than {limit} bytes (got {size}): {shown}"
+
+
+def check(msg: Message, prefix: str = "") -> tuple[str, str] | None:
+    """The first (field path, description) of `msg` over its limits, or None."""
+    for name, kind, limit, extra in _plan(msg.DESCRIPTOR):
+        path = prefix + name
+        value = getattr(msg, name)
+        if kind in ("string", "byte"):
+            if value and (bad := _too_long(path, value, limit)):
+                return bad
+            continue
+        if kind == "message":
+            if msg.HasField(name) and (bad := check(value, path + ".")):
+                return bad
+            continue
+        if kind == "time":
+            if msg.HasField(name) and (bad := _bad_time(path, value, extra)):
+                return bad
+            continue
+        if len(value) > MAX_ENTRIES:
+            return path, f"more than {MAX_ENTRIES} entries (got {len(value)})"
+        if kind == "map":
+            for k, v in value.items():
+                if isinstance(k, str) and (bad := _too_long(f"{path}[key]", k, MAX_STRING_BYTES)):
+                    return bad
+                if extra.type == FieldDescriptor.TYPE_MESSAGE:
+                    if bad := check(v, f"{path}[{quote(str(k), 16)}]."):
+                        return bad
+                elif isinstance(v, str | bytes) and (
+                    bad := _too_long(f"{path}[{quote(str(k), 16)}]", v, limit)
+                ):
+                    return bad
+        elif kind in ("strings", "bytes"):
+            for i, v in enumerate(value):
+                if bad := _too_long(f"{path}[{i}]", v, limit):
+                    return bad
+        elif kind == "times":
+            for i, v in enumerate(value):
+                if bad := _bad_time(f"{path}[{i}]", v, extra):
+                    return bad
+        elif kind == "messages":
+            for i, v in enumerate(value):
+                if bad := check(v, f"{path}[{i}]."):
+                    return bad
+    return None
+
+
+def deserializer(cls: type[Message]) -> Callable[[bytes], Message | Refused]:
+    """Decode a request of type `cls`, or return Refused: not a valid message, or over a limit."""
+    name = cls.DESCRIPTOR.name
+    from_string = cls.FromString
+
+    def decode(data: bytes) -> Message | Refused:
+        try:
+            msg = from_string(data)
+        except Exception:  # DecodeError, or a RuntimeError from upb on deeply nested groups
+            return Refused("request", f"not a valid {name} ({len(data)} bytes)")
+        bad = check(msg)
+        return msg if bad is None else Refused(*bad)
+
+    return decode
+
+
+# ---------------------------------------------------------------- handler wrapping
+
+
+def _request_class(handler: grpc.RpcMethodHandler) -> type[Message] | None:
+    fn = handler.request_deserializer
+    owner = getattr(fn, "__self__", None)  # the generated code passes `Message.FromString`
+    return owner if isinstance(owner, type) and issubclass(owner, Message) else None
+
+
+def guard_handler(handler: grpc.RpcMethodHandler | None, refuse: Refuse) -> grpc.RpcMethodHandler | None:
+    """`handler` with a guarded deserializer and a behaviour that refuses a Refused request."""
+    if handler is None or handler.request_streaming:
+        return handler
+    cls = _request_class(handler)
+    if cls is None:
+        return handler
+    kw = {"request_deserializer": deserializer(cls), "response_serializer": handler.response_serializer}
+    if handler.unary_unary is not None:
+        inner = handler.unary_unary
+
+        async def unary(request: Any, context: Any) -> Any:
+            if type(request) is Refused:
+                await refuse(context, request.field, request.description)
+                return None
+            return await inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(unary, **kw)
+    inner_stream = handler.unary_stream
+    if inspect.isasyncgenfunction(inner_stream):
+
+        async def stream_gen(request: Any, context: Any) -> AsyncIterator[Any]:
+            if type(request) is Refused:
+                await refuse(context, request.field, request.description)
+                return
+            async for item in inner_stream(request, context):
+                yield item
+
+        return grpc.unary_stream_rpc_method_handler(stream_gen, **kw)
+
+    async def stream(request: Any, context: Any) -> Any:  # writes with context.write
+        if type(request) is Refused:
+            await refuse(context, request.field, request.description)
+            return None
+        return await inner_stream(request, context)
+
+    return grpc.unary_stream_rpc_method_handler(stream, **kw)
+
+
+class _GuardedGeneric(grpc.GenericRpcHandler):  # type: ignore[misc]
+    def __init__(self, inner: grpc.GenericRpcHandler, refuse: Refuse) -> None:
+        self._inner = inner
+        self._refuse = refuse
+        self._cache: dict[str, grpc.RpcMethodHandler | None] = {}
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        method = handler_call_details.method
+        guarded = self._cache.get(method)
+        if guarded is None:
+            guarded = guard_handler(self._inner.service(handler_call_details), self._refuse)
+            if guarded is not None:  # only methods this handler serves: unknown names are unbounded
+                self._cache[method] = guarded
+        return guarded
+
+
+class GuardedRegistrar:
+    """Pass this instead of the server to the generated `add_*Servicer_to_server` functions (and
+    health, reflection): every unary-request method it registers is guarded (module doc)."""
+
+    def __init__(self, server: grpc.aio.Server, refuse: Refuse) -> None:
+        self._server = server
+        self._refuse = refuse
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self._server.add_generic_rpc_handlers(tuple(_GuardedGeneric(h, self._refuse) for h in handlers))
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        guarded = {name: guard_handler(h, self._refuse) for name, h in handlers.items()}
+        self._server.add_registered_method_handlers(service, guarded)
+
+
+__all__ = [
+    "MAX_ENTRIES",
+    "MAX_LONG_STRING_BYTES",
+    "MAX_POLICY_BYTES",
+    "MAX_STRING_BYTES",
+    "QUOTE_CHARS",
+    "GuardedRegistrar",
+    "Refused",
+    "check",
+    "deserializer",
+    "guard_handler",
+    "limit_for",
+    "quote",
+]
