@@ -234,5 +234,5 @@ def test_deploy_manifests_give_workers_a_worker_token() -> None:
     ref = env["SLOTSCHED_TOKEN"]["valueFrom"]["secretKeyRef"]
     assert ref["name"] == "slotsched-worker-token" and not ref.get("optional", False)
     # The worker token is bound to the Deployment's pod names (the worker id is the pod's name).
-    (entry,) = policy.access.workers
+    (entry,) = [w for w in policy.access.workers if w.worker_id_prefix is not None]  # not KEDA's
     assert entry.allows(f"{dep['metadata']['name']}-7d4b9c-x2k8p") and not entry.allows("local-0")

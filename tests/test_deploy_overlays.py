@@ -12,6 +12,8 @@ fail.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import copy
 import ipaddress
 import json
@@ -31,6 +33,7 @@ from tests.test_deploy_manifests import (
     OVERLAYS,
     arg,
     autoscaler_on,
+    container,
     env_of,
     expand,
     exported_metrics,
@@ -283,6 +286,107 @@ def test_turning_both_on_is_caught() -> None:
         {"name": "SLOTSCHED_AUTOSCALER_TARGET", "value": f"Deployment/{WORKER_DEPLOYMENT}"},
     ]
     assert worker_scalers(objs) == ["keda", "autoscaler"]
+
+
+# --- KEDA's credential ------------------------------------------------------------------------
+
+POLICY_FILE = Path(__file__).resolve().parents[1] / "deploy" / "base" / "policy" / "policy.yaml"
+
+
+def _env_values(objs: list[dict[str, Any]], c: dict[str, Any]) -> dict[str, str]:
+    """A container's literal and Secret-sourced env vars, resolved from the rendered Secrets."""
+    env: dict[str, str] = {}
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        elif "secretKeyRef" in e.get("valueFrom", {}):
+            ref = e["valueFrom"]["secretKeyRef"]
+            data = one(objs, "Secret", ref["name"])["data"]  # one the overlay generates
+            env[e["name"]] = base64.b64decode(data[ref["key"]]).decode()
+    return env
+
+
+def keda_scaler_metadata(objs: list[dict[str, Any]]) -> dict[str, str]:
+    """The ScaledObjectRef.scalerMetadata KEDA sends the scheduler for the worker trigger, as
+    KEDA v2.20.2 builds it (pkg/scalers/external_scaler.go, parseExternalScalerMetadata): the
+    trigger's metadata, each `<key>FromEnv` value replaced by that env var of the target's
+    container (dropped if unset). A TriggerAuthentication's params are not forwarded."""
+    so = one(objs, "ScaledObject", WORKER_DEPLOYMENT)
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["type"] in ("external", "external-push")
+    ref = so["spec"]["scaleTargetRef"]
+    env = _env_values(
+        objs, container(one(objs, "Deployment", ref["name"]), ref.get("envSourceContainerName"))
+    )
+    out: dict[str, str] = {}
+    for key, value in trigger["metadata"].items():
+        if not key.endswith("FromEnv"):
+            out[key] = value
+        elif env.get(value):
+            out[key] = env[value]
+    return out
+
+
+def test_keda_presents_a_token_of_its_own_with_the_worker_role_only() -> None:
+    from scheduler.policy.identities import identity_for_token
+    from scheduler.policy.model import WORKER
+    from scheduler.policy.yaml_io import parse_policy
+
+    objs = render("keda")
+    md = keda_scaler_metadata(objs)
+    token = md.get("token") or md.get("tokenFromEnv")  # what keda_service.py reads
+    assert token, "KEDA would call the scaler with no credential: refused with a policy"
+    assert "token" not in one(objs, "ScaledObject", WORKER_DEPLOYMENT)["spec"]["triggers"][0]["metadata"], (
+        "a literal token in the ScaledObject is not a secret"
+    )
+    # The placeholder's hash is in the policy file and in the SchedulingPolicy the scheduler reads.
+    for policy in (parse_policy(POLICY_FILE.read_text(encoding="utf-8"))[0], policy_of(objs)):
+        keda = identity_for_token(policy, token)
+        assert keda.role == WORKER, keda.describe()  # the KEDA endpoint needs worker or admin
+        # Least privilege: not the worker pods' credential, and it may act as none of them.
+        pods = identity_for_token(policy, _env_values(objs, worker(objs))["SLOTSCHED_TOKEN"])
+        assert pods.role == WORKER and pods.key != keda.key
+        assert not keda.may_act_as("slotsched-worker-7d4b9c8f6-x2k9p")
+        assert keda.worker is not None and keda.worker.max_slots == 1
+
+
+def test_a_real_scheduler_with_the_deploy_policy_answers_keda() -> None:
+    """The metadata KEDA would send reaches a scheduler running the deploy's policy; without
+    KEDA's env resolution (the literal env var name) or without it at all, it is refused."""
+    import grpc
+
+    from scheduler.api.gen.externalscaler import externalscaler_pb2 as pb
+    from scheduler.api.gen.externalscaler import externalscaler_pb2_grpc as pb_grpc
+    from scheduler.serve import start_server
+
+    objs = render("keda")
+    resolved = keda_scaler_metadata(objs)
+    literal = one(objs, "ScaledObject", WORKER_DEPLOYMENT)["spec"]["triggers"][0]["metadata"]
+    no_token = {k: v for k, v in resolved.items() if not k.startswith("token")}
+
+    async def main() -> dict[str, grpc.StatusCode]:
+        server = await start_server(str(POLICY_FILE), "127.0.0.1:0", None)
+        codes: dict[str, grpc.StatusCode] = {}
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+                stub = pb_grpc.ExternalScalerStub(ch)  # type: ignore[no-untyped-call]
+                for name, md in (("resolved", resolved), ("literal", literal), ("none", no_token)):
+                    ref = pb.ScaledObjectRef(name=WORKER_DEPLOYMENT, namespace="slotsched", scalerMetadata=md)
+                    try:
+                        spec = await stub.GetMetricSpec(ref, timeout=5)
+                        assert spec.metricSpecs[0].targetSize == 4  # pool.slotsPerWorker
+                        codes[name] = grpc.StatusCode.OK
+                    except grpc.aio.AioRpcError as e:
+                        codes[name] = e.code()
+        finally:
+            await server.stop(0)
+        return codes
+
+    assert asyncio.run(main()) == {
+        "resolved": grpc.StatusCode.OK,
+        "literal": grpc.StatusCode.PERMISSION_DENIED,
+        "none": grpc.StatusCode.UNAUTHENTICATED,
+    }
 
 
 # --- disruption budgets, network policies, scraping -------------------------------------------

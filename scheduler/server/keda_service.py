@@ -17,10 +17,12 @@ server's event loop, the only place the core may be read.
 Who may call: the endpoint reveals demand (how busy the pool is), so with a policy it needs the
 worker or the admin role (`authorize`, set by app.py). KEDA's external scaler sends no
 `authorization` header, so the credential may also come as `token` in the trigger's metadata
-(KEDA forwards it as `ScaledObjectRef.scalerMetadata`; a header, when present, wins). Over mTLS
-(`--tls-ca`) KEDA presents its client certificate (TriggerAuthentication: caCert, tlsClientCert,
-tlsClientKey) and no call reaches any service without a certificate of that CA. In insecure dev
-mode it is open, like everything else.
+(KEDA forwards it as `ScaledObjectRef.scalerMetadata`; a header, when present, wins), or as
+`tokenFromEnv`: KEDA replaces that entry's value (an env var name) with the var's value from the
+scale target's container, so the token can stay in a Secret (a TriggerAuthentication's params
+never reach an external scaler). Over mTLS (`--tls-ca`) KEDA presents its client certificate
+(TriggerAuthentication: caCert, tlsClientCert, tlsClientKey) and no call reaches any service
+without a certificate of that CA. In insecure dev mode it is open, like everything else.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
         if self._authorize is None:
             return
         try:
-            self._authorize(context, ref.scalerMetadata.get("token"))
+            md = ref.scalerMetadata
+            self._authorize(context, md.get("token") or md.get("tokenFromEnv"))
         except errors.RpcFailure as f:
             await errors.abort(context, f)
 
