@@ -119,8 +119,8 @@ def _untimer(doc: Any) -> Timer:
 # ------------------------------------------------------------------ records -> document
 
 
-def _lease_doc(lr: LeaseRecord) -> Doc:
-    lease = lr.lease
+def lease_to_doc(lease: Lease) -> Doc:
+    """A lease as JSON: the one form, shared by the core's export and the server's state snapshot."""
     return {
         "lease_id": lease.lease_id,
         "session": lease.session,
@@ -132,6 +132,26 @@ def _lease_doc(lr: LeaseRecord) -> Doc:
         "granted_at": lease.granted_at,
         "expires_at": lease.expires_at,
         "resume_from": ref_to_doc(lease.resume_from),
+    }
+
+
+def lease_from_doc(d: Doc) -> Lease:
+    return Lease(
+        LeaseId(str(d["lease_id"])),
+        SessionId(str(d["session"])),
+        TenantName(str(d["tenant"])),
+        QoS(d["qos"]),
+        SlotId(WorkerId(str(d["worker"])), int(d["slot"])),
+        int(d["epoch"]),
+        float(d["granted_at"]),
+        float(d["expires_at"]),
+        ref_from_doc(d["resume_from"]),
+    )
+
+
+def _lease_doc(lr: LeaseRecord) -> Doc:
+    return {
+        **lease_to_doc(lr.lease),
         "state": lr.state.value,
         "arrival": lr.arrival,
         "seq": lr.seq,
@@ -250,19 +270,8 @@ def _records(doc: Doc) -> CoreRecords:
 def _lease(
     ld: Doc, pending_maturity: set[tuple[LeaseId, int]], earliest_deadline: dict[tuple[str, int], float]
 ) -> LeaseRecord:
-    lid = LeaseId(str(ld["lease_id"]))
-    epoch = int(ld["epoch"])
-    lease = Lease(
-        lid,
-        SessionId(str(ld["session"])),
-        TenantName(str(ld["tenant"])),
-        QoS(ld["qos"]),
-        SlotId(WorkerId(str(ld["worker"])), int(ld["slot"])),
-        epoch,
-        float(ld["granted_at"]),
-        float(ld["expires_at"]),
-        ref_from_doc(ld["resume_from"]),
-    )
+    lease = lease_from_doc(ld)
+    lid, epoch = lease.lease_id, lease.epoch
     for_session = ld["for_session"]
     yd = ld["yield_deadline"] if "yield_deadline" in ld else earliest_deadline.get((lid, epoch))
     return LeaseRecord(

@@ -36,15 +36,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.core.engine import Core
-from scheduler.core.state_io import ref_from_doc, ref_to_doc, time_from_doc, time_to_doc
+from scheduler.core.state_io import (
+    lease_from_doc,
+    lease_to_doc,
+    ref_from_doc,
+    ref_to_doc,
+    time_from_doc,
+    time_to_doc,
+)
 from scheduler.core.types import (
     EndReason,
-    Lease,
     LeaseId,
     QoS,
     SessionId,
-    SlotId,
-    TenantName,
     WorkerId,
     YieldCause,
     YieldRequested,
@@ -81,38 +85,6 @@ def current_fingerprint() -> str:
     return f"{_LABEL}/{SNAPSHOT_FORMAT}"
 
 
-# ------------------------------------------------------------------ small codecs
-
-
-def _lease(lease: Lease) -> Doc:
-    return {
-        "lease_id": lease.lease_id,
-        "session": lease.session,
-        "tenant": lease.tenant,
-        "qos": lease.qos.value,
-        "worker": lease.slot.worker,
-        "slot": lease.slot.index,
-        "epoch": lease.epoch,
-        "granted_at": lease.granted_at,
-        "expires_at": lease.expires_at,
-        "resume_from": ref_to_doc(lease.resume_from),
-    }
-
-
-def _unlease(d: Doc) -> Lease:
-    return Lease(
-        LeaseId(str(d["lease_id"])),
-        SessionId(str(d["session"])),
-        TenantName(str(d["tenant"])),
-        QoS(d["qos"]),
-        SlotId(WorkerId(str(d["worker"])), int(d["slot"])),
-        int(d["epoch"]),
-        float(d["granted_at"]),
-        float(d["expires_at"]),
-        ref_from_doc(d["resume_from"]),
-    )
-
-
 # ------------------------------------------------------------------ write
 
 
@@ -128,7 +100,7 @@ def dumps(state: State) -> bytes:
                 "addresses": dict(loop.addresses),
                 "yields": [
                     {
-                        "lease": _lease(y.lease),
+                        "lease": lease_to_doc(y.lease),
                         "deadline": y.deadline,
                         "cause": y.cause.value,
                         "for_session": y.for_session,
@@ -207,7 +179,7 @@ def _read_v2(doc: Doc) -> State:
     ld = doc["loop"]
     yields: dict[LeaseId, YieldRequested] = {}
     for y in ld["yields"]:
-        lease = _unlease(y["lease"])
+        lease = lease_from_doc(y["lease"])
         fs = y["for_session"]
         yields[lease.lease_id] = YieldRequested(
             lease, float(y["deadline"]), YieldCause(y["cause"]), None if fs is None else SessionId(str(fs))
