@@ -20,6 +20,8 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import textwrap
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +33,7 @@ import yaml
 
 from tests.test_deploy_manifests import (
     OVERLAYS,
+    ROOT,
     arg,
     autoscaler_on,
     container,
@@ -38,6 +41,7 @@ from tests.test_deploy_manifests import (
     expand,
     exported_metrics,
     find,
+    kubectl,
     one,
     policy_of,
     queried_metrics,
@@ -387,6 +391,153 @@ def test_a_real_scheduler_with_the_deploy_policy_answers_keda() -> None:
         "literal": grpc.StatusCode.PERMISSION_DENIED,
         "none": grpc.StatusCode.UNAUTHENTICATED,
     }
+
+
+# --- grant keys ------------------------------------------------------------------------------
+
+GRANT_SECRET, GRANT_PUBLIC_SECRET = "slotsched-grant-keys", "slotsched-grant-public-keys"
+SECRETS_DIR = Path(__file__).resolve().parents[1] / "deploy" / "base" / "secrets"
+
+
+def _secret_names_used(pod_spec: dict[str, Any]) -> set[str]:
+    """Every Secret a pod can read: env, envFrom and volumes, of all its containers."""
+    names: set[str] = set()
+    for c in pod_spec.get("initContainers", []) + pod_spec["containers"]:
+        for e in c.get("env", []):
+            if "secretKeyRef" in e.get("valueFrom", {}):
+                names.add(e["valueFrom"]["secretKeyRef"]["name"])
+        names |= {e["secretRef"]["name"] for e in c.get("envFrom", []) if "secretRef" in e}
+    for v in pod_spec.get("volumes", []):
+        if "secret" in v:
+            names.add(v["secret"]["secretName"])
+        for src in v.get("projected", {}).get("sources", []):
+            if "secret" in src:
+                names.add(src["secret"]["name"])
+    return names
+
+
+def _public_bytes(verifier: Any) -> dict[str, bytes]:
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    return {kid: k.public_bytes(Encoding.Raw, PublicFormat.Raw) for kid, k in verifier.keys.items()}
+
+
+def check_grant_keys(objs: list[dict[str, Any]]) -> None:
+    """Every scheduler replica signs with the private keys of GRANT_SECRET (the same for all, so
+    lease ids survive a failover); the workers verify with exactly their public halves and no pod
+    but the scheduler's can read the private ones."""
+    from scheduler.grants import (
+        GRANT_KEYS_ENV,
+        GRANT_PUBLIC_KEYS_ENV,
+        GrantClaim,
+        GrantKeyring,
+        GrantVerifier,
+    )
+
+    sched, work = scheduler(objs), worker(objs)
+    assert env_of(sched)[GRANT_KEYS_ENV]["valueFrom"]["secretKeyRef"] == {"name": GRANT_SECRET, "key": "keys"}
+    assert env_of(work)[GRANT_PUBLIC_KEYS_ENV]["valueFrom"]["secretKeyRef"] == {
+        "name": GRANT_PUBLIC_SECRET,
+        "key": "public",
+    }
+    ring = GrantKeyring.parse(_env_values(objs, sched)[GRANT_KEYS_ENV])
+    verifier = GrantVerifier.parse(_env_values(objs, work)[GRANT_PUBLIC_KEYS_ENV])
+    assert _public_bytes(verifier) == _public_bytes(ring.verifier()), (
+        "the workers' public keys are not the scheduler's"
+    )
+    # What the workers check is what the scheduler signs.
+    claim = GrantClaim("acme", "s1", "w/0#1", 1, "w", 0)
+    verifier.verify(ring.sign(claim, 1000.0), claim, 1000.0)
+    readers = [
+        o["metadata"]["name"]
+        for o in objs
+        if o["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob")
+        and GRANT_SECRET in _secret_names_used(o["spec"]["template"]["spec"])
+    ]
+    assert readers == ["slotsched-scheduler"], f"pods that can read the grant private keys: {readers}"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_schedulers_sign_with_one_key_and_workers_verify_with_its_public_half(overlay: str) -> None:
+    check_grant_keys(render(overlay))
+
+
+def test_a_worker_with_the_private_keys_or_a_stale_public_file_is_caught() -> None:
+    from scheduler.grants import GrantKeyring
+
+    objs = copy.deepcopy(render("redis"))
+    worker(objs)["env"].append(
+        {"name": "LEAK", "valueFrom": {"secretKeyRef": {"name": GRANT_SECRET, "key": "keys"}}}
+    )
+    with pytest.raises(AssertionError, match="can read the grant private keys"):
+        check_grant_keys(objs)
+    objs = copy.deepcopy(render("redis"))
+    other = GrantKeyring.generate("replace-me").public_text()
+    one(objs, "Secret", GRANT_PUBLIC_SECRET)["data"]["public"] = base64.b64encode(other.encode()).decode()
+    with pytest.raises(AssertionError, match="not the scheduler's"):
+        check_grant_keys(objs)
+
+
+def test_the_placeholder_grant_key_files_parse_and_match() -> None:
+    from scheduler.grants import GrantKeyring, GrantVerifier
+
+    ring = GrantKeyring.load(str(SECRETS_DIR / "grant-keys"))
+    verifier = GrantVerifier.load(str(SECRETS_DIR / "grant-public-keys"))
+    assert _public_bytes(verifier) == _public_bytes(ring.verifier())
+    assert ring.kids == ("replace-me",)  # marked like the other placeholders
+
+
+def _readme_secrets_block() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    step = text.split("## Deploy", 1)[1].split("**Create the tokens and Secrets.**", 1)[1]
+    return textwrap.dedent(step.split("```sh\n", 1)[1].split("```", 1)[0])
+
+
+def test_the_readme_secrets_block_replaces_every_placeholder(tmp_path: Path) -> None:
+    """The README's secrets commands, run as written on a copy of deploy/: every secrets file is
+    replaced, the grant keys parse and match, and the overlays still render."""
+    from scheduler.grants import GrantKeyring, GrantVerifier
+
+    kubectl()
+    shutil.copytree(ROOT / "deploy", tmp_path / "deploy")
+    before = {p.relative_to(tmp_path): p.read_bytes() for p in (tmp_path / "deploy").rglob("secrets/*")}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)  # `python3 -m scheduler.grants` as installed
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),
+        "KEY_ID": "AKIAEXAMPLE",
+        "SECRET": "example-secret",
+    }
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", _readme_secrets_block()],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    for rel, old in before.items():
+        new = (tmp_path / rel).read_bytes()
+        assert new != old and b"replace-me" not in new, f"the README leaves the placeholder {rel}"
+    secrets = tmp_path / "deploy" / "base" / "secrets"
+    ring = GrantKeyring.load(str(secrets / "grant-keys"))
+    assert _public_bytes(GrantVerifier.load(str(secrets / "grant-public-keys"))) == _public_bytes(
+        ring.verifier()
+    )
+    rendered = subprocess.run(
+        [kubectl(), "kustomize", str(tmp_path / "deploy" / "overlays" / "keda")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    objs = [d for d in yaml.safe_load_all(rendered.stdout) if d is not None]
+    check_grant_keys(objs)
+    assert _env_values(objs, scheduler(objs))["SLOTSCHED_GRANT_KEYS"] == (secrets / "grant-keys").read_text()
 
 
 # --- disruption budgets, network policies, scraping -------------------------------------------
