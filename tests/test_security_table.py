@@ -221,9 +221,9 @@ TABLE: list[tuple[str, str, Code]] = [
         for rpc in ("GetPolicy", "ApplyPolicy (dry run)", "DescribePool", "ListLeases", "ListQueue")
         for row in [("admin", rpc, OK), ("none", rpc, UNAUTH), *[(who, rpc, PD) for who in NOT_ADMINS]]
     ],
-    # --- Reference worker service (slots/worker): Start / Checkpoint / Stop with signed grants and
-    # Status filtered by tenant are another change of issue 12 (signed grants); their rows go
-    # here, e.g. ("acme", "Stop globex's actor on its worker", PD). Placeholder: no rows yet.
+    # --- Reference worker service (slots/worker): not in this table. Start / Checkpoint / Stop
+    # with signed grants and Status filtered by tenant are covered by tests/test_worker_grants.py
+    # (a real scheduler and real workers, e.g. acme stopping globex's actor is PERMISSION_DENIED).
 ]
 
 POLICY = policy_yaml(floor=0, worker_access=WORKERS)  # the pool: worker-1 and worker-2 only
