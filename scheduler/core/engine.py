@@ -2,9 +2,9 @@
 
 `Core.handle(event, now)` applies one event at time `now` and returns the decisions it caused,
 in these steps (the methods below follow this order):
-  1. timers due by `now` fire in time order, a pass after each instant as a tick then would have
-     run: lease expiries, maturity for fairness preemption, yield deadlines (`_advance`; after an
-     outage, `_resume` first moves them out);
+  1. timers due by `now` fire in time order, the slots freed at each instant handed out before
+     the next (as a tick then would have): lease expiries, maturity for fairness preemption,
+     yield deadlines (`_advance`; after an outage, `_resume` first moves them out);
   2. the event itself: acquire (admit, grant at once, queue or refuse), release, renew, yield,
      worker added / draining / removed;
   3. a pass over the queue (`_schedule`), repeated until neither applies:
@@ -575,8 +575,10 @@ class Core:
         """Fire the timers due by `now`, instant by instant, as ticks at each instant would have;
         True if any did something.
 
-        After each instant the pass runs, so a slot freed at one instant goes to its waiter
-        before a later timer fires or the event applies: a yield deadline at 15 revokes for the
+        After each instant the pass hands out the slots it freed (no preemption: a yield asked
+        now or after the event has the same deadline, and the event may make it needless), so a
+        slot freed at one instant goes to its waiter before a later timer fires or the event
+        applies: a yield deadline at 15 revokes for the
         waiter that needed the slot then, even if a lease expiring at 20 (both seen only by an
         event at 20) would have served it, or if the event removes the slot's worker. Within one
         instant, expiries and maturing fire first and the pass runs before the yield deadlines: a
@@ -586,12 +588,13 @@ class Core:
             freed = self._fire_expiries(at, now, out)
             matured = self._fire_maturing(at)
             if freed and self._yield_deadlines and self._yield_deadlines[0][0] <= at:
-                self._schedule(now, out)
-            if self._fire_deadlines(at, now, out) or freed or matured:
+                self._schedule(now, out, preempt=False)
+            revoked = self._fire_deadlines(at, now, out)
+            if freed or revoked:
                 # Served before the event and later timers: the event may take the slot away
                 # (its worker removed), as it would have after a tick at `at`.
-                self._schedule(now, out)
-                fired = True
+                self._schedule(now, out, preempt=False)
+            fired = fired or freed or matured or revoked
         return fired
 
     def _next_due(self, now: float) -> float | None:
@@ -657,14 +660,15 @@ class Core:
 
     # ------------------------------------------------------------------ the pass
 
-    def _schedule(self, now: float, out: list[Decision]) -> None:
+    def _schedule(self, now: float, out: list[Decision], preempt: bool = True) -> None:
+        """The pass (step 3); with `preempt` False only free slots are handed out (3a)."""
         while self._requests:  # nobody waits: nothing to grant, no one with a right to preempt
             if self._free_ready > 0:
                 req = self._order.for_free_slot()
                 if req is not None:
                     self._grant(req, self._pop_free(), now, out)
                     continue
-            elif self._preempt_once(now, out):
+            elif preempt and self._preempt_once(now, out):
                 continue
             if not self._back_in_line():
                 break
