@@ -4,7 +4,8 @@
 in these steps (the methods below follow this order):
   1. timers due by `now` fire in time order, the slots freed at each instant handed out before
      the next (as a tick then would have): lease expiries, maturity for fairness preemption,
-     yield deadlines (`_advance`; after an outage, `_resume` first moves them out);
+     yield deadlines (`_advance`; the heaps are timers.py's, and after an outage
+     `Timers.resume` first moves them out);
   2. the event itself: acquire (admit, grant at once, queue or refuse), release, renew, yield,
      worker added / draining / removed;
   3. a pass over the queue (`_schedule`), repeated until neither applies:
@@ -16,8 +17,11 @@ in these steps (the methods below follow this order):
   4. newcomers the pass did not serve are told their place (`Queued`), and yields no waiter took
      over are cancelled (`YieldCancelled`).
 Both pass steps read heads of indexed heaps, so a decision costs O(log queued + log tenants).
-The weighted share is `TenantState.share` (tenants.py); the views adapters read are views.py's;
-the state as records (`export_records` / `restore`) is records.py's, as JSON state_io.py's.
+The state, and every change to it with its accounting (grant, end, yield, earmark, free
+slots), is `Ledger`'s (ledger.py): this module only decides. The weighted share is
+`TenantState.share` (tenants.py); the views adapters read are views.py's; the state as records
+(`export_records` / `restore`) is records.py's, read and loaded by restore.py, as JSON
+state_io.py's.
 
 A yield exists for a waiter. When the waiter leaves (withdrawn, granted another slot, its right
 gone with a policy change), its victim is made ACTIVE again at once and the pass runs: a waiter
@@ -30,17 +34,15 @@ holder re-queued in the same tier (`_landed`).
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from scheduler.core import state_io
-from scheduler.core.indexes import Fenwick
-from scheduler.core.lifecycle import LeaseState, WorkerState, check_lease, check_worker
+from scheduler.core import restore, state_io
+from scheduler.core.ledger import Ledger
+from scheduler.core.lifecycle import LeaseState, WorkerState, check_worker
 from scheduler.core.model import LeaseRec, Request, WorkerRec
-from scheduler.core.order import TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED, ServiceOrder
-from scheduler.core.records import CoreRecords, LeaseRecord, RequestRecord, WorkerRecord
+from scheduler.core.order import TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED
+from scheduler.core.records import CoreRecords
 from scheduler.core.tenants import BE, CLASS_INDEX, CLASSES, B, G, TenantState
 from scheduler.core.types import (
     Acquire,
@@ -50,10 +52,8 @@ from scheduler.core.types import (
     ErrorCode,
     Event,
     Expired,
-    Granted,
     Lease,
     LeaseId,
-    Queued,
     Refused,
     RefuseReason,
     Rejected,
@@ -61,29 +61,22 @@ from scheduler.core.types import (
     Renew,
     Renewed,
     Resumed,
-    Revoked,
     RevokeReason,
     SessionId,
-    SlotId,
-    SnapshotRef,
     TenantName,
     Tick,
     WorkerAdded,
     WorkerDraining,
-    WorkerId,
     WorkerRemoved,
     Yield,
-    YieldCancelled,
     YieldCause,
-    YieldRequested,
 )
-from scheduler.core.victims import VictimIndex, may_take
+from scheduler.core.victims import may_take
 from scheduler.core.views import PoolView, SessionView, TenantView, WorkerView
 from scheduler.policy.model import Policy
 
 __all__ = ["Core", "PoolView", "SessionView", "TenantView", "WorkerView"]  # views: old import path
 
-_DEFAULT_MEAN_HOLD_S = 60.0
 _RETRY_UNKNOWN_S = 5.0  # retry-after for a refusal before any hold has been observed
 _CAUSES = {
     TIER_GUARANTEED: YieldCause.GUARANTEED,
@@ -92,57 +85,8 @@ _CAUSES = {
 }
 
 
-class Core:
-    """The scheduler's state machine. Not thread-safe by design: one loop owns it."""
-
-    def __init__(self, policy: Policy) -> None:
-        self._policy = policy
-        self._ttl = policy.timing.lease_ttl_s  # read on every grant: kept at hand
-        self._min_runtime = policy.timing.min_runtime_s
-        self._tenants: dict[str, TenantState] = {}
-        self._retired: set[str] = set()
-        self._workers: dict[WorkerId, WorkerRec] = {}
-        self._worker_seq = 0
-        self._epochs: dict[SlotId, int] = {}
-        self._free: list[tuple[int, int, WorkerId]] = []
-        # Free-slot entries are keyed by the worker's registration seq, not its id: a worker
-        # removed and added again under the same id is a new worker (maybe with fewer slots).
-        self._free_in_heap: set[tuple[int, int]] = set()
-        self._free_ready = 0
-        self._capacity = 0
-        self._floor = 0
-        self._requests: dict[SessionId, Request] = {}
-        self._holders: dict[SessionId, LeaseRec] = {}
-        self._leases: dict[LeaseId, LeaseRec] = {}
-        # Yields whose waiter left during this event, made ACTIVE again: each is taken over by a
-        # waiter with a right to it during the pass, or cancelled (`YieldCancelled`) at its end.
-        self._cancelled: dict[LeaseId, None] = {}
-        # Only from a state exported by an older build, which left such yields running: they are
-        # handled like `_cancelled` by the next event.
-        self._orphans: dict[LeaseId, None] = {}
-        # Waiters whose victim's slot freed in this event, still earmarked until the pass serves
-        # them (or puts them back in line): empty between events.
-        self._landed: list[Request] = []
-        self._gseq = 0
-        self._held_g = 0
-        self._preemptible = 0
-        self._inflight_nominal = 0
-        self._waiting_cls = [0, 0, 0]
-        self._positions = (Fenwick(), Fenwick(), Fenwick())
-        self._seq = 0
-        self._now = float("-inf")
-        self._mean_hold = _DEFAULT_MEAN_HOLD_S  # a prior for the autoscaler's drain time
-        self._holds_seen = False  # until then, waits are not estimated (the prior is no evidence)
-        self._to_report: list[Request] = []
-        self._mature_n = 0  # mature candidates: none means no fairness preemption is possible
-
-        self._order = ServiceOrder(self._tenants, self._requests)
-        self._victims = VictimIndex(self._tenants, self._leases)
-        self._maturing: deque[tuple[float, LeaseId, int]] = deque()
-        self._yield_deadlines: list[tuple[float, LeaseId, int]] = []
-        self._expiries: list[tuple[float, LeaseId, int]] = []
-        for spec in policy.tenants:
-            self._tenants[spec.name] = TenantState(spec)
+class Core(Ledger):
+    """The scheduler's state machine: the ledger's state (ledger.py) and the decisions."""
 
     # ------------------------------------------------------------------ public API
 
@@ -162,67 +106,14 @@ class Core:
 
     def export_records(self) -> CoreRecords:
         """The logical state (records.py), for `restore`. Call between events only."""
-        leases = tuple(
-            LeaseRecord(
-                rec.lease,
-                rec.state,
-                rec.arrival,
-                rec.seq,
-                rec.borrowing,
-                rec.for_session,
-                rec.yield_deadline,
-                lid in rec.tenant.candidates[rec.cls],
-                lid in rec.tenant.mature[rec.cls],
-                rec.matured,
-            )
-            for lid, rec in self._leases.items()
-        )
-        requests = tuple(
-            RequestRecord(
-                r.session,
-                TenantName(r.tenant.name),
-                CLASSES[r.cls],
-                r.arrival,
-                r.seq,
-                r.enqueued_at,
-                r.resume_from,
-                r.earmark,
-                r.earmark_tier,
-            )
-            for r in self._requests.values()
-        )
-        # Earmark entries are kept only for a request that can come back with that seq.
-        lineages = {(s, r.seq) for s, r in self._requests.items()}
-        lineages.update((s, r.seq) for s, r in self._holders.items())
-        earmark_order = tuple(sorted({e for e in self._order.earmarked if (e[3], e[2]) in lineages}))
-        return CoreRecords(
-            now=self._now,
-            seq=self._seq,
-            worker_seq=self._worker_seq,
-            mean_hold_s=self._mean_hold,
-            holds_seen=self._holds_seen,
-            tenants=tuple(t.spec for t in self._tenants.values()),
-            retired=frozenset(self._retired),
-            workers=tuple(
-                WorkerRecord(w.worker_id, w.address, w.slots, w.seq, w.state) for w in self._workers.values()
-            ),
-            epochs=tuple(self._epochs.items()),
-            free_slots=tuple(self._free),
-            leases=leases,
-            orphans=tuple(self._orphans),
-            requests=requests,
-            earmark_order=earmark_order,
-            expiries=tuple(self._expiries),
-            yield_deadlines=tuple(self._yield_deadlines),
-            maturing=tuple(self._maturing),
-        )
+        return restore.export_records(self)
 
     @classmethod
     def restore(cls, policy: Policy, records: CoreRecords) -> Core:
         """A core whose future behaviour is that of the core `records` were exported from, under
         the policy it ran under; ValueError if they do not fit the policy or each other."""
         core = cls(policy)
-        core._restore(records)
+        restore.load_records(core, records)
         return core
 
     def handle(self, event: Event, now: float) -> list[Decision]:
@@ -231,7 +122,9 @@ class Core:
         self._now = now
         out: list[Decision] = []
         if isinstance(event, Resumed):
-            self._resume(event.since, now)  # before the timers: the outage must not fire them
+            self._timers.resume(
+                event.since, now, self._ttl
+            )  # before the timers: the outage must not fire them
         if self._orphans:
             self._adopt_orphans()  # before the timers: no deadline may revoke them now
         # The state is quiescent after every event (the pass ran to completion), so a pass is
@@ -296,16 +189,13 @@ class Core:
 
     def next_deadline(self) -> float | None:
         """The earliest time at which a Tick would change something (timers), if any."""
-        times = []
-        if self._yield_deadlines:
-            times.append(self._yield_deadlines[0][0])
-        if self._expiries:
-            times.append(self._expiries[0][0])
-        if self._maturing:  # flush only when it matters: this runs after every event
-            self._order.flush()
-            if self._order.tiers[2].peek() is not None:
-                times.append(self._maturing[0][0])
-        return min(times) if times else None
+        return self._timers.next_deadline(self._fairness_waiter)
+
+    def _fairness_waiter(self) -> bool:
+        self._order.flush()  # only when it matters: `next_deadline` runs after every event
+        return self._order.tiers[2].peek() is not None
+
+    # ------------------------------------------------------------------ views
 
     def session(self, session: SessionId) -> SessionView | None:
         rec = self._holders.get(session)
@@ -408,7 +298,52 @@ class Core:
             self._mean_hold,
         )
 
-    # ------------------------------------------------------------------ events
+    # ------------------------------------------------------------------ step 1: timers
+
+    def _advance(self, now: float, out: list[Decision]) -> bool:
+        """Fire the timers due by `now`, instant by instant, as ticks at each instant would have;
+        True if any did something.
+
+        After each instant the pass hands out the slots it freed (no preemption: a yield asked
+        now or after the event has the same deadline, and the event may make it needless), so a
+        slot freed at one instant goes to its waiter before a later timer fires or the event
+        applies: a yield deadline at 15 revokes for the
+        waiter that needed the slot then, even if a lease expiring at 20 (both seen only by an
+        event at 20) would have served it, or if the event removes the slot's worker. Within one
+        instant, expiries and maturing fire first and the pass runs before the yield deadlines: a
+        slot freed without loss serves the waiter, whose yield is then called off, not revoked."""
+        timers = self._timers
+        fired = False
+        while (at := timers.next_due(now)) is not None:
+            freed = False
+            for rec in timers.expired(at):
+                self._end_lease(rec, LeaseState.EXPIRED)
+                out.append(Expired(rec.lease, now - rec.lease.granted_at))
+                freed = True
+            matured = False
+            for rec in timers.matured(at):
+                rec.matured = True  # kept while it yields, for when the yield is cancelled
+                t = rec.tenant
+                granted = t.candidates[rec.cls].get(rec.lease.lease_id)
+                if granted is not None:
+                    t.mature[rec.cls][rec.lease.lease_id] = granted
+                    self._mature_n += 1
+                    self._refresh_victims(t)
+                    matured = True
+            if freed and timers.deadline_due(at):
+                self._schedule(now, out, preempt=False)
+            revoked = False
+            for rec in timers.overdue(at):
+                self._revoke(rec, RevokeReason.YIELD_DEADLINE, now, out)
+                revoked = True
+            if freed or revoked:
+                # Served before the event and later timers: the event may take the slot away
+                # (its worker removed), as it would have after a tick at `at`.
+                self._schedule(now, out, preempt=False)
+            fired = fired or freed or matured or revoked
+        return fired
+
+    # ------------------------------------------------------------------ step 2: the event
 
     def _acquire(self, ev: Acquire, now: float, out: list[Decision]) -> bool:
         """Admit, grant at once, queue or refuse; True if the pass may now do something."""
@@ -486,20 +421,6 @@ class Core:
         rec.lease = rec.lease._replace(expires_at=now + self._ttl)
         out.append(Renewed(rec.lease))
 
-    def _resume(self, since: float, now: float) -> None:
-        """See `Resumed`. Stale expiry-heap entries re-queue themselves in `_advance`."""
-        gap = max(0.0, now - since)
-        at_least = now + self._ttl
-        for rec in self._leases.values():
-            expires = max(rec.lease.expires_at + gap, at_least)
-            if expires != rec.lease.expires_at:
-                rec.lease = rec.lease._replace(expires_at=expires)
-            if gap and rec.yield_deadline is not None:
-                rec.yield_deadline += gap  # as its heap entry below: they must stay equal
-        if gap and self._yield_deadlines:
-            # The same shift for every entry keeps the heap order: no re-heapify needed.
-            self._yield_deadlines = [(d + gap, lid, epoch) for d, lid, epoch in self._yield_deadlines]
-
     def _yield(self, ev: Yield, now: float, out: list[Decision]) -> None:
         rec = self._check_call(ev.session, ev.lease_id, ev.epoch, out)
         if rec is None:
@@ -569,413 +490,6 @@ class Core:
             self._revoke(self._leases[lid], RevokeReason.WORKER_REMOVED, now, out)
         del self._workers[ev.worker]
 
-    # ------------------------------------------------------------------ timers
-
-    def _advance(self, now: float, out: list[Decision]) -> bool:
-        """Fire the timers due by `now`, instant by instant, as ticks at each instant would have;
-        True if any did something.
-
-        After each instant the pass hands out the slots it freed (no preemption: a yield asked
-        now or after the event has the same deadline, and the event may make it needless), so a
-        slot freed at one instant goes to its waiter before a later timer fires or the event
-        applies: a yield deadline at 15 revokes for the
-        waiter that needed the slot then, even if a lease expiring at 20 (both seen only by an
-        event at 20) would have served it, or if the event removes the slot's worker. Within one
-        instant, expiries and maturing fire first and the pass runs before the yield deadlines: a
-        slot freed without loss serves the waiter, whose yield is then called off, not revoked."""
-        fired = False
-        while (at := self._next_due(now)) is not None:
-            freed = self._fire_expiries(at, now, out)
-            matured = self._fire_maturing(at)
-            if freed and self._yield_deadlines and self._yield_deadlines[0][0] <= at:
-                self._schedule(now, out, preempt=False)
-            revoked = self._fire_deadlines(at, now, out)
-            if freed or revoked:
-                # Served before the event and later timers: the event may take the slot away
-                # (its worker removed), as it would have after a tick at `at`.
-                self._schedule(now, out, preempt=False)
-            fired = fired or freed or matured or revoked
-        return fired
-
-    def _next_due(self, now: float) -> float | None:
-        """The earliest instant <= `now` at which a timer is due, if any."""
-        at = now + 1.0
-        if self._maturing:
-            at = min(at, self._maturing[0][0])
-        if self._yield_deadlines:
-            at = min(at, self._yield_deadlines[0][0])
-        if self._expiries:
-            at = min(at, self._expiries[0][0])
-        return at if at <= now else None
-
-    def _fire_maturing(self, at: float) -> bool:
-        fired = False
-        maturing = self._maturing
-        while maturing and maturing[0][0] <= at:
-            _, lid, epoch = maturing.popleft()
-            rec = self._leases.get(lid)
-            if rec is None or rec.lease.epoch != epoch:
-                continue
-            rec.matured = True  # kept while it yields, for when the yield is cancelled
-            t = rec.tenant
-            granted = t.candidates[rec.cls].get(lid)
-            if granted is not None:
-                t.mature[rec.cls][lid] = granted
-                self._mature_n += 1
-                self._refresh_victims(t)
-                fired = True
-        return fired
-
-    def _fire_deadlines(self, at: float, now: float, out: list[Decision]) -> bool:
-        fired = False
-        deadlines = self._yield_deadlines
-        while deadlines and deadlines[0][0] <= at:
-            deadline, lid, epoch = heapq.heappop(deadlines)
-            rec = self._leases.get(lid)
-            if (
-                rec is not None
-                and rec.lease.epoch == epoch
-                and rec.state is LeaseState.YIELDING
-                and rec.yield_deadline == deadline  # not the entry of an earlier, cancelled yield
-            ):
-                self._revoke(rec, RevokeReason.YIELD_DEADLINE, now, out)
-                fired = True
-        return fired
-
-    def _fire_expiries(self, at: float, now: float, out: list[Decision]) -> bool:
-        fired = False
-        expiries = self._expiries
-        while expiries and expiries[0][0] <= at:
-            _, lid, epoch = heapq.heappop(expiries)
-            rec = self._leases.get(lid)
-            if rec is None or rec.lease.epoch != epoch:
-                continue
-            if rec.lease.expires_at > at:
-                heapq.heappush(expiries, (rec.lease.expires_at, lid, epoch))  # renewed meanwhile
-                continue
-            self._end_lease(rec, LeaseState.EXPIRED)
-            out.append(Expired(rec.lease, now - rec.lease.granted_at))
-            fired = True
-        return fired
-
-    # ------------------------------------------------------------------ the pass
-
-    def _schedule(self, now: float, out: list[Decision], preempt: bool = True) -> None:
-        """The pass (step 3); with `preempt` False only free slots are handed out (3a)."""
-        while self._requests:  # nobody waits: nothing to grant, no one with a right to preempt
-            if self._free_ready > 0:
-                req = self._order.for_free_slot()
-                if req is not None:
-                    self._grant(req, self._pop_free(), now, out)
-                    continue
-            elif preempt and self._preempt_once(now, out):
-                continue
-            if not self._back_in_line():
-                break
-        self._landed.clear()
-
-    def _back_in_line(self) -> bool:
-        """Waiters whose victim's slot freed in this event but went to a higher tier: back in line
-        (to find another victim); True if there were any."""
-        back = False
-        for req in self._landed:
-            if (
-                self._requests.get(req.session) is req
-                and req.earmark is not None
-                and req.earmark not in self._leases
-            ):
-                self._unearmark(req)
-                self._refresh_queue(req.tenant)
-                back = True
-        self._landed.clear()
-        return back
-
-    def _slack(self) -> int:
-        """How far the floor invariant holds above its bound (>= 0 whenever it holds)."""
-        return self._free_ready + self._preemptible - max(0, self._floor - self._held_g)
-
-    def _preempt_once(self, now: float, out: list[Decision]) -> bool:
-        """Ask one victim to yield for the first waiter with a right to a slot; False if none."""
-        first = self._order.first_with_right(
-            lambda: self._slack() - self._inflight_nominal >= 1, self._mature_n > 0
-        )
-        return first is not None and self._preempt_for(first[1], first[0], now, out)
-
-    def _preempt_for(self, req: Request, tier: int, now: float, out: list[Decision]) -> bool:
-        fairness = tier == TIER_SHARED
-        victim = self._under_way_for(req, fairness) if self._cancelled else None
-        if victim is None:
-            victim = self._victims.fair_victim(req.tenant) if fairness else self._victims.any_victim()
-        if victim is None:
-            return False
-        self._earmark(req, victim, tier)
-        deadline = now + self._policy.timing.yield_grace_s
-        self._ask_to_yield(victim, deadline, _CAUSES[tier], req.session, out)
-        return True
-
-    # ------------------------------------------------------------------ victims
-
-    def _under_way_for(self, req: Request, fairness: bool) -> LeaseRec | None:
-        """A lease whose yield was cancelled in this event and that `req` has a right to
-        (`victims.may_take`): taking it over keeps the yield under way instead of starting
-        another. Only this event's cancellations are looked at."""
-        for lid in self._cancelled:
-            rec = self._leases.get(lid)
-            if rec is not None and rec.state is LeaseState.ACTIVE and may_take(req.tenant, rec, fairness):
-                return rec
-        return None
-
-    def _ask_to_yield(
-        self,
-        rec: LeaseRec,
-        deadline: float,
-        cause: YieldCause,
-        for_session: SessionId | None,
-        out: list[Decision],
-    ) -> None:
-        lid = rec.lease.lease_id
-        rec.state = check_lease(rec.state, LeaseState.YIELDING)
-        rec.for_session = for_session
-        t = rec.tenant
-        t.yielding[rec.cls] += 1
-        if rec.cls == B and rec.borrowing:
-            t.b_borrowing_yielding += 1
-        t.candidates[rec.cls].pop(lid, None)
-        if t.mature[rec.cls].pop(lid, None) is not None:
-            self._mature_n -= 1
-        if lid in self._cancelled:
-            # Its yield was cancelled in this very event and never told: it goes on, for this
-            # waiter now, by the deadline the holder already has.
-            del self._cancelled[lid]
-        else:
-            rec.yield_deadline = deadline
-            heapq.heappush(self._yield_deadlines, (deadline, lid, rec.lease.epoch))
-            out.append(YieldRequested(rec.lease, deadline, cause, for_session))
-        self._refresh(t)
-
-    def _reinstate(self, rec: LeaseRec) -> None:
-        """A yielding lease no waiter needs now: ACTIVE again (and a victim candidate again, in
-        its grant order), pending `YieldCancelled` unless the pass gives it another waiter."""
-        rec.state = check_lease(rec.state, LeaseState.ACTIVE)
-        t, cls, lid = rec.tenant, rec.cls, rec.lease.lease_id
-        t.yielding[cls] -= 1
-        if cls == B and rec.borrowing:
-            t.b_borrowing_yielding -= 1
-        if rec.worker.state is WorkerState.READY and (cls == BE or rec.borrowing):
-            self._insert_in_grant_order(t.candidates[cls], rec)
-            if rec.matured:
-                self._insert_in_grant_order(t.mature[cls], rec)
-                self._mature_n += 1
-        self._cancelled[lid] = None
-        self._refresh(t)
-
-    def _insert_in_grant_order(self, d: dict[LeaseId, float], rec: LeaseRec) -> None:
-        lid = rec.lease.lease_id
-        if d:
-            leases = self._leases
-            last = next(reversed(d))
-            if leases[last].gseq > rec.gseq:
-                # The tenant was granted leases of this class since: rebuild the dict in grant
-                # order (linear in them, and only when a yield is cancelled).
-                items = list(d.items())
-                i = len(items)
-                while i > 0 and leases[items[i - 1][0]].gseq > rec.gseq:
-                    i -= 1
-                items.insert(i, (lid, rec.lease.granted_at))
-                d.clear()
-                d.update(items)
-                return
-        d[lid] = rec.lease.granted_at
-
-    def _cancel_yields(self, out: list[Decision]) -> None:
-        """End of an event: the yields no waiter took over are cancelled, and their holders told."""
-        for lid in self._cancelled:
-            rec = self._leases.get(lid)
-            if rec is not None and rec.state is LeaseState.ACTIVE:
-                rec.yield_deadline = None
-                out.append(YieldCancelled(rec.lease))
-        self._cancelled.clear()
-
-    def _adopt_orphans(self) -> None:
-        """Yields left running for no one in a state an older build exported: cancel them (or
-        let the pass give them a waiter), as this build would have when their waiter left."""
-        for lid in self._orphans:
-            rec = self._leases.get(lid)
-            if rec is not None and rec.state is LeaseState.YIELDING and rec.for_session is None:
-                self._reinstate(rec)
-        self._orphans.clear()
-
-    def _earmark(self, req: Request, victim: LeaseRec, tier: int) -> None:
-        t = req.tenant
-        req.earmark = victim.lease.lease_id
-        req.earmark_tier = tier
-        victim.for_session = req.session
-        t.earmarked[req.cls] += 1
-        if tier == TIER_SHARED:
-            t.earmarked_fair += 1
-        elif tier == TIER_NOMINAL:
-            self._inflight_nominal += 1
-        self._order.push_earmarked(req)
-        self._refresh_queue(t)
-
-    def _unearmark(self, req: Request) -> None:
-        t = req.tenant
-        t.earmarked[req.cls] -= 1
-        if req.earmark_tier == TIER_SHARED:
-            t.earmarked_fair -= 1
-        elif req.earmark_tier == TIER_NOMINAL:
-            self._inflight_nominal -= 1
-        victim = self._leases.get(req.earmark) if req.earmark is not None else None
-        if victim is not None and victim.for_session == req.session:
-            victim.for_session = None
-            if victim.state is LeaseState.YIELDING:
-                self._reinstate(victim)  # the pass may give it another waiter, else cancelled
-        req.earmark = None
-        req.earmark_tier = 0
-        t.push_request(req.cls, (req.arrival, req.seq, req.session))
-
-    # ------------------------------------------------------------------ lease and queue changes
-
-    def _grant(
-        self, req: Request, slot: SlotId, now: float, out: list[Decision], queued: bool = True
-    ) -> None:
-        t = req.tenant
-        if queued:
-            self._dequeue(req, refresh=False)
-        epoch = self._epochs.get(slot, 0) + 1
-        self._epochs[slot] = epoch
-        lid = LeaseId(f"{slot.worker}/{slot.index}#{epoch}")
-        lease = Lease(
-            lid,
-            req.session,
-            TenantName(t.name),
-            CLASSES[req.cls],
-            slot,
-            epoch,
-            now,
-            now + self._ttl,
-            req.resume_from,
-        )
-        w = self._workers[slot.worker]
-        # A Burstable lease within nominal is unpreemptible, so it is one only if the floor still
-        # holds with this slot taken (slack >= 0 now); otherwise the slot is lent as borrowing.
-        borrowing = req.cls == BE or (
-            req.cls == B and not (t.b_nominal_held() < t.spec.burstable_nominal and self._slack() >= 0)
-        )
-        self._gseq += 1
-        rec = LeaseRec(
-            lease, t, req.cls, LeaseState.ACTIVE, req.arrival, req.seq, w, None, borrowing, self._gseq
-        )
-        w.leases[slot.index] = lid
-        self._leases[lid] = rec
-        self._holders[req.session] = rec
-        t.held[req.cls] += 1
-        if req.cls == G:
-            self._held_g += 1
-        elif req.cls == B and not borrowing:
-            pass
-        else:
-            if req.cls == B:
-                t.b_borrowing += 1
-            t.candidates[req.cls][lid] = now
-            self._maturing.append((now + self._min_runtime, lid, epoch))
-        heapq.heappush(self._expiries, (lease.expires_at, lid, epoch))
-        self._refresh(t)
-        out.append(Granted(lease, now - req.enqueued_at))
-
-    def _end_lease(self, rec: LeaseRec, state: LeaseState) -> None:
-        was_yielding = rec.state is LeaseState.YIELDING
-        rec.state = check_lease(rec.state, state)
-        t, cls, lid = rec.tenant, rec.cls, rec.lease.lease_id
-        t.held[cls] -= 1
-        if was_yielding:
-            t.yielding[cls] -= 1
-        if cls == B and rec.borrowing:
-            t.b_borrowing -= 1
-            if was_yielding:
-                t.b_borrowing_yielding -= 1
-        t.candidates[cls].pop(lid, None)
-        if t.mature[cls].pop(lid, None) is not None:
-            self._mature_n -= 1
-        if cls == G:
-            self._held_g -= 1
-        del self._leases[lid]
-        del self._holders[rec.lease.session]
-        self._cancelled.pop(lid, None)  # it ends: its own decision says so
-        self._orphans.pop(lid, None)
-        w = rec.worker
-        del w.leases[rec.lease.slot.index]
-        if w.state is WorkerState.READY:
-            self._push_free(w, rec.lease.slot.index)
-        if rec.for_session is not None:
-            waiter = self._requests.get(rec.for_session)
-            if waiter is not None and waiter.earmark == lid:
-                if w.state is WorkerState.READY:
-                    # The slot it waited for is free now: the waiter keeps its earmark through
-                    # the pass, so it goes ahead of its own tier and the tiers after it (back in
-                    # line, an older session of its tier, the holder re-queued among them,
-                    # would take the slot back). If a higher tier takes it, the pass puts the
-                    # waiter back in line (`_schedule`).
-                    self._landed.append(waiter)
-                else:
-                    self._unearmark(waiter)  # the slot goes with its worker
-                    self._refresh_queue(waiter.tenant)
-        if cls == B and not rec.borrowing:
-            self._promote(t)
-        self._refresh(t)
-
-    def _promote(self, t: TenantState) -> None:
-        """A nominal lease ended: the tenant's oldest borrowing Burstable lease becomes nominal,
-        if the floor can spare it (it stops being preemptible)."""
-        cands = t.candidates[B]
-        if not cands or t.b_nominal_held() >= t.spec.burstable_nominal or self._slack() < 1:
-            return
-        lid = next(iter(cands))
-        del cands[lid]
-        if t.mature[B].pop(lid, None) is not None:
-            self._mature_n -= 1
-        self._leases[lid].borrowing = False
-        t.b_borrowing -= 1
-        self._preemptible -= 1
-        t.preemptible_contrib -= 1
-
-    def _revoke(self, rec: LeaseRec, reason: RevokeReason, now: float, out: list[Decision]) -> None:
-        self._end_lease(rec, LeaseState.REVOKED)
-        slot = rec.lease.slot
-        self._epochs[slot] = self._epochs.get(slot, 0) + 1  # fence: the old epoch is dead now
-        out.append(Revoked(rec.lease, reason, now - rec.lease.granted_at))
-        self._requeue(rec, rec.lease.resume_from, now, out)
-
-    def _requeue(self, rec: LeaseRec, snap: SnapshotRef | None, now: float, out: list[Decision]) -> None:
-        req = Request(rec.lease.session, rec.tenant, rec.cls, rec.arrival, rec.seq, now, snap)
-        self._enqueue(req)
-        self._to_report.append(req)
-
-    def _report_queued(self, req: Request, out: list[Decision]) -> None:
-        if self._requests.get(req.session) is req:
-            pos = self._position(req)
-            out.append(Queued(req.session, pos, self._estimate(pos)))
-
-    def _enqueue(self, req: Request) -> None:
-        t = req.tenant
-        self._requests[req.session] = req
-        t.waiting[req.cls] += 1
-        self._waiting_cls[req.cls] += 1
-        self._positions[req.cls].add(req.seq, 1)
-        t.push_request(req.cls, (req.arrival, req.seq, req.session))
-        self._refresh_queue(t)
-
-    def _dequeue(self, req: Request, refresh: bool = True) -> None:
-        t = req.tenant
-        if req.earmark is not None:
-            self._unearmark(req)
-        del self._requests[req.session]
-        t.waiting[req.cls] -= 1
-        self._waiting_cls[req.cls] -= 1
-        self._positions[req.cls].add(req.seq, -1)
-        if refresh:
-            self._refresh_queue(t)
-
     def _check_call(
         self, session: SessionId, lease_id: LeaseId, epoch: int, out: list[Decision]
     ) -> LeaseRec | None:
@@ -998,185 +512,63 @@ class Core:
             out.append(Rejected(session, ErrorCode.NOT_FOUND, f"session {session} holds no lease"))
         return None
 
-    # ------------------------------------------------------------------ slots and accounting
+    # ------------------------------------------------------------------ step 3: the pass
 
-    def _push_free(self, w: WorkerRec, index: int) -> None:
-        self._free_ready += 1
-        key = (w.seq, index)
-        if key not in self._free_in_heap:
-            self._free_in_heap.add(key)
-            heapq.heappush(self._free, (w.seq, index, w.worker_id))
+    def _schedule(self, now: float, out: list[Decision], preempt: bool = True) -> None:
+        """The pass (step 3); with `preempt` False only free slots are handed out (3a)."""
+        while self._requests:  # nobody waits: nothing to grant, no one with a right to preempt
+            if self._free_ready > 0:
+                req = self._order.for_free_slot()
+                if req is not None:
+                    self._grant(req, self._pop_free(), now, out)
+                    continue
+            elif preempt and self._preempt_once(now, out):
+                continue
+            if not self._landed or not self._back_in_line():
+                break
+        self._landed.clear()
 
-    def _pop_free(self) -> SlotId:
-        # Lowest worker first: packing onto old workers leaves new ones empty to drain.
-        while True:
-            seq, index, wid = heapq.heappop(self._free)
-            self._free_in_heap.discard((seq, index))
-            w = self._workers.get(wid)
-            if w is not None and w.seq == seq and w.state is WorkerState.READY and index not in w.leases:
-                self._free_ready -= 1
-                return w.slot_ids[index]
+    def _back_in_line(self) -> bool:
+        """Waiters whose victim's slot freed in this event but went to a higher tier: back in line
+        (to find another victim); True if there were any."""
+        back = False
+        for req in self._landed:
+            if (
+                self._requests.get(req.session) is req
+                and req.earmark is not None
+                and req.earmark not in self._leases
+            ):
+                self._unearmark(req)
+                self._refresh_queue(req.tenant)
+                back = True
+        self._landed.clear()
+        return back
 
-    def _set_capacity(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._floor = self._policy.pool.floor_slots(capacity)
-
-    def _observe_hold(self, seconds: float) -> None:
-        self._mean_hold = 0.9 * self._mean_hold + 0.1 * max(0.0, seconds)
-        self._holds_seen = True
-
-    def _position(self, req: Request) -> int:
-        ahead = sum(self._waiting_cls[: req.cls])
-        return ahead + self._positions[req.cls].prefix(req.seq)
-
-    def _estimate(self, position: int) -> float | None:
-        """Expected wait: the slots ahead, drained at capacity / mean hold per second; None before
-        any lease has ended (no observed hold to base it on)."""
-        if not self._holds_seen:
-            return None
-        return (position + 1) * self._mean_hold / max(1, self._capacity)
-
-    def _refresh(self, t: TenantState) -> None:
-        """Re-index a tenant after a change to what it holds: the floor, its queue, its victims.
-
-        The floor accounting is updated at once (the slack is read mid-pass); heap entries are
-        pushed once per tenant when the heaps are next read (their `flush`), so an event that touches
-        a tenant twice pays for one re-index."""
-        contrib = t.preemptible()
-        self._preemptible += contrib - t.preemptible_contrib
-        t.preemptible_contrib = contrib
-        self._order.dirty[t] = None
-        self._victims.dirty[t] = None
-
-    def _refresh_queue(self, t: TenantState) -> None:
-        self._order.dirty[t] = None
-
-    def _refresh_victims(self, t: TenantState) -> None:
-        self._victims.dirty[t] = None
-
-    # ------------------------------------------------------------------ restore
-
-    def _restore(self, r: CoreRecords) -> None:
-        """Load `r` into this fresh core and rebuild every index from it (see `restore`)."""
-        # The heaps' staleness checks close over these very dicts: refill them, never replace.
-        tenants = self._tenants
-        tenants.clear()
-        in_policy = {spec.name: spec for spec in self._policy.tenants}
-        for spec in r.tenants:
-            if spec.name in tenants:
-                raise ValueError(f"tenant {spec.name!r} appears twice")
-            if spec.name not in r.retired:  # a retired tenant keeps the spec it had
-                if spec.name not in in_policy:
-                    raise ValueError(f"tenant {spec.name!r} is neither in the policy nor retired")
-                spec = in_policy[spec.name]
-            tenants[spec.name] = TenantState(spec)
-        missing = [n for n in in_policy if n not in tenants or n in r.retired]
-        if missing or not r.retired <= tenants.keys():
-            raise ValueError(
-                f"the core state does not match the policy (tenants {missing or sorted(r.retired)})"
-            )
-        self._retired = set(r.retired)
-
-        for wr in r.workers:
-            self._workers[wr.worker_id] = WorkerRec(wr.worker_id, wr.address, wr.slots, wr.seq, wr.state)
-        self._worker_seq = r.worker_seq
-        self._epochs = dict(r.epochs)
-
-        for gseq, lr in enumerate(r.leases, start=1):  # tuple order is grant order
-            self._restore_lease(lr, gseq)
-        self._gseq = len(self._leases)
-        self._orphans = dict.fromkeys(r.orphans)
-        if any(lid not in self._leases for lid in self._orphans):
-            raise ValueError("an orphaned yield names no live lease")
-
-        for rr in r.requests:
-            self._restore_request(rr)
-        self._order.earmarked[:] = r.earmark_order
-        heapq.heapify(self._order.earmarked)
-
-        self._free = list(r.free_slots)
-        heapq.heapify(self._free)
-        self._free_in_heap = {(seq, index) for seq, index, _ in self._free}
-        ready = [w for w in self._workers.values() if w.state is WorkerState.READY]
-        self._free_ready = sum(w.slots - len(w.leases) for w in ready)
-        self._set_capacity(sum(w.slots for w in ready))
-        for t in tenants.values():
-            t.preemptible_contrib = t.preemptible()
-            self._preemptible += t.preemptible_contrib
-            self._refresh(t)  # re-indexed in the heaps on their next read
-
-        self._expiries = list(r.expiries)
-        heapq.heapify(self._expiries)
-        self._yield_deadlines = list(r.yield_deadlines)
-        heapq.heapify(self._yield_deadlines)
-        self._maturing = deque(r.maturing)
-        self._seq = r.seq
-        self._now = r.now
-        self._mean_hold = r.mean_hold_s
-        self._holds_seen = r.holds_seen
-
-    def _restore_lease(self, lr: LeaseRecord, gseq: int) -> None:
-        lease, state = lr.lease, lr.state
-        lid, cls = lease.lease_id, CLASS_INDEX[lease.qos]
-        t = self._tenants.get(lease.tenant)
-        w = self._workers.get(lease.slot.worker)
-        if t is None or w is None or not 0 <= lease.slot.index < w.slots:
-            raise ValueError(f"lease {lid} names an unknown tenant, worker or slot")
-        if state not in (LeaseState.ACTIVE, LeaseState.YIELDING):
-            raise ValueError(f"lease {lid} is {state.value}: only live leases are state")
-        rec = LeaseRec(
-            lease, t, cls, state, lr.arrival, lr.seq, w, lr.for_session, lr.borrowing, gseq, lr.matured
+    def _preempt_once(self, now: float, out: list[Decision]) -> bool:
+        """Ask one victim to yield for the first waiter with a right to a slot; False if none."""
+        first = self._order.first_with_right(
+            lambda: self._slack() - self._inflight_nominal >= 1, self._mature_n > 0
         )
-        yielding = state is LeaseState.YIELDING
-        if yielding:
-            if lr.yield_deadline is None:
-                raise ValueError(f"yielding lease {lid} has no yield deadline")
-            rec.yield_deadline = lr.yield_deadline
-        if lease.slot.index in w.leases or lid in self._leases or lease.session in self._holders:
-            raise ValueError(f"lease {lid} collides with another lease")
-        w.leases[lease.slot.index] = lid
-        self._leases[lid] = rec
-        self._holders[lease.session] = rec
-        t.held[cls] += 1
-        t.yielding[cls] += int(yielding)
-        if cls == G:
-            self._held_g += 1
-        if cls == B and lr.borrowing:
-            t.b_borrowing += 1
-            t.b_borrowing_yielding += int(yielding)
-        if lr.candidate:
-            t.candidates[cls][lid] = lease.granted_at
-        if lr.mature:
-            t.mature[cls][lid] = lease.granted_at
-            self._mature_n += 1
+        return first is not None and self._preempt_for(first[1], first[0], now, out)
 
-    def _restore_request(self, rr: RequestRecord) -> None:
-        t = self._tenants.get(rr.tenant)
-        if t is None:
-            raise ValueError(f"request of session {rr.session} names an unknown tenant {rr.tenant!r}")
-        cls = CLASS_INDEX[rr.qos]
-        req = Request(
-            rr.session,
-            t,
-            cls,
-            rr.arrival,
-            rr.seq,
-            rr.enqueued_at,
-            rr.resume_from,
-            rr.earmark,
-            rr.earmark_tier,
-        )
-        if req.session in self._requests or req.session in self._holders:
-            raise ValueError(f"session {req.session} is queued twice or queued and holding")
-        self._requests[req.session] = req
-        t.waiting[cls] += 1
-        self._waiting_cls[cls] += 1
-        self._positions[cls].add(req.seq, 1)
-        if req.earmark is None:
-            t.push_request(cls, (req.arrival, req.seq, req.session))
-        else:
-            t.earmarked[cls] += 1
-            if req.earmark_tier == TIER_SHARED:
-                t.earmarked_fair += 1
-            elif req.earmark_tier == TIER_NOMINAL:
-                self._inflight_nominal += 1
+    def _preempt_for(self, req: Request, tier: int, now: float, out: list[Decision]) -> bool:
+        fairness = tier == TIER_SHARED
+        victim = self._under_way_for(req, fairness) if self._cancelled else None
+        if victim is None:
+            victim = self._victims.fair_victim(req.tenant) if fairness else self._victims.any_victim()
+        if victim is None:
+            return False
+        self._earmark(req, victim, tier)
+        deadline = now + self._policy.timing.yield_grace_s
+        self._ask_to_yield(victim, deadline, _CAUSES[tier], req.session, out)
+        return True
+
+    def _under_way_for(self, req: Request, fairness: bool) -> LeaseRec | None:
+        """A lease whose yield was cancelled in this event and that `req` has a right to
+        (`victims.may_take`): taking it over keeps the yield under way instead of starting
+        another. Only this event's cancellations are looked at."""
+        for lid in self._cancelled:
+            rec = self._leases.get(lid)
+            if rec is not None and rec.state is LeaseState.ACTIVE and may_take(req.tenant, rec, fairness):
+                return rec
+        return None

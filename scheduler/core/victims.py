@@ -74,6 +74,26 @@ def may_take(requester: TenantState, rec: LeaseRec, fairness: bool) -> bool:
     )
 
 
+def insert_in_grant_order(d: dict[LeaseId, float], rec: LeaseRec, leases: dict[LeaseId, LeaseRec]) -> None:
+    """Put `rec` back among a tenant's candidates (`d`, kept in grant order: rule 4 of
+    `victim_order` reads the newest last), as when its yield is cancelled."""
+    lid = rec.lease.lease_id
+    if d:
+        last = next(reversed(d))
+        if leases[last].gseq > rec.gseq:
+            # The tenant was granted leases of this class since: rebuild the dict in grant
+            # order (linear in them, and only when a yield is cancelled).
+            items = list(d.items())
+            i = len(items)
+            while i > 0 and leases[items[i - 1][0]].gseq > rec.gseq:
+                i -= 1
+            items.insert(i, (lid, rec.lease.granted_at))
+            d.clear()
+            d.update(items)
+            return
+    d[lid] = rec.lease.granted_at
+
+
 class VictimIndex:
     """Tenants as sources of victims, per class: any candidate, and mature ones (fairness)."""
 
@@ -148,6 +168,7 @@ class VictimIndex:
 __all__ = [
     "VictimIndex",
     "fair_burstable_victims",
+    "insert_in_grant_order",
     "less_than_or_equal_to_final_share",
     "may_take",
     "tenant_key",

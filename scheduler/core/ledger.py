@@ -1,0 +1,388 @@
+"""The core's state and its bookkeeping: every change to who holds, who waits and who yields,
+with the counters and indexes kept in step (the floor's slack, the tenants' counts, the order
+of service, the victim heaps, the free-slot heap, the timers).
+
+`Ledger` decides nothing: `Core` (engine.py) is the ledger plus the decisions, and calls these
+methods from the steps of an event. export/restore of the state is restore.py's.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from scheduler.core.indexes import Fenwick
+from scheduler.core.lifecycle import LeaseState, WorkerState, check_lease
+from scheduler.core.model import LeaseRec, Request, WorkerRec
+from scheduler.core.order import TIER_NOMINAL, TIER_SHARED, ServiceOrder
+from scheduler.core.tenants import BE, CLASSES, B, G, TenantState
+from scheduler.core.timers import Timers
+from scheduler.core.types import (
+    Decision,
+    Granted,
+    Lease,
+    LeaseId,
+    Queued,
+    Revoked,
+    RevokeReason,
+    SessionId,
+    SlotId,
+    SnapshotRef,
+    TenantName,
+    WorkerId,
+    YieldCancelled,
+    YieldCause,
+    YieldRequested,
+)
+from scheduler.core.victims import VictimIndex, insert_in_grant_order
+from scheduler.policy.model import Policy
+
+_DEFAULT_MEAN_HOLD_S = 60.0
+
+
+class Ledger:
+    """The core's state (one loop owns it: not thread-safe by design)."""
+
+    def __init__(self, policy: Policy) -> None:
+        # Every field of the core's state; `Core` (engine.py) decides, this class keeps accounts.
+        self._policy = policy
+        self._ttl = policy.timing.lease_ttl_s  # read on every grant: kept at hand
+        self._min_runtime = policy.timing.min_runtime_s
+        self._tenants: dict[str, TenantState] = {}
+        self._retired: set[str] = set()
+        self._workers: dict[WorkerId, WorkerRec] = {}
+        self._worker_seq = 0
+        self._epochs: dict[SlotId, int] = {}
+        self._free: list[tuple[int, int, WorkerId]] = []
+        # Free-slot entries are keyed by the worker's registration seq, not its id: a worker
+        # removed and added again under the same id is a new worker (maybe with fewer slots).
+        self._free_in_heap: set[tuple[int, int]] = set()
+        self._free_ready = 0
+        self._capacity = 0
+        self._floor = 0
+        self._requests: dict[SessionId, Request] = {}
+        self._holders: dict[SessionId, LeaseRec] = {}
+        self._leases: dict[LeaseId, LeaseRec] = {}
+        # Yields whose waiter left during this event, made ACTIVE again: each is taken over by a
+        # waiter with a right to it during the pass, or cancelled (`YieldCancelled`) at its end.
+        self._cancelled: dict[LeaseId, None] = {}
+        # Only from a state exported by an older build, which left such yields running: they are
+        # handled like `_cancelled` by the next event.
+        self._orphans: dict[LeaseId, None] = {}
+        # Waiters whose victim's slot freed in this event, still earmarked until the pass serves
+        # them (or puts them back in line): empty between events.
+        self._landed: list[Request] = []
+        self._gseq = 0
+        self._held_g = 0
+        self._preemptible = 0
+        self._inflight_nominal = 0
+        self._waiting_cls = [0, 0, 0]
+        self._positions = (Fenwick(), Fenwick(), Fenwick())
+        self._seq = 0
+        self._now = float("-inf")
+        self._mean_hold = _DEFAULT_MEAN_HOLD_S  # a prior for the autoscaler's drain time
+        self._holds_seen = False  # until then, waits are not estimated (the prior is no evidence)
+        self._to_report: list[Request] = []
+        self._mature_n = 0  # mature candidates: none means no fairness preemption is possible
+
+        self._order = ServiceOrder(self._tenants, self._requests)
+        self._victims = VictimIndex(self._tenants, self._leases)
+        self._timers = Timers(self._leases)
+        for spec in policy.tenants:
+            self._tenants[spec.name] = TenantState(spec)
+
+    # ------------------------------------------------------------------ leases and the queue
+
+    def _grant(
+        self, req: Request, slot: SlotId, now: float, out: list[Decision], queued: bool = True
+    ) -> None:
+        t = req.tenant
+        if queued:
+            self._dequeue(req, refresh=False)
+        epoch = self._epochs.get(slot, 0) + 1
+        self._epochs[slot] = epoch
+        lid = LeaseId(f"{slot.worker}/{slot.index}#{epoch}")
+        lease = Lease(
+            lid,
+            req.session,
+            TenantName(t.name),
+            CLASSES[req.cls],
+            slot,
+            epoch,
+            now,
+            now + self._ttl,
+            req.resume_from,
+        )
+        w = self._workers[slot.worker]
+        # A Burstable lease within nominal is unpreemptible, so it is one only if the floor still
+        # holds with this slot taken (slack >= 0 now); otherwise the slot is lent as borrowing.
+        borrowing = req.cls == BE or (
+            req.cls == B and not (t.b_nominal_held() < t.spec.burstable_nominal and self._slack() >= 0)
+        )
+        self._gseq += 1
+        rec = LeaseRec(
+            lease, t, req.cls, LeaseState.ACTIVE, req.arrival, req.seq, w, None, borrowing, self._gseq
+        )
+        w.leases[slot.index] = lid
+        self._leases[lid] = rec
+        self._holders[req.session] = rec
+        t.held[req.cls] += 1
+        if req.cls == G:
+            self._held_g += 1
+        elif req.cls == B and not borrowing:
+            pass
+        else:
+            if req.cls == B:
+                t.b_borrowing += 1
+            t.candidates[req.cls][lid] = now
+            self._timers.maturing.append((now + self._min_runtime, lid, epoch))
+        heapq.heappush(self._timers.expiries, (lease.expires_at, lid, epoch))
+        self._refresh(t)
+        out.append(Granted(lease, now - req.enqueued_at))
+
+    def _end_lease(self, rec: LeaseRec, state: LeaseState) -> None:
+        was_yielding = rec.state is LeaseState.YIELDING
+        rec.state = check_lease(rec.state, state)
+        t, cls, lid = rec.tenant, rec.cls, rec.lease.lease_id
+        t.held[cls] -= 1
+        if was_yielding:
+            t.yielding[cls] -= 1
+        if cls == B and rec.borrowing:
+            t.b_borrowing -= 1
+            if was_yielding:
+                t.b_borrowing_yielding -= 1
+        t.candidates[cls].pop(lid, None)
+        if t.mature[cls].pop(lid, None) is not None:
+            self._mature_n -= 1
+        if cls == G:
+            self._held_g -= 1
+        del self._leases[lid]
+        del self._holders[rec.lease.session]
+        self._cancelled.pop(lid, None)  # it ends: its own decision says so
+        self._orphans.pop(lid, None)
+        w = rec.worker
+        del w.leases[rec.lease.slot.index]
+        if w.state is WorkerState.READY:
+            self._push_free(w, rec.lease.slot.index)
+        if rec.for_session is not None:
+            waiter = self._requests.get(rec.for_session)
+            if waiter is not None and waiter.earmark == lid:
+                if w.state is WorkerState.READY:
+                    # The slot it waited for is free now: the waiter keeps its earmark through
+                    # the pass, so it goes ahead of its own tier and the tiers after it (back in
+                    # line, an older session of its tier, the holder re-queued among them,
+                    # would take the slot back). If a higher tier takes it, the pass puts the
+                    # waiter back in line (`_schedule`).
+                    self._landed.append(waiter)
+                else:
+                    self._unearmark(waiter)  # the slot goes with its worker
+                    self._refresh_queue(waiter.tenant)
+        if cls == B and not rec.borrowing:
+            self._promote(t)
+        self._refresh(t)
+
+    def _promote(self, t: TenantState) -> None:
+        """A nominal lease ended: the tenant's oldest borrowing Burstable lease becomes nominal,
+        if the floor can spare it (it stops being preemptible)."""
+        cands = t.candidates[B]
+        if not cands or t.b_nominal_held() >= t.spec.burstable_nominal or self._slack() < 1:
+            return
+        lid = next(iter(cands))
+        del cands[lid]
+        if t.mature[B].pop(lid, None) is not None:
+            self._mature_n -= 1
+        self._leases[lid].borrowing = False
+        t.b_borrowing -= 1
+        self._preemptible -= 1
+        t.preemptible_contrib -= 1
+
+    def _revoke(self, rec: LeaseRec, reason: RevokeReason, now: float, out: list[Decision]) -> None:
+        self._end_lease(rec, LeaseState.REVOKED)
+        slot = rec.lease.slot
+        self._epochs[slot] = self._epochs.get(slot, 0) + 1  # fence: the old epoch is dead now
+        out.append(Revoked(rec.lease, reason, now - rec.lease.granted_at))
+        self._requeue(rec, rec.lease.resume_from, now, out)
+
+    def _requeue(self, rec: LeaseRec, snap: SnapshotRef | None, now: float, out: list[Decision]) -> None:
+        req = Request(rec.lease.session, rec.tenant, rec.cls, rec.arrival, rec.seq, now, snap)
+        self._enqueue(req)
+        self._to_report.append(req)
+
+    def _report_queued(self, req: Request, out: list[Decision]) -> None:
+        if self._requests.get(req.session) is req:
+            pos = self._position(req)
+            out.append(Queued(req.session, pos, self._estimate(pos)))
+
+    def _enqueue(self, req: Request) -> None:
+        t = req.tenant
+        self._requests[req.session] = req
+        t.waiting[req.cls] += 1
+        self._waiting_cls[req.cls] += 1
+        self._positions[req.cls].add(req.seq, 1)
+        t.push_request(req.cls, (req.arrival, req.seq, req.session))
+        self._refresh_queue(t)
+
+    def _dequeue(self, req: Request, refresh: bool = True) -> None:
+        t = req.tenant
+        if req.earmark is not None:
+            self._unearmark(req)
+        del self._requests[req.session]
+        t.waiting[req.cls] -= 1
+        self._waiting_cls[req.cls] -= 1
+        self._positions[req.cls].add(req.seq, -1)
+        if refresh:
+            self._refresh_queue(t)
+
+    # ------------------------------------------------------------------ yields and earmarks
+
+    def _ask_to_yield(
+        self,
+        rec: LeaseRec,
+        deadline: float,
+        cause: YieldCause,
+        for_session: SessionId | None,
+        out: list[Decision],
+    ) -> None:
+        lid = rec.lease.lease_id
+        rec.state = check_lease(rec.state, LeaseState.YIELDING)
+        rec.for_session = for_session
+        t = rec.tenant
+        t.yielding[rec.cls] += 1
+        if rec.cls == B and rec.borrowing:
+            t.b_borrowing_yielding += 1
+        t.candidates[rec.cls].pop(lid, None)
+        if t.mature[rec.cls].pop(lid, None) is not None:
+            self._mature_n -= 1
+        if lid in self._cancelled:
+            # Its yield was cancelled in this very event and never told: it goes on, for this
+            # waiter now, by the deadline the holder already has.
+            del self._cancelled[lid]
+        else:
+            rec.yield_deadline = deadline
+            heapq.heappush(self._timers.deadlines, (deadline, lid, rec.lease.epoch))
+            out.append(YieldRequested(rec.lease, deadline, cause, for_session))
+        self._refresh(t)
+
+    def _reinstate(self, rec: LeaseRec) -> None:
+        """A yielding lease no waiter needs now: ACTIVE again (and a victim candidate again, in
+        its grant order), pending `YieldCancelled` unless the pass gives it another waiter."""
+        rec.state = check_lease(rec.state, LeaseState.ACTIVE)
+        t, cls, lid = rec.tenant, rec.cls, rec.lease.lease_id
+        t.yielding[cls] -= 1
+        if cls == B and rec.borrowing:
+            t.b_borrowing_yielding -= 1
+        if rec.worker.state is WorkerState.READY and (cls == BE or rec.borrowing):
+            insert_in_grant_order(t.candidates[cls], rec, self._leases)
+            if rec.matured:
+                insert_in_grant_order(t.mature[cls], rec, self._leases)
+                self._mature_n += 1
+        self._cancelled[lid] = None
+        self._refresh(t)
+
+    def _cancel_yields(self, out: list[Decision]) -> None:
+        """End of an event: the yields no waiter took over are cancelled, and their holders told."""
+        for lid in self._cancelled:
+            rec = self._leases.get(lid)
+            if rec is not None and rec.state is LeaseState.ACTIVE:
+                rec.yield_deadline = None
+                out.append(YieldCancelled(rec.lease))
+        self._cancelled.clear()
+
+    def _adopt_orphans(self) -> None:
+        """Yields left running for no one in a state an older build exported: cancel them (or
+        let the pass give them a waiter), as this build would have when their waiter left."""
+        for lid in self._orphans:
+            rec = self._leases.get(lid)
+            if rec is not None and rec.state is LeaseState.YIELDING and rec.for_session is None:
+                self._reinstate(rec)
+        self._orphans.clear()
+
+    def _earmark(self, req: Request, victim: LeaseRec, tier: int) -> None:
+        t = req.tenant
+        req.earmark = victim.lease.lease_id
+        req.earmark_tier = tier
+        victim.for_session = req.session
+        t.earmarked[req.cls] += 1
+        if tier == TIER_SHARED:
+            t.earmarked_fair += 1
+        elif tier == TIER_NOMINAL:
+            self._inflight_nominal += 1
+        self._order.push_earmarked(req)
+        self._refresh_queue(t)
+
+    def _unearmark(self, req: Request) -> None:
+        t = req.tenant
+        t.earmarked[req.cls] -= 1
+        if req.earmark_tier == TIER_SHARED:
+            t.earmarked_fair -= 1
+        elif req.earmark_tier == TIER_NOMINAL:
+            self._inflight_nominal -= 1
+        victim = self._leases.get(req.earmark) if req.earmark is not None else None
+        if victim is not None and victim.for_session == req.session:
+            victim.for_session = None
+            if victim.state is LeaseState.YIELDING:
+                self._reinstate(victim)  # the pass may give it another waiter, else cancelled
+        req.earmark = None
+        req.earmark_tier = 0
+        t.push_request(req.cls, (req.arrival, req.seq, req.session))
+
+    # ------------------------------------------------------------------ slots, the floor and waits
+
+    def _push_free(self, w: WorkerRec, index: int) -> None:
+        self._free_ready += 1
+        key = (w.seq, index)
+        if key not in self._free_in_heap:
+            self._free_in_heap.add(key)
+            heapq.heappush(self._free, (w.seq, index, w.worker_id))
+
+    def _pop_free(self) -> SlotId:
+        # Lowest worker first: packing onto old workers leaves new ones empty to drain.
+        while True:
+            seq, index, wid = heapq.heappop(self._free)
+            self._free_in_heap.discard((seq, index))
+            w = self._workers.get(wid)
+            if w is not None and w.seq == seq and w.state is WorkerState.READY and index not in w.leases:
+                self._free_ready -= 1
+                return w.slot_ids[index]
+
+    def _set_capacity(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._floor = self._policy.pool.floor_slots(capacity)
+
+    def _slack(self) -> int:
+        """How far the floor invariant holds above its bound (>= 0 whenever it holds)."""
+        return self._free_ready + self._preemptible - max(0, self._floor - self._held_g)
+
+    def _observe_hold(self, seconds: float) -> None:
+        self._mean_hold = 0.9 * self._mean_hold + 0.1 * max(0.0, seconds)
+        self._holds_seen = True
+
+    def _position(self, req: Request) -> int:
+        ahead = sum(self._waiting_cls[: req.cls])
+        return ahead + self._positions[req.cls].prefix(req.seq)
+
+    def _estimate(self, position: int) -> float | None:
+        """Expected wait: the slots ahead, drained at capacity / mean hold per second; None before
+        any lease has ended (no observed hold to base it on)."""
+        if not self._holds_seen:
+            return None
+        return (position + 1) * self._mean_hold / max(1, self._capacity)
+
+    # ------------------------------------------------------------------ re-indexing
+
+    def _refresh(self, t: TenantState) -> None:
+        """Re-index a tenant after a change to what it holds: the floor, its queue, its victims.
+
+        The floor accounting is updated at once (the slack is read mid-pass); heap entries are
+        pushed once per tenant when the heaps are next read (their `flush`), so an event that touches
+        a tenant twice pays for one re-index."""
+        contrib = t.preemptible()
+        self._preemptible += contrib - t.preemptible_contrib
+        t.preemptible_contrib = contrib
+        self._order.dirty[t] = None
+        self._victims.dirty[t] = None
+
+    def _refresh_queue(self, t: TenantState) -> None:
+        self._order.dirty[t] = None
+
+    def _refresh_victims(self, t: TenantState) -> None:
+        self._victims.dirty[t] = None
