@@ -73,6 +73,7 @@ class CoreMachine(RuleBasedStateMachine):
         # What every session that ever asked is now, from the decisions alone.
         self.state: dict[SessionId, str] = {}
         self.last_epoch: dict[str, int] = {}
+        self.waiters: dict[LeaseId, SessionId | None] = {}
 
     def apply(self, ev: Event) -> list[Decision]:
         self.log.append((self.now, ev))
@@ -82,6 +83,7 @@ class CoreMachine(RuleBasedStateMachine):
             for lease, state in self.core.leases()
             if state is LeaseState.YIELDING and self.core.yields_for(lease.lease_id) is not None
         }
+        self.waiters = {lid: self.core.yields_for(lid) for lid in for_waiter}
         out = self.core.handle(ev, self.now)
         self.decisions.append(out)
         self.check_yields_served(ev, out, for_waiter)
@@ -111,9 +113,18 @@ class CoreMachine(RuleBasedStateMachine):
         granted = {str(d.lease.slot): d.lease.session for d in out if isinstance(d, Granted)}
         ended = [d.lease for d in out if isinstance(d, Revoked) and d.reason.value == "yield_deadline"]
         if isinstance(ev, Yield) and ev.lease_id in for_waiter:
-            ended += [
-                d.lease for d in out if isinstance(d, Ended) and d.lease and d.reason.value == "yielded"
-            ]
+            # Unless the timers that fired first served the waiter with another slot (a Granted
+            # before the Ended): the yield was then called off before the event applied, and the
+            # holder's Yield, crossing the cancellation, is its own (as after a tick at that time).
+            waiter = self.waiters.get(ev.lease_id)
+            yielded = [i for i, d in enumerate(out) if isinstance(d, Ended) and d.reason.value == "yielded"]
+            served_first = bool(yielded) and any(
+                isinstance(d, Granted) and d.lease.session == waiter for d in out[: yielded[0]]
+            )
+            if not served_first:
+                ended += [
+                    d.lease for d in out if isinstance(d, Ended) and d.lease and d.reason.value == "yielded"
+                ]
         for lease in ended:
             if lease.lease_id in for_waiter:
                 to = granted.get(str(lease.slot))
