@@ -155,9 +155,12 @@ def core_lease_id(wire_id: str) -> str:
 def _parse_lines(text: str, source: str) -> list[tuple[str, bytes]]:
     out: list[tuple[str, bytes]] = []
     seen: set[str] = set()
-    for n, raw in enumerate(re.split(r"[\n,]", text), 1):
+    # Lines, with `#` comments dropped first (a comment may hold commas); then commas, so that an
+    # environment variable can carry several keys on one line.
+    body = "\n".join(raw.partition("#")[0] for raw in text.splitlines())
+    for n, raw in enumerate(re.split(r"[\n,]", body), 1):
         line = raw.strip()
-        if not line or line.startswith("#"):
+        if not line:
             continue
         kid, sep, b64 = line.partition(":")
         kid = kid.strip()

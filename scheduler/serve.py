@@ -224,6 +224,13 @@ async def start_server(
                 "no grant key given (--grant-key-file / $SLOTSCHED_GRANT_KEYS): lease ids and grants "
                 "signed by this replica are refused after a failover"
             )
+    if any(kid.startswith("replace-me") for kid in keys.kids):
+        # The deploy's placeholder key is committed to the repository: anyone can sign with it.
+        log.warning(
+            "grant key %r is the deploy's published placeholder: anyone can forge grants with it; "
+            "replace deploy/base/secrets/grant-keys (README, Deploy)",
+            keys.kids[0],
+        )
     await grpc_server.set_serving(redis_url is None)
 
     host, _ = split_hostport(listen)

@@ -441,3 +441,23 @@ def test_sdk_passes_grants_through_and_status_shows_the_callers_actors(tmp_path:
                     await w.stop()
 
         _run(go)
+
+
+def test_a_comment_in_a_key_file_may_hold_commas() -> None:
+    import base64
+
+    line = f"k1:{base64.b64encode(os.urandom(32)).decode()}"
+    ring = GrantKeyring.parse(f"# rotated 2026-12-01, by ops, ticket 42\n{line}  # current, signs\n")
+    assert ring.kids == ("k1",)
+
+
+def test_the_deploys_placeholder_grant_key_is_called_out_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    # The placeholder is published in the repository: a scheduler signing with it must say so.
+    placeholder = Path(__file__).resolve().parents[1] / "deploy" / "base" / "secrets" / "grant-keys"
+    keys = GrantKeyring.load(str(placeholder))
+    with caplog.at_level("WARNING"), running_server(None, grant_keys=keys):
+        pass
+    assert any("published placeholder" in r.getMessage() for r in caplog.records)
+    with caplog.at_level("WARNING"), running_server(None, grant_keys=GrantKeyring.generate("k1")):
+        pass
+    assert sum("published placeholder" in r.getMessage() for r in caplog.records) == 1
