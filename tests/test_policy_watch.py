@@ -188,3 +188,39 @@ def test_a_replica_taking_the_lead_applies_the_objects_latest_version(tmp_path: 
             asyncio.run(lead_once(api, 2, 2))  # recovered: the journal says 1, the object 2
     finally:
         redis_proc.kill()
+
+
+def test_a_failed_apply_leaves_the_watch_running_and_is_retried() -> None:
+    """The state store unreachable mid-apply (or a step-down) must not end the watch: the version
+    stays unhandled, its status says Unavailable, and the next delivery applies it."""
+    from kubernetes import client
+
+    from scheduler.kube.policy_watch import Outcome, PolicyWatcher
+    from scheduler.ports import StateUnavailable
+
+    watcher = PolicyWatcher(parse_policy_source(f"kubernetes://{NS}/{NAME}"), client.ApiClient())
+    applied: list[Any] = []
+    reports: list[Outcome] = []
+
+    async def flaky(policy: Any, warnings: Any) -> Outcome:
+        if not applied:
+            applied.append(None)
+            raise StateUnavailable("redis unreachable", 1.0)
+        applied.append(policy)
+        return Outcome(True, "Applied", "applied")
+
+    async def report(obj: Any, valid: Any, outcome: Outcome) -> None:
+        reports.append(outcome)
+
+    watcher.bind(flaky)
+    watcher._report = report  # type: ignore[method-assign]  # no API server in this test
+    obj = policy_object(guaranteed=2)
+    obj["metadata"].update(uid="u1", resourceVersion="7")
+
+    async def go() -> None:
+        await watcher._handle(obj)  # raises inside apply: must not propagate
+        await watcher._handle(obj)  # the same version again: now applied
+
+    asyncio.run(go())
+    assert [r.reason for r in reports] == ["Unavailable", "Applied"]
+    assert applied[-1] is not None and applied[-1].tenant("acme").guaranteed == 2

@@ -244,7 +244,15 @@ class PolicyWatcher:
         if applied_already:
             outcome = Outcome(True, "Applied", "applied at start-up")
         else:
-            outcome = await self._apply(policy, warnings)
+            try:
+                outcome = await self._apply(policy, warnings)
+            except Exception as e:  # e.g. the state store unreachable mid-write, a step-down
+                # Not applied now; `_done` stays behind, so the next event or a resync retries.
+                # The watch must outlive this: an exception here would end it for good.
+                log.warning("SchedulingPolicy %s: not applied, will retry: %s", self.ref, e)
+                if self._reporting():
+                    await self._report(obj, (True, "Valid", "valid"), Outcome(False, "Unavailable", str(e)))
+                return
         self._done = version
         if outcome.report:
             note = "; ".join(str(w) for w in warnings)
