@@ -112,9 +112,14 @@ class RunningServer:
         await self.server.stop(grace)
         for t in self._tasks:
             t.cancel()
+        # Let them run their `finally` (a watcher's stop, a leader's task list) before the loop
+        # closes; an exception of a task that had already failed is dropped here, not leaked.
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         close = getattr(self._actuator, "close", None)
         if close is not None:
-            close()  # the local actuator stops the worker processes it started
+            # The local actuator stops the worker processes it started, waiting for each to exit:
+            # off the event loop.
+            await asyncio.to_thread(close)
         self.loop.close()
 
 
@@ -224,12 +229,14 @@ async def start_server(
                 "no grant key given (--grant-key-file / $SLOTSCHED_GRANT_KEYS): lease ids and grants "
                 "signed by this replica are refused after a failover"
             )
-    if any(kid.startswith("replace-me") for kid in keys.kids):
-        # The deploy's placeholder key is committed to the repository: anyone can sign with it.
+    placeholder = next((kid for kid in keys.kids if kid.startswith("replace-me")), None)
+    if placeholder is not None:
+        # The deploy's placeholder key is committed to the repository: anyone can sign with it
+        # (a verify-only line too: every listed key verifies).
         log.warning(
             "grant key %r is the deploy's published placeholder: anyone can forge grants with it; "
             "replace deploy/base/secrets/grant-keys (README, Deploy)",
-            keys.kids[0],
+            placeholder,
         )
     await grpc_server.set_serving(redis_url is None)
 

@@ -125,16 +125,6 @@ class SchedulerLoop:
         """The already-done awaitable `durable` returns when nothing is pending."""
         return self._done
 
-    def submit_at(self, event: Event, now: float) -> list[Decision]:
-        """`submit` at an explicit time (recovery renews leases at the times it walks through)."""
-        spec = BY_TYPE[type(event)]
-        if spec.before is not None:
-            spec.before(self, event, NO_EXTRAS)
-        t0 = time.perf_counter()
-        decisions = self.core.handle(event, now)
-        self._after(event, spec, decisions, now, time.perf_counter() - t0, NO_EXTRAS)
-        return decisions
-
     def apply_policy(self, policy: Policy) -> list[Decision]:
         now = self._clock()
         t0 = time.perf_counter()

@@ -16,7 +16,7 @@ the lease it rebuilds the state from Redis. A lost renewal of the leader lease d
 
 Snapshots. Every `snapshot_every` events or `snapshot_interval_s` seconds, at the moment a batch
 is cut (so the state is exactly the journal up to that batch's last entry), the state is encoded
-as versioned JSON (snapshot.py: the core's logical state, the policy, the loop's and registry's
+as versioned JSON (state_snapshot.py: the core's logical state, the policy, the loop's and registry's
 bookkeeping), stored with that stream id once the batch is in, and the journal trimmed up to it.
 Any build that knows the snapshot's format reads it, so an ordinary deploy keeps the state; a
 snapshot of a newer format is refused (the whole journal is replayed if it was never trimmed,
