@@ -217,3 +217,9 @@ def start_metrics_http(address: str, flag: str, registry: Any, tls: TlsFiles | N
     except OSError as e:
         raise ListenError(address, flag, _reason(e)) from None
     return httpd
+
+
+def close_metrics_http(httpd: Any) -> None:
+    """Stop a server `start_metrics_http` started (waits out its 0.5 s poll: call it off the loop)."""
+    httpd.shutdown()
+    httpd.server_close()

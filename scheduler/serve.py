@@ -35,12 +35,20 @@ from grpc_health.v1 import health
 
 from scheduler.core.types import WorkerId
 from scheduler.grants import GrantKeyError, GrantKeyring
-from scheduler.listen import ListenError, TlsFiles, add_grpc_port, check_bindable, start_metrics_http
+from scheduler.listen import (
+    ListenError,
+    TlsFiles,
+    add_grpc_port,
+    check_bindable,
+    close_metrics_http,
+    split_hostport,
+    start_metrics_http,
+)
 from scheduler.policy.defaults import default_policy
 from scheduler.policy.errors import PolicyError, Problem
 from scheduler.policy.model import Policy
 from scheduler.policy.yaml_io import load_policy
-from scheduler.server.app import DEFAULT_LISTEN, DEFAULT_METRICS_LISTEN, GrpcServer, assemble, split_hostport
+from scheduler.server.app import DEFAULT_LISTEN, DEFAULT_METRICS_LISTEN, GrpcServer, assemble
 from scheduler.server.auth import TENANT_HEADER, Authenticator
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.metrics import Metrics
@@ -108,7 +116,7 @@ class RunningServer:
             await self.replica.stop()  # resign at once: a standby takes over without waiting a TTL
         if self._httpd is not None:
             # shutdown() waits out serve_forever's 0.5 s poll; nothing needs to wait for it.
-            threading.Thread(target=_close_httpd, args=(self._httpd,), daemon=True).start()
+            threading.Thread(target=close_metrics_http, args=(self._httpd,), daemon=True).start()
         await self.server.stop(grace)
         for t in self._tasks:
             t.cancel()
@@ -121,11 +129,6 @@ class RunningServer:
             # off the event loop.
             await asyncio.to_thread(close)
         self.loop.close()
-
-
-def _close_httpd(httpd: WSGIServer) -> None:
-    httpd.shutdown()
-    httpd.server_close()
 
 
 def _load(policy_path: str | None, watcher: PolicyWatcher | None = None) -> tuple[Policy, bool]:
@@ -240,7 +243,7 @@ async def start_server(
         )
     await grpc_server.set_serving(redis_url is None)
 
-    host, _ = split_hostport(listen)
+    host = split_hostport(listen, "--listen")[0] or "0.0.0.0"
     if metrics_listen:
         check_bindable(metrics_listen, "--metrics-listen")  # before binding anything: nothing to undo
     server = grpc_server.server
@@ -497,7 +500,7 @@ async def serve_forever(
     print(f"slotsched serving gRPC on {running.target}", flush=True)  # the target last: scripts read it
     print(f"slotsched transport: {running.transport}", flush=True)
     if running.metrics_port is not None:
-        mhost = split_hostport(metrics_listen or "")[0]
+        mhost = split_hostport(metrics_listen or "", "--metrics-listen")[0] or "0.0.0.0"
         scheme = "https" if metrics_tls else "http"
         print(f"slotsched metrics on {scheme}://{mhost}:{running.metrics_port}/metrics", flush=True)
     if running.secure:

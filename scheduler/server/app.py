@@ -47,13 +47,6 @@ DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"  # the port deploy/ scrapes
 
 
-def split_hostport(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"expected HOST:PORT, not {text!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
 class _LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """A replicated server: while this replica does not serve, the scheduling services answer UNAVAILABLE."""
 

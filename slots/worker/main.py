@@ -44,7 +44,15 @@ from scheduler.api import guard
 from scheduler.api.gen.slotsched.v1 import worker_pb2_grpc
 from scheduler.client.channel import tls_credentials
 from scheduler.grants import GrantVerifier
-from scheduler.listen import ListenError, TlsFiles, add_grpc_port, check_bindable, start_metrics_http
+from scheduler.listen import (
+    ListenError,
+    TlsFiles,
+    add_grpc_port,
+    check_bindable,
+    close_metrics_http,
+    split_hostport,
+    start_metrics_http,
+)
 from slots.worker.actor import ActorConfig
 from slots.worker.agent import STOPPED, WorkerAgent
 from slots.worker.defaults import DEFAULT_SNAPSHOTS
@@ -55,13 +63,6 @@ from snapshots.config import store_from_url
 from snapshots.store import SnapshotStore
 
 log = logging.getLogger("slotsched.worker")
-
-
-def split_hostport(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"expected HOST:PORT, not {text!r}")
-    return host.strip("[]"), int(port)
 
 
 @dataclass
@@ -98,7 +99,7 @@ class RunningWorker:
         await self.server.stop(grace)
         await self.host.aclose()
         if self._httpd is not None:
-            await asyncio.to_thread(_close_httpd, self._httpd)
+            await asyncio.to_thread(close_metrics_http, self._httpd)
 
     async def kill(self) -> None:
         """Die without telling anyone (tests of a crashed worker): no drain, no deregister."""
@@ -112,12 +113,7 @@ class RunningWorker:
         await self.server.stop(0)
         await self.host.aclose()
         if self._httpd is not None:
-            await asyncio.to_thread(_close_httpd, self._httpd)
-
-
-def _close_httpd(httpd: WSGIServer) -> None:
-    httpd.shutdown()
-    httpd.server_close()
+            await asyncio.to_thread(close_metrics_http, self._httpd)
 
 
 async def start_worker(
@@ -155,7 +151,7 @@ async def start_worker(
         channel_credentials = tls_credentials(
             tls.read("ca") if tls.ca else None, tls.read("cert"), tls.read("key")
         )
-    lhost, _ = split_hostport(listen)
+    lhost, _ = split_hostport(listen, "--listen")
     if advertise is None and lhost in ("", "0.0.0.0", "::"):
         raise ValueError(f"listening on {listen}: give --advertise HOST:PORT (the address clients dial)")
     if metrics_listen:
