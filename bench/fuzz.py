@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from procs import stop_all  # noqa: E402
 
 from tests.fuzz_requests import Tally, accounting_problems, fuzz_case, send  # noqa: E402
 
@@ -117,13 +117,7 @@ def run(requests: int, concurrency: int) -> tuple[Tally, list[str], bool]:
         for ch in channels.values():
             loop.run_until_complete(ch.close())
     finally:
-        for proc in (worker, server):
-            proc.send_signal(signal.SIGTERM)
-        for proc in (worker, server):
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all((worker, server))
         loop.close()
     return tally, problems, serving
 

@@ -40,24 +40,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
+from procs import bench_policy, stop_all  # noqa: E402
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc  # noqa: E402
-from scheduler.policy.identities import hash_token  # noqa: E402
 
 TOKEN = "bench-token"
 NOOP_METHOD = "/bench.Noop/Call"
-POLICY = f"""\
-apiVersion: slotsched.dev/v1alpha1
-kind: SchedulingPolicy
-metadata: {{name: bench}}
-spec:
-  pool: {{slotsPerWorker: 16, workers: 8, minWorkers: 1, maxWorkers: 8, floor: 0}}
-  timing: {{leaseTTLSeconds: 300}}
-  tenants:
-    - name: bench
-      burstable: {{nominal: 128, limit: 128}}
-      tokens: ["{hash_token(TOKEN)}"]
-"""
+POLICY = bench_policy(TOKEN)
 _SERVE = (
     "import asyncio, sys\n"
     "from scheduler.serve import StateOptions, serve_forever\n"
@@ -346,13 +335,7 @@ def main() -> int:
 
             asyncio.run(go())
         finally:
-            for proc in procs:
-                proc.send_signal(signal.SIGTERM)
-            for proc in procs:
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop_all(procs, 10)
     return 0
 
 

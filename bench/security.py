@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -37,29 +36,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
+from procs import bench_policy, stop_all  # noqa: E402
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc  # noqa: E402
 from scheduler.client.channel import tls_credentials  # noqa: E402
 from scheduler.grants import GrantClaim, GrantKeyring  # noqa: E402
-from scheduler.policy.identities import hash_token  # noqa: E402
 from tests.tls_certs import Pki, make_pki  # noqa: E402
 
 TOKEN = "bench-token"
 ADMIN = "bench-admin"
-POLICY = f"""\
-apiVersion: slotsched.dev/v1alpha1
-kind: SchedulingPolicy
-metadata: {{name: bench}}
-spec:
-  pool: {{slotsPerWorker: 16, workers: 8, minWorkers: 1, maxWorkers: 8, floor: 0}}
-  timing: {{leaseTTLSeconds: 300}}
-  tenants:
-    - name: bench
-      burstable: {{nominal: 128, limit: 128}}
-      tokens: ["{hash_token(TOKEN)}"]
-  access:
-    admins: ["{hash_token(ADMIN)}"]
-"""
+POLICY = bench_policy(TOKEN, ADMIN)
 
 
 def _spawn(args: list[str]) -> tuple[subprocess.Popen[str], str]:
@@ -146,13 +132,7 @@ def tls_p50_ratio(pki: Pki, policy_path: str, iterations: int, rounds: int) -> d
 
         samples = asyncio.run(run())
     finally:
-        for proc in (plain, mtls):
-            proc.send_signal(signal.SIGTERM)
-        for proc in (plain, mtls):
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all((plain, mtls))
     p50 = {name: statistics.median(v) for name, v in samples.items()}
     p90 = {name: statistics.quantiles(v, n=10)[-1] for name, v in samples.items()}
     return {
