@@ -23,6 +23,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -72,9 +73,15 @@ class StateOptions:
     state: str = "memory"  # memory | redis://HOST:PORT/DB
     prefix: str = "slotsched"
     replica_id: str | None = None  # default hostname-pid
-    leader_ttl_s: float = 5.0
+    #: The leader lease (scheduler/state/replica.py, "Election timing"): renewed every TTL/4, a
+    #: dead leader is replaced within about TTL + campaign_interval_s.
+    leader_ttl_s: float = 1.0
+    campaign_interval_s: float = 0.1
     snapshot_every: int = 1000
     snapshot_interval_s: float = 60.0
+    #: HOST:PORT clients are sent to while this replica leads (NOT_LEADER names it); default the
+    #: listen address, or $POD_IP / the hostname with the bound port when listening on all.
+    advertise: str | None = None
 
 
 @dataclass
@@ -226,7 +233,15 @@ async def start_server(
     else:
         static = register_static_pool if static_pool else None
         leadership = _Leadership(redis_url, state, loop, registry, policy, metrics, static, watcher)
-        grpc_server = assemble(loop, registry, auth, demand, serving=leadership.serving, grant_keys=keys)
+        grpc_server = assemble(
+            loop,
+            registry,
+            auth,
+            demand,
+            serving=leadership.serving,
+            leader=leadership.leader,
+            grant_keys=keys,
+        )
         if keys.ephemeral:
             log.warning(
                 "no grant key given (--grant-key-file / $SLOTSCHED_GRANT_KEYS): lease ids and grants "
@@ -393,15 +408,22 @@ class _Leadership:
             leader_ttl_s=state.leader_ttl_s,
             snapshot_every=state.snapshot_every,
             snapshot_interval_s=state.snapshot_interval_s,
+            campaign_interval_s=state.campaign_interval_s,
         )
+        self._advertise = state.advertise
         loop.journal = self.replica
 
     def serving(self) -> bool:
-        return self.replica.serving
+        return self.replica.leading()
+
+    def leader(self) -> str | None:
+        """Where the leader is, as a standby last read it (for NOT_LEADER)."""
+        return self.replica.leader_address
 
     async def start(self, running: RunningServer, grpc_server: GrpcServer) -> None:
         self._running, self._grpc = running, grpc_server
         running.replica = self.replica
+        self.replica.advertise = self._advertise or default_advertise(running.host, running.port)
         running._tasks.append(asyncio.create_task(_cancel_on_exit(self._tasks)))
         try:
             await self.replica.start()
@@ -433,6 +455,17 @@ class _Leadership:
             t.cancel()
         self._tasks.clear()
         await self._grpc.set_serving(False)
+
+
+def default_advertise(host: str, port: int, env: Mapping[str, str] | None = None) -> str:
+    """The address clients reach this replica at: the listen host, unless it listens on all
+    interfaces; then $POD_IP (Kubernetes' downward API), else the hostname."""
+    env = os.environ if env is None else env
+    if host in ("0.0.0.0", "::", "[::]", ""):
+        host = env.get("POD_IP") or socket.gethostname()
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 literal
+    return f"{host}:{port}"
 
 
 async def _cancel_on_exit(tasks: list[asyncio.Task[None]]) -> None:

@@ -20,6 +20,8 @@ def _serve(args: argparse.Namespace) -> int:
         prefix=args.state_prefix,
         replica_id=args.replica_id,
         leader_ttl_s=args.leader_ttl,
+        campaign_interval_s=args.campaign_interval,
+        advertise=args.advertise,
         snapshot_every=args.snapshot_every,
         snapshot_interval_s=args.snapshot_interval,
     )
@@ -81,9 +83,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     s.add_argument(
         "--leader-ttl",
-        type=float,
-        default=5.0,
-        help="seconds a leader lease lasts unrenewed: the failover time (default %(default)s)",
+        type=_positive,
+        default=1.0,
+        help="seconds a leader lease lasts unrenewed (renewed every TTL/4; the leader stops serving "
+        "at 90%% of it without a renewal): a dead leader is replaced within about this "
+        "(default %(default)s)",
+    )
+    s.add_argument(
+        "--campaign-interval",
+        type=_positive,
+        default=0.1,
+        help="seconds between a standby's tries for the leader lease, ±50%% jitter (default %(default)s)",
+    )
+    s.add_argument(
+        "--advertise",
+        default=None,
+        metavar="HOST:PORT",
+        help="the address clients reach this replica at; standbys name the leader's in their "
+        "NOT_LEADER refusals (default: the --listen address, or $POD_IP / the hostname with the "
+        "port when listening on all interfaces)",
     )
     s.add_argument(
         "--snapshot-every",
@@ -114,6 +132,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "of --tls-ca if given); without it metrics stay plain HTTP: keep that port cluster-internal",
     )
     s.set_defaults(func=_serve)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
+    return value
 
 
 def add_tls_flags(p: argparse.ArgumentParser, whose: str) -> None:

@@ -3,8 +3,9 @@ reflection and the leader gate. No state store, no ports bound, no tasks started
 wiring root's job (scheduler/serve.py, which composes this with the state store, metrics and the
 autoscaler).
 
-With a `serving` gate (a replicated server) the scheduling services answer UNAVAILABLE "not the
-leader" while it returns False; `set_serving` turns health SERVING / NOT_SERVING to match.
+With a `serving` gate (a replicated server) the scheduling services answer UNAVAILABLE with reason
+NOT_LEADER (and the leader's address, when known) while it returns False; `set_serving` turns
+health SERVING / NOT_SERVING to match (Kubernetes' readiness: the Service routes to the leader).
 """
 
 from __future__ import annotations
@@ -48,12 +49,13 @@ DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"  # the port deploy/ scrapes
 
 
 class _LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """A replicated server: while this replica does not serve, the scheduling services answer UNAVAILABLE."""
+    """A replicated server: while this replica does not serve, the scheduling services answer
+    UNAVAILABLE NOT_LEADER, naming the leader when `leader()` knows it (errors.not_leader)."""
 
-    def __init__(self, serving: Callable[[], bool]) -> None:
+    def __init__(self, serving: Callable[[], bool], leader: Callable[[], str | None]) -> None:
         self._serving = serving
+        self._leader = leader
         self._gated = tuple(f"/{name}/" for name in SERVICE_NAMES)
-        self._failure = errors.not_leader()
 
     async def intercept_service(
         self,
@@ -63,9 +65,10 @@ class _LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler = await continuation(details)
         if self._serving() or handler is None or not details.method.startswith(self._gated):
             return handler
+        failure = errors.not_leader(self._leader())
 
         async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-            await errors.abort(context, self._failure)
+            await errors.abort(context, failure)
 
         kw = {
             "request_deserializer": handler.request_deserializer,
@@ -75,7 +78,9 @@ class _LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return grpc.unary_unary_rpc_method_handler(refuse, **kw)
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(refuse, **kw)
-        return handler
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(refuse, **kw)
+        return grpc.stream_stream_rpc_method_handler(refuse, **kw)
 
 
 class _Health(health.aio.HealthServicer):  # type: ignore[misc]
@@ -106,11 +111,13 @@ def assemble(
     demand: Callable[[], float],
     serving: Callable[[], bool] | None = None,
     grant_keys: GrantKeyring | None = None,
+    leader: Callable[[], str | None] = lambda: None,
 ) -> GrpcServer:
     """A gRPC server (not bound, not started) with every service on it. `demand` feeds KEDA
-    (weighted demand in slots); `serving`, if given, gates the scheduling services; `grant_keys`
-    sign the Scheduler service's grants (None: a generated key)."""
-    interceptors = [] if serving is None else [_LeaderGate(serving)]
+    (weighted demand in slots); `serving`, if given, gates the scheduling services (and `leader`
+    names the leader's address in the refusal); `grant_keys` sign the Scheduler service's grants
+    (None: a generated key)."""
+    interceptors = [] if serving is None else [_LeaderGate(serving, leader)]
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=interceptors)
     # Every servicer is registered through the wire guard: undecodable or over-long requests are
     # INVALID_ARGUMENT before a servicer sees them (scheduler/api/guard.py).

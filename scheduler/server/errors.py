@@ -24,7 +24,8 @@ from grpc_status import rpc_status
 
 from scheduler.core.types import Decision, ErrorCode, Refused, RefuseReason, Rejected
 from scheduler.policy.errors import PolicyError
-from scheduler.ports import NOT_LEADER, StateUnavailable
+from scheduler.ports import NOT_LEADER as NOT_LEADER_MESSAGE
+from scheduler.ports import StateUnavailable
 from scheduler.server.stream import StreamClosed
 
 DETAILS_KEY = rpc_status.GRPC_DETAILS_METADATA_KEY  # "grpc-status-details-bin"
@@ -44,6 +45,10 @@ NOT_HOLDER = "NOT_HOLDER"
 INVALID_EVENT = "INVALID_EVENT"
 PRECONDITION = "PRECONDITION"  # any other precondition: the message says which
 RATE_LIMITED = "RATE_LIMITED"  # RESOURCE_EXHAUSTED without a more specific reason
+NOT_LEADER = "NOT_LEADER"  # UNAVAILABLE from a standby: metadata `leader` = the leader's address
+#: Trailing metadata naming the leader's HOST:PORT on a NOT_LEADER refusal (when known): what the
+#: SDK follows; the same address is in the ErrorInfo's metadata `leader`.
+LEADER_KEY = "x-slotsched-leader"
 # Every failure with one of these codes carries an ErrorInfo; a builder without a reason gets these.
 DEFAULT_REASONS = {
     grpc.StatusCode.PERMISSION_DENIED: CREDENTIAL_DENIED,
@@ -154,12 +159,22 @@ def unavailable(message: str = SHUTTING_DOWN) -> RpcFailure:
 def from_state(e: StateUnavailable) -> RpcFailure:
     """The state store could not make the call's effects durable (or this replica does not lead)."""
     retry = ((RETRY_AFTER_KEY, str(round(e.retry_after_s * 1000))),)
-    return RpcFailure(grpc.StatusCode.UNAVAILABLE, e.message, metadata=retry)
+    reason = NOT_LEADER if e.message == NOT_LEADER_MESSAGE else ""
+    return RpcFailure(grpc.StatusCode.UNAVAILABLE, e.message, metadata=retry, reason=reason)
 
 
-def not_leader(retry_after_s: float = 1.0) -> RpcFailure:
-    """A call to a replica that does not serve (standby, or stepped down)."""
-    return from_state(StateUnavailable(NOT_LEADER, retry_after_s))
+def not_leader(leader: str | None = None) -> RpcFailure:
+    """A call to a replica that does not serve (a standby, or a leader that stepped down):
+    UNAVAILABLE with reason NOT_LEADER, naming the leader (ErrorInfo metadata `leader` and
+    trailing metadata `x-slotsched-leader`) when this replica knows it. Retry there at once;
+    without an address, retry shortly (a take-over is under way)."""
+    if leader:
+        message = f"not the leader: this replica is a standby; the leader is at {leader}"
+        md: tuple[tuple[str, str], ...] = ((RETRY_AFTER_KEY, "0"), (LEADER_KEY, leader))
+        info = {"leader": leader}
+    else:
+        message, md, info = NOT_LEADER_MESSAGE, ((RETRY_AFTER_KEY, "200"),), {}
+    return RpcFailure(grpc.StatusCode.UNAVAILABLE, message, metadata=md, reason=NOT_LEADER, info=info)
 
 
 _CLOSED = {
@@ -314,6 +329,8 @@ def unary(fn: Callable[[S, Q, Any], Awaitable[R]]) -> Callable[[S, Q, Any], Awai
 __all__ = [
     "DETAILS_KEY",
     "ESTIMATED_WAIT_KEY",
+    "LEADER_KEY",
+    "NOT_LEADER",
     "RETRY_AFTER_KEY",
     "RpcFailure",
     "aborted",

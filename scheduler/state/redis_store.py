@@ -61,6 +61,11 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+_PUBLISH_ADDR = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2])
+return 1
+"""
 _RESIGN = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -238,6 +243,50 @@ class RedisStore:
         return StoredSnapshot(
             bytes(doc[b"data"]), _text(doc[b"fingerprint"]), _text(doc[b"stream_id"]), float(doc[b"at"])
         )
+
+    # ------------------------------------------------------------------ hot standby, leader address
+    # (added after the methods above: the standby's tail and the address clients are sent to)
+
+    @property
+    def k_leader_addr(self) -> str:
+        """`P:leader_addr`: "<term token> <host:port>" of the leader that won that term. Derived
+        from `k_leader` so it shares its hash tag (one slot with the lease in a Redis Cluster)."""
+        return f"{self.k_leader}_addr"
+
+    async def publish_address(self, address: str, token: str) -> bool:
+        """Record `address` as the leader's for the term `token` (fenced: False if not ours)."""
+        script = self.redis.register_script(_PUBLISH_ADDR)
+        return bool(await script(keys=[self.k_leader, self.k_leader_addr], args=[token, address]))
+
+    async def leader_address(self) -> str | None:
+        """The address the current leader published, or None (no leader, or the one that holds
+        the lease has not published yet: never a previous term's address)."""
+        token, rec = await self.redis.mget(self.k_leader, self.k_leader_addr)
+        if token is None or rec is None:
+            return None
+        term, _, address = _text(rec).partition(" ")
+        return address if term == _text(token) and address else None
+
+    async def tail(
+        self, after: str, block_ms: int, count: int = 2000
+    ) -> tuple[list[tuple[str, bytes]], str | None]:
+        """Journal entries after `after`, waiting up to `block_ms` for the first; and the stream
+        id the stored snapshot covers, read after them (in one pipeline: Redis runs the HGET once
+        the XREAD returned). A snapshot id past `after` whose entries did not come means the
+        leader trimmed what the standby had not read: it must reload the snapshot."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xread({self.k_journal: after}, count=count, block=max(1, block_ms))
+        pipe.hget(self.k_snapshot, "stream_id")
+        got, snap = await pipe.execute()
+        rows: list[tuple[str, bytes]] = []
+        for _, entries in got or ():
+            rows.extend((_text(rid), bytes(fields[b"e"])) for rid, fields in entries)
+        return rows, None if snap is None else _text(snap)
+
+    async def snapshot_id(self) -> str | None:
+        """The stream id the stored snapshot covers (None: no snapshot)."""
+        v = await self.redis.hget(self.k_snapshot, "stream_id")
+        return None if v is None else _text(v)
 
 
 def _text(v: Any) -> str:

@@ -25,23 +25,50 @@ else this replica stops and says so).
 The replica knows the server only through scheduler/ports.py: it drives a `ReplicaHost` (the
 loop) and a `WorkerBook` (the registry), and is the loop's `Journal`; scheduler/serve.py wires them.
 
-Recovery (on winning the lease): load the snapshot, replay the journal after it through
-`loop.replay` (core + bookkeeping, no fan-out, metrics or observers), give every registered
-worker a fresh heartbeat, then carry the leases across the outage with one journaled core event,
-`Resumed(since)`, since = the later of the last recorded time and the last leader's last lease
-renewal (`P:alive`, its clock): holders could neither renew nor yield while no server was up,
-so the core moves every expiry out by the outage (and to at least now + TTL) and every pending
-yield deadline by the outage, before any timer due now fires. A fresh store (no snapshot, empty
-journal) starts by journaling the policy file and registering the static pool.
+Hot standby. A replica that does not lead loads the snapshot once, then follows the journal as
+the leader appends it (XREAD BLOCK, at most `tail_block_ms`), applying every entry through
+`loop.replay` (core + bookkeeping, no fan-out, metrics, observers or timers: the loop stays
+`shutting_down`, the leader gate refuses every call) and `registry.replay`, so its core is live.
+If the leader trimmed the journal past the standby's position (a snapshot it had not read up to),
+the standby reloads the snapshot; an entry it cannot decode stops the following. A standby
+campaigns only once loaded. Winning the lease bumps the fencing token, so nothing more reaches
+the journal from the last leader; the standby then reads the journal's tail once (the last few
+entries), and serves. A full recovery (snapshot + the whole journal after it) happens only when
+there is nothing live to take over from: at a cold start, after a step-down (this core holds
+events that never reached the journal), or when the tail cannot be applied.
+
+Take-over (hot or full): give every registered worker a fresh heartbeat, publish this replica's
+address (`--advertise`: what standbys name in NOT_LEADER), then carry the leases across the
+outage with one journaled core event, `Resumed(since)`, since = the later of the last recorded
+time and the last leader's last lease renewal (`P:alive`, its clock): holders could neither
+renew nor yield while no server was up, so the core moves every expiry out by the outage (and to
+at least now + TTL) and every pending yield deadline by the outage, before any timer due now
+fires. A fresh store (no snapshot, empty journal) starts by journaling the policy file and
+registering the static pool.
+
+Election timing. The leader lease lasts `leader_ttl_s` (default 1 s) in Redis (`SET NX PX`,
+Redis's clock) and is renewed every TTL/4; a standby campaigns every `campaign_interval_s`
+(default 100 ms, ±50 % jitter). A dead leader is thus replaced within TTL + one campaign
+interval (+ the take-over, milliseconds for a hot standby). The leader serves only until its
+local deadline, t + TTL − 10 % (t: when it *sent* the last successful renewal, on its monotonic
+clock): Redis's expiry is at least TTL after t, so the leader stops answering before a successor
+can win. That assumes the two clocks' *rates* differ by less than 10 % over one TTL (ordinary
+clocks drift by parts per million), not that they agree on the time. A renewal that runs late (a
+busy or paused event loop) finds the deadline passed: the leader gate refuses calls meanwhile,
+and if the lease is gone the replica steps down; every write is fenced anyway (a successor's
+token), so a paused leader can never journal after a successor took over.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import random
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from redis.exceptions import RedisError
@@ -58,6 +85,12 @@ from scheduler.state.redis_store import NotLeader, RedisStore
 log = logging.getLogger("slotsched.state")
 
 RETRY_AFTER_S = 1.0
+#: Election timing (see the module docstring). A 1 s lease renewed every 250 ms: a dead leader
+#: is replaced within about a second; a standby campaigns every 100 ms (with ±50 % jitter).
+DEFAULT_LEADER_TTL_S = 1.0
+DEFAULT_CAMPAIGN_INTERVAL_S = 0.1
+#: The leader stops serving this fraction of the TTL before its lease could lapse in Redis.
+MARGIN = 0.1
 
 
 class StateError(RuntimeError):
@@ -87,6 +120,22 @@ class StateMetrics:
         self.recoveries = Counter(
             "slotsched_recoveries", "State recoveries from Redis (start-up or takeover).", registry=registry
         )
+        self.standby_applied = Counter(
+            "slotsched_standby_applied_entries",
+            "Journal entries a standby applied to its live core while following the leader.",
+            registry=registry,
+        )
+        self.takeover_entries = Counter(
+            "slotsched_takeover_journal_entries",
+            "Journal entries read at take-over (a hot standby reads only the last few).",
+            registry=registry,
+        )
+        self.takeover = Histogram(
+            "slotsched_takeover_seconds",
+            "From winning the leader lease to serving (catch-up or recovery, Resumed journaled).",
+            buckets=(1e-3, 5e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+            registry=registry,
+        )
 
 
 class Replica:
@@ -102,9 +151,11 @@ class Replica:
         *,
         on_lead: Callable[[bool], Awaitable[None]],
         on_step_down: Callable[[], Awaitable[None]],
-        leader_ttl_s: float = 5.0,
+        leader_ttl_s: float = DEFAULT_LEADER_TTL_S,
         snapshot_every: int = 1000,
         snapshot_interval_s: float = 60.0,
+        campaign_interval_s: float = DEFAULT_CAMPAIGN_INTERVAL_S,
+        advertise: str = "",
     ) -> None:
         self.store = store
         self.loop = loop
@@ -114,6 +165,14 @@ class Replica:
         self.on_lead = on_lead
         self.on_step_down = on_step_down
         self.leader_ttl_s = leader_ttl_s
+        self.renew_interval_s = leader_ttl_s / 4  # three more tries before the local deadline
+        self.margin_s = leader_ttl_s * MARGIN  # see the module docstring: clock-rate drift
+        self.campaign_interval_s = campaign_interval_s
+        # A standby's XREAD blocks at most this long, well inside the store's socket timeout.
+        self.tail_block_ms = max(10, int(min(200.0, leader_ttl_s * 1000 / 8)))
+        self.advertise = advertise  # host:port clients are sent to while this replica leads
+        self.leader_address: str | None = None  # a standby's view of where the leader is
+        self.last_takeover: TakeOver | None = None
         self.snapshot_every = snapshot_every
         self.snapshot_interval_s = snapshot_interval_s
         self.serving = False  # leader, recovered, accepting calls
@@ -131,6 +190,15 @@ class Replica:
         self._last_now = float("-inf")
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
+        self._deadline = float("-inf")  # monotonic: serve no later than this without a renewal
+        self._renew_at = float("inf")
+        # Hot standby: the journal id this core is exactly at (None: not loaded, or a leader's
+        # core, which runs ahead of the journal until its batch lands).
+        self._pos: str | None = None
+        self._fresh = True  # no snapshot and no journal entry applied: a new store
+        self._follow_task: asyncio.Task[None] | None = None
+        self._follow_broken = False
+        self._first_load = asyncio.Event()
 
     # ------------------------------------------------------------------ durability
 
@@ -225,28 +293,32 @@ class Replica:
 
     # ------------------------------------------------------------------ leadership
 
+    def leading(self) -> bool:
+        """Serving, and within the local deadline of the last renewal: a leader whose renewal is
+        late (a busy or paused loop) stops answering before a successor could have won."""
+        return self.serving and time.monotonic() < self._deadline
+
     async def start(self) -> None:
-        """Try once to lead (recovering if won); otherwise stay a standby. Then campaign on."""
+        """Load the state as a standby, then try once to lead; either way campaign on."""
+        self._follow_task = self._aloop.create_task(self._follow())
+        await self._first_load.wait()
         try:
-            if await self.store.try_lead(self.leader_ttl_s):
-                await self._take_over()
-            else:
-                log.info("standby: %s leads", await self.store.leader())
+            await self._campaign()
         except (RedisError, OSError, StateUnavailable) as e:
             log.warning("state store unreachable at start (%s): standby until it answers", e)
             await self._step_down(f"take-over failed: {e}")
         self._task = self._aloop.create_task(self._run())
 
     async def _run(self) -> None:
-        period = self.leader_ttl_s / 4
         while not self._stopping:
-            await asyncio.sleep(period)
             try:
                 if self.serving:
-                    if not await self.store.extend_lead(self.leader_ttl_s, self.loop.now()):
-                        await self._step_down("lost the leader lease")
-                elif await self.store.try_lead(self.leader_ttl_s):
-                    await self._take_over()
+                    await asyncio.sleep(max(0.0, self._renew_at - time.monotonic()))
+                    await self._renew()
+                else:
+                    # Jitter: standbys that saw the lease lapse together do not campaign in step.
+                    await asyncio.sleep(self.campaign_interval_s * random.uniform(0.5, 1.5))
+                    await self._campaign()
             except (RedisError, OSError, StateUnavailable) as e:
                 # StateUnavailable: a take-over whose first batch (Resumed, the policy) failed to land.
                 if self.serving:
@@ -258,6 +330,54 @@ class Replica:
                 self.fatal_event.set()
                 return
 
+    async def _renew(self) -> None:
+        """Extend the lease. The new local deadline counts from when the extend was *sent*:
+        Redis's expiry is later than that by the round trip, never earlier."""
+        t0 = time.monotonic()
+        if t0 >= self._deadline:
+            log.warning(
+                "leader lease renewal %.3f s late (busy loop?): not serving until renewed",
+                t0 - self._deadline,
+            )
+        try:
+            ok = await self.store.extend_lead(self.leader_ttl_s, self.loop.now())
+        except (RedisError, OSError) as e:
+            if time.monotonic() < self._deadline:  # one failed call is not a lost lease: retry soon
+                log.warning("leader lease renewal failed (%s): retrying", e)
+                self._renew_at = time.monotonic() + min(0.05, self.renew_interval_s)
+                return
+            raise
+        if not ok:
+            await self._step_down("lost the leader lease")
+            return
+        self._deadline = t0 + self.leader_ttl_s - self.margin_s
+        self._renew_at = t0 + self.renew_interval_s
+
+    async def _renew_if_due(self) -> None:
+        """During a long take-over (a full recovery), keep the lease it is done under."""
+        if time.monotonic() >= self._renew_at:
+            t0 = time.monotonic()
+            if not await self.store.extend_lead(self.leader_ttl_s, self.loop.now()):
+                raise unavailable("lost the leader lease while recovering")
+            self._deadline = t0 + self.leader_ttl_s - self.margin_s
+            self._renew_at = t0 + self.renew_interval_s
+
+    async def _campaign(self) -> None:
+        """One try for the lease (only once this standby's core is loaded, or cannot be: then
+        the take-over recovers in full); otherwise note where the leader is."""
+        if self._stopping or (self._pos is None and not self._follow_broken):
+            return
+        t0 = time.monotonic()
+        if await self.store.try_lead(self.leader_ttl_s):
+            self._deadline = t0 + self.leader_ttl_s - self.margin_s
+            self._renew_at = t0 + self.renew_interval_s
+            await self._take_over()
+        else:
+            address = await self.store.leader_address()
+            if address != self.leader_address:
+                log.info("standby: the leader is at %s", address or "(not published yet)")
+            self.leader_address = address
+
     async def _take_over(self) -> None:
         t0 = time.perf_counter()
         # A new term: whatever the previous one left pending is not ours to write any more.
@@ -265,10 +385,23 @@ class Replica:
         if self._batch_fut is not None and not self._batch_fut.done():
             self._batch_fut.set_exception(unavailable("a new term began: retry"))
         self._batch, self._batch_fut, self._inflight_fut, self._flushing = [], None, None, False
-        fresh, last_now = await self._recover()
+        await self._stop_following()
+        # The lease is ours now, so nothing more reaches the journal from the last leader
+        # (fenced): reading the rest of it once makes this core exactly the journal.
+        n = await self._catch_up() if self._pos is not None else None
+        hot = n is not None
+        if n is None:
+            n = await self._recover()
+        self._pos = None  # from here on this core runs ahead of the journal; a step-down reloads
+        self.registry.refresh_all()  # every registered worker gets a fresh heartbeat from now
+        fresh = self._fresh
+        if self.advertise and not await self.store.publish_address(self.advertise, self.store.token):
+            raise unavailable("lost the leader lease while taking over")
+        self.leader_address = self.advertise or None
         # The outage began when the last leader was last known alive, not at its last event: an
         # idle spell before the crash is not outage (a holder dead since then gains nothing).
         alive = await self.store.alive()
+        last_now = self._last_now
         since = last_now if alive is None else max(last_now, alive)
         self.serving = True
         self.loop.resume()
@@ -276,17 +409,54 @@ class Replica:
             self._carry_leases(since)
         await self.on_lead(fresh)
         await self.loop.durable()
+        took = time.perf_counter() - t0
         self.metrics.leader.set(1)
         self.metrics.recoveries.inc()
+        self.metrics.takeover_entries.inc(n)
+        self.metrics.takeover.observe(took)
+        self.last_takeover = TakeOver(hot, n, took)
         log.info(
-            "leading as %s: %s in %.3f s",
+            "leading as %s: %s in %.3f s (%s, %d journal entries read at take-over)",
             self.store.replica_id,
             "fresh state" if fresh else "state recovered",
-            time.perf_counter() - t0,
+            took,
+            "hot standby" if hot else "full recovery",
+            n,
         )
 
-    async def _recover(self) -> tuple[bool, float]:
-        """Rebuild the loop and registry from Redis; (fresh, last recorded time)."""
+    async def _catch_up(self) -> int | None:
+        """The journal after this standby's position; None if it cannot be applied (trimmed
+        past it, or undecodable): then the take-over recovers in full."""
+        assert self._pos is not None
+        snap = await self.store.snapshot_id()
+        if snap is not None and _id(snap) > _id(self._pos):
+            log.info("the journal was trimmed past this standby's position: recovering in full")
+            return None
+        n = 0
+        try:
+            async for chunk in self.store.journal_after(self._pos):
+                n += self._apply(chunk)
+        except (codec.CodecError, StateError) as e:
+            log.warning("cannot apply the journal's tail (%s): recovering in full", e)
+            return None
+        return n
+
+    async def _recover(self) -> int:
+        """Rebuild the loop and registry from Redis (snapshot, then the whole journal after it);
+        the number of journal entries replayed."""
+        after = await self._restore_snapshot()
+        await self._renew_if_due()
+        n = 0
+        async for chunk in self.store.journal_after(after):
+            n += self._apply(chunk)
+            await self._renew_if_due()
+        self._since_snapshot = n  # a long tail makes the next batch snapshot
+        log.info("recovered: snapshot %s, %d journal entries replayed", after, n)
+        return n
+
+    async def _restore_snapshot(self) -> str:
+        """Load the stored snapshot into the loop and registry (an empty state without one);
+        the journal id it covers ("0-0": replay the whole journal)."""
         stored = await self.store.load_snapshot()
         state: snapshot.State | None = None
         after = "0-0"
@@ -306,24 +476,84 @@ class Replica:
             state = snapshot.State(empty, {}, float("-inf"))
         self.loop.restore(state.loop)
         self.registry.workers = state.workers
-        last_now = state.last_now
-        n = 0
-        async for chunk in self.store.journal_after(after):
-            for _, raw in chunk:
-                try:
-                    rec, at, x = codec.decode(raw)
-                except codec.CodecError as e:
-                    raise StateError(str(e)) from e
-                decisions: list[Decision] = self.loop.replay(rec, at, x)
-                if spec_of(rec).membership:
-                    self.registry.replay(rec, decisions, at, dict(x.labels), x.static)  # type: ignore[arg-type]
-                last_now = max(last_now, at)
-                n += 1
-        self._last_now = last_now
-        self._since_snapshot = n  # a long tail makes the next batch snapshot
-        self.registry.refresh_all()
-        log.info("recovered: snapshot %s, %d journal entries replayed", after, n)
-        return stored is None and n == 0, last_now
+        self._last_now = state.last_now
+        self._fresh = stored is None
+        return after
+
+    def _apply(self, rows: list[tuple[str, bytes]]) -> int:
+        """Replay journal entries into the core and bookkeeping, exactly as recovery does (no
+        fan-out, timers or journal: see `SchedulerLoop.replay`); advances the position."""
+        for rid, raw in rows:
+            try:
+                rec, at, x = codec.decode(raw)
+            except codec.CodecError as e:
+                raise StateError(str(e)) from e
+            decisions: list[Decision] = self.loop.replay(rec, at, x)
+            if spec_of(rec).membership:
+                self.registry.replay(rec, decisions, at, dict(x.labels), x.static)  # type: ignore[arg-type]
+            self._last_now = max(self._last_now, at)
+            self._fresh = False
+            if self._pos is not None:
+                self._pos = rid
+        return len(rows)
+
+    # ------------------------------------------------------------------ hot standby
+
+    async def _follow(self) -> None:
+        """A standby's life: load the snapshot once, then apply the journal as the leader
+        appends it (XREAD BLOCK), so taking over needs only the last few entries. A trim past
+        this position reloads the snapshot; an entry it cannot apply stops the following (the
+        take-over then recovers in full, and says why)."""
+        quiet = False
+        while not self.serving and not self._stopping:
+            try:
+                if self._pos is None:
+                    self._pos = await self._restore_snapshot()
+                    log.info("standby: loaded the snapshot at %s; following the journal", self._pos)
+                    self._first_load.set()
+                pos = self._pos
+                rows, snap = await self.store.tail(pos, self.tail_block_ms)
+                if snap is not None and _id(snap) > _id(pos) and (not rows or _id(rows[0][0]) > _id(snap)):
+                    log.info("standby: the journal was trimmed past %s: reloading the snapshot", pos)
+                    self._pos = None
+                    continue
+                if rows:
+                    self.metrics.standby_applied.inc(self._apply(rows))
+                quiet = False
+            except asyncio.CancelledError:
+                if self._pos is not None and not self._first_load.is_set():
+                    self._pos = None  # cancelled inside a load: the core is half-restored
+                raise
+            except (RedisError, OSError) as e:
+                self._pos = None if not self._first_load.is_set() else self._pos
+                self._first_load.set()  # start() goes on as a standby; this loop keeps trying
+                if not quiet:
+                    log.warning("standby: cannot read the journal (%s): retrying", e)
+                    quiet = True
+                await asyncio.sleep(min(0.5, self.leader_ttl_s / 2))
+            except (StateError, snapshot.StateSnapshotError) as e:
+                log.error("standby: cannot follow the journal (%s): a take-over recovers in full", e)
+                self._pos = None
+                self._follow_broken = True
+                self._first_load.set()
+                return
+            except Exception:
+                log.exception("standby: following the journal failed: reloading")
+                self._pos = None
+                await asyncio.sleep(1.0)
+
+    async def _stop_following(self) -> None:
+        task, self._follow_task = self._follow_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _ensure_following(self) -> None:
+        if self._stopping or self.serving or self._follow_broken:
+            return
+        if self._follow_task is None or self._follow_task.done():
+            self._follow_task = self._aloop.create_task(self._follow())
 
     def _carry_leases(self, since: float) -> None:
         """Bridge the outage that began at `since` (see `Resumed`); journaled like any event."""
@@ -331,9 +561,11 @@ class Replica:
 
     async def _step_down(self, why: str) -> None:
         if not self.serving:
+            self._ensure_following()
             return
         log.warning("stepping down: %s", why)
         self.serving = False
+        self._deadline = float("-inf")
         self.metrics.leader.set(0)
         failure = unavailable(f"stepped down ({why}): retry")
         if self._batch_fut is not None and not self._batch_fut.done():
@@ -341,13 +573,17 @@ class Replica:
         self._batch, self._batch_fut = [], None
         self.loop.begin_shutdown()
         self.loop.close()
+        self._pos = None  # this core holds events that never reached the journal: reload
+        self.leader_address = None
         await self.on_step_down()
+        self._ensure_following()
 
     async def stop(self) -> None:
         """Graceful exit: stop campaigning and hand the lease over at once."""
         self._stopping = True
         if self._task is not None:
             self._task.cancel()
+        await self._stop_following()
         was = self.serving
         self.serving = False
         self.metrics.leader.set(0)
@@ -357,6 +593,21 @@ class Replica:
         except (RedisError, OSError) as e:
             log.warning("could not resign the leader lease (%s): it lapses by itself", e)
         await self.store.close()
+
+
+@dataclass(frozen=True)
+class TakeOver:
+    """How the last take-over went: from a live core (`hot`) or a full recovery; how many
+    journal entries it read; how long it took (seconds)."""
+
+    hot: bool
+    entries: int
+    seconds: float
+
+
+def _id(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def _consume(fut: asyncio.Future[None]) -> None:
