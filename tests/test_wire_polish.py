@@ -122,7 +122,9 @@ def documented_reasons() -> dict[str, str]:
     text = (PROTO / "slotsched" / "v1" / "common.proto").read_text()
     return dict(
         re.findall(
-            r"^//\s+([A-Z_]+)\s+(PERMISSION_DENIED|FAILED_PRECONDITION|RESOURCE_EXHAUSTED):", text, re.M
+            r"^//\s+([A-Z_]+)\s+(PERMISSION_DENIED|FAILED_PRECONDITION|RESOURCE_EXHAUSTED|UNAVAILABLE):",
+            text,
+            re.M,
         )
     )
 

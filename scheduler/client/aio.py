@@ -20,10 +20,13 @@ from scheduler.client.callbacks import OnGrant, OnYield, OnYieldCancelled
 from scheduler.client.channel import (
     DEFAULT_CHANNEL_OPTIONS,
     DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_FAILOVER_TIMEOUT_S,
+    Follower,
+    FollowingStub,
     PemSource,
     call_metadata,
     merged_options,
-    open_channel,
+    parse_targets,
     tls_credentials,
 )
 from scheduler.client.errors import from_rpc_error
@@ -52,11 +55,20 @@ class AsyncClient:
     The channel is opened on first use, in the running loop.
     `connect_timeout_s` bounds how long a session tries to reach the server at all (its first
     Acquire); `reattach_timeout_s` how long an attached session tries to re-attach.
+
+    Replicas: `target` may name several ("host1:50051,host2:50051", or a list). Calls go to the
+    leader: a standby refuses with UNAVAILABLE NOT_LEADER naming the leader's address (trailing
+    metadata `x-slotsched-leader`), and the client goes there (even if it is not one of the
+    targets), else to the next target; a call keeps looking for the leader every 50-100 ms for
+    up to `failover_timeout_s` before its UNAVAILABLE reaches the session (which then re-attaches
+    as usual), so a failover is followed within milliseconds of the new leader serving. Renewals,
+    releases and yields in flight are retried on the new leader; lease streams re-attach and keep
+    their lease. `follow_leader=False` stays on the given target (e.g. behind a load balancer).
     """
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         token: str | None = None,
         tenant: str | None = None,
         channel_options: Sequence[tuple[str, Any]] | None = None,
@@ -71,33 +83,48 @@ class AsyncClient:
         backoff_max_s: float = 2.0,
         renew_interval_s: float | None = None,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        follow_leader: bool = True,
+        failover_timeout_s: float = DEFAULT_FAILOVER_TIMEOUT_S,
     ) -> None:
         if connect_timeout_s <= 0:
             raise ValueError(f"connect_timeout_s must be > 0, not {connect_timeout_s!r}")
-        self.target = target
+        targets = parse_targets(target)  # a bad target fails here, not at the first call
+        self.target = ",".join(targets)
         self.rpc_timeout_s = rpc_timeout_s
         self.reattach_timeout_s = reattach_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.renew_interval_s = renew_interval_s
-        self._options = merged_options(channel_options)
-        self._credentials = tls_credentials(tls_ca, tls_cert, tls_key, credentials)
+        options = merged_options(channel_options)
+        credentials = tls_credentials(tls_ca, tls_cert, tls_key, credentials)
         self.metadata: tuple[tuple[str, str], ...] = call_metadata(token, tenant)
-        self._channel: grpc.aio.Channel | None = None
+        self._follower = Follower(
+            targets, options, credentials, follow=follow_leader, failover_timeout_s=failover_timeout_s
+        )
         self._stub: scheduler_pb2_grpc.SchedulerStub | None = None
         self._sessions: set[AsyncSession] = set()
         self._closed = False
 
     def stub(self) -> scheduler_pb2_grpc.SchedulerStub:
-        """The Scheduler stub, opening the channel on first use (must run inside the loop)."""
+        """The Scheduler stub of the current leader (`FollowingStub`: every call goes to the
+        replica that leads now, and follows a failover). Channels open on first use, in the
+        running loop."""
         if self._closed:
             raise RuntimeError("AsyncClient is closed")
         if self._stub is None:
-            self._channel = open_channel(self.target, self._options, self._credentials)
-            stub_cls: Any = scheduler_pb2_grpc.SchedulerStub  # generated code is untyped
-            self._stub = stub_cls(self._channel)
+            stub: Any = FollowingStub(self._follower, scheduler_pb2_grpc.SchedulerStub)
+            self._stub = stub
         return self._stub
+
+    @property
+    def leader(self) -> str:
+        """The address calls go to now (the leader, as far as this client knows)."""
+        return self._follower.current
+
+    @property
+    def targets(self) -> list[str]:
+        return list(self._follower.targets)
 
     def session(
         self,
@@ -140,9 +167,7 @@ class AsyncClient:
         for s in list(self._sessions):
             await s.aclose()
         self._closed = True
-        if self._channel is not None:
-            await self._channel.close()
-        self._channel = None
+        await self._follower.close()
         self._stub = None
 
     async def __aenter__(self) -> Self:

@@ -66,7 +66,7 @@ class Client:
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         token: str | None = None,
         tenant: str | None = None,
         channel_options: Sequence[tuple[str, Any]] | None = None,

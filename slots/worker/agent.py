@@ -39,6 +39,7 @@ import grpc
 import grpc.aio
 
 from scheduler.api.gen.slotsched.v1 import workers_pb2, workers_pb2_grpc
+from scheduler.client.channel import Follower, FollowingStub
 from slots.worker.host import ActorHost
 from slots.worker.leases import Grant, LeaseView
 
@@ -191,11 +192,10 @@ class WorkerAgent:
 
     async def run(self, stop: asyncio.Event) -> str:
         """Serve until drained by the scheduler (returns DRAINED) or `stop` is set (STOPPED)."""
-        if self.credentials is not None:
-            channel = grpc.aio.secure_channel(self.target, self.credentials, options=self.channel_options)
-        else:
-            channel = grpc.aio.insecure_channel(self.target, options=self.channel_options)
-        self._stub = workers_pb2_grpc.WorkersStub(channel)  # type: ignore[no-untyped-call]
+        # `target` may list every scheduler replica ("a:50051,b:50051"): calls follow the leader
+        # (a standby's NOT_LEADER names it), as the SDK's do.
+        follower = Follower(self.target, self.channel_options, self.credentials)
+        self._stub = FollowingStub(follower, workers_pb2_grpc.WorkersStub)
         reason = STOPPED
         try:
             if not await self._register(stop):
@@ -234,7 +234,7 @@ class WorkerAgent:
             return reason
         finally:
             await self._deregister()
-            await channel.close()
+            await follower.close()
 
     async def _drain_self(self) -> None:
         """Ask the scheduler to move our holders away, and wait (bounded) for them to go."""
