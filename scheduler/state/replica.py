@@ -173,6 +173,7 @@ class Replica:
         self.advertise = advertise  # host:port clients are sent to while this replica leads
         self.leader_address: str | None = None  # a standby's view of where the leader is
         self.last_takeover: TakeOver | None = None
+        self.snapshot_loads = 0  # a standby loads once; again only after a trim past it
         self.snapshot_every = snapshot_every
         self.snapshot_interval_s = snapshot_interval_s
         self.serving = False  # leader, recovered, accepting calls
@@ -458,6 +459,7 @@ class Replica:
         """Load the stored snapshot into the loop and registry (an empty state without one);
         the journal id it covers ("0-0": replay the whole journal)."""
         stored = await self.store.load_snapshot()
+        self.snapshot_loads += 1
         state: snapshot.State | None = None
         after = "0-0"
         if stored is not None:
