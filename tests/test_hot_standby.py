@@ -178,9 +178,8 @@ def test_standby_follows_the_leader_and_takes_over_without_replaying_the_journal
                 t0 = time.monotonic()
                 await crash(a)
                 await holder.wait_until(lambda s: s.reattaches >= 1 and s.phase is Phase.HOLDING, 15)
-                print(
-                    f"\nin-process failover: re-attached on the new leader {time.monotonic() - t0:.3f} s after the crash"
-                )
+                took = time.monotonic() - t0
+                print(f"\nin-process failover: re-attached on the new leader {took:.3f} s after the crash")
                 assert rb.serving and rb.last_takeover is not None
                 assert rb.last_takeover.hot, rb.last_takeover
                 assert rb.snapshot_loads == 2  # nothing loaded, nothing replayed at take-over
