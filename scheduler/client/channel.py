@@ -234,14 +234,15 @@ class Follower:
         return _pause() if standby or nxt != address else None
 
     def _next(self, address: str, now: float) -> str:
-        """The target after `address` that has not just failed (`address` itself if none)."""
+        """The target after `address` that has not just failed (else the one after it; `address`
+        itself when it is the only target)."""
         n = len(self.targets)
         i = self.targets.index(address) if address in self.targets else -1
-        for k in range(1, n + 1):
-            cand = self.targets[(i + k) % n]
-            if cand != address and self._suspect.get(cand, 0.0) <= now:
+        others = [self.targets[(i + k) % n] for k in range(1, n + 1) if self.targets[(i + k) % n] != address]
+        for cand in others:
+            if self._suspect.get(cand, 0.0) <= now:
                 return cand
-        return address if address in self.targets else self.targets[0]
+        return others[0] if others else address
 
     async def close(self) -> None:
         channels, self._channels, self._stubs = self._channels, {}, {}
