@@ -34,7 +34,7 @@ from scheduler.client.channel import LEADER_KEY, Follower, parse_targets
 from scheduler.grants import GrantKeyring
 from scheduler.serve import RunningServer, StateOptions, default_advertise, start_server
 from scheduler.state.redis_store import NotLeader
-from scheduler.state.replica import _id
+from scheduler.state.standby import id_key as _id
 from tests.grpc_fixtures import TOKENS, policy_yaml, write_policy
 from tests.test_state_redis import NOT_SERVING, REDIS_BIN, SERVING, RedisProc, Sched, queue_order
 

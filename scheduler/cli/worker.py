@@ -87,7 +87,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     w = sub.add_parser(
         "worker", help="run a reference worker: actors with real state in slots, checkpointed on yield"
     )
-    w.add_argument("--scheduler", default="127.0.0.1:50051", help="scheduler HOST:PORT (default %(default)s)")
+    w.add_argument(
+        "--scheduler",
+        default="127.0.0.1:50051",
+        help="scheduler HOST:PORT, or every replica's comma-separated: calls follow the leader "
+        "(default %(default)s)",
+    )
     w.add_argument("--worker-id", required=True, help="unique id of this worker in the pool")
     w.add_argument("--slots", type=int, default=2, help="actors it runs at once (default %(default)s)")
     w.add_argument("--listen", default="127.0.0.1:0", help="Worker service HOST:PORT (default %(default)s)")

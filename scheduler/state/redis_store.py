@@ -9,6 +9,12 @@ Keys under the prefix P (default `slotsched`):
 | `P:snapshot` | hash | `fingerprint` (format), `stream_id` (last entry covered), `at`, `data` (JSON) |
 | `P:alive` | string | the leader's clock at its last lease renewal: a successor's outage starts there |
 | `P:trimmed` | string | present once the journal was compacted (it no longer starts at the beginning) |
+| `P:leader_addr` | string | `<term token> <host:port>`: the address the leader of that term published |
+
+Election timing (scheduler/state/replica.py): the lease is `SET NX PX ttl` (default 1 s), renewed
+every ttl/4 by a compare-and-`PEXPIRE`, so its expiry is Redis's clock; the leader stops serving
+at ttl − 10 % after it sent its last successful renewal (its monotonic clock): it never serves
+past the moment a successor could win, assuming clock *rates* differ by less than 10 %.
 
 Fencing: every write (journal append, snapshot + trim) is one Lua script that first checks that
 `P:leader` still holds this replica's token for the current term, so a replica that lost the

@@ -62,25 +62,23 @@ token), so a paused leader can never journal after a successor took over.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from redis.exceptions import RedisError
 
-from scheduler.core.engine import Core
-from scheduler.core.types import Decision, Resumed
-from scheduler.dispatch import spec_of
+from scheduler.core.types import Resumed
 from scheduler.policy.model import Policy
-from scheduler.ports import NOT_LEADER, Applied, Extras, LoopState, ReplicaHost, StateUnavailable, WorkerBook
+from scheduler.ports import NOT_LEADER, Applied, Extras, ReplicaHost, StateUnavailable, WorkerBook
 from scheduler.state import codec
 from scheduler.state import state_snapshot as snapshot
 from scheduler.state.redis_store import NotLeader, RedisStore
+from scheduler.state.standby import Standby, StateError, TakeOver
+
+__all__ = ["Replica", "StateError", "StateMetrics", "TakeOver"]
 
 log = logging.getLogger("slotsched.state")
 
@@ -91,10 +89,6 @@ DEFAULT_LEADER_TTL_S = 1.0
 DEFAULT_CAMPAIGN_INTERVAL_S = 0.1
 #: The leader stops serving this fraction of the TTL before its lease could lapse in Redis.
 MARGIN = 0.1
-
-
-class StateError(RuntimeError):
-    """The durable state cannot be recovered by this build: fail loudly, do not serve."""
 
 
 def unavailable(message: str) -> StateUnavailable:
@@ -138,7 +132,7 @@ class StateMetrics:
         )
 
 
-class Replica:
+class Replica(Standby):
     """Leadership and durability of one replica. Create on the loop's event loop."""
 
     def __init__(
@@ -425,138 +419,6 @@ class Replica:
             n,
         )
 
-    async def _catch_up(self) -> int | None:
-        """The journal after this standby's position; None if it cannot be applied (trimmed
-        past it, or undecodable): then the take-over recovers in full."""
-        assert self._pos is not None
-        snap = await self.store.snapshot_id()
-        if snap is not None and _id(snap) > _id(self._pos):
-            log.info("the journal was trimmed past this standby's position: recovering in full")
-            return None
-        n = 0
-        try:
-            async for chunk in self.store.journal_after(self._pos):
-                n += self._apply(chunk)
-        except (codec.CodecError, StateError) as e:
-            log.warning("cannot apply the journal's tail (%s): recovering in full", e)
-            return None
-        return n
-
-    async def _recover(self) -> int:
-        """Rebuild the loop and registry from Redis (snapshot, then the whole journal after it);
-        the number of journal entries replayed."""
-        after = await self._restore_snapshot()
-        await self._renew_if_due()
-        n = 0
-        async for chunk in self.store.journal_after(after):
-            n += self._apply(chunk)
-            await self._renew_if_due()
-        self._since_snapshot = n  # a long tail makes the next batch snapshot
-        log.info("recovered: snapshot %s, %d journal entries replayed", after, n)
-        return n
-
-    async def _restore_snapshot(self) -> str:
-        """Load the stored snapshot into the loop and registry (an empty state without one);
-        the journal id it covers ("0-0": replay the whole journal)."""
-        stored = await self.store.load_snapshot()
-        self.snapshot_loads += 1
-        state: snapshot.State | None = None
-        after = "0-0"
-        if stored is not None:
-            try:
-                state = snapshot.loads(stored.data, stored.fingerprint)
-                after = stored.stream_id
-            except snapshot.StateSnapshotError as e:
-                if await self.store.trimmed():
-                    raise StateError(
-                        f"{e}; the journal was compacted up to that snapshot, so it cannot be replayed "
-                        "instead. Run a build that reads its format, or delete the state keys to start empty."
-                    ) from e
-                log.warning("%s: replaying the whole journal instead", e)
-        if state is None:
-            empty = LoopState(Core(self.policy), {}, {}, {}, {}, {}, OrderedDict())
-            state = snapshot.State(empty, {}, float("-inf"))
-        self.loop.restore(state.loop)
-        self.registry.workers = state.workers
-        self._last_now = state.last_now
-        self._fresh = stored is None
-        return after
-
-    def _apply(self, rows: list[tuple[str, bytes]]) -> int:
-        """Replay journal entries into the core and bookkeeping, exactly as recovery does (no
-        fan-out, timers or journal: see `SchedulerLoop.replay`); advances the position."""
-        for rid, raw in rows:
-            try:
-                rec, at, x = codec.decode(raw)
-            except codec.CodecError as e:
-                raise StateError(str(e)) from e
-            decisions: list[Decision] = self.loop.replay(rec, at, x)
-            if spec_of(rec).membership:
-                self.registry.replay(rec, decisions, at, dict(x.labels), x.static)  # type: ignore[arg-type]
-            self._last_now = max(self._last_now, at)
-            self._fresh = False
-            if self._pos is not None:
-                self._pos = rid
-        return len(rows)
-
-    # ------------------------------------------------------------------ hot standby
-
-    async def _follow(self) -> None:
-        """A standby's life: load the snapshot once, then apply the journal as the leader
-        appends it (XREAD BLOCK), so taking over needs only the last few entries. A trim past
-        this position reloads the snapshot; an entry it cannot apply stops the following (the
-        take-over then recovers in full, and says why)."""
-        quiet = False
-        while not self.serving and not self._stopping:
-            try:
-                if self._pos is None:
-                    self._pos = await self._restore_snapshot()
-                    log.info("standby: loaded the snapshot at %s; following the journal", self._pos)
-                    self._first_load.set()
-                pos = self._pos
-                rows, snap = await self.store.tail(pos, self.tail_block_ms)
-                if snap is not None and _id(snap) > _id(pos) and (not rows or _id(rows[0][0]) > _id(snap)):
-                    log.info("standby: the journal was trimmed past %s: reloading the snapshot", pos)
-                    self._pos = None
-                    continue
-                if rows:
-                    self.metrics.standby_applied.inc(self._apply(rows))
-                quiet = False
-            except asyncio.CancelledError:
-                if self._pos is not None and not self._first_load.is_set():
-                    self._pos = None  # cancelled inside a load: the core is half-restored
-                raise
-            except (RedisError, OSError) as e:
-                self._pos = None if not self._first_load.is_set() else self._pos
-                self._first_load.set()  # start() goes on as a standby; this loop keeps trying
-                if not quiet:
-                    log.warning("standby: cannot read the journal (%s): retrying", e)
-                    quiet = True
-                await asyncio.sleep(min(0.5, self.leader_ttl_s / 2))
-            except (StateError, snapshot.StateSnapshotError) as e:
-                log.error("standby: cannot follow the journal (%s): a take-over recovers in full", e)
-                self._pos = None
-                self._follow_broken = True
-                self._first_load.set()
-                return
-            except Exception:
-                log.exception("standby: following the journal failed: reloading")
-                self._pos = None
-                await asyncio.sleep(1.0)
-
-    async def _stop_following(self) -> None:
-        task, self._follow_task = self._follow_task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    def _ensure_following(self) -> None:
-        if self._stopping or self.serving or self._follow_broken:
-            return
-        if self._follow_task is None or self._follow_task.done():
-            self._follow_task = self._aloop.create_task(self._follow())
-
     def _carry_leases(self, since: float) -> None:
         """Bridge the outage that began at `since` (see `Resumed`); journaled like any event."""
         self.loop.submit(Resumed(since))
@@ -595,21 +457,6 @@ class Replica:
         except (RedisError, OSError) as e:
             log.warning("could not resign the leader lease (%s): it lapses by itself", e)
         await self.store.close()
-
-
-@dataclass(frozen=True)
-class TakeOver:
-    """How the last take-over went: from a live core (`hot`) or a full recovery; how many
-    journal entries it read; how long it took (seconds)."""
-
-    hot: bool
-    entries: int
-    seconds: float
-
-
-def _id(stream_id: str) -> tuple[int, int]:
-    ms, _, seq = stream_id.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def _consume(fut: asyncio.Future[None]) -> None:

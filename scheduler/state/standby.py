@@ -1,0 +1,215 @@
+"""A replica's core while it does not lead: loaded from Redis once, then following the journal
+as the leader appends it (hot standby), and the full recovery a take-over falls back to.
+
+A mixin of `Replica` (scheduler/state/replica.py, whose docstring tells the whole story:
+"Hot standby"); apart only to keep each file to one job. Everything here applies journal
+entries through `loop.replay` and `registry.replay`, exactly as recovery always did: no fan-out,
+no timers, nothing served (the loop stays `shutting_down` until the take-over resumes it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from redis.exceptions import RedisError
+
+from scheduler.core.engine import Core
+from scheduler.core.types import Decision
+from scheduler.dispatch import spec_of
+from scheduler.policy.model import Policy
+from scheduler.ports import LoopState, ReplicaHost, WorkerBook
+from scheduler.state import codec
+from scheduler.state import state_snapshot as snapshot
+from scheduler.state.redis_store import RedisStore
+
+if TYPE_CHECKING:
+    from scheduler.state.replica import StateMetrics
+
+log = logging.getLogger("slotsched.state")
+
+
+class StateError(RuntimeError):
+    """The durable state cannot be recovered by this build: fail loudly, do not serve."""
+
+
+@dataclass(frozen=True)
+class TakeOver:
+    """How the last take-over went: from a live core (`hot`) or a full recovery; how many
+    journal entries it read; how long it took (seconds)."""
+
+    hot: bool
+    entries: int
+    seconds: float
+
+
+def id_key(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class Standby:
+    """The loading and following half of a `Replica` (which sets every attribute below)."""
+
+    store: RedisStore
+    loop: ReplicaHost
+    registry: WorkerBook
+    policy: Policy
+    metrics: StateMetrics
+    serving: bool
+    leader_ttl_s: float
+    tail_block_ms: int
+    snapshot_loads: int
+    _aloop: asyncio.AbstractEventLoop
+    _stopping: bool
+    _pos: str | None
+    _fresh: bool
+    _last_now: float
+    _since_snapshot: int
+    _follow_task: asyncio.Task[None] | None
+    _follow_broken: bool
+    _first_load: asyncio.Event
+
+    async def _renew_if_due(self) -> None:
+        raise NotImplementedError  # Replica's: keep the lease through a long recovery
+
+    async def _catch_up(self) -> int | None:
+        """The journal after this standby's position; None if it cannot be applied (trimmed
+        past it, or undecodable): then the take-over recovers in full."""
+        assert self._pos is not None
+        snap = await self.store.snapshot_id()
+        if snap is not None and id_key(snap) > id_key(self._pos):
+            log.info("the journal was trimmed past this standby's position: recovering in full")
+            return None
+        n = 0
+        try:
+            async for chunk in self.store.journal_after(self._pos):
+                n += self._apply(chunk)
+        except (codec.CodecError, StateError) as e:
+            log.warning("cannot apply the journal's tail (%s): recovering in full", e)
+            return None
+        return n
+
+    async def _recover(self) -> int:
+        """Rebuild the loop and registry from Redis (snapshot, then the whole journal after it);
+        the number of journal entries replayed."""
+        after = await self._restore_snapshot()
+        await self._renew_if_due()
+        n = 0
+        async for chunk in self.store.journal_after(after):
+            n += self._apply(chunk)
+            await self._renew_if_due()
+        self._since_snapshot = n  # a long tail makes the next batch snapshot
+        log.info("recovered: snapshot %s, %d journal entries replayed", after, n)
+        return n
+
+    async def _restore_snapshot(self) -> str:
+        """Load the stored snapshot into the loop and registry (an empty state without one);
+        the journal id it covers ("0-0": replay the whole journal)."""
+        stored = await self.store.load_snapshot()
+        self.snapshot_loads += 1
+        state: snapshot.State | None = None
+        after = "0-0"
+        if stored is not None:
+            try:
+                state = snapshot.loads(stored.data, stored.fingerprint)
+                after = stored.stream_id
+            except snapshot.StateSnapshotError as e:
+                if await self.store.trimmed():
+                    raise StateError(
+                        f"{e}; the journal was compacted up to that snapshot, so it cannot be replayed "
+                        "instead. Run a build that reads its format, or delete the state keys to start empty."
+                    ) from e
+                log.warning("%s: replaying the whole journal instead", e)
+        if state is None:
+            empty = LoopState(Core(self.policy), {}, {}, {}, {}, {}, OrderedDict())
+            state = snapshot.State(empty, {}, float("-inf"))
+        self.loop.restore(state.loop)
+        self.registry.workers = state.workers
+        self._last_now = state.last_now
+        self._fresh = stored is None
+        return after
+
+    def _apply(self, rows: list[tuple[str, bytes]]) -> int:
+        """Replay journal entries into the core and bookkeeping, exactly as recovery does (no
+        fan-out, timers or journal: see `SchedulerLoop.replay`); advances the position."""
+        for rid, raw in rows:
+            try:
+                rec, at, x = codec.decode(raw)
+            except codec.CodecError as e:
+                raise StateError(str(e)) from e
+            decisions: list[Decision] = self.loop.replay(rec, at, x)
+            if spec_of(rec).membership:
+                self.registry.replay(rec, decisions, at, dict(x.labels), x.static)  # type: ignore[arg-type]
+            self._last_now = max(self._last_now, at)
+            self._fresh = False
+            if self._pos is not None:
+                self._pos = rid
+        return len(rows)
+
+    # ------------------------------------------------------------------ hot standby
+
+    async def _follow(self) -> None:
+        """A standby's life: load the snapshot once, then apply the journal as the leader
+        appends it (XREAD BLOCK), so taking over needs only the last few entries. A trim past
+        this position reloads the snapshot; an entry it cannot apply stops the following (the
+        take-over then recovers in full, and says why)."""
+        quiet = False
+        while not self.serving and not self._stopping:
+            try:
+                if self._pos is None:
+                    self._pos = await self._restore_snapshot()
+                    log.info("standby: loaded the snapshot at %s; following the journal", self._pos)
+                    self._first_load.set()
+                pos = self._pos
+                rows, snap = await self.store.tail(pos, self.tail_block_ms)
+                # A snapshot past our position whose entries did not come: trimmed before we read.
+                if (
+                    snap is not None
+                    and id_key(snap) > id_key(pos)
+                    and (not rows or id_key(rows[0][0]) > id_key(snap))
+                ):
+                    log.info("standby: the journal was trimmed past %s: reloading the snapshot", pos)
+                    self._pos = None
+                    continue
+                if rows:
+                    self.metrics.standby_applied.inc(self._apply(rows))
+                quiet = False
+            except asyncio.CancelledError:
+                if self._pos is not None and not self._first_load.is_set():
+                    self._pos = None  # cancelled inside a load: the core is half-restored
+                raise
+            except (RedisError, OSError) as e:
+                self._pos = None if not self._first_load.is_set() else self._pos
+                self._first_load.set()  # start() goes on as a standby; this loop keeps trying
+                if not quiet:
+                    log.warning("standby: cannot read the journal (%s): retrying", e)
+                    quiet = True
+                await asyncio.sleep(min(0.5, self.leader_ttl_s / 2))
+            except (StateError, snapshot.StateSnapshotError) as e:
+                log.error("standby: cannot follow the journal (%s): a take-over recovers in full", e)
+                self._pos = None
+                self._follow_broken = True
+                self._first_load.set()
+                return
+            except Exception:
+                log.exception("standby: following the journal failed: reloading")
+                self._pos = None
+                await asyncio.sleep(1.0)
+
+    async def _stop_following(self) -> None:
+        task, self._follow_task = self._follow_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _ensure_following(self) -> None:
+        if self._stopping or self.serving or self._follow_broken:
+            return
+        if self._follow_task is None or self._follow_task.done():
+            self._follow_task = self._aloop.create_task(self._follow())
