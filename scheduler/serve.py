@@ -417,8 +417,9 @@ class _Leadership:
         return self.replica.leading()
 
     def leader(self) -> str | None:
-        """Where the leader is, as a standby last read it (for NOT_LEADER)."""
-        return self.replica.leader_address
+        """Where the leader is, as a standby last read it (for NOT_LEADER); None while this
+        replica leads but refuses (its renewal is late): it must not send clients to itself."""
+        return None if self.replica.serving else self.replica.leader_address
 
     async def start(self, running: RunningServer, grpc_server: GrpcServer) -> None:
         self._running, self._grpc = running, grpc_server

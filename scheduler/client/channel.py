@@ -330,6 +330,7 @@ class _FollowingStream:
         self._call: Any = open_call(request, **kw)
         self._received = False
         self._cancelled = False
+        self._reader: AsyncIterator[Any] | None = None
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._events()
@@ -356,7 +357,7 @@ class _FollowingStream:
 
     async def read(self) -> Any:
         # One iterator for reads too, so a read also finds the leader.
-        if not hasattr(self, "_reader"):
+        if self._reader is None:
             self._reader = self._events()
         try:
             return await anext(self._reader)

@@ -89,6 +89,7 @@ class Standby:
         try:
             async for chunk in self.store.journal_after(self._pos):
                 n += self._apply(chunk)
+                await self._renew_if_due()  # a standby that had just loaded may have a long tail
         except (codec.CodecError, StateError) as e:
             log.warning("cannot apply the journal's tail (%s): recovering in full", e)
             return None
@@ -199,6 +200,7 @@ class Standby:
             except Exception:
                 log.exception("standby: following the journal failed: reloading")
                 self._pos = None
+                self._first_load.set()  # start() goes on as a standby
                 await asyncio.sleep(1.0)
 
     async def _stop_following(self) -> None:
