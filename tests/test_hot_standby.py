@@ -180,7 +180,8 @@ def test_standby_follows_the_leader_and_takes_over_without_replaying_the_journal
                 await holder.wait_until(lambda s: s.reattaches >= 1 and s.phase is Phase.HOLDING, 15)
                 took = time.monotonic() - t0
                 print(f"\nin-process failover: re-attached on the new leader {took:.3f} s after the crash")
-                assert rb.serving and rb.last_takeover is not None
+                while rb.last_takeover is None:  # set once the take-over's Resumed is journaled
+                    await asyncio.sleep(0.02)
                 assert rb.last_takeover.hot, rb.last_takeover
                 assert rb.snapshot_loads == 2  # nothing loaded, nothing replayed at take-over
                 assert rb.last_takeover.entries <= 2, rb.last_takeover  # the tail only, if anything
@@ -219,9 +220,9 @@ def test_a_leader_whose_renewals_stall_stops_serving_cannot_write_and_steps_down
                 await asyncio.sleep(0.02)
             assert ra.serving
             # ... and no earlier than that can the standby win (the lease lapses in Redis).
-            while not rb.serving:
+            while rb.last_takeover is None:  # set once it serves
                 await asyncio.sleep(0.02)
-            assert rb.last_takeover is not None and rb.last_takeover.hot
+            assert rb.last_takeover.hot
             # The ex-leader's writes are fenced off.
             with pytest.raises(NotLeader):
                 await ra.store.append([b"late"], old_token)
@@ -340,3 +341,18 @@ def test_the_default_advertised_address() -> None:
     assert default_advertise("10.0.0.7", 50051) == "10.0.0.7:50051"
     assert default_advertise("0.0.0.0", 50051, {"POD_IP": "10.1.2.3"}) == "10.1.2.3:50051"
     assert default_advertise("::", 1, {"POD_IP": "fd00::1"}) == "[fd00::1]:1"
+
+
+def test_the_blocking_client_follows_the_leader_too() -> None:
+    from scheduler.client.sync import Client
+
+    def use(targets: list[str]) -> tuple[str, str]:
+        with Client(targets, token=ACME) as client, client.session("sync", QoS.BURSTABLE) as s:
+            return s.lease_id or "", client.aio.leader
+
+    async def body() -> None:
+        async with replicas() as (_r, (a, b)):
+            lease_id, leader = await asyncio.to_thread(use, [b.target, a.target])  # the standby first
+            assert lease_id and leader == a.target
+
+    asyncio.run(body())
