@@ -356,3 +356,28 @@ def test_the_blocking_client_follows_the_leader_too() -> None:
             assert lease_id and leader == a.target
 
     asyncio.run(body())
+
+
+def test_a_take_over_that_fails_before_serving_reloads_and_campaigns_again() -> None:
+    async def body() -> None:
+        async with replicas() as (_r, (a, b)):
+            rb = replica_of(b)
+            real_publish = rb.store.publish_address
+            failures: list[str] = []
+
+            async def lose_once(address: str, token: str) -> bool:
+                if not failures:
+                    failures.append(token)
+                    return False  # as if the lease were lost between winning and serving
+                return bool(await real_publish(address, token))
+
+            rb.store.publish_address = lose_once
+            await crash(a)
+            while rb.last_takeover is None:
+                await asyncio.sleep(0.02)
+            # The failed try reloaded the state (its core may have been half caught up) and
+            # followed again; the next try led.
+            assert failures and rb.serving and rb.snapshot_loads == 2
+            assert rb.store.token != failures[0]
+
+    asyncio.run(body())

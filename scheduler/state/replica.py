@@ -366,7 +366,15 @@ class Replica(Standby):
         if await self.store.try_lead(self.leader_ttl_s):
             self._deadline = t0 + self.leader_ttl_s - self.margin_s
             self._renew_at = t0 + self.renew_interval_s
-            await self._take_over()
+            try:
+                await self._take_over()
+            except BaseException:
+                if not self.serving:
+                    # Failed before serving (Redis, a lost lease): this core may be half caught
+                    # up. Reload and follow again; the lease lapses for another replica.
+                    self._pos = None
+                    self._ensure_following()
+                raise
         else:
             address = await self.store.leader_address()
             if address != self.leader_address:
