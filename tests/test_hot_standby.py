@@ -47,7 +47,7 @@ pytestmark = pytest.mark.skipif(
 
 @contextlib.asynccontextmanager
 async def replicas(
-    n: int = 2, snapshot_every: int = 5, ttl: float = 1.0
+    n: int = 2, snapshot_every: int = 5, ttl: float = 1.0, heartbeat_interval_s: float = 5.0
 ) -> AsyncIterator[tuple[RedisProc, list[RunningServer]]]:
     """`n` in-process replicas on one Redis; the first one started leads."""
     with tempfile.TemporaryDirectory(prefix="slotsched-hot-") as d:
@@ -60,7 +60,16 @@ async def replicas(
                 state = StateOptions(
                     state=r.url, replica_id=f"r{i}", leader_ttl_s=ttl, snapshot_every=snapshot_every
                 )
-                servers.append(await start_server(policy, "127.0.0.1:0", None, state=state, grant_keys=keys))
+                servers.append(
+                    await start_server(
+                        policy,
+                        "127.0.0.1:0",
+                        None,
+                        state=state,
+                        grant_keys=keys,
+                        heartbeat_interval_s=heartbeat_interval_s,
+                    )
+                )
             yield r, servers
         finally:
             for s in servers:
@@ -175,8 +184,14 @@ def test_standby_follows_the_leader_and_takes_over_without_replaying_the_journal
 
                 holder = sessions[3]
                 before = (holder.lease_id, holder.epoch)
+                renew = scheduler_pb2.RenewRequest(
+                    session_id=holder.session_id, lease_id=holder.lease_id or "", epoch=holder.epoch or 0
+                )
                 t0 = time.monotonic()
                 await crash(a)
+                # A Renew sent while no replica leads is not lost: it reaches the new leader.
+                stub = client.stub()
+                in_flight = asyncio.create_task(stub.Renew(renew, metadata=client.metadata, timeout=5))
                 await holder.wait_until(lambda s: s.reattaches >= 1 and s.phase is Phase.HOLDING, 15)
                 took = time.monotonic() - t0
                 print(f"\nin-process failover: re-attached on the new leader {took:.3f} s after the crash")
@@ -187,10 +202,8 @@ def test_standby_follows_the_leader_and_takes_over_without_replaying_the_journal
                 assert rb.last_takeover.entries <= 2, rb.last_takeover  # the tail only, if anything
                 assert (holder.lease_id, holder.epoch) == before
                 assert client.leader == b.target
+                assert (await in_flight).state == common_pb2.LEASE_STATE_ACTIVE
                 # Renewals go to the new leader (the holder's own task, and one of ours).
-                renew = scheduler_pb2.RenewRequest(
-                    session_id=holder.session_id, lease_id=holder.lease_id or "", epoch=holder.epoch or 0
-                )
                 got = await client.stub().Renew(renew, metadata=client.metadata, timeout=5)
                 assert got.state == common_pb2.LEASE_STATE_ACTIVE
                 await sessions[4].release()
@@ -379,5 +392,37 @@ def test_a_take_over_that_fails_before_serving_reloads_and_campaigns_again() -> 
             # followed again; the next try led.
             assert failures and rb.serving and rb.snapshot_loads == 2
             assert rb.store.token != failures[0]
+
+    asyncio.run(body())
+
+
+def test_the_worker_agent_follows_the_leader(tmp_path: Any) -> None:
+    from slots.worker.main import start_worker
+    from tests.grpc_fixtures import WORKER_TOKEN
+
+    async def body() -> None:
+        async with replicas(heartbeat_interval_s=0.2) as (_r, (a, b)):
+            worker = await start_worker(
+                f"{b.target},{a.target}",  # the standby first
+                "w1",
+                1,
+                snapshots=str(tmp_path),
+                token=WORKER_TOKEN,
+                verify_leases=False,
+            )
+            try:
+                await asyncio.wait_for(worker.agent.registered.wait(), 10)
+                assert "w1" in a.registry.workers
+                await crash(a)
+                rb = replica_of(b)
+                while rb.last_takeover is None:
+                    await asyncio.sleep(0.02)
+                beats = worker.agent.heartbeats
+                while worker.agent.heartbeats < beats + 2:  # answered by the new leader
+                    await asyncio.sleep(0.05)
+                entry = b.registry.workers["w1"]
+                assert entry.last_heartbeat is not None and entry.last_heartbeat >= b.loop.now() - 5
+            finally:
+                await worker.kill()
 
     asyncio.run(body())
