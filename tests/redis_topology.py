@@ -7,6 +7,7 @@ and bench/redis_failover.py.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -28,6 +29,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free and valid too."""
+    for _ in range(200):
+        port = random.randint(20000, 55000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10000))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no free port pair for a cluster node")
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
     """Poll `check` until it returns something true (a connection error counts as not yet)."""
     deadline = time.monotonic() + timeout
@@ -46,8 +61,10 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
 class Node:
     """One redis-server (or sentinel) process; AOF on, fsync always, as deploy/ documents."""
 
-    def __init__(self, root: str, name: str, extra: list[str], sentinel_conf: str | None = None) -> None:
-        self.port = free_port()
+    def __init__(
+        self, root: str, name: str, extra: list[str], sentinel_conf: str | None = None, port: int = 0
+    ) -> None:
+        self.port = port or free_port()
         self.dir = os.path.join(root, name)
         os.makedirs(self.dir, exist_ok=True)
         self.extra = extra
@@ -64,7 +81,13 @@ class Node:
             args = [REDIS_BIN, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
             args += ["--appendonly", "yes", "--appendfsync", "always", "--dir", self.dir, *self.extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(f"redis on {self.port}", lambda: self.client().ping(), 10)
+        proc = self.proc
+
+        def up() -> bool:
+            assert proc.poll() is None, f"redis-server {self.dir} exited with {proc.returncode}"
+            return bool(self.client().ping())
+
+        wait_for(f"redis on {self.port}", up, 10)
         return self
 
     def client(self) -> redis.Redis:
@@ -158,6 +181,7 @@ class ClusterSet:
                     "--cluster-node-timeout",
                     "1000",
                 ],
+                port=free_cluster_port(),
             )
             for i in range(primaries * (1 + replicas))
         ]
@@ -174,6 +198,12 @@ class ClusterSet:
             lambda: all(n.client().cluster("info")["cluster_state"] == "ok" for n in self.nodes),
             20,
         )
+
+        def synced() -> bool:  # a replica that never synced cannot be promoted
+            roles = [n.client().info("replication") for n in self.nodes]
+            return all(r.get("master_link_status") == "up" for r in roles if r["role"] == "slave")
+
+        wait_for("replicas in sync", synced, 20)
         return self
 
     def url(self, options: str = "") -> str:

@@ -40,6 +40,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError, RedisClusterException
 
 Mode = Literal["redis", "sentinel", "cluster"]
 
@@ -191,6 +192,17 @@ def _options(query: str, bad: Any) -> dict[str, int]:
     return out
 
 
+class _Cluster(RedisCluster):
+    """RedisCluster whose topology errors (a slot not covered while the cluster fails over) are
+    RedisErrors, like every other failure the replica handles by stepping down and retrying."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except RedisClusterException as e:
+            raise ConnectionError(f"redis cluster: {e}") from e
+
+
 def connect(target: RedisTarget, timeout_s: float) -> Any:
     """A redis.asyncio client for `target`: no retries of its own (the replica decides what a
     failure means: it steps down and campaigns again), calls bounded by `timeout_s`."""
@@ -204,7 +216,7 @@ def connect(target: RedisTarget, timeout_s: float) -> Any:
         nodes = [ClusterNode(h, p) for h, p in target.hosts]
         # A failed node's slots move to its replica: one refresh of the slot map then the call
         # fails; the replica steps down and its next campaign reaches the promoted node.
-        return RedisCluster(startup_nodes=nodes, ssl=target.tls, retry=Retry(NoBackoff(), 1), **common)
+        return _Cluster(startup_nodes=nodes, ssl=target.tls, retry=Retry(NoBackoff(), 1), **common)
     retry = Retry(NoBackoff(), 0)
     if target.mode == "sentinel":
         assert target.master is not None

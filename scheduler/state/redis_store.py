@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ConnectionError, RedisClusterException, RedisError, ResponseError
 
 from scheduler.state.redis_connect import Mode, StateConfigError, connect, parse_target
 
@@ -199,13 +199,19 @@ class RedisStore:
         n, ms = self.target.replicas, self.target.replica_timeout_ms
         where: dict[str, Any] = {}
         if self.target.mode == "cluster":
-            await self.redis.initialize()  # the slot map, once
-            where["target_nodes"] = self.redis.get_node_from_key(keys[0])  # the keys' one slot
+            try:
+                await self.redis.initialize()  # the slot map, once
+                where["target_nodes"] = self.redis.get_node_from_key(keys[0])  # the keys' one slot
+            except RedisClusterException as e:
+                raise ConnectionError(f"redis cluster: {e}") from e
         # EVAL, not EVALSHA: a pipeline cannot reload a script the server lost (a promoted replica).
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.execute_command("EVAL", script, len(keys), *keys, *args, **where)
-            pipe.execute_command("WAIT", n, ms, **where)
-            result, acked = await pipe.execute(raise_on_error=False)
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.execute_command("EVAL", script, len(keys), *keys, *args, **where)
+                pipe.execute_command("WAIT", n, ms, **where)
+                result, acked = await pipe.execute(raise_on_error=False)
+        except RedisClusterException as e:
+            raise ConnectionError(f"redis cluster: {e}") from e
         if isinstance(result, Exception):
             raise result
         if isinstance(acked, Exception):
