@@ -225,6 +225,7 @@ def connect(target: RedisTarget, timeout_s: float) -> Any:
             "socket_timeout": timeout_s,
             "socket_connect_timeout": timeout_s,
             "ssl": target.tls,
+            "retry": Retry(NoBackoff(), 0),  # a dead sentinel: ask the next one at once
             **auth,
         }
         sentinel = Sentinel(  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
