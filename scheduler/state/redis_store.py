@@ -1,6 +1,9 @@
-"""Redis keys, fenced scripts and the parsing of `--state`.
+"""Redis keys, fenced scripts and the parsing of `--state` (URL forms and the client each names:
+redis_connect.py).
 
-Keys under the prefix P (default `slotsched`):
+Keys under the prefix P (`--state-prefix`, default `slotsched`; with `redis+cluster://` P is the
+hash tag `{slotsched}`, so every key of the pool hashes to one slot and the scripts that touch
+several keys run on one node). Name every key through `RedisStore.key(name)`:
 
 | key | type | holds |
 | --- | --- | --- |
@@ -18,7 +21,12 @@ token), even when the same replica leads again, so work left over from its previ
 batch still in flight, a snapshot being cut) is refused too; a Lua compare-and-extend keeps it.
 
 Durability of Redis itself is Redis's job: run it with `appendonly yes` (`appendfsync always`
-loses nothing a caller was told; `everysec` may lose up to a second on a Redis crash).
+loses nothing a caller was told; `everysec` may lose up to a second on a Redis crash). Replication
+is asynchronous, so a failover may lose what only the old primary had: with `replicas=N` in the
+URL (default 1 with Sentinel) an append is acknowledged only after `WAIT` says N replicas hold it,
+on the same connection, else it fails (ReplicasBehind, a RedisError: the replica steps down).
+The leader key itself is not WAITed for: a term lost in a failover only makes the leader's next
+renewal fail; it steps down and campaigns again on the promoted primary.
 """
 
 from __future__ import annotations
