@@ -31,9 +31,9 @@ ACME = TOKENS["acme"]
 
 
 @contextlib.contextmanager
-def sentinel_set(replicas: int = 1) -> Iterator[tuple[SentinelSet, str]]:
+def sentinel_set(replicas: int = 1, sentinels: int = 3) -> Iterator[tuple[SentinelSet, str]]:
     with tempfile.TemporaryDirectory(prefix="slotsched-sentinel-") as d:
-        s = SentinelSet(d, replicas=replicas)
+        s = SentinelSet(d, replicas=replicas, sentinels=sentinels)
         try:
             s.start()
             policy = write_policy(d, policy_yaml(workers=2, slots_per_worker=1, floor=0, lease_ttl_s=3))
@@ -97,7 +97,7 @@ def test_the_redis_primary_dies_and_the_scheduler_recovers_on_the_promoted_repli
 def test_an_append_no_replica_confirms_fails_and_is_never_acknowledged() -> None:
     """With `replicas=1`, a write only the primary holds is a failed write: the caller is never
     told about it (a failover could lose it), and the scheduler steps down."""
-    with sentinel_set() as (s, policy):
+    with sentinel_set(sentinels=1) as (s, policy):
 
         async def body() -> None:
             store = RedisStore(s.url("?replica_timeout_ms=200"), "t", "a")
