@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.state.redis_connect import RedisTarget, StateConfigError, parse_target
+from scheduler.state.redis_connect import RedisTarget, StateConfigError, connect, parse_target
 from scheduler.state.redis_store import key_prefix, parse_state
 
 SECRET = "s3cr3t-pw"
@@ -126,3 +126,27 @@ def test_keys_are_hash_tagged_in_cluster_mode_only(prefix: str, mode: str, want:
 def test_a_cluster_prefix_that_cannot_be_a_hash_tag_is_refused(prefix: str, why: str) -> None:
     with pytest.raises(StateConfigError, match=f"--state-prefix.*{why}"):
         key_prefix(prefix, "cluster")
+
+
+def test_each_form_builds_its_client_with_the_urls_credentials_and_database() -> None:
+    # No network: redis-py connects lazily. What each client would send, and where.
+    target = parse_target(f"rediss+sentinel://u:{SECRET}@s1:1,s2:2/m/3?sentinel_auth=1")
+    pool = connect(target, 0.5).connection_pool
+    assert pool.connection_class.__name__ == "SentinelManagedSSLConnection"
+    kw = pool.connection_kwargs
+    assert (kw["db"], kw["username"], kw["password"], kw["socket_timeout"]) == (3, "u", SECRET, 0.5)
+    sentinels = pool.sentinel_manager.sentinels
+    assert [s.connection_pool.connection_kwargs["password"] for s in sentinels] == [SECRET, SECRET]
+    # Without sentinel_auth the sentinels get no credentials (most run without requirepass).
+    plain = connect(parse_target(f"redis+sentinel://u:{SECRET}@s1:1/m"), 0.5).connection_pool
+    assert [
+        s.connection_pool.connection_kwargs.get("password") for s in plain.sentinel_manager.sentinels
+    ] == [None]
+    cluster = connect(parse_target(f"redis+cluster://u:{SECRET}@n1:7000,n2:7001"), 0.5)
+    assert sorted((n.host, n.port) for n in cluster.nodes_manager.startup_nodes.values()) == [
+        ("n1", 7000),
+        ("n2", 7001),
+    ]
+    assert cluster.connection_kwargs["password"] == SECRET
+    one = connect(parse_target(f"rediss://u:{SECRET}@h:1/2"), 0.5).connection_pool
+    assert one.connection_class.__name__ == "SSLConnection" and one.connection_kwargs["db"] == 2
