@@ -76,8 +76,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB] or "
         "redis+cluster://HOST:PORT[,HOST:PORT...] (rediss... for TLS; [USER:PASSWORD@] before the "
         "hosts); options ?replicas=N (acknowledge an append once N replicas hold it; default 1 with "
-        "Sentinel, else 0), replica_timeout_ms=MS (500), sentinel_auth=1. Default %(default)s, from "
-        "$SLOTSCHED_STATE if set",
+        "Sentinel, else 0), replica_timeout_ms=MS (500), sentinel_auth=1 (default %(default)s, from "
+        "$SLOTSCHED_STATE if set)",
     )
     s.add_argument(
         "--state-prefix",
