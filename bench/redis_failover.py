@@ -1,7 +1,8 @@
 """How long a Redis primary failure takes out the scheduler: Sentinel and Cluster on loopback.
 
 For each topology (Sentinel: primary + 2 replicas + 3 sentinels, down-after 500 ms; Cluster:
-3 primaries + 3 replicas, node-timeout 1000 ms) an in-process scheduler (leader TTL 2 s) grants a
+3 primaries with 2 replicas each, node-timeout 1000 ms; both WAIT for one replica, the default)
+an in-process scheduler (leader TTL 2 s) grants a
 lease, then the Redis primary holding the pool's keys is SIGKILLed. Measured from the kill:
 
 * `promoted` — Redis named the new primary (Sentinel's answer, the Cluster's slot map changed);
@@ -9,7 +10,9 @@ lease, then the Redis primary holding the pool's keys is SIGKILLed. Measured fro
 * `serving` — it leads again on the promoted replica (state recovered, outage bridged);
 * `acquire` — a new session's Acquire is granted;
 
-and checked: the holder's lease (id, epoch) is the same after the failover.
+and checked: the holder's lease (id, epoch) is the same after the failover. First, the cost of
+`replicas=1`: the latency of one journal append (one record, the fenced script) on the Sentinel
+set without and with `WAIT` for a replica.
 
     python bench/redis_failover.py [--rounds N]
 
@@ -34,6 +37,7 @@ import redis  # noqa: E402
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2  # noqa: E402
 from scheduler.grants import GrantKeyring  # noqa: E402
 from scheduler.serve import StateOptions, start_server  # noqa: E402
+from scheduler.state.redis_store import RedisStore  # noqa: E402
 from tests.grpc_fixtures import TOKENS, Client, policy_yaml, write_policy  # noqa: E402
 from tests.redis_topology import ClusterSet, SentinelSet  # noqa: E402
 
@@ -82,7 +86,7 @@ def promoted_at(topo: SentinelSet | ClusterSet, old_port: int) -> float:
 
 async def one_round(kind: str, root: str) -> dict[str, float]:
     topo: SentinelSet | ClusterSet
-    topo = SentinelSet(root, replicas=2) if kind == "sentinel" else ClusterSet(root, 3, 1)
+    topo = SentinelSet(root, replicas=2) if kind == "sentinel" else ClusterSet(root, 3, 2)
     try:
         await asyncio.to_thread(topo.start)
         policy = write_policy(root, policy_yaml(workers=2, slots_per_worker=1, floor=0, lease_ttl_s=5))
@@ -135,11 +139,38 @@ async def one_round(kind: str, root: str) -> dict[str, float]:
         topo.close()
 
 
+async def append_latency(url: str, n: int = 500) -> float:
+    """Median seconds of one fenced journal append of one record."""
+    store = RedisStore(url, f"bench-{url[-1]}", "r")  # a pool of its own per run
+    try:
+        assert await store.try_lead(30.0)
+        took = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await store.append([b'{"bench":1}'], store.token)
+            took.append(time.perf_counter() - t0)
+        return statistics.median(took)
+    finally:
+        await store.close()
+
+
+def wait_cost() -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="slotsched-bench-wait-") as d:
+        topo = SentinelSet(d, replicas=1, sentinels=1).start()
+        try:
+            no_wait = asyncio.run(append_latency(topo.url("?replicas=0")))
+            with_wait = asyncio.run(append_latency(topo.url("?replicas=1")))
+        finally:
+            topo.close()
+    print(f"append p50: replicas=0 {no_wait * 1e3:.3f} ms, replicas=1 {with_wait * 1e3:.3f} ms", flush=True)
+    return {"append_p50_ms_replicas0": no_wait * 1e3, "append_p50_ms_replicas1": with_wait * 1e3}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    out: dict[str, float] = {}
+    out: dict[str, float] = wait_cost()
     for kind in ("sentinel", "cluster"):
         rows = []
         for i in range(args.rounds):

@@ -1,7 +1,7 @@
 """Redis Cluster: every key of one pool in one hash slot, and the scheduler on it end to end.
 
-Three primaries and three replicas (`redis-cli --cluster create`) on loopback; the scheduler runs
-in-process with `--state redis+cluster://…`. The pool's keys are hash-tagged (`{slotsched}:…`),
+Three primaries with two replicas each (`redis-cli --cluster create`) on loopback; the scheduler
+runs in-process with `--state redis+cluster://…` (appends WAIT for one replica, the default). The pool's keys are hash-tagged (`{slotsched}:…`),
 so the fenced scripts that touch several of them run on one node; the scheduler grants, releases,
 restarts and recovers its leases; and when the primary that owns the slot dies, the cluster
 promotes its replica and the scheduler leads again there, like after a scheduler failure.
@@ -32,7 +32,8 @@ ACME = TOKENS["acme"]
 @contextlib.contextmanager
 def redis_cluster() -> Iterator[tuple[ClusterSet, str]]:
     with tempfile.TemporaryDirectory(prefix="slotsched-cluster-") as d:
-        c = ClusterSet(d, primaries=3, replicas=1)
+        # Two replicas each: after a failover the promoted primary still has one to confirm appends.
+        c = ClusterSet(d, primaries=3, replicas=2)
         try:
             c.start()
             policy = write_policy(d, policy_yaml(workers=1, slots_per_worker=1, floor=0, lease_ttl_s=3))
@@ -121,7 +122,7 @@ def test_the_scheduler_on_a_cluster_keeps_one_slot_survives_a_restart_and_a_prim
                     )
 
                     # WAIT in a cluster: on the node of the pool's slot, on the append's connection.
-                    for want, ok in ((1, True), (2, False)):
+                    for want, ok in ((2, True), (3, False)):
                         w = RedisStore(
                             cluster.url(f"?replicas={want}&replica_timeout_ms=200"), f"w{want}", "r"
                         )
@@ -130,7 +131,7 @@ def test_the_scheduler_on_a_cluster_keeps_one_slot_survives_a_restart_and_a_prim
                             if ok:
                                 await w.append([b"x"], w.token)
                             else:
-                                with pytest.raises(ReplicasBehind, match="1 of 2 replicas"):
+                                with pytest.raises(ReplicasBehind, match="2 of 3 replicas"):
                                     await w.append([b"x"], w.token)
                         finally:
                             await w.close()

@@ -41,10 +41,13 @@ SECRET = "s3cr3t-pw"
                 "sentinel", True, (("s1", 1),), master="m", password=SECRET, replicas=1, sentinel_auth=True
             ),
         ),
-        # Cluster: start-up nodes; no WAIT unless asked (a cluster may have no replicas).
-        ("redis+cluster://n1:7000,n2:7001", RedisTarget("cluster", False, (("n1", 7000), ("n2", 7001)))),
-        ("rediss+cluster://n1:7000/0", RedisTarget("cluster", True, (("n1", 7000),))),
-        ("redis+cluster://[::1]:7000", RedisTarget("cluster", False, (("::1", 7000),))),
+        # Cluster: start-up nodes; WAIT for one replica too (replicas=0 for a cluster without any).
+        (
+            "redis+cluster://n1:7000,n2:7001",
+            RedisTarget("cluster", False, (("n1", 7000), ("n2", 7001)), replicas=1),
+        ),
+        ("rediss+cluster://n1:7000/0?replicas=0", RedisTarget("cluster", True, (("n1", 7000),))),
+        ("redis+cluster://[::1]:7000", RedisTarget("cluster", False, (("::1", 7000),), replicas=1)),
     ],
 )
 def test_each_form_names_its_target(url: str, want: RedisTarget) -> None:

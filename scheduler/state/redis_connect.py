@@ -15,7 +15,7 @@ OPTIONS (`&`-separated):
 
 | option | default | meaning |
 | --- | --- | --- |
-| `replicas=N` | 1 (Sentinel), else 0 | an append is acknowledged once N replicas hold it (`WAIT`) |
+| `replicas=N` | 1 (Sentinel, Cluster), else 0 | an append is acknowledged once N replicas hold it (WAIT) |
 | `replica_timeout_ms=MS` | 500 | how long an append waits for them; not in time = the append failed |
 | `sentinel_auth=1` | off | send the URL's credentials to the sentinels too (`requirepass` on them) |
 
@@ -23,8 +23,11 @@ Why `replicas`: Redis replicates asynchronously, so a failover may promote a rep
 the last writes the primary acknowledged; a lease granted in them would be lost. With
 `replicas=N` the scheduler tells nobody about an event before N replicas have it; an append not
 confirmed in time fails like any append (the replica steps down, callers get UNAVAILABLE with
-retry-after). Sentinel promotes the most up-to-date replica, so with one replica (or N of them
-acknowledging) a promotion keeps every acknowledged event.
+retry-after). Sentinel promotes the most up-to-date eligible replica, so a promotion keeps every
+acknowledged event; a Cluster's replicas start their election earlier the more up to date they
+are, which usually (not always) promotes the most up-to-date one: `replicas` equal to the number
+of replicas per primary closes that gap, at the cost of refusing appends while one is down.
+Plain `redis://` defaults to 0: a replica there is promoted by hand, after the schedulers stop.
 
 Errors name `--state` and what is wrong; they never show the password.
 """
@@ -139,7 +142,7 @@ def parse_target(value: str) -> RedisTarget:
         if mode == "cluster" and db != 0:
             raise bad("a Redis Cluster has only database 0")
     opts = _options(query, bad)
-    replicas = opts.get("replicas", 1 if mode == "sentinel" else 0)
+    replicas = opts.get("replicas", 0 if mode == "redis" else 1)
     return RedisTarget(
         mode,
         tls,
