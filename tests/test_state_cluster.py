@@ -1,10 +1,11 @@
 """Redis Cluster: every key of one pool in one hash slot, and the scheduler on it end to end.
 
 Three primaries with two replicas each (`redis-cli --cluster create`) on loopback; the scheduler
-runs in-process with `--state redis+cluster://…` (appends WAIT for one replica, the default). The pool's keys are hash-tagged (`{slotsched}:…`),
-so the fenced scripts that touch several of them run on one node; the scheduler grants, releases,
-restarts and recovers its leases; and when the primary that owns the slot dies, the cluster
-promotes its replica and the scheduler leads again there, like after a scheduler failure.
+runs in-process with `--state redis+cluster://…` (appends WAIT for one replica, the default). The
+pool's keys are hash-tagged (`{slotsched}:…`), so the fenced scripts that touch several of them
+run on one node; the scheduler grants, releases, restarts and recovers its leases; and when the
+primary that owns the slot dies, the cluster promotes a replica and the scheduler leads again
+there, like after a scheduler failure.
 """
 
 from __future__ import annotations
