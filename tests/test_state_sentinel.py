@@ -61,7 +61,7 @@ def test_the_redis_primary_dies_and_the_scheduler_recovers_on_the_promoted_repli
                 async with AsyncClient(running.target, token=ACME, reattach_timeout_s=30) as client:
                     holder = client.session("holder", QoS.BURSTABLE)
                     holder.start()
-                    await holder.wait_granted(5)
+                    held = await holder.wait_granted(5)
                     before = (holder.lease_id, holder.epoch)
 
                     s.primary.kill()
@@ -83,6 +83,9 @@ def test_the_redis_primary_dies_and_the_scheduler_recovers_on_the_promoted_repli
                         first = await asyncio.wait_for(call.read(), 10)
                         assert first.WhichOneof("event") == "granted", first
                         assert first.granted.lease.lease_id != before[0]
+                        # The other slot: the holder's is still its own (no double grant).
+                        got_slot = (first.granted.lease.slot.worker_id, first.granted.lease.slot.index)
+                        assert got_slot != (held.slot.worker_id, held.slot.index)
                         call.cancel()
                     # The journal on the promoted primary holds the lease (and nothing was lost).
                     promoted = s.node_on(s.current_primary_port()).client()
