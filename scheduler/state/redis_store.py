@@ -23,7 +23,7 @@ batch still in flight, a snapshot being cut) is refused too; a Lua compare-and-e
 Durability of Redis itself is Redis's job: run it with `appendonly yes` (`appendfsync always`
 loses nothing a caller was told; `everysec` may lose up to a second on a Redis crash). Replication
 is asynchronous, so a failover may lose what only the old primary had: with `replicas=N` in the
-URL (default 1 with Sentinel) an append is acknowledged only after `WAIT` says N replicas hold it,
+URL (default 1 with Sentinel and Cluster) an append is acknowledged only after `WAIT` says N replicas hold it,
 on the same connection, else it fails (ReplicasBehind, a RedisError: the replica steps down).
 The leader key itself is not WAITed for: a term lost in a failover only makes the leader's next
 renewal fail; it steps down and campaigns again on the promoted primary.
@@ -133,8 +133,8 @@ class RedisStore:
         # A call that WAITs for replicas may take the replica timeout on top of its own.
         wait_s = self.target.replica_timeout_ms / 1000 if self.target.replicas else 0.0
         # Any: redis-py's stubs type replies as bytes | str, and this client always returns bytes.
+        self.key_prefix = key_prefix(prefix, self.target.mode)  # may refuse the prefix: before connecting
         self.redis: Any = connect(self.target, timeout_s + wait_s)
-        self.key_prefix = key_prefix(prefix, self.target.mode)
         self.k_leader = self.key("leader")
         self.k_journal = self.key("journal")
         self.k_snapshot = self.key("snapshot")
