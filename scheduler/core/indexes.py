@@ -86,6 +86,17 @@ class Fenwick:
             tree[i] += delta
             i += i & (-i)
 
+    def load(self, positions: list[int]) -> None:
+        """Reset to a count of 1 at each of `positions` (distinct), in linear time (restore)."""
+        size = 1024
+        top = max(positions, default=0) + 1
+        while size < top:
+            size *= 2
+        counts = [0] * (size + 1)
+        for p in positions:
+            counts[p + 1] += 1
+        self._size, self._counts, self._tree = size, counts, _build(counts)
+
     def prefix(self, index: int) -> int:
         """Sum of counts at positions < index."""
         i = min(index, self._size)
@@ -101,9 +112,15 @@ class Fenwick:
         while size < needed:
             size *= 2
         counts = self._counts + [0] * (size - self._size)
-        tree = counts[:]
-        for i in range(1, size + 1):  # linear-time build: push each node into its parent
-            j = i + (i & (-i))
-            if j <= size:
-                tree[j] += tree[i]
-        self._size, self._counts, self._tree = size, counts, tree
+        self._size, self._counts, self._tree = size, counts, _build(counts)
+
+
+def _build(counts: list[int]) -> list[int]:
+    """The Fenwick tree of `counts` (index 0 unused), in linear time: each node into its parent."""
+    size = len(counts) - 1
+    tree = counts[:]
+    for i in range(1, size + 1):
+        j = i + (i & (-i))
+        if j <= size:
+            tree[j] += tree[i]
+    return tree
