@@ -8,7 +8,9 @@ live ones, so memory stays proportional to the tenants it indexes.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any
 
 Entry = tuple[Any, ...]
@@ -116,11 +118,13 @@ class Fenwick:
 
 
 def _build(counts: list[int]) -> list[int]:
-    """The Fenwick tree of `counts` (index 0 unused), in linear time: each node into its parent."""
-    size = len(counts) - 1
-    tree = counts[:]
-    for i in range(1, size + 1):
-        j = i + (i & (-i))
-        if j <= size:
-            tree[j] += tree[i]
-    return tree
+    """The Fenwick tree of `counts` (index 0 unused), in linear time and at C speed: node i sums
+    counts (i & (i - 1), i], a difference of two prefix sums."""
+    prefix = list(accumulate(counts))
+    n = len(counts)
+    return [
+        0,
+        *map(
+            operator.sub, prefix[1:], map(prefix.__getitem__, map(operator.and_, range(1, n), range(n - 1)))
+        ),
+    ]

@@ -21,7 +21,10 @@ slot, two leases on a slot, a session queued twice or queued and holding) with s
 from __future__ import annotations
 
 import heapq
+import operator
+from collections import Counter
 from dataclasses import dataclass
+from itertools import compress, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -38,7 +41,7 @@ from scheduler.core.records import (
     Timer,
     WorkerRecord,
 )
-from scheduler.core.tenants import CLASS_INDEX, CLASSES, B, G, QueueEntry, TenantState
+from scheduler.core.tenants import CLASS_INDEX, CLASSES, B, G, TenantState
 from scheduler.core.types import LeaseId, SessionId, SlotId, TenantName
 from scheduler.policy.model import TenantSpec
 
@@ -275,46 +278,41 @@ def _load_lease(core: Ledger, lr: LeaseRecord, gseq: int) -> None:
 
 
 def _load_requests(core: Ledger, records: tuple[RequestRecord, ...]) -> None:
-    """The queue, in bulk: the requests (queue order), the tenants' counts and queue heaps (each
-    heapified once) and the Fenwick trees of positions (built in linear time)."""
-    tenants = core._tenants
-    requests = core._requests
-    classes = CLASS_INDEX
-    queues: dict[tuple[str, int], list[QueueEntry]] = {}
-    seqs: tuple[list[int], list[int], list[int]] = ([], [], [])
+    """The queue, in bulk and a column at a time: the requests (queue order), the tenants' counts
+    and queue heaps (each heapified once), the Fenwick trees of positions (built in linear time)."""
+    if not records:
+        return
+    tenants, requests = core._tenants, core._requests
+    s, tenant, qos, arrival, seq, enqueued_at, ref, earmark, tier = zip(*records, strict=True)
     try:
-        for rr in records:
-            t = tenants[rr.tenant]
-            cls = classes[rr.qos]
-            s = rr.session
-            earmark = rr.earmark
-            requests[s] = Request(
-                s, t, cls, rr.arrival, rr.seq, rr.enqueued_at, rr.resume_from, earmark, rr.earmark_tier
-            )
-            seqs[cls].append(rr.seq)
-            t.waiting[cls] += 1
-            if earmark is None:
-                q = queues.get((t.spec.name, cls))
-                if q is None:
-                    q = queues[(t.spec.name, cls)] = []
-                q.append((rr.arrival, rr.seq, s))
-            else:
-                t.earmarked[cls] += 1
-                if rr.earmark_tier == TIER_SHARED:
-                    t.earmarked_fair += 1
-                elif rr.earmark_tier == TIER_NOMINAL:
-                    core._inflight_nominal += 1
+        owners = list(map(tenants.__getitem__, tenant))
+        classes = list(map(CLASS_INDEX.__getitem__, qos))
     except KeyError as e:
         raise ValueError(f"a queued request names an unknown tenant or class {e}") from e
+    reqs = map(Request, s, owners, classes, arrival, seq, enqueued_at, ref, earmark, tier)
+    requests.update(zip(s, reqs, strict=True))
     if len(requests) != len(records) or not requests.keys().isdisjoint(core._holders):
         raise ValueError("a session is queued twice or queued and holding")
-    for (name, cls), entries in queues.items():
-        heap = tenants[name].queues[cls]
-        heap.extend(entries)
-        heapq.heapify(heap)
-    waiting = core._waiting_cls
-    for cls, positions in enumerate(seqs):
-        waiting[cls] = len(positions)
+    for (t, cls), n in Counter(zip(owners, classes, strict=True)).items():
+        t.waiting[cls] += n
+    for req in compress(requests.values(), earmark):  # earmarked: a lease id, never empty
+        t = req.tenant
+        t.earmarked[req.cls] += 1
+        if req.earmark_tier == TIER_SHARED:
+            t.earmarked_fair += 1
+        elif req.earmark_tier == TIER_NOMINAL:
+            core._inflight_nominal += 1
+    waiting = list(map(operator.not_, earmark))
+    for t, cls, entry in compress(
+        zip(owners, classes, zip(arrival, seq, s, strict=True), strict=True), waiting
+    ):
+        t.queues[cls].append(entry)
+    for t in tenants.values():
+        for q in t.queues:
+            heapq.heapify(q)
+    for cls in range(3):
+        positions = list(compress(seq, map(operator.eq, classes, repeat(cls))))
+        core._waiting_cls[cls] = len(positions)
         if positions:
             core._positions[cls].load(positions)
 
