@@ -214,7 +214,11 @@ def _encode(c: Captured) -> bytes:
                 for w in c.workers
             ],
         }
-        return _dump(doc)
+        data = _dump(doc)
+        for rows in (doc["core"]["leases"], doc["core"]["requests"]):
+            while rows:  # freed a chunk at a time, not in one GIL-holding cascade at return
+                del rows[-_CHUNK:]
+        return data
     except (TypeError, ValueError, AttributeError) as e:
         raise StateSnapshotError(f"cannot snapshot the scheduler state: {e}") from e
 
