@@ -95,8 +95,8 @@ class Fenwick:
         while size < top:
             size *= 2
         counts = [0] * (size + 1)
-        for p in positions:
-            counts[p + 1] += 1
+        for i in map((1).__add__, positions):
+            counts[i] = 1
         self._size, self._counts, self._tree = size, counts, _build(counts)
 
     def prefix(self, index: int) -> int:

@@ -157,14 +157,23 @@ def capture(state: State) -> Captured:
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic GC while building or reading 100,000s of objects: a full collection would walk
-    the whole state (seconds, in all); none of these objects is garbage meanwhile."""
+def _gc_paused(freeze: bool = False) -> Iterator[None]:
+    """No cyclic GC while building or reading 100,000s of objects: each collection would walk
+    them all (seconds, in all), and none of them is garbage meanwhile. With `freeze`, what exists
+    afterwards (the state just read) is moved out of the collector's sight (`gc.freeze`): left
+    young, it would be walked again by the next collections of every generation, during the
+    journal replay that follows. Objects already frozen (a state read before, since replaced)
+    are handed back to the collector first (`gc.unfreeze`), so a cycle among them is not kept
+    forever. A frozen object that is released is still freed (reference counting)."""
     was = gc.isenabled()
     gc.disable()
     try:
+        if freeze:
+            gc.unfreeze()
         yield
     finally:
+        if freeze:
+            gc.freeze()
         if was:
             gc.enable()
 
@@ -251,7 +260,7 @@ def _dump(v: Any) -> bytes:
 def loads(data: bytes, written_by: str | None = None) -> State:
     """Read a snapshot of any format this build knows. `written_by` (the label the store kept
     beside it) only sharpens the message for a snapshot that is not JSON (the old pickle)."""
-    with _gc_paused():
+    with _gc_paused(freeze=True):
         return _loads(data, written_by)
 
 
