@@ -10,6 +10,7 @@ import signal
 from typing import Any
 
 import grpc
+import pytest
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from scheduler.client import AsyncClient, Phase, QoS
