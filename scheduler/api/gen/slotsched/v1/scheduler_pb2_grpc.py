@@ -229,9 +229,8 @@ class SchedulerServicer:
         stops reading commands (so a client that sends without reading is slowed down by gRPC's own
         flow control); if events still pile up past 65,536 (lease events of attached sessions keep
         coming) the channel ends RESOURCE_EXHAUSTED and its sessions wait, still held, for a
-        re-attach. A client should read continuously. Queued position updates of one session are
-        coalesced while unwritten. The channel's gRPC deadline, if any, ends the channel (not the
-        sessions); only `wait_timeout` withdraws a queued request.
+        re-attach. A client should read continuously. The channel's gRPC deadline, if any, ends the
+        channel (not the sessions); only `wait_timeout` withdraws a queued request.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
