@@ -141,20 +141,20 @@ def _too_long(path: str, value: str | bytes, limit: int) -> tuple[str, str] | No
 def check(msg: Message, prefix: str = "") -> tuple[str, str] | None:
     """The first (field path, description) of `msg` over its limits, or None."""
     for name, kind, limit, extra in _plan(msg.DESCRIPTOR):
-        path = prefix + name
-        value = getattr(msg, name)
-        if kind in ("string", "byte"):
-            if value and (bad := _too_long(path, value, limit)):
-                return bad
-            continue
-        if kind == "message":
-            if msg.HasField(name) and (bad := check(value, path + ".")):
+        if kind == "message":  # HasField first: reading an unset submessage builds one
+            if msg.HasField(name) and (bad := check(getattr(msg, name), prefix + name + ".")):
                 return bad
             continue
         if kind == "time":
-            if msg.HasField(name) and (bad := _bad_time(path, value, extra)):
+            if msg.HasField(name) and (bad := _bad_time(prefix + name, getattr(msg, name), extra)):
                 return bad
             continue
+        value = getattr(msg, name)
+        if kind in ("string", "byte"):
+            if value and (bad := _too_long(prefix + name, value, limit)):
+                return bad
+            continue
+        path = prefix + name
         most = _ENTRY_LIMITS.get(name, MAX_ENTRIES)
         if len(value) > most:
             return path, f"more than {most} entries (got {len(value)})"
