@@ -18,7 +18,8 @@ from scheduler.server.session_channel import ChannelStream
 from scheduler.server.stream import SessionStream
 from tests.channel_fixtures import RawChannel, cmd, lease_of
 from tests.grpc_fixtures import TOKENS, B, ServerThread, policy_yaml, running_server
-from tests.test_state_redis import REDIS_BIN, SERVING, Sched, cluster
+from tests.test_client_sdk import CuttableProxy
+from tests.test_state_redis import NOT_SERVING, REDIS_BIN, SERVING, Sched, cluster
 
 ACME = TOKENS["acme"]
 
@@ -49,6 +50,33 @@ def test_a_clients_sessions_share_one_channel_and_behave_as_before() -> None:
                 await b.release()
                 await c.release()
                 assert c.grants == 1 and c.phase is Phase.ENDED
+
+        asyncio.run(body())
+
+
+def test_a_broken_channel_re_attaches_every_session_on_it() -> None:
+    with running_server(policy_yaml(slots_per_worker=2, floor=0, lease_ttl_s=1.5)) as server:
+
+        async def body() -> None:
+            proxy = await CuttableProxy(server.port).start()
+            try:
+                async with AsyncClient(f"127.0.0.1:{proxy.port}", token=ACME) as client:
+                    one = client.session("one", QoS.BURSTABLE)
+                    two = client.session("two", QoS.BURSTABLE)
+                    for s in (one, two):
+                        s.start()
+                    before = {s.session_id: (await s.wait_granted(5)).key for s in (one, two)}
+                    assert proxy.cut() >= 1
+                    for s in (one, two):
+                        await s.wait_until(lambda s: s.reattaches >= 1 and s._attached, 5)
+                    await asyncio.sleep(2.0)  # past the TTL: renewals go on over the new channel
+                    for s in (one, two):
+                        assert s.lease is not None and s.lease.key == before[s.session_id]
+                        assert s.phase is Phase.HOLDING and not s.lost_lease.is_set()
+                    await one.release()
+                    await two.release()
+            finally:
+                await proxy.close()
 
         asyncio.run(body())
 
@@ -104,16 +132,24 @@ def test_a_server_without_channel_is_served_per_session() -> None:
 @pytest.mark.skipif(
     not os.path.exists(REDIS_BIN) and not os.environ.get("CI"), reason="redis-server not installed"
 )
-def test_a_channel_session_re_attaches_to_the_successor_with_its_lease() -> None:
-    """Redis state store: the scheduler SIGKILLed, a successor on the same port; the session
-    re-acquired on a new channel replays the same lease (id, epoch) and renews."""
+def test_a_channel_session_re_attaches_to_the_new_leader_with_its_lease() -> None:
+    """Redis state store, two replicas: the standby's Channel says "not the leader"; the leader
+    SIGKILLed, the standby takes over and the session, re-acquired on a channel to it, replays
+    the same lease (id, epoch) and renews."""
     with cluster() as (r, policy, started):
         a = Sched(policy, r.url, "a")
         started.append(a)
         a.wait_health(SERVING)
+        b = Sched(policy, r.url, "b")
+        started.append(b)
+        b.wait_health(NOT_SERVING)
         md = (("authorization", f"Bearer {ACME}"),)
 
         async def body() -> None:
+            standby = RawChannel(b.target, md)
+            code, details = await standby.status()
+            await standby.close()
+            assert code == grpc.StatusCode.UNAVAILABLE and "not the leader" in details
             ch = RawChannel(a.target, md)
             await ch.send(cmd(1, acquire=scheduler_pb2.AcquireRequest(session_id="s", qos=B)))
             lease = lease_of(await ch.event_of("s", "granted"))
@@ -121,9 +157,7 @@ def test_a_channel_session_re_attaches_to_the_successor_with_its_lease() -> None
             code, _ = await ch.status()
             assert code == grpc.StatusCode.UNAVAILABLE
             await ch.close()
-            b = Sched(policy, r.url, "b", port=a.port)
-            started.append(b)
-            b.wait_health(SERVING)
+            await asyncio.to_thread(b.wait_health, SERVING, 15)
             again = RawChannel(b.target, md)
             try:
                 await again.send(cmd(1, acquire=scheduler_pb2.AcquireRequest(session_id="s", qos=B)))
