@@ -4,6 +4,7 @@ semantics, errors and authentication as the per-session rpcs (docs in scheduler.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,12 +13,23 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.rpc import error_details_pb2, status_pb2
 
-from scheduler.api.gen.slotsched.v1 import common_pb2
+from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from scheduler.server import session_channel
 from scheduler.server.session_channel import ChannelStream
 from tests.channel_fixtures import RawChannel, cmd, lease_of, unary_status
-from tests.grpc_fixtures import BE, TOKENS, B, Client, ServerThread, next_event, policy_yaml, running_server
+from tests.grpc_fixtures import (
+    ADMIN_TOKEN,
+    BE,
+    DEFAULT_TENANTS,
+    TOKENS,
+    B,
+    Client,
+    ServerThread,
+    next_event,
+    policy_yaml,
+    running_server,
+)
 
 Code = grpc.StatusCode
 ACME = (("authorization", f"Bearer {TOKENS['acme']}"),)
@@ -410,3 +422,29 @@ def test_per_session_acquire_takes_a_session_from_a_channel(server: ServerThread
             await ch.close()
 
     asyncio.run(go())
+
+
+def test_a_credential_the_policy_drops_stops_working_on_an_open_channel() -> None:
+    text = policy_yaml(slots_per_worker=2, floor=0)
+    with running_server(text) as srv:
+
+        async def go() -> None:
+            ch = RawChannel(srv.target, ACME)
+            try:
+                await ch.send(acquire(1, "s"))
+                await ch.event_of("s", "granted")
+                # acme's token rotated away by ApplyPolicy: the next message on the channel fails.
+                tenants = [
+                    {**t, "token": "acme-new-token"} if t["name"] == "acme" else t for t in DEFAULT_TENANTS
+                ]
+                async with Client(srv.target, token=ADMIN_TOKEN) as admin:
+                    req = admin_pb2.ApplyPolicyRequest(yaml=policy_yaml(tenants, slots_per_worker=2, floor=0))
+                    await admin.admin.ApplyPolicy(req, metadata=admin.md)
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    await ch.send(acquire(2, "t"))
+                code, details = await ch.status()
+                assert code == Code.PERMISSION_DENIED, details
+            finally:
+                await ch.close()
+
+        asyncio.run(go())
