@@ -378,21 +378,31 @@ def test_a_reader_that_does_not_read_stops_the_channel_reading_then_loses_nothin
 
 
 def test_events_piling_up_past_the_hard_limit_end_the_channel_resource_exhausted(
-    server: ServerThread,
+    server: ServerThread, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A reader that reads nothing while events keep coming for its sessions: the server's writes
+    stall, and past HARD_LIMIT waiting events the channel ends (memory stays bounded)."""
+    monkeypatch.setattr(session_channel, "SOFT_LIMIT", 16)
+
     async def go() -> None:
         ch = RawChannel(server.target, ACME)
         try:
             await ch.send(acquire(1, "s"))
             lease = lease_of(await ch.event_of("s", "granted"))
             chan = _channel_of(server, "s")
+            filler = ("s" * 200, 0, session_channel.errors.not_found("x" * 200))  # ~450 bytes each
 
-            def pile_up(r: Any) -> None:  # lease events the reader has not taken, in one go
-                for _ in range(session_channel.HARD_LIMIT + 1):
-                    chan.push(("s", 0, session_channel.errors.not_found("filler")))
+            def pile(n: int) -> None:
+                for _ in range(n):
+                    chan.push(filler)
 
-            server.call(pile_up)
-            code, details = await ch.status()
+            for _ in range(400):  # until the writes stall (the client reads nothing)
+                server.call(lambda r: pile(2000))
+                await asyncio.sleep(0.02)
+                if server.call(lambda r: len(chan.outbox) >= session_channel.SOFT_LIMIT):
+                    break
+            server.call(lambda r: pile(session_channel.HARD_LIMIT + 1))
+            code, details = await ch.status(30)
             assert code == Code.RESOURCE_EXHAUSTED and "too slow" in details
             # The session is kept, as after any broken stream: it re-attaches.
             again = RawChannel(server.target, ACME)

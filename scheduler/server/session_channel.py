@@ -105,6 +105,7 @@ class _Channel:
         self.drained = asyncio.Event()  # the outbox went below SOFT_LIMIT
         self.drained.set()
         self.failure: errors.RpcFailure | None = None
+        self.failed = asyncio.Event()
         self.reading_done = False
 
     def push(self, entry: tuple[Any, ...]) -> None:
@@ -113,7 +114,7 @@ class _Channel:
             return
         if len(outbox) >= HARD_LIMIT:
             self.failure = errors.channel_slow_reader(HARD_LIMIT)
-            self.wake.set()
+            self.failed.set()  # ends the call even while the writer is stuck in a write
             return
         outbox.append(entry)
         if len(outbox) == 1:
@@ -126,16 +127,22 @@ class _Channel:
     async def run(self) -> None:
         reader = asyncio.create_task(self._read(), name="slotsched-channel-read")
         writer = asyncio.create_task(self._write(), name="slotsched-channel-write")
+        failed = asyncio.create_task(self.failed.wait(), name="slotsched-channel-overflow")
+        tasks = (reader, writer, failed)
         try:
-            done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_EXCEPTION)
-            if writer in done:
-                writer.result()  # raises the failure that ended it
-            reader.result()
-            writer.result() if writer.done() else await writer
+            pending: set[asyncio.Task[Any]] = set(tasks)
+            while True:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if failed in done and self.failure is not None:
+                    raise self.failure
+                for task in done:
+                    task.result()  # raises the failure that ended it
+                if writer in done:
+                    return  # every answer written after the client half-closed
         finally:
-            for task in (reader, writer):
+            for task in tasks:
                 task.cancel()
-            for task in (reader, writer):
+            for task in tasks:
                 with contextlib.suppress(BaseException):
                     await task
             self._detach_all()
