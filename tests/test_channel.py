@@ -458,3 +458,28 @@ def test_a_credential_the_policy_drops_stops_working_on_an_open_channel() -> Non
                 await ch.close()
 
         asyncio.run(go())
+
+
+def test_each_command_is_charged_to_its_rpcs_bucket() -> None:
+    """renewals: burst 2, slow refill; tenant (acquire): unlimited here. Three renews in one
+    message: two pass, the third is RESOURCE_EXHAUSTED with QuotaFailure and retry-after-ms."""
+    text = policy_yaml(slots_per_worker=2, floor=0, rate_limits={"renewals": {"qps": 0.01, "burst": 2}})
+    with running_server(text) as srv:
+
+        async def go() -> None:
+            ch = RawChannel(srv.target, ACME)
+            try:
+                await ch.send(acquire(1, "s"))
+                lease = lease_of(await ch.event_of("s", "granted"))
+                await ch.send(renew(2, "s", lease), renew(3, "s", lease), renew(4, "s", lease))
+                assert (await ch.answer(2)).HasField("renewed")
+                assert (await ch.answer(3)).HasField("renewed")
+                err = (await ch.answer(4)).error
+                assert err.status.code == Code.RESOURCE_EXHAUSTED.value[0] and "Renew" in err.status.message
+                assert int(err.trailers["retry-after-ms"]) > 0
+                quota = error_details_pb2.QuotaFailure()
+                assert err.status.details[0].Unpack(quota) and "renewals" in quota.violations[0].description
+            finally:
+                await ch.close()
+
+        asyncio.run(go())
