@@ -27,6 +27,7 @@ from scheduler.client.channel import (
     tls_credentials,
 )
 from scheduler.client.errors import from_rpc_error
+from scheduler.client.mux import SessionMux
 from scheduler.client.session import AsyncSession
 from scheduler.client.types import QoS, SessionInfo, SnapshotRef
 
@@ -52,6 +53,9 @@ class AsyncClient:
     The channel is opened on first use, in the running loop.
     `connect_timeout_s` bounds how long a session tries to reach the server at all (its first
     Acquire); `reattach_timeout_s` how long an attached session tries to re-attach.
+    `multiplex` (default True): every session of this client travels on one `Scheduler.Channel`
+    stream (`mux.py`), batched, instead of an Acquire stream and unary calls per session; the
+    sessions behave the same. A server without Channel is served the per-session way.
     """
 
     def __init__(
@@ -71,6 +75,7 @@ class AsyncClient:
         backoff_max_s: float = 2.0,
         renew_interval_s: float | None = None,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        multiplex: bool = True,
     ) -> None:
         if connect_timeout_s <= 0:
             raise ValueError(f"connect_timeout_s must be > 0, not {connect_timeout_s!r}")
@@ -88,6 +93,8 @@ class AsyncClient:
         self._stub: scheduler_pb2_grpc.SchedulerStub | None = None
         self._sessions: set[AsyncSession] = set()
         self._closed = False
+        # Every session on one Scheduler.Channel stream (mux.py); False: one Acquire per session.
+        self._mux: SessionMux | None = SessionMux(self) if multiplex else None
 
     def stub(self) -> scheduler_pb2_grpc.SchedulerStub:
         """The Scheduler stub, opening the channel on first use (must run inside the loop)."""
@@ -98,6 +105,14 @@ class AsyncClient:
             stub_cls: Any = scheduler_pb2_grpc.SchedulerStub  # generated code is untyped
             self._stub = stub_cls(self._channel)
         return self._stub
+
+    def session_stub(self) -> Any:
+        """What sessions call Acquire, Renew, Yield and Release on: the client's channel
+        multiplexer, or the plain stub (`multiplex=False`, or a server without Channel)."""
+        mux = self._mux
+        if mux is None or mux.unsupported:
+            return self.stub()
+        return mux.stub
 
     def session(
         self,
@@ -140,6 +155,8 @@ class AsyncClient:
         for s in list(self._sessions):
             await s.aclose()
         self._closed = True
+        if self._mux is not None:
+            await self._mux.close()
         if self._channel is not None:
             await self._channel.close()
         self._channel = None

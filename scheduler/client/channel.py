@@ -124,3 +124,7 @@ class ClientLink(Protocol):
     _sessions: set[Any]
 
     def stub(self) -> scheduler_pb2_grpc.SchedulerStub: ...
+
+    def session_stub(self) -> Any:
+        """Acquire, Renew, Yield and Release for sessions: the channel multiplexer or the stub."""
+        ...

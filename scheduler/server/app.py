@@ -75,6 +75,8 @@ class _LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return grpc.unary_unary_rpc_method_handler(refuse, **kw)
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(refuse, **kw)
+        if handler.stream_stream is not None:  # the Scheduler's Channel
+            return grpc.stream_stream_rpc_method_handler(refuse, **kw)
         return handler
 
 
