@@ -19,7 +19,14 @@ rpc shape. The distance from the floor is the scheduler's own overhead (auth, co
 The pool (8 workers x 16 slots, floor 0, one tenant with a Burstable nominal of 128) always has a
 free slot. Usage: `python bench/grpc_latency.py [--seconds S] [--iterations N] [--rounds K]
 [--no-floor] [--pin] [--redis]`. The last line is `p50_ratio_c1=R pairs_per_s_c64=N
-noop_calls_per_s_c64=N`, followed with `--redis` by `redis_p50_ratio_c1=R redis_pairs_per_s_c64=N`.
+noop_calls_per_s_c64=N channel_pairs_ratio_c64=R channel_p50_ratio_c1=R channel_pairs_per_s_c64=N`,
+followed with `--redis` by `redis_p50_ratio_c1=R redis_pairs_per_s_c64=N
+redis_channel_p50_ratio_c1=R redis_channel_pairs_ratio_c64=R`.
+
+The channel shape ("channel", and "redis-channel" with `--redis`) drives the same server over one
+open `Scheduler.Channel`: c1 = one session at a time, Acquire command until its Granted event;
+c64 = 64 sessions on the one channel, each looping acquire, Granted, release, Ended, with the
+commands that are ready written as one message and events dispatched by session id.
 """
 
 from __future__ import annotations
@@ -164,6 +171,87 @@ def _start_redis(port: int, directory: str) -> subprocess.Popen[str]:
     raise RuntimeError("redis-server did not start")
 
 
+class ChannelTarget:
+    """The same pair over one open Scheduler.Channel: every session on one stream, commands
+    written in batches (whatever is ready when the writer runs), events dispatched by session."""
+
+    def __init__(self, address: str) -> None:
+        self.channel = grpc.aio.insecure_channel(address)
+        self.stub = scheduler_pb2_grpc.SchedulerStub(self.channel)  # type: ignore[no-untyped-call]
+        self.md = (("authorization", f"Bearer {TOKEN}"),)
+        self.seq = 0
+        self.call: grpc.aio.StreamStreamCall | None = None
+        self.pending: list[scheduler_pb2.ChannelCommand] = []
+        self.ready = asyncio.Event()
+        self.waiting: dict[str, asyncio.Future[scheduler_pb2.LeaseEvent]] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def _open(self) -> None:
+        self.call = self.stub.Channel(metadata=self.md)
+        self.tasks = [asyncio.create_task(self._writer()), asyncio.create_task(self._reader())]
+
+    async def _writer(self) -> None:
+        assert self.call is not None
+        while True:
+            await self.ready.wait()
+            self.ready.clear()
+            batch, self.pending = self.pending, []
+            await self.call.write(scheduler_pb2.ChannelRequest(commands=batch))
+
+    async def _reader(self) -> None:
+        assert self.call is not None
+        while True:
+            resp = await self.call.read()
+            if resp is grpc.aio.EOF:
+                return
+            for ev in resp.events:
+                kind = ev.WhichOneof("kind")
+                if kind == "event":
+                    fut = self.waiting.pop(ev.session_id, None)
+                    if fut is not None:
+                        fut.set_result(ev.event)
+                elif kind == "error":
+                    fut = self.waiting.pop(ev.session_id, None)
+                    if fut is not None:
+                        fut.set_exception(RuntimeError(str(ev.error.status)))
+
+    def _send(self, cmd: scheduler_pb2.ChannelCommand) -> asyncio.Future[scheduler_pb2.LeaseEvent]:
+        fut = asyncio.get_running_loop().create_future()
+        self.waiting[cmd.acquire.session_id or cmd.release.session_id] = fut
+        self.pending.append(cmd)
+        self.ready.set()
+        return fut
+
+    async def op(self) -> float:
+        if self.call is None:
+            await self._open()
+        self.seq += 1
+        sid = f"c{self.seq}"
+        t0 = time.perf_counter()
+        acquire = scheduler_pb2.AcquireRequest(session_id=sid, qos=common_pb2.QOS_CLASS_BURSTABLE)
+        ev = await self._send(scheduler_pb2.ChannelCommand(ref=self.seq, acquire=acquire))
+        latency = time.perf_counter() - t0
+        lease = ev.granted.lease
+        assert lease.lease_id, ev
+        release = scheduler_pb2.ReleaseRequest(session_id=sid, lease_id=lease.lease_id, epoch=lease.epoch)
+        ended = await self._send(scheduler_pb2.ChannelCommand(ref=self.seq, release=release))
+        assert ended.HasField("ended"), ended
+        return latency
+
+    async def close(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        if self.call is not None:
+            self.call.cancel()
+        await self.channel.close(None)
+
+    async def sequential(self, n: int) -> list[float]:
+        return [await self.op() for _ in range(n)]
+
+    async def concurrent(self, workers: int, seconds: float) -> tuple[list[float], float]:
+        return await Target.concurrent(self, workers, seconds)  # type: ignore[arg-type]
+
+
 class Target:
     """One server, driven by one kind of operation: an acquire+release pair or a no-op call."""
 
@@ -201,6 +289,9 @@ class Target:
         assert await call.code() == grpc.StatusCode.OK
         return latency
 
+    async def close(self) -> None:
+        await self.channel.close(None)
+
     async def sequential(self, n: int) -> list[float]:
         return [await self.op() for _ in range(n)]
 
@@ -222,7 +313,9 @@ def _pct(xs: list[float], q: int) -> float:
     return statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) > 1 else xs[0]
 
 
-async def run(targets: dict[str, Target], iterations: int, seconds: float, rounds: int) -> None:
+async def run(
+    targets: dict[str, Target | ChannelTarget], iterations: int, seconds: float, rounds: int
+) -> None:
     """Interleave short blocks of every target, so drift (other load, CPU frequency) hits all alike."""
     c1: dict[str, list[float]] = {name: [] for name in targets}
     c64: dict[str, list[float]] = {name: [] for name in targets}
@@ -238,7 +331,7 @@ async def run(targets: dict[str, Target], iterations: int, seconds: float, round
             c64[name] += lat
             rates[name].append(rate)
     for t in targets.values():
-        await t.channel.close(None)
+        await t.close()
 
     ms = 1000.0
     names = list(targets)
@@ -253,26 +346,41 @@ async def run(targets: dict[str, Target], iterations: int, seconds: float, round
     for label, values in rows:
         print(f"{label:16}" + "".join(f"{values[n]:>18.3f}" for n in names))
     print(
-        "(slotsched, floor: latency = Acquire until Granted, ops = acquire+release pairs; noop: unary calls)"
+        "(slotsched, floor: latency = Acquire until Granted, ops = acquire+release pairs; noop: unary calls;"
+        " *channel: the same pair over one open Scheduler.Channel, c64 = 64 sessions on it)"
     )
     p50_ratio = _pct(c1["slotsched"], 50) / _pct(c1["noop"], 50)
     pairs = statistics.median(rates["slotsched"])
     noop = statistics.median(rates["noop"])
+    ch_p50 = _pct(c1["channel"], 50) / _pct(c1["noop"], 50)
+    ch_pairs = statistics.median(rates["channel"])
     extra = ""
     if "redis" in targets:
         r_p50 = _pct(c1["redis"], 50) / _pct(c1["noop"], 50)
         r_pairs = statistics.median(rates["redis"])
         r_rate = r_pairs / noop
+        rc_p50 = _pct(c1["redis-channel"], 50) / _pct(c1["noop"], 50)
+        rc_rate = statistics.median(rates["redis-channel"]) / noop
         print(f"with the Redis state store: p50 ratio c1 {r_p50:.2f}, pairs/no-op calls c64 {r_rate:.2f}")
-        extra = f" redis_p50_ratio_c1={r_p50:.2f} redis_pairs_per_s_c64={r_pairs:.0f}"
+        print(f"  over the channel: p50 ratio c1 {rc_p50:.2f}, pairs/no-op calls c64 {rc_rate:.2f}")
+        extra = (
+            f" redis_p50_ratio_c1={r_p50:.2f} redis_pairs_per_s_c64={r_pairs:.0f}"
+            f" redis_channel_p50_ratio_c1={rc_p50:.2f} redis_channel_pairs_ratio_c64={rc_rate:.2f}"
+        )
     if "floor" in targets:
         floor_p50 = _pct(c1["floor"], 50) / _pct(c1["noop"], 50)
         floor_rate = statistics.median(rates["floor"]) / noop
         print(f"shape floor: p50 ratio c1 {floor_p50:.2f}, pairs/no-op calls c64 {floor_rate:.2f}")
+    print(f"per-session: p50 ratio c1 {p50_ratio:.2f}; pairs/no-op calls c64 {pairs / noop:.2f}")
     print(
-        f"targets: p50 ratio c1 {p50_ratio:.2f} (<= 1.3); pairs/no-op calls c64 {pairs / noop:.2f} (>= 0.4)"
+        f"channel targets: p50 ratio c1 {ch_p50:.2f} (<= 1.3); "
+        f"pairs/no-op calls c64 {ch_pairs / noop:.2f} (>= 1.0)"
     )
-    print(f"p50_ratio_c1={p50_ratio:.2f} pairs_per_s_c64={pairs:.0f} noop_calls_per_s_c64={noop:.0f}{extra}")
+    print(
+        f"p50_ratio_c1={p50_ratio:.2f} pairs_per_s_c64={pairs:.0f} noop_calls_per_s_c64={noop:.0f}"
+        f" channel_pairs_ratio_c64={ch_pairs / noop:.2f} channel_p50_ratio_c1={ch_p50:.2f}"
+        f" channel_pairs_per_s_c64={ch_pairs:.0f}{extra}"
+    )
 
 
 def main() -> int:
@@ -330,7 +438,12 @@ def main() -> int:
                 procs.append(proc)
 
             async def go() -> None:
-                targets = {n: Target(a, "noop" if n == "noop" else "pair") for n, a in addresses.items()}
+                targets: dict[str, Target | ChannelTarget] = {}
+                for n, a in addresses.items():
+                    targets[n] = Target(a, "noop" if n == "noop" else "pair")
+                    if n in ("slotsched", "redis"):
+                        # The channel shape against the same server process.
+                        targets["channel" if n == "slotsched" else "redis-channel"] = ChannelTarget(a)
                 await run(targets, args.iterations, args.seconds, args.rounds)
 
             asyncio.run(go())

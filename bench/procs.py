@@ -4,7 +4,9 @@ stop of the processes (SIGTERM, then SIGKILL after a grace), so every bench ends
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
+import time
 from collections.abc import Sequence
 
 from scheduler.policy.identities import hash_token
@@ -35,3 +37,30 @@ def stop_all(procs: Sequence[subprocess.Popen[str]], grace_s: float = 15.0) -> N
             proc.wait(grace_s)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (a fixed port lets a killed process come back on it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_redis(port: int, directory: str, fsync: str = "always") -> subprocess.Popen[str]:
+    """A private redis-server, durable the way deploy/ runs it (AOF, `appendfsync always` by default)."""
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory, "--save", "",
+         "--appendonly", "yes", "--appendfsync", fsync],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(16).startswith(b"+PONG"):
+                    return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("redis-server did not start")

@@ -56,6 +56,7 @@ _TAG_CHARS = 16  # 12 bytes of HMAC, base64url
 _KID_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _TAG_RE = re.compile(rf"^[A-Za-z0-9_-]{{{_TAG_CHARS}}}$")
 _MAX_TOKEN = 200
+_ISSUED_CACHE = 65_536  # wire ids remembered by a keyring (see GrantKeyring.wire_lease_id)
 
 
 class GrantKeyError(ValueError):
@@ -260,6 +261,11 @@ class GrantKeyring:
             raise GrantKeyError("a grant keyring needs at least one key")
         #: Generated at start (no key configured): grants die with this process.
         self.ephemeral = ephemeral
+        # Wire ids this keyring issued, both ways: a lease's id is tagged for its Granted, its
+        # Ended and every replay, and verified on each Renew and Release; an HMAC each time was
+        # a measurable share of a grant. Bounded: cleared when full (the HMAC still decides).
+        self._wire: dict[str, str] = {}
+        self._core: dict[str, str] = {}
 
     @classmethod
     def parse(cls, text: str, source: str = GRANT_KEYS_ENV) -> GrantKeyring:
@@ -312,10 +318,21 @@ class GrantKeyring:
 
     def wire_lease_id(self, core_id: str) -> str:
         """The id a tenant sees and quotes: the core id plus its keyed tag."""
-        return f"{core_id}.{self._tag(self._keys[0].tag_key, core_id)}"
+        wire = self._wire.get(core_id)
+        if wire is None:
+            wire = f"{core_id}.{self._tag(self._keys[0].tag_key, core_id)}"
+            if len(self._wire) >= _ISSUED_CACHE:
+                self._wire.clear()
+                self._core.clear()
+            self._wire[core_id] = wire
+            self._core[wire] = core_id
+        return wire
 
     def core_of(self, wire_id: str) -> str | None:
         """The core id of a wire id whose tag verifies under one of the keys; None otherwise."""
+        known = self._core.get(wire_id)
+        if known is not None:
+            return known  # issued by this keyring (exact string): its tag verified when made
         head, dot, tail = wire_id.rpartition(".")
         if not (dot and head and _TAG_RE.match(tail)):
             return None

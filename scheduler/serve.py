@@ -70,7 +70,7 @@ log = logging.getLogger("slotsched.server")
 class StateOptions:
     """Where durable state lives (`slotsched serve --state`); memory keeps none."""
 
-    state: str = "memory"  # memory | redis://HOST:PORT/DB
+    state: str = "memory"  # memory | redis[+sentinel|+cluster]://… (scheduler/state/redis_connect.py)
     prefix: str = "slotsched"
     replica_id: str | None = None  # default hostname-pid
     #: The leader lease (scheduler/state/replica.py, "Election timing"): renewed every TTL/4, a

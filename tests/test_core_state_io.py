@@ -170,6 +170,21 @@ def _apply(core: Core, step: Step, now: float, gen: _Gen | None = None) -> list[
     return out
 
 
+def _objects(doc: dict[str, Any], what: str) -> list[dict[str, Any]]:
+    """The `leases` or `requests` rows of a format-2 document as objects, by its column header."""
+    fields = doc[what[:-1] + "_fields"]
+    return [dict(zip(fields, row, strict=True)) for row in doc[what]]
+
+
+def _as_v1(doc: dict[str, Any]) -> dict[str, Any]:
+    """A format-2 document as format 1 wrote it (objects; `matured` not stored)."""
+    old = {k: v for k, v in doc.items() if not k.endswith("_fields")}
+    old["format"] = 1
+    old["leases"] = [{k: v for k, v in ld.items() if k != "matured"} for ld in _objects(doc, "leases")]
+    old["requests"] = _objects(doc, "requests")
+    return old
+
+
 def _through_json(doc: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(json.dumps(doc, allow_nan=False))
     return out
@@ -222,8 +237,8 @@ def _scenario() -> tuple[Core, float]:
 def test_a_busy_core_round_trips_through_json() -> None:
     core, now = _scenario()
     doc = _through_json(core.export_state())
-    assert any(lease["state"] == "yielding" for lease in doc["leases"]), doc["leases"]
-    assert any(r["earmark"] is not None for r in doc["requests"]), doc["requests"]
+    assert any(lease["state"] == "yielding" for lease in _objects(doc, "leases")), doc["leases"]
+    assert any(r["earmark"] is not None for r in _objects(doc, "requests")), doc["requests"]
     assert doc["retired"] == ["batch"]
     rebuilt = Core.from_state(core.policy, doc)
     assert _observe(rebuilt) == _observe(core)
@@ -269,8 +284,8 @@ def test_stale_timers_still_wake_the_core() -> None:
 
 def test_an_unknown_format_is_refused() -> None:
     doc = Core(POLICY).export_state()
-    with pytest.raises(ValueError, match="format 2 is not one this build reads"):
-        Core.from_state(POLICY, {**doc, "format": 2})
+    with pytest.raises(ValueError, match=r"format 3 is not one this build reads \(it reads \[1, 2\]\)"):
+        Core.from_state(POLICY, {**doc, "format": 3})
     with pytest.raises(ValueError, match="format None"):
         Core.from_state(POLICY, {k: v for k, v in doc.items() if k != "format"})
 
@@ -307,7 +322,7 @@ def test_yields_left_for_no_one_by_an_older_build_are_taken_over_or_cancelled() 
     for s, t in (("s2", 1.0), ("s3", 2.0)):
         out = core.handle(Acquire(SessionId(s), TenantName("sre"), QoS.GUARANTEED), t)
         assert any(isinstance(d, YieldRequested) and d.for_session == s for d in out), out
-    doc = _through_json(core.export_state())
+    doc = _as_v1(_through_json(core.export_state()))
     yielding = [ld["lease_id"] for ld in doc["leases"] if ld["state"] == "yielding"]
     assert len(yielding) == 2
     # The document of an older build: the waiters gone, their victims orphaned.

@@ -108,6 +108,7 @@ def test_services_and_rpcs() -> None:
         "Renew": (False, False),
         "Yield": (False, False),
         "GetSession": (False, False),
+        "Channel": (True, True),
     }
     assert set(methods(workers_pb2, "Workers")) == {"Register", "Heartbeat", "Drain", "Deregister"}
     assert set(methods(admin_pb2, "Admin")) == {

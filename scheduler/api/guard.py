@@ -17,8 +17,12 @@ a map or repeated field holds at most 64 entries. Errors quote at most `QUOTE_CH
 of an offending value. A Timestamp or Duration outside the range protobuf defines for it is
 refused too (converting one raises ValueError deep inside a servicer).
 
-Streaming-request methods (server reflection) are registered unchanged: grpc decodes their
-messages one by one inside the servicer's iterator.
+Streaming-request methods are registered unchanged (server reflection: grpc decodes its
+messages one by one inside the servicer's iterator), except those whose request type is in
+`STREAM_REQUESTS` (the Scheduler's Channel): their messages are decoded and checked by the same
+rules, one by one, and a message that fails arrives at the servicer as a `Refused` (it ends the
+call INVALID_ARGUMENT naming the field, e.g. `commands[3].acquire.session_id`). A Channel
+message may hold up to `MAX_CHANNEL_COMMANDS` commands (`_ENTRY_LIMITS`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,13 @@ MAX_STRING_BYTES = 256
 MAX_LONG_STRING_BYTES = 2048
 MAX_POLICY_BYTES = 256 * 1024
 MAX_ENTRIES = 64
+MAX_CHANNEL_COMMANDS = 1024
 QUOTE_CHARS = 64
+
+#: Repeated fields (by name) allowed more than MAX_ENTRIES entries: a Channel batches commands.
+_ENTRY_LIMITS: dict[str, int] = {"commands": MAX_CHANNEL_COMMANDS}
+#: Streaming-request messages decoded and checked here (their servicer handles a `Refused`).
+STREAM_REQUESTS = frozenset({"slotsched.v1.ChannelRequest"})
 
 #: Fields (by name, in any request message) allowed more than MAX_STRING_BYTES.
 _LONGER: dict[str, int] = {
@@ -131,22 +141,23 @@ def _too_long(path: str, value: str | bytes, limit: int) -> tuple[str, str] | No
 def check(msg: Message, prefix: str = "") -> tuple[str, str] | None:
     """The first (field path, description) of `msg` over its limits, or None."""
     for name, kind, limit, extra in _plan(msg.DESCRIPTOR):
-        path = prefix + name
-        value = getattr(msg, name)
-        if kind in ("string", "byte"):
-            if value and (bad := _too_long(path, value, limit)):
-                return bad
-            continue
-        if kind == "message":
-            if msg.HasField(name) and (bad := check(value, path + ".")):
+        if kind == "message":  # HasField first: reading an unset submessage builds one
+            if msg.HasField(name) and (bad := check(getattr(msg, name), prefix + name + ".")):
                 return bad
             continue
         if kind == "time":
-            if msg.HasField(name) and (bad := _bad_time(path, value, extra)):
+            if msg.HasField(name) and (bad := _bad_time(prefix + name, getattr(msg, name), extra)):
                 return bad
             continue
-        if len(value) > MAX_ENTRIES:
-            return path, f"more than {MAX_ENTRIES} entries (got {len(value)})"
+        value = getattr(msg, name)
+        if kind in ("string", "byte"):
+            if value and (bad := _too_long(prefix + name, value, limit)):
+                return bad
+            continue
+        path = prefix + name
+        most = _ENTRY_LIMITS.get(name, MAX_ENTRIES)
+        if len(value) > most:
+            return path, f"more than {most} entries (got {len(value)})"
         if kind == "map":
             for k, v in value.items():
                 if isinstance(k, str) and (bad := _too_long(f"{path}[key]", k, MAX_STRING_BYTES)):
@@ -200,11 +211,19 @@ def _request_class(handler: grpc.RpcMethodHandler) -> type[Message] | None:
 
 def guard_handler(handler: grpc.RpcMethodHandler | None, refuse: Refuse) -> grpc.RpcMethodHandler | None:
     """`handler` with a guarded deserializer and a behaviour that refuses a Refused request."""
-    if handler is None or handler.request_streaming:
+    if handler is None:
         return handler
     cls = _request_class(handler)
     if cls is None:
         return handler
+    if handler.request_streaming:
+        if cls.DESCRIPTOR.full_name not in STREAM_REQUESTS or handler.stream_stream is None:
+            return handler
+        return grpc.stream_stream_rpc_method_handler(
+            handler.stream_stream,
+            request_deserializer=deserializer(cls),
+            response_serializer=handler.response_serializer,
+        )
     kw = {"request_deserializer": deserializer(cls), "response_serializer": handler.response_serializer}
     if handler.unary_unary is not None:
         inner = handler.unary_unary
@@ -272,7 +291,9 @@ class GuardedRegistrar:
 
 
 __all__ = [
+    "MAX_CHANNEL_COMMANDS",
     "MAX_ENTRIES",
+    "STREAM_REQUESTS",
     "MAX_LONG_STRING_BYTES",
     "MAX_POLICY_BYTES",
     "MAX_STRING_BYTES",

@@ -74,10 +74,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument(
         "--state",
         default=os.environ.get("SLOTSCHED_STATE", "memory"),
-        help="memory, or redis://HOST:PORT/DB: journal, snapshots and leader election in Redis "
-        "(default %(default)s, from $SLOTSCHED_STATE if set)",
+        help="memory, or Redis for journal, snapshots and leader election: redis://HOST:PORT/DB, "
+        "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB] or "
+        "redis+cluster://HOST:PORT[,HOST:PORT...] (rediss... for TLS; [USER:PASSWORD@] before the "
+        "hosts); options ?replicas=N (acknowledge an append once N replicas hold it; default 1 with "
+        "Sentinel, else 0), replica_timeout_ms=MS (500), sentinel_auth=1 (default %(default)s, from "
+        "$SLOTSCHED_STATE if set)",
     )
-    s.add_argument("--state-prefix", default="slotsched", help="Redis key namespace (default %(default)s)")
+    s.add_argument(
+        "--state-prefix",
+        default="slotsched",
+        help="Redis key namespace (default %(default)s; with redis+cluster the keys are {PREFIX}:...)",
+    )
     s.add_argument(
         "--replica-id", default=None, help="this replica's name in the leader key (default host-pid)"
     )

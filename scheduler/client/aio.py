@@ -20,16 +20,20 @@ from scheduler.client.callbacks import OnGrant, OnYield, OnYieldCancelled
 from scheduler.client.channel import (
     DEFAULT_CHANNEL_OPTIONS,
     DEFAULT_CONNECT_TIMEOUT_S,
-    DEFAULT_FAILOVER_TIMEOUT_S,
-    Follower,
-    FollowingStub,
     PemSource,
     call_metadata,
     merged_options,
-    parse_targets,
     tls_credentials,
 )
 from scheduler.client.errors import from_rpc_error
+from scheduler.client.follow import (
+    DEFAULT_FAILOVER_TIMEOUT_S,
+    Follower,
+    FollowingStub,
+    RetryingSessionStub,
+    parse_targets,
+)
+from scheduler.client.mux import SessionMux
 from scheduler.client.session import AsyncSession
 from scheduler.client.types import QoS, SessionInfo, SnapshotRef
 
@@ -64,6 +68,10 @@ class AsyncClient:
     as usual), so a failover is followed within milliseconds of the new leader serving. Renewals,
     releases and yields in flight are retried on the new leader; lease streams re-attach and keep
     their lease. `follow_leader=False` stays on the given target (e.g. behind a load balancer).
+
+    `multiplex` (default True): every session of this client travels on one `Scheduler.Channel`
+    stream (`mux.py`), batched, instead of an Acquire stream and unary calls per session; the
+    sessions behave the same. A server without Channel is served the per-session way.
     """
 
     def __init__(
@@ -85,6 +93,7 @@ class AsyncClient:
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         follow_leader: bool = True,
         failover_timeout_s: float = DEFAULT_FAILOVER_TIMEOUT_S,
+        multiplex: bool = True,
     ) -> None:
         if connect_timeout_s <= 0:
             raise ValueError(f"connect_timeout_s must be > 0, not {connect_timeout_s!r}")
@@ -103,8 +112,11 @@ class AsyncClient:
             targets, options, credentials, follow=follow_leader, failover_timeout_s=failover_timeout_s
         )
         self._stub: scheduler_pb2_grpc.SchedulerStub | None = None
+        self._session_stub: RetryingSessionStub | None = None
         self._sessions: set[AsyncSession] = set()
         self._closed = False
+        # Every session on one Scheduler.Channel stream (mux.py); False: one Acquire per session.
+        self._mux: SessionMux | None = SessionMux(self) if multiplex else None
 
     def stub(self) -> scheduler_pb2_grpc.SchedulerStub:
         """The Scheduler stub of the current leader (`FollowingStub`: every call goes to the
@@ -125,6 +137,18 @@ class AsyncClient:
     @property
     def targets(self) -> list[str]:
         return list(self._follower.targets)
+
+    def session_stub(self) -> Any:
+        """What sessions call Acquire, Renew, Yield and Release on: the client's channel
+        multiplexer, or the plain stub (`multiplex=False`, or a server without Channel)."""
+        mux = self._mux
+        if mux is None or mux.unsupported:
+            return self.stub()
+        if self._session_stub is None or self._session_stub.inner is not mux.stub:
+            # A Renew, Release or Yield whose channel broke in a failover is sent again on the
+            # next channel (to the new leader), within failover_timeout_s: not lost.
+            self._session_stub = RetryingSessionStub(mux.stub, self._follower)
+        return self._session_stub
 
     def session(
         self,
@@ -167,6 +191,8 @@ class AsyncClient:
         for s in list(self._sessions):
             await s.aclose()
         self._closed = True
+        if self._mux is not None:
+            await self._mux.close()
         await self._follower.close()
         self._stub = None
 

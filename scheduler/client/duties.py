@@ -38,7 +38,7 @@ class SessionDuties(SessionState):
 
     async def _renew_loop(self, lease: LeaseInfo, interval: float, immediate: bool) -> None:
         loop = asyncio.get_running_loop()
-        stub = self._client.stub()
+        stub = self._client.session_stub()
         start = loop.time()
         tick = 0 if immediate else 1
         while True:
@@ -134,7 +134,7 @@ class SessionDuties(SessionState):
         if ref is not None:
             req.snapshot.CopyFrom(ref.to_proto())
             self._yield_ref = (lease.key, ref)
-        stub = self._client.stub()
+        stub = self._client.session_stub()
         for attempt in range(5):
             if not self._is_current(lease.lease_id, lease.epoch) or self._release_requested:
                 return

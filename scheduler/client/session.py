@@ -176,7 +176,7 @@ class AsyncSession(SessionStream):
             await self._shutdown()
 
     async def _release_rpc(self) -> None:
-        stub = self._client.stub()
+        stub = self._client.session_stub()
         for attempt in range(5):
             lease = self._lease
             req = scheduler_pb2.ReleaseRequest(session_id=self.session_id)

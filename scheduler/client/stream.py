@@ -49,7 +49,7 @@ class SessionStream(SessionDuties):
         while not self._closing:
             failure: SlotschedError
             try:
-                call = client.stub().Acquire(self._acquire_request(), metadata=client.metadata)
+                call = client.session_stub().Acquire(self._acquire_request(), metadata=client.metadata)
                 self._attached = True
                 events = call.__aiter__()
                 if not self._reached:

@@ -108,6 +108,11 @@ class Core(Ledger):
         """The logical state (records.py), for `restore`. Call between events only."""
         return restore.export_records(self)
 
+    def capture(self) -> restore.Capture:
+        """`export_records` in two steps: this cheap consistent copy between events, then
+        `restore.records_of(capture)` in any thread (a state snapshot off the event loop)."""
+        return restore.capture(self)
+
     @classmethod
     def restore(cls, policy: Policy, records: CoreRecords) -> Core:
         """A core whose future behaviour is that of the core `records` were exported from, under

@@ -22,6 +22,7 @@ from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from scheduler.api.gen.slotsched.v1 import scheduler_pb2
 from scheduler.core.types import Decision, ErrorCode, Refused, RefuseReason, Rejected
 from scheduler.policy.errors import PolicyError
 from scheduler.ports import NOT_LEADER as NOT_LEADER_MESSAGE
@@ -77,20 +78,29 @@ class RpcFailure(Exception):
         self.reason = reason or DEFAULT_REASONS.get(code, "")
         self.info = dict(info or {})
 
-    def trailing_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
-        md: list[tuple[str, str | bytes]] = list(self.metadata)
+    def status(self) -> status_pb2.Status:
+        """The google.rpc.Status of this failure: code, message and rich details."""
         details = self.details
         if self.reason:
             info = error_details_pb2.ErrorInfo(reason=self.reason, domain=DOMAIN, metadata=self.info)
             details = (*details, info)  # after the others: clients that read details[0] keep working
-        if details:
-            status = status_pb2.Status(code=self.code.value[0], message=self.message)
-            for d in details:
-                packed = any_pb2.Any()
-                packed.Pack(d)
-                status.details.append(packed)
-            md.append((DETAILS_KEY, status.SerializeToString()))
+        status = status_pb2.Status(code=self.code.value[0], message=self.message)
+        for d in details:
+            packed = any_pb2.Any()
+            packed.Pack(d)
+            status.details.append(packed)
+        return status
+
+    def trailing_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        md: list[tuple[str, str | bytes]] = list(self.metadata)
+        if self.details or self.reason:
+            md.append((DETAILS_KEY, self.status().SerializeToString()))
         return tuple(md)
+
+    def session_error(self) -> scheduler_pb2.SessionError:
+        """This failure as a Channel's per-session error event: the same status and details the
+        per-session rpc ends with, and its trailing metadata (retry-after-ms, ...)."""
+        return scheduler_pb2.SessionError(status=self.status(), trailers=dict(self.metadata))
 
 
 # ---------------------------------------------------------------- builders
@@ -190,6 +200,24 @@ def from_closed(reason: StreamClosed) -> RpcFailure:
     """An Acquire stream the loop closed: superseded by a newer one, or the server stops serving."""
     code, message = _CLOSED[reason]
     return RpcFailure(code, message)
+
+
+def channel_slow_reader(buffered: int) -> RpcFailure:
+    """A Channel whose reader fell too far behind (session_channel.py: flow control)."""
+    return RpcFailure(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"channel reader too slow: more than {buffered} events waiting to be written; "
+        "re-open the channel and re-acquire its sessions (they are kept)",
+        metadata=((RETRY_AFTER_KEY, "100"),),
+    )
+
+
+def channel_full(limit: int) -> RpcFailure:
+    """An acquire that would attach more sessions to one Channel than it may hold."""
+    return RpcFailure(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"this channel already carries {limit} sessions: open another channel",
+    )
 
 
 def deadline_exceeded(message: str) -> RpcFailure:
@@ -334,6 +362,8 @@ __all__ = [
     "RETRY_AFTER_KEY",
     "RpcFailure",
     "aborted",
+    "channel_full",
+    "channel_slow_reader",
     "deadline_exceeded",
     "failed_precondition",
     "from_closed",

@@ -140,9 +140,10 @@ class SchedulerLoop:
         qos: QoS,
         resume_from: SnapshotRef | None,
         wait_timeout_s: float | None,
+        make: Callable[[SessionId], SessionStream] = SessionStream,
     ) -> tuple[SessionStream | None, Refused | None]:
-        """Attach a stream, then ask the core. On a refusal nothing stays attached."""
-        stream = self._attach(key)
+        """Attach a stream (`make(key)`), then ask the core. On a refusal nothing stays attached."""
+        stream = self._attach(key, make)
         extras = NO_EXTRAS if wait_timeout_s is None else Extras(wait_timeout_s=wait_timeout_s)
         # The session's bookkeeping is the table's (scheduler/dispatch.py): replay does the same.
         decisions = self.submit(Acquire(key, TenantName(tenant), qos, resume_from), extras)
@@ -153,12 +154,14 @@ class SchedulerLoop:
                 return None, d
         return stream, None
 
-    def reattach(self, key: SessionId) -> SessionStream | None:
+    def reattach(
+        self, key: SessionId, make: Callable[[SessionId], SessionStream] = SessionStream
+    ) -> SessionStream | None:
         """Attach a new stream to a live session and replay its state; None if not live."""
         view = self.core.session(key)
         if view is None:
             return None
-        stream = self._attach(key)
+        stream = self._attach(key, make)
         now = self._clock()
         if view.lease is None:
             queued = Queued(key, view.position, view.estimated_wait_s)
@@ -176,11 +179,11 @@ class SchedulerLoop:
         if self._streams.get(stream.key) is stream:
             del self._streams[stream.key]
 
-    def _attach(self, key: SessionId) -> SessionStream:
+    def _attach(self, key: SessionId, make: Callable[[SessionId], SessionStream]) -> SessionStream:
         old = self._streams.get(key)
         if old is not None:
             old.close(StreamClosed.SUPERSEDED)
-        stream = SessionStream(key)
+        stream = make(key)
         self._streams[key] = stream
         return stream
 

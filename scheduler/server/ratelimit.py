@@ -15,6 +15,9 @@ The flows (the buckets' sizes come from the policy in force, `spec.rateLimits`):
 * each worker entry (`spec.access.workers[i]`): its pods together (`spec.rateLimits.worker`).
 
 An absent bucket is unlimited. A bucket whose size the policy changes starts full again.
+On a `Channel` (session_channel.py) every command is charged as the rpc it stands for: acquire
+as Acquire, renew, yield_slot, release and withdraw as Renew, Yield and Release; the channel
+itself is not charged (the sessions on it are).
 Refusals are counted in `slotsched_rate_limited_total{tenant,rpc}`: `tenant` is the tenant's
 name or `role:admin` / `role:worker` (no tenant name has a ':'), `rpc` the method name, so the
 label values are bounded by the policy's tenants and the services' methods.

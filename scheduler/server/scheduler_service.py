@@ -1,7 +1,8 @@
 """The Scheduler service: proto in, one core event, decisions and stream events out.
 
-No scheduling here. Each rpc authenticates, validates (INVALID_ARGUMENT naming the field),
-submits one event to the loop and translates what came back. The one piece of logic of its own is
+No scheduling here. Each rpc authenticates and hands the request to `SessionOps`
+(session_ops.py: validate, submit one event to the loop, translate what came back), which the
+multiplexed `Channel` (session_channel.py) shares. The one piece of logic of its own is
 the Acquire stream: it waits on the session's queue and enforces the caller's patience — a
 `wait_timeout` or gRPC deadline passing while still queued withdraws the request. A stream that
 breaks otherwise changes nothing in the core: the caller re-attaches, the lease TTL reclaims the
@@ -13,16 +14,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-from scheduler.core.types import LeaseId, QoS, Queued, Release, Renew, Renewed, SessionId, SnapshotRef, Yield
+from scheduler.api.gen.slotsched.v1 import scheduler_pb2, scheduler_pb2_grpc
+from scheduler.core.types import QoS
 from scheduler.grants import GrantKeyring
 from scheduler.ports import StateUnavailable
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
 from scheduler.server.loop import SchedulerLoop
+from scheduler.server.session_channel import ChannelService
+from scheduler.server.session_ops import Outcome, SessionOps, check_session_id
 from scheduler.server.stream import FINAL, GRANTED, QUEUED, Item, SessionStream, StreamClosed
 
-MAX_SESSION_ID_BYTES = 256
 # A gRPC deadline within this much of now counts as passed when the call is cancelled.
 _DEADLINE_SLACK_S = 0.05
 
@@ -33,26 +35,6 @@ _PHASES = {
 }
 
 
-def _require(value: str, field: str) -> None:
-    if not value:
-        raise errors.invalid_argument(field, "required")
-
-
-def _session_id(value: str) -> None:
-    _require(value, "session_id")
-    if len(value.encode()) > MAX_SESSION_ID_BYTES:
-        raise errors.invalid_argument("session_id", f"longer than {MAX_SESSION_ID_BYTES} bytes")
-
-
-def _snapshot(msg: Any, field: str) -> SnapshotRef | None:
-    if not msg.HasField(field):
-        return None
-    ref = getattr(msg, field)
-    if not ref.uri:
-        raise errors.invalid_argument(f"{field}.uri", "required when a snapshot is given")
-    return convert.snapshot_from_pb(ref)
-
-
 class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     """`keys` sign grants and tag lease ids (grants.py); None = a key generated for this server."""
 
@@ -60,23 +42,13 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self._loop = loop
         self._auth = auth
         self._keys = keys if keys is not None else GrantKeyring.generate()
+        self._ops = SessionOps(loop, self._keys)
+        self._channels = ChannelService(loop, auth, self._ops)
 
     def _tenant(self, context: Any, rpc: str) -> str:
         if self._loop.shutting_down:
             raise errors.unavailable()
         return self._auth.tenant(context, rpc)  # charged to the tenant's flow (rate limits)
-
-    def _lease_id(self, wire_id: str, tenant: str) -> LeaseId:
-        """The core id of a lease id as quoted (tag verified), checked to be the caller's."""
-        _require(wire_id, "lease_id")
-        core = self._keys.core_of(wire_id)
-        if core is None:
-            # An untagged, mistagged or guessed id names no lease this caller was given.
-            raise errors.not_found(f"no lease {wire_id[:80]!r}: quote lease_id as granted (with its tag)")
-        lease = self._loop.core.lease(LeaseId(core))
-        if lease is not None and lease.tenant != tenant:
-            raise errors.failed_precondition(f"lease {wire_id} belongs to another tenant")
-        return LeaseId(core)
 
     # ------------------------------------------------------------------ Acquire
 
@@ -138,32 +110,14 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             if queued_since is not None:
                 left = context.time_remaining()
                 if left is not None and left <= _DEADLINE_SLACK_S:
-                    self._withdraw_now(key)
+                    self._ops.withdraw_now(key)
             raise
         finally:
             self._loop.detach(stream)
 
     def _open(self, request: scheduler_pb2.AcquireRequest, context: Any) -> SessionStream:
-        """Validate, then re-attach to a live session or ask the core for a new one."""
-        tenant = self._tenant(context, "Acquire")
-        _session_id(request.session_id)
-        qos = convert.PB_TO_QOS.get(request.qos)
-        if qos is None:
-            raise errors.invalid_argument("qos", "must be GUARANTEED, BURSTABLE or BEST_EFFORT")
-        resume = _snapshot(request, "resume_from")
-        wait_timeout = None
-        if request.HasField("wait_timeout"):
-            wait_timeout = convert.from_dur(request.wait_timeout)
-            if wait_timeout < 0:
-                raise errors.invalid_argument("wait_timeout", "must not be negative")
-        key = convert.session_key(tenant, request.session_id)
-        stream = self._loop.reattach(key)
-        if stream is not None:
-            return stream
-        stream, refusal = self._loop.acquire(key, tenant, qos, resume, wait_timeout)
-        if refusal is not None or stream is None:
-            raise errors.from_refused(refusal, tenant) if refusal else errors.unavailable()
-        return stream
+        """Authenticate, validate, then re-attach to a live session or queue a new one."""
+        return self._ops.open(self._tenant(context, "Acquire"), request)
 
     async def _next_while_queued(
         self, stream: SessionStream, queued_since: float, wait_timeout: float | None, context: Any
@@ -176,7 +130,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         try:
             return await asyncio.wait_for(stream.get(), max(0.0, timeout)), ""
         except TimeoutError:
-            if self._withdraw_now(stream.key):
+            if self._ops.withdraw_now(stream.key):
                 return None, why
             return await stream.get(), ""  # not queued any more: the grant is coming
 
@@ -192,89 +146,45 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             timeout, why = left, "the caller's deadline"
         return timeout, why
 
-    def _withdraw_now(self, key: SessionId) -> bool:
-        view = self._loop.session(key)
-        if view is None or view.lease is not None:
-            return False
-        self._loop.submit(Release(key, None))
-        return True
-
     # ------------------------------------------------------------------ unary rpcs
+
+    async def _answer(self, outcome: Outcome) -> Any:
+        """Tell the caller once the event is durable: the reply, or the failure it came to."""
+        await self._loop.durable()
+        if isinstance(outcome, errors.RpcFailure):
+            raise outcome
+        return outcome
 
     @errors.unary
     async def Release(
         self, request: scheduler_pb2.ReleaseRequest, context: Any
     ) -> scheduler_pb2.ReleaseResponse:
         tenant = self._tenant(context, "Release")
-        _session_id(request.session_id)
-        key = convert.session_key(tenant, request.session_id)
-        if request.lease_id:
-            lease_id = self._lease_id(request.lease_id, tenant)
-            decisions = self._loop.submit(Release(key, lease_id, request.epoch))
-            await self._loop.durable()
-            errors.raise_for(decisions)
-            return scheduler_pb2.ReleaseResponse(reason=scheduler_pb2.END_REASON_RELEASED)
-        view = self._loop.session(key)
-        if view is not None and view.lease is not None:
-            raise errors.failed_precondition(
-                f"session {request.session_id} holds lease {self._keys.wire_lease_id(view.lease.lease_id)}: "
-                "quote lease_id and epoch"
-            )
-        decisions = self._loop.submit(Release(key, None))
-        await self._loop.durable()
-        errors.raise_for(decisions)
-        return scheduler_pb2.ReleaseResponse(reason=scheduler_pb2.END_REASON_WITHDRAWN)
+        out: scheduler_pb2.ReleaseResponse = await self._answer(self._ops.release(tenant, request))
+        return out
 
     @errors.unary
     async def Renew(self, request: scheduler_pb2.RenewRequest, context: Any) -> scheduler_pb2.RenewResponse:
         tenant = self._tenant(context, "Renew")
-        _session_id(request.session_id)
-        lease_id = self._lease_id(request.lease_id, tenant)
-        key = convert.session_key(tenant, request.session_id)
-        decisions = self._loop.submit(Renew(key, lease_id, request.epoch))
-        # The reply is built now, from this event's state, and sent once that state is durable
-        # (reading after the wait could report later events that are not).
-        resp: scheduler_pb2.RenewResponse | None = None
-        for d in decisions:
-            if isinstance(d, Renewed) and d.lease.session == key:
-                resp = scheduler_pb2.RenewResponse(
-                    expires_at=convert.ts(d.lease.expires_at),
-                    state=common_pb2.LEASE_STATE_ACTIVE,
-                    grant=convert.grant_for_lease(self._keys, d.lease),
-                )
-                y = self._loop.yielding(d.lease.lease_id)
-                if y is not None:
-                    resp.state = common_pb2.LEASE_STATE_YIELDING
-                    resp.yield_deadline.CopyFrom(convert.ts(y.deadline))
-        await self._loop.durable()
-        errors.raise_for(decisions)
-        if resp is None:
-            raise errors.not_found(f"lease {request.lease_id} expired")  # expired by this very tick
-        return resp
+        out: scheduler_pb2.RenewResponse = await self._answer(self._ops.renew(tenant, request))
+        return out
 
     @errors.unary
     async def Yield(self, request: scheduler_pb2.YieldRequest, context: Any) -> scheduler_pb2.YieldResponse:
         tenant = self._tenant(context, "Yield")
-        _session_id(request.session_id)
-        _require(request.lease_id, "lease_id")
-        snap = _snapshot(request, "snapshot")
-        lease_id = self._lease_id(request.lease_id, tenant)
-        key = convert.session_key(tenant, request.session_id)
-        decisions = self._loop.submit(Yield(key, lease_id, request.epoch, snap))
-        await self._loop.durable()
-        errors.raise_for(decisions)
-        position = 0  # re-granted at once if no Queued follows
-        for d in decisions:
-            if isinstance(d, Queued) and d.session == key:
-                position = d.position
-        return scheduler_pb2.YieldResponse(position=position)
+        out: scheduler_pb2.YieldResponse = await self._answer(self._ops.yield_(tenant, request))
+        return out
+
+    async def Channel(self, requests: Any, context: Any) -> None:
+        """Many sessions on one bidirectional stream (session_channel.py)."""
+        await self._channels.serve(context)
 
     @errors.unary
     async def GetSession(
         self, request: scheduler_pb2.GetSessionRequest, context: Any
     ) -> scheduler_pb2.SessionState:
         tenant = self._tenant(context, "GetSession")
-        _session_id(request.session_id)
+        check_session_id(request.session_id)
         # Read now, answer once what was read is durable (a read may see events still in flight).
         try:
             out = self._session_state(request.session_id, tenant)

@@ -1,6 +1,9 @@
-"""Redis keys, fenced scripts and the parsing of `--state`.
+"""Redis keys, fenced scripts and the parsing of `--state` (URL forms and the client each names:
+redis_connect.py).
 
-Keys under the prefix P (default `slotsched`):
+Keys under the prefix P (`--state-prefix`, default `slotsched`; with `redis+cluster://` P is the
+hash tag `{slotsched}`, so every key of the pool hashes to one slot and the scripts that touch
+several keys run on one node). Name every key through `RedisStore.key(name)`:
 
 | key | type | holds |
 | --- | --- | --- |
@@ -24,21 +27,26 @@ token), even when the same replica leads again, so work left over from its previ
 batch still in flight, a snapshot being cut) is refused too; a Lua compare-and-extend keeps it.
 
 Durability of Redis itself is Redis's job: run it with `appendonly yes` (`appendfsync always`
-loses nothing a caller was told; `everysec` may lose up to a second on a Redis crash).
+loses nothing a caller was told; `everysec` may lose up to a second on a Redis crash). Replication
+is asynchronous, so a failover may lose what only the old primary had: with `replicas=N` in the
+URL (default 1 with Sentinel and Cluster) an append is acknowledged only after `WAIT` says N replicas hold it,
+on the same connection, else it fails (ReplicasBehind, a RedisError: the replica steps down).
+The leader key itself is not WAITed for: a term lost in a failover only makes the leader's next
+renewal fail; it steps down and campaigns again on the promoted primary.
 """
 
 from __future__ import annotations
 
 import secrets
-import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ResponseError
+from redis.exceptions import ConnectionError, RedisClusterException, RedisError, ResponseError
+
+from scheduler.state.redis_connect import Mode, StateConfigError, connect, parse_target
+
+__all__ = ["NotLeader", "RedisStore", "StateConfigError", "StoredSnapshot", "key_prefix", "parse_state"]
 
 _APPEND = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('NOTLEADER') end
@@ -78,45 +86,38 @@ return 0
 """
 
 
-class StateConfigError(ValueError):
-    """A `--state` value this build cannot use."""
-
-
 class NotLeader(Exception):
     """A fenced write refused: another replica holds the leader lease."""
 
 
-def _redacted(u: urllib.parse.SplitResult) -> str:
-    """The URL without its password: a config error is logged, a credential must not be."""
-    if u.password is None:
-        return u.geturl()
-    user = u.username or ""
-    host = u.netloc.rpartition("@")[2]
-    return u._replace(netloc=f"{user}:***@{host}").geturl()
-
-
 def parse_state(value: str) -> str | None:
-    """None for `memory`; the Redis URL for `redis://HOST:PORT/DB`. Raises StateConfigError."""
+    """None for `memory`; else the Redis URL (redis_connect.py: one Redis, Sentinel or Cluster).
+    Raises StateConfigError naming `--state` and what is wrong."""
     text = value.strip()
     if text in ("", "memory"):
         return None
-    u = urllib.parse.urlsplit(text)
-    why = ""
-    try:
-        port = u.port
-    except ValueError:
-        port, why = None, "the port is not a number"
-    if u.scheme not in ("redis", "rediss"):
-        why = "expected memory or redis://HOST:PORT/DB"
-    elif not u.hostname:
-        why = why or "no host"
-    elif u.path not in ("", "/") and not u.path.lstrip("/").isdigit():
-        why = "the database must be a number (redis://HOST:PORT/0)"
-    elif u.query or u.fragment:
-        why = "no query or fragment allowed"
-    if why or port == 0:
-        raise StateConfigError(f"--state {_redacted(u)!r}: {why or 'bad port'}")
+    parse_target(text)
     return text
+
+
+def key_prefix(prefix: str, mode: Mode) -> str:
+    """What every key of the pool starts with. In a Cluster the prefix is a hash tag (`{P}`):
+    all the pool's keys hash to one slot, as the fenced scripts that touch several need. Other
+    modes keep the plain prefix, the names deployments already hold their state under."""
+    if mode != "cluster":
+        return prefix
+    if "{" in prefix or "}" in prefix:
+        raise StateConfigError(
+            f"--state-prefix {prefix!r}: no braces with redis+cluster (it becomes the hash tag)"
+        )
+    if not prefix:
+        raise StateConfigError("--state-prefix: empty; redis+cluster needs a prefix for its hash tag")
+    return f"{{{prefix}}}"
+
+
+class ReplicasBehind(RedisError):
+    """Fewer replicas than `replicas=N` confirmed a journal append in time: treated like any
+    failed append (the replica steps down; nobody was told about the batch)."""
 
 
 def _next_id(stream_id: str) -> str:
@@ -139,23 +140,27 @@ class RedisStore:
     def __init__(self, url: str, prefix: str, replica_id: str, timeout_s: float = 1.0) -> None:
         self.replica_id = replica_id
         self.token = f"{replica_id}:-"  # this replica's term token; a new one per won term
+        self.target = parse_target(url)
+        # A call that WAITs for replicas may take the replica timeout on top of its own.
+        wait_s = self.target.replica_timeout_ms / 1000 if self.target.replicas else 0.0
         # Any: redis-py's stubs type replies as bytes | str, and this client always returns bytes.
-        self.redis: Any = Redis.from_url(
-            url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),  # the replica decides what a failure means (step down)
-        )
-        self.k_leader = f"{prefix}:leader"
-        self.k_journal = f"{prefix}:journal"
-        self.k_snapshot = f"{prefix}:snapshot"
-        self.k_trimmed = f"{prefix}:trimmed"
-        self.k_alive = f"{prefix}:alive"
+        self.key_prefix = key_prefix(prefix, self.target.mode)  # may refuse the prefix: before connecting
+        self.redis: Any = connect(self.target, timeout_s + wait_s)
+        self.k_leader = self.key("leader")
+        self.k_journal = self.key("journal")
+        self.k_snapshot = self.key("snapshot")
+        self.k_trimmed = self.key("trimmed")
+        self.k_alive = self.key("alive")
         self._append = self.redis.register_script(_APPEND)
         self._snapshot = self.redis.register_script(_SNAPSHOT)
         self._extend = self.redis.register_script(_EXTEND)
         self._swap = self.redis.register_script(_SWAP)
         self._resign = self.redis.register_script(_RESIGN)
+
+    def key(self, name: str) -> str:
+        """The Redis key `name` of this pool: every key of a pool must be named here, so that in
+        a Cluster they share one hash slot (the fenced scripts touch several at once)."""
+        return f"{self.key_prefix}:{name}"
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -195,13 +200,44 @@ class RedisStore:
     async def append(self, records: list[bytes], token: str) -> str:
         """Append records in one script fenced by the term `token`; the id of the last. Raises
         NotLeader."""
+        keys = [self.k_leader, self.k_journal]
         try:
-            last = await self._append(keys=[self.k_leader, self.k_journal], args=[token, *records])
+            if self.target.replicas:
+                last = await self._with_replicas(_APPEND, keys, [token, *records])
+            else:
+                last = await self._append(keys=keys, args=[token, *records])
         except ResponseError as e:
             if "NOTLEADER" in str(e):
                 raise NotLeader(str(e)) from e
             raise
         return _text(last)
+
+    async def _with_replicas(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        """Run `script`, then WAIT until `replicas` replicas hold it, on ONE connection (WAIT
+        counts the writes of its own connection). Raises ReplicasBehind if they do not in time."""
+        n, ms = self.target.replicas, self.target.replica_timeout_ms
+        where: dict[str, Any] = {}
+        if self.target.mode == "cluster":
+            try:
+                await self.redis.initialize()  # the slot map, once
+                where["target_nodes"] = self.redis.get_node_from_key(keys[0])  # the keys' one slot
+            except RedisClusterException as e:
+                raise ConnectionError(f"redis cluster: {e}") from e
+        # EVAL, not EVALSHA: a pipeline cannot reload a script the server lost (a promoted replica).
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.execute_command("EVAL", script, len(keys), *keys, *args, **where)
+                pipe.execute_command("WAIT", n, ms, **where)
+                result, acked = await pipe.execute(raise_on_error=False)
+        except RedisClusterException as e:
+            raise ConnectionError(f"redis cluster: {e}") from e
+        if isinstance(result, Exception):
+            raise result
+        if isinstance(acked, Exception):
+            raise acked
+        if int(acked) < n:
+            raise ReplicasBehind(f"{acked} of {n} replicas confirmed the append within {ms} ms")
+        return result
 
     async def journal_after(
         self, stream_id: str, chunk: int = 2000

@@ -89,6 +89,9 @@ DEFAULT_LEADER_TTL_S = 1.0
 DEFAULT_CAMPAIGN_INTERVAL_S = 0.1
 #: The leader stops serving this fraction of the TTL before its lease could lapse in Redis.
 MARGIN = 0.1
+# A snapshot is due once the journal tail holds this many entries per live lease or queued
+# session (and at least `snapshot_every`): see the module docstring, Snapshots.
+SNAPSHOT_RATIO = 0.05
 
 
 def unavailable(message: str) -> StateUnavailable:
@@ -150,6 +153,7 @@ class Replica(Standby):
         snapshot_interval_s: float = 60.0,
         campaign_interval_s: float = DEFAULT_CAMPAIGN_INTERVAL_S,
         advertise: str = "",
+        snapshot_ratio: float = SNAPSHOT_RATIO,
     ) -> None:
         self.store = store
         self.loop = loop
@@ -170,6 +174,7 @@ class Replica(Standby):
         self.snapshot_loads = 0  # a standby loads once; again only after a trim past it
         self.snapshot_every = snapshot_every
         self.snapshot_interval_s = snapshot_interval_s
+        self.snapshot_ratio = snapshot_ratio
         self.serving = False  # leader, recovered, accepting calls
         self.fatal: BaseException | None = None
         self.fatal_event = asyncio.Event()
@@ -182,6 +187,9 @@ class Replica(Standby):
         self._since_snapshot = 0
         self._last_snapshot = time.monotonic()
         self._snapshots_ok = True
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self._snapshot_size = 0  # live leases + queued sessions at the last cut
+        self._snapshot_events = 0  # journal entries the snapshot being stored covers
         self._last_now = float("-inf")
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
@@ -260,30 +268,62 @@ class Replica(Standby):
             if term == self._term:
                 self._flushing = False
 
-    def _cut_snapshot(self) -> bytes | None:
+    def tail_bound(self, live: int) -> int:
+        """Journal entries after which a snapshot is due, for a state of `live` leases + queued
+        sessions: replaying the tail then costs a bounded fraction of reading the snapshot."""
+        return max(self.snapshot_every, int(self.snapshot_ratio * live))
+
+    def _cut_snapshot(self) -> snapshot.Captured | None:
+        """At a batch cut: a consistent copy of the state if a snapshot is due (see the module
+        docstring, Snapshots). Only the copy runs on the event loop; `_save_snapshot` encodes."""
         if not self._snapshots_ok or self._since_snapshot == 0 or not self.serving:
             return None
-        due = self._since_snapshot >= self.snapshot_every
+        if self._snapshot_task is not None and not self._snapshot_task.done():
+            return None  # one at a time: the tail grows meanwhile (bounded by its duration)
+        due = self._since_snapshot >= self.tail_bound(self._snapshot_size)
         if not due and time.monotonic() - self._last_snapshot < self.snapshot_interval_s:
             return None
-        self._since_snapshot = 0
-        self._last_snapshot = time.monotonic()
         try:
             state = snapshot.State(self.loop.export_state(), self.registry.workers, self._last_now)
-            return snapshot.dumps(state)
-        except snapshot.StateSnapshotError as e:
+            snap = snapshot.capture(state)
+        except (snapshot.StateSnapshotError, AttributeError, TypeError) as e:
             self._snapshots_ok = False  # the journal keeps everything; say so once
             log.error("snapshots disabled, the journal will not be compacted: %s", e)
             return None
+        self._snapshot_events = self._since_snapshot
+        self._since_snapshot = 0
+        self._last_snapshot = time.monotonic()
+        self._snapshot_size = snap.size
+        return snap
 
-    async def _save_snapshot(self, data: bytes, last_id: str, token: str) -> None:
+    async def _save_snapshot(self, snap: snapshot.Captured, last_id: str, token: str) -> None:
+        """Encode (in a thread) and store the snapshot covering the journal up to `last_id`, in
+        the background: the journal's next batches do not wait for it."""
+        self._snapshot_task = self._aloop.create_task(self._store_snapshot(snap, last_id, token))
+
+    async def _store_snapshot(self, snap: snapshot.Captured, last_id: str, token: str) -> None:
+        t0 = time.perf_counter()
+        try:
+            data = await asyncio.to_thread(snapshot.encode, snap)
+        except snapshot.StateSnapshotError as e:
+            self._snapshots_ok = False
+            log.error("snapshots disabled, the journal will not be compacted: %s", e)
+            return
         try:
             await self.store.save_snapshot(
-                data, snapshot.current_fingerprint(), last_id, self._last_now, token
+                data, snapshot.current_fingerprint(), last_id, snap.last_now, token
             )
-            log.info("snapshot at journal id %s (%d bytes); journal trimmed", last_id, len(data))
+            log.info(
+                "snapshot at journal id %s (%d sessions, %d bytes, %.0f ms); journal trimmed",
+                last_id,
+                snap.size,
+                len(data),
+                (time.perf_counter() - t0) * 1e3,
+            )
         except (RedisError, OSError, NotLeader) as e:
-            # Not fatal: the journal still holds everything after the previous snapshot.
+            # Not fatal: the journal still holds everything after the previous snapshot; the
+            # events this one covered count towards the next.
+            self._since_snapshot += self._snapshot_events
             log.warning("snapshot not stored (%s)", e)
 
     # ------------------------------------------------------------------ leadership

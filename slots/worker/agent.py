@@ -39,7 +39,7 @@ import grpc
 import grpc.aio
 
 from scheduler.api.gen.slotsched.v1 import workers_pb2, workers_pb2_grpc
-from scheduler.client.channel import Follower, FollowingStub
+from scheduler.client.follow import Follower, FollowingStub
 from slots.worker.host import ActorHost
 from slots.worker.leases import Grant, LeaseView
 

@@ -24,10 +24,11 @@ _sym_db = _symbol_database.Default()
 
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 from scheduler.api.gen.slotsched.v1 import common_pb2 as slotsched_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cslotsched/v1/scheduler.proto\x12\x0cslotsched.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19slotsched/v1/common.proto\"\xaa\x01\n\x0e\x41\x63quireRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x03qos\x18\x02 \x01(\x0e\x32\x16.slotsched.v1.QosClass\x12.\n\x0bresume_from\x18\x03 \x01(\x0b\x32\x19.slotsched.v1.SnapshotRef\x12/\n\x0cwait_timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xd1\x02\n\nLeaseEvent\x12&\n\x06queued\x18\x01 \x01(\x0b\x32\x14.slotsched.v1.QueuedH\x00\x12(\n\x07granted\x18\x02 \x01(\x0b\x32\x15.slotsched.v1.GrantedH\x00\x12\x37\n\x0fyield_requested\x18\x03 \x01(\x0b\x32\x1c.slotsched.v1.YieldRequestedH\x00\x12(\n\x07revoked\x18\x04 \x01(\x0b\x32\x15.slotsched.v1.RevokedH\x00\x12$\n\x05\x65nded\x18\x05 \x01(\x0b\x32\x13.slotsched.v1.EndedH\x00\x12\x37\n\x0fyield_cancelled\x18\x07 \x01(\x0b\x32\x1c.slotsched.v1.YieldCancelledH\x00\x12&\n\x02\x61t\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x07\n\x05\x65vent\"M\n\x06Queued\x12\x10\n\x08position\x18\x01 \x01(\r\x12\x31\n\x0e\x65stimated_wait\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"g\n\x07Granted\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.slotsched.v1.Lease\x12)\n\x06waited\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05grant\x18\x03 \x01(\t\"\x88\x01\n\x0eYieldRequested\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12,\n\x08\x64\x65\x61\x64line\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x05\x63\x61use\x18\x04 \x01(\x0e\x32\x18.slotsched.v1.YieldCause\"1\n\x0eYieldCancelled\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"\xa1\x01\n\x07Revoked\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12*\n\x06reason\x18\x03 \x01(\x0e\x32\x1a.slotsched.v1.RevokeReason\x12\x19\n\x11lost_slot_seconds\x18\x04 \x01(\x01\x12.\n\x0bresume_from\x18\x05 \x01(\x0b\x32\x19.slotsched.v1.SnapshotRef\"g\n\x05\x45nded\x12\'\n\x06reason\x18\x01 \x01(\x0e\x32\x17.slotsched.v1.EndReason\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x14\n\x0csession_over\x18\x04 \x01(\x08\"E\n\x0eReleaseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\":\n\x0fReleaseResponse\x12\'\n\x06reason\x18\x01 \x01(\x0e\x32\x17.slotsched.v1.EndReason\"C\n\x0cRenewRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\"\xab\x01\n\rRenewResponse\x12.\n\nexpires_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x05state\x18\x02 \x01(\x0e\x32\x18.slotsched.v1.LeaseState\x12\x32\n\x0eyield_deadline\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05grant\x18\x04 \x01(\t\"p\n\x0cYieldRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12+\n\x08snapshot\x18\x04 \x01(\x0b\x32\x19.slotsched.v1.SnapshotRef\"!\n\rYieldResponse\x12\x10\n\x08position\x18\x01 \x01(\r\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x8b\x03\n\x0cSessionState\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.slotsched.v1.SessionPhase\x12\"\n\x05lease\x18\x03 \x01(\x0b\x32\x13.slotsched.v1.Lease\x12\x10\n\x08position\x18\x04 \x01(\r\x12\x31\n\x0e\x65stimated_wait\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x30\n\rlast_snapshot\x18\x06 \x01(\x0b\x32\x19.slotsched.v1.SnapshotRef\x12#\n\x03qos\x18\x07 \x01(\x0e\x32\x16.slotsched.v1.QosClass\x12\x0e\n\x06tenant\x18\x08 \x01(\t\x12\x30\n\x0cqueued_since\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\nend_reason\x18\n \x01(\x0e\x32\x17.slotsched.v1.EndReason\x12\r\n\x05grant\x18\x0b \x01(\t*\x91\x01\n\nYieldCause\x12\x1b\n\x17YIELD_CAUSE_UNSPECIFIED\x10\x00\x12\x1a\n\x16YIELD_CAUSE_GUARANTEED\x10\x01\x12\x17\n\x13YIELD_CAUSE_NOMINAL\x10\x02\x12\x1a\n\x16YIELD_CAUSE_FAIR_SHARE\x10\x03\x12\x15\n\x11YIELD_CAUSE_DRAIN\x10\x04*\x8c\x01\n\x0cRevokeReason\x12\x1d\n\x19REVOKE_REASON_UNSPECIFIED\x10\x00\x12 \n\x1cREVOKE_REASON_YIELD_DEADLINE\x10\x01\x12 \n\x1cREVOKE_REASON_WORKER_REMOVED\x10\x02\x12\x19\n\x15REVOKE_REASON_EXPIRED\x10\x03*\xa2\x01\n\tEndReason\x12\x1a\n\x16\x45ND_REASON_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45ND_REASON_RELEASED\x10\x01\x12\x16\n\x12\x45ND_REASON_YIELDED\x10\x02\x12\x16\n\x12\x45ND_REASON_EXPIRED\x10\x03\x12\x18\n\x14\x45ND_REASON_WITHDRAWN\x10\x04\x12\x16\n\x12\x45ND_REASON_REVOKED\x10\x05*\x97\x01\n\x0cSessionPhase\x12\x1d\n\x19SESSION_PHASE_UNSPECIFIED\x10\x00\x12\x18\n\x14SESSION_PHASE_QUEUED\x10\x01\x12\x19\n\x15SESSION_PHASE_HOLDING\x10\x02\x12\x1a\n\x16SESSION_PHASE_YIELDING\x10\x03\x12\x17\n\x13SESSION_PHASE_ENDED\x10\x04\x32\xe7\x02\n\tScheduler\x12\x43\n\x07\x41\x63quire\x12\x1c.slotsched.v1.AcquireRequest\x1a\x18.slotsched.v1.LeaseEvent0\x01\x12\x46\n\x07Release\x12\x1c.slotsched.v1.ReleaseRequest\x1a\x1d.slotsched.v1.ReleaseResponse\x12@\n\x05Renew\x12\x1a.slotsched.v1.RenewRequest\x1a\x1b.slotsched.v1.RenewResponse\x12@\n\x05Yield\x12\x1a.slotsched.v1.YieldRequest\x1a\x1b.slotsched.v1.YieldResponse\x12I\n\nGetSession\x12\x1f.slotsched.v1.GetSessionRequest\x1a\x1a.slotsched.v1.SessionStateBd\n\x10\x64\x65v.slotsched.v1B\x0eSchedulerProtoP\x01Z>github.com/slotsched/slotsched/gen/go/slotsched/v1;slotschedv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cslotsched/v1/scheduler.proto\x12\x0cslotsched.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\x1a\x19slotsched/v1/common.proto\"\xaa\x01\n\x0e\x41\x63quireRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x03qos\x18\x02 \x01(\x0e\x32\x16.slotsched.v1.QosClass\x12.\n\x0bresume_from\x18\x03 \x01(\x0b\x32\x19.slotsched.v1.SnapshotRef\x12/\n\x0cwait_timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xd1\x02\n\nLeaseEvent\x12&\n\x06queued\x18\x01 \x01(\x0b\x32\x14.slotsched.v1.QueuedH\x00\x12(\n\x07granted\x18\x02 \x01(\x0b\x32\x15.slotsched.v1.GrantedH\x00\x12\x37\n\x0fyield_requested\x18\x03 \x01(\x0b\x32\x1c.slotsched.v1.YieldRequestedH\x00\x12(\n\x07revoked\x18\x04 \x01(\x0b\x32\x15.slotsched.v1.RevokedH\x00\x12$\n\x05\x65nded\x18\x05 \x01(\x0b\x32\x13.slotsched.v1.EndedH\x00\x12\x37\n\x0fyield_cancelled\x18\x07 \x01(\x0b\x32\x1c.slotsched.v1.YieldCancelledH\x00\x12&\n\x02\x61t\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x07\n\x05\x65vent\"M\n\x06Queued\x12\x10\n\x08position\x18\x01 \x01(\r\x12\x31\n\x0e\x65stimated_wait\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"g\n\x07Granted\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.slotsched.v1.Lease\x12)\n\x06waited\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05grant\x18\x03 \x01(\t\"\x88\x01\n\x0eYieldRequested\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12,\n\x08\x64\x65\x61\x64line\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x05\x63\x61use\x18\x04 \x01(\x0e\x32\x18.slotsched.v1.YieldCause\"1\n\x0eYieldCancelled\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"\xa1\x01\n\x07Revoked\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12*\n\x06reason\x18\x03 \x01(\x0e\x32\x1a.slotsched.v1.RevokeReason\x12\x19\n\x11lost_slot_seconds\x18\x04 \x01(\x01\x12.\n\x0bresume_from\x18\x05 \x01(\x0b\x32\x19.slotsched.v1.SnapshotRef\"g\n\x05\x45nded\x12\'\n\x06reason\x18\x01 \x01(\x0e\x32\x17.slotsched.v1.EndReason\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x14\n\x0csession_over\x18\x04 \x01(\x08\"E\n\x0eReleaseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\":\n\x0fReleaseResponse\x12\'\n\x06reason\x18\x01 \x01(\x0e\x32\x17.slotsched.v1.EndReason\"C\n\x0cRenewRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\"\xab\x01\n\rRenewResponse\x12.\n\nexpires_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x05state\x18\x02 \x01(\x0e\x32\x18.slotsched.v1.LeaseState\x12\x32\n\x0eyield_deadline\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05grant\x18\x04 \x01(\t\"p\n\x0cYieldRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12+\n\x08snapshot\x18\x04 \x01(\x0b\x32\x19.slotsched.v1.SnapshotRef\"!\n\rYieldResponse\x12\x10\n\x08position\x18\x01 \x01(\r\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x8b\x03\n\x0cSessionState\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.slotsched.v1.SessionPhase\x12\"\n\x05lease\x18\x03 \x01(\x0b\x32\x13.slotsched.v1.Lease\x12\x10\n\x08position\x18\x04 \x01(\r\x12\x31\n\x0e\x65stimated_wait\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x30\n\rlast_snapshot\x18\x06 \x01(\x0b\x32\x19.slotsched.v1.SnapshotRef\x12#\n\x03qos\x18\x07 \x01(\x0e\x32\x16.slotsched.v1.QosClass\x12\x0e\n\x06tenant\x18\x08 \x01(\t\x12\x30\n\x0cqueued_since\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\nend_reason\x18\n \x01(\x0e\x32\x17.slotsched.v1.EndReason\x12\r\n\x05grant\x18\x0b \x01(\t\"@\n\x0e\x43hannelRequest\x12.\n\x08\x63ommands\x18\x01 \x03(\x0b\x32\x1c.slotsched.v1.ChannelCommand\"\x9c\x02\n\x0e\x43hannelCommand\x12\x0b\n\x03ref\x18\x01 \x01(\x04\x12/\n\x07\x61\x63quire\x18\x02 \x01(\x0b\x32\x1c.slotsched.v1.AcquireRequestH\x00\x12+\n\x05renew\x18\x03 \x01(\x0b\x32\x1a.slotsched.v1.RenewRequestH\x00\x12\x30\n\nyield_slot\x18\x04 \x01(\x0b\x32\x1a.slotsched.v1.YieldRequestH\x00\x12/\n\x07release\x18\x05 \x01(\x0b\x32\x1c.slotsched.v1.ReleaseRequestH\x00\x12\x31\n\x08withdraw\x18\x06 \x01(\x0b\x32\x1d.slotsched.v1.WithdrawRequestH\x00\x42\t\n\x07\x63ommand\"%\n\x0fWithdrawRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"=\n\x0f\x43hannelResponse\x12*\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1a.slotsched.v1.ChannelEvent\"\xa2\x02\n\x0c\x43hannelEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03ref\x18\x02 \x01(\x04\x12)\n\x05\x65vent\x18\x03 \x01(\x0b\x32\x18.slotsched.v1.LeaseEventH\x00\x12.\n\x07renewed\x18\x04 \x01(\x0b\x32\x1b.slotsched.v1.RenewResponseH\x00\x12.\n\x07yielded\x18\x05 \x01(\x0b\x32\x1b.slotsched.v1.YieldResponseH\x00\x12\x31\n\x08released\x18\x06 \x01(\x0b\x32\x1d.slotsched.v1.ReleaseResponseH\x00\x12+\n\x05\x65rror\x18\x07 \x01(\x0b\x32\x1a.slotsched.v1.SessionErrorH\x00\x42\x06\n\x04kind\"\x9f\x01\n\x0cSessionError\x12\"\n\x06status\x18\x01 \x01(\x0b\x32\x12.google.rpc.Status\x12:\n\x08trailers\x18\x02 \x03(\x0b\x32(.slotsched.v1.SessionError.TrailersEntry\x1a/\n\rTrailersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*\x91\x01\n\nYieldCause\x12\x1b\n\x17YIELD_CAUSE_UNSPECIFIED\x10\x00\x12\x1a\n\x16YIELD_CAUSE_GUARANTEED\x10\x01\x12\x17\n\x13YIELD_CAUSE_NOMINAL\x10\x02\x12\x1a\n\x16YIELD_CAUSE_FAIR_SHARE\x10\x03\x12\x15\n\x11YIELD_CAUSE_DRAIN\x10\x04*\x8c\x01\n\x0cRevokeReason\x12\x1d\n\x19REVOKE_REASON_UNSPECIFIED\x10\x00\x12 \n\x1cREVOKE_REASON_YIELD_DEADLINE\x10\x01\x12 \n\x1cREVOKE_REASON_WORKER_REMOVED\x10\x02\x12\x19\n\x15REVOKE_REASON_EXPIRED\x10\x03*\xa2\x01\n\tEndReason\x12\x1a\n\x16\x45ND_REASON_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45ND_REASON_RELEASED\x10\x01\x12\x16\n\x12\x45ND_REASON_YIELDED\x10\x02\x12\x16\n\x12\x45ND_REASON_EXPIRED\x10\x03\x12\x18\n\x14\x45ND_REASON_WITHDRAWN\x10\x04\x12\x16\n\x12\x45ND_REASON_REVOKED\x10\x05*\x97\x01\n\x0cSessionPhase\x12\x1d\n\x19SESSION_PHASE_UNSPECIFIED\x10\x00\x12\x18\n\x14SESSION_PHASE_QUEUED\x10\x01\x12\x19\n\x15SESSION_PHASE_HOLDING\x10\x02\x12\x1a\n\x16SESSION_PHASE_YIELDING\x10\x03\x12\x17\n\x13SESSION_PHASE_ENDED\x10\x04\x32\xb3\x03\n\tScheduler\x12\x43\n\x07\x41\x63quire\x12\x1c.slotsched.v1.AcquireRequest\x1a\x18.slotsched.v1.LeaseEvent0\x01\x12\x46\n\x07Release\x12\x1c.slotsched.v1.ReleaseRequest\x1a\x1d.slotsched.v1.ReleaseResponse\x12@\n\x05Renew\x12\x1a.slotsched.v1.RenewRequest\x1a\x1b.slotsched.v1.RenewResponse\x12@\n\x05Yield\x12\x1a.slotsched.v1.YieldRequest\x1a\x1b.slotsched.v1.YieldResponse\x12I\n\nGetSession\x12\x1f.slotsched.v1.GetSessionRequest\x1a\x1a.slotsched.v1.SessionState\x12J\n\x07\x43hannel\x12\x1c.slotsched.v1.ChannelRequest\x1a\x1d.slotsched.v1.ChannelResponse(\x01\x30\x01\x42\x64\n\x10\x64\x65v.slotsched.v1B\x0eSchedulerProtoP\x01Z>github.com/slotsched/slotsched/gen/go/slotsched/v1;slotschedv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,46 +36,62 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'slotsched.v1.scheduler_pb2'
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\020dev.slotsched.v1B\016SchedulerProtoP\001Z>github.com/slotsched/slotsched/gen/go/slotsched/v1;slotschedv1'
-  _globals['_YIELDCAUSE']._serialized_start=2257
-  _globals['_YIELDCAUSE']._serialized_end=2402
-  _globals['_REVOKEREASON']._serialized_start=2405
-  _globals['_REVOKEREASON']._serialized_end=2545
-  _globals['_ENDREASON']._serialized_start=2548
-  _globals['_ENDREASON']._serialized_end=2710
-  _globals['_SESSIONPHASE']._serialized_start=2713
-  _globals['_SESSIONPHASE']._serialized_end=2864
-  _globals['_ACQUIREREQUEST']._serialized_start=139
-  _globals['_ACQUIREREQUEST']._serialized_end=309
-  _globals['_LEASEEVENT']._serialized_start=312
-  _globals['_LEASEEVENT']._serialized_end=649
-  _globals['_QUEUED']._serialized_start=651
-  _globals['_QUEUED']._serialized_end=728
-  _globals['_GRANTED']._serialized_start=730
-  _globals['_GRANTED']._serialized_end=833
-  _globals['_YIELDREQUESTED']._serialized_start=836
-  _globals['_YIELDREQUESTED']._serialized_end=972
-  _globals['_YIELDCANCELLED']._serialized_start=974
-  _globals['_YIELDCANCELLED']._serialized_end=1023
-  _globals['_REVOKED']._serialized_start=1026
-  _globals['_REVOKED']._serialized_end=1187
-  _globals['_ENDED']._serialized_start=1189
-  _globals['_ENDED']._serialized_end=1292
-  _globals['_RELEASEREQUEST']._serialized_start=1294
-  _globals['_RELEASEREQUEST']._serialized_end=1363
-  _globals['_RELEASERESPONSE']._serialized_start=1365
-  _globals['_RELEASERESPONSE']._serialized_end=1423
-  _globals['_RENEWREQUEST']._serialized_start=1425
-  _globals['_RENEWREQUEST']._serialized_end=1492
-  _globals['_RENEWRESPONSE']._serialized_start=1495
-  _globals['_RENEWRESPONSE']._serialized_end=1666
-  _globals['_YIELDREQUEST']._serialized_start=1668
-  _globals['_YIELDREQUEST']._serialized_end=1780
-  _globals['_YIELDRESPONSE']._serialized_start=1782
-  _globals['_YIELDRESPONSE']._serialized_end=1815
-  _globals['_GETSESSIONREQUEST']._serialized_start=1817
-  _globals['_GETSESSIONREQUEST']._serialized_end=1856
-  _globals['_SESSIONSTATE']._serialized_start=1859
-  _globals['_SESSIONSTATE']._serialized_end=2254
-  _globals['_SCHEDULER']._serialized_start=2867
-  _globals['_SCHEDULER']._serialized_end=3226
+  _globals['_SESSIONERROR_TRAILERSENTRY']._loaded_options = None
+  _globals['_SESSIONERROR_TRAILERSENTRY']._serialized_options = b'8\001'
+  _globals['_YIELDCAUSE']._serialized_start=3192
+  _globals['_YIELDCAUSE']._serialized_end=3337
+  _globals['_REVOKEREASON']._serialized_start=3340
+  _globals['_REVOKEREASON']._serialized_end=3480
+  _globals['_ENDREASON']._serialized_start=3483
+  _globals['_ENDREASON']._serialized_end=3645
+  _globals['_SESSIONPHASE']._serialized_start=3648
+  _globals['_SESSIONPHASE']._serialized_end=3799
+  _globals['_ACQUIREREQUEST']._serialized_start=164
+  _globals['_ACQUIREREQUEST']._serialized_end=334
+  _globals['_LEASEEVENT']._serialized_start=337
+  _globals['_LEASEEVENT']._serialized_end=674
+  _globals['_QUEUED']._serialized_start=676
+  _globals['_QUEUED']._serialized_end=753
+  _globals['_GRANTED']._serialized_start=755
+  _globals['_GRANTED']._serialized_end=858
+  _globals['_YIELDREQUESTED']._serialized_start=861
+  _globals['_YIELDREQUESTED']._serialized_end=997
+  _globals['_YIELDCANCELLED']._serialized_start=999
+  _globals['_YIELDCANCELLED']._serialized_end=1048
+  _globals['_REVOKED']._serialized_start=1051
+  _globals['_REVOKED']._serialized_end=1212
+  _globals['_ENDED']._serialized_start=1214
+  _globals['_ENDED']._serialized_end=1317
+  _globals['_RELEASEREQUEST']._serialized_start=1319
+  _globals['_RELEASEREQUEST']._serialized_end=1388
+  _globals['_RELEASERESPONSE']._serialized_start=1390
+  _globals['_RELEASERESPONSE']._serialized_end=1448
+  _globals['_RENEWREQUEST']._serialized_start=1450
+  _globals['_RENEWREQUEST']._serialized_end=1517
+  _globals['_RENEWRESPONSE']._serialized_start=1520
+  _globals['_RENEWRESPONSE']._serialized_end=1691
+  _globals['_YIELDREQUEST']._serialized_start=1693
+  _globals['_YIELDREQUEST']._serialized_end=1805
+  _globals['_YIELDRESPONSE']._serialized_start=1807
+  _globals['_YIELDRESPONSE']._serialized_end=1840
+  _globals['_GETSESSIONREQUEST']._serialized_start=1842
+  _globals['_GETSESSIONREQUEST']._serialized_end=1881
+  _globals['_SESSIONSTATE']._serialized_start=1884
+  _globals['_SESSIONSTATE']._serialized_end=2279
+  _globals['_CHANNELREQUEST']._serialized_start=2281
+  _globals['_CHANNELREQUEST']._serialized_end=2345
+  _globals['_CHANNELCOMMAND']._serialized_start=2348
+  _globals['_CHANNELCOMMAND']._serialized_end=2632
+  _globals['_WITHDRAWREQUEST']._serialized_start=2634
+  _globals['_WITHDRAWREQUEST']._serialized_end=2671
+  _globals['_CHANNELRESPONSE']._serialized_start=2673
+  _globals['_CHANNELRESPONSE']._serialized_end=2734
+  _globals['_CHANNELEVENT']._serialized_start=2737
+  _globals['_CHANNELEVENT']._serialized_end=3027
+  _globals['_SESSIONERROR']._serialized_start=3030
+  _globals['_SESSIONERROR']._serialized_end=3189
+  _globals['_SESSIONERROR_TRAILERSENTRY']._serialized_start=3142
+  _globals['_SESSIONERROR_TRAILERSENTRY']._serialized_end=3189
+  _globals['_SCHEDULER']._serialized_start=3802
+  _globals['_SCHEDULER']._serialized_end=4237
 # @@protoc_insertion_point(module_scope)

@@ -2,11 +2,13 @@ import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.rpc import status_pb2 as _status_pb2
 from scheduler.api.gen.slotsched.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -244,3 +246,70 @@ class SessionState(_message.Message):
     end_reason: EndReason
     grant: str
     def __init__(self, session_id: _Optional[str] = ..., state: _Optional[_Union[SessionPhase, str]] = ..., lease: _Optional[_Union[_common_pb2.Lease, _Mapping]] = ..., position: _Optional[int] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., last_snapshot: _Optional[_Union[_common_pb2.SnapshotRef, _Mapping]] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., tenant: _Optional[str] = ..., queued_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_reason: _Optional[_Union[EndReason, str]] = ..., grant: _Optional[str] = ...) -> None: ...
+
+class ChannelRequest(_message.Message):
+    __slots__ = ("commands",)
+    COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    commands: _containers.RepeatedCompositeFieldContainer[ChannelCommand]
+    def __init__(self, commands: _Optional[_Iterable[_Union[ChannelCommand, _Mapping]]] = ...) -> None: ...
+
+class ChannelCommand(_message.Message):
+    __slots__ = ("ref", "acquire", "renew", "yield_slot", "release", "withdraw")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRE_FIELD_NUMBER: _ClassVar[int]
+    RENEW_FIELD_NUMBER: _ClassVar[int]
+    YIELD_SLOT_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAW_FIELD_NUMBER: _ClassVar[int]
+    ref: int
+    acquire: AcquireRequest
+    renew: RenewRequest
+    yield_slot: YieldRequest
+    release: ReleaseRequest
+    withdraw: WithdrawRequest
+    def __init__(self, ref: _Optional[int] = ..., acquire: _Optional[_Union[AcquireRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewRequest, _Mapping]] = ..., yield_slot: _Optional[_Union[YieldRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseRequest, _Mapping]] = ..., withdraw: _Optional[_Union[WithdrawRequest, _Mapping]] = ...) -> None: ...
+
+class WithdrawRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class ChannelResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[ChannelEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[ChannelEvent, _Mapping]]] = ...) -> None: ...
+
+class ChannelEvent(_message.Message):
+    __slots__ = ("session_id", "ref", "event", "renewed", "yielded", "released", "error")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    REF_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    RENEWED_FIELD_NUMBER: _ClassVar[int]
+    YIELDED_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    ref: int
+    event: LeaseEvent
+    renewed: RenewResponse
+    yielded: YieldResponse
+    released: ReleaseResponse
+    error: SessionError
+    def __init__(self, session_id: _Optional[str] = ..., ref: _Optional[int] = ..., event: _Optional[_Union[LeaseEvent, _Mapping]] = ..., renewed: _Optional[_Union[RenewResponse, _Mapping]] = ..., yielded: _Optional[_Union[YieldResponse, _Mapping]] = ..., released: _Optional[_Union[ReleaseResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ...) -> None: ...
+
+class SessionError(_message.Message):
+    __slots__ = ("status", "trailers")
+    class TrailersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TRAILERS_FIELD_NUMBER: _ClassVar[int]
+    status: _status_pb2.Status
+    trailers: _containers.ScalarMap[str, str]
+    def __init__(self, status: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., trailers: _Optional[_Mapping[str, str]] = ...) -> None: ...

@@ -60,6 +60,11 @@ class SchedulerStub:
                 request_serializer=slotsched_dot_v1_dot_scheduler__pb2.GetSessionRequest.SerializeToString,
                 response_deserializer=slotsched_dot_v1_dot_scheduler__pb2.SessionState.FromString,
                 _registered_method=True)
+        self.Channel = channel.stream_stream(
+                '/slotsched.v1.Scheduler/Channel',
+                request_serializer=slotsched_dot_v1_dot_scheduler__pb2.ChannelRequest.SerializeToString,
+                response_deserializer=slotsched_dot_v1_dot_scheduler__pb2.ChannelResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -168,6 +173,69 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Channel(self, request_iterator, context):
+        """One bidirectional stream per runtime connection, carrying many sessions at once: the same
+        Acquire, Renew, Yield and Release (and Withdraw) as the per-session rpcs above, and the same
+        lease events back, each tagged with its session. For a runtime hosting many sessions: a
+        message on an open stream costs a fraction of a call, and both directions are batched (a
+        ChannelRequest carries many commands, a ChannelResponse many events). The per-session rpcs
+        stay, with the same semantics, for simple clients.
+
+        How to drive it (any gRPC client with bidirectional streaming):
+        1. Open `Channel` with the same metadata as any rpc (`authorization: Bearer <token>`; the
+        credential names the tenant of every session on the channel). Send ChannelRequests; read
+        ChannelResponses until the stream ends.
+        2. `acquire` attaches a session to this channel: a new session is queued, or a live one (same
+        session id, same tenant) is re-attached exactly as a repeated Acquire (its state is
+        replayed: `Queued`, or `Granted` + `YieldRequested` if yielding). From then on every
+        LeaseEvent the Acquire stream would carry arrives as a ChannelEvent with `event` set and
+        the session's id, in the same order. A session is attached to one stream at a time: an
+        Acquire for it on another channel (or a per-session Acquire) takes it over, and this
+        channel gets an `error` event ABORTED for it; re-attaching on the same channel replays
+        without an error.
+        3. `renew`, `yield_slot`, `release` and `withdraw` are answered by one ChannelEvent each, echoing
+        the command's `ref`: `renewed`, `yielded`, `released`, or `error`. The answer comes in
+        the order the commands were sent, and after every lease event their effect caused on
+        this channel (e.g. `Ended{RELEASED}` before `released`). Several renewals in one
+        ChannelRequest renew many leases with one message.
+        4. A session's life on the channel ends with its last lease event (`Ended` with
+        `session_over`), or with an `error` event that ends it here (below); after either, no more
+        events for it come on this channel unless it is acquired again.
+
+        Per-session errors are ChannelEvents with `error` set: the google.rpc.Status the per-session
+        rpc would have ended with (same code, message and details: BadRequest, QuotaFailure,
+        ErrorInfo) and its trailing metadata (`retry-after-ms`, `estimated-wait-ms`) in `trailers`.
+        An error answering `acquire` (INVALID_ARGUMENT, PERMISSION_DENIED no quota,
+        RESOURCE_EXHAUSTED queue full or rate limited) leaves the session not attached. An error
+        with `ref` 0 is the end of an attached session's stream on this channel: DEADLINE_EXCEEDED
+        after `Ended{WITHDRAWN}` when its `wait_timeout` passed; ABORTED when another stream took
+        it over. Rate limits are charged per command as for the per-session rpcs (acquire to the
+        tenant's bucket; renew, yield_slot, release and withdraw to its renewals' bucket).
+
+        Errors of the channel itself: it ends with a status (every session on it stays in the scheduler, as with a
+        broken Acquire stream: re-open a channel and `acquire` each session again to re-attach):
+        - UNAUTHENTICATED / PERMISSION_DENIED: a missing or bad credential (checked at the start and
+        again for every ChannelRequest, so a credential removed by ApplyPolicy stops working).
+        - INVALID_ARGUMENT: a ChannelRequest that does not decode, holds more than 1024 commands, or
+        has a string field over its limit (the field is named, e.g. `commands[3].acquire.session_id`);
+        nothing of that message was applied.
+        - RESOURCE_EXHAUSTED: the reader is too slow (flow control, below), or more than 10,000
+        sessions are attached to the channel (per-session `error` for the acquire that would pass it).
+        - UNAVAILABLE: the server is shutting down, is not (any more) the leader, or lost its state
+        store: open a channel to the leader and re-acquire every session.
+        - OK: the client half-closed its side and every answer was written.
+
+        Flow control: the server buffers at most 4096 events for a channel. While more are waiting it
+        stops reading commands (so a client that sends without reading is slowed down by gRPC's own
+        flow control); if events still pile up past 65,536 (lease events of attached sessions keep
+        coming) the channel ends RESOURCE_EXHAUSTED and its sessions wait, still held, for a
+        re-attach. A client should read continuously. The channel's gRPC deadline, if any, ends the
+        channel (not the sessions); only `wait_timeout` withdraws a queued request.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -195,6 +263,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.GetSession,
                     request_deserializer=slotsched_dot_v1_dot_scheduler__pb2.GetSessionRequest.FromString,
                     response_serializer=slotsched_dot_v1_dot_scheduler__pb2.SessionState.SerializeToString,
+            ),
+            'Channel': grpc.stream_stream_rpc_method_handler(
+                    servicer.Channel,
+                    request_deserializer=slotsched_dot_v1_dot_scheduler__pb2.ChannelRequest.FromString,
+                    response_serializer=slotsched_dot_v1_dot_scheduler__pb2.ChannelResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -333,6 +406,33 @@ class Scheduler:
             '/slotsched.v1.Scheduler/GetSession',
             slotsched_dot_v1_dot_scheduler__pb2.GetSessionRequest.SerializeToString,
             slotsched_dot_v1_dot_scheduler__pb2.SessionState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Channel(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/slotsched.v1.Scheduler/Channel',
+            slotsched_dot_v1_dot_scheduler__pb2.ChannelRequest.SerializeToString,
+            slotsched_dot_v1_dot_scheduler__pb2.ChannelResponse.FromString,
             options,
             channel_credentials,
             insecure,

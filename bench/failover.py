@@ -1,0 +1,501 @@
+"""Kill -9 the leader in the middle of a churn of sessions: how long until the service is back, and
+was anything lost?
+
+Processes (all on loopback): a redis-server (AOF, `appendfsync always`, as deploy/ runs it), two
+`slotsched serve --state redis://…` replicas on fixed ports with one grant key (a leader and a hot
+standby), and this process driving the SDK: `--sessions` sessions of two Burstable tenants
+(`alpha`, `beta`, each with more concurrent sessions than its nominal share, so some wait, some
+borrow and are asked to yield when the other tenant comes back) acquire, hold for a random time
+(renewing: the lease TTL is 3 s), answer yields, and release.
+
+At `--kills` random points of the churn the current leader (the replica whose gRPC health says
+SERVING) gets SIGKILL. A probe session of a third tenant (`probe`, Guaranteed, served from the
+reserved floor so it never waits for a slot) then acquires through the same SDK client, which
+knows both addresses: **failover_ms** is the time from the kill to the probe's Granted. The
+killed replica is restarted as the new standby. With `--no-standby` only one replica runs and it is
+restarted after each kill (a cold start: process start + recovery).
+
+What is checked, from the runtime's side (every grant the SDK reports, through its callbacks):
+
+* **leases lost**: a session whose lease was taken without it yielding or releasing (the SDK's
+  `lost_lease`, a re-grant without a yield in between, a session that failed or was revoked);
+* **double grants**: a grant of a (worker, slot) that another session still holds (a slot counts
+  as given back when its holder starts the release or its yield callback returns);
+* **waiters lost**: sessions that never got their slot or ended in error;
+* **waiters reordered**: two first-time waiters of one tenant granted in the opposite order of
+  their Queued events (arrivals at least 50 ms apart, so client-side jitter does not count).
+
+Then, on the same Redis and policy, the durability cost: Acquire→Granted p50 at concurrency 1
+against the Redis leader ÷ against an in-memory server, alternating rounds (`durable_p50_ratio`),
+and cold recovery of 10k leases + 100k queued (bench/recovery.py, if present).
+
+Usage: `python bench/failover.py [--sessions N] [--kills K] [--concurrency C] [--no-standby]
+[--plot PNG] [--seed S]`. Progress goes to stderr; the last line is
+`failover_ms_p50= failover_ms_max= cold_recovery_ms_10k_100k= leases_lost= double_grants=
+waiters_lost= waiters_reordered= durable_p50_ratio=`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import grpc  # noqa: E402
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+from procs import free_port, start_redis, stop_all  # noqa: E402
+
+from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc  # noqa: E402
+from scheduler.client import AsyncClient, LeaseInfo  # noqa: E402
+from scheduler.policy.identities import hash_token  # noqa: E402
+
+TOKENS = {"alpha": "alpha-token", "beta": "beta-token", "probe": "probe-token"}
+LEASE_TTL_S = 3.0
+
+
+def policy_text() -> str:
+    """256 slots (32 x 8), a floor of 8 for the probe; alpha and beta may each borrow up to all of it."""
+    return (
+        "apiVersion: slotsched.dev/v1alpha1\n"
+        "kind: SchedulingPolicy\n"
+        "metadata: {name: failover-bench}\n"
+        "spec:\n"
+        "  pool: {slotsPerWorker: 8, workers: 32, minWorkers: 1, maxWorkers: 32, floor: 8}\n"
+        f"  timing: {{leaseTTLSeconds: {LEASE_TTL_S:g}, yieldGraceSeconds: 5, minRuntimeSeconds: 0.5}}\n"
+        "  queue: {maxPending: 100000, maxPendingPerTenant: 50000}\n"
+        "  rateLimits:\n"
+        "    tenant: {qps: 100000, burst: 100000}\n"
+        "    renewals: {qps: 100000, burst: 100000}\n"
+        "  tenants:\n"
+        + "".join(
+            f"    - {{name: {t}, burstable: {{nominal: 124, limit: 248}}, "
+            f'tokens: ["{hash_token(TOKENS[t])}"]}}\n'
+            for t in ("alpha", "beta")
+        )
+        + f'    - {{name: probe, guaranteed: 8, tokens: ["{hash_token(TOKENS["probe"])}"]}}\n'
+    )
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- the replicas (subprocesses)
+
+
+class ReplicaProc:
+    """One `slotsched serve` on a fixed port, restartable after a kill."""
+
+    def __init__(
+        self, name: str, policy: str, state: str, keyfile: str, logdir: str, extra: list[str]
+    ) -> None:
+        self.name = name
+        self.port = free_port()
+        self.args = [
+            sys.executable, "-m", "scheduler.cli", "serve", "--policy", policy,
+            "--listen", f"127.0.0.1:{self.port}", "--metrics-listen", f"127.0.0.1:{free_port()}",
+            "--state", state, "--replica-id", name, "--grant-key-file", keyfile, *extra,
+        ]  # fmt: skip
+        self.log = os.path.join(logdir, f"{name}.log")
+        self.proc: subprocess.Popen[str] | None = None
+        self.starts = 0
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def spawn(self) -> None:
+        self.starts += 1
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        out = open(self.log, "a")  # noqa: SIM115 - the child owns it
+        out.write(f"---- start {self.starts}\n")
+        out.flush()
+        self.proc = subprocess.Popen(self.args, cwd=ROOT, env=env, stdout=out, stderr=out, text=True)
+        out.close()
+
+    async def wait_listening(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        marker = f"---- start {self.starts}\n"
+        while time.monotonic() < deadline:
+            text = Path(self.log).read_text()
+            tail = text[text.rfind(marker) :]
+            if "slotsched state: redis" in tail:
+                return
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"replica {self.name} exited: see {self.log}")
+            await asyncio.sleep(0.05)
+        raise RuntimeError(f"replica {self.name} did not start within {timeout_s} s: see {self.log}")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+
+async def serving(target: str) -> bool:
+    """gRPC health of the whole server: SERVING on the leader only."""
+    async with grpc.aio.insecure_channel(target) as ch:
+        try:
+            resp = await health_pb2_grpc.HealthStub(ch).Check(  # type: ignore[no-untyped-call]
+                health_pb2.HealthCheckRequest(service=""), timeout=0.5
+            )
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+async def leader_of(replicas: list[ReplicaProc], timeout_s: float = 30.0) -> ReplicaProc:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for r in replicas:
+            if r.proc is not None and r.proc.poll() is None and await serving(r.target):
+                return r
+        await asyncio.sleep(0.05)
+    raise RuntimeError("no replica became the leader")
+
+
+# ---------------------------------------------------------------- the runtime's book
+
+
+@dataclass
+class Book:
+    """What the runtime saw: who holds which slot, and everything that went wrong."""
+
+    holders: dict[tuple[str, int], str] = field(default_factory=dict)
+    double_grants: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    queued_at: dict[str, tuple[str, float]] = field(default_factory=dict)  # session -> (tenant, t)
+    first_grant_at: dict[str, float] = field(default_factory=dict)
+    grant_times: list[float] = field(default_factory=list)
+    yields: int = 0
+    done: int = 0
+
+    def grant(self, sid: str, lease: LeaseInfo) -> None:
+        key = (lease.slot.worker_id, lease.slot.index)
+        other = self.holders.get(key)
+        if other is not None and other != sid:
+            self.double_grants.append(f"{key}: {sid} granted while {other} holds it")
+        self.holders[key] = sid
+        now = time.monotonic()
+        self.first_grant_at.setdefault(sid, now)
+        self.grant_times.append(now)
+
+    def give_back(self, sid: str, lease: LeaseInfo | None) -> None:
+        if lease is None:
+            return
+        key = (lease.slot.worker_id, lease.slot.index)
+        if self.holders.get(key) == sid:
+            del self.holders[key]
+
+    def reordered(self, slack_s: float = 0.05) -> int:
+        """First-time waiters of one tenant granted against their arrival order."""
+        count = 0
+        by_tenant: dict[str, list[tuple[float, float]]] = {}
+        for sid, (tenant, q) in self.queued_at.items():
+            g = self.first_grant_at.get(sid)
+            if g is not None:
+                by_tenant.setdefault(tenant, []).append((q, g))
+        for rows in by_tenant.values():
+            rows.sort()
+            # an earlier arrival (by more than the slack) granted later (by more than the slack)
+            latest_grant_before = float("-inf")
+            j = 0
+            for q, g in rows:
+                while j < len(rows) and rows[j][0] < q - slack_s:
+                    latest_grant_before = max(latest_grant_before, rows[j][1])
+                    j += 1
+                if latest_grant_before > g + slack_s:
+                    count += 1
+        return count
+
+
+async def one_session(client: AsyncClient, book: Book, tenant: str, i: int, rng: random.Random) -> None:
+    sid = f"{tenant}-{i}"
+    grants_since_yield = 0
+
+    async def on_grant(lease: LeaseInfo) -> None:
+        nonlocal grants_since_yield
+        grants_since_yield += 1
+        if grants_since_yield > 1:  # a new lease with no yield of ours in between: one was taken
+            book.lost.append(f"{sid}: re-granted without yielding ({lease.lease_id})")
+        book.grant(sid, lease)
+
+    async def on_yield(lease: LeaseInfo) -> None:
+        nonlocal grants_since_yield
+        grants_since_yield = 0
+        book.yields += 1
+        book.give_back(sid, lease)
+
+    s = client.session(sid, "burstable", on_yield=on_yield, on_grant=on_grant)
+    s.start()
+    try:
+        await s.wait_until(lambda s: s.queue is not None or s.lease is not None, timeout=300)
+        if s.lease is None:
+            book.queued_at[sid] = (tenant, time.monotonic())
+        await s.wait_granted(timeout=300)
+        await asyncio.sleep(rng.uniform(0.2, 2.0))  # renewals run meanwhile (TTL 3 s: every 1 s)
+        book.give_back(sid, s.lease)
+        await s.release()
+    except Exception as e:  # noqa: BLE001 - every failure is a finding, counted below
+        book.failed.append(f"{sid}: {type(e).__name__}: {e}")
+        await s.aclose()
+        return
+    if s.lost_lease.is_set() or s.error is not None or s.end_reason not in ("released", "withdrawn"):
+        book.lost.append(f"{sid}: ended {s.end_reason} ({s.error})")
+    book.done += 1
+
+
+async def churn(targets: str, book: Book, sessions: int, concurrency: int, seed: int) -> None:
+    rng = random.Random(seed)
+    # A generous connect deadline: a session started during an outage waits it out rather than
+    # fail (the SDK's default gives up after 10 s, longer than a cold restart on a loaded machine).
+    clients = {t: AsyncClient(targets, token=TOKENS[t], connect_timeout_s=120) for t in ("alpha", "beta")}
+    sem = asyncio.Semaphore(concurrency)
+    tasks: list[asyncio.Task[None]] = []
+
+    async def run(tenant: str, i: int) -> None:
+        try:
+            await one_session(clients[tenant], book, tenant, i, rng)
+        finally:
+            sem.release()
+
+    for i in range(sessions):
+        await sem.acquire()
+        tenant = "alpha" if rng.random() < 0.5 else "beta"
+        tasks.append(asyncio.create_task(run(tenant, i)))
+    await asyncio.gather(*tasks)
+    for c in clients.values():
+        await c.close()
+
+
+async def probe(client: AsyncClient, n: int, t_kill: float) -> float:
+    """Seconds from the kill to a Guaranteed probe's Granted (through the SDK: follows the leader)."""
+    async with client.session(f"probe-{n}", "guaranteed") as s:
+        t = time.monotonic() - t_kill
+        assert s.lease is not None
+    return t
+
+
+# ---------------------------------------------------------------- durability cost
+
+
+async def acquire_latency(target: str, n: int, tag: str) -> list[float]:
+    """Acquire until Granted, then Release, `n` times in sequence on one channel."""
+    out: list[float] = []
+    md = (("authorization", f"Bearer {TOKENS['alpha']}"),)
+    async with grpc.aio.insecure_channel(target) as ch:
+        stub = scheduler_pb2_grpc.SchedulerStub(ch)  # type: ignore[no-untyped-call]
+        for i in range(n):
+            sid = f"lat-{tag}-{i}"
+            t0 = time.perf_counter()
+            call = stub.Acquire(
+                scheduler_pb2.AcquireRequest(session_id=sid, qos=common_pb2.QOS_CLASS_BURSTABLE), metadata=md
+            )
+            ev = await call.read()
+            out.append(time.perf_counter() - t0)
+            lease = ev.granted.lease
+            await stub.Release(
+                scheduler_pb2.ReleaseRequest(session_id=sid, lease_id=lease.lease_id, epoch=lease.epoch),
+                metadata=md,
+            )
+            await call.read()
+    return out
+
+
+async def durable_ratio(
+    redis_target: str, memory_target: str, rounds: int, n: int
+) -> tuple[float, float, float]:
+    mem: list[float] = []
+    red: list[float] = []
+    for r in range(rounds):
+        mem += await acquire_latency(memory_target, n, f"m{r}")
+        red += await acquire_latency(redis_target, n, f"r{r}")
+    pm, pr = statistics.median(mem), statistics.median(red)
+    return pr / pm, pm * 1e3, pr * 1e3
+
+
+# ---------------------------------------------------------------- main
+
+
+@dataclass
+class Kill:
+    at: float  # monotonic
+    victim: str
+    failover_s: float | None = None
+
+
+async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
+    rng = random.Random(args.seed)
+    rport = free_port()
+    redis = start_redis(rport, tmp, fsync=args.fsync)
+    procs: list[subprocess.Popen[str]] = [redis]
+    policy = os.path.join(tmp, "policy.yaml")
+    Path(policy).write_text(policy_text())
+    keyfile = os.path.join(tmp, "grant-keys")
+    Path(keyfile).write_text(
+        subprocess.run(
+            [sys.executable, "-m", "scheduler.grants", "new", "bench"],
+            capture_output=True, text=True, check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        ).stdout
+    )  # fmt: skip
+    state = f"redis://127.0.0.1:{rport}/0"
+    names = ["a"] if args.no_standby else ["a", "b"]
+    replicas = [ReplicaProc(n, policy, state, keyfile, tmp, args.serve_arg) for n in names]
+    book = Book()
+    kills: list[Kill] = []
+    memory: subprocess.Popen[str] | None = None
+    try:
+        for r in replicas:
+            r.spawn()
+            await r.wait_listening()
+        await leader_of(replicas)
+        targets = ",".join(r.target for r in replicas)
+        say(f"redis on {rport} (appendfsync {args.fsync}); replicas {targets}; logs in {tmp}")
+        probe_client = AsyncClient(targets, token=TOKENS["probe"], connect_timeout_s=120)
+        # Kill points: fractions of the sessions completed, spread over the run.
+        points = sorted(rng.uniform(0.05, 0.95) for _ in range(args.kills))
+        t0 = time.monotonic()
+        work = asyncio.create_task(churn(targets, book, args.sessions, args.concurrency, args.seed))
+        last_report = 0.0
+        for n, frac in enumerate(points):
+            while book.done + len(book.failed) < frac * args.sessions and not work.done():
+                await asyncio.sleep(0.02)
+                if time.monotonic() - last_report > 5:
+                    last_report = time.monotonic()
+                    say(f"churn: {book.done}/{args.sessions} sessions done, {len(book.grant_times)} grants")
+            if work.done():
+                break
+            victim = await leader_of(replicas)
+            kill = Kill(time.monotonic(), victim.name)
+            victim.kill()
+            kills.append(kill)
+            if args.no_standby:
+                victim.spawn()  # cold: the only replica comes back
+                kill.failover_s = await probe(probe_client, n, kill.at)
+            else:
+                kill.failover_s = await probe(probe_client, n, kill.at)
+                victim.spawn()  # back as the new standby
+            await victim.wait_listening()
+            say(f"kill {n + 1}/{len(points)} of {victim.name} at {book.done} sessions: "
+                f"probe granted after {kill.failover_s * 1e3:.0f} ms")  # fmt: skip
+            await asyncio.sleep(0.5)  # let the standby catch up before the next kill
+        await work
+        elapsed = time.monotonic() - t0
+        say(f"churn over: {book.done} sessions in {elapsed:.1f} s, {len(book.grant_times)} grants, "
+            f"{book.yields} yields")  # fmt: skip
+        await probe_client.close()
+
+        # Durability cost, side by side: an in-memory server on the same policy.
+        mport = free_port()
+        memory = subprocess.Popen(
+            [sys.executable, "-m", "scheduler.cli", "serve", "--policy", policy,
+             "--listen", f"127.0.0.1:{mport}", "--metrics-listen", f"127.0.0.1:{free_port()}"],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        procs.append(memory)
+        deadline = time.monotonic() + 30
+        while not await serving(f"127.0.0.1:{mport}"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the in-memory server did not start")
+            await asyncio.sleep(0.05)
+        leader = await leader_of(replicas)
+        ratio, pm, pr = await durable_ratio(leader.target, f"127.0.0.1:{mport}", args.rounds, args.latency_n)
+        say(f"Acquire->Granted p50: in-memory {pm:.3f} ms, redis {pr:.3f} ms (ratio {ratio:.2f})")
+    finally:
+        stop_all([r.proc for r in replicas if r.proc is not None] + procs)
+
+    fo = [k.failover_s * 1e3 for k in kills if k.failover_s is not None]
+    cold = cold_recovery_ms()
+    if args.plot:
+        plot(args.plot, book, kills, t0, args)
+    for what, rows in (("lost", book.lost), ("failed", book.failed), ("double grant", book.double_grants)):
+        for row in rows[:10]:
+            say(f"{what}: {row}")
+    prefix = "nostandby_" if args.no_standby else ""
+    return {
+        f"{prefix}failover_ms_p50": f"{statistics.median(fo):.0f}" if fo else "nan",
+        f"{prefix}failover_ms_max": f"{max(fo):.0f}" if fo else "nan",
+        "cold_recovery_ms_10k_100k": cold,
+        "leases_lost": str(len(book.lost)),
+        "double_grants": str(len(book.double_grants)),
+        "waiters_lost": str(args.sessions - book.done),
+        "waiters_reordered": str(book.reordered()),
+        "kills": str(len(fo)),
+        "sessions": str(book.done),
+        "durable_p50_ratio": f"{ratio:.2f}",
+    }
+
+
+def cold_recovery_ms() -> str:
+    """bench/recovery.py's figure (10k leases + 100k queued), if that bench is here."""
+    try:
+        import recovery  # type: ignore[import-not-found]
+    except ImportError:
+        return "nan"
+    say("cold recovery of 10k leases + 100k queued (bench/recovery.py)")
+    return str(recovery.headline_ms())
+
+
+def plot(path: str, book: Book, kills: list[Kill], t0: float, args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    times = [t - t0 for t in book.grant_times]
+    if times:
+        width = 0.25
+        bins = int(max(times) / width) + 1
+        ax.hist(times, bins=bins, color="#4477aa", label=f"grants per {width:g} s")
+    for n, k in enumerate(kills):
+        ax.axvline(k.at - t0, color="#cc3311", lw=1, label="kill -9 of the leader" if n == 0 else None)
+        if k.failover_s is not None:
+            ax.axvspan(k.at - t0, k.at - t0 + k.failover_s, color="#cc3311", alpha=0.2,
+                       label="until the probe's Granted" if n == 0 else None)  # fmt: skip
+    mode = "no standby (restart)" if args.no_standby else "hot standby"
+    ax.set_title(f"{book.done} sessions, {len(kills)} leader kills, {mode}: grants over time")
+    ax.set_xlabel("seconds since the churn began")
+    ax.set_ylabel("grants")
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    say(f"plot written to {path}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sessions", type=int, default=10_000, help="sessions in the churn (%(default)s)")
+    ap.add_argument("--kills", type=int, default=10, help="leader kills at random points (%(default)s)")
+    ap.add_argument("--concurrency", type=int, default=300, help="sessions at once (default %(default)s)")
+    ap.add_argument("--no-standby", action="store_true", help="one replica, restarted after each kill")
+    ap.add_argument("--fsync", default="always", choices=["always", "everysec"], help="redis appendfsync")
+    ap.add_argument("--rounds", type=int, default=5, help="durability-cost rounds (default %(default)s)")
+    ap.add_argument("--latency-n", type=int, default=200, help="Acquires per round (default %(default)s)")
+    ap.add_argument("--plot", help="write a PNG of grants over time with the kills")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--serve-arg", action="append", default=[], help="extra `slotsched serve` argument")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    with tempfile.TemporaryDirectory(prefix="slotsched-failover-") as tmp:
+        figures = asyncio.run(run(args, tmp))
+    print(" ".join(f"{k}={v}" for k, v in figures.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,470 @@
+"""Following the leader: the channels of one client, one per scheduler replica, and stubs whose
+calls go to the replica that leads now.
+
+Why in the SDK's connection layer: with the Redis state store only the leader serves; a standby
+refuses with UNAVAILABLE, reason NOT_LEADER, naming the leader in the trailing metadata
+`x-slotsched-leader` (scheduler/server/errors.py). `FollowingStub` turns that, and a dead
+replica's connection errors, into a retry on the leader, so the session code (stream, renewals,
+yields, the channel multiplexer) keeps calling `client.stub()` and never learns about replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import AsyncIterator, Generator, Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from scheduler.client.channel import open_channel
+
+#: Trailing metadata a standby's NOT_LEADER refusal names the leader's HOST:PORT in.
+LEADER_KEY = "x-slotsched-leader"
+#: How long a call keeps looking for the leader across targets before its UNAVAILABLE is
+#: reported to the caller: a failover (lease TTL + take-over) fits well inside.
+DEFAULT_FAILOVER_TIMEOUT_S = 5.0
+#: Between two tries while no replica names a leader (a take-over under way): 50-100 ms.
+_PAUSE_S = (0.05, 0.1)
+#: A leader that failed a call (not a NOT_LEADER refusal) is not followed when a standby names
+#: it, for this long: its lease may still be running out in Redis (the TTL, 1 s by default).
+SUSPECT_S = 2.0
+_GRPC_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:", "xds:")
+
+
+def parse_targets(target: str | Sequence[str]) -> list[str]:
+    """One address, "host1:port,host2:port", or a list of them. A gRPC URI whose scheme takes a
+    comma-separated list itself (`ipv4:a,b`) is one target."""
+    if isinstance(target, str):
+        text = target.strip()
+        items = [text] if text.startswith(_GRPC_SCHEMES) else text.split(",")
+    else:
+        items = list(target)
+    targets = [t.strip() for t in items if t.strip()]
+    if not targets:
+        raise ValueError(f"no scheduler address in target {target!r}")
+    return targets
+
+
+def leader_named(err: grpc.aio.AioRpcError) -> str | None:
+    """The leader's address a NOT_LEADER refusal names, if any."""
+    for key, value in err.trailing_metadata() or ():
+        if key == LEADER_KEY:
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            return text.strip() or None
+    return None
+
+
+class Follower:
+    """The channels of one client, one per address, and which address is the leader now.
+
+    A call answered UNAVAILABLE moves the client on: to the leader a NOT_LEADER refusal names
+    (connecting to it even if it is not one of the targets), else to the next target. Each
+    address is dialled once and its channel kept, so going back and forth costs no handshake.
+    """
+
+    def __init__(
+        self,
+        target: str | Sequence[str],
+        options: list[tuple[str, Any]],
+        credentials: grpc.ChannelCredentials | None,
+        *,
+        follow: bool = True,
+        failover_timeout_s: float = DEFAULT_FAILOVER_TIMEOUT_S,
+    ) -> None:
+        self.targets = parse_targets(target)
+        self.current = self.targets[0]
+        self.follow = follow
+        self.failover_timeout_s = failover_timeout_s
+        self._options = options
+        self._credentials = credentials
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[tuple[str, type], Any] = {}
+        self._suspect: dict[str, float] = {}  # address -> until when a leader named there is ignored
+        self.switches = 0
+
+    def stub(self, stub_cls: type, address: str | None = None) -> Any:
+        address = address or self.current
+        stub = self._stubs.get((address, stub_cls))
+        if stub is None:
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = self._channels[address] = open_channel(address, self._options, self._credentials)
+            stub = self._stubs[(address, stub_cls)] = stub_cls(channel)
+        return stub
+
+    def failed(self, address: str, err: grpc.aio.AioRpcError) -> float | None:
+        """`address` answered `err`: move on if it was UNAVAILABLE. Returns how long to wait
+        before trying again (0: a leader was named), or None when a retry here is pointless (not
+        UNAVAILABLE; or one target, down or shutting down, and no standby pointing elsewhere:
+        the caller's own backoff and timeouts apply)."""
+        if not self.follow or err.code() is not grpc.StatusCode.UNAVAILABLE:
+            return None
+        now = time.monotonic()
+        named = leader_named(err)
+        standby = named is not None or "not the leader" in (err.details() or "")
+        if named is not None and self._suspect.get(named, 0.0) > now:
+            # A standby names the leader whose lease has not lapsed yet, but it just failed us:
+            # dead, most likely. Ask the targets until one of them leads.
+            named = None
+        if not standby:
+            self._suspect[address] = now + SUSPECT_S
+        if address != self.current:
+            return 0.0  # another call moved on already: follow it
+        if named is not None and named != address:
+            self.current = named
+            self.switches += 1
+            return 0.0
+        nxt = self._next(address, now)
+        if nxt != address:
+            self.current = nxt
+            self.switches += 1
+        return _pause() if standby or nxt != address else None
+
+    def _next(self, address: str, now: float) -> str:
+        """The target after `address` that has not just failed (else the one after it; `address`
+        itself when it is the only target)."""
+        n = len(self.targets)
+        i = self.targets.index(address) if address in self.targets else -1
+        others = [self.targets[(i + k) % n] for k in range(1, n + 1) if self.targets[(i + k) % n] != address]
+        for cand in others:
+            if self._suspect.get(cand, 0.0) <= now:
+                return cand
+        return others[0] if others else address
+
+    async def close(self) -> None:
+        channels, self._channels, self._stubs = self._channels, {}, {}
+        for channel in channels.values():
+            await channel.close()
+
+
+def _pause() -> float:
+    return random.uniform(*_PAUSE_S)
+
+
+class FollowingStub:
+    """A stub whose calls go to the current leader (`Follower.current`).
+
+    * unary calls answered UNAVAILABLE are retried on the leader named in NOT_LEADER (at once),
+      else on the next target (after 50-100 ms), within the call's timeout and the follower's
+      `failover_timeout_s`; then the last error is raised;
+    * a server stream that fails UNAVAILABLE before its first message is opened again the same
+      way (its request is idempotent: Acquire re-attaches); after a message, the error reaches
+      the caller, which re-attaches (the client moved on already);
+    * a bidi stream (Scheduler.Channel) that fails UNAVAILABLE before its first response is
+      opened again the same way, and what was written on it so far is written again (its
+      commands are idempotent as unary retries are); after a response, the error reaches the
+      caller (the client moved on already);
+    * client streams move the client on when they fail UNAVAILABLE.
+    """
+
+    def __init__(self, follower: Follower, stub_cls: type) -> None:
+        self._follower = follower
+        self._stub_cls = stub_cls
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._follower.stub(self._stub_cls), name)
+        if isinstance(method, grpc.aio.UnaryUnaryMultiCallable):
+            wrapped: Any = _UnaryCall(self._follower, self._stub_cls, name)
+        elif isinstance(method, grpc.aio.UnaryStreamMultiCallable):
+            wrapped = _ServerStreamCall(self._follower, self._stub_cls, name)
+        elif isinstance(method, grpc.aio.StreamStreamMultiCallable):
+            wrapped = _BidiCall(self._follower, self._stub_cls, name)
+        elif callable(method):
+            wrapped = _ObservedCall(self._follower, self._stub_cls, name)
+        else:
+            return method
+        setattr(self, name, wrapped)  # built once per method name
+        return wrapped
+
+
+class _Method:
+    def __init__(self, follower: Follower, stub_cls: type, name: str) -> None:
+        self.follower = follower
+        self.stub_cls = stub_cls
+        self.name = name
+
+    def target(self) -> tuple[str, Any]:
+        address = self.follower.current
+        return address, getattr(self.follower.stub(self.stub_cls, address), self.name)
+
+
+class _UnaryCall(_Method):
+    async def __call__(self, request: Any, *, timeout: float | None = None, **kw: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        end = start + self.follower.failover_timeout_s
+        if timeout is not None:
+            end = min(end, start + timeout)
+        while True:
+            address, method = self.target()
+            left = None if timeout is None else max(0.001, start + timeout - loop.time())
+            try:
+                return await method(request, timeout=left, **kw)
+            except grpc.aio.AioRpcError as e:
+                wait = self.follower.failed(address, e)
+                if wait is None or loop.time() + wait >= end:
+                    raise
+                await asyncio.sleep(wait)
+
+
+class _ServerStreamCall(_Method):
+    def __call__(self, request: Any, **kw: Any) -> _FollowingStream:
+        return _FollowingStream(self, request, kw)
+
+
+class _FollowingStream:
+    """A server-streaming call that finds the leader before its first message (see FollowingStub)."""
+
+    def __init__(self, method: _ServerStreamCall, request: Any, kw: dict[str, Any]) -> None:
+        self._method = method
+        self._request = request
+        self._kw = kw
+        self._address, open_call = method.target()
+        self._call: Any = open_call(request, **kw)
+        self._received = False
+        self._cancelled = False
+        self._reader: AsyncIterator[Any] | None = None
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Any]:
+        follower = self._method.follower
+        loop = asyncio.get_running_loop()
+        end = loop.time() + follower.failover_timeout_s
+        while True:
+            try:
+                async for message in self._call:
+                    self._received = True
+                    yield message
+                return
+            except grpc.aio.AioRpcError as e:
+                wait = follower.failed(self._address, e)
+                if self._received or self._cancelled or wait is None or loop.time() + wait >= end:
+                    raise
+            await asyncio.sleep(wait)
+            if self._cancelled:
+                return
+            self._address, open_call = self._method.target()
+            self._call = open_call(self._request, **self._kw)
+
+    async def read(self) -> Any:
+        # One iterator for reads too, so a read also finds the leader.
+        if self._reader is None:
+            self._reader = self._events()
+        try:
+            return await anext(self._reader)
+        except StopAsyncIteration:
+            return grpc.aio.EOF
+
+    def cancel(self) -> bool:
+        self._cancelled = True
+        return bool(self._call.cancel())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._call, name)  # code(), details(), trailing_metadata(), done() ...
+
+
+class _ObservedCall(_Method):
+    """Client- or bidi-streaming: not retried (its requests are the caller's), only observed."""
+
+    def __call__(self, *args: Any, **kw: Any) -> _Observed:
+        address, method = self.target()
+        return _Observed(self.follower, address, method(*args, **kw))
+
+
+class _Observed:
+    def __init__(self, follower: Follower, address: str, call: Any) -> None:
+        self._follower = follower
+        self._address = address
+        self._call = call
+
+    def _seen(self, e: grpc.aio.AioRpcError) -> None:
+        self._follower.failed(self._address, e)
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._messages()
+
+    async def _messages(self) -> AsyncIterator[Any]:
+        try:
+            async for message in self._call:
+                yield message
+        except grpc.aio.AioRpcError as e:
+            self._seen(e)
+            raise
+
+    async def read(self) -> Any:
+        try:
+            return await self._call.read()
+        except grpc.aio.AioRpcError as e:
+            self._seen(e)
+            raise
+
+    async def write(self, message: Any) -> None:
+        try:
+            await self._call.write(message)
+        except grpc.aio.AioRpcError as e:
+            self._seen(e)
+            raise
+
+    async def done_writing(self) -> None:
+        try:
+            await self._call.done_writing()
+        except grpc.aio.AioRpcError as e:
+            self._seen(e)
+            raise
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._result().__await__()
+
+    async def _result(self) -> Any:
+        try:
+            return await self._call
+        except grpc.aio.AioRpcError as e:
+            self._seen(e)
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._call, name)
+
+
+class _BidiCall(_Method):
+    def __call__(self, *args: Any, **kw: Any) -> _FollowingBidi:
+        return _FollowingBidi(self, args, kw)
+
+
+# What a write on a call that ended raises (grpc.aio: InvalidStateError once it is done).
+_WRITE_ENDED = (grpc.aio.AioRpcError, grpc.aio.UsageError, RuntimeError, asyncio.InvalidStateError)
+
+
+class _FollowingBidi:
+    """A bidi stream that finds the leader before its first response (see FollowingStub).
+
+    Until a response comes, every message written is kept; a read that fails UNAVAILABLE opens
+    the stream at the next address and writes them again, in order (a lock keeps a concurrent
+    write behind the replay). A write that fails meanwhile is left to that replay."""
+
+    def __init__(self, method: _BidiCall, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        self._method = method
+        self._args = args
+        self._kw = kw
+        self._log: list[Any] | None = []  # None once a response came: no more retries
+        self._done_writing = False
+        self._cancelled = False
+        self._lock = asyncio.Lock()
+        self._address, open_call = method.target()
+        self._call: Any = open_call(*args, **kw)
+        self._end = asyncio.get_running_loop().time() + method.follower.failover_timeout_s
+
+    async def write(self, message: Any) -> None:
+        async with self._lock:
+            if self._log is not None:
+                self._log.append(message)
+            try:
+                await self._call.write(message)
+            except _WRITE_ENDED as e:
+                if self._log is None or self._cancelled:
+                    if isinstance(e, asyncio.InvalidStateError):
+                        raise RuntimeError(f"the call ended: {e}") from e  # what callers catch
+                    raise
+                # The read that sees this failure reopens the stream and writes it again.
+
+    async def done_writing(self) -> None:
+        async with self._lock:
+            self._done_writing = True
+            with contextlib.suppress(*_WRITE_ENDED):
+                await self._call.done_writing()
+
+    async def read(self) -> Any:
+        follower = self._method.follower
+        loop = asyncio.get_running_loop()
+        while True:
+            call = self._call
+            try:
+                message = await call.read()
+            except grpc.aio.AioRpcError as e:
+                if call is not self._call:
+                    continue  # reopened meanwhile
+                wait = follower.failed(self._address, e)
+                late = wait is None or loop.time() + wait >= self._end
+                if self._log is None or self._cancelled or late:
+                    raise
+                await asyncio.sleep(wait or 0.0)
+                if self._cancelled:
+                    raise
+                await self._reopen()
+                continue
+            if message is not grpc.aio.EOF:
+                self._log = None
+            return message
+
+    async def _reopen(self) -> None:
+        async with self._lock:
+            self._call.cancel()
+            self._address, open_call = self._method.target()
+            self._call = open_call(*self._args, **self._kw)
+            for message in self._log or ():
+                with contextlib.suppress(*_WRITE_ENDED):  # the next read says what went wrong
+                    await self._call.write(message)
+            if self._done_writing:
+                with contextlib.suppress(*_WRITE_ENDED):
+                    await self._call.done_writing()
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._messages()
+
+    async def _messages(self) -> AsyncIterator[Any]:
+        while True:
+            message = await self.read()
+            if message is grpc.aio.EOF:
+                return
+            yield message
+
+    def cancel(self) -> bool:
+        self._cancelled = True
+        return bool(self._call.cancel())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._call, name)  # code(), details(), trailing_metadata(), done() ...
+
+
+class RetryingSessionStub:
+    """A session stub (the channel multiplexer's) whose Renew, Release and Yield answered
+    UNAVAILABLE are sent again, as `FollowingStub`'s unary calls are: the multiplexer opens its
+    next channel through `client.stub()`, i.e. to the leader. Acquire and the rest pass through."""
+
+    _RETRIED = frozenset({"Renew", "Release", "Yield"})
+
+    def __init__(self, inner: Any, follower: Follower) -> None:
+        self.inner = inner
+        self._follower = follower
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+        if name not in self._RETRIED:
+            return method
+        follower = self._follower
+
+        async def call(request: Any, *args: Any, timeout: float | None = None, **kw: Any) -> Any:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            end = start + follower.failover_timeout_s
+            if timeout is not None:
+                end = min(end, start + timeout)
+            while True:
+                left = None if timeout is None else max(0.001, start + timeout - loop.time())
+                try:
+                    return await method(request, *args, timeout=left, **kw)
+                except grpc.aio.AioRpcError as e:
+                    if not follower.follow or e.code() is not grpc.StatusCode.UNAVAILABLE:
+                        raise
+                    wait = _pause()
+                    if loop.time() + wait >= end:
+                        raise
+                    await asyncio.sleep(wait)
+
+        return call

@@ -1,0 +1,286 @@
+"""Every session of one `AsyncClient` on one `Scheduler.Channel` stream (the multiplexer).
+
+Why: each session used to hold its own server-streaming Acquire and make unary Renew, Yield and
+Release calls, and grpc.aio's per-call cost capped a runtime hosting many sessions. On a channel a
+message costs a fraction of a call, and commands (and events) ready at the same moment travel as
+one message.
+
+Transparent to the session code: `MuxStub` answers the four methods the session modules call on
+a Scheduler stub (`Acquire`, `Renew`, `Yield`, `Release`) in the same shapes: `Acquire` returns a
+call object whose async iterator yields the session's LeaseEvents and raises
+`grpc.aio.AioRpcError` as the per-session stream would (a per-session error event is turned
+into the same status, details and trailing metadata); the unary methods return the response or
+raise `AioRpcError`. So the session's state machine, its re-attach with backoff and its error
+mapping (`errors.from_rpc_error`) are the ones the per-session rpcs use.
+
+A broken channel fails every call on it with the channel's status; UNAVAILABLE (and the other
+`REATTACH_CODES`) make each session re-attach as after a broken Acquire stream: its next
+`Acquire` opens a new channel, through `client.stub()` taken afresh (so a client that follows
+the leader reaches the new one). A server without `Channel` (UNIMPLEMENTED) switches the client
+back to the per-session rpcs (`unsupported`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
+from scheduler.client.channel import ClientLink
+
+DETAILS_KEY = "grpc-status-details-bin"
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+_END = object()  # a session's stream ended with OK after its last event
+
+
+def rpc_error(
+    code: grpc.StatusCode, details: str, trailers: tuple[tuple[str, str | bytes], ...] = ()
+) -> grpc.aio.AioRpcError:
+    """The error a per-session call would have raised."""
+    md = grpc.aio.Metadata(*trailers)
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), md, details, None)
+
+
+def from_session_error(err: pb.SessionError) -> grpc.aio.AioRpcError:
+    status = err.status
+    trailers: list[tuple[str, str | bytes]] = list(err.trailers.items())
+    if status.details:
+        trailers.append((DETAILS_KEY, status.SerializeToString()))
+    return rpc_error(_CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message, tuple(trailers))
+
+
+class MuxCall:
+    """One session's stream on the channel, shaped like a server-streaming Acquire call."""
+
+    def __init__(self, conn: _Conn, session_id: str, ref: int) -> None:
+        self.conn = conn
+        self.session_id = session_id
+        self.ref = ref
+        self.items: asyncio.Queue[Any] = asyncio.Queue()
+        self.done = False
+
+    def feed(self, item: Any) -> None:
+        if not self.done:
+            self.done = item is _END or isinstance(item, BaseException)
+            self.items.put_nowait(item)
+
+    def __aiter__(self) -> AsyncIterator[pb.LeaseEvent]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[pb.LeaseEvent]:
+        while True:
+            item = await self.items.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def cancel(self) -> bool:
+        """Stop listening (the server keeps the session, as after a cancelled Acquire)."""
+        self.conn.forget(self)
+        self.feed(rpc_error(grpc.StatusCode.CANCELLED, "cancelled by the client"))
+        return True
+
+
+class _Conn:
+    """One open Channel call: a writer that batches commands, a reader that dispatches events."""
+
+    def __init__(self, mux: SessionMux) -> None:
+        self.mux = mux
+        client = mux.client
+        self.call = client.stub().Channel(metadata=client.metadata)
+        self.sessions: dict[str, MuxCall] = {}
+        self.waiting: dict[int, asyncio.Future[Any] | MuxCall] = {}
+        self.pending: list[pb.ChannelCommand] = []
+        self.ready = asyncio.Event()
+        self.broken: grpc.aio.AioRpcError | None = None
+        self.tasks = (
+            asyncio.create_task(self._write(), name="slotsched-channel-write"),
+            asyncio.create_task(self._read(), name="slotsched-channel-read"),
+        )
+
+    def send(self, command: pb.ChannelCommand) -> None:
+        self.pending.append(command)
+        self.ready.set()
+
+    def forget(self, call: MuxCall) -> None:
+        if self.sessions.get(call.session_id) is call:
+            del self.sessions[call.session_id]
+        if self.waiting.get(call.ref) is call:
+            del self.waiting[call.ref]
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                await self.ready.wait()
+                self.ready.clear()
+                batch, self.pending = self.pending, []
+                await self.call.write(pb.ChannelRequest(commands=batch))
+        except grpc.aio.AioRpcError as e:
+            self._break(e)
+        except (grpc.aio.UsageError, RuntimeError) as e:  # the call ended under the write
+            self._break(rpc_error(grpc.StatusCode.UNAVAILABLE, f"channel write failed: {e}"))
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                resp = await self.call.read()
+                if resp is grpc.aio.EOF:
+                    break
+                self._dispatch(resp)
+        except grpc.aio.AioRpcError as e:
+            self._break(e)
+            return
+        self._break(rpc_error(grpc.StatusCode.UNAVAILABLE, "the scheduler closed the channel"))
+
+    def _dispatch(self, resp: pb.ChannelResponse) -> None:
+        finishing: list[MuxCall] = []
+        for ev in resp.events:
+            kind = ev.WhichOneof("kind")
+            if kind == "event":
+                call = self.sessions.get(ev.session_id)
+                if call is None:
+                    continue  # a session this client stopped listening to
+                if call.ref and self.waiting.get(call.ref) is call:
+                    del self.waiting[call.ref]  # attached: an error now ends the stream (ref 0)
+                lease_event = ev.event
+                call.feed(lease_event)
+                if lease_event.WhichOneof("event") == "ended" and lease_event.ended.session_over:
+                    del self.sessions[ev.session_id]
+                    finishing.append(call)
+            elif kind == "error":
+                err = from_session_error(ev.error)
+                target = self.waiting.pop(ev.ref, None) if ev.ref else None
+                if target is None:
+                    target = self.sessions.pop(ev.session_id, None)
+                    if target is None:  # after the last event: its stream's closing status
+                        target = next((c for c in finishing if c.session_id == ev.session_id), None)
+                if isinstance(target, MuxCall):
+                    self.forget(target)
+                    target.feed(err)
+                elif target is not None and not target.done():
+                    target.set_exception(err)
+            else:
+                fut = self.waiting.pop(ev.ref, None)
+                if isinstance(fut, asyncio.Future) and not fut.done():
+                    fut.set_result(getattr(ev, kind))
+        for call in finishing:
+            call.feed(_END)  # no error followed its last event in the same message: OK
+
+    def _break(self, err: grpc.aio.AioRpcError) -> None:
+        if self.broken is not None:
+            return
+        self.broken = err
+        if err.code() is grpc.StatusCode.UNIMPLEMENTED:
+            self.mux.unsupported = True
+            err = rpc_error(
+                grpc.StatusCode.UNAVAILABLE, "no Channel on this server: per-session rpcs from now on"
+            )
+        if self.mux.conn is self:
+            self.mux.conn = None
+        for call in list(self.sessions.values()):
+            call.feed(err)
+        for target in self.waiting.values():
+            if isinstance(target, MuxCall):
+                target.feed(err)
+            elif not target.done():
+                target.set_exception(err)
+        self.sessions.clear()
+        self.waiting.clear()
+        self.call.cancel()
+        current = asyncio.current_task()
+        for task in self.tasks:
+            if task is not current:
+                task.cancel()
+
+
+class SessionMux:
+    """The client's channel, opened on first use and re-opened after it breaks."""
+
+    def __init__(self, client: ClientLink) -> None:
+        self.client = client
+        self.conn: _Conn | None = None
+        self.unsupported = False
+        self._ref = 0
+        self.stub = MuxStub(self)
+
+    def _open(self) -> _Conn:
+        conn = self.conn
+        if conn is None or conn.broken is not None:
+            conn = self.conn = _Conn(self)
+        return conn
+
+    def next_ref(self) -> int:
+        self._ref += 1
+        return self._ref
+
+    def acquire(self, request: pb.AcquireRequest) -> MuxCall:
+        conn = self._open()
+        ref = self.next_ref()
+        call = MuxCall(conn, request.session_id, ref)
+        old = conn.sessions.get(request.session_id)
+        if old is not None:  # re-attached on the same channel: the server replays, no error
+            conn.forget(old)
+            old.feed(rpc_error(grpc.StatusCode.ABORTED, "re-attached on the same channel"))
+        conn.sessions[request.session_id] = call
+        conn.waiting[ref] = call
+        conn.send(pb.ChannelCommand(ref=ref, acquire=request))
+        return call
+
+    async def command(self, timeout: float | None, **kind: Any) -> Any:
+        """Send one command; its answer (`renewed`, `released`, `yielded`) or AioRpcError."""
+        conn = self._open()
+        ref = self.next_ref()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        conn.waiting[ref] = fut
+        conn.send(pb.ChannelCommand(ref=ref, **kind))
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            conn.waiting.pop(ref, None)
+            raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+
+    async def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        conn.call.cancel()
+        for task in conn.tasks:
+            task.cancel()
+        for task in conn.tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+
+class MuxStub:
+    """The Scheduler stub's session methods, over the client's channel (module doc)."""
+
+    def __init__(self, mux: SessionMux) -> None:
+        self._mux = mux
+
+    def Acquire(self, request: pb.AcquireRequest, metadata: Any = None) -> MuxCall:  # noqa: N802
+        return self._mux.acquire(request)
+
+    async def Renew(  # noqa: N802
+        self, request: pb.RenewRequest, metadata: Any = None, timeout: float | None = None
+    ) -> pb.RenewResponse:
+        out: pb.RenewResponse = await self._mux.command(timeout, renew=request)
+        return out
+
+    async def Release(  # noqa: N802
+        self, request: pb.ReleaseRequest, metadata: Any = None, timeout: float | None = None
+    ) -> pb.ReleaseResponse:
+        out: pb.ReleaseResponse = await self._mux.command(timeout, release=request)
+        return out
+
+    async def Yield(  # noqa: N802
+        self, request: pb.YieldRequest, metadata: Any = None, timeout: float | None = None
+    ) -> pb.YieldResponse:
+        out: pb.YieldResponse = await self._mux.command(timeout, yield_slot=request)
+        return out

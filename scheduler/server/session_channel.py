@@ -1,0 +1,335 @@
+"""The Scheduler's `Channel`: many sessions on one bidirectional stream (proto: Scheduler.Channel).
+
+Why: grpc.aio's per-call cost, not the scheduler, capped a runtime hosting many sessions; a
+message on an open stream costs a fraction of a call, and a message that carries many commands
+(or events) costs about as little as one. So both directions are batched: a ChannelRequest's
+commands are applied in one go, and the writer puts every event ready into one ChannelResponse.
+
+The same semantics as the per-session rpcs, by construction: every command goes through
+`SessionOps` (session_ops.py), the functions the per-session rpcs call, and an attached session is
+a `SessionStream` of the loop like an Acquire stream's, fed by the same fan-out; only where its
+items go differs (`ChannelStream`: this channel's outbox, one deque in event order, rather than a
+queue per session and a task per session waiting on it). Errors are the same `RpcFailure`s,
+sent as per-session error events (`RpcFailure.session_error`).
+
+Order: commands are applied as read; a command's answer is appended to the outbox after the
+events its own event caused (they were fanned out while `submit` ran), so a Release's
+`Ended{RELEASED}` precedes its `released`. The writer takes what is in the outbox, awaits
+`loop.durable()` for it (Redis mode: nothing is told before it is journaled), converts, signs
+and writes it as one message.
+
+Flow control (documented in the proto): at most `SOFT_LIMIT` entries wait in the outbox before
+the reader stops reading commands (backpressure: gRPC's flow control then slows the sender); if
+lease events of attached sessions still pile up past `HARD_LIMIT` (a reader that does not read)
+the channel ends RESOURCE_EXHAUSTED. Either way a channel's memory is bounded, by these limits
+and by `MAX_SESSIONS` attached sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from typing import Any
+
+import grpc
+
+from scheduler.api import guard
+from scheduler.api.gen.slotsched.v1 import scheduler_pb2
+from scheduler.core.types import SessionId
+from scheduler.ports import StateUnavailable
+from scheduler.server import convert, errors
+from scheduler.server.auth import Authenticator
+from scheduler.server.loop import SchedulerLoop
+from scheduler.server.session_ops import Outcome, SessionOps
+from scheduler.server.stream import CLOSE, FINAL, GRANTED, QUEUED, Item, SessionStream, StreamClosed
+
+SOFT_LIMIT = 4096  # outbox entries past which commands are not read
+HARD_LIMIT = 65_536  # outbox entries past which the channel ends RESOURCE_EXHAUSTED
+MAX_SESSIONS = 10_000  # sessions attached to one channel
+MAX_EVENTS_PER_MESSAGE = 1024  # keeps one ChannelResponse well under gRPC's 4 MiB default
+
+_CHANNEL_ENDED = object()
+
+
+class ChannelStream(SessionStream):
+    """A session attached to a Channel: the loop's items go to the channel's outbox."""
+
+    __slots__ = ("channel", "session_id", "silent", "queued_since", "timer", "withdrawn")
+
+    def __init__(self, key: SessionId, channel: _Channel, session_id: str) -> None:
+        super().__init__(key)
+        self.channel = channel
+        self.session_id = session_id
+        self.silent = False  # superseded by a re-acquire on this same channel: no ABORTED
+        self.queued_since: float | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.withdrawn = ""  # why its wait_timeout withdrew it, once it did
+
+    def _push(self, item: Item) -> None:
+        self.channel.push((self, item))
+
+
+class ChannelService:
+    """Serves Channel calls for the Scheduler servicer (one `_Channel` per call)."""
+
+    def __init__(self, loop: SchedulerLoop, auth: Authenticator, ops: SessionOps) -> None:
+        self.loop = loop
+        self.auth = auth
+        self.ops = ops
+
+    async def serve(self, context: Any) -> None:
+        try:
+            if self.loop.shutting_down:
+                raise errors.unavailable()
+            tenant = self.auth.tenant(context)
+            await _Channel(self, context, tenant).run()
+        except errors.RpcFailure as f:
+            await errors.abort(context, f)
+        except StateUnavailable as e:
+            await errors.abort(context, errors.from_state(e))
+
+
+class _Channel:
+    def __init__(self, service: ChannelService, context: Any, tenant: str) -> None:
+        self.loop = service.loop
+        self.auth = service.auth
+        self.ops = service.ops
+        self.keys = service.ops.keys
+        self.context = context
+        self.tenant = tenant
+        self.sessions: dict[str, ChannelStream] = {}
+        # Entries in order: (stream, item) from the loop, or (session id, ref, outcome) answers.
+        self.outbox: deque[tuple[Any, ...]] = deque()
+        self.wake = asyncio.Event()  # the writer has something to write
+        self.drained = asyncio.Event()  # the outbox went below SOFT_LIMIT
+        self.drained.set()
+        self.failure: errors.RpcFailure | None = None
+        self.failed = asyncio.Event()
+        self.reading_done = False
+
+    def push(self, entry: tuple[Any, ...]) -> None:
+        outbox = self.outbox
+        if self.failure is not None:
+            return
+        if len(outbox) >= HARD_LIMIT:
+            self.failure = errors.channel_slow_reader(HARD_LIMIT)
+            self.failed.set()  # ends the call even while the writer is stuck in a write
+            return
+        outbox.append(entry)
+        if len(outbox) == 1:
+            self.wake.set()
+        if len(outbox) >= SOFT_LIMIT:
+            self.drained.clear()
+
+    # ------------------------------------------------------------------ the call
+
+    async def run(self) -> None:
+        reader = asyncio.create_task(self._read(), name="slotsched-channel-read")
+        writer = asyncio.create_task(self._write(), name="slotsched-channel-write")
+        failed = asyncio.create_task(self.failed.wait(), name="slotsched-channel-overflow")
+        tasks = (reader, writer, failed)
+        try:
+            pending: set[asyncio.Task[Any]] = set(tasks)
+            while True:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if failed in done and self.failure is not None:
+                    raise self.failure
+                for task in done:
+                    task.result()  # raises the failure that ended it
+                if writer in done:
+                    return  # every answer written after the client half-closed
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+            self._detach_all()
+
+    def _detach_all(self) -> None:
+        for s in self.sessions.values():
+            if s.timer is not None:
+                s.timer.cancel()
+            self.loop.detach(s)
+        self.sessions.clear()
+
+    # ------------------------------------------------------------------ commands in
+
+    async def _read(self) -> None:
+        read = self.context.read
+        while True:
+            if not self.drained.is_set():
+                await self.drained.wait()  # backpressure: the writer is behind
+            req = await read()
+            if req is grpc.aio.EOF:
+                break
+            if type(req) is guard.Refused:
+                raise errors.invalid_argument(req.field, req.description)
+            # Same authentication as every rpc, per message: a credential ApplyPolicy removed
+            # stops working here too (cached: one digest and a lookup).
+            self.auth.tenant(self.context)
+            if self.loop.shutting_down:
+                raise errors.unavailable()
+            for cmd in req.commands:
+                self._command(cmd)
+        self.reading_done = True
+        self.push((None, 0, _CHANNEL_ENDED))
+
+    def _command(self, cmd: scheduler_pb2.ChannelCommand) -> None:
+        kind = cmd.WhichOneof("command")
+        ref = cmd.ref
+        tenant = self.tenant
+        limits = self.auth.limits
+        sid = ""
+        try:
+            if kind == "acquire":
+                req = cmd.acquire
+                sid = req.session_id
+                limits.tenant(tenant, "Acquire")
+                self._acquire(req)
+                return
+            out: Outcome
+            if kind == "renew":
+                sid = cmd.renew.session_id
+                limits.tenant(tenant, "Renew")
+                out = self.ops.renew(tenant, cmd.renew)
+            elif kind == "release":
+                sid = cmd.release.session_id
+                limits.tenant(tenant, "Release")
+                out = self.ops.release(tenant, cmd.release)
+            elif kind == "yield_slot":
+                sid = cmd.yield_slot.session_id
+                limits.tenant(tenant, "Yield")
+                out = self.ops.yield_(tenant, cmd.yield_slot)
+            elif kind == "withdraw":
+                sid = cmd.withdraw.session_id
+                limits.tenant(tenant, "Release")
+                out = self.ops.withdraw(tenant, sid)
+            else:
+                raise errors.invalid_argument(
+                    "command", "set one of acquire, renew, yield_slot, release, withdraw"
+                )
+        except errors.RpcFailure as f:
+            out = f
+        self.push((sid, ref, out))
+
+    def _acquire(self, req: scheduler_pb2.AcquireRequest) -> None:
+        sid = req.session_id
+        old = self.sessions.get(sid)
+        if old is None and len(self.sessions) >= MAX_SESSIONS:
+            raise errors.channel_full(MAX_SESSIONS)
+        if old is not None:
+            old.silent = True  # re-attached on this channel: the replay says all
+
+        def make(key: SessionId) -> SessionStream:
+            return ChannelStream(key, self, sid)
+
+        try:
+            stream = self.ops.open(self.tenant, req, make)
+        except errors.RpcFailure:
+            if old is not None:
+                old.silent = False
+            raise
+        assert isinstance(stream, ChannelStream)
+        self.sessions[sid] = stream
+
+    # ------------------------------------------------------------------ events out
+
+    async def _write(self) -> None:
+        outbox = self.outbox
+        wake = self.wake
+        write = self.context.write
+        durable = self.loop.durable
+        while True:
+            if not outbox and self.failure is None:
+                wake.clear()
+                await wake.wait()
+            if self.failure is not None:
+                raise self.failure
+            n = len(outbox)
+            await durable()  # never tell what a crash could take back
+            if self.loop.shutting_down:
+                raise errors.from_closed(StreamClosed.SHUTTING_DOWN)
+            resp = scheduler_pb2.ChannelResponse()
+            events = resp.events
+            ended = False
+            for _ in range(min(n, MAX_EVENTS_PER_MESSAGE)):
+                entry = outbox.popleft()
+                if len(entry) == 2:
+                    self._lease_item(entry[0], entry[1], events)
+                elif entry[2] is _CHANNEL_ENDED:
+                    ended = True
+                else:
+                    sid, ref, out = entry
+                    ev = events.add(session_id=sid, ref=ref)
+                    if isinstance(out, errors.RpcFailure):
+                        ev.error.CopyFrom(out.session_error())
+                    elif isinstance(out, scheduler_pb2.RenewResponse):
+                        ev.renewed.CopyFrom(out)
+                    elif isinstance(out, scheduler_pb2.ReleaseResponse):
+                        ev.released.CopyFrom(out)
+                    else:
+                        ev.yielded.CopyFrom(out)
+            if len(outbox) < SOFT_LIMIT:
+                self.drained.set()
+            if events:
+                await write(resp)
+            if ended:
+                return
+
+    def _lease_item(self, s: ChannelStream, item: Item, events: Any) -> None:
+        kind, notice, at = item
+        if kind == CLOSE or notice is None:
+            # Another stream took the session over (a shutdown ends the whole channel instead).
+            if self.sessions.get(s.session_id) is s:
+                del self.sessions[s.session_id]
+            self._stop_timer(s)
+            if s.close_reason is StreamClosed.SHUTTING_DOWN:
+                raise errors.from_closed(StreamClosed.SHUTTING_DOWN)
+            if not s.silent:
+                ev = events.add(session_id=s.session_id)
+                ev.error.CopyFrom(errors.from_closed(StreamClosed.SUPERSEDED).session_error())
+            return
+        if kind == QUEUED:
+            if s.queued_since is None:
+                s.queued_since = at
+                self._arm_patience(s)
+        elif kind == GRANTED:
+            s.queued_since = None
+            self._stop_timer(s)
+        ev = events.add(session_id=s.session_id)
+        ev.event.CopyFrom(convert.seal_event(self.keys, convert.lease_event(notice)))
+        if kind == FINAL:
+            self._stop_timer(s)
+            if self.sessions.get(s.session_id) is s:
+                del self.sessions[s.session_id]
+            self.loop.detach(s)
+            if s.withdrawn:
+                msg = f"still queued when {s.withdrawn} passed: the request was withdrawn"
+                err = events.add(session_id=s.session_id)
+                err.error.CopyFrom(errors.deadline_exceeded(msg).session_error())
+
+    # ------------------------------------------------------------------ wait_timeout
+
+    def _arm_patience(self, s: ChannelStream) -> None:
+        """Only `wait_timeout` withdraws a queued session of a channel (the call's deadline is
+        the channel's, not a session's patience)."""
+        wait = self.loop.wait_timeout(s.key)
+        if wait is None or s.queued_since is None:
+            return
+        delay = max(0.0, s.queued_since + wait - self.loop.now())
+        s.timer = asyncio.get_running_loop().call_later(delay, self._patience_over, s, wait)
+
+    def _patience_over(self, s: ChannelStream, wait: float) -> None:
+        s.timer = None
+        if s.closed or self.sessions.get(s.session_id) is not s:
+            return
+        if self.ops.withdraw_now(s.key):
+            s.withdrawn = f"wait_timeout {wait:g}s"  # Ended{WITHDRAWN} is in the outbox now
+
+    @staticmethod
+    def _stop_timer(s: ChannelStream) -> None:
+        if s.timer is not None:
+            s.timer.cancel()
+            s.timer = None

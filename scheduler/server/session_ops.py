@@ -1,0 +1,179 @@
+"""One session request, handled once for both wire shapes: the per-session rpcs
+(scheduler_service.py) and the multiplexed Channel (session_channel.py) call these.
+
+Each operation validates (INVALID_ARGUMENT naming the field), submits one event to the loop and
+builds its answer from that event's decisions, synchronously. A failure found before the event
+is submitted is raised; one the core decided (NOT_FOUND, a stale epoch, ...) is returned as an
+`RpcFailure`, because the caller must first `await loop.durable()` and only then tell anything:
+the per-session rpc per call, the channel once per batch of commands.
+The caller authenticates and charges the rate limits: the tenant is passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2
+from scheduler.core.types import LeaseId, Queued, Release, Renew, Renewed, SessionId, SnapshotRef, Yield
+from scheduler.grants import GrantKeyring
+from scheduler.server import convert, errors
+from scheduler.server.loop import SchedulerLoop
+from scheduler.server.stream import SessionStream
+
+MAX_SESSION_ID_BYTES = 256
+
+#: What an operation answers once its event is durable: the reply, or the failure to report.
+Outcome = Any  # a response message | errors.RpcFailure
+
+
+def require(value: str, field: str) -> None:
+    if not value:
+        raise errors.invalid_argument(field, "required")
+
+
+def check_session_id(value: str) -> None:
+    require(value, "session_id")
+    if len(value.encode()) > MAX_SESSION_ID_BYTES:
+        raise errors.invalid_argument("session_id", f"longer than {MAX_SESSION_ID_BYTES} bytes")
+
+
+def snapshot_of(msg: Any, field: str) -> SnapshotRef | None:
+    if not msg.HasField(field):
+        return None
+    ref = getattr(msg, field)
+    if not ref.uri:
+        raise errors.invalid_argument(f"{field}.uri", "required when a snapshot is given")
+    return convert.snapshot_from_pb(ref)
+
+
+class SessionOps:
+    """The Scheduler service's per-session requests against one loop, signed with `keys`."""
+
+    def __init__(self, loop: SchedulerLoop, keys: GrantKeyring) -> None:
+        self.loop = loop
+        self.keys = keys
+
+    def lease_id(self, wire_id: str, tenant: str) -> LeaseId:
+        """The core id of a lease id as quoted (tag verified), checked to be the caller's."""
+        require(wire_id, "lease_id")
+        core = self.keys.core_of(wire_id)
+        if core is None:
+            # An untagged, mistagged or guessed id names no lease this caller was given.
+            raise errors.not_found(f"no lease {wire_id[:80]!r}: quote lease_id as granted (with its tag)")
+        lease = self.loop.core.lease(LeaseId(core))
+        if lease is not None and lease.tenant != tenant:
+            raise errors.failed_precondition(f"lease {wire_id} belongs to another tenant")
+        return LeaseId(core)
+
+    # ------------------------------------------------------------------ Acquire
+
+    def open(
+        self,
+        tenant: str,
+        request: scheduler_pb2.AcquireRequest,
+        make: Callable[[SessionId], SessionStream] = SessionStream,
+    ) -> SessionStream:
+        """Validate, then re-attach to a live session or ask the core for a new one; the stream
+        is `make(key)` (the channel's streams feed its shared outbox)."""
+        check_session_id(request.session_id)
+        qos = convert.PB_TO_QOS.get(request.qos)
+        if qos is None:
+            raise errors.invalid_argument("qos", "must be GUARANTEED, BURSTABLE or BEST_EFFORT")
+        resume = snapshot_of(request, "resume_from")
+        wait_timeout = None
+        if request.HasField("wait_timeout"):
+            wait_timeout = convert.from_dur(request.wait_timeout)
+            if wait_timeout < 0:
+                raise errors.invalid_argument("wait_timeout", "must not be negative")
+        key = convert.session_key(tenant, request.session_id)
+        stream = self.loop.reattach(key, make)
+        if stream is not None:
+            return stream
+        stream, refusal = self.loop.acquire(key, tenant, qos, resume, wait_timeout, make)
+        if refusal is not None or stream is None:
+            raise errors.from_refused(refusal, tenant) if refusal else errors.unavailable()
+        return stream
+
+    def withdraw_now(self, key: SessionId) -> bool:
+        """Withdraw a still-queued request (the caller's patience ran out); False if it is not
+        queued any more (a grant beat the timer)."""
+        view = self.loop.session(key)
+        if view is None or view.lease is not None:
+            return False
+        self.loop.submit(Release(key, None))
+        return True
+
+    # ------------------------------------------------------------------ Release, Renew, Yield
+
+    def release(self, tenant: str, request: scheduler_pb2.ReleaseRequest) -> Outcome:
+        check_session_id(request.session_id)
+        key = convert.session_key(tenant, request.session_id)
+        if request.lease_id:
+            lease_id = self.lease_id(request.lease_id, tenant)
+            decisions = self.loop.submit(Release(key, lease_id, request.epoch))
+            return _failure(decisions) or scheduler_pb2.ReleaseResponse(
+                reason=scheduler_pb2.END_REASON_RELEASED
+            )
+        return self.withdraw(tenant, request.session_id)
+
+    def withdraw(self, tenant: str, session_id: str) -> Outcome:
+        """Release with an empty lease id: withdraw the session's queued request."""
+        check_session_id(session_id)
+        key = convert.session_key(tenant, session_id)
+        view = self.loop.session(key)
+        if view is not None and view.lease is not None:
+            raise errors.failed_precondition(
+                f"session {session_id} holds lease {self.keys.wire_lease_id(view.lease.lease_id)}: "
+                "quote lease_id and epoch"
+            )
+        decisions = self.loop.submit(Release(key, None))
+        return _failure(decisions) or scheduler_pb2.ReleaseResponse(reason=scheduler_pb2.END_REASON_WITHDRAWN)
+
+    def renew(self, tenant: str, request: scheduler_pb2.RenewRequest) -> Outcome:
+        check_session_id(request.session_id)
+        lease_id = self.lease_id(request.lease_id, tenant)
+        key = convert.session_key(tenant, request.session_id)
+        decisions = self.loop.submit(Renew(key, lease_id, request.epoch))
+        # The reply is built now, from this event's state, and sent once that state is durable
+        # (reading after the wait could report later events that are not).
+        failure = _failure(decisions)
+        if failure is not None:
+            return failure
+        for d in decisions:
+            if isinstance(d, Renewed) and d.lease.session == key:
+                resp = scheduler_pb2.RenewResponse(
+                    expires_at=convert.ts(d.lease.expires_at),
+                    state=common_pb2.LEASE_STATE_ACTIVE,
+                    grant=convert.grant_for_lease(self.keys, d.lease),
+                )
+                y = self.loop.yielding(d.lease.lease_id)
+                if y is not None:
+                    resp.state = common_pb2.LEASE_STATE_YIELDING
+                    resp.yield_deadline.CopyFrom(convert.ts(y.deadline))
+                return resp
+        return errors.not_found(f"lease {request.lease_id} expired")  # expired by this very tick
+
+    def yield_(self, tenant: str, request: scheduler_pb2.YieldRequest) -> Outcome:
+        check_session_id(request.session_id)
+        require(request.lease_id, "lease_id")
+        snap = snapshot_of(request, "snapshot")
+        lease_id = self.lease_id(request.lease_id, tenant)
+        key = convert.session_key(tenant, request.session_id)
+        decisions = self.loop.submit(Yield(key, lease_id, request.epoch, snap))
+        failure = _failure(decisions)
+        if failure is not None:
+            return failure
+        position = 0  # re-granted at once if no Queued follows
+        for d in decisions:
+            if isinstance(d, Queued) and d.session == key:
+                position = d.position
+        return scheduler_pb2.YieldResponse(position=position)
+
+
+def _failure(decisions: list[Any]) -> errors.RpcFailure | None:
+    try:
+        errors.raise_for(decisions)
+    except errors.RpcFailure as f:
+        return f
+    return None

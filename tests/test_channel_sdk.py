@@ -1,0 +1,174 @@
+"""The SDK over Scheduler.Channel: `client.session(...)` unchanged, every session of a client on one
+stream; the per-session way on request or against a server without Channel; and a session on a
+channel re-attached to a successor scheduler (Redis state store) with its lease."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Any
+
+import grpc
+import pytest
+
+from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from scheduler.client import AsyncClient, Phase, QoS
+from scheduler.server.session_channel import ChannelStream
+from scheduler.server.stream import SessionStream
+from tests.channel_fixtures import RawChannel, cmd, lease_of
+from tests.grpc_fixtures import TOKENS, B, ServerThread, policy_yaml, running_server
+from tests.test_client_sdk import CuttableProxy
+from tests.test_state_redis import NOT_SERVING, REDIS_BIN, SERVING, Sched, cluster
+
+ACME = TOKENS["acme"]
+
+
+def _streams(server: ServerThread) -> dict[str, Any]:
+    return server.call(lambda r: {k.partition("/")[2]: s for k, s in r.loop._streams.items()})
+
+
+def test_a_clients_sessions_share_one_channel_and_behave_as_before() -> None:
+    with running_server(policy_yaml(slots_per_worker=2, floor=0)) as server:
+
+        async def body() -> None:
+            async with AsyncClient(server.target, token=ACME) as client:
+                a = client.session("a", QoS.BURSTABLE)
+                b = client.session("b", QoS.BURSTABLE)
+                c = client.session("c", QoS.BURSTABLE)
+                for s in (a, b, c):
+                    s.start()
+                await a.wait_granted(5)
+                await b.wait_granted(5)
+                await c.wait_until(lambda s: s.queue is not None, 5)  # acme's limit is 2
+                streams = _streams(server)
+                assert all(isinstance(streams[n], ChannelStream) for n in "abc")
+                assert len({id(streams[n].channel) for n in "abc"}) == 1  # one stream for all
+                await a.release()
+                await c.wait_granted(5)  # the freed slot, told on the same channel
+                assert a.end_reason == "released" and a.error is None
+                await b.release()
+                await c.release()
+                assert c.grants == 1 and c.phase is Phase.ENDED
+
+        asyncio.run(body())
+
+
+def test_a_broken_channel_re_attaches_every_session_on_it() -> None:
+    with running_server(policy_yaml(slots_per_worker=2, floor=0, lease_ttl_s=1.5)) as server:
+
+        async def body() -> None:
+            proxy = await CuttableProxy(server.port).start()
+            try:
+                async with AsyncClient(f"127.0.0.1:{proxy.port}", token=ACME) as client:
+                    one = client.session("one", QoS.BURSTABLE)
+                    two = client.session("two", QoS.BURSTABLE)
+                    for s in (one, two):
+                        s.start()
+                    before = {s.session_id: (await s.wait_granted(5)).key for s in (one, two)}
+                    assert proxy.cut() >= 1
+                    for s in (one, two):
+                        await s.wait_until(lambda s: s.reattaches >= 1 and s._attached, 5)
+                    await asyncio.sleep(2.0)  # past the TTL: renewals go on over the new channel
+                    for s in (one, two):
+                        assert s.lease is not None and s.lease.key == before[s.session_id]
+                        assert s.phase is Phase.HOLDING and not s.lost_lease.is_set()
+                    await one.release()
+                    await two.release()
+            finally:
+                await proxy.close()
+
+        asyncio.run(body())
+
+
+def test_multiplex_false_keeps_one_acquire_stream_per_session() -> None:
+    with running_server(policy_yaml(slots_per_worker=2, floor=0)) as server:
+
+        async def body() -> None:
+            client = AsyncClient(server.target, token=ACME, multiplex=False)
+            async with client, client.session("solo", QoS.BURSTABLE):
+                assert type(_streams(server)["solo"]) is SessionStream
+
+        asyncio.run(body())
+
+
+class _NoChannel(scheduler_pb2_grpc.SchedulerServicer):
+    """A Scheduler of before the Channel: Acquire grants at once, Release ends the stream."""
+
+    def __init__(self) -> None:
+        self.released: dict[str, asyncio.Event] = {}
+
+    async def Acquire(self, request: Any, context: Any) -> None:  # noqa: N802
+        done = self.released[request.session_id] = asyncio.Event()
+        lease = common_pb2.Lease(lease_id="w/0#1.tag", session_id=request.session_id, epoch=1)
+        await context.write(scheduler_pb2.LeaseEvent(granted=scheduler_pb2.Granted(lease=lease)))
+        await done.wait()
+        ended = scheduler_pb2.Ended(reason=scheduler_pb2.END_REASON_RELEASED, session_over=True)
+        await context.write(scheduler_pb2.LeaseEvent(ended=ended))
+
+    async def Release(self, request: Any, context: Any) -> scheduler_pb2.ReleaseResponse:  # noqa: N802
+        self.released[request.session_id].set()
+        return scheduler_pb2.ReleaseResponse(reason=scheduler_pb2.END_REASON_RELEASED)
+
+
+def test_a_server_without_channel_is_served_per_session() -> None:
+    async def body() -> None:
+        server = grpc.aio.server()
+        scheduler_pb2_grpc.add_SchedulerServicer_to_server(_NoChannel(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with AsyncClient(f"127.0.0.1:{port}", tenant="t", renew_interval_s=60) as client:
+                async with client.session("old", QoS.BURSTABLE) as lease:
+                    assert lease.lease_id == "w/0#1.tag"
+                    assert client._mux is not None and client._mux.unsupported
+                assert lease.end_reason == "released" and lease.error is None
+        finally:
+            await server.stop(0)
+
+    asyncio.run(body())
+
+
+@pytest.mark.skipif(
+    not os.path.exists(REDIS_BIN) and not os.environ.get("CI"), reason="redis-server not installed"
+)
+def test_a_channel_session_re_attaches_to_the_new_leader_with_its_lease() -> None:
+    """Redis state store, two replicas: the standby's Channel says "not the leader"; the leader
+    SIGKILLed, the standby takes over and the session, re-acquired on a channel to it, replays
+    the same lease (id, epoch) and renews."""
+    with cluster() as (r, policy, started):
+        a = Sched(policy, r.url, "a")
+        started.append(a)
+        a.wait_health(SERVING)
+        b = Sched(policy, r.url, "b")
+        started.append(b)
+        b.wait_health(NOT_SERVING)
+        md = (("authorization", f"Bearer {ACME}"),)
+
+        async def body() -> None:
+            standby = RawChannel(b.target, md)
+            code, details = await standby.status()
+            await standby.close()
+            assert code == grpc.StatusCode.UNAVAILABLE and "not the leader" in details
+            ch = RawChannel(a.target, md)
+            await ch.send(cmd(1, acquire=scheduler_pb2.AcquireRequest(session_id="s", qos=B)))
+            lease = lease_of(await ch.event_of("s", "granted"))
+            a.kill(signal.SIGKILL)
+            code, _ = await ch.status()
+            assert code == grpc.StatusCode.UNAVAILABLE
+            await ch.close()
+            await asyncio.to_thread(b.wait_health, SERVING, 15)
+            again = RawChannel(b.target, md)
+            try:
+                await again.send(cmd(1, acquire=scheduler_pb2.AcquireRequest(session_id="s", qos=B)))
+                replay = lease_of(await again.event_of("s", "granted", 10))
+                assert (replay.lease_id, replay.epoch) == (lease.lease_id, lease.epoch)
+                renew = scheduler_pb2.RenewRequest(
+                    session_id="s", lease_id=replay.lease_id, epoch=replay.epoch
+                )
+                await again.send(cmd(2, renew=renew))
+                assert (await again.answer(2)).HasField("renewed")
+            finally:
+                await again.close()
+
+        asyncio.run(body())
