@@ -134,7 +134,8 @@ def error_info(err: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo:
     raise AssertionError("no ErrorInfo")
 
 
-def test_standby_follows_the_leader_and_takes_over_without_replaying_the_journal() -> None:
+@pytest.mark.parametrize("multiplex", [True, False], ids=["channel", "per-session"])
+def test_standby_follows_the_leader_and_takes_over_without_replaying_the_journal(multiplex: bool) -> None:
     async def body() -> None:
         async with replicas() as (r, (a, b)):
             ra, rb = replica_of(a), replica_of(b)
@@ -154,7 +155,9 @@ def test_standby_follows_the_leader_and_takes_over_without_replaying_the_journal
             assert (info.reason, info.metadata["leader"]) == ("NOT_LEADER", a.target)
 
             # The SDK is given both replicas, the standby first: it follows to the leader.
-            async with AsyncClient([b.target, a.target], token=ACME, reattach_timeout_s=20) as client:
+            async with AsyncClient(
+                [b.target, a.target], token=ACME, reattach_timeout_s=20, multiplex=multiplex
+            ) as client:
                 names = [f"s{i}" for i in range(5)]
                 sessions = [client.session(n, QoS.BURSTABLE) for n in names]
                 for s in sessions:  # one after the other: s0 and s1 hold, the others wait in order
