@@ -21,17 +21,21 @@ from scheduler.core.engine import Core
 from scheduler.core.types import (
     Acquire,
     EndReason,
+    Granted,
     QoS,
+    Release,
     SessionId,
     TenantName,
     Tick,
     WorkerId,
     YieldRequested,
 )
-from scheduler.ports import EndedSession, LoopState, WorkerEntry
+from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.ports import EndedSession, Extras, LoopState, WorkerEntry
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
 from scheduler.state import state_snapshot as snapshot
+from scheduler.state.redis_store import RedisStore
 from scheduler.state.replica import Replica, StateMetrics
 from tests.test_core_state_io import POLICY, SNAP, _apply, _Gen, _observe, _scenario
 from tests.test_state_codec import _busy_state, _fingerprint
@@ -224,3 +228,93 @@ def test_a_snapshot_is_due_after_the_tail_bound_and_one_at_a_time() -> None:
         assert r._cut_snapshot() is None  # nothing new, nothing to cut
 
     asyncio.run(go())
+
+
+# ------------------------------------------------------------------ with a real redis-server
+
+SMALL = Policy(
+    pool=PoolSpec(slots_per_worker=10, workers=4, floor=0),
+    timing=TimingSpec(yield_grace_s=5, lease_ttl_s=60, min_runtime_s=2),
+    queue=QueueSpec(max_pending=5000, max_pending_per_tenant=5000),
+    tenants=(
+        TenantSpec("a", guaranteed=10, burstable_nominal=10, burstable_limit=40),
+        TenantSpec("b", weight=2, burstable_nominal=10, burstable_limit=40, best_effort_limit=20),
+    ),
+)
+
+
+def test_a_background_snapshot_covers_exactly_the_journal_up_to_its_batch(tmp_path: Path) -> None:
+    """Snapshots are encoded and stored while events go on being journaled: a cold recovery
+    (snapshot + tail, from a real redis-server) rebuilds exactly the live leader's state."""
+    from tests.test_state_redis import REDIS_BIN, RedisProc
+
+    if not Path(REDIS_BIN).exists():
+        pytest.skip("redis-server not installed")
+    server = RedisProc(str(tmp_path)).start()
+    try:
+        asyncio.run(_snapshot_while_serving(server.url))
+    finally:
+        server.kill()
+
+
+async def _snapshot_while_serving(url: str) -> None:
+    async def nothing(*_: Any) -> None:
+        return None
+
+    def replica(loop: SchedulerLoop, registry: WorkerRegistry, name: str) -> Replica:
+        store = RedisStore(url, "snap", name, timeout_s=10.0)
+        metrics = StateMetrics(CollectorRegistry())
+        return Replica(
+            store, loop, registry, SMALL, metrics, on_lead=nothing, on_step_down=nothing, snapshot_every=40
+        )
+
+    clock = iter(range(10**6))
+    loop = SchedulerLoop(SMALL, clock=lambda: float(next(clock)))
+    registry = WorkerRegistry(loop, 5.0)
+    leader = replica(loop, registry, "leader")
+    assert await leader.store.try_lead(30.0)
+    leader.serving, loop.journal = True, leader
+    loop.resume()
+    for w in range(4):
+        registry.register(WorkerId(f"w{w}"), f"h{w}:1", 10, {"zone": str(w % 2)})
+    held: list[Any] = []
+    snapshots = 0
+    for i in range(600):
+        tenant, qos = ("a", QoS.GUARANTEED) if i % 3 == 0 else ("b", [QoS.BURSTABLE, QoS.BEST_EFFORT][i % 2])
+        if i % 4 == 3 and held:
+            lease = held.pop(0)
+            ds = loop.submit(Release(lease.session, lease.lease_id, lease.epoch))
+        else:
+            key = SessionId(f"{tenant}/s{i}")
+            ds = loop.submit(Acquire(key, TenantName(tenant), qos), Extras(wait_timeout_s=30.0))
+        held += [d.lease for d in ds if isinstance(d, Granted)]
+        if i % 7 == 0:
+            task = leader._snapshot_task
+            await loop.durable()
+            snapshots += leader._snapshot_task is not task
+    await loop.durable()
+    assert leader._snapshot_task is not None and snapshots >= 3
+    await leader._snapshot_task
+    stored = await leader.store.load_snapshot()
+    assert stored is not None and stored.fingerprint == snapshot.current_fingerprint()
+    tail = await leader.store.redis.xlen(leader.store.k_journal)
+    assert 0 < tail < 600  # trimmed behind the last snapshot
+
+    cold = SchedulerLoop(SMALL, clock=lambda: float(next(clock)))
+    cold_registry = WorkerRegistry(cold, 5.0)
+    successor = replica(cold, cold_registry, "cold")
+    await successor._recover()
+    assert cold.core.export_state() == loop.core.export_state()
+    a, b = loop.export_state(), cold.export_state()
+    assert (b.addresses, b.yields, b.waited, b.qos, b.wait_timeouts) == (
+        a.addresses,
+        a.yields,
+        a.waited,
+        a.qos,
+        a.wait_timeouts,
+    )
+    assert {w: (e.address, e.slots, e.labels) for w, e in cold_registry.workers.items()} == {
+        w: (e.address, e.slots, e.labels) for w, e in registry.workers.items()
+    }
+    for r in (leader, successor):
+        await r.store.close()
