@@ -42,6 +42,7 @@ that a deploy never loses the state.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 from scheduler.core.lifecycle import LeaseState, WorkerState
@@ -333,6 +334,11 @@ def _timers(rows: list[list[Any]]) -> tuple[Timer, ...]:
     return tuple(zip(map(float, at), lid, map(int, epoch), strict=True))
 
 
+# NamedTuple construction without a Python-level __new__ per row (the fields are checked above).
+_make_request = partial(tuple.__new__, RequestRecord)
+_make_lease = partial(tuple.__new__, LeaseRecord)
+
+
 def _refs(column: tuple[Any, ...]) -> tuple[Any, ...]:
     return column if column.count(None) == len(column) else tuple(map(ref_from_doc, column))
 
@@ -361,21 +367,19 @@ def _leases_v2(rows: list[list[Any]]) -> tuple[LeaseRecord, ...]:
         map(float, expires),
         _refs(ref),
     )
-    return tuple(
-        map(
-            LeaseRecord,
-            leases,
-            map(_LEASE_STATES.__getitem__, state),
-            map(float, arrival),
-            map(int, seq),
-            map(bool, borrowing),
-            for_session,
-            _optional_floats(yd),
-            map(bool, candidate),
-            map(bool, mature),
-            map(bool, matured),
-        )
+    columns = (
+        leases,
+        map(_LEASE_STATES.__getitem__, state),
+        map(float, arrival),
+        map(int, seq),
+        map(bool, borrowing),
+        for_session,
+        _optional_floats(yd),
+        map(bool, candidate),
+        map(bool, mature),
+        map(bool, matured),
     )
+    return tuple(map(_make_lease, zip(*columns, strict=True)))
 
 
 def _requests_v2(rows: list[list[Any]]) -> tuple[RequestRecord, ...]:
@@ -384,20 +388,18 @@ def _requests_v2(rows: list[list[Any]]) -> tuple[RequestRecord, ...]:
     _check_types(tenant, {str}, "a request's tenant")
     _check_types(earmark, {str, type(None)}, "a request's earmark")
     refs = _refs(ref)
-    return tuple(
-        map(
-            RequestRecord,
-            s,
-            tenant,
-            map(_QOS.__getitem__, qos),
-            map(float, arrival),
-            map(int, seq),
-            map(float, enqueued_at),
-            refs,
-            earmark,
-            map(int, tier),
-        )
+    columns = (
+        s,
+        tenant,
+        map(_QOS.__getitem__, qos),
+        map(float, arrival),
+        map(int, seq),
+        map(float, enqueued_at),
+        refs,
+        earmark,
+        map(int, tier),
     )
+    return tuple(map(_make_request, zip(*columns, strict=True)))
 
 
 def _lease(
