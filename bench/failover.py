@@ -419,7 +419,6 @@ async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
         stop_all([r.proc for r in replicas if r.proc is not None] + procs)
 
     fo = [k.failover_s * 1e3 for k in kills if k.failover_s is not None]
-    cold = cold_recovery_ms()
     if args.plot:
         plot(args.plot, book, kills, t0, args)
     for what, rows in (("lost", book.lost), ("failed", book.failed), ("double grant", book.double_grants)):
@@ -429,7 +428,6 @@ async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
     return {
         f"{prefix}failover_ms_p50": f"{statistics.median(fo):.0f}" if fo else "nan",
         f"{prefix}failover_ms_max": f"{max(fo):.0f}" if fo else "nan",
-        "cold_recovery_ms_10k_100k": cold,
         "leases_lost": str(len(book.lost)),
         "double_grants": str(len(book.double_grants)),
         "waiters_lost": str(args.sessions - book.done),
@@ -440,14 +438,13 @@ async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
     }
 
 
-def cold_recovery_ms() -> str:
-    """bench/recovery.py's figure (10k leases + 100k queued), if that bench is here."""
-    try:
-        import recovery  # type: ignore[import-not-found]
-    except ImportError:
-        return "nan"
+def cold_recovery_ms(runs: int) -> str:
+    """bench/recovery.py's figure: the p50 of a cold recovery of 10k leases + 100k queued."""
+    import recovery
+
     say("cold recovery of 10k leases + 100k queued (bench/recovery.py)")
-    return str(recovery.headline_ms())
+    line = recovery.run(runs=runs, log=say).line()
+    return dict(kv.split("=", 1) for kv in line.split())["cold_recovery_ms_10k_100k"]
 
 
 def plot(path: str, book: Book, kills: list[Kill], t0: float, args: argparse.Namespace) -> None:
@@ -487,12 +484,18 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5, help="durability-cost rounds (default %(default)s)")
     ap.add_argument("--latency-n", type=int, default=200, help="Acquires per round (default %(default)s)")
     ap.add_argument("--plot", help="write a PNG of grants over time with the kills")
+    ap.add_argument("--recovery-runs", type=int, default=3, help="cold recoveries timed (%(default)s)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--serve-arg", action="append", default=[], help="extra `slotsched serve` argument")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="slotsched-failover-") as tmp:
         figures = asyncio.run(run(args, tmp))
+    figures = {**figures, "cold_recovery_ms_10k_100k": cold_recovery_ms(args.recovery_runs)}
+    # the headline keys first, as the issue names them
+    order = ["failover_ms_p50", "failover_ms_max", "nostandby_failover_ms_p50", "nostandby_failover_ms_max",
+             "cold_recovery_ms_10k_100k", "leases_lost", "double_grants"]  # fmt: skip
+    figures = {**{k: figures[k] for k in order if k in figures}, **figures}
     print(" ".join(f"{k}={v}" for k, v in figures.items()))
     return 0
 

@@ -238,7 +238,7 @@ def test_a_snapshot_is_plain_versioned_json_that_round_trips() -> None:
     state, now = _busy_state()
     data = snapshot.dumps(state)
     doc = json.loads(data)
-    assert doc["format"] == snapshot.SNAPSHOT_FORMAT and doc["core"]["format"] == 1
+    assert doc["format"] == snapshot.SNAPSHOT_FORMAT and doc["core"]["format"] == 2
     back = snapshot.loads(data, snapshot.current_fingerprint())
     a, b = state.loop, back.loop
     assert _fingerprint(b.core) == _fingerprint(a.core) and b.core.policy == a.core.policy

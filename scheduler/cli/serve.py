@@ -115,7 +115,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--snapshot-every",
         type=int,
         default=1000,
-        help="snapshot the state and trim the journal every N events (default %(default)s)",
+        help="snapshot the state and trim the journal once the journal tail holds N events or 5%% "
+        "of the live sessions, whichever is more (default %(default)s)",
     )
     s.add_argument(
         "--snapshot-interval",

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import heapq
 import operator
+from collections import deque
 from collections.abc import Callable
-from itertools import accumulate
+from itertools import accumulate, repeat
 from typing import Any
 
 Entry = tuple[Any, ...]
@@ -95,8 +96,7 @@ class Fenwick:
         while size < top:
             size *= 2
         counts = [0] * (size + 1)
-        for i in map((1).__add__, positions):
-            counts[i] = 1
+        deque(map(counts.__setitem__, map((1).__add__, positions), repeat(1)), maxlen=0)  # C speed
         self._size, self._counts, self._tree = size, counts, _build(counts)
 
     def prefix(self, index: int) -> int:

@@ -42,6 +42,7 @@ that a deploy never loses the state.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 from scheduler.core.lifecycle import LeaseState, WorkerState
@@ -299,7 +300,7 @@ def _records_v2(doc: Doc) -> CoreRecords:
         ),
         epochs=tuple((SlotId(w, int(i)), int(e)) for w, i, e in doc["epochs"]),
         free_slots=tuple((int(seq), int(index), wid) for seq, index, wid in doc["free_slots"]),
-        leases=tuple(map(_lease_v2, doc["leases"])),
+        leases=_leases_v2(doc["leases"]),
         orphans=tuple(LeaseId(str(lid)) for lid in doc["orphans"]),
         requests=_requests_v2(doc["requests"]),
         earmark_order=tuple(
@@ -333,61 +334,72 @@ def _timers(rows: list[list[Any]]) -> tuple[Timer, ...]:
     return tuple(zip(map(float, at), lid, map(int, epoch), strict=True))
 
 
+# NamedTuple construction without a Python-level __new__ per row (the fields are checked above).
+_make_request = partial(tuple.__new__, RequestRecord)
+_make_lease = partial(tuple.__new__, LeaseRecord)
+
+
+def _refs(column: tuple[Any, ...]) -> tuple[Any, ...]:
+    return column if column.count(None) == len(column) else tuple(map(ref_from_doc, column))
+
+
+def _optional_floats(column: tuple[Any, ...]) -> tuple[Any, ...]:
+    if column.count(None) == len(column):
+        return column
+    return tuple(None if x is None else float(x) for x in column)
+
+
+def _leases_v2(rows: list[list[Any]]) -> tuple[LeaseRecord, ...]:
+    lid, s, tenant, qos, worker, index, epoch, granted, expires, ref, *rest = _columns(rows, 19, "lease")
+    state, arrival, seq, borrowing, for_session, yd, candidate, mature, matured = rest
+    for column, what in ((lid, "id"), (s, "session"), (tenant, "tenant"), (worker, "worker")):
+        _check_types(column, {str}, f"a lease's {what}")
+    _check_types(for_session, {str, type(None)}, "a lease's for_session")
+    leases = map(
+        Lease,
+        lid,
+        s,
+        tenant,
+        map(_QOS.__getitem__, qos),
+        map(SlotId, worker, map(int, index)),
+        map(int, epoch),
+        map(float, granted),
+        map(float, expires),
+        _refs(ref),
+    )
+    columns = (
+        leases,
+        map(_LEASE_STATES.__getitem__, state),
+        map(float, arrival),
+        map(int, seq),
+        map(bool, borrowing),
+        for_session,
+        _optional_floats(yd),
+        map(bool, candidate),
+        map(bool, mature),
+        map(bool, matured),
+    )
+    return tuple(map(_make_lease, zip(*columns, strict=True)))
+
+
 def _requests_v2(rows: list[list[Any]]) -> tuple[RequestRecord, ...]:
     s, tenant, qos, arrival, seq, enqueued_at, ref, earmark, tier = _columns(rows, 9, "request")
     _check_types(s, {str}, "a request's session")
     _check_types(tenant, {str}, "a request's tenant")
     _check_types(earmark, {str, type(None)}, "a request's earmark")
-    refs = ref if ref.count(None) == len(ref) else tuple(map(ref_from_doc, ref))
-    return tuple(
-        map(
-            RequestRecord,
-            s,
-            tenant,
-            map(_QOS.__getitem__, qos),
-            map(float, arrival),
-            map(int, seq),
-            map(float, enqueued_at),
-            refs,
-            earmark,
-            map(int, tier),
-        )
-    )
-
-
-def _strs(*values: Any) -> None:
-    for v in values:
-        if v is not None and type(v) is not str:
-            raise TypeError(f"expected a string, not {v!r}")
-
-
-def _lease_v2(row: list[Any]) -> LeaseRecord:
-    lid, s, tenant, qos, worker, index, epoch, granted, expires, ref, state, arrival, seq, *rest = row
-    borrowing, for_session, yd, candidate, mature, matured = rest
-    _strs(lid, s, tenant, worker, for_session)
-    lease = Lease(
-        lid,
+    refs = _refs(ref)
+    columns = (
         s,
         tenant,
-        _QOS[qos],
-        SlotId(worker, int(index)),
-        int(epoch),
-        float(granted),
-        float(expires),
-        None if ref is None else ref_from_doc(ref),
+        map(_QOS.__getitem__, qos),
+        map(float, arrival),
+        map(int, seq),
+        map(float, enqueued_at),
+        refs,
+        earmark,
+        map(int, tier),
     )
-    return LeaseRecord(
-        lease,
-        _LEASE_STATES[state],
-        float(arrival),
-        int(seq),
-        bool(borrowing),
-        for_session,
-        None if yd is None else float(yd),
-        bool(candidate),
-        bool(mature),
-        bool(matured),
-    )
+    return tuple(map(_make_request, zip(*columns, strict=True)))
 
 
 def _lease(

@@ -14,11 +14,20 @@ refused "not the leader". Events already applied in memory but not journaled are
 the in-memory state: nobody was told about them, and when this replica (or another) next wins
 the lease it rebuilds the state from Redis. A lost renewal of the leader lease does the same.
 
-Snapshots. Every `snapshot_every` events or `snapshot_interval_s` seconds, at the moment a batch
-is cut (so the state is exactly the journal up to that batch's last entry), the state is encoded
-as versioned JSON (state_snapshot.py: the core's logical state, the policy, the loop's and registry's
-bookkeeping), stored with that stream id once the batch is in, and the journal trimmed up to it.
-Any build that knows the snapshot's format reads it, so an ordinary deploy keeps the state; a
+Snapshots. At the moment a batch is cut (so the state is exactly the journal up to that batch's
+last entry), if a snapshot is due, the state is captured on the event loop (a consistent copy
+at C speed: dict copies and one tuple per lease, ~15-30 ms for 10,000 leases + 100,000 queued
+sessions); once the batch is in, the capture is encoded in a thread (versioned JSON, see
+state_snapshot.py) and stored with that batch's stream id in the background, fenced by the
+term's token, and the journal trimmed up to it. The journal's next batches do not wait for it,
+and one snapshot is in flight at a time. A snapshot is due when the journal tail since the last
+cut holds `tail_bound(live)` = max(`snapshot_every`, `snapshot_ratio` x live sessions) entries
+(live: leases + queued requests at the last cut; like Raft's log compaction, the tail a cold
+recovery replays stays a fixed fraction of the snapshot it reads), or `snapshot_interval_s`
+passed with at least one entry. Worst-case tail = tail_bound + the entries that arrive while
+one snapshot is encoded and stored (<1 s at 110k sessions); at the default ratio 0.05 that is
+5,500 entries for 10k leases + 100k queued, ~0.1-0.3 s of replay (bench/recovery.py). Any
+build that knows the snapshot's format reads it, so an ordinary deploy keeps the state; a
 snapshot of a newer format is refused (the whole journal is replayed if it was never trimmed,
 else this replica stops and says so).
 

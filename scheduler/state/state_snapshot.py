@@ -312,9 +312,9 @@ def _read_v2(doc: Doc) -> State:
         core,
         {WorkerId(str(w)): str(a) for w, a in ld["addresses"].items()},
         yields,
-        {SessionId(str(s)): float(v) for s, v in ld["waited"].items()},
+        _seconds(ld["waited"]),
         _qos_map(ld["qos"]),
-        {SessionId(str(s)): float(v) for s, v in ld["wait_timeouts"].items()},
+        _seconds(ld["wait_timeouts"]),
         ended,
     )
     workers: dict[WorkerId, WorkerEntry] = {}
@@ -332,6 +332,11 @@ def _read_v2(doc: Doc) -> State:
             bool(w["static"]),
         )
     return State(loop, workers, time_from_doc(doc["last_now"]))
+
+
+def _seconds(d: dict[str, Any]) -> dict[SessionId, float]:
+    """{session: seconds}, one per live session at most, converted at C speed."""
+    return cast(dict[SessionId, float], dict(zip(d.keys(), map(float, d.values()), strict=True)))
 
 
 def _qos_map(d: dict[str, Any]) -> dict[SessionId, QoS]:
