@@ -485,12 +485,13 @@ def main() -> int:
     ap.add_argument("--latency-n", type=int, default=200, help="Acquires per round (default %(default)s)")
     ap.add_argument("--plot", help="write a PNG of grants over time with the kills")
     ap.add_argument("--recovery-runs", type=int, default=3, help="cold recoveries timed (%(default)s)")
+    ap.add_argument("--keep", metavar="DIR", help="write the replicas' logs and Redis files here (kept)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--serve-arg", action="append", default=[], help="extra `slotsched serve` argument")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="slotsched-failover-") as tmp:
-        figures = asyncio.run(run(args, tmp))
+        figures = asyncio.run(run(args, args.keep or tmp))
     figures = {**figures, "cold_recovery_ms_10k_100k": cold_recovery_ms(args.recovery_runs)}
     # the headline keys first, as the issue names them
     order = ["failover_ms_p50", "failover_ms_max", "nostandby_failover_ms_p50", "nostandby_failover_ms_max",

@@ -353,3 +353,24 @@ def test_unavailable_while_shutting_down() -> None:
                 assert err.code() == Code.UNAVAILABLE
 
         asyncio.run(go())
+
+
+def test_a_release_sent_again_is_answered_released_not_not_found(server: ServerThread) -> None:
+    """A Release whose first attempt was applied but whose answer was lost (a failover, a broken
+    channel) is sent again by the SDK: it must not fail the session. A Release of a session that
+    holds nothing and never released stays NOT_FOUND."""
+
+    async def go() -> None:
+        async with Client(server.target, token=TOKENS["acme"]) as acme:
+            call = acme.acquire("twice", B)
+            lease = (await next_event(call)).granted.lease
+            req = pb.ReleaseRequest(session_id="twice", lease_id=lease.lease_id, epoch=lease.epoch)
+            first = await acme.scheduler.Release(req, metadata=acme.md)
+            again = await acme.scheduler.Release(req, metadata=acme.md)
+            assert first.reason == again.reason == pb.END_REASON_RELEASED
+            ghost = pb.ReleaseRequest(session_id="never-held", lease_id=lease.lease_id, epoch=lease.epoch)
+            err = await unary_error(acme.scheduler.Release(ghost, metadata=acme.md))
+            assert err.code() in (Code.NOT_FOUND, Code.FAILED_PRECONDITION)
+            call.cancel()
+
+    asyncio.run(go())

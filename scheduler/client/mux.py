@@ -31,7 +31,7 @@ import grpc
 import grpc.aio
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
-from scheduler.client.channel import ClientLink
+from scheduler.client.channel import REATTACH_CODES, ClientLink
 
 DETAILS_KEY = "grpc-status-details-bin"
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
@@ -176,6 +176,12 @@ class _Conn:
     def _break(self, err: grpc.aio.AioRpcError) -> None:
         if self.broken is not None:
             return
+        if err.code() in REATTACH_CODES and err.code() is not grpc.StatusCode.UNAVAILABLE:
+            # A broken channel is never a verdict on one session: grpc reports a call that died
+            # under a write (the server killed) as INTERNAL or UNKNOWN. Said as UNAVAILABLE, the
+            # sessions re-attach and their Renew/Release/Yield are sent again (to the leader).
+            why = f"the channel broke: {err.code().name}: {err.details()}"
+            err = rpc_error(grpc.StatusCode.UNAVAILABLE, why)
         self.broken = err
         if err.code() is grpc.StatusCode.UNIMPLEMENTED:
             self.mux.unsupported = True
@@ -238,6 +244,7 @@ class SessionMux:
         conn = self._open()
         ref = self.next_ref()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(_consume)  # a caller that timed out no longer reads its failure
         conn.waiting[ref] = fut
         conn.send(pb.ChannelCommand(ref=ref, **kind))
         try:
@@ -284,3 +291,8 @@ class MuxStub:
     ) -> pb.YieldResponse:
         out: pb.YieldResponse = await self._mux.command(timeout, yield_slot=request)
         return out
+
+
+def _consume(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()

@@ -15,7 +15,19 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2
-from scheduler.core.types import LeaseId, Queued, Release, Renew, Renewed, SessionId, SnapshotRef, Yield
+from scheduler.core.types import (
+    EndReason,
+    ErrorCode,
+    LeaseId,
+    Queued,
+    Rejected,
+    Release,
+    Renew,
+    Renewed,
+    SessionId,
+    SnapshotRef,
+    Yield,
+)
 from scheduler.grants import GrantKeyring
 from scheduler.server import convert, errors
 from scheduler.server.loop import SchedulerLoop
@@ -112,10 +124,24 @@ class SessionOps:
         if request.lease_id:
             lease_id = self.lease_id(request.lease_id, tenant)
             decisions = self.loop.submit(Release(key, lease_id, request.epoch))
-            return _failure(decisions) or scheduler_pb2.ReleaseResponse(
-                reason=scheduler_pb2.END_REASON_RELEASED
-            )
+            released = scheduler_pb2.ReleaseResponse(reason=scheduler_pb2.END_REASON_RELEASED)
+            failure = _failure(decisions)
+            if failure is not None and self._already_released(key, decisions):
+                # A retry whose first attempt was applied (its answer lost to a failover or a
+                # broken channel): the session holds nothing and its last end was a release.
+                return released
+            return failure or released
         return self.withdraw(tenant, request.session_id)
+
+    def _already_released(self, key: SessionId, decisions: list[Any]) -> bool:
+        not_found = any(isinstance(d, Rejected) and d.code is ErrorCode.NOT_FOUND for d in decisions)
+        ended = self.loop.ended(key)
+        return (
+            not_found
+            and self.loop.session(key) is None
+            and ended is not None
+            and ended.reason is EndReason.RELEASED
+        )
 
     def withdraw(self, tenant: str, session_id: str) -> Outcome:
         """Release with an empty lease id: withdraw the session's queued request."""
