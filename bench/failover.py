@@ -174,6 +174,7 @@ class Book:
     """What the runtime saw: who holds which slot, and everything that went wrong."""
 
     holders: dict[tuple[str, int], str] = field(default_factory=dict)
+    leases: dict[str, tuple[str, float]] = field(default_factory=dict)  # session -> (lease id, at)
     double_grants: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
@@ -186,10 +187,15 @@ class Book:
     def grant(self, sid: str, lease: LeaseInfo) -> None:
         key = (lease.slot.worker_id, lease.slot.index)
         other = self.holders.get(key)
-        if other is not None and other != sid:
-            self.double_grants.append(f"{key}: {sid} granted while {other} holds it")
-        self.holders[key] = sid
         now = time.monotonic()
+        if other is not None and other != sid:
+            held, since = self.leases.get(other, ("?", now))
+            self.double_grants.append(
+                f"{key}: {sid} granted {lease.lease_id} while {other} holds {held} "
+                f"(granted {now - since:.3f} s before)"
+            )
+        self.holders[key] = sid
+        self.leases[sid] = (lease.lease_id, now)
         self.first_grant_at.setdefault(sid, now)
         self.grant_times.append(now)
 
@@ -315,16 +321,39 @@ async def acquire_latency(target: str, n: int, tag: str) -> list[float]:
     return out
 
 
-async def durable_ratio(
-    redis_target: str, memory_target: str, rounds: int, n: int
-) -> tuple[float, float, float]:
-    mem: list[float] = []
-    red: list[float] = []
+async def durable_ratios(targets: dict[str, str], rounds: int, n: int) -> dict[str, float]:
+    """Acquire->Granted p50 (ms) of each target, measured in alternating rounds."""
+    lat: dict[str, list[float]] = {name: [] for name in targets}
     for r in range(rounds):
-        mem += await acquire_latency(memory_target, n, f"m{r}")
-        red += await acquire_latency(redis_target, n, f"r{r}")
-    pm, pr = statistics.median(mem), statistics.median(red)
-    return pr / pm, pm * 1e3, pr * 1e3
+        for name, target in targets.items():
+            lat[name] += await acquire_latency(target, n, f"{name}{r}")
+    return {name: statistics.median(xs) * 1e3 for name, xs in lat.items()}
+
+
+async def replica_online(port: int, timeout_s: float = 30.0) -> None:
+    """Until the redis-server on `port` has a replica in sync (before then WAIT cannot succeed)."""
+    import redis.asyncio
+
+    r = redis.asyncio.Redis(port=port)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            info = await r.info("replication")
+            if any(str(v).find("state=online") >= 0 or (isinstance(v, dict) and v.get("state") == "online")
+                   for k, v in info.items() if k.startswith("slave")):  # fmt: skip
+                return
+            await asyncio.sleep(0.05)
+        raise RuntimeError(f"the replica of redis on {port} did not come online")
+    finally:
+        await r.aclose()
+
+
+DURABLE_SETUPS = {
+    # name: (appendfsync, a replica acknowledging every append with WAIT)
+    "everysec": ("everysec", False),
+    "always": ("always", False),
+    "replica": ("everysec", True),
+}
 
 
 # ---------------------------------------------------------------- main
@@ -398,7 +427,25 @@ async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
             f"{book.yields} yields")  # fmt: skip
         await probe_client.close()
 
-        # Durability cost, side by side: an in-memory server on the same policy.
+        # Durability cost, side by side: the churn's replicas stop (a standby replaying every
+        # entry would compete for this machine's two cores); then one fresh Redis-backed replica
+        # per durability setup (its own redis-server) and an in-memory server, same policy.
+        stop_all([r.proc for r in replicas if r.proc is not None])
+        targets: dict[str, str] = {}
+        for name, (fsync, with_replica) in DURABLE_SETUPS.items():
+            d = tempfile.mkdtemp(prefix=f"{name}-", dir=tmp)
+            port = free_port()
+            procs.append(start_redis(port, d, fsync=fsync))
+            state = f"redis://127.0.0.1:{port}/0"
+            if with_replica:
+                d2 = tempfile.mkdtemp(prefix=f"{name}-replica-", dir=tmp)
+                procs.append(start_redis(free_port(), d2, fsync=fsync, replica_of=port))
+                await replica_online(port)
+                state += "?replicas=1"
+            solo = ReplicaProc(f"durable-{name}", policy, state, keyfile, tmp, args.serve_arg)
+            replicas.append(solo)
+            solo.spawn()
+            targets[name] = solo.target
         mport = free_port()
         memory = subprocess.Popen(
             [sys.executable, "-m", "scheduler.cli", "serve", "--policy", policy,
@@ -407,14 +454,16 @@ async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
         )  # fmt: skip
         procs.append(memory)
-        deadline = time.monotonic() + 30
-        while not await serving(f"127.0.0.1:{mport}"):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the in-memory server did not start")
-            await asyncio.sleep(0.05)
-        leader = await leader_of(replicas)
-        ratio, pm, pr = await durable_ratio(leader.target, f"127.0.0.1:{mport}", args.rounds, args.latency_n)
-        say(f"Acquire->Granted p50: in-memory {pm:.3f} ms, redis {pr:.3f} ms (ratio {ratio:.2f})")
+        targets = {"memory": f"127.0.0.1:{mport}", **targets}
+        deadline = time.monotonic() + 60
+        for target in targets.values():
+            while not await serving(target):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the server at {target} did not start: see {tmp}")
+                await asyncio.sleep(0.05)
+        p50 = await durable_ratios(targets, args.rounds, args.latency_n)
+        say("Acquire->Granted p50: " + ", ".join(f"{k} {v:.3f} ms" for k, v in p50.items()))
+        ratios = {k: v / p50["memory"] for k, v in p50.items() if k != "memory"}
     finally:
         stop_all([r.proc for r in replicas if r.proc is not None] + procs)
 
@@ -434,7 +483,10 @@ async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
         "waiters_reordered": str(book.reordered()),
         "kills": str(len(fo)),
         "sessions": str(book.done),
-        "durable_p50_ratio": f"{ratio:.2f}",
+        # appendfsync everysec on one Redis: the cost of the journal itself
+        "durable_p50_ratio": f"{ratios['everysec']:.2f}",
+        "durable_fsync_always_p50_ratio": f"{ratios['always']:.2f}",
+        "durable_replica_wait_p50_ratio": f"{ratios['replica']:.2f}",
     }
 
 
@@ -491,7 +543,9 @@ def main() -> int:
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="slotsched-failover-") as tmp:
-        figures = asyncio.run(run(args, args.keep or tmp))
+        # a fresh directory per run: a redis-server started on an old one would load its AOF
+        where = tempfile.mkdtemp(prefix="run-", dir=args.keep) if args.keep else tmp
+        figures = asyncio.run(run(args, where))
     figures = {**figures, "cold_recovery_ms_10k_100k": cold_recovery_ms(args.recovery_runs)}
     # the headline keys first, as the issue names them
     order = ["failover_ms_p50", "failover_ms_max", "nostandby_failover_ms_p50", "nostandby_failover_ms_max",

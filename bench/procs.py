@@ -46,11 +46,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_redis(port: int, directory: str, fsync: str = "always") -> subprocess.Popen[str]:
-    """A private redis-server, durable the way deploy/ runs it (AOF, `appendfsync always` by default)."""
+def start_redis(
+    port: int, directory: str, fsync: str = "always", replica_of: int | None = None
+) -> subprocess.Popen[str]:
+    """A private redis-server, durable the way deploy/ runs it (AOF, `appendfsync always` by
+    default); with `replica_of`, a replica of the server on that port."""
+    extra = ["--replicaof", "127.0.0.1", str(replica_of)] if replica_of is not None else []
     proc = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory, "--save", "",
-         "--appendonly", "yes", "--appendfsync", fsync],
+         "--appendonly", "yes", "--appendfsync", fsync, *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 10
