@@ -37,6 +37,7 @@ renewal fail; it steps down and campaigns again on the promoted primary.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from typing import Any
 from redis.exceptions import ConnectionError, RedisClusterException, RedisError, ResponseError
 
 from scheduler.state.redis_connect import Mode, StateConfigError, connect, parse_target
+from scheduler.state.resp import RespConnection
 
 __all__ = ["NotLeader", "RedisStore", "StateConfigError", "StoredSnapshot", "key_prefix", "parse_state"]
 
@@ -54,6 +56,7 @@ local id = ''
 for i = 2, #ARGV do id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[i]) end
 return id
 """
+_APPEND_SHA = hashlib.sha1(_APPEND.encode()).hexdigest()  # what EVALSHA names (Redis hashes the same text)
 _SNAPSHOT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('NOTLEADER') end
 redis.call('HSET', KEYS[2], 'fingerprint', ARGV[2], 'stream_id', ARGV[3], 'at', ARGV[4], 'data', ARGV[5])
@@ -156,6 +159,19 @@ class RedisStore:
         self._extend = self.redis.register_script(_EXTEND)
         self._swap = self.redis.register_script(_SWAP)
         self._resign = self.redis.register_script(_RESIGN)
+        # The hot journal append on its own lean connection where there is ONE known primary
+        # (plain redis://); TLS, Sentinel (the primary moves) and Cluster keep redis-py's.
+        self._fast: RespConnection | None = None
+        if self.target.mode == "redis" and not self.target.tls:
+            host, port = self.target.hosts[0]
+            self._fast = RespConnection(
+                host,
+                port,
+                timeout_s=timeout_s + wait_s,
+                db=self.target.db,
+                username=self.target.username,
+                password=self.target.password,
+            )
 
     def key(self, name: str) -> str:
         """The Redis key `name` of this pool: every key of a pool must be named here, so that in
@@ -163,6 +179,8 @@ class RedisStore:
         return f"{self.key_prefix}:{name}"
 
     async def close(self) -> None:
+        if self._fast is not None:
+            await self._fast.close()
         await self.redis.aclose()
 
     # ------------------------------------------------------------------ leadership
@@ -202,7 +220,9 @@ class RedisStore:
         NotLeader."""
         keys = [self.k_leader, self.k_journal]
         try:
-            if self.target.replicas:
+            if self._fast is not None:
+                last = await self._append_fast(keys, [token, *records])
+            elif self.target.replicas:
                 last = await self._with_replicas(_APPEND, keys, [token, *records])
             else:
                 last = await self._append(keys=keys, args=[token, *records])
@@ -211,6 +231,29 @@ class RedisStore:
                 raise NotLeader(str(e)) from e
             raise
         return _text(last)
+
+    async def _append_fast(self, keys: list[str], args: list[Any]) -> Any:
+        """The append on the lean connection: EVALSHA (EVAL if the server lost the script, e.g.
+        after SCRIPT FLUSH or a restart), pipelined with WAIT when `replicas` > 0 (one connection:
+        WAIT counts its own connection's writes)."""
+        assert self._fast is not None
+        n, ms = self.target.replicas, self.target.replica_timeout_ms
+        wait: list[tuple[Any, ...]] = [("WAIT", n, ms)] if n else []
+        replies = await self._fast.pipeline([("EVALSHA", _APPEND_SHA, len(keys), *keys, *args), *wait])
+        if isinstance(replies[0], ResponseError) and str(replies[0]).startswith("NOSCRIPT"):
+            # That EVALSHA wrote nothing; the WAIT after this EVAL covers what it writes.
+            replies = await self._fast.pipeline([("EVAL", _APPEND, len(keys), *keys, *args), *wait])
+        result = replies[0]
+        if isinstance(result, ResponseError):
+            if "NOTLEADER" not in str(result):
+                self._fast.drop()  # e.g. READONLY: the node was demoted; connect afresh next time
+            raise result
+        if n:
+            if isinstance(replies[1], ResponseError):
+                raise replies[1]
+            if int(replies[1]) < n:
+                raise ReplicasBehind(f"{replies[1]} of {n} replicas confirmed the append within {ms} ms")
+        return result
 
     async def _with_replicas(self, script: str, keys: list[str], args: list[Any]) -> Any:
         """Run `script`, then WAIT until `replicas` replicas hold it, on ONE connection (WAIT
