@@ -1,0 +1,271 @@
+"""The lean RESP connection of the journal append (scheduler/state/resp.py): the parser on every
+reply type, whole and split at every byte; and against real redis-server processes on free ports:
+the fenced append through it (wrong token → NotLeader), NOSCRIPT after SCRIPT FLUSH, AUTH with
+a username and password plus SELECT, WAIT for a replica, and a SIGKILLed Redis mid-append raising
+what the replica treats as a failed append (then reconnecting once Redis is back)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+import pytest
+import redis
+from redis.exceptions import ConnectionError, RedisError, ResponseError
+
+from scheduler.state.redis_store import NotLeader, RedisStore, ReplicasBehind
+from scheduler.state.resp import Incomplete, RespConnection, encode, parse
+from tests.test_state_redis import REDIS_BIN, RedisProc, free_port
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(REDIS_BIN) and not os.environ.get("CI"), reason="redis-server not installed"
+)
+
+# (wire bytes, parsed reply); error replies compare by their message.
+REPLIES: list[tuple[bytes, Any]] = [
+    (b"+OK\r\n", b"OK"),
+    (b"+\r\n", b""),
+    (b"-NOTLEADER\r\n", ResponseError("NOTLEADER")),
+    (b"-ERR wrong number of arguments\r\n", ResponseError("ERR wrong number of arguments")),
+    (b":0\r\n", 0),
+    (b":-42\r\n", -42),
+    (b":1733000000000\r\n", 1733000000000),
+    (b"$5\r\nhello\r\n", b"hello"),
+    (b"$0\r\n\r\n", b""),
+    (b"$4\r\na\r\nb\r\n", b"a\r\nb"),  # CRLF inside a bulk is data
+    (b"$-1\r\n", None),
+    (b"*0\r\n", []),
+    (b"*-1\r\n", None),
+    (b"*3\r\n:1\r\n$3\r\nfoo\r\n$-1\r\n", [1, b"foo", None]),
+    (b"*2\r\n*1\r\n+a\r\n-ERR x\r\n", [[b"a"], ResponseError("ERR x")]),
+    (b"*2\r\n$15\r\n1733000000000-0\r\n*2\r\n$1\r\ne\r\n$2\r\n{}\r\n", [b"1733000000000-0", [b"e", b"{}"]]),
+]
+
+
+def _same(got: Any, want: Any) -> bool:
+    if isinstance(want, ResponseError):
+        return isinstance(got, ResponseError) and str(got) == str(want)
+    if isinstance(want, list):
+        return isinstance(got, list) and len(got) == len(want) and all(map(_same, got, want))
+    return type(got) is type(want) and bool(got == want)
+
+
+@pytest.mark.parametrize(("wire", "want"), REPLIES, ids=[repr(w)[2:30] for w, _ in REPLIES])
+def test_parse_every_reply_type_whole_and_split_at_every_byte(wire: bytes, want: Any) -> None:
+    got, end = parse(wire + b"+next\r\n")
+    assert _same(got, want) and end == len(wire)
+    for cut in range(len(wire)):  # a reply split across packets: nothing until its last byte
+        assert parse(wire[:cut]) == (Incomplete, 0)
+    assert parse(b"xx" + wire, 2)[1] == len(wire) + 2
+
+
+@pytest.mark.parametrize("wire", [b"?1\r\n", b":x\r\n", b"$3\r\nabcde\r\n", b"*z\r\n"])
+def test_parse_refuses_bytes_that_are_not_resp(wire: bytes) -> None:
+    with pytest.raises(ConnectionError):
+        parse(wire)
+
+
+def test_encode_is_an_array_of_bulk_strings() -> None:
+    assert encode("SET", b"k\r\n", 7) == b"*3\r\n$3\r\nSET\r\n$3\r\nk\r\n\r\n$1\r\n7\r\n"
+
+
+def test_pipeline_reads_replies_split_across_packets() -> None:
+    """A server answering byte by byte: every reply still arrives whole and in order."""
+
+    async def body() -> None:
+        replies = b"+OK\r\n$5\r\nhello\r\n*2\r\n:1\r\n-ERR no\r\n"
+
+        async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await r.read(1024)
+            for i in range(len(replies)):
+                w.write(replies[i : i + 1])
+                await w.drain()
+                await asyncio.sleep(0)
+            await r.read(1024)  # until the client goes
+            w.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        conn = RespConnection("127.0.0.1", port, timeout_s=5)
+        try:
+            got = await conn.pipeline([("A",), ("B",), ("C",)])
+            assert got[:2] == [b"OK", b"hello"] and got[2][0] == 1 and str(got[2][1]) == "ERR no"
+        finally:
+            await conn.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(body())
+
+
+def test_append_through_resp_is_fenced_and_survives_script_flush() -> None:
+    with tempfile.TemporaryDirectory(prefix="slotsched-resp-") as d:
+        r = RedisProc(d).start()
+
+        async def go() -> None:
+            a = RedisStore(r.url, "t", "a")
+            b = RedisStore(r.url, "t", "b")
+            assert a._fast is not None  # plain redis:// takes the lean path
+            try:
+                assert await a.try_lead(5.0)
+                first = await a.append([b"one", b"two"], a.token)
+                with pytest.raises(NotLeader):
+                    await b.append([b"intruder"], b.token)
+                with pytest.raises(NotLeader):
+                    await a.append([b"stale"], "a:not-this-term")
+                await a.redis.script_flush()  # the server lost the script: EVAL loads it again
+                last = await a.append([b"three"], a.token)
+                assert last > first
+                rows = await a.redis.xrange(a.k_journal)
+                assert [f[b"e"] for _, f in rows] == [b"one", b"two", b"three"]
+                assert _text(rows[1][0]) == first and _text(rows[2][0]) == last
+            finally:
+                await a.close()
+                await b.close()
+
+        try:
+            asyncio.run(go())
+        finally:
+            r.kill()
+
+
+def _text(v: bytes) -> str:
+    return v.decode()
+
+
+def _redis(port: int, directory: str, *extra: str) -> subprocess.Popen[bytes]:
+    args = [REDIS_BIN, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", directory]
+    proc = subprocess.Popen([*args, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            redis.Redis(port=port).ping()
+            return proc
+        except redis.AuthenticationError:
+            return proc  # up (and wants a password)
+        except redis.ResponseError as e:
+            if "NOAUTH" in str(e):
+                return proc
+            raise
+        except redis.ConnectionError:
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(5)
+
+
+def test_auth_with_username_and_password_and_select_db() -> None:
+    with tempfile.TemporaryDirectory(prefix="slotsched-resp-") as d:
+        port = free_port()
+        proc = _redis(port, d)
+        admin = redis.Redis(port=port)
+        admin.acl_setuser(
+            "sched", enabled=True, passwords=["+s3cret"], keys=["*"], channels=["*"], commands=["+@all"]
+        )
+        admin.acl_setuser("default", enabled=False)  # from now on only sched, with its password
+        url = f"redis://sched:s3cret@127.0.0.1:{port}/3"
+        try:
+
+            async def go() -> None:
+                store = RedisStore(url, "t", "a")
+                try:
+                    assert await store.try_lead(5.0)  # redis-py, same credentials
+                    await store.append([b"x"], store.token)
+                    # In database 3, where redis-py (which SELECTs 3 too) reads it back.
+                    assert [f[b"e"] for _, f in await store.redis.xrange(store.k_journal)] == [b"x"]
+                    plain = redis.asyncio.Redis(port=port, username="sched", password="s3cret", db=0)
+                    assert await plain.xlen(store.k_journal) == 0
+                    await plain.aclose()
+                finally:
+                    await store.close()
+                wrong = RespConnection("127.0.0.1", port, timeout_s=2, username="sched", password="nope")
+                with pytest.raises(redis.AuthenticationError):
+                    await wrong.execute("PING")
+                anonymous = RespConnection("127.0.0.1", port, timeout_s=2)
+                with pytest.raises(ResponseError, match="NOAUTH"):
+                    await anonymous.execute("PING")
+                await anonymous.close()
+
+            asyncio.run(go())
+        finally:
+            _stop(proc)
+
+
+def test_wait_for_a_replica_on_the_same_connection() -> None:
+    with tempfile.TemporaryDirectory(prefix="slotsched-resp-") as d:
+        port, rport = free_port(), free_port()
+        primary = _redis(port, d)
+        os.makedirs(f"{d}/r")
+        replica = _redis(rport, f"{d}/r", "--replicaof", "127.0.0.1", str(port))
+        deadline = time.monotonic() + 15
+        while "online" not in str(redis.Redis(port=port).info("replication").get("slave0", {})):
+            assert time.monotonic() < deadline, "the replica did not sync"
+            time.sleep(0.05)
+        try:
+
+            async def go() -> None:
+                store = RedisStore(f"redis://127.0.0.1:{port}/0?replicas=1&replica_timeout_ms=2000", "t", "a")
+                try:
+                    assert await store.try_lead(5.0)
+                    await store.append([b"held"], store.token)  # WAIT said 1 replica has it
+                    assert redis.Redis(port=rport).xlen(store.k_journal) == 1
+                    _stop(replica)
+                    store.target = dataclasses.replace(store.target, replica_timeout_ms=50)
+                    with pytest.raises(ReplicasBehind):
+                        await store.append([b"unconfirmed"], store.token)
+                finally:
+                    await store.close()
+
+            asyncio.run(go())
+        finally:
+            _stop(replica)
+            _stop(primary)
+
+
+def test_a_killed_redis_mid_append_fails_the_append_then_it_reconnects() -> None:
+    """SIGSTOP (the append gets no reply: a timeout) then SIGKILL (the connection breaks): both
+    raise a RedisError, the replica's "append failed, step down"; Redis back, appends work."""
+    with tempfile.TemporaryDirectory(prefix="slotsched-resp-") as d:
+        r = RedisProc(d).start()
+
+        async def go() -> None:
+            store = RedisStore(r.url, "t", "a", timeout_s=0.5)
+            try:
+                assert await store.try_lead(30.0)
+                await store.append([b"before"], store.token)
+                assert r.proc is not None
+                r.proc.send_signal(signal.SIGSTOP)
+                with pytest.raises(RedisError):  # no reply within the store's timeout
+                    await store.append([b"stalled"], store.token)
+                r.proc.send_signal(signal.SIGCONT)
+                await store.append([b"after-timeout"], store.token)  # a new connection
+                pending = asyncio.ensure_future(store.append([b"x" * 50_000] * 200, store.token))
+                await asyncio.sleep(0)  # the write is under way
+                assert not pending.done()
+                r.kill()
+                with pytest.raises(RedisError):
+                    await pending
+                with pytest.raises(RedisError):  # still down: connecting fails like redis-py
+                    await store.append([b"down"], store.token)
+                r.start()  # AOF always: the lease key and journal survive
+                await store.append([b"back"], store.token)
+                rows = redis.Redis(port=r.port).xrange(store.k_journal)  # redis-py's pool: stale
+                got = [f[b"e"] for _, f in rows if not f[b"e"].startswith(b"xx")]
+                assert got[0] == b"before" and got[-1] == b"back" and b"down" not in got
+            finally:
+                await store.close()
+
+        try:
+            asyncio.run(go())
+        finally:
+            r.kill()
