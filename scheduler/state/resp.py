@@ -81,6 +81,12 @@ def parse(buf: bytes | bytearray, pos: int = 0) -> tuple[Any, int]:
     raise ConnectionError(f"RESP: unknown reply type {kind!r}")
 
 
+def _expire(writer: asyncio.StreamWriter | None, expired: list[bool]) -> None:
+    expired.append(True)
+    if writer is not None:
+        writer.transport.abort()
+
+
 def _int(line: bytes) -> int:
     try:
         return int(line)
@@ -90,7 +96,8 @@ def _int(line: bytes) -> int:
 
 class RespConnection:
     """One connection to `host:port`, opened on first use (AUTH, SELECT), reopened after a failure.
-    Calls bounded by `timeout_s` each (connecting included)."""
+    Connecting and each exchange are bounded by `timeout_s` (redis-py's socket_connect_timeout
+    and socket_timeout)."""
 
     def __init__(
         self,
@@ -126,14 +133,21 @@ class RespConnection:
             self._loop, self._lock = loop, asyncio.Lock()
         assert self._lock is not None
         async with self._lock:
+            expired: list[bool] = []
             try:
-                async with asyncio.timeout(self.timeout_s):
-                    if self._writer is None:
+                if self._writer is None:
+                    async with asyncio.timeout(self.timeout_s):
                         await self._connect()
+                # A bare timer, not asyncio.timeout (~20 us a call on the hot path): on expiry it
+                # aborts the socket, which ends the read.
+                timer = loop.call_later(self.timeout_s, _expire, self._writer, expired)
+                try:
                     return await self._exchange(b"".join(encode(*c) for c in commands), len(commands))
+                finally:
+                    timer.cancel()
             except BaseException as e:
                 self.drop()  # a reply may still be on its way: nothing read later would match
-                if isinstance(e, TimeoutError):  # asyncio.timeout's (the builtin)
+                if expired or isinstance(e, TimeoutError):  # ours, or asyncio.timeout's (the builtin)
                     where = f"redis {self.host}:{self.port}"
                     raise RedisTimeoutError(f"{where}: no reply in {self.timeout_s} s") from e
                 if isinstance(e, OSError | asyncio.IncompleteReadError):
