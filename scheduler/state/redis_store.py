@@ -33,6 +33,14 @@ URL (default 1 with Sentinel and Cluster) an append is acknowledged only after `
 on the same connection, else it fails (ReplicasBehind, a RedisError: the replica steps down).
 The leader key itself is not WAITed for: a term lost in a failover only makes the leader's next
 renewal fail; it steps down and campaigns again on the promoted primary.
+
+The journal path: every Acquire/Release reply waits for its batch's append, so with plain
+`redis://` (one known primary) the append runs on its own persistent connection of
+scheduler/state/resp.py (a lean RESP client: EVALSHA of the fenced script, EVAL when the server
+lost it, `WAIT` pipelined behind it): p50 0.14–0.15 ms on loopback, 0.21–0.23 through redis-py.
+Its failures are redis-py's exception types, so the replica steps down alike; it reconnects on
+next use. `rediss://` (TLS), Sentinel (the primary moves: redis-py asks the sentinels at every
+reconnection) and Cluster (slot routing) keep redis-py's append, as does every other call.
 """
 
 from __future__ import annotations
