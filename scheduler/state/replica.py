@@ -191,6 +191,7 @@ class Replica(Standby):
         self._batch: list[bytes] = []
         self._batch_fut: asyncio.Future[None] | None = None
         self._inflight_fut: asyncio.Future[None] | None = None
+        self._waiters: dict[asyncio.Future[None], list[asyncio.Future[None]]] = {}
         self._flushing = False
         self._term = 0  # bumped at every take-over: see _flush
         self._since_snapshot = 0
@@ -220,7 +221,25 @@ class Replica(Standby):
         fut = self._batch_fut or self._inflight_fut
         if fut is None:
             return self.loop.durable_done()
-        return asyncio.shield(fut)  # one waiter's cancellation must not cancel the batch
+        # A future per waiter, settled by the flush itself: one waiter's cancellation must not
+        # cancel the batch, and `asyncio.shield` would cost every reply one more loop pass.
+        waiter: asyncio.Future[None] = self._aloop.create_future()
+        self._waiters.setdefault(fut, []).append(waiter)
+        return waiter
+
+    def _settle(self, fut: asyncio.Future[None], failure: BaseException | None) -> None:
+        """Complete a batch's future and, in the same pass, every waiter on it."""
+        if not fut.done():
+            if failure is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(failure)
+        for waiter in self._waiters.pop(fut, ()):
+            if not waiter.done():
+                if failure is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(failure)
 
     async def _refuse(self) -> None:
         raise unavailable(NOT_LEADER)
@@ -259,7 +278,7 @@ class Replica(Standby):
                         raise NotLeader("not serving")
                     last_id = await self.store.append(batch, token)
                 except (RedisError, OSError, NotLeader) as e:
-                    fut.set_exception(unavailable(f"the state store is unavailable: {e}"))
+                    self._settle(fut, unavailable(f"the state store is unavailable: {e}"))
                     if term == self._term:
                         self._inflight_fut = None
                         self.metrics.errors.inc()
@@ -267,7 +286,7 @@ class Replica(Standby):
                         await self._step_down(f"journal append failed: {e}")
                     return
                 self.metrics.flush.observe(time.perf_counter() - t0)
-                fut.set_result(None)
+                self._settle(fut, None)
                 if term != self._term:
                     return
                 self._inflight_fut = None
@@ -434,8 +453,8 @@ class Replica(Standby):
         t0 = time.perf_counter()
         # A new term: whatever the previous one left pending is not ours to write any more.
         self._term += 1
-        if self._batch_fut is not None and not self._batch_fut.done():
-            self._batch_fut.set_exception(unavailable("a new term began: retry"))
+        if self._batch_fut is not None:
+            self._settle(self._batch_fut, unavailable("a new term began: retry"))
         self._batch, self._batch_fut, self._inflight_fut, self._flushing = [], None, None, False
         await self._stop_following()
         # The lease is ours now, so nothing more reaches the journal from the last leader
@@ -489,8 +508,8 @@ class Replica(Standby):
         self._deadline = float("-inf")
         self.metrics.leader.set(0)
         failure = unavailable(f"stepped down ({why}): retry")
-        if self._batch_fut is not None and not self._batch_fut.done():
-            self._batch_fut.set_exception(failure)
+        if self._batch_fut is not None:
+            self._settle(self._batch_fut, failure)
         self._batch, self._batch_fut = [], None
         self.loop.begin_shutdown()
         self.loop.close()
