@@ -270,7 +270,7 @@ class _FollowingStream:
 
 
 class _ObservedCall(_Method):
-    """Client- or bidi-streaming: not retried (its requests are the caller's), only observed."""
+    """Client-streaming: not retried (its requests are the caller's), only observed."""
 
     def __call__(self, *args: Any, **kw: Any) -> _Observed:
         address, method = self.target()
