@@ -49,6 +49,16 @@ def parse_targets(target: str | Sequence[str]) -> list[str]:
     return targets
 
 
+def connection_lost(err: grpc.aio.AioRpcError) -> bool:
+    """UNAVAILABLE (a standby, a dead or stopping replica), or the INTERNAL grpc's core reports
+    for a stream whose connection died under a write ("Internal error from Core"): either way
+    the call never reached a leader that answered it, so it is tried again elsewhere."""
+    code = err.code()
+    if code is grpc.StatusCode.UNAVAILABLE:
+        return True
+    return code is grpc.StatusCode.INTERNAL and "Internal error from Core" in (err.details() or "")
+
+
 def leader_named(err: grpc.aio.AioRpcError) -> str | None:
     """The leader's address a NOT_LEADER refusal names, if any."""
     for key, value in err.trailing_metadata() or ():
@@ -97,11 +107,12 @@ class Follower:
         return stub
 
     def failed(self, address: str, err: grpc.aio.AioRpcError) -> float | None:
-        """`address` answered `err`: move on if it was UNAVAILABLE. Returns how long to wait
+        """`address` answered `err`: move on if the connection was lost (`connection_lost`).
+        Returns how long to wait
         before trying again (0: a leader was named), or None when a retry here is pointless (not
         UNAVAILABLE; or one target, down or shutting down, and no standby pointing elsewhere:
         the caller's own backoff and timeouts apply)."""
-        if not self.follow or err.code() is not grpc.StatusCode.UNAVAILABLE:
+        if not self.follow or not connection_lost(err):
             return None
         now = time.monotonic()
         named = leader_named(err)
@@ -460,7 +471,7 @@ class RetryingSessionStub:
                 try:
                     return await method(request, *args, timeout=left, **kw)
                 except grpc.aio.AioRpcError as e:
-                    if not follower.follow or e.code() is not grpc.StatusCode.UNAVAILABLE:
+                    if not follower.follow or not connection_lost(e):
                         raise
                     wait = _pause()
                     if loop.time() + wait >= end:
