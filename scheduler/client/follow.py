@@ -59,6 +59,20 @@ def connection_lost(err: grpc.aio.AioRpcError) -> bool:
     return code is grpc.StatusCode.INTERNAL and "Internal error from Core" in (err.details() or "")
 
 
+def as_unavailable(err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
+    """A lost connection reported as INTERNAL (see `connection_lost`) as the UNAVAILABLE it is,
+    so callers (and `errors.from_rpc_error`) see one status for it; anything else unchanged."""
+    if err.code() is not grpc.StatusCode.INTERNAL or not connection_lost(err):
+        return err
+    return grpc.aio.AioRpcError(
+        grpc.StatusCode.UNAVAILABLE,
+        err.initial_metadata(),
+        err.trailing_metadata(),
+        f"connection lost: {err.details()}",
+        err.debug_error_string(),
+    )
+
+
 def leader_named(err: grpc.aio.AioRpcError) -> str | None:
     """The leader's address a NOT_LEADER refusal names, if any."""
     for key, value in err.trailing_metadata() or ():
@@ -218,7 +232,10 @@ class _UnaryCall(_Method):
             except grpc.aio.AioRpcError as e:
                 wait = self.follower.failed(address, e)
                 if wait is None or loop.time() + wait >= end:
-                    raise
+                    u = as_unavailable(e)
+                    if u is e:
+                        raise
+                    raise u from e
                 await asyncio.sleep(wait)
 
 
@@ -256,7 +273,10 @@ class _FollowingStream:
             except grpc.aio.AioRpcError as e:
                 wait = follower.failed(self._address, e)
                 if self._received or self._cancelled or wait is None or loop.time() + wait >= end:
-                    raise
+                    u = as_unavailable(e)
+                    if u is e:
+                        raise
+                    raise u from e
             await asyncio.sleep(wait)
             if self._cancelled:
                 return
@@ -403,7 +423,10 @@ class _FollowingBidi:
                 wait = follower.failed(self._address, e)
                 late = wait is None or loop.time() + wait >= self._end
                 if self._log is None or self._cancelled or late:
-                    raise
+                    u = as_unavailable(e)
+                    if u is e:
+                        raise
+                    raise u from e
                 await asyncio.sleep(wait or 0.0)
                 if self._cancelled:
                     raise
