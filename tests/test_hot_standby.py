@@ -321,9 +321,11 @@ def test_no_target_is_a_clear_error() -> None:
 
 
 class _Err(grpc.aio.AioRpcError):
-    def __init__(self, details: str, leader: str | None = None) -> None:
+    def __init__(
+        self, details: str, leader: str | None = None, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE
+    ) -> None:
         md = grpc.aio.Metadata() if leader is None else grpc.aio.Metadata((LEADER_KEY, leader))
-        super().__init__(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), md, details)
+        super().__init__(code, grpc.aio.Metadata(), md, details)
 
 
 @pytest.mark.parametrize(
@@ -333,6 +335,10 @@ class _Err(grpc.aio.AioRpcError):
         ([("a", _Err("not the leader", "c"))], ("c", 0.0)),  # named: go there at once
         ([("a", _Err("not the leader"))], ("b", "pause")),  # no leader known: next target
         ([("a", _Err("connection refused"))], ("b", "pause")),
+        # grpc's core reports a connection that died under a stream's write as INTERNAL
+        ([("a", _Err("Internal error from Core", code=grpc.StatusCode.INTERNAL))], ("b", "pause")),
+        ([("a", _Err("a server bug", code=grpc.StatusCode.INTERNAL))], ("a", None)),
+        ([("a", _Err("stale", code=grpc.StatusCode.FAILED_PRECONDITION))], ("a", None)),
         # the named leader just failed us (dead, its lease not lapsed): ask the others instead
         ([("c", _Err("refused")), ("b", _Err("not the leader", "c"))], ("a", "pause")),
     ],
@@ -344,7 +350,10 @@ def test_where_the_follower_goes(steps: list[tuple[str, _Err]], want: tuple[str,
         f.current = address
         wait = f.failed(address, err)
     assert f.current == want[0]
-    assert (wait == 0.0) if want[1] == 0.0 else (wait is not None and wait > 0)
+    if want[1] is None:
+        assert wait is None  # not a lost connection: the caller's error
+    else:
+        assert (wait == 0.0) if want[1] == 0.0 else (wait is not None and wait > 0)
 
 
 def test_one_target_that_is_down_is_left_to_the_callers_backoff() -> None:

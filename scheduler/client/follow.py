@@ -49,6 +49,30 @@ def parse_targets(target: str | Sequence[str]) -> list[str]:
     return targets
 
 
+def connection_lost(err: grpc.aio.AioRpcError) -> bool:
+    """UNAVAILABLE (a standby, a dead or stopping replica), or the INTERNAL grpc's core reports
+    for a stream whose connection died under a write ("Internal error from Core"): either way
+    the call never reached a leader that answered it, so it is tried again elsewhere."""
+    code = err.code()
+    if code is grpc.StatusCode.UNAVAILABLE:
+        return True
+    return code is grpc.StatusCode.INTERNAL and "Internal error from Core" in (err.details() or "")
+
+
+def as_unavailable(err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
+    """A lost connection reported as INTERNAL (see `connection_lost`) as the UNAVAILABLE it is,
+    so callers (and `errors.from_rpc_error`) see one status for it; anything else unchanged."""
+    if err.code() is not grpc.StatusCode.INTERNAL or not connection_lost(err):
+        return err
+    return grpc.aio.AioRpcError(
+        grpc.StatusCode.UNAVAILABLE,
+        err.initial_metadata(),
+        err.trailing_metadata(),
+        f"connection lost: {err.details()}",
+        err.debug_error_string(),
+    )
+
+
 def leader_named(err: grpc.aio.AioRpcError) -> str | None:
     """The leader's address a NOT_LEADER refusal names, if any."""
     for key, value in err.trailing_metadata() or ():
@@ -97,11 +121,12 @@ class Follower:
         return stub
 
     def failed(self, address: str, err: grpc.aio.AioRpcError) -> float | None:
-        """`address` answered `err`: move on if it was UNAVAILABLE. Returns how long to wait
+        """`address` answered `err`: move on if the connection was lost (`connection_lost`).
+        Returns how long to wait
         before trying again (0: a leader was named), or None when a retry here is pointless (not
         UNAVAILABLE; or one target, down or shutting down, and no standby pointing elsewhere:
         the caller's own backoff and timeouts apply)."""
-        if not self.follow or err.code() is not grpc.StatusCode.UNAVAILABLE:
+        if not self.follow or not connection_lost(err):
             return None
         now = time.monotonic()
         named = leader_named(err)
@@ -207,7 +232,10 @@ class _UnaryCall(_Method):
             except grpc.aio.AioRpcError as e:
                 wait = self.follower.failed(address, e)
                 if wait is None or loop.time() + wait >= end:
-                    raise
+                    u = as_unavailable(e)
+                    if u is e:
+                        raise
+                    raise u from e
                 await asyncio.sleep(wait)
 
 
@@ -245,7 +273,10 @@ class _FollowingStream:
             except grpc.aio.AioRpcError as e:
                 wait = follower.failed(self._address, e)
                 if self._received or self._cancelled or wait is None or loop.time() + wait >= end:
-                    raise
+                    u = as_unavailable(e)
+                    if u is e:
+                        raise
+                    raise u from e
             await asyncio.sleep(wait)
             if self._cancelled:
                 return
@@ -270,7 +301,7 @@ class _FollowingStream:
 
 
 class _ObservedCall(_Method):
-    """Client- or bidi-streaming: not retried (its requests are the caller's), only observed."""
+    """Client-streaming: not retried (its requests are the caller's), only observed."""
 
     def __call__(self, *args: Any, **kw: Any) -> _Observed:
         address, method = self.target()
@@ -392,7 +423,10 @@ class _FollowingBidi:
                 wait = follower.failed(self._address, e)
                 late = wait is None or loop.time() + wait >= self._end
                 if self._log is None or self._cancelled or late:
-                    raise
+                    u = as_unavailable(e)
+                    if u is e:
+                        raise
+                    raise u from e
                 await asyncio.sleep(wait or 0.0)
                 if self._cancelled:
                     raise
@@ -460,7 +494,7 @@ class RetryingSessionStub:
                 try:
                     return await method(request, *args, timeout=left, **kw)
                 except grpc.aio.AioRpcError as e:
-                    if not follower.follow or e.code() is not grpc.StatusCode.UNAVAILABLE:
+                    if not follower.follow or not connection_lost(e):
                         raise
                     wait = _pause()
                     if loop.time() + wait >= end:
