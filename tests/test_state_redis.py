@@ -193,8 +193,14 @@ def test_sigkilled_scheduler_successor_keeps_leases_and_queue_order() -> None:
                 await w2.wait_until(lambda s: s.queue is not None, 5)
                 assert await queue_order(a.target) == ["w1", "w2"]
 
-                a.kill(signal.SIGKILL)
+                # The snapshot is encoded and stored in the background once its batch is in: wait
+                # for it, so the successor recovers from a snapshot plus the journal tail.
                 rc = redis.Redis(port=r.port)
+                for _ in range(100):
+                    if rc.hexists("slotsched:snapshot", "data") and rc.exists("slotsched:trimmed"):
+                        break
+                    await asyncio.sleep(0.05)
+                a.kill(signal.SIGKILL)
                 assert rc.hexists("slotsched:snapshot", "data") and rc.exists("slotsched:trimmed")
                 assert rc.xlen("slotsched:journal") < 5  # compacted up to the snapshot
                 # Same port: the SDK re-attaches to the successor as it would behind a Service.
