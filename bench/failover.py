@@ -183,8 +183,13 @@ class Book:
     grant_times: list[float] = field(default_factory=list)
     yields: int = 0
     done: int = 0
+    leaving: set[str] = field(default_factory=set)  # sessions whose release has started
 
     def grant(self, sid: str, lease: LeaseInfo) -> None:
+        if sid in self.leaving:
+            # on_grant runs after the SDK took the lease in: a re-grant that came just before the
+            # release is the lease that release gives back, not a slot this session keeps.
+            return
         key = (lease.slot.worker_id, lease.slot.index)
         other = self.holders.get(key)
         now = time.monotonic()
@@ -198,6 +203,12 @@ class Book:
         self.leases[sid] = (lease.lease_id, now)
         self.first_grant_at.setdefault(sid, now)
         self.grant_times.append(now)
+
+    def leave(self, sid: str) -> None:
+        """The session starts its release: every slot it holds counts as given back."""
+        self.leaving.add(sid)
+        for key in [k for k, holder in self.holders.items() if holder == sid]:
+            del self.holders[key]
 
     def give_back(self, sid: str, lease: LeaseInfo | None) -> None:
         if lease is None:
@@ -253,7 +264,7 @@ async def one_session(client: AsyncClient, book: Book, tenant: str, i: int, rng:
             book.queued_at[sid] = (tenant, time.monotonic())
         await s.wait_granted(timeout=300)
         await asyncio.sleep(rng.uniform(0.2, 2.0))  # renewals run meanwhile (TTL 3 s: every 1 s)
-        book.give_back(sid, s.lease)
+        book.leave(sid)
         await s.release()
     except Exception as e:  # noqa: BLE001 - every failure is a finding, counted below
         book.failed.append(f"{sid}: {type(e).__name__}: {e}")

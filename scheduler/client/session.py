@@ -65,7 +65,7 @@ from scheduler.client.channel import TRANSIENT_CODES
 from scheduler.client.errors import SlotschedError, from_rpc_error
 from scheduler.client.session_state import log
 from scheduler.client.stream import SessionStream
-from scheduler.client.types import LeaseInfo, Phase
+from scheduler.client.types import LeaseInfo, Phase, SessionInfo
 
 
 class AsyncSession(SessionStream):
@@ -190,14 +190,36 @@ class AsyncSession(SessionStream):
                 code = e.code()
                 if code is grpc.StatusCode.NOT_FOUND:
                     return  # over already (expired, withdrawn, or never queued)
-                if code is grpc.StatusCode.FAILED_PRECONDITION and attempt < 4 and self._attached:
-                    # Raced a grant or a revocation: let the stream catch up, then quote it.
-                    await self._wait_lease_change(lease, 0.5)
+                if code is grpc.StatusCode.FAILED_PRECONDITION and attempt < 4:
+                    if self._attached:
+                        # Raced a grant or a revocation: let the stream catch up, then quote it.
+                        await self._wait_lease_change(lease, 0.5)
+                    elif not await self._learn_lease():
+                        return  # the session is over on the server
                     continue
                 if code in TRANSIENT_CODES and attempt < 4:
                     await asyncio.sleep(self._client.backoff_initial_s * 2**attempt)
                     continue
                 raise from_rpc_error(e) from e
+
+    async def _learn_lease(self) -> bool:
+        """Detached (no stream tells us), the server says our lease is not the session's: e.g. the
+        leader applied our Yield and re-granted, then died before answering, and the stream has
+        not re-attached. Read what the session holds now (GetSession) so the Release quotes it;
+        False if the session is over. Giving up instead would leave its slot held until expiry."""
+        try:
+            msg = await self._client.stub().GetSession(
+                scheduler_pb2.GetSessionRequest(session_id=self.session_id),
+                metadata=self._client.metadata,
+                timeout=self._client.rpc_timeout_s,
+            )
+        except grpc.aio.AioRpcError as e:
+            raise from_rpc_error(e) from e
+        info = SessionInfo.from_proto(msg)
+        if info.phase is Phase.ENDED:
+            return False
+        self._lease = info.lease  # None while queued: the Release withdraws the request
+        return True
 
     async def _wait_lease_change(self, old: LeaseInfo | None, timeout: float) -> None:
         def changed(s: AsyncSession) -> bool:
