@@ -268,6 +268,7 @@ async def one_session(client: AsyncClient, book: Book, tenant: str, i: int, rng:
         await s.release()
     except Exception as e:  # noqa: BLE001 - every failure is a finding, counted below
         book.failed.append(f"{sid}: {type(e).__name__}: {e}")
+        book.leave(sid)  # aclose releases whatever the session holds
         await s.aclose()
         return
     if s.lost_lease.is_set() or s.error is not None or s.end_reason not in ("released", "withdrawn"):

@@ -130,10 +130,17 @@ class AsyncSession(SessionStream):
         `SessionEnded` if it ended without a lease; TimeoutError after `timeout` seconds.
         """
         self.start()
-        await self.wait_until(lambda s: s._ready() or s.ended.is_set(), timeout)
-        if self._lease is not None:
-            return self._lease
-        raise self._end_error()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            await self.wait_until(lambda s: s._ready() or s.ended.is_set(), left)
+            if self._lease is not None:
+                return self._lease
+            if self.ended.is_set():
+                raise self._end_error()
+            # Ready when checked, but the lease went before this task resumed (a yield right
+            # after the grant, e.g. a floor slot reclaimed): the session is queued again, wait on.
 
     async def release(self) -> None:
         """End the session: Release the lease, or withdraw the queued request. Idempotent.

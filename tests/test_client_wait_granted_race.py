@@ -1,0 +1,54 @@
+"""`wait_granted` across a lease that goes before the waiter resumes.
+
+What bench/failover.py saw around leader kills: a session granted a slot lent from the floor was
+asked to yield it at once (the Guaranteed probe reclaimed the floor), yielded and was queued again,
+all between the moment its waiter saw "ready" and the moment `wait_granted` went on: it raised
+`SessionEnded` ("ended (None)") for a session that was not over, and the runtime gave it up. The
+waiter must wait on for the next grant. Every interleaving of up to a few loop passes is tried
+(the state is driven directly: no server, no stream)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from scheduler.client import AsyncClient, LeaseInfo, Phase, QoS, Slot
+from scheduler.client.errors import SessionEnded
+
+
+def _lease(epoch: int) -> LeaseInfo:
+    return LeaseInfo("s", f"w/0#{epoch}", epoch, Slot("w", 0), "w:1", None, None, QoS.BURSTABLE)
+
+
+@pytest.mark.parametrize("passes", range(6))
+def test_a_lease_that_goes_before_the_waiter_resumes_does_not_end_the_wait(passes: int) -> None:
+    async def body() -> None:
+        client = AsyncClient("127.0.0.1:1", token="t")  # never dialled
+        s = client.session("s", QoS.BURSTABLE)
+        s.start = lambda: None  # type: ignore[method-assign]  # no stream: the test drives the state
+        waiter = asyncio.create_task(s.wait_granted(5))
+        await asyncio.sleep(0)
+        first, second = _lease(1), _lease(2)
+        s._lease, s._phase = first, Phase.HOLDING
+        s._notify()
+        for _ in range(passes):
+            await asyncio.sleep(0)
+        if not waiter.done():
+            s._lease, s._phase = None, Phase.QUEUED  # yielded, queued again
+            s._notify()
+            await asyncio.sleep(0.01)
+            assert not waiter.done(), "the wait ended though the session is only queued"
+            s._lease, s._phase = second, Phase.HOLDING
+            s._notify()
+            assert await waiter == second
+        else:
+            assert waiter.result() == first
+        # A session that is really over still ends the wait, with its error.
+        s._lease, s._phase = None, Phase.ENDED
+        s.end_reason = "revoked"
+        s.ended.set()
+        with pytest.raises(SessionEnded):
+            await s.wait_granted(1)
+
+    asyncio.run(body())
