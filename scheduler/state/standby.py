@@ -160,7 +160,11 @@ class Standby:
         this position reloads the snapshot; an entry it cannot apply stops the following (the
         take-over then recovers in full, and says why)."""
         quiet = False
-        while not self.serving and not self._stopping:
+        me = asyncio.current_task()
+        # Also ends once `_stop_following` let go of this task: a cancellation can be lost inside
+        # the redis client (seen under load: the task went on following and a take-over awaiting
+        # it hung), so the next iteration must not depend on it.
+        while not self.serving and not self._stopping and self._follow_task is me:
             try:
                 if self._pos is None:
                     self._pos = await self._restore_snapshot()
