@@ -52,3 +52,24 @@ def test_a_lease_that_goes_before_the_waiter_resumes_does_not_end_the_wait(passe
             await s.wait_granted(1)
 
     asyncio.run(body())
+
+
+@pytest.mark.parametrize("yield_sent", [True, False], ids=["after-our-yield", "no-yield"])
+def test_queued_on_reattach_after_our_yield_is_not_a_lost_lease(yield_sent: bool) -> None:
+    """A leader applied our Yield and died before the Ended{YIELDED} reached us; the new leader,
+    on re-attach, reports the session as queued. That is our yield, not a lease taken from us
+    (bench/failover.py counted such sessions as lost). Without a Yield of ours it is a loss."""
+    from scheduler.api.gen.slotsched.v1 import scheduler_pb2
+
+    async def body() -> None:
+        client = AsyncClient("127.0.0.1:1", token="t")
+        s = client.session("s", QoS.BURSTABLE)
+        lease = _lease(3)
+        s._lease, s._phase = lease, Phase.YIELDING
+        if yield_sent:
+            s._yield_sent = lease.key
+        s._handle_event(scheduler_pb2.LeaseEvent(queued=scheduler_pb2.Queued(position=1)))
+        assert s._lease is None and s.phase is Phase.QUEUED
+        assert s.lost_lease.is_set() is (not yield_sent)
+
+    asyncio.run(body())

@@ -135,6 +135,7 @@ class SessionDuties(SessionState):
             req.snapshot.CopyFrom(ref.to_proto())
             self._yield_ref = (lease.key, ref)
         stub = self._client.session_stub()
+        self._yield_sent = lease.key
         for attempt in range(5):
             if not self._is_current(lease.lease_id, lease.epoch) or self._release_requested:
                 return

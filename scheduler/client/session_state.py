@@ -82,6 +82,7 @@ class SessionState:
         self._yield_gen = 0  # bumped by every yield started or cancelled: stale ones stop
         self._background: set[asyncio.Task[Any]] = set()
         self._yield_ref: tuple[tuple[str, int], SnapshotRef] | None = None
+        self._yield_sent: tuple[str, int] | None = None  # the lease whose Yield we sent
         self._grant_done: tuple[str, int] | None = None
         self._grant_error: BaseException | None = None
         self._yielded: tuple[str, int] | None = None

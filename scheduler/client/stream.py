@@ -142,8 +142,10 @@ class SessionStream(SessionDuties):
             self._skew_s = (ev.at.ToDatetime(tzinfo=UTC) - datetime.now(UTC)).total_seconds()
         if kind == "queued":
             if self._lease is not None:
-                # Queued while we thought we held: the server no longer knows our lease.
-                self._drop_lease(involuntary=True)
+                # Queued while we thought we held: the server no longer knows our lease. After
+                # our own Yield of it (sent; its answer and Ended{YIELDED} lost to a failover, the
+                # re-attach replays only "queued") that is our yield, not a lease taken from us.
+                self._drop_lease(involuntary=self._yield_sent != self._lease.key)
             self._queue = QueueInfo.from_proto(ev.queued)
             self._phase = Phase.QUEUED
         elif kind == "granted":
