@@ -31,7 +31,7 @@ from scheduler.core.types import (
     YieldRequested,
 )
 from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
-from scheduler.ports import EndedSession, Extras, LoopState, WorkerEntry
+from scheduler.ports import EndedSession, Extras, LoopState, StateUnavailable, WorkerEntry
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
 from scheduler.state import state_snapshot as snapshot
@@ -318,3 +318,31 @@ async def _snapshot_while_serving(url: str) -> None:
     }
     for r in (leader, successor):
         await r.store.close()
+
+
+def test_an_unforeseen_append_failure_answers_every_waiter_and_steps_down() -> None:
+    """Not only Redis errors: whatever escapes an append settles its batch's waiters (a batch left
+    unsettled would hang every reply waiting on it) and the leader steps down (appending later
+    batches would leave a hole in the journal). Found by review."""
+
+    class _Broken(_Store):
+        async def append(self, records: list[bytes], token: str) -> str:
+            raise ValueError("a reply this build cannot parse")
+
+    async def go() -> None:
+        loop = SchedulerLoop(POLICY)
+        stepped: list[bool] = []
+
+        async def down() -> None:
+            stepped.append(True)
+
+        r = _replica(loop)
+        r.store = _Broken()  # type: ignore[assignment]
+        r.on_step_down = down
+        loop.journal = r
+        loop.submit(Acquire(SessionId("a/s"), TenantName("a"), QoS.BURSTABLE))
+        with pytest.raises(StateUnavailable):
+            await asyncio.wait_for(r.durable(), 5)
+        assert stepped == [True] and not r.serving
+
+    asyncio.run(go())

@@ -13,8 +13,9 @@ into the same status, details and trailing metadata); the unary methods return t
 raise `AioRpcError`. So the session's state machine, its re-attach with backoff and its error
 mapping (`errors.from_rpc_error`) are the ones the per-session rpcs use.
 
-A broken channel fails every call on it with the channel's status; UNAVAILABLE (and the other
-`REATTACH_CODES`) make each session re-attach as after a broken Acquire stream: its next
+A broken channel fails every call on it with UNAVAILABLE (whatever status ended it, except a
+verdict on the client itself: UNAUTHENTICATED, PERMISSION_DENIED), so each session re-attaches
+as after a broken Acquire stream and its commands in flight are sent again: its next
 `Acquire` opens a new channel, through `client.stub()` taken afresh (so a client that follows
 the leader reaches the new one). A server without `Channel` (UNIMPLEMENTED) switches the client
 back to the per-session rpcs (`unsupported`).
@@ -31,9 +32,14 @@ import grpc
 import grpc.aio
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
-from scheduler.client.channel import REATTACH_CODES, ClientLink
+from scheduler.client.channel import ClientLink
 
 DETAILS_KEY = "grpc-status-details-bin"
+#: Statuses that end a channel and are a verdict on the client itself (its credential, or a server
+#: without Channel), passed to its sessions as they are; any other ends it as UNAVAILABLE.
+_CHANNEL_VERDICTS = frozenset(
+    {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED}
+)
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 _END = object()  # a session's stream ended with OK after its last event
 
@@ -176,10 +182,12 @@ class _Conn:
     def _break(self, err: grpc.aio.AioRpcError) -> None:
         if self.broken is not None:
             return
-        if err.code() in REATTACH_CODES and err.code() is not grpc.StatusCode.UNAVAILABLE:
+        if err.code() not in _CHANNEL_VERDICTS and err.code() is not grpc.StatusCode.UNAVAILABLE:
             # A broken channel is never a verdict on one session: grpc reports a call that died
-            # under a write (the server killed) as INTERNAL or UNKNOWN. Said as UNAVAILABLE, the
-            # sessions re-attach and their Renew/Release/Yield are sent again (to the leader).
+            # under a write (the server killed) as INTERNAL or UNKNOWN, the server ends a channel
+            # whose reader fell behind RESOURCE_EXHAUSTED, the wire guard one with a malformed
+            # command INVALID_ARGUMENT. Said as UNAVAILABLE, every session on it re-attaches (the
+            # server keeps them) and its Renew/Release/Yield are sent again (to the leader).
             why = f"the channel broke: {err.code().name}: {err.details()}"
             err = rpc_error(grpc.StatusCode.UNAVAILABLE, why)
         self.broken = err

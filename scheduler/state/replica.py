@@ -277,12 +277,18 @@ class Replica(Standby):
                     if not self.serving:
                         raise NotLeader("not serving")
                     last_id = await self.store.append(batch, token)
-                except (RedisError, OSError, NotLeader) as e:
+                except Exception as e:  # noqa: BLE001 - any failure: the batch is not durable
+                    # Redis errors, a fenced write, or anything unforeseen: its waiters must hear
+                    # (a batch left unsettled would hang them), and a leader that lost a batch
+                    # must not append later ones (the journal would have a hole): step down.
                     self._settle(fut, unavailable(f"the state store is unavailable: {e}"))
                     if term == self._term:
                         self._inflight_fut = None
                         self.metrics.errors.inc()
-                        log.error("journal append failed (%s): stepping down", e)
+                        if isinstance(e, (RedisError, OSError, NotLeader)):
+                            log.error("journal append failed (%s): stepping down", e)
+                        else:
+                            log.exception("journal append failed unexpectedly: stepping down")
                         await self._step_down(f"journal append failed: {e}")
                     return
                 self.metrics.flush.observe(time.perf_counter() - t0)
@@ -314,7 +320,7 @@ class Replica(Standby):
         try:
             state = snapshot.State(self.loop.export_state(), self.registry.workers, self._last_now)
             snap = snapshot.capture(state)
-        except (snapshot.StateSnapshotError, AttributeError, TypeError) as e:
+        except Exception as e:  # noqa: BLE001 - a capture must never stop the journal
             self._snapshots_ok = False  # the journal keeps everything; say so once
             log.error("snapshots disabled, the journal will not be compacted: %s", e)
             return None
