@@ -1,8 +1,8 @@
 """A channel ended by any status that is not a verdict on the client ends its sessions'
 streams UNAVAILABLE, so each re-attaches (the server keeps them): the server ends a channel whose
-reader fell behind RESOURCE_EXHAUSTED, the wire guard one with a malformed command
-INVALID_ARGUMENT, grpc one that died under a write INTERNAL. A credential refused is passed on as
-it is. (Found by review: every session of the client failed for good.)"""
+reader fell behind RESOURCE_EXHAUSTED, grpc one that died under a write INTERNAL. A credential
+refused, or a command the wire guard refused (INVALID_ARGUMENT), is passed on as it is. (Found
+by review: every session of the client failed for good.)"""
 
 from __future__ import annotations
 
@@ -55,7 +55,9 @@ class _Client:
     ("ended", "seen"),
     [
         (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE),
-        (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAVAILABLE),
+        # the guard refused a command: sending it again would fail again (it stays documented
+        # that one malformed command ends the whole channel)
+        (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.INVALID_ARGUMENT),
         (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE),
         (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE),
         (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNAUTHENTICATED),

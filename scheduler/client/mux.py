@@ -14,9 +14,9 @@ raise `AioRpcError`. So the session's state machine, its re-attach with backoff 
 mapping (`errors.from_rpc_error`) are the ones the per-session rpcs use.
 
 A broken channel fails every call on it with UNAVAILABLE (whatever status ended it, except a
-verdict on the client itself: UNAUTHENTICATED, PERMISSION_DENIED), so each session re-attaches
-as after a broken Acquire stream and its commands in flight are sent again: its next
-`Acquire` opens a new channel, through `client.stub()` taken afresh (so a client that follows
+verdict on what the client sent: UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT), so each
+session re-attaches as after a broken Acquire stream and its commands in flight are sent again:
+its next `Acquire` opens a new channel, through `client.stub()` taken afresh (so a client that follows
 the leader reaches the new one). A server without `Channel` (UNIMPLEMENTED) switches the client
 back to the per-session rpcs (`unsupported`).
 """
@@ -35,10 +35,16 @@ from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from scheduler.client.channel import ClientLink
 
 DETAILS_KEY = "grpc-status-details-bin"
-#: Statuses that end a channel and are a verdict on the client itself (its credential, or a server
-#: without Channel), passed to its sessions as they are; any other ends it as UNAVAILABLE.
+#: Statuses that end a channel as a verdict on what the client sent (its credential, a command
+#: the wire guard refused, a server without Channel): passed to its sessions as they are, since
+#: sending the same again would only fail again. Any other ends it as UNAVAILABLE.
 _CHANNEL_VERDICTS = frozenset(
-    {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED}
+    {
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
 )
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 _END = object()  # a session's stream ended with OK after its last event
@@ -184,10 +190,10 @@ class _Conn:
             return
         if err.code() not in _CHANNEL_VERDICTS and err.code() is not grpc.StatusCode.UNAVAILABLE:
             # A broken channel is never a verdict on one session: grpc reports a call that died
-            # under a write (the server killed) as INTERNAL or UNKNOWN, the server ends a channel
-            # whose reader fell behind RESOURCE_EXHAUSTED, the wire guard one with a malformed
-            # command INVALID_ARGUMENT. Said as UNAVAILABLE, every session on it re-attaches (the
-            # server keeps them) and its Renew/Release/Yield are sent again (to the leader).
+            # under a write (the server killed) as INTERNAL or UNKNOWN, and the server ends a
+            # channel whose reader fell behind RESOURCE_EXHAUSTED. Said as UNAVAILABLE, every
+            # session on it re-attaches (the server keeps them) and its Renew/Release/Yield are
+            # sent again (to the leader).
             why = f"the channel broke: {err.code().name}: {err.details()}"
             err = rpc_error(grpc.StatusCode.UNAVAILABLE, why)
         self.broken = err
