@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
-from procs import bench_policy, stop_all  # noqa: E402
+from procs import bench_policy, free_port, start_redis, stop_all  # noqa: E402
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc  # noqa: E402
 
@@ -143,32 +142,6 @@ def _spawn(args: list[str], cpus: set[int] | None = None) -> tuple[subprocess.Po
             return proc, line.rsplit(" ", 1)[1].strip()
     proc.kill()
     raise RuntimeError(f"{args} did not start")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _start_redis(port: int, directory: str) -> subprocess.Popen[str]:
-    """A private redis-server, durable the way deploy/redis.yaml runs it (AOF, fsync always)."""
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory, "--save", "",
-         "--appendonly", "yes", "--appendfsync", "always"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
-                sock.sendall(b"PING\r\n")
-                if sock.recv(16).startswith(b"+PONG"):
-                    return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("redis-server did not start")
 
 
 class ChannelTarget:
@@ -420,8 +393,8 @@ def main() -> int:
         try:
             servers = {"slotsched": [sys.executable, "-c", _SERVE, str(policy)]}
             if args.redis:
-                redis_port = _free_port()
-                procs.append(_start_redis(redis_port, d))
+                redis_port = free_port()
+                procs.append(start_redis(redis_port, d))
                 servers["redis"] = [
                     sys.executable,
                     "-c",

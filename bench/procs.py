@@ -47,14 +47,15 @@ def free_port() -> int:
 
 
 def start_redis(
-    port: int, directory: str, fsync: str = "always", replica_of: int | None = None
+    port: int, directory: str, fsync: str = "always", replica_of: int | None = None, aof: bool = True
 ) -> subprocess.Popen[str]:
     """A private redis-server, durable the way deploy/ runs it (AOF, `appendfsync always` by
-    default); with `replica_of`, a replica of the server on that port."""
+    default; `aof=False`: none); with `replica_of`, a replica of the server on that port."""
     extra = ["--replicaof", "127.0.0.1", str(replica_of)] if replica_of is not None else []
+    durability = ["--appendonly", "yes", "--appendfsync", fsync] if aof else ["--appendonly", "no"]
     proc = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory, "--save", "",
-         "--appendonly", "yes", "--appendfsync", fsync, *extra],
+         *durability, *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 10

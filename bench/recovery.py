@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from procs import free_port, start_redis  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 
 from scheduler.core.types import Acquire, Granted, QoS, Release, Renew, SessionId, TenantName, WorkerId  # noqa: E402
@@ -154,23 +154,13 @@ def _tail(loop: SchedulerLoop, granted: list[Any], n: int, queued: int) -> None:
             loop.submit(Acquire(SessionId(f"t{t}/tail-{k}"), TenantName(f"t{t}"), QoS.BURSTABLE), Extras())
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class RedisServer:
+    """A private redis-server without an AOF (this bench measures reads, not fsync)."""
+
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="slotsched-recovery-")
         self.port = free_port()
-        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-            + ["--dir", self.dir],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self.proc = start_redis(self.port, self.dir, aof=False)
 
     @property
     def url(self) -> str:
