@@ -235,6 +235,33 @@ def from_doc(doc: Any) -> CoreRecords:
         raise ValueError(f"core state is malformed: {type(e).__name__}: {e}") from e
 
 
+def _common(doc: Doc) -> dict[str, Any]:
+    """The fields every format of the core's document holds in the same shape."""
+    return {
+        "now": time_from_doc(doc["now"]),
+        "seq": int(doc["seq"]),
+        "worker_seq": int(doc["worker_seq"]),
+        "mean_hold_s": float(doc["mean_hold_s"]),
+        "holds_seen": bool(doc["holds_seen"]),
+        "tenants": tuple(_unspec(td) for td in doc["tenants"]),
+        "retired": frozenset(str(n) for n in doc["retired"]),
+        "workers": tuple(
+            WorkerRecord(
+                WorkerId(str(wd["id"])),
+                str(wd["address"]),
+                int(wd["slots"]),
+                int(wd["seq"]),
+                WorkerState(wd["state"]),
+            )
+            for wd in doc["workers"]
+        ),
+        "orphans": tuple(LeaseId(str(lid)) for lid in doc["orphans"]),
+        "earmark_order": tuple(
+            (int(e[0]), float(e[1]), int(e[2]), SessionId(str(e[3]))) for e in doc["earmark_order"]
+        ),
+    }
+
+
 def _records(doc: Doc) -> CoreRecords:
     timers = doc["timers"]
     maturing = tuple(_untimer(e) for e in timers["maturing"])
@@ -245,31 +272,11 @@ def _records(doc: Doc) -> CoreRecords:
     for d, lid, epoch in yield_deadlines:
         earliest_deadline[(lid, epoch)] = min(d, earliest_deadline.get((lid, epoch), math.inf))
     return CoreRecords(
-        now=time_from_doc(doc["now"]),
-        seq=int(doc["seq"]),
-        worker_seq=int(doc["worker_seq"]),
-        mean_hold_s=float(doc["mean_hold_s"]),
-        holds_seen=bool(doc["holds_seen"]),
-        tenants=tuple(_unspec(td) for td in doc["tenants"]),
-        retired=frozenset(str(n) for n in doc["retired"]),
-        workers=tuple(
-            WorkerRecord(
-                WorkerId(str(wd["id"])),
-                str(wd["address"]),
-                int(wd["slots"]),
-                int(wd["seq"]),
-                WorkerState(wd["state"]),
-            )
-            for wd in doc["workers"]
-        ),
+        **_common(doc),
         epochs=tuple((SlotId(WorkerId(str(w)), int(i)), int(e)) for w, i, e in doc["epochs"]),
         free_slots=tuple((int(seq), int(index), WorkerId(str(wid))) for seq, index, wid in doc["free_slots"]),
         leases=tuple(_lease(ld, pending_maturity, earliest_deadline) for ld in doc["leases"]),
-        orphans=tuple(LeaseId(str(lid)) for lid in doc["orphans"]),
         requests=tuple(_request(rd) for rd in doc["requests"]),
-        earmark_order=tuple(
-            (int(e[0]), float(e[1]), int(e[2]), SessionId(str(e[3]))) for e in doc["earmark_order"]
-        ),
         expiries=tuple(_untimer(e) for e in timers["expiries"]),
         yield_deadlines=yield_deadlines,
         maturing=maturing,
@@ -281,31 +288,11 @@ def _records_v2(doc: Doc) -> CoreRecords:
         raise ValueError("lease_fields or request_fields are not the columns of format 2")
     timers = doc["timers"]
     return CoreRecords(
-        now=time_from_doc(doc["now"]),
-        seq=int(doc["seq"]),
-        worker_seq=int(doc["worker_seq"]),
-        mean_hold_s=float(doc["mean_hold_s"]),
-        holds_seen=bool(doc["holds_seen"]),
-        tenants=tuple(_unspec(td) for td in doc["tenants"]),
-        retired=frozenset(str(n) for n in doc["retired"]),
-        workers=tuple(
-            WorkerRecord(
-                WorkerId(str(wd["id"])),
-                str(wd["address"]),
-                int(wd["slots"]),
-                int(wd["seq"]),
-                WorkerState(wd["state"]),
-            )
-            for wd in doc["workers"]
-        ),
+        **_common(doc),
         epochs=tuple((SlotId(w, int(i)), int(e)) for w, i, e in doc["epochs"]),
         free_slots=tuple((int(seq), int(index), wid) for seq, index, wid in doc["free_slots"]),
         leases=_leases_v2(doc["leases"]),
-        orphans=tuple(LeaseId(str(lid)) for lid in doc["orphans"]),
         requests=_requests_v2(doc["requests"]),
-        earmark_order=tuple(
-            (int(e[0]), float(e[1]), int(e[2]), SessionId(str(e[3]))) for e in doc["earmark_order"]
-        ),
         expiries=_timers(timers["expiries"]),
         yield_deadlines=_timers(timers["yield_deadlines"]),
         maturing=_timers(timers["maturing"]),
