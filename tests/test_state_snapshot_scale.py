@@ -183,6 +183,9 @@ def test_a_malformed_format_3_snapshot_is_refused_with_what_is_wrong() -> None:
 class _Store:
     token = "me:1"
 
+    def append_nowait(self, records: list[bytes], token: str, done: Any) -> bool:
+        return False  # no lean connection: the replica awaits `append`
+
 
 def _replica(loop: SchedulerLoop, **kw: Any) -> Replica:
     async def nothing(*_: Any) -> None:

@@ -10,7 +10,7 @@ health SERVING / NOT_SERVING to match (Kubernetes' readiness: the Service routes
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ from scheduler.server import errors, reflection_v1
 from scheduler.server.admin_service import AdminService
 from scheduler.server.auth import AUTH_HEADER, Authenticator
 from scheduler.server.keda_service import add_keda_servicer
+from scheduler.server.leader_gate import GatedRegistrar
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.scheduler_service import SchedulerService
@@ -46,41 +47,6 @@ SERVICE_NAMES = (
 )
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"  # the port deploy/ scrapes
-
-
-class _LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """A replicated server: while this replica does not serve, the scheduling services answer
-    UNAVAILABLE NOT_LEADER, naming the leader when `leader()` knows it (errors.not_leader)."""
-
-    def __init__(self, serving: Callable[[], bool], leader: Callable[[], str | None]) -> None:
-        self._serving = serving
-        self._leader = leader
-        self._gated = tuple(f"/{name}/" for name in SERVICE_NAMES)
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        if self._serving() or handler is None or not details.method.startswith(self._gated):
-            return handler
-        failure = errors.not_leader(self._leader())
-
-        async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-            await errors.abort(context, failure)
-
-        kw = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(refuse, **kw)
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(refuse, **kw)
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(refuse, **kw)
-        return grpc.stream_stream_rpc_method_handler(refuse, **kw)
 
 
 class _Health(health.aio.HealthServicer):  # type: ignore[misc]
@@ -117,11 +83,13 @@ def assemble(
     (weighted demand in slots); `serving`, if given, gates the scheduling services (and `leader`
     names the leader's address in the refusal); `grant_keys` sign the Scheduler service's grants
     (None: a generated key)."""
-    interceptors = [] if serving is None else [_LeaderGate(serving, leader)]
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=interceptors)
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     # Every servicer is registered through the wire guard: undecodable or over-long requests are
-    # INVALID_ARGUMENT before a servicer sees them (scheduler/api/guard.py).
+    # INVALID_ARGUMENT before a servicer sees them (scheduler/api/guard.py); a replicated server's
+    # scheduling services through the leader gate too (leader_gate.py), which checks first.
     reg: Any = guard.GuardedRegistrar(server, errors.refuse_request)
+    if serving is not None:
+        reg = GatedRegistrar(reg, SERVICE_NAMES, serving, leader)
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth, grant_keys), reg)  # type: ignore[no-untyped-call]
     workers_pb2_grpc.add_WorkersServicer_to_server(WorkersService(registry, auth), reg)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(AdminService(registry, auth), reg)  # type: ignore[no-untyped-call]

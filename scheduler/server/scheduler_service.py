@@ -94,10 +94,13 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                         queued_since = at
                 elif kind == GRANTED:
                     queued_since = None
-                await self._loop.durable()  # never tell what a crash could take back
+                # Built (and signed) while the journal append is in flight; written only after:
+                # never tell what a crash could take back.
+                message = seal(keys, lease_event(notice))
+                await self._loop.durable()
                 if stream.closed:
                     continue  # closed while we waited: the check above ends the stream
-                await write(seal(keys, lease_event(notice)))
+                await write(message)
                 if kind == FINAL:
                     if withdrawn:
                         msg = f"still queued when {withdrawn} passed: the request was withdrawn"

@@ -248,9 +248,9 @@ class _Channel:
             if self.failure is not None:
                 raise self.failure
             n = len(outbox)
-            await durable()  # never tell what a crash could take back
-            if self.loop.shutting_down:
-                raise errors.from_closed(StreamClosed.SHUTTING_DOWN)
+            # Built while the journal append is in flight, written once what it tells is
+            # durable (the wait below covers every event applied so far): never tell what a
+            # crash could take back.
             resp = scheduler_pb2.ChannelResponse()
             events = resp.events
             ended = False
@@ -273,6 +273,9 @@ class _Channel:
                         ev.yielded.CopyFrom(out)
             if len(outbox) < SOFT_LIMIT:
                 self.drained.set()
+            await durable()
+            if self.loop.shutting_down:
+                raise errors.from_closed(StreamClosed.SHUTTING_DOWN)
             if events:
                 await write(resp)
             if ended:

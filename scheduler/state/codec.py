@@ -29,7 +29,10 @@ guess: a newer writer's journal must not be half-understood.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
+
+import orjson
 
 from scheduler.core.types import Event
 from scheduler.dispatch import BY_NAME, BY_TYPE
@@ -56,9 +59,13 @@ def encode(record: Record, at: float, extras: Extras | None = None) -> bytes:
     spec = BY_TYPE.get(type(record))
     if spec is None:  # pragma: no cover - the Event union is closed
         raise CodecError(f"cannot encode {type(record).__name__}")
+    if not math.isfinite(at):  # orjson would write null, which no reader takes for a time
+        raise CodecError(f"cannot encode a record at time {at!r}")
     doc: dict[str, Any] = {"v": FORMAT_VERSION, "at": at, "t": spec.name}
     spec.encode(record, doc, extras or NO_EXTRAS)
-    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    # orjson: ~1 us against json's ~8 (every Acquire and Release waits for its record); the
+    # same compact, key-sorted JSON that json.loads reads (floats shortest round-trip).
+    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
 
 
 def decode(raw: bytes | str) -> tuple[Record, float, Extras]:

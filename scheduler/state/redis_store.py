@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +95,10 @@ _RESIGN = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+
+#: Told the outcome of `RedisStore.append_nowait`: the last journal id, or the failure.
+AppendDone = Callable[[str | BaseException], None]
 
 
 class NotLeader(Exception):
@@ -240,26 +244,66 @@ class RedisStore:
             raise
         return _text(last)
 
+    def append_nowait(self, records: list[bytes], token: str, done: AppendDone) -> bool:
+        """`append`, sent now on the lean connection if it is open: `done` gets the last id, or
+        the failure (NotLeader, a RedisError), from the event loop, in the pass the reply arrives
+        in. False (nothing sent) where there is no open lean connection: await `append` instead."""
+        fast = self._fast
+        if fast is None or not fast.ready:
+            return False
+        keys = [self.k_leader, self.k_journal]
+        args: list[bytes | str] = [token, *records]
+        wait = self._wait_command()
+
+        def first(replies: list[Any] | BaseException) -> None:
+            if _noscript(replies) and fast.ready:
+                fast.send([("EVAL", _APPEND, len(keys), *keys, *args), *wait], last)
+            else:
+                last(replies)
+
+        def last(replies: list[Any] | BaseException) -> None:
+            try:
+                if isinstance(replies, BaseException):
+                    raise replies
+                outcome: str | BaseException = _text(self._fast_result(replies))
+            except (RedisError, NotLeader) as e:
+                outcome = e
+            done(outcome)
+
+        fast.send([("EVALSHA", _APPEND_SHA, len(keys), *keys, *args), *wait], first)
+        return True
+
+    def _wait_command(self) -> list[tuple[Any, ...]]:
+        """WAIT pipelined after the append when `replicas` > 0 (on the same connection: WAIT counts
+        its own connection's writes)."""
+        n = self.target.replicas
+        return [("WAIT", n, self.target.replica_timeout_ms)] if n else []
+
     async def _append_fast(self, keys: list[str], args: list[Any]) -> Any:
         """The append on the lean connection: EVALSHA (EVAL if the server lost the script, e.g.
-        after SCRIPT FLUSH or a restart), pipelined with WAIT when `replicas` > 0 (one connection:
-        WAIT counts its own connection's writes)."""
+        after SCRIPT FLUSH or a restart), pipelined with WAIT when `replicas` > 0."""
         assert self._fast is not None
-        n, ms = self.target.replicas, self.target.replica_timeout_ms
-        wait: list[tuple[Any, ...]] = [("WAIT", n, ms)] if n else []
+        wait = self._wait_command()
         replies = await self._fast.pipeline([("EVALSHA", _APPEND_SHA, len(keys), *keys, *args), *wait])
-        if isinstance(replies[0], ResponseError) and str(replies[0]).startswith("NOSCRIPT"):
-            # That EVALSHA wrote nothing; the WAIT after this EVAL covers what it writes.
+        if _noscript(replies):  # that EVALSHA wrote nothing; the WAIT after this EVAL covers what it writes
             replies = await self._fast.pipeline([("EVAL", _APPEND, len(keys), *keys, *args), *wait])
+        return self._fast_result(replies)
+
+    def _fast_result(self, replies: list[Any]) -> Any:
+        """The append's reply, or raise: NotLeader (fenced), ReplicasBehind, a ResponseError."""
+        assert self._fast is not None
         result = replies[0]
         if isinstance(result, ResponseError):
-            if "NOTLEADER" not in str(result):
-                self._fast.drop()  # e.g. READONLY: the node was demoted; connect afresh next time
+            if "NOTLEADER" in str(result):
+                raise NotLeader(str(result)) from result
+            self._fast.drop()  # e.g. READONLY: the node was demoted; connect afresh next time
             raise result
+        n = self.target.replicas
         if n:
             if isinstance(replies[1], ResponseError):
                 raise replies[1]
             if int(replies[1]) < n:
+                ms = self.target.replica_timeout_ms
                 raise ReplicasBehind(f"{replies[1]} of {n} replicas confirmed the append within {ms} ms")
         return result
 
@@ -380,6 +424,11 @@ class RedisStore:
         """The stream id the stored snapshot covers (None: no snapshot)."""
         v = await self.redis.hget(self.k_snapshot, "stream_id")
         return None if v is None else _text(v)
+
+
+def _noscript(replies: list[Any] | BaseException) -> bool:
+    """The server lost the script (SCRIPT FLUSH, a restart): EVALSHA wrote nothing."""
+    return not isinstance(replies, BaseException) and str(replies[0]).startswith("NOSCRIPT")
 
 
 def _text(v: Any) -> str:

@@ -74,7 +74,9 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from redis.exceptions import RedisError
@@ -84,7 +86,7 @@ from scheduler.policy.model import Policy
 from scheduler.ports import NOT_LEADER, Applied, Extras, ReplicaHost, StateUnavailable, WorkerBook
 from scheduler.state import codec
 from scheduler.state import state_snapshot as snapshot
-from scheduler.state.redis_store import NotLeader, RedisStore
+from scheduler.state.redis_store import AppendDone, NotLeader, RedisStore
 from scheduler.state.standby import Standby, StateError, TakeOver
 
 __all__ = ["Replica", "StateError", "StateMetrics", "TakeOver"]
@@ -193,7 +195,8 @@ class Replica(Standby):
         self._inflight_fut: asyncio.Future[None] | None = None
         self._waiters: dict[asyncio.Future[None], list[asyncio.Future[None]]] = {}
         self._flushing = False
-        self._term = 0  # bumped at every take-over: see _flush
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._term = 0  # bumped at every take-over: see _cut
         self._since_snapshot = 0
         self._last_snapshot = time.monotonic()
         self._snapshots_ok = True
@@ -259,63 +262,100 @@ class Replica(Standby):
             fut.add_done_callback(_consume)
         if not self._flushing:
             self._flushing = True
-            self._aloop.create_task(self._flush(self._term, self.store.token))
+            if self._snapshot_due():
+                self._aloop.call_soon(self._cut, self._term, self.store.token)
+            else:
+                self._cut(self._term, self.store.token)
 
-    async def _flush(self, term: int, token: str) -> None:
-        """Append batches in order for one term. A task left over from an earlier term (this
-        replica stepped down and led again) touches nothing of the new term, and its writes are
-        fenced by its own term's token."""
+    def _cut(self, term: int, token: str) -> None:
+        """Send the batch so far, then the next once this one is in: batches go in order, one
+        at a time, for one term. A cut left over from an earlier term (this replica stepped down
+        and led again) touches nothing of the new term, and its writes are fenced by its own
+        term's token. Plain redis://: no task, the reply settles the waiters in the pass it
+        arrives in (RedisStore.append_nowait); elsewhere a task awaits the append."""
+        if term != self._term:
+            return
+        if not self._batch:
+            self._flushing = False
+            return
+        batch, fut = self._batch, self._batch_fut
+        self._batch, self._batch_fut = [], None
+        assert fut is not None
+        self._inflight_fut = fut
+        snap = self._cut_snapshot()  # now, while the state is exactly the journal so far
+        done = partial(self._appended, term, token, fut, snap, time.perf_counter())
+        if not self.serving:
+            done(NotLeader("not serving"))
+        elif not self.store.append_nowait(batch, token, done):
+            self._background(self._append(batch, token, done))
+
+    async def _append(self, batch: list[bytes], token: str, done: AppendDone) -> None:
         try:
-            while self._batch and term == self._term:
-                batch, fut = self._batch, self._batch_fut
-                self._batch, self._batch_fut = [], None
-                assert fut is not None
-                self._inflight_fut = fut
-                snap = self._cut_snapshot()  # now, while the state is exactly the journal so far
-                t0 = time.perf_counter()
-                try:
-                    if not self.serving:
-                        raise NotLeader("not serving")
-                    last_id = await self.store.append(batch, token)
-                except Exception as e:  # noqa: BLE001 - any failure: the batch is not durable
-                    # Redis errors, a fenced write, or anything unforeseen: its waiters must hear
-                    # (a batch left unsettled would hang them), and a leader that lost a batch
-                    # must not append later ones (the journal would have a hole): step down.
-                    self._settle(fut, unavailable(f"the state store is unavailable: {e}"))
-                    if term == self._term:
-                        self._inflight_fut = None
-                        self.metrics.errors.inc()
-                        if isinstance(e, (RedisError, OSError, NotLeader)):
-                            log.error("journal append failed (%s): stepping down", e)
-                        else:
-                            log.exception("journal append failed unexpectedly: stepping down")
-                        await self._step_down(f"journal append failed: {e}")
-                    return
-                self.metrics.flush.observe(time.perf_counter() - t0)
-                self._settle(fut, None)
-                if term != self._term:
-                    return
-                self._inflight_fut = None
-                if snap is not None:
-                    await self._save_snapshot(snap, last_id, token)
-        finally:
+            last_id = await self.store.append(batch, token)
+        except Exception as e:  # noqa: BLE001 - any failure: the batch is not durable
+            done(e)
+        else:
+            done(last_id)
+
+    def _appended(
+        self,
+        term: int,
+        token: str,
+        fut: asyncio.Future[None],
+        snap: snapshot.Captured | None,
+        t0: float,
+        outcome: str | BaseException,
+    ) -> None:
+        if isinstance(outcome, BaseException):
+            # Redis errors, a fenced write, or anything unforeseen: its waiters must hear (a
+            # batch left unsettled would hang them), and a leader that lost a batch must not
+            # append later ones (the journal would have a hole): step down.
+            self._settle(fut, unavailable(f"the state store is unavailable: {outcome}"))
             if term == self._term:
-                self._flushing = False
+                # `_flushing` stays set: no later batch goes out before the step-down.
+                self._inflight_fut = None
+                self.metrics.errors.inc()
+                if isinstance(outcome, (RedisError, OSError, NotLeader)):
+                    log.error("journal append failed (%s): stepping down", outcome)
+                else:
+                    log.error("journal append failed unexpectedly: stepping down", exc_info=outcome)
+                # At once, not in a task: a handler asking `durable()` from now on must be refused.
+                if self._stop_serving(f"journal append failed: {outcome}"):
+                    self._background(self._stepped_down())
+            return
+        self.metrics.flush.observe(time.perf_counter() - t0)
+        self._settle(fut, None)
+        if term != self._term:
+            return
+        self._inflight_fut = None
+        if snap is not None:
+            self._save_snapshot(snap, outcome, token)
+        self._cut(term, token)
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` in a task this replica holds on to (the loop keeps only a weak reference)."""
+        task = self._aloop.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def tail_bound(self, live: int) -> int:
         """Journal entries after which a snapshot is due, for a state of `live` leases + queued
         sessions: replaying the tail then costs a bounded fraction of reading the snapshot."""
         return max(self.snapshot_every, int(self.snapshot_ratio * live))
 
+    def _snapshot_due(self) -> bool:
+        if not self._snapshots_ok or self._since_snapshot == 0 or not self.serving:
+            return False
+        if self._snapshot_task is not None and not self._snapshot_task.done():
+            return False  # one at a time: the tail grows meanwhile (bounded by its duration)
+        if self._since_snapshot >= self.tail_bound(self._snapshot_size):
+            return True
+        return time.monotonic() - self._last_snapshot >= self.snapshot_interval_s
+
     def _cut_snapshot(self) -> snapshot.Captured | None:
         """At a batch cut: a consistent copy of the state if a snapshot is due (see the module
         docstring, Snapshots). Only the copy runs on the event loop; `_save_snapshot` encodes."""
-        if not self._snapshots_ok or self._since_snapshot == 0 or not self.serving:
-            return None
-        if self._snapshot_task is not None and not self._snapshot_task.done():
-            return None  # one at a time: the tail grows meanwhile (bounded by its duration)
-        due = self._since_snapshot >= self.tail_bound(self._snapshot_size)
-        if not due and time.monotonic() - self._last_snapshot < self.snapshot_interval_s:
+        if not self._snapshot_due():
             return None
         try:
             state = snapshot.State(self.loop.export_state(), self.registry.workers, self._last_now)
@@ -330,7 +370,7 @@ class Replica(Standby):
         self._snapshot_size = snap.size
         return snap
 
-    async def _save_snapshot(self, snap: snapshot.Captured, last_id: str, token: str) -> None:
+    def _save_snapshot(self, snap: snapshot.Captured, last_id: str, token: str) -> None:
         """Encode (in a thread) and store the snapshot covering the journal up to `last_id`, in
         the background: the journal's next batches do not wait for it."""
         self._snapshot_task = self._aloop.create_task(self._store_snapshot(snap, last_id, token))
@@ -506,9 +546,15 @@ class Replica(Standby):
         self.loop.submit(Resumed(since))
 
     async def _step_down(self, why: str) -> None:
+        if self._stop_serving(why):
+            await self.on_step_down()
+        self._ensure_following()
+
+    def _stop_serving(self, why: str) -> bool:
+        """The synchronous half of a step-down: from here on nothing is told durable and every
+        call is refused. False if this replica was not serving."""
         if not self.serving:
-            self._ensure_following()
-            return
+            return False
         log.warning("stepping down: %s", why)
         self.serving = False
         self._deadline = float("-inf")
@@ -521,6 +567,9 @@ class Replica(Standby):
         self.loop.close()
         self._pos = None  # this core holds events that never reached the journal: reload
         self.leader_address = None
+        return True
+
+    async def _stepped_down(self) -> None:
         await self.on_step_down()
         self._ensure_following()
 
