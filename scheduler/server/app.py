@@ -87,9 +87,10 @@ def assemble(
     # Every servicer is registered through the wire guard: undecodable or over-long requests are
     # INVALID_ARGUMENT before a servicer sees them (scheduler/api/guard.py); a replicated server's
     # scheduling services through the leader gate too (leader_gate.py), which checks first.
-    reg: Any = guard.GuardedRegistrar(server, errors.refuse_request)
+    reg: Any = server
     if serving is not None:
-        reg = GatedRegistrar(reg, SERVICE_NAMES, serving, leader)
+        reg = GatedRegistrar(server, SERVICE_NAMES, serving, leader)  # wraps what the guard wrapped
+    reg = guard.GuardedRegistrar(reg, errors.refuse_request)
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth, grant_keys), reg)  # type: ignore[no-untyped-call]
     workers_pb2_grpc.add_WorkersServicer_to_server(WorkersService(registry, auth), reg)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(AdminService(registry, auth), reg)  # type: ignore[no-untyped-call]
