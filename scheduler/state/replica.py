@@ -1,10 +1,15 @@
 """One scheduler replica backed by Redis: journal, snapshots, recovery, leader election.
 
-Journal. The loop calls `record` after every event it applies (submit, apply_policy); the record
-(codec.py) joins the current batch, and the first record of a batch schedules a flush task, so
-the events of one loop iteration go to Redis together in one fenced script call (group commit).
+Journal. The loop calls `record` after every event it applies (submit, apply_policy). Group
+commit with one append in flight at a time: when none is, the record (codec.py) is sent at once,
+from `record` itself (no task, no loop pass before the write); records applied while an append is
+in flight join the next batch, which the reply's callback sends, in one fenced script call. On
+plain `redis://` the append goes over the lean RESP connection (resp.py), whose protocol settles
+the batch's waiters in the loop pass the reply arrives in; elsewhere a task awaits redis-py.
 Handlers `await loop.durable()` before they reply or write a stream event; that resolves when
-the batch holding everything applied so far is in Redis. Memory mode never gets here.
+the batch holding everything applied so far is in Redis (they build their reply meanwhile).
+Memory mode never gets here. (When a snapshot is due the cut waits for the next loop pass, the
+moment the state is exactly the journal so far.)
 
 Failure. If an append fails (Redis unreachable, or the leader key is no longer ours), every
 caller waiting for durability gets `StateUnavailable` (UNAVAILABLE with `retry-after-ms` on the
