@@ -7,12 +7,14 @@ what the replica treats as a failed append (then reconnecting once Redis is back
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -272,9 +274,11 @@ def test_a_killed_redis_mid_append_fails_the_append_then_it_reconnects() -> None
             r.kill()
 
 
-async def _scripted_server(script: list[tuple[int, bytes]]) -> tuple[asyncio.Server, int]:
-    """A server that, for each (n, reply) in turn, reads until n more commands came in (one `*`
-    array header each: the test's commands hold no other `*`), then writes `reply`."""
+@contextlib.asynccontextmanager
+async def _scripted(script: list[tuple[int, bytes]], timeout_s: float = 5) -> AsyncIterator[RespConnection]:
+    """A connected RespConnection to a server that, for each (n, reply) in turn, reads until n
+    more commands came in (one `*` array header each: the tests' commands hold no other `*`),
+    then writes `reply`."""
 
     async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         read, want = b"", 0
@@ -291,7 +295,14 @@ async def _scripted_server(script: list[tuple[int, bytes]]) -> tuple[asyncio.Ser
         w.close()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    return server, server.sockets[0].getsockname()[1]
+    conn = RespConnection("127.0.0.1", server.sockets[0].getsockname()[1], timeout_s=timeout_s)
+    try:
+        await conn.connect()
+        yield conn
+    finally:
+        await conn.close()
+        server.close()
+        await server.wait_closed()
 
 
 def test_sends_are_pipelined_and_answered_in_order_from_the_protocol() -> None:
@@ -299,10 +310,7 @@ def test_sends_are_pipelined_and_answered_in_order_from_the_protocol() -> None:
     from the protocol (no task awaits them)."""
 
     async def body() -> None:
-        server, port = await _scripted_server([(1, b"+PONG\r\n"), (3, b":1\r\n$1\r\nx\r\n-ERR no\r\n")])
-        conn = RespConnection("127.0.0.1", port, timeout_s=5)
-        try:
-            await conn.connect()
+        async with _scripted([(1, b"+PONG\r\n"), (3, b":1\r\n$1\r\nx\r\n-ERR no\r\n")]) as conn:
             assert conn.ready
             got: list[Any] = []
             conn.send([("PING",)], got.append)
@@ -313,10 +321,6 @@ def test_sends_are_pipelined_and_answered_in_order_from_the_protocol() -> None:
                 await asyncio.sleep(0.001)
             assert got[0] == [b"PONG"]
             assert got[1][:2] == [1, b"x"] and str(got[1][2]) == "ERR no"
-        finally:
-            await conn.close()
-            server.close()
-            await server.wait_closed()
 
     asyncio.run(body())
 
@@ -326,33 +330,13 @@ def test_a_cancelled_caller_does_not_shift_the_replies_of_the_next() -> None:
     caller gets its own (a connection matching replies by order must never hand one to another)."""
 
     async def body() -> None:
-        gate = asyncio.Event()
-        seen: list[bytes] = []
-
-        async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            seen.append(await r.read(4096))
-            await gate.wait()
-            w.write(b"$5\r\nfirst\r\n")
-            seen.append(await r.read(4096))
-            w.write(b"$6\r\nsecond\r\n")
-            await w.drain()
-            await r.read(1024)
-            w.close()
-
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        conn = RespConnection("127.0.0.1", server.sockets[0].getsockname()[1], timeout_s=5)
-        try:
+        async with _scripted([(1, b""), (1, b"$5\r\nfirst\r\n$6\r\nsecond\r\n")]) as conn:
             first = asyncio.ensure_future(conn.execute("GET", "a"))
             await asyncio.sleep(0.05)
             first.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await first
-            gate.set()
             assert await asyncio.wait_for(conn.execute("GET", "b"), 5) == b"second"
-        finally:
-            await conn.close()
-            server.close()
-            await server.wait_closed()
 
     asyncio.run(body())
 
@@ -360,55 +344,34 @@ def test_a_cancelled_caller_does_not_shift_the_replies_of_the_next() -> None:
 def test_a_timeout_or_unsolicited_bytes_fail_every_waiting_request_then_it_reconnects() -> None:
     async def body() -> None:
         # No reply at all: both pipelined requests fail with a timeout (a RedisError), in order.
-        server, port = await _scripted_server([(2, b""), (1, b"+OK\r\n")])
-        conn = RespConnection("127.0.0.1", port, timeout_s=0.2)
-        try:
-            await conn.connect()
+        async with _scripted([(2, b"")], timeout_s=0.2) as conn:
             got: list[Any] = []
             conn.send([("A",)], got.append)
             conn.send([("B",)], got.append)
             await asyncio.sleep(0.5)
             assert [type(g) for g in got] == [RedisTimeoutError, RedisTimeoutError]
             assert not conn.ready
-        finally:
-            await conn.close()
-            server.close()
-            await server.wait_closed()
         # A reply nobody asked for: the connection cannot be trusted any more.
-        server, port = await _scripted_server([(1, b"+OK\r\n+EXTRA\r\n")])
-        conn = RespConnection("127.0.0.1", port, timeout_s=5)
-        try:
-            await conn.connect()
+        async with _scripted([(1, b"+OK\r\n+EXTRA\r\n")]) as conn:
             got = []
             conn.send([("A",)], got.append)
             await asyncio.sleep(0.2)
             assert got == [[b"OK"]] and not conn.ready
-        finally:
-            await conn.close()
-            server.close()
-            await server.wait_closed()
 
     asyncio.run(body())
 
 
 def test_a_callback_that_raises_does_not_break_the_connection() -> None:
     async def body() -> None:
-        server, port = await _scripted_server([(2, b"+one\r\n+two\r\n")])
-        conn = RespConnection("127.0.0.1", port, timeout_s=5)
-        got: list[Any] = []
+        async with _scripted([(2, b"+one\r\n+two\r\n")]) as conn:
+            got: list[Any] = []
 
-        def broken(_: Any) -> None:
-            raise RuntimeError("a caller's bug")
+            def broken(_: Any) -> None:
+                raise RuntimeError("a caller's bug")
 
-        try:
-            await conn.connect()
             conn.send([("A",)], broken)
             conn.send([("B",)], got.append)
             await asyncio.sleep(0.2)
             assert got == [[b"two"]] and conn.ready
-        finally:
-            await conn.close()
-            server.close()
-            await server.wait_closed()
 
     asyncio.run(body())
