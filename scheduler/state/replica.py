@@ -295,12 +295,12 @@ class Replica(Standby):
             self._background(self._append(batch, token, done))
 
     async def _append(self, batch: list[bytes], token: str, done: AppendDone) -> None:
+        outcome: str | BaseException
         try:
-            last_id = await self.store.append(batch, token)
+            outcome = await self.store.append(batch, token)
         except Exception as e:  # noqa: BLE001 - any failure: the batch is not durable
-            done(e)
-        else:
-            done(last_id)
+            outcome = e
+        done(outcome)
 
     def _appended(
         self,
@@ -353,9 +353,8 @@ class Replica(Standby):
             return False
         if self._snapshot_task is not None and not self._snapshot_task.done():
             return False  # one at a time: the tail grows meanwhile (bounded by its duration)
-        if self._since_snapshot >= self.tail_bound(self._snapshot_size):
-            return True
-        return time.monotonic() - self._last_snapshot >= self.snapshot_interval_s
+        due = self._since_snapshot >= self.tail_bound(self._snapshot_size)
+        return due or time.monotonic() - self._last_snapshot >= self.snapshot_interval_s
 
     def _cut_snapshot(self) -> snapshot.Captured | None:
         """At a batch cut: a consistent copy of the state if a snapshot is due (see the module
