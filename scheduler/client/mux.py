@@ -324,10 +324,10 @@ class SessionMux:
         sid = request.session_id
         conn = next((c for c in self.conns if sid in c.sessions), None) or self._room()
         old = conn.sessions.get(sid)
+        self._send(conn, call)  # in `old`'s place: the channel is never left empty (idle) meanwhile
         if old is not None:  # re-attached on the same channel: the server replays, no error
             conn.forget(old)
             old.feed(rpc_error(grpc.StatusCode.ABORTED, "re-attached on the same channel"))
-        self._send(conn, call)
         return call
 
     def place(self, call: MuxCall) -> None:
