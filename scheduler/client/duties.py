@@ -4,6 +4,12 @@ action task so the stream is never blocked by them.
 
 The rules (what a failed `on_yield` means, when a called-off yield still goes on) are told in
 `scheduler.client.session`.
+
+A Yield is idempotent from the runtime's view: a retry whose first attempt was applied (the leader
+applied it and died before answering, or a channel broke under the answer) is refused
+FAILED_PRECONDITION, a stale epoch, since the lease already ended YIELDED (and the session may
+have been re-granted). The yield is then read back (`_yield_applied`) and counted as done rather
+than recorded in `callback_errors`, as `session.py` does for a Release retried after it applied.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from scheduler.client.callbacks import invoke
 from scheduler.client.channel import TRANSIENT_CODES
 from scheduler.client.errors import from_rpc_error
 from scheduler.client.session_state import SessionState, log
-from scheduler.client.types import LeaseInfo, Phase, SnapshotRef, lease_key
+from scheduler.client.types import LeaseInfo, Phase, SessionInfo, SnapshotRef, lease_key
 
 
 class SessionDuties(SessionState):
@@ -148,6 +154,9 @@ class SessionDuties(SessionState):
                 if e.code() in TRANSIENT_CODES and attempt < 4:
                     await asyncio.sleep(self._client.backoff_initial_s * 2**attempt)
                     continue
+                if e.code() is grpc.StatusCode.FAILED_PRECONDITION and await self._yield_applied(lease, ref):
+                    log.info("slotsched: yield of %s was applied before its answer was lost", self.session_id)
+                    break
                 err = from_rpc_error(e)
                 err.__cause__ = e
                 self.callback_errors.append(err)
@@ -160,6 +169,34 @@ class SessionDuties(SessionState):
             self._drop_lease(involuntary=False)
             self._phase = Phase.QUEUED
         self._notify()
+
+    async def _yield_applied(self, lease: LeaseInfo, ref: SnapshotRef | None) -> bool:
+        """Our Yield of `lease` was refused as stale: was it applied already (by an attempt whose
+        answer was lost)? Yes if the stream saw the lease end YIELDED; else if the session, read
+        with GetSession, is live, no longer holds the lease and moved on (queued again, or on a
+        newer lease) from the snapshot this Yield carried. A revocation keeps the previous
+        snapshot, so with a fresh checkpoint it is told apart; one that did not hold the lease
+        (or a server that cannot be asked) is reported as before."""
+        if self._yielded == lease.key:
+            return True
+        try:
+            msg = await self._client.stub().GetSession(
+                scheduler_pb2.GetSessionRequest(session_id=self.session_id),
+                metadata=self._client.metadata,
+                timeout=self._client.rpc_timeout_s,
+            )
+        except grpc.aio.AioRpcError:
+            return False
+        info = SessionInfo.from_proto(msg)
+        if info.phase is Phase.ENDED:
+            return False
+        now = info.lease
+        if now is not None and now.key == lease.key:
+            return False  # still ours: refused for another reason
+        if ref is None:
+            return True
+        resumes = info.last_snapshot or (now.resume_from if now is not None else None)
+        return resumes is not None and resumes.uri == ref.uri
 
     def _yield_called_off(self, lease_id: str, epoch: int) -> None:
         """YieldCancelled for our lease: keep holding it (see `scheduler.client.session`)."""

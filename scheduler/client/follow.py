@@ -6,6 +6,10 @@ refuses with UNAVAILABLE, reason NOT_LEADER, naming the leader in the trailing m
 `x-slotsched-leader` (scheduler/server/errors.py). `FollowingStub` turns that, and a dead
 replica's connection errors, into a retry on the leader, so the session code (stream, renewals,
 yields, the channel multiplexer) keeps calling `client.stub()` and never learns about replicas.
+
+A leader a NOT_LEADER names may be no configured target (on Kubernetes, a pod IP that changes with
+every restart), so a long-lived client would gain a channel per failover: the channel of an address
+that is neither a target nor the leader is closed once no call or stream is in flight on it.
 """
 
 from __future__ import annotations
@@ -86,8 +90,10 @@ class Follower:
     """The channels of one client, one per address, and which address is the leader now.
 
     A call answered UNAVAILABLE moves the client on: to the leader a NOT_LEADER refusal names
-    (connecting to it even if it is not one of the targets), else to the next target. Each
-    address is dialled once and its channel kept, so going back and forth costs no handshake.
+    (connecting to it even if it is not one of the targets), else to the next target. A target's
+    channel is kept, so going back and forth costs no handshake; the channel of any other address
+    (a leader named once) is closed as soon as that address is not the leader and no call opened
+    through `track` is in flight on it: at most one channel per target, plus the leader's.
     """
 
     def __init__(
@@ -108,6 +114,8 @@ class Follower:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[tuple[str, type], Any] = {}
         self._suspect: dict[str, float] = {}  # address -> until when a leader named there is ignored
+        self._in_flight: dict[str, int] = {}  # address -> calls on its channel not done yet
+        self._closing: set[asyncio.Task[None]] = set()
         self.switches = 0
 
     def stub(self, stub_cls: type, address: str | None = None) -> Any:
@@ -119,6 +127,42 @@ class Follower:
                 channel = self._channels[address] = open_channel(address, self._options, self._credentials)
             stub = self._stubs[(address, stub_cls)] = stub_cls(channel)
         return stub
+
+    def track(self, address: str, call: Any) -> Any:
+        """`call` uses `address`'s channel until it is done: that channel is not closed under it."""
+        add_done_callback = getattr(call, "add_done_callback", None)
+        if add_done_callback is not None:
+            self._in_flight[address] = self._in_flight.get(address, 0) + 1
+            add_done_callback(lambda _call: self._call_done(address))
+        return call
+
+    def _call_done(self, address: str) -> None:
+        left = self._in_flight.get(address, 0) - 1
+        if left > 0:
+            self._in_flight[address] = left
+            return
+        self._in_flight.pop(address, None)
+        self._prune()
+
+    def _prune(self) -> None:
+        """Close the channels of addresses that are neither targets nor the leader, once unused
+        (a leader named once, since replaced), and forget suspicions that have run out."""
+        for address in [a for a in self._channels if self._unused(a)]:
+            channel = self._channels.pop(address)
+            for key in [k for k in self._stubs if k[0] == address]:
+                del self._stubs[key]
+            try:
+                task = asyncio.get_running_loop().create_task(channel.close())
+            except RuntimeError:  # no loop running (closing time): the channel goes with it
+                continue
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        now = time.monotonic()
+        for address in [a for a, until in self._suspect.items() if until <= now]:
+            del self._suspect[address]
+
+    def _unused(self, address: str) -> bool:
+        return address != self.current and address not in self.targets and not self._in_flight.get(address)
 
     def failed(self, address: str, err: grpc.aio.AioRpcError) -> float | None:
         """`address` answered `err`: move on if the connection was lost (`connection_lost`).
@@ -140,14 +184,17 @@ class Follower:
         if address != self.current:
             return 0.0  # another call moved on already: follow it
         if named is not None and named != address:
-            self.current = named
-            self.switches += 1
+            self._move(named)
             return 0.0
         nxt = self._next(address, now)
         if nxt != address:
-            self.current = nxt
-            self.switches += 1
+            self._move(nxt)
         return _pause() if standby or nxt != address else None
+
+    def _move(self, address: str) -> None:
+        self.current = address
+        self.switches += 1
+        self._prune()
 
     def _next(self, address: str, now: float) -> str:
         """The target after `address` that has not just failed (else the one after it; `address`
@@ -164,6 +211,9 @@ class Follower:
         channels, self._channels, self._stubs = self._channels, {}, {}
         for channel in channels.values():
             await channel.close()
+        for task in list(self._closing):
+            with contextlib.suppress(BaseException):
+                await task
 
 
 def _pause() -> float:
@@ -213,8 +263,16 @@ class _Method:
         self.name = name
 
     def target(self) -> tuple[str, Any]:
-        address = self.follower.current
-        return address, getattr(self.follower.stub(self.stub_cls, address), self.name)
+        """The leader's address, and a function opening this method's call there (counted in
+        flight on that address's channel until it is done: `Follower.track`)."""
+        follower = self.follower
+        address = follower.current
+        method = getattr(follower.stub(self.stub_cls, address), self.name)
+
+        def open_call(*args: Any, **kw: Any) -> Any:
+            return follower.track(address, method(*args, **kw))
+
+        return address, open_call
 
 
 class _UnaryCall(_Method):

@@ -1,4 +1,5 @@
-"""Every session of one `AsyncClient` on one `Scheduler.Channel` stream (the multiplexer).
+"""Every session of one `AsyncClient` on one `Scheduler.Channel` stream (the multiplexer), or on a
+few when one is full.
 
 Why: each session used to hold its own server-streaming Acquire and make unary Renew, Yield and
 Release calls, and grpc.aio's per-call cost capped a runtime hosting many sessions. On a channel a
@@ -13,12 +14,20 @@ into the same status, details and trailing metadata); the unary methods return t
 raise `AioRpcError`. So the session's state machine, its re-attach with backoff and its error
 mapping (`errors.from_rpc_error`) are the ones the per-session rpcs use.
 
+A channel carries at most as many sessions as the server allows (10,000: an acquire past that is
+refused RESOURCE_EXHAUSTED, reason CHANNEL_FULL). Such an acquire is sent again on another channel
+of the client's small pool (opened for it if every one is full); the session never sees the
+refusal. A session stays on the channel it was placed on (its Renew, Yield and Release go there
+too, after its events), a channel that refused is not offered new sessions until one of its own
+leaves, and a channel other than the first is closed once no session or command is left on it.
+So a client with fewer sessions than the cap keeps exactly one channel, as before.
+
 A broken channel fails every call on it with UNAVAILABLE (whatever status ended it, except a
 verdict on what the client sent: UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT), so each
 session re-attaches as after a broken Acquire stream and its commands in flight are sent again:
-its next `Acquire` opens a new channel, through `client.stub()` taken afresh (so a client that follows
-the leader reaches the new one). A server without `Channel` (UNIMPLEMENTED) switches the client
-back to the per-session rpcs (`unsupported`).
+its next `Acquire` goes on a channel that works (a new one if none, opened through
+`client.stub()` taken afresh, so a client that follows the leader reaches the new one). A server
+without `Channel` (UNIMPLEMENTED) switches the client back to the per-session rpcs (`unsupported`).
 """
 
 from __future__ import annotations
@@ -30,11 +39,16 @@ from typing import Any
 
 import grpc
 import grpc.aio
+from google.rpc import error_details_pb2
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from scheduler.client.channel import ClientLink
 
 DETAILS_KEY = "grpc-status-details-bin"
+#: The ErrorInfo reason of an acquire refused because its channel carries all it may (the server's
+#: errors.channel_full); older servers said RATE_LIMITED with this in the message.
+CHANNEL_FULL = "CHANNEL_FULL"
+_CHANNEL_FULL_TEXT = "open another channel"
 #: Statuses that end a channel as a verdict on what the client sent (its credential, a command
 #: the wire guard refused, a server without Channel): passed to its sessions as they are, since
 #: sending the same again would only fail again. Any other ends it as UNAVAILABLE.
@@ -66,13 +80,28 @@ def from_session_error(err: pb.SessionError) -> grpc.aio.AioRpcError:
     return rpc_error(_CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message, tuple(trailers))
 
 
+def channel_full(err: pb.SessionError) -> bool:
+    """An acquire refused because its channel is full (not a verdict on the session)."""
+    status = err.status
+    if status.code != grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]:
+        return False
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            if info.reason == CHANNEL_FULL:
+                return True
+    return _CHANNEL_FULL_TEXT in status.message
+
+
 class MuxCall:
     """One session's stream on the channel, shaped like a server-streaming Acquire call."""
 
-    def __init__(self, conn: _Conn, session_id: str, ref: int) -> None:
-        self.conn = conn
-        self.session_id = session_id
-        self.ref = ref
+    def __init__(self, request: pb.AcquireRequest) -> None:
+        self.request = request  # sent again on another channel if this one is full
+        self.session_id = request.session_id
+        self.conn: _Conn | None = None
+        self.ref = 0
         self.items: asyncio.Queue[Any] = asyncio.Queue()
         self.done = False
 
@@ -95,7 +124,8 @@ class MuxCall:
 
     def cancel(self) -> bool:
         """Stop listening (the server keeps the session, as after a cancelled Acquire)."""
-        self.conn.forget(self)
+        if self.conn is not None:
+            self.conn.forget(self)
         self.feed(rpc_error(grpc.StatusCode.CANCELLED, "cancelled by the client"))
         return True
 
@@ -112,6 +142,7 @@ class _Conn:
         self.pending: list[pb.ChannelCommand] = []
         self.ready = asyncio.Event()
         self.broken: grpc.aio.AioRpcError | None = None
+        self.full = False  # refused a session as full: none placed here until one of ours leaves
         self.tasks = (
             asyncio.create_task(self._write(), name="slotsched-channel-write"),
             asyncio.create_task(self._read(), name="slotsched-channel-read"),
@@ -124,8 +155,10 @@ class _Conn:
     def forget(self, call: MuxCall) -> None:
         if self.sessions.get(call.session_id) is call:
             del self.sessions[call.session_id]
+            self.full = False
         if self.waiting.get(call.ref) is call:
             del self.waiting[call.ref]
+        self.mux.idle(self)
 
     async def _write(self) -> None:
         try:
@@ -165,16 +198,24 @@ class _Conn:
                 call.feed(lease_event)
                 if lease_event.WhichOneof("event") == "ended" and lease_event.ended.session_over:
                     del self.sessions[ev.session_id]
+                    self.full = False
                     finishing.append(call)
             elif kind == "error":
                 err = from_session_error(ev.error)
                 target = self.waiting.pop(ev.ref, None) if ev.ref else None
+                answer = target is not None  # to the command with this ref (an acquire's: refused)
                 if target is None:
                     target = self.sessions.pop(ev.session_id, None)
                     if target is None:  # after the last event: its stream's closing status
                         target = next((c for c in finishing if c.session_id == ev.session_id), None)
                 if isinstance(target, MuxCall):
                     self.forget(target)
+                    if answer and channel_full(ev.error) and self.sessions:
+                        # Not the session's fault: place it on another channel. (A channel that
+                        # refuses with none of ours on it would refuse anywhere: told.)
+                        self.full = True
+                        self.mux.place(target)
+                        continue
                     target.feed(err)
                 elif target is not None and not target.done():
                     target.set_exception(err)
@@ -184,6 +225,7 @@ class _Conn:
                     fut.set_result(getattr(ev, kind))
         for call in finishing:
             call.feed(_END)  # no error followed its last event in the same message: OK
+        self.mux.idle(self)
 
     def _break(self, err: grpc.aio.AioRpcError) -> None:
         if self.broken is not None:
@@ -202,8 +244,7 @@ class _Conn:
             err = rpc_error(
                 grpc.StatusCode.UNAVAILABLE, "no Channel on this server: per-session rpcs from now on"
             )
-        if self.mux.conn is self:
-            self.mux.conn = None
+        self.mux.drop(self)
         for call in list(self.sessions.values()):
             call.feed(err)
         for target in self.waiting.values():
@@ -213,49 +254,97 @@ class _Conn:
                 target.set_exception(err)
         self.sessions.clear()
         self.waiting.clear()
+        self.stop()
+
+    def stop(self) -> None:
         self.call.cancel()
         current = asyncio.current_task()
         for task in self.tasks:
             if task is not current:
                 task.cancel()
 
+    async def close(self) -> None:
+        self.stop()
+        for task in self.tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
 
 class SessionMux:
-    """The client's channel, opened on first use and re-opened after it breaks."""
+    """The client's channels: the first opened on first use, another when all are full (module
+    doc), each re-opened (as a new one) after it breaks."""
 
     def __init__(self, client: ClientLink) -> None:
         self.client = client
-        self.conn: _Conn | None = None
+        self.conns: list[_Conn] = []  # open, the first one first
         self.unsupported = False
         self._ref = 0
+        self._closing: set[asyncio.Task[None]] = set()
         self.stub = MuxStub(self)
 
-    def _open(self) -> _Conn:
-        conn = self.conn
-        if conn is None or conn.broken is not None:
-            conn = self.conn = _Conn(self)
+    def _room(self) -> _Conn:
+        """The first channel with room for a new session (a new one if every one is full)."""
+        for conn in self.conns:
+            if not conn.full:
+                return conn
+        conn = _Conn(self)
+        self.conns.append(conn)
         return conn
+
+    def _of(self, session_id: str) -> _Conn:
+        """The channel a session is on; for one on none, the first channel."""
+        for conn in self.conns:
+            if session_id in conn.sessions:
+                return conn
+        return self.conns[0] if self.conns else self._room()
+
+    def drop(self, conn: _Conn) -> None:
+        """A broken channel: no call goes on it any more."""
+        if conn in self.conns:
+            self.conns.remove(conn)
+
+    def idle(self, conn: _Conn) -> None:
+        """Close a channel other than the first once nothing of ours is left on it."""
+        if conn.sessions or conn.waiting:
+            return  # the common case, on every message: in use
+        if conn.broken is not None or conn not in self.conns[1:]:
+            return
+        self.conns.remove(conn)
+        conn.broken = rpc_error(grpc.StatusCode.CANCELLED, "closed: no session left on it")
+        task = asyncio.get_running_loop().create_task(conn.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def next_ref(self) -> int:
         self._ref += 1
         return self._ref
 
     def acquire(self, request: pb.AcquireRequest) -> MuxCall:
-        conn = self._open()
-        ref = self.next_ref()
-        call = MuxCall(conn, request.session_id, ref)
-        old = conn.sessions.get(request.session_id)
+        call = MuxCall(request)
+        sid = request.session_id
+        conn = next((c for c in self.conns if sid in c.sessions), None) or self._room()
+        old = conn.sessions.get(sid)
+        self._send(conn, call)  # in `old`'s place: the channel is never left empty (idle) meanwhile
         if old is not None:  # re-attached on the same channel: the server replays, no error
             conn.forget(old)
             old.feed(rpc_error(grpc.StatusCode.ABORTED, "re-attached on the same channel"))
-        conn.sessions[request.session_id] = call
-        conn.waiting[ref] = call
-        conn.send(pb.ChannelCommand(ref=ref, acquire=request))
         return call
 
+    def place(self, call: MuxCall) -> None:
+        """An acquire its channel refused as full: sent on one with room."""
+        self._send(self._room(), call)
+
+    def _send(self, conn: _Conn, call: MuxCall) -> None:
+        call.conn, call.ref = conn, self.next_ref()
+        conn.sessions[call.session_id] = call
+        conn.waiting[call.ref] = call
+        conn.send(pb.ChannelCommand(ref=call.ref, acquire=call.request))
+
     async def command(self, timeout: float | None, **kind: Any) -> Any:
-        """Send one command; its answer (`renewed`, `released`, `yielded`) or AioRpcError."""
-        conn = self._open()
+        """Send one command (e.g. `renew=request`) on its session's channel; its answer
+        (`renewed`, `released`, `yielded`) or AioRpcError."""
+        (request,) = kind.values()
+        conn = self._of(request.session_id)
         ref = self.next_ref()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         fut.add_done_callback(_consume)  # a caller that timed out no longer reads its failure
@@ -265,16 +354,14 @@ class SessionMux:
             return await asyncio.wait_for(asyncio.shield(fut), timeout)
         except TimeoutError:
             conn.waiting.pop(ref, None)
+            conn.mux.idle(conn)
             raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
 
     async def close(self) -> None:
-        conn, self.conn = self.conn, None
-        if conn is None:
-            return
-        conn.call.cancel()
-        for task in conn.tasks:
-            task.cancel()
-        for task in conn.tasks:
+        conns, self.conns = self.conns, []
+        for conn in conns:
+            await conn.close()
+        for task in list(self._closing):
             with contextlib.suppress(BaseException):
                 await task
 

@@ -23,8 +23,10 @@ does it once:
 * an action task runs the runtime's callbacks in order, so the stream is never blocked by them:
   `on_grant(lease)` after every new grant (first grant, re-grant after a yield or a revocation;
   not for the replay of the same lease on re-attach), and on YieldRequested `on_yield(lease)`
-  to checkpoint the actor, followed by `Yield(lease_id, epoch, ref)`. Callbacks may be plain
-  functions (run with `asyncio.to_thread`, so blocking I/O is fine) or coroutine functions.
+  to checkpoint the actor, followed by `Yield(lease_id, epoch, ref)` (retried across a failover;
+  a retry refused as stale because the old leader applied the first attempt counts as done, see
+  `duties.py`). Callbacks may be plain functions (run with `asyncio.to_thread`, so blocking I/O
+  is fine) or coroutine functions.
   - `on_yield` returns the `SnapshotRef` it wrote, or None to yield without one (the server then
     keeps the session's previous snapshot). `lease.yield_deadline` says by when: past it the
     server revokes the lease, so a checkpoint should be bounded by it.

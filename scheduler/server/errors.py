@@ -46,6 +46,7 @@ NOT_HOLDER = "NOT_HOLDER"
 INVALID_EVENT = "INVALID_EVENT"
 PRECONDITION = "PRECONDITION"  # any other precondition: the message says which
 RATE_LIMITED = "RATE_LIMITED"  # RESOURCE_EXHAUSTED without a more specific reason
+CHANNEL_FULL = "CHANNEL_FULL"  # a Channel holds MAX_SESSIONS: the SDK opens another one
 NOT_LEADER = "NOT_LEADER"  # UNAVAILABLE from a standby: metadata `leader` = the leader's address
 #: Trailing metadata naming the leader's HOST:PORT on a NOT_LEADER refusal (when known): what the
 #: SDK follows; the same address is in the ErrorInfo's metadata `leader`.
@@ -217,6 +218,7 @@ def channel_full(limit: int) -> RpcFailure:
     return RpcFailure(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         f"this channel already carries {limit} sessions: open another channel",
+        reason=CHANNEL_FULL,
     )
 
 

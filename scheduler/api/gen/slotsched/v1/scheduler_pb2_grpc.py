@@ -219,8 +219,9 @@ class SchedulerServicer:
         - INVALID_ARGUMENT: a ChannelRequest that does not decode, holds more than 1024 commands, or
         has a string field over its limit (the field is named, e.g. `commands[3].acquire.session_id`);
         nothing of that message was applied.
-        - RESOURCE_EXHAUSTED: the reader is too slow (flow control, below), or more than 10,000
-        sessions are attached to the channel (per-session `error` for the acquire that would pass it).
+        - RESOURCE_EXHAUSTED: the reader is too slow (flow control, below). An `acquire` that would
+        attach a 10,001st session to the channel gets a per-session `error` instead (ErrorInfo
+        reason CHANNEL_FULL; the channel goes on): acquire that session on another channel.
         - UNAVAILABLE: the server is shutting down, is not (any more) the leader, or lost its state
         store: open a channel to the leader and re-acquire every session.
         - OK: the client half-closed its side and every answer was written.
