@@ -23,7 +23,14 @@ What is checked, from the runtime's side (every grant the SDK reports, through i
   as given back when its holder starts the release or its yield callback returns);
 * **waiters lost**: sessions that never got their slot or ended in error;
 * **waiters reordered**: two first-time waiters of one tenant granted in the opposite order of
-  their Queued events (arrivals at least 50 ms apart, so client-side jitter does not count).
+  their Queued events (arrivals at least 50 ms apart, so client-side jitter does not count). The
+  grant order is the scheduler's (`Lease.granted_at`); how long after a grant the runtime heard
+  of it is reported apart (**grant_heard_ms**: a waiter detached by a kill hears of a grant made
+  after the restart only when its re-attach backoff ends), see `Book.reordered`.
+
+With `--keep DIR` the run's directory also holds `book.json` (what the runtime saw: queue and
+grant times, each session's state changes, the lost/failed rows) and `sdk.log` (the SDK's INFO
+log: re-attaches, renew failures), to trace sessions against the journal in the kept AOF.
 
 Then, on the same Redis and policy, the durability cost: Acquire→Granted p50 at concurrency 1
 against the Redis leader ÷ against an in-memory server, alternating rounds (`durable_p50_ratio`),
@@ -32,7 +39,7 @@ and cold recovery of 10k leases + 100k queued (bench/recovery.py, if present).
 Usage: `python bench/failover.py [--sessions N] [--kills K] [--concurrency C] [--no-standby]
 [--plot PNG] [--seed S]`. Progress goes to stderr; the last line is
 `failover_ms_p50= failover_ms_max= cold_recovery_ms_10k_100k= leases_lost= double_grants=
-waiters_lost= waiters_reordered= durable_p50_ratio=`.
+waiters_lost= waiters_reordered= grant_heard_ms_p99= grant_heard_ms_max= durable_p50_ratio=`.
 """
 
 from __future__ import annotations
@@ -179,11 +186,16 @@ class Book:
     lost: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     queued_at: dict[str, tuple[str, float]] = field(default_factory=dict)  # session -> (tenant, t)
+    # session -> when the scheduler granted its first lease (Lease.granted_at, the scheduler's
+    # clock): the grant order is the scheduler's, not the order the runtime heard of it in
     first_grant_at: dict[str, float] = field(default_factory=dict)
+    heard_late: list[float] = field(default_factory=list)  # s from each grant to the runtime hearing it
     grant_times: list[float] = field(default_factory=list)
     yields: int = 0
     done: int = 0
     leaving: set[str] = field(default_factory=set)  # sessions whose release has started
+    # --keep: each session's state changes as the SDK showed them (t, phase, lease, queue position)
+    trace: dict[str, list[tuple[float, str, str, int | None]]] | None = None
 
     def grant(self, sid: str, lease: LeaseInfo) -> None:
         if sid in self.leaving:
@@ -201,7 +213,11 @@ class Book:
             )
         self.holders[key] = sid
         self.leases[sid] = (lease.lease_id, now)
-        self.first_grant_at.setdefault(sid, now)
+        granted = lease.granted_at.timestamp() if lease.granted_at is not None else None
+        if granted is not None:
+            # One host: the scheduler's clock is this process's time.time().
+            self.heard_late.append(max(0.0, time.time() - granted))
+        self.first_grant_at.setdefault(sid, granted if granted is not None else time.time())
         self.grant_times.append(now)
 
     def leave(self, sid: str) -> None:
@@ -218,7 +234,15 @@ class Book:
             del self.holders[key]
 
     def reordered(self, slack_s: float = 0.05) -> int:
-        """First-time waiters of one tenant granted against their arrival order."""
+        """First-time waiters of one tenant granted against their arrival order.
+
+        Arrival: when the runtime saw the session queued. Grant: when the scheduler granted it
+        (`Lease.granted_at`), not when the runtime heard of it. A waiter whose stream broke at a
+        kill hears of a grant made after the restart only when it re-attaches (its backoff: up to
+        2 s), so the time heard put ~all waiters queued across a cold restart "after" newcomers
+        the scheduler granted later (the journal had every such pair in order). That delay is
+        reported on its own, as `grant_heard_ms_p99`/`_max`. Times are compared only within one
+        clock: arrivals with arrivals, grants with grants."""
         count = 0
         by_tenant: dict[str, list[tuple[float, float]]] = {}
         for sid, (tenant, q) in self.queued_at.items():
@@ -257,6 +281,17 @@ async def one_session(client: AsyncClient, book: Book, tenant: str, i: int, rng:
         book.give_back(sid, lease)
 
     s = client.session(sid, "burstable", on_yield=on_yield, on_grant=on_grant)
+    if book.trace is not None:
+        rows = book.trace.setdefault(sid, [])
+
+        def seen() -> None:
+            lease, queue = s.lease, s.queue
+            row = (time.monotonic(), str(s.phase), lease.lease_id if lease else "",
+                   queue.position if queue else None)  # fmt: skip
+            if not rows or rows[-1][1:] != row[1:]:
+                rows.append(row)
+
+        s.add_listener(seen)
     s.start()
     try:
         await s.wait_until(lambda s: s.queue is not None or s.lease is not None, timeout=300)
@@ -272,7 +307,10 @@ async def one_session(client: AsyncClient, book: Book, tenant: str, i: int, rng:
         await s.aclose()
         return
     if s.lost_lease.is_set() or s.error is not None or s.end_reason not in ("released", "withdrawn"):
-        book.lost.append(f"{sid}: ended {s.end_reason} ({s.error})")
+        book.lost.append(
+            f"{sid}: ended {s.end_reason} ({s.error}; lost_lease {s.lost_lease.is_set()}, "
+            f"renew error {s.renew_error}, callback errors {s.callback_errors}, {s.reattaches} re-attaches)"
+        )
     book.done += 1
 
 
@@ -395,7 +433,14 @@ async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
     state = f"redis://127.0.0.1:{rport}/0"
     names = ["a"] if args.no_standby else ["a", "b"]
     replicas = [ReplicaProc(n, policy, state, keyfile, tmp, args.serve_arg) for n in names]
-    book = Book()
+    book = Book(trace={} if args.keep else None)
+    if args.keep:  # the SDK's own account (re-attaches, renew failures), beside the replicas' logs
+        sdk_log = logging.FileHandler(os.path.join(tmp, "sdk.log"))
+        sdk_log.setFormatter(logging.Formatter("%(created).3f %(levelname)s %(message)s"))
+        sdk = logging.getLogger("scheduler.client")
+        sdk.addHandler(sdk_log)
+        sdk.setLevel(logging.INFO)
+        sdk.propagate = False  # INFO goes to the file only, not to stderr
     kills: list[Kill] = []
     memory: subprocess.Popen[str] | None = None
     try:
@@ -438,6 +483,8 @@ async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
         say(f"churn over: {book.done} sessions in {elapsed:.1f} s, {len(book.grant_times)} grants, "
             f"{book.yields} yields")  # fmt: skip
         await probe_client.close()
+        if book.trace is not None:
+            dump_book(os.path.join(tmp, "book.json"), book, kills)
 
         # Durability cost, side by side: the churn's replicas stop (a standby replaying every
         # entry would compete for this machine's two cores); then one fresh Redis-backed replica
@@ -493,6 +540,8 @@ async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
         "double_grants": str(len(book.double_grants)),
         "waiters_lost": str(args.sessions - book.done),
         "waiters_reordered": str(book.reordered()),
+        "grant_heard_ms_p99": f"{pct(book.heard_late, 0.99) * 1e3:.0f}",
+        "grant_heard_ms_max": f"{max(book.heard_late, default=0.0) * 1e3:.0f}",
         "kills": str(len(fo)),
         "sessions": str(book.done),
         # appendfsync everysec on one Redis: the cost of the journal itself
@@ -500,6 +549,33 @@ async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
         "durable_fsync_always_p50_ratio": f"{ratios['always']:.2f}",
         "durable_replica_wait_p50_ratio": f"{ratios['replica']:.2f}",
     }
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    ys = sorted(xs)
+    return ys[min(len(ys) - 1, int(q * len(ys)))]
+
+
+def dump_book(path: str, book: Book, kills: list[Kill]) -> None:
+    """--keep: what the runtime saw, for tracing sessions against the journal (`first_grant_at`
+    is the scheduler's clock, time.time; the other times are monotonic, and `wall_minus_mono`
+    maps them to it)."""
+    import json
+
+    doc = {
+        "wall_minus_mono": time.time() - time.monotonic(),
+        "kills": [{"at": k.at, "failover_s": k.failover_s} for k in kills],
+        "queued_at": book.queued_at,
+        "first_grant_at": book.first_grant_at,
+        "lost": book.lost,
+        "failed": book.failed,
+        "double_grants": book.double_grants,
+        "trace": book.trace,
+    }
+    Path(path).write_text(json.dumps(doc))
+    say(f"the runtime's book written to {path}")
 
 
 def cold_recovery_ms(runs: int) -> str:

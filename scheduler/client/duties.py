@@ -52,7 +52,7 @@ class SessionDuties(SessionState):
             tick += 1
             if delay > 0:
                 await asyncio.sleep(delay)
-            if not self._is_current(lease.lease_id, lease.epoch):
+            if not self._is_current(lease.lease_id, lease.epoch) or self._release_requested:
                 return
             try:
                 resp = await stub.Renew(
@@ -71,7 +71,8 @@ class SessionDuties(SessionState):
                 self.renew_error = err
                 if e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
                     # The lease is gone (expired or fenced); the stream, if attached, says why.
-                    if self._is_current(lease.lease_id, lease.epoch):
+                    # Gone after our own Release (a Renew in flight behind it) is not a loss.
+                    if self._is_current(lease.lease_id, lease.epoch) and not self._release_requested:
                         # Until the stream tells where the session stands, it is unknown.
                         self._drop_lease(involuntary=True)
                         self._phase = Phase.STARTING

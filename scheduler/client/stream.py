@@ -183,14 +183,21 @@ class SessionStream(SessionDuties):
         if replay and lease.yield_deadline is None and self._yield_started == lease.key:
             # Re-attached to an ACTIVE lease we were yielding: we missed its YieldCancelled.
             self._yield_called_off(lease.lease_id, lease.epoch)
+        # A lease we are giving back is not renewed: a Renew sent behind our Release would be
+        # refused NOT_FOUND and read as a lease taken from us (a re-attach after a failover
+        # replays the grant while the release is under way).
+        renew = not self._release_requested
         if replay:
             # Re-attached: renew at once (renewals may have failed while detached), then on schedule.
-            self._start_renew(lease, self._renew_interval_s or self._ttl_interval(lease, ev), immediate=True)
+            if renew:
+                interval = self._renew_interval_s or self._ttl_interval(lease, ev)
+                self._start_renew(lease, interval, immediate=True)
             return
         self._grants += 1
         self._resume_from = lease.resume_from
         self._renew_interval_s = self._ttl_interval(lease, ev)
-        self._start_renew(lease, self._renew_interval_s, immediate=False)
+        if renew:
+            self._start_renew(lease, self._renew_interval_s, immediate=False)
         if self._on_grant is not None:
             on_grant = self._on_grant
 
