@@ -34,7 +34,7 @@ from slots.worker.metrics import WorkerMetrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
-OVERLAYS = ("dev", "redis", "keda", "autoscaler")
+OVERLAYS = ("dev", "redis", "keda", "autoscaler", "redis-sentinel")
 IMAGE = "ghcr.io/slotsched/slotsched"
 AUTOSCALER_OFF = ("", "off")
 
@@ -233,7 +233,7 @@ def test_every_object_has_kind_api_version_name_and_namespace(overlay: str) -> N
             assert d["metadata"].get("namespace") == "slotsched", (overlay, d["kind"], d["metadata"]["name"])
 
 
-POLICY_CRD_OVERLAYS = ["redis", "keda", "autoscaler"]  # components/policy-crd
+POLICY_CRD_OVERLAYS = ["redis", "keda", "autoscaler", "redis-sentinel"]  # components/policy-crd
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

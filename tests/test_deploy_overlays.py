@@ -277,7 +277,8 @@ def test_a_pod_local_store_with_two_workers_is_caught() -> None:
 def test_one_owner_scales_the_workers(overlay: str) -> None:
     objs = render(overlay)
     scalers = worker_scalers(objs)
-    assert scalers == {"dev": [], "redis": [], "keda": ["keda"], "autoscaler": ["autoscaler"]}[overlay]
+    want = {"dev": [], "redis": [], "keda": ["keda"], "autoscaler": ["autoscaler"], "redis-sentinel": []}
+    assert scalers == want[overlay]
     dep = one(objs, "Deployment", WORKER_DEPLOYMENT)
     # A scaled Deployment leaves replicas to its scaler, so `kubectl apply` does not reset them.
     assert ("replicas" in dep["spec"]) == (not scalers)
@@ -621,11 +622,21 @@ def test_network_policies_admit_exactly_who_should(overlay: str) -> None:
         assert not allowed(objs, target, port, namespace="agents", labels=PROMETHEUS)
         assert not allowed(objs, target, port, labels=RUNTIME)
     assert not allowed(objs, SCHEDULER, 50051, namespace="monitoring", labels=PROMETHEUS)
-    # Redis: the scheduler only.
-    if find(objs, "StatefulSet", "slotsched-redis"):
-        assert allowed(objs, REDIS, 6379, labels=SCHEDULER)
-        assert not allowed(objs, REDIS, 6379, labels=WORKER)
-        assert not allowed(objs, REDIS, 6379, namespace="agents", labels=RUNTIME)
+    # Redis: the scheduler only; with Sentinel also the Redis pods themselves (replication, the
+    # sentinels), on both ports.
+    for sts in find(objs, "StatefulSet", "slotsched-redis"):
+        ports = [
+            p["containerPort"] for c in sts["spec"]["template"]["spec"]["containers"] for p in c["ports"]
+        ]
+        sentinel = 26379 in ports
+        assert sorted(ports) == ([6379, 26379] if sentinel else [6379])
+        for port in ports:
+            assert allowed(objs, REDIS, port, labels=SCHEDULER)
+            assert allowed(objs, REDIS, port, labels=REDIS) == sentinel
+            for labels in (WORKER, STRANGER, RUNTIME, PROMETHEUS):
+                assert not allowed(objs, REDIS, port, labels=labels), (port, labels)
+            for ns, labels in (("agents", RUNTIME), ("agents", SCHEDULER), ("monitoring", PROMETHEUS)):
+                assert not allowed(objs, REDIS, port, namespace=ns, labels=labels), (port, ns, labels)
     # Every port a pod exposes is covered by a policy that names it.
     for kind in ("Deployment", "StatefulSet"):
         for d in find(objs, kind):
