@@ -445,6 +445,8 @@ class _Leadership:
             # The object is the truth, not the journal: the new leader applies its latest version
             # (journaled like any ApplyPolicy) and reports it in the object's status.
             await self._watcher.resync()
+        if not self.replica.serving:
+            return  # stepped down meanwhile (its first batch failed): no reaper, autoscaler or SERVING
         self._tasks.append(asyncio.create_task(self._registry.run_reaper()))
         if self._running.autoscaler is not None:
             self._tasks.append(asyncio.create_task(self._running.autoscaler.run()))

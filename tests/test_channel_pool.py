@@ -80,3 +80,42 @@ def test_sessions_past_a_channels_cap_go_on_another_channel(monkeypatch: pytest.
                 assert len(mux.conns) == 1
 
         asyncio.run(body())
+
+
+def test_a_session_that_leaves_through_an_error_frees_room_on_its_channel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A session of a full channel ends with a per-session error (here: another client took the
+    session over, ABORTED): that channel has room again, so the next session goes there rather
+    than to a new channel. Found by review: the flag stayed set."""
+    monkeypatch.setattr(session_channel, "MAX_SESSIONS", 3)
+    with running_server(policy_yaml(slots_per_worker=2, floor=0)) as server:
+
+        async def body() -> None:
+            async with (
+                AsyncClient(server.target, token=ACME) as client,
+                AsyncClient(server.target, token=ACME, multiplex=False) as other,
+            ):
+                mux = client._mux
+                assert isinstance(mux, SessionMux)
+                sessions = [client.session(f"s{i}", QoS.BURSTABLE) for i in range(4)]
+                for s in sessions:
+                    s.start()
+                    await s.wait_until(lambda s: s.phase in (Phase.HOLDING, Phase.QUEUED), 5)
+                assert len(mux.conns) == 2 and mux.conns[0].full
+                taken = next(s for s in sessions if s.session_id in mux.conns[0].sessions)
+                thief = other.session(taken.session_id, QoS.BURSTABLE)
+                thief.start()  # the same session attached elsewhere: ours ends ABORTED
+                await taken.wait_until(lambda s: s.phase is Phase.ENDED or s.error is not None, 10)
+                assert taken.session_id not in mux.conns[0].sessions
+                assert not mux.conns[0].full
+                extra = client.session("extra", QoS.BURSTABLE)
+                extra.start()
+                await extra.wait_until(lambda s: s.phase in (Phase.HOLDING, Phase.QUEUED), 5)
+                assert "extra" in mux.conns[0].sessions
+                await thief.release()
+                for s in [*sessions, extra]:
+                    if s.phase is not Phase.ENDED and s is not taken:
+                        await s.release()
+
+        asyncio.run(body())

@@ -17,6 +17,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from scheduler.api.gen.externalscaler import externalscaler_pb2, externalscaler_pb2_grpc
 from scheduler.api.gen.slotsched.v1 import (
@@ -146,10 +147,14 @@ def test_health_stays_open_garbage_is_refused_as_not_leader_and_serving_opens_th
     async def body(stubs: dict[str, Any], serving: list[bool]) -> None:
         # Health answers on a standby (Kubernetes reads NOT_SERVING from it: no traffic routed).
         resp = await stubs["health"].Check(health_pb2.HealthCheckRequest(service=""))
-        assert resp.status in (
-            health_pb2.HealthCheckResponse.SERVING,
-            health_pb2.HealthCheckResponse.NOT_SERVING,
-        )
+        assert resp.status == health_pb2.HealthCheckResponse.NOT_SERVING
+        # So does reflection (grpcurl against a standby still lists the services).
+        reflect = reflection_pb2_grpc.ServerReflectionStub(stubs["channel"])
+        ask = reflection_pb2.ServerReflectionRequest(list_services="")
+        async for answer in reflect.ServerReflectionInfo(iter([ask])):
+            names = {s.name for s in answer.list_services_response.service}
+            assert "slotsched.v1.Scheduler" in names
+            break
         # Bytes that are no RenewRequest: the gate answers first (the leader will judge them).
         raw = stubs["channel"].unary_unary("/slotsched.v1.Scheduler/Renew")
         with pytest.raises(grpc.aio.AioRpcError) as e:

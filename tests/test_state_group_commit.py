@@ -132,3 +132,45 @@ def test_a_reply_of_an_earlier_term_touches_nothing_of_the_new_one() -> None:
         assert stepped == []
 
     asyncio.run(go())
+
+
+def test_a_snapshot_falling_due_mid_event_waits_for_the_next_cut() -> None:
+    """`record` runs inside `loop.submit`, before e.g. the registry has its entry: a snapshot must
+    not be captured there. The decision to send at once is taken once: a snapshot that falls
+    due right after it (the interval passing) waits for the next cut, between events."""
+
+    async def go() -> None:
+        loop, store, stepped = SchedulerLoop(POLICY), _Store(), []
+        r = _replica(loop, store, stepped)
+        due = iter([False, True, True, True])
+        r._snapshot_due = lambda: next(due)  # type: ignore[method-assign]
+        captured: list[int] = []
+        r._cut_snapshot = lambda: captured.append(len(store.sent)) or None  # type: ignore[method-assign,func-returns-value]
+        _acquire(loop, "s1")
+        assert len(store.sent) == 1 and captured == []  # sent from `record`, nothing captured
+        _acquire(loop, "s2")
+        store.done[0]("1-0")  # the reply's callback cuts the next batch: between events
+        assert captured == [1] and store.sessions(1) == ["a/s2"]
+
+    asyncio.run(go())
+
+
+def test_a_store_that_raises_on_send_fails_the_batch_and_steps_down() -> None:
+    """An exception from `append_nowait` itself (not a reply) must not leave the batch unsettled:
+    its waiters would hang and the replica would keep its lease, serving nothing."""
+
+    class _Raising(_Store):
+        def append_nowait(self, records: list[bytes], token: str, done: Any) -> bool:
+            raise RuntimeError("the store's loop is closed")
+
+    async def go() -> None:
+        loop, store, stepped = SchedulerLoop(POLICY), _Raising(), []
+        r = _replica(loop, store, stepped)
+        _acquire(loop, "s1")
+        assert not r.serving
+        with pytest.raises(StateUnavailable):
+            await asyncio.wait_for(r.durable(), 1)
+        await asyncio.sleep(0.01)
+        assert stepped == [True]
+
+    asyncio.run(go())

@@ -375,3 +375,31 @@ def test_a_callback_that_raises_does_not_break_the_connection() -> None:
             assert got == [[b"two"]] and conn.ready
 
     asyncio.run(body())
+
+
+def test_a_connection_opened_on_another_event_loop_is_not_ready() -> None:
+    """A store reused across event loops (tests, a restarted loop): the old loop's transport is
+    dead, so `send` must not be offered it; the next call connects afresh on the new loop."""
+    conn = RespConnection("127.0.0.1", 1, timeout_s=5)
+
+    async def first() -> tuple[asyncio.Server, int]:
+        async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            while data := await r.read(4096):
+                w.write(b"+PONG\r\n" * data.count(b"*"))
+                await w.drain()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        return server, server.sockets[0].getsockname()[1]
+
+    async def use_and_check(expect_ready_before: bool) -> None:
+        server, port = await first()
+        conn.port = port
+        try:
+            assert conn.ready is expect_ready_before
+            assert await conn.execute("PING") == b"PONG"
+            assert conn.ready
+        finally:
+            server.close()
+
+    asyncio.run(use_and_check(False))
+    asyncio.run(use_and_check(False))  # open on the first loop, yet not ready on this one

@@ -175,9 +175,10 @@ class SessionDuties(SessionState):
         """Our Yield of `lease` was refused as stale: was it applied already (by an attempt whose
         answer was lost)? Yes if the stream saw the lease end YIELDED; else if the session, read
         with GetSession, is live, no longer holds the lease and moved on (queued again, or on a
-        newer lease) from the snapshot this Yield carried. A revocation keeps the previous
-        snapshot, so with a fresh checkpoint it is told apart; one that did not hold the lease
-        (or a server that cannot be asked) is reported as before."""
+        newer lease) from the snapshot this Yield carried (uri, size, sha256 and time alike). A
+        revocation keeps the previous snapshot, so with a fresh checkpoint it is told apart; a
+        Yield without one (no `on_yield`, or it returned None) cannot be, and is reported as
+        before, as is one that did not hold the lease or a server that cannot be asked."""
         if self._yielded == lease.key:
             return True
         try:
@@ -195,9 +196,9 @@ class SessionDuties(SessionState):
         if now is not None and now.key == lease.key:
             return False  # still ours: refused for another reason
         if ref is None:
-            return True
+            return False  # a revocation looks the same from here: report it, as before
         resumes = info.last_snapshot or (now.resume_from if now is not None else None)
-        return resumes is not None and resumes.uri == ref.uri
+        return resumes == ref  # the whole ref: a runtime may reuse one checkpoint path
 
     def _yield_called_off(self, lease_id: str, epoch: int) -> None:
         """YieldCancelled for our lease: keep holding it (see `scheduler.client.session`)."""

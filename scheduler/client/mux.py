@@ -206,7 +206,9 @@ class _Conn:
                 answer = target is not None  # to the command with this ref (an acquire's: refused)
                 if target is None:
                     target = self.sessions.pop(ev.session_id, None)
-                    if target is None:  # after the last event: its stream's closing status
+                    if target is not None:
+                        self.full = False  # one of ours left: room again
+                    else:  # after the last event: its stream's closing status
                         target = next((c for c in finishing if c.session_id == ev.session_id), None)
                 if isinstance(target, MuxCall):
                     self.forget(target)

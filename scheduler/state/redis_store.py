@@ -266,7 +266,7 @@ class RedisStore:
                 if isinstance(replies, BaseException):
                     raise replies
                 outcome: str | BaseException = _text(self._fast_result(replies))
-            except (RedisError, NotLeader) as e:
+            except Exception as e:  # noqa: BLE001 - whatever it is, `done` must hear of it
                 outcome = e
             done(outcome)
 

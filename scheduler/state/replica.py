@@ -83,7 +83,6 @@ from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from redis.exceptions import RedisError
 
 from scheduler.core.types import Resumed
@@ -91,6 +90,7 @@ from scheduler.policy.model import Policy
 from scheduler.ports import NOT_LEADER, Applied, Extras, ReplicaHost, StateUnavailable, WorkerBook
 from scheduler.state import codec
 from scheduler.state import state_snapshot as snapshot
+from scheduler.state.metrics import StateMetrics
 from scheduler.state.redis_store import AppendDone, NotLeader, RedisStore
 from scheduler.state.standby import Standby, StateError, TakeOver
 
@@ -112,43 +112,6 @@ SNAPSHOT_RATIO = 0.05
 
 def unavailable(message: str) -> StateUnavailable:
     return StateUnavailable(message, RETRY_AFTER_S)
-
-
-class StateMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.flush = Histogram(
-            "slotsched_journal_flush_seconds",
-            "Time to append one batch of events to the Redis journal.",
-            buckets=(1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0),
-            registry=registry,
-        )
-        self.errors = Counter(
-            "slotsched_journal_errors",
-            "Journal appends that failed (replica stepped down).",
-            registry=registry,
-        )
-        self.leader = Gauge(
-            "slotsched_is_leader", "1 while this replica is the serving leader.", registry=registry
-        )
-        self.recoveries = Counter(
-            "slotsched_recoveries", "State recoveries from Redis (start-up or takeover).", registry=registry
-        )
-        self.standby_applied = Counter(
-            "slotsched_standby_applied_entries",
-            "Journal entries a standby applied to its live core while following the leader.",
-            registry=registry,
-        )
-        self.takeover_entries = Counter(
-            "slotsched_takeover_journal_entries",
-            "Journal entries read at take-over (a hot standby reads only the last few).",
-            registry=registry,
-        )
-        self.takeover = Histogram(
-            "slotsched_takeover_seconds",
-            "From winning the leader lease to serving (catch-up or recovery, Resumed journaled).",
-            buckets=(1e-3, 5e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
-            registry=registry,
-        )
 
 
 class Replica(Standby):
@@ -269,10 +232,10 @@ class Replica(Standby):
             self._flushing = True
             if self._snapshot_due():
                 self._aloop.call_soon(self._cut, self._term, self.store.token)
-            else:
-                self._cut(self._term, self.store.token)
+            else:  # decided once: no snapshot from here, inside `loop.submit` (mid-event)
+                self._cut(self._term, self.store.token, capture=False)
 
-    def _cut(self, term: int, token: str) -> None:
+    def _cut(self, term: int, token: str, capture: bool = True) -> None:
         """Send the batch so far, then the next once this one is in: batches go in order, one
         at a time, for one term. A cut left over from an earlier term (this replica stepped down
         and led again) touches nothing of the new term, and its writes are fenced by its own
@@ -287,11 +250,18 @@ class Replica(Standby):
         self._batch, self._batch_fut = [], None
         assert fut is not None
         self._inflight_fut = fut
-        snap = self._cut_snapshot()  # now, while the state is exactly the journal so far
+        # A snapshot only between events, while the state is exactly the journal so far.
+        snap = self._cut_snapshot() if capture else None
         done = partial(self._appended, term, token, fut, snap, time.perf_counter())
         if not self.serving:
             done(NotLeader("not serving"))
-        elif not self.store.append_nowait(batch, token, done):
+            return
+        try:
+            sent = self.store.append_nowait(batch, token, done)
+        except Exception as e:  # noqa: BLE001 - unsettled, its waiters would hang: fail it
+            done(e)
+            return
+        if not sent:
             self._background(self._append(batch, token, done))
 
     async def _append(self, batch: list[bytes], token: str, done: AppendDone) -> None:

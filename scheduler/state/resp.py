@@ -163,7 +163,12 @@ class RespConnection:
     def ready(self) -> bool:
         """Open (and authenticated) on the running loop: `send` may be called."""
         p = self._proto
-        return self._open and p is not None and p.transport is not None and not p.transport.is_closing()
+        if not self._open or p is None or p.transport is None or p.transport.is_closing():
+            return False
+        try:
+            return self._loop is asyncio.get_running_loop()  # another loop's transport is dead
+        except RuntimeError:
+            return False
 
     def send(self, commands: list[tuple[Arg, ...]], done: Done) -> None:
         """Write `commands` now (one write); `done` is called from the event loop with their

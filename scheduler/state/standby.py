@@ -28,7 +28,7 @@ from scheduler.state import state_snapshot as snapshot
 from scheduler.state.redis_store import RedisStore
 
 if TYPE_CHECKING:
-    from scheduler.state.replica import StateMetrics
+    from scheduler.state.metrics import StateMetrics
 
 log = logging.getLogger("slotsched.state")
 
