@@ -36,6 +36,7 @@ from scheduler.client.follow import (
 from scheduler.client.mux import SessionMux
 from scheduler.client.session import AsyncSession
 from scheduler.client.types import QoS, SessionInfo, SnapshotRef
+from scheduler.client.wake import Wake
 
 __all__ = [
     "DEFAULT_CHANNEL_OPTIONS",
@@ -105,6 +106,8 @@ class AsyncClient:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.renew_interval_s = renew_interval_s
+        # Sessions asleep in re-attach backoff, woken when the server answers again (wake.py).
+        self.wake = Wake()
         options = merged_options(channel_options)
         credentials = tls_credentials(tls_ca, tls_cert, tls_key, credentials)
         self.metadata: tuple[tuple[str, str], ...] = call_metadata(token, tenant)

@@ -16,6 +16,7 @@ import grpc
 import grpc.aio
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2_grpc
+from scheduler.client.wake import Wake
 
 #: Stream failures after which the session re-attaches (the server keeps the session meanwhile).
 REATTACH_CODES = frozenset(
@@ -120,6 +121,8 @@ class ClientLink(Protocol):
     backoff_initial_s: float
     backoff_max_s: float
     renew_interval_s: float | None
+    #: Ends the backoff sleeps of its sessions when the server answers again (`wake.py`).
+    wake: Wake
     #: The client's live sessions, released by its `close()`.
     _sessions: set[Any]
 

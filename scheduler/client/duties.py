@@ -79,7 +79,10 @@ class SessionDuties(SessionState):
                         self._notify()
                     return
                 continue  # transient: the next tick retries, two chances before expiry
-            self.renew_error = None
+            if self.renew_error is not None:
+                self.renew_error = None
+                # Answered after failing: sessions asleep in re-attach backoff try again now.
+                self._client.wake.heard()
             current = self._lease
             if current is None or current.key != lease.key:
                 return

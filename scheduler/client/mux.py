@@ -174,11 +174,14 @@ class _Conn:
 
     async def _read(self) -> None:
         try:
-            while True:
-                resp = await self.call.read()
-                if resp is grpc.aio.EOF:
-                    break
+            resp = await self.call.read()
+            if resp is not grpc.aio.EOF:
+                # The server answers on a new channel (once per channel): after an outage, the
+                # sessions asleep in re-attach backoff try again now, on this channel.
+                self.mux.client.wake.heard()
+            while resp is not grpc.aio.EOF:
                 self._dispatch(resp)
+                resp = await self.call.read()
         except grpc.aio.AioRpcError as e:
             self._break(e)
             return

@@ -45,6 +45,10 @@ class SessionStream(SessionDuties):
         client = self._client
         backoff = client.backoff_initial_s
         outage_since: float | None = None
+        # The next event shows the server answers: told to the client's sessions asleep in
+        # backoff (`wake.py`). Set for a new session's first event and after each sleep, so it
+        # is told once per attach, never per event.
+        announce = True
         started = loop.time()
         while not self._closing:
             failure: SlotschedError
@@ -63,11 +67,16 @@ class SessionStream(SessionDuties):
                         raise NoAnswer(f"no answer within {client.connect_timeout_s:g}s") from None
                     if first is not None:
                         self._reached = True
-                        outage_since, backoff = None, client.backoff_initial_s
+                        announce, outage_since, backoff = False, None, client.backoff_initial_s
+                        client.wake.heard()
                         self._handle_event(first)
                 async for ev in events:
+                    if announce:
+                        # The server answers (after an outage, or for the first time): the
+                        # client's sessions asleep in backoff try again now, not at their wake-up.
+                        announce, outage_since, backoff = False, None, client.backoff_initial_s
+                        client.wake.heard()
                     self._reached = True
-                    outage_since, backoff = None, client.backoff_initial_s
                     self._handle_event(ev)
                 if self._phase is Phase.ENDED:
                     self.ended.set()  # after the status: waiters see the final error
@@ -115,7 +124,8 @@ class SessionStream(SessionDuties):
                     failure.message,
                     backoff,
                 )
-                await asyncio.sleep(backoff)
+                announce = True
+                await client.wake.sleep(backoff)
                 backoff = min(backoff * 2, client.backoff_max_s)
                 continue
             if outage_since is None:
@@ -132,7 +142,8 @@ class SessionStream(SessionDuties):
             log.info(
                 "slotsched: stream of %s broke (%s); re-attaching in %.2fs", self.session_id, failure, backoff
             )
-            await asyncio.sleep(backoff)
+            announce = True
+            await client.wake.sleep(backoff)
             backoff = min(backoff * 2, client.backoff_max_s)
             self.reattaches += 1
 
