@@ -26,7 +26,8 @@ What is checked, from the runtime's side (every grant the SDK reports, through i
   their Queued events (arrivals at least 50 ms apart, so client-side jitter does not count). The
   grant order is the scheduler's (`Lease.granted_at`); how long after a grant the runtime heard
   of it is reported apart (**grant_heard_ms**: a waiter detached by a kill hears of a grant made
-  after the restart only when its re-attach backoff ends), see `Book.reordered`.
+  after the restart only when it re-attaches: when its client hears from the server again, which
+  ends every session's backoff sleep, see scheduler/client/wake.py), see `Book.reordered`.
 
 With `--keep DIR` the run's directory also holds `book.json` (what the runtime saw: queue and
 grant times, each session's state changes, the lost/failed rows) and `sdk.log` (the SDK's INFO
@@ -238,11 +239,12 @@ class Book:
 
         Arrival: when the runtime saw the session queued. Grant: when the scheduler granted it
         (`Lease.granted_at`), not when the runtime heard of it. A waiter whose stream broke at a
-        kill hears of a grant made after the restart only when it re-attaches (its backoff: up to
-        2 s), so the time heard put ~all waiters queued across a cold restart "after" newcomers
-        the scheduler granted later (the journal had every such pair in order). That delay is
-        reported on its own, as `grant_heard_ms_p99`/`_max`. Times are compared only within one
-        clock: arrivals with arrivals, grants with grants."""
+        kill hears of a grant made after the restart only when it re-attaches (its backoff, up to
+        2 s, cut short once its client hears from the server again), so the time heard put ~all
+        waiters queued across a cold restart "after" newcomers the scheduler granted later (the
+        journal had every such pair in order). That delay is reported on its own, as
+        `grant_heard_ms_p99`/`_max`. Times are compared only within one clock: arrivals with
+        arrivals, grants with grants."""
         count = 0
         by_tenant: dict[str, list[tuple[float, float]]] = {}
         for sid, (tenant, q) in self.queued_at.items():

@@ -59,7 +59,9 @@ class AsyncClient:
     `tls_key` (PEM paths or bytes); or a ready `grpc.ChannelCredentials` as `credentials`.
     The channel is opened on first use, in the running loop.
     `connect_timeout_s` bounds how long a session tries to reach the server at all (its first
-    Acquire); `reattach_timeout_s` how long an attached session tries to re-attach.
+    Acquire); `reattach_timeout_s` how long an attached session tries to re-attach. Between two
+    tries a session sleeps `backoff_initial_s` doubling to `backoff_max_s`, unless the client
+    hears from the server meanwhile: then every sleeping session tries at once (`wake.py`).
 
     Replicas: `target` may name several ("host1:50051,host2:50051", or a list). Calls go to the
     leader: a standby refuses with UNAVAILABLE NOT_LEADER naming the leader's address (trailing

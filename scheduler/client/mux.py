@@ -26,7 +26,9 @@ A broken channel fails every call on it with UNAVAILABLE (whatever status ended 
 verdict on what the client sent: UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT), so each
 session re-attaches as after a broken Acquire stream and its commands in flight are sent again:
 its next `Acquire` goes on a channel that works (a new one if none, opened through
-`client.stub()` taken afresh, so a client that follows the leader reaches the new one). A server
+`client.stub()` taken afresh, so a client that follows the leader reaches the new one). The first
+response on a channel (often to a renewal retried through an outage) wakes the client's sessions
+asleep in re-attach backoff (`wake.py`), so their acquires follow at once, batched on it. A server
 without `Channel` (UNIMPLEMENTED) switches the client back to the per-session rpcs (`unsupported`).
 """
 

@@ -12,6 +12,9 @@ does it once:
   the stream breaks (UNAVAILABLE, RST, server restart), calls `Acquire` again with the same
   session id with exponential backoff (0.1 s doubling to 2 s by default, giving up after
   `reattach_timeout_s`). The server replays the session's current state, so the lease is kept.
+  The first sign that the server answers again (another session's event, a renewal, a new
+  channel's first response) ends the backoff sleep of every session of the client (`wake.py`):
+  after a restart they re-attach together, not each at the end of its own sleep.
   A session that never reached the server (no event yet: a wrong or dead address, a server not
   up yet) retries the same way, logging a WARNING each time, but only for `connect_timeout_s`
   (default 10 s); then it fails with `Unavailable` saying it could not connect, and to where.

@@ -1,6 +1,7 @@
 """A session's Acquire stream: consume its events into the session's state, and re-attach when it
 breaks (backoff, `reattach_timeout_s`), or give up connecting after `connect_timeout_s` when the
-server was never reached.
+server was never reached. The backoff sleeps are the client's `Wake`'s: the first event of an
+attach (a new session's, or one after a sleep) ends the sleeps of the client's other sessions.
 
 Grants start the renewals and queue `on_grant`; YieldRequested starts the yield path (`duties.py`).
 """
