@@ -138,6 +138,19 @@ async def _heard_after(gate: _Gate, sessions: list[AsyncSession], t: float, time
     return [gate.after(s.session_id, t) for s in sessions]
 
 
+def _client(proxy: Any, **kw: Any) -> AsyncClient:
+    """A client through `proxy` whose backoff grows from 0.05 s to 5 s (so a sleep is long)."""
+    return AsyncClient(
+        f"127.0.0.1:{proxy.port}",
+        token=ACME,
+        channel_options=QUICK_RECONNECT,
+        backoff_initial_s=0.05,
+        backoff_max_s=5.0,
+        reattach_timeout_s=60,
+        **kw,
+    )
+
+
 @MODES
 def test_the_first_session_back_wakes_those_that_broke_at_other_times(multiplex: bool) -> None:
     """Sessions whose streams broke at different times sleep out of step: the first to re-attach
@@ -146,15 +159,7 @@ def test_the_first_session_back_wakes_those_that_broke_at_other_times(multiplex:
 
         async def body() -> None:
             proxy = await RefusingProxy(server.port).start()
-            client = AsyncClient(
-                f"127.0.0.1:{proxy.port}",
-                token=ACME,
-                channel_options=QUICK_RECONNECT,
-                backoff_initial_s=0.05,
-                backoff_max_s=5.0,
-                reattach_timeout_s=60,
-                multiplex=multiplex,
-            )
+            client = _client(proxy, multiplex=multiplex)
             try:
                 async with client:
                     gate = _Gate(client)
@@ -191,15 +196,7 @@ def test_a_new_session_reaching_the_server_wakes_the_sessions_asleep_in_backoff(
 
         async def body() -> None:
             proxy = await RefusingProxy(server.port).start()
-            client = AsyncClient(
-                f"127.0.0.1:{proxy.port}",
-                token=ACME,
-                channel_options=QUICK_RECONNECT,
-                backoff_initial_s=0.05,
-                backoff_max_s=5.0,
-                reattach_timeout_s=60,
-                multiplex=multiplex,
-            )
+            client = _client(proxy, multiplex=multiplex)
             try:
                 async with client:
                     gate = _Gate(client)
@@ -233,16 +230,7 @@ def test_a_renewal_answered_after_the_outage_wakes_the_sessions_asleep_in_backof
 
         async def body() -> None:
             proxy = await RefusingProxy(server.port).start()
-            client = AsyncClient(
-                f"127.0.0.1:{proxy.port}",
-                token=ACME,
-                channel_options=QUICK_RECONNECT,
-                backoff_initial_s=0.05,
-                backoff_max_s=5.0,
-                reattach_timeout_s=60,
-                renew_interval_s=0.3,
-                multiplex=multiplex,
-            )
+            client = _client(proxy, multiplex=multiplex, renew_interval_s=0.3)
             try:
                 async with client:
                     gate = _Gate(client)
@@ -272,14 +260,7 @@ def test_the_first_answer_on_a_new_channel_wakes_the_sessions_asleep_in_backoff(
 
         async def body() -> None:
             proxy = await RefusingProxy(server.port).start()
-            client = AsyncClient(
-                f"127.0.0.1:{proxy.port}",
-                token=ACME,
-                channel_options=QUICK_RECONNECT,
-                backoff_initial_s=0.05,
-                backoff_max_s=5.0,
-                reattach_timeout_s=60,
-            )
+            client = _client(proxy)
             try:
                 async with client:
                     gate = _Gate(client)
