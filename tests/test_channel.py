@@ -270,7 +270,7 @@ def test_authentication_and_other_tenants(server: ServerThread) -> None:
     asyncio.run(go())
 
 
-def test_garbage_and_over_long_fields_end_the_channel_invalid_argument(server: ServerThread) -> None:
+def test_garbage_and_too_many_commands_end_the_channel_invalid_argument(server: ServerThread) -> None:
     async def go() -> None:
         ch = grpc.aio.insecure_channel(server.target)
         try:
@@ -284,10 +284,61 @@ def test_garbage_and_over_long_fields_end_the_channel_invalid_argument(server: S
             await ch.close(None)
         rc = RawChannel(server.target, ACME)
         try:
-            long = pb.RenewRequest(session_id="s", lease_id="l" * 300)
-            await rc.send(acquire(1, "ok"), cmd(2, renew=long))
+            await rc.send(acquire(1, "ok"))
+            await rc.event_of("ok", "granted")
+            await rc.send(*(cmd(i, withdraw=pb.WithdrawRequest(session_id="w")) for i in range(1025)))
             code, details = await rc.status()
-            assert code == Code.INVALID_ARGUMENT and "commands[1].renew.lease_id" in details
+            assert code == Code.INVALID_ARGUMENT and "commands: more than 1024 entries" in details
+        finally:
+            await rc.close()
+
+    asyncio.run(go())
+
+
+def test_a_command_over_a_limit_is_refused_alone_and_the_channel_goes_on(server: ServerThread) -> None:
+    async def go() -> None:
+        rc = RawChannel(server.target, ACME)
+        try:
+            long_id = "x" * 300
+            await rc.send(acquire(1, "good"), acquire(2, long_id), acquire(3, "after"))
+            seen = [await rc.next() for _ in range(3)]  # in order: good's grant, the error, after's
+            assert [ev.ref for ev in seen] == [0, 2, 0]
+            bad = seen[1]
+            assert bad.ref == 2 and bad.session_id == ""  # the over-long id is not echoed
+            status = bad.error.status
+            assert status.code == Code.INVALID_ARGUMENT.value[0]
+            assert status.message.startswith("acquire.session_id: longer than 256 bytes (got 300)")
+            assert len(status.message) < 200  # the value is quoted, not echoed whole
+            violation = error_details_pb2.BadRequest()
+            assert status.details[0].Unpack(violation)
+            assert violation.field_violations[0].field == "acquire.session_id"
+            # The commands before and after it in the same message were applied.
+            assert [(ev.session_id, ev.event.WhichOneof("event")) for ev in (seen[0], seen[2])] == [
+                ("good", "granted"),
+                ("after", "granted"),
+            ]
+            good = lease_of(seen[0])
+            # The same status the per-session rpc ends with for that field (named from the request).
+            async with Client(server.target, token=TOKENS["acme"]) as c:
+                with pytest.raises(grpc.aio.AioRpcError) as ei:
+                    stream = c.scheduler.Acquire(pb.AcquireRequest(session_id=long_id, qos=B), metadata=c.md)
+                    await next_event(stream)
+            unary = unary_status(ei.value)
+            assert (unary.code, "acquire." + unary.message) == (status.code, status.message)
+            # Another over-long field of another command kind: answered by ref, naming it.
+            long_uri = common_pb2.SnapshotRef(uri="s3://b/" + "k" * 2100)
+            over = pb.RenewRequest(session_id="good", lease_id="l" * 300)
+            await rc.send(
+                acquire(4, "snap", resume_from=long_uri), cmd(5, renew=over), renew(6, "good", good)
+            )
+            four, five = await rc.answer(4), await rc.answer(5)
+            assert four.session_id == "snap" and "acquire.resume_from.uri: longer than 2048" in (
+                four.error.status.message
+            )
+            assert five.session_id == "good" and five.error.status.message.startswith("renew.lease_id: ")
+            assert (await rc.answer(6)).HasField("renewed")  # the channel is still open
+            await rc.send(release(7, "good", good))
+            assert (await rc.answer(7)).HasField("released")
         finally:
             await rc.close()
 

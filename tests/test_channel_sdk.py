@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-from scheduler.client import AsyncClient, Phase, QoS
+from scheduler.client import AsyncClient, AsyncSession, InvalidArgument, Phase, QoS, SnapshotRef
 from scheduler.server.session_channel import ChannelStream
 from scheduler.server.stream import SessionStream
 from tests.channel_fixtures import RawChannel, cmd, lease_of
@@ -77,6 +77,66 @@ def test_a_broken_channel_re_attaches_every_session_on_it() -> None:
                     await two.release()
             finally:
                 await proxy.close()
+
+        asyncio.run(body())
+
+
+def test_a_session_the_wire_guard_refuses_fails_alone_on_the_shared_channel() -> None:
+    """A command with a field over its limit is that session's INVALID_ARGUMENT, not the channel's:
+    the other sessions of the client keep their leases and renew on the same channel."""
+    with running_server(policy_yaml(slots_per_worker=2, floor=0, lease_ttl_s=1.5)) as server:
+
+        async def body() -> None:
+            async with AsyncClient(server.target, token=ACME) as client:
+                with pytest.raises(InvalidArgument, match="session_id: 1 to 256 bytes"):
+                    client.session("x" * 300)  # checked before anything is sent
+                keeper = client.session("keeper", QoS.BURSTABLE)
+                keeper.start()
+                held = await keeper.wait_granted(5)
+                # As a client without that check sends it (an SDK of before, another language).
+                long_id = AsyncSession(client, "x" * 300, QoS.BURSTABLE)
+                long_uri = client.session(
+                    "snap", QoS.BURSTABLE, resume_from=SnapshotRef("s3://b/" + "k" * 2100)
+                )
+                for s in (long_id, long_uri):
+                    s.start()
+                    with pytest.raises(InvalidArgument):
+                        await s.wait_granted(5)
+                assert long_id.error is not None and "acquire.session_id: longer than 256" in str(
+                    long_id.error
+                )
+                assert long_uri.error is not None and "acquire.resume_from.uri: longer" in str(long_uri.error)
+                await asyncio.sleep(2.0)  # past the TTL: the keeper renewed on the same channel
+                assert (
+                    keeper.phase is Phase.HOLDING and keeper.error is None and not keeper.lost_lease.is_set()
+                )
+                assert keeper.lease is not None and keeper.lease.key == held.key and keeper.reattaches == 0
+                later = client.session("later", QoS.BURSTABLE)
+                later.start()
+                await later.wait_granted(5)
+                streams = _streams(server)
+                assert streams["keeper"].channel is streams["later"].channel
+                await later.release()
+                await keeper.release()
+                assert keeper.end_reason == "released" and keeper.error is None
+
+        asyncio.run(body())
+
+
+def test_more_sessions_starting_at_once_than_one_message_may_carry() -> None:
+    """1100 acquires ready at once go as two ChannelRequests: one of more than 1024 commands
+    would end the channel INVALID_ARGUMENT, failing every session on it."""
+    with running_server(policy_yaml(slots_per_worker=2, floor=0)) as server:
+
+        async def body() -> None:
+            async with AsyncClient(server.target, token=ACME) as client:
+                sessions = [client.session(f"s{i}", QoS.BURSTABLE) for i in range(1100)]
+                for s in sessions:
+                    s.start()
+                for s in sessions:
+                    await s.wait_until(lambda s: s.queue is not None or s.lease is not None or s.error, 10)
+                assert [s.error for s in sessions if s.error is not None] == []
+                assert sum(s.lease is not None for s in sessions) == 2  # acme's Burstable limit
 
         asyncio.run(body())
 

@@ -313,3 +313,35 @@ def test_unknown_method_names_are_not_remembered() -> None:
     for i in range(100):
         assert generic.service(Details(f"/x.Y/M{i}")) is None
     assert generic._cache == {}
+
+
+def test_a_batched_stream_message_is_refused_element_by_element() -> None:
+    """A Channel message: an element over a limit is refused alone (its path from the element
+    down); what no element can be blamed for refuses the whole message; a clean one passes as is."""
+    decode = guard.batch_deserializer(scheduler_pb2.ChannelRequest, "commands")
+
+    def command(ref: int, sid: str, uri: str = "") -> scheduler_pb2.ChannelCommand:
+        req = scheduler_pb2.AcquireRequest(session_id=sid)
+        if uri:
+            req.resume_from.uri = uri
+        return scheduler_pb2.ChannelCommand(ref=ref, acquire=req)
+
+    good = scheduler_pb2.ChannelRequest(commands=[command(1, "a"), command(2, "b")])
+    assert type(decode(good.SerializeToString())) is scheduler_pb2.ChannelRequest
+    mixed = scheduler_pb2.ChannelRequest(
+        commands=[command(1, "a"), command(2, "x" * 300), command(3, "c", "u" * 3000), command(4, "d")]
+    )
+    out = decode(mixed.SerializeToString())
+    assert isinstance(out, guard.PartlyRefused) and out.message == mixed
+    assert sorted(out.refused) == [1, 2]
+    assert out.refused[1].field == "acquire.session_id" and "(got 300)" in out.refused[1].description
+    assert out.refused[2].field == "acquire.resume_from.uri" and "2048" in out.refused[2].description
+    too_many = scheduler_pb2.ChannelRequest(
+        commands=[command(i, "a") for i in range(guard.MAX_CHANNEL_COMMANDS + 1)]
+    )
+    whole = decode(too_many.SerializeToString())
+    assert isinstance(whole, guard.Refused) and whole.field == "commands"
+    garbage = decode(b"\xff\xff\xff garbage")
+    assert isinstance(garbage, guard.Refused) and garbage.field == "request"
+    with pytest.raises(ValueError, match="not a repeated message field"):
+        guard.batch_deserializer(scheduler_pb2.AcquireRequest, "session_id")

@@ -20,9 +20,16 @@ refused too (converting one raises ValueError deep inside a servicer).
 Streaming-request methods are registered unchanged (server reflection: grpc decodes its
 messages one by one inside the servicer's iterator), except those whose request type is in
 `STREAM_REQUESTS` (the Scheduler's Channel): their messages are decoded and checked by the same
-rules, one by one, and a message that fails arrives at the servicer as a `Refused` (it ends the
-call INVALID_ARGUMENT naming the field, e.g. `commands[3].acquire.session_id`). A Channel
-message may hold up to `MAX_CHANNEL_COMMANDS` commands (`_ENTRY_LIMITS`).
+rules, one by one. Such a message batches independent items in one repeated field (named in
+`STREAM_REQUESTS`: a Channel's `commands`), and one bad item must not sink the others (other
+sessions share the stream), so each element of that field is checked on its own: a message with
+some elements over a limit arrives at the servicer as a `PartlyRefused` (the decoded message,
+and per refused element's index a `Refused` naming the field from the element down, e.g.
+`acquire.session_id`), which the servicer answers element by element. What cannot be put on one
+element arrives as a `Refused`, and the servicer ends the call with it: bytes that do not
+decode, more elements than allowed (a Channel message may hold up to `MAX_CHANNEL_COMMANDS`
+commands, `_ENTRY_LIMITS`), another field of the message over a limit. A message that passes
+arrives as itself, as before.
 """
 
 from __future__ import annotations
@@ -44,8 +51,9 @@ QUOTE_CHARS = 64
 
 #: Repeated fields (by name) allowed more than MAX_ENTRIES entries: a Channel batches commands.
 _ENTRY_LIMITS: dict[str, int] = {"commands": MAX_CHANNEL_COMMANDS}
-#: Streaming-request messages decoded and checked here (their servicer handles a `Refused`).
-STREAM_REQUESTS = frozenset({"slotsched.v1.ChannelRequest"})
+#: Streaming-request messages decoded and checked here (their servicer handles a `Refused` and a
+#: `PartlyRefused`), each with its repeated message field whose elements are refused one by one.
+STREAM_REQUESTS: dict[str, str] = {"slotsched.v1.ChannelRequest": "commands"}
 
 #: Fields (by name, in any request message) allowed more than MAX_STRING_BYTES.
 _LONGER: dict[str, int] = {
@@ -77,6 +85,19 @@ class Refused:
     def __init__(self, field: str, description: str) -> None:
         self.field = field
         self.description = description
+
+
+class PartlyRefused:
+    """What the guarded deserializer of a `STREAM_REQUESTS` message returns when only some
+    elements of its batched field are over a limit: the decoded `message`, and `refused`: per
+    such element's index, why (its field path starts at the element, e.g. `acquire.session_id`).
+    Every other element passed every check."""
+
+    __slots__ = ("message", "refused")
+
+    def __init__(self, message: Message, refused: dict[int, Refused]) -> None:
+        self.message = message
+        self.refused = refused
 
 
 # ---------------------------------------------------------------- field checks
@@ -138,9 +159,10 @@ def _too_long(path: str, value: str | bytes, limit: int) -> tuple[str, str] | No
     return path, f"longer than {limit} bytes (got {size}): {shown}"
 
 
-def check(msg: Message, prefix: str = "") -> tuple[str, str] | None:
-    """The first (field path, description) of `msg` over its limits, or None."""
-    for name, kind, limit, extra in _plan(msg.DESCRIPTOR):
+def check(msg: Message, prefix: str = "", plan: _Plan | None = None) -> tuple[str, str] | None:
+    """The first (field path, description) of `msg` over its limits, or None (`plan`: the
+    fields to check, all by default)."""
+    for name, kind, limit, extra in _plan(msg.DESCRIPTOR) if plan is None else plan:
         if kind == "message":  # HasField first: reading an unset submessage builds one
             if msg.HasField(name) and (bad := check(getattr(msg, name), prefix + name + ".")):
                 return bad
@@ -200,6 +222,42 @@ def deserializer(cls: type[Message]) -> Callable[[bytes], Message | Refused]:
     return decode
 
 
+def batch_deserializer(
+    cls: type[Message], field: str
+) -> Callable[[bytes], Message | Refused | PartlyRefused]:
+    """Decode a message of type `cls` whose repeated message field `field` batches independent
+    items: Refused for what concerns the whole message (not valid, too many items, another field
+    over a limit), PartlyRefused if some items are over a limit, else the message (module doc)."""
+    desc = cls.DESCRIPTOR
+    f = desc.fields_by_name[field]
+    if not f.is_repeated or f.type != FieldDescriptor.TYPE_MESSAGE:
+        raise ValueError(f"{desc.full_name}.{field} is not a repeated message field")
+    name = desc.name
+    from_string = cls.FromString
+    rest = tuple(step for step in _plan(desc) if step[0] != field)
+    most = _ENTRY_LIMITS.get(field, MAX_ENTRIES)
+
+    def decode(data: bytes) -> Message | Refused | PartlyRefused:
+        try:
+            msg = from_string(data)
+        except Exception:  # DecodeError, or a RuntimeError from upb on deeply nested groups
+            return Refused("request", f"not a valid {name} ({len(data)} bytes)")
+        if rest and (bad := check(msg, "", rest)):
+            return Refused(*bad)
+        items = getattr(msg, field)
+        if len(items) > most:
+            return Refused(field, f"more than {most} entries (got {len(items)})")
+        refused: dict[int, Refused] | None = None
+        for i, item in enumerate(items):
+            if bad := check(item):
+                if refused is None:
+                    refused = {}
+                refused[i] = Refused(*bad)
+        return msg if refused is None else PartlyRefused(msg, refused)
+
+    return decode
+
+
 # ---------------------------------------------------------------- handler wrapping
 
 
@@ -217,11 +275,12 @@ def guard_handler(handler: grpc.RpcMethodHandler | None, refuse: Refuse) -> grpc
     if cls is None:
         return handler
     if handler.request_streaming:
-        if cls.DESCRIPTOR.full_name not in STREAM_REQUESTS or handler.stream_stream is None:
+        batched = STREAM_REQUESTS.get(cls.DESCRIPTOR.full_name)
+        if batched is None or handler.stream_stream is None:
             return handler
         return grpc.stream_stream_rpc_method_handler(
             handler.stream_stream,
-            request_deserializer=deserializer(cls),
+            request_deserializer=batch_deserializer(cls, batched),
             response_serializer=handler.response_serializer,
         )
     kw = {"request_deserializer": deserializer(cls), "response_serializer": handler.response_serializer}
@@ -299,7 +358,9 @@ __all__ = [
     "MAX_STRING_BYTES",
     "QUOTE_CHARS",
     "GuardedRegistrar",
+    "PartlyRefused",
     "Refused",
+    "batch_deserializer",
     "check",
     "deserializer",
     "guard_handler",

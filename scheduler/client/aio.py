@@ -25,7 +25,7 @@ from scheduler.client.channel import (
     merged_options,
     tls_credentials,
 )
-from scheduler.client.errors import from_rpc_error
+from scheduler.client.errors import InvalidArgument, from_rpc_error
 from scheduler.client.follow import (
     DEFAULT_FAILOVER_TIMEOUT_S,
     Follower,
@@ -47,6 +47,10 @@ __all__ = [
     "OnYield",
     "OnYieldCancelled",
 ]
+
+
+#: The longest session id the scheduler accepts (proto: AcquireRequest.session_id).
+MAX_SESSION_ID_BYTES = 256
 
 
 class AsyncClient:
@@ -165,7 +169,16 @@ class AsyncClient:
         wait_timeout_s: float | None = None,
         on_yield_cancelled: OnYieldCancelled | None = None,
     ) -> AsyncSession:
-        """A session handle; `async with` it to acquire (see `AsyncSession`)."""
+        """A session handle; `async with` it to acquire (see `AsyncSession`).
+
+        Raises InvalidArgument at once for a session id the scheduler would refuse (empty, or
+        longer than 256 bytes), rather than as the session's error after a round trip."""
+        size = len(session_id.encode())
+        if not 0 < size <= MAX_SESSION_ID_BYTES:
+            raise InvalidArgument(
+                f"session_id: 1 to {MAX_SESSION_ID_BYTES} bytes (got {size})",
+                grpc.StatusCode.INVALID_ARGUMENT,
+            )
         return AsyncSession(
             self,
             session_id,

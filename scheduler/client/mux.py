@@ -51,9 +51,12 @@ DETAILS_KEY = "grpc-status-details-bin"
 #: errors.channel_full); older servers said RATE_LIMITED with this in the message.
 CHANNEL_FULL = "CHANNEL_FULL"
 _CHANNEL_FULL_TEXT = "open another channel"
-#: Statuses that end a channel as a verdict on what the client sent (its credential, a command
-#: the wire guard refused, a server without Channel): passed to its sessions as they are, since
-#: sending the same again would only fail again. Any other ends it as UNAVAILABLE.
+#: The most commands one ChannelRequest may hold (proto): a message with more ends the channel.
+MAX_COMMANDS = 1024
+#: Statuses that end a channel as a verdict on what the client sent (its credential, a message
+#: the wire guard refused as a whole, a server without Channel): passed to its sessions as they
+#: are, since sending the same again would only fail again. Any other ends it as UNAVAILABLE. (A
+#: command with a field over its limit is refused alone: that session's own error, by its ref.)
 _CHANNEL_VERDICTS = frozenset(
     {
         grpc.StatusCode.UNAUTHENTICATED,
@@ -168,7 +171,12 @@ class _Conn:
                 await self.ready.wait()
                 self.ready.clear()
                 batch, self.pending = self.pending, []
-                await self.call.write(pb.ChannelRequest(commands=batch))
+                write = self.call.write
+                if len(batch) <= MAX_COMMANDS:
+                    await write(pb.ChannelRequest(commands=batch))
+                    continue
+                for i in range(0, len(batch), MAX_COMMANDS):  # more would end the channel
+                    await write(pb.ChannelRequest(commands=batch[i : i + MAX_COMMANDS]))
         except grpc.aio.AioRpcError as e:
             self._break(e)
         except (grpc.aio.UsageError, RuntimeError) as e:  # the call ended under the write

@@ -10,7 +10,11 @@ The same semantics as the per-session rpcs, by construction: every command goes 
 a `SessionStream` of the loop like an Acquire stream's, fed by the same fan-out; only where its
 items go differs (`ChannelStream`: this channel's outbox, one deque in event order, rather than a
 queue per session and a task per session waiting on it). Errors are the same `RpcFailure`s,
-sent as per-session error events (`RpcFailure.session_error`).
+sent as per-session error events (`RpcFailure.session_error`). So is a command the wire guard
+refused (a field over its limit: scheduler/api/guard.py hands over a `PartlyRefused`): that
+command alone is answered INVALID_ARGUMENT, as its per-session rpc would have been, and the
+message's other commands are applied; only what no one command can be blamed for (bytes that
+do not decode, too many commands) ends the channel, with every session on it.
 
 Order: commands are applied as read; a command's answer is appended to the outbox after the
 events its own event caused (they were fanned out while `submit` ran), so a Release's
@@ -48,6 +52,7 @@ SOFT_LIMIT = 4096  # outbox entries past which commands are not read
 HARD_LIMIT = 65_536  # outbox entries past which the channel ends RESOURCE_EXHAUSTED
 MAX_SESSIONS = 10_000  # sessions attached to one channel
 MAX_EVENTS_PER_MESSAGE = 1024  # keeps one ChannelResponse well under gRPC's 4 MiB default
+_SID_BYTES = guard.limit_for("session_id")
 
 _CHANNEL_ENDED = object()
 
@@ -164,15 +169,27 @@ class _Channel:
             req = await read()
             if req is grpc.aio.EOF:
                 break
-            if type(req) is guard.Refused:
+            if type(req) is guard.Refused:  # not attributable to one command: ends the channel
                 raise errors.invalid_argument(req.field, req.description)
+            refused: dict[int, guard.Refused] | None = None
+            if type(req) is guard.PartlyRefused:
+                refused = req.refused
+                req = req.message
             # Same authentication as every rpc, per message: a credential ApplyPolicy removed
             # stops working here too (cached: one digest and a lookup).
             self.auth.tenant(self.context)
             if self.loop.shutting_down:
                 raise errors.unavailable()
-            for cmd in req.commands:
-                self._command(cmd)
+            if refused is None:
+                for cmd in req.commands:
+                    self._command(cmd)
+            else:
+                for i, cmd in enumerate(req.commands):
+                    bad = refused.get(i)
+                    if bad is None:
+                        self._command(cmd)
+                    else:
+                        self._refuse(cmd, bad)
         self.reading_done = True
         self.push((None, 0, _CHANNEL_ENDED))
 
@@ -213,6 +230,16 @@ class _Channel:
         except errors.RpcFailure as f:
             out = f
         self.push((sid, ref, out))
+
+    def _refuse(self, cmd: scheduler_pb2.ChannelCommand, bad: guard.Refused) -> None:
+        """A command the wire guard refused (a field over its limit): answered alone, as the
+        per-session rpc would have ended, the field named from the command down (proto); not
+        applied, not charged to a rate limit (nor is a refused per-session rpc)."""
+        kind = cmd.WhichOneof("command")
+        sid = getattr(cmd, kind).session_id if kind else ""
+        if len(sid) * 4 > _SID_BYTES and len(sid.encode()) > _SID_BYTES:
+            sid = ""  # the refused field itself: not echoed
+        self.push((sid, cmd.ref, errors.invalid_argument(bad.field, bad.description)))
 
     def _acquire(self, req: scheduler_pb2.AcquireRequest) -> None:
         sid = req.session_id

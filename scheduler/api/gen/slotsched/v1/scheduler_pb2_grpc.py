@@ -206,7 +206,13 @@ class SchedulerServicer:
         rpc would have ended with (same code, message and details: BadRequest, QuotaFailure,
         ErrorInfo) and its trailing metadata (`retry-after-ms`, `estimated-wait-ms`) in `trailers`.
         An error answering `acquire` (INVALID_ARGUMENT, PERMISSION_DENIED no quota,
-        RESOURCE_EXHAUSTED queue full or rate limited) leaves the session not attached. An error
+        RESOURCE_EXHAUSTED queue full or rate limited) leaves the session not attached. A command
+        with a field over its limit (hostile input, in the service comment) is refused alone: its
+        `ref` is answered INVALID_ARGUMENT naming the field from the command down, e.g.
+        `acquire.session_id` or `renew.lease_id` (the per-session rpc's status, its field path
+        prefixed with the command's kind), the event's `session_id` empty if that is the field;
+        the message's other commands are applied as if it were not there (nor is it charged to a
+        rate limit). An error
         with `ref` 0 is the end of an attached session's stream on this channel: DEADLINE_EXCEEDED
         after `Ended{WITHDRAWN}` when its `wait_timeout` passed; ABORTED when another stream took
         it over. Rate limits are charged per command as for the per-session rpcs (acquire to the
@@ -216,9 +222,9 @@ class SchedulerServicer:
         broken Acquire stream: re-open a channel and `acquire` each session again to re-attach):
         - UNAUTHENTICATED / PERMISSION_DENIED: a missing or bad credential (checked at the start and
         again for every ChannelRequest, so a credential removed by ApplyPolicy stops working).
-        - INVALID_ARGUMENT: a ChannelRequest that does not decode, holds more than 1024 commands, or
-        has a string field over its limit (the field is named, e.g. `commands[3].acquire.session_id`);
-        nothing of that message was applied.
+        - INVALID_ARGUMENT: a ChannelRequest that does not decode or holds more than 1024 commands
+        (a command with a field over its limit is refused alone, above); nothing of that message
+        was applied.
         - RESOURCE_EXHAUSTED: the reader is too slow (flow control, below). An `acquire` that would
         attach a 10,001st session to the channel gets a per-session `error` instead (ErrorInfo
         reason CHANNEL_FULL; the channel goes on): acquire that session on another channel.
