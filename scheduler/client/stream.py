@@ -50,6 +50,7 @@ class SessionStream(SessionDuties):
         # backoff (`wake.py`). Set for a new session's first event and after each sleep, so it
         # is told once per attach, never per event.
         announce = True
+        wakeable = True  # one early wake per run of failures: until an event, sleep in full
         started = loop.time()
         while not self._closing:
             failure: SlotschedError
@@ -69,6 +70,7 @@ class SessionStream(SessionDuties):
                     if first is not None:
                         self._reached = True
                         announce, outage_since, backoff = False, None, client.backoff_initial_s
+                        wakeable = True
                         client.wake.heard()
                         self._handle_event(first)
                 async for ev in events:
@@ -76,6 +78,7 @@ class SessionStream(SessionDuties):
                         # The server answers (after an outage, or for the first time): the
                         # client's sessions asleep in backoff try again now, not at their wake-up.
                         announce, outage_since, backoff = False, None, client.backoff_initial_s
+                        wakeable = True
                         client.wake.heard()
                     self._reached = True
                     self._handle_event(ev)
@@ -126,7 +129,7 @@ class SessionStream(SessionDuties):
                     backoff,
                 )
                 announce = True
-                await client.wake.sleep(backoff)
+                wakeable = await self._backoff(backoff, wakeable)
                 backoff = min(backoff * 2, client.backoff_max_s)
                 continue
             if outage_since is None:
@@ -144,9 +147,18 @@ class SessionStream(SessionDuties):
                 "slotsched: stream of %s broke (%s); re-attaching in %.2fs", self.session_id, failure, backoff
             )
             announce = True
-            await client.wake.sleep(backoff)
+            wakeable = await self._backoff(backoff, wakeable)
             backoff = min(backoff * 2, client.backoff_max_s)
             self.reattaches += 1
+
+    async def _backoff(self, delay: float, wakeable: bool) -> bool:
+        """Sleep before the next attach, cut short by the client hearing from the server again
+        (wake.py) if `wakeable`; whether the next sleep may be cut short too (not after a wake:
+        only an event makes it so again)."""
+        if not wakeable:
+            await asyncio.sleep(delay)
+            return False
+        return not await self._client.wake.sleep(delay, self._client.backoff_initial_s)
 
     def _handle_event(self, ev: scheduler_pb2.LeaseEvent) -> None:
         kind = ev.WhichOneof("event")

@@ -91,6 +91,11 @@ class SnapshotRef:
     def __post_init__(self) -> None:
         if not self.uri:
             raise ValueError("SnapshotRef.uri must not be empty")
+        # The scheduler's wire limits (scheduler/api/guard.py): over them, the Acquire or Yield
+        # that quotes this ref is refused; say so here, where the ref is made.
+        for name, value, limit in (("uri", self.uri, 2048), ("sha256", self.sha256, 256)):
+            if len(value.encode()) > limit:
+                raise ValueError(f"SnapshotRef.{name} is {len(value.encode())} bytes: at most {limit}")
 
     def to_proto(self) -> common_pb2.SnapshotRef:
         msg = common_pb2.SnapshotRef(uri=self.uri, size_bytes=self.size_bytes, sha256=self.sha256)

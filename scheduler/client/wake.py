@@ -8,7 +8,10 @@ answered its neighbours, and a lease granted meanwhile may expire before it rene
 sign that the server answers again (a session's stream gets an event after it slept in backoff, a
 renewal succeeds after one failed, a multiplexed channel gets its first response) wakes every
 sleeper at once. Each woken session re-attaches as after its sleep; its backoff is not reset
-(only an event does that), so a server that fails again is not hammered.
+(only an event does that), so a server that fails again is not hammered: a woken sleep still
+lasts the initial backoff, and a session woken once is not woken again before it gets an event
+(one that keeps failing, e.g. a status the server sends it alone, sleeps its full backoff however
+many other sessions start meanwhile).
 
 Signalled on a transition out of an outage only, never per event: `heard()` with nobody asleep
 costs one check.
@@ -31,17 +34,23 @@ class Wake:
         self._sleepers: set[asyncio.Future[bool]] = set()
         self.wakes = 0  # how many sleeps `heard` cut short (tests, logs)
 
-    async def sleep(self, delay: float) -> bool:
-        """Sleep `delay` seconds, or until `heard()`; True when woken early."""
+    async def sleep(self, delay: float, at_least: float = 0.0) -> bool:
+        """Sleep `delay` seconds, or until `heard()` but never less than `at_least` (so sessions
+        that wake each other cannot re-attach faster than the initial backoff); True when woken
+        early."""
         loop = asyncio.get_running_loop()
+        start = loop.time()
         fut: asyncio.Future[bool] = loop.create_future()
         timer = loop.call_later(delay, _settle, fut, False)
         self._sleepers.add(fut)
         try:
-            return await fut
+            woken = await fut
         finally:
             timer.cancel()
             self._sleepers.discard(fut)
+        if woken:
+            await asyncio.sleep(max(0.0, min(delay, at_least) - (loop.time() - start)))
+        return woken
 
     def heard(self) -> None:
         """The server answered this client after an outage: every sleeper tries again now."""

@@ -210,7 +210,7 @@ class SchedulerServicer:
         with a field over its limit (hostile input, in the service comment) is refused alone: its
         `ref` is answered INVALID_ARGUMENT naming the field from the command down, e.g.
         `acquire.session_id` or `renew.lease_id` (the per-session rpc's status, its field path
-        prefixed with the command's kind), the event's `session_id` empty if that is the field;
+        prefixed with the command's kind), the event's `session_id` empty if it is over its limit;
         the message's other commands are applied as if it were not there (nor is it charged to a
         rate limit). An error
         with `ref` 0 is the end of an attached session's stream on this channel: DEADLINE_EXCEEDED
