@@ -161,3 +161,44 @@ def test_a_snapshot_ref_over_the_wire_limits_is_refused_where_it_is_made() -> No
         SnapshotRef(uri="u" * 2049)
     with pytest.raises(ValueError, match="sha256 is 257 bytes"):
         SnapshotRef(uri="s3://b/k", sha256="0" * 257)
+
+
+class _RateLimitedReattach(pbg.SchedulerServicer):
+    """First Acquire: Queued, then the stream breaks. The next two (the re-attaches): refused
+    RESOURCE_EXHAUSTED with retry-after-ms, as the tenant's rate limit does past its burst. Then
+    Queued, and the stream stays."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def Acquire(self, request: Any, context: Any) -> None:  # noqa: N802
+        self.calls += 1
+        if self.calls in (2, 3):
+            context.set_trailing_metadata((("retry-after-ms", "200"),))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "rate limited: retry later")
+        await context.write(_queued())
+        if self.calls == 1:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "restarting")
+        await asyncio.sleep(60)
+
+
+def test_a_reattach_refused_by_the_rate_limit_waits_as_told_and_keeps_the_session() -> None:
+    """After a restart every session of a client re-attaches at once, past the tenant's burst: a
+    re-attach refused RESOURCE_EXHAUSTED with retry-after waits that long and tries again (before:
+    the session failed QueueFull for good). A new session's refusal is still its answer."""
+
+    async def body() -> None:
+        fake = _RateLimitedReattach()
+        server, target = await _serve(fake)
+        client = AsyncClient(target, multiplex=False, reattach_timeout_s=30, backoff_initial_s=0.05)
+        try:
+            s = client.session("a", QoS.BURSTABLE)
+            s.start()
+            await s.wait_until(lambda s: fake.calls >= 4 or s.error is not None, 10)
+            await asyncio.sleep(0.1)
+            assert s.error is None and s.phase is Phase.QUEUED, (s.phase, s.error)
+            assert fake.calls == 4
+        finally:
+            await server.stop(0)
+
+    asyncio.run(body())

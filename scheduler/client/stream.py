@@ -9,6 +9,7 @@ Grants start the renewals and queue `on_grant`; YieldRequested starts the yield 
 from __future__ import annotations
 
 import asyncio
+import random
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -19,7 +20,14 @@ from scheduler.api.gen.slotsched.v1 import scheduler_pb2
 from scheduler.client.callbacks import invoke
 from scheduler.client.channel import REATTACH_CODES, NoAnswer
 from scheduler.client.duties import SessionDuties
-from scheduler.client.errors import GrantFailed, SessionEnded, SlotschedError, Unavailable, from_rpc_error
+from scheduler.client.errors import (
+    GrantFailed,
+    QueueFull,
+    SessionEnded,
+    SlotschedError,
+    Unavailable,
+    from_rpc_error,
+)
 from scheduler.client.session_state import log
 from scheduler.client.types import LeaseInfo, Phase, QueueInfo, SnapshotRef, end_reason_name, lease_key
 
@@ -100,9 +108,18 @@ class SessionStream(SessionDuties):
                     return
                 if self._closing:
                     return
-                if code not in REATTACH_CODES:
+                # A re-attach refused by the rate limit (every session of a client re-attaches
+                # at once after a restart, past the tenant's burst) waits as told and tries
+                # again, within reattach_timeout_s; a new session's refusal is its answer.
+                limited = self._reached and isinstance(err, QueueFull) and err.retry_after_s is not None
+                if code not in REATTACH_CODES and not limited:
                     self._fail(err)
                     return
+                if limited:
+                    assert isinstance(err, QueueFull) and err.retry_after_s is not None
+                    # Jitter: the sessions refused together must not come back together.
+                    backoff = max(backoff, err.retry_after_s * random.uniform(1.0, 1.5))
+                    wakeable = False  # the server said when: another session's answer does not change it
                 failure = err
             finally:
                 self._attached = False
