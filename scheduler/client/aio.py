@@ -16,6 +16,7 @@ import grpc
 import grpc.aio
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2, scheduler_pb2_grpc
+from scheduler.api.guard import MAX_STRING_BYTES
 from scheduler.client.callbacks import OnGrant, OnYield, OnYieldCancelled
 from scheduler.client.channel import (
     DEFAULT_CHANNEL_OPTIONS,
@@ -49,8 +50,8 @@ __all__ = [
 ]
 
 
-#: The longest session id the scheduler accepts (proto: AcquireRequest.session_id).
-MAX_SESSION_ID_BYTES = 256
+#: The longest session id the scheduler accepts (its wire guard's limit for an id).
+MAX_SESSION_ID_BYTES = MAX_STRING_BYTES
 
 
 class AsyncClient:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2
+from scheduler.api.guard import MAX_LONG_STRING_BYTES, MAX_STRING_BYTES
 from scheduler.grants import core_lease_id
 
 
@@ -93,7 +94,10 @@ class SnapshotRef:
             raise ValueError("SnapshotRef.uri must not be empty")
         # The scheduler's wire limits (scheduler/api/guard.py): over them, the Acquire or Yield
         # that quotes this ref is refused; say so here, where the ref is made.
-        for name, value, limit in (("uri", self.uri, 2048), ("sha256", self.sha256, 256)):
+        for name, value, limit in (
+            ("uri", self.uri, MAX_LONG_STRING_BYTES),
+            ("sha256", self.sha256, MAX_STRING_BYTES),
+        ):
             if len(value.encode()) > limit:
                 raise ValueError(f"SnapshotRef.{name} is {len(value.encode())} bytes: at most {limit}")
 
