@@ -8,8 +8,9 @@ The rules (what a failed `on_yield` means, when a called-off yield still goes on
 A Yield is idempotent from the runtime's view: a retry whose first attempt was applied (the leader
 applied it and died before answering, or a channel broke under the answer) is refused
 FAILED_PRECONDITION, a stale epoch, since the lease already ended YIELDED (and the session may
-have been re-granted). The yield is then read back (`_yield_applied`) and counted as done rather
-than recorded in `callback_errors`, as `session.py` does for a Release retried after it applied.
+have been re-granted). The yield is then read back (`_yield_applied`) and, where it can be told
+from a revocation, counted as done rather than recorded in `callback_errors`, as `session.py`
+does for a Release retried after it applied.
 """
 
 from __future__ import annotations

@@ -217,9 +217,9 @@ class _Conn:
                 err = from_session_error(ev.error)
                 target = self.waiting.pop(ev.ref, None) if ev.ref else None
                 answer = target is not None  # to the command with this ref (an acquire's: refused)
-                if target is None and ev.ref:
-                    pass  # the answer to a command whose caller gave up (timed out): not the stream's
-                elif target is None:
+                # With a ref nobody waits on, the answer to a command whose caller gave up (timed
+                # out): dropped. With none, the session's stream ends with it.
+                if target is None and not ev.ref:
                     target = self.sessions.pop(ev.session_id, None)
                     if target is not None:
                         self.full = False  # one of ours left: room again
