@@ -171,7 +171,7 @@ class _Channel:
                 break
             if type(req) is guard.Refused:  # not attributable to one command: ends the channel
                 raise errors.invalid_argument(req.field, req.description)
-            refused: dict[int, guard.Refused] | None = None
+            refused: dict[int, guard.Refused] = {}
             if type(req) is guard.PartlyRefused:
                 refused = req.refused
                 req = req.message
@@ -180,16 +180,12 @@ class _Channel:
             self.auth.tenant(self.context)
             if self.loop.shutting_down:
                 raise errors.unavailable()
-            if refused is None:
-                for cmd in req.commands:
+            for i, cmd in enumerate(req.commands):
+                bad = refused.get(i) if refused else None
+                if bad is None:
                     self._command(cmd)
-            else:
-                for i, cmd in enumerate(req.commands):
-                    bad = refused.get(i)
-                    if bad is None:
-                        self._command(cmd)
-                    else:
-                        self._refuse(cmd, bad)
+                else:
+                    self._refuse(cmd, bad)
         self.reading_done = True
         self.push((None, 0, _CHANNEL_ENDED))
 
@@ -237,7 +233,7 @@ class _Channel:
         applied, not charged to a rate limit (nor is a refused per-session rpc)."""
         kind = cmd.WhichOneof("command")
         sid = getattr(cmd, kind).session_id if kind else ""
-        if len(sid) * 4 > _SID_BYTES and len(sid.encode()) > _SID_BYTES:
+        if len(sid.encode()) > _SID_BYTES:
             sid = ""  # the refused field itself: not echoed
         self.push((sid, cmd.ref, errors.invalid_argument(bad.field, bad.description)))
 
