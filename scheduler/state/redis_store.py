@@ -45,6 +45,7 @@ reconnection) and Cluster (slot routing) keep redis-py's append, as does every o
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -233,7 +234,7 @@ class RedisStore:
         keys = [self.k_leader, self.k_journal]
         try:
             if self._fast is not None:
-                last = await self._append_fast(keys, [token, *records])
+                last = await self._append_fast(records, token)
             elif self.target.replicas:
                 last = await self._with_replicas(_APPEND, keys, [token, *records])
             else:
@@ -253,9 +254,14 @@ class RedisStore:
             return False
         keys = [self.k_leader, self.k_journal]
         args: list[bytes | str] = [token, *records]
-        wait = self._wait_command()
+        # WAIT pipelined after the append when `replicas` > 0, on the same connection (WAIT
+        # counts its own connection's writes).
+        n = self.target.replicas
+        wait: list[tuple[Any, ...]] = [("WAIT", n, self.target.replica_timeout_ms)] if n else []
 
         def first(replies: list[Any] | BaseException) -> None:
+            # The server lost the script (SCRIPT FLUSH, a restart): that EVALSHA wrote nothing,
+            # and the WAIT after this EVAL covers what it writes.
             if _noscript(replies) and fast.ready:
                 fast.send([("EVAL", _APPEND, len(keys), *keys, *args), *wait], last)
             else:
@@ -273,21 +279,22 @@ class RedisStore:
         fast.send([("EVALSHA", _APPEND_SHA, len(keys), *keys, *args), *wait], first)
         return True
 
-    def _wait_command(self) -> list[tuple[Any, ...]]:
-        """WAIT pipelined after the append when `replicas` > 0 (on the same connection: WAIT counts
-        its own connection's writes)."""
-        n = self.target.replicas
-        return [("WAIT", n, self.target.replica_timeout_ms)] if n else []
-
-    async def _append_fast(self, keys: list[str], args: list[Any]) -> Any:
-        """The append on the lean connection: EVALSHA (EVAL if the server lost the script, e.g.
-        after SCRIPT FLUSH or a restart), pipelined with WAIT when `replicas` > 0."""
+    async def _append_fast(self, records: list[bytes], token: str) -> str:
+        """`append_nowait`, awaited: on the lean connection, opened first if need be."""
         assert self._fast is not None
-        wait = self._wait_command()
-        replies = await self._fast.pipeline([("EVALSHA", _APPEND_SHA, len(keys), *keys, *args), *wait])
-        if _noscript(replies):  # that EVALSHA wrote nothing; the WAIT after this EVAL covers what it writes
-            replies = await self._fast.pipeline([("EVAL", _APPEND, len(keys), *keys, *args), *wait])
-        return self._fast_result(replies)
+        await self._fast.connect()
+        fut: asyncio.Future[str | BaseException] = asyncio.get_running_loop().create_future()
+
+        def done(outcome: str | BaseException) -> None:
+            if not fut.done():  # its caller may have been cancelled
+                fut.set_result(outcome)
+
+        if not self.append_nowait(records, token, done):
+            raise ConnectionError(f"redis {self._fast.host}:{self._fast.port}: not connected")
+        outcome = await fut
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def _fast_result(self, replies: list[Any]) -> Any:
         """The append's reply, or raise: NotLeader (fenced), ReplicasBehind, a ResponseError."""
