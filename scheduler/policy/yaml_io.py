@@ -27,6 +27,7 @@ from scheduler.policy.schema import (
     fmt_number,
 )
 from scheduler.policy.validate import policy_from_dict
+from scheduler.policy.yaml_limits import MAX_POLICY_DEPTH, yaml_limit_problem
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -54,9 +55,23 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 def parse_policy(text: str) -> tuple[Policy, list[Problem]]:
-    """Parse a policy from YAML text. Returns (policy, warnings); raises PolicyError."""
+    """Parse a policy from YAML text. Returns (policy, warnings); raises PolicyError, also for a
+    text past the depth or node limits (yaml_limits.py), which the loader below would recurse
+    on or expand."""
+    limit = yaml_limit_problem(text)
+    if limit is not None:
+        raise PolicyError([Problem(DOCUMENT, f"invalid YAML: {limit}")])
     try:
         doc = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: builds plain data only
+    except RecursionError:  # a depth the scan did not foresee: never a traceback
+        raise PolicyError(
+            [
+                Problem(
+                    DOCUMENT,
+                    f"invalid YAML: nests too deep to parse: the policy depth limit is {MAX_POLICY_DEPTH}",
+                )
+            ]
+        ) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1}" if mark is not None else DOCUMENT

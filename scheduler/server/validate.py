@@ -8,67 +8,30 @@ worker thread, never on the event loop that serves renewals, and only a document
 limits, checked first on libyaml's event stream (no tree is built, nothing recurses):
 
 * at most `MAX_POLICY_BYTES` (256 KiB, scheduler/api/guard.py; also refused at decode time),
-* nesting at most `MAX_POLICY_DEPTH` (32) collections deep (a policy needs 6),
-* at most `MAX_POLICY_NODES` (100,000) nodes with every alias expanded.
+* the depth and node limits of every policy text (`MAX_POLICY_DEPTH`, `MAX_POLICY_NODES`,
+  scheduler/policy/yaml_limits.py, which a policy file is held to as well).
 
 Each refusal is INVALID_ARGUMENT on `yaml` naming the limit (errors.py).
 """
 
 from __future__ import annotations
 
-import yaml
-
 from scheduler.api.guard import MAX_POLICY_BYTES
 from scheduler.policy.errors import Problem
 from scheduler.policy.model import Policy
 from scheduler.policy.yaml_io import parse_policy
+from scheduler.policy.yaml_limits import MAX_POLICY_DEPTH, MAX_POLICY_NODES  # noqa: F401 (re-exported)
+from scheduler.policy.yaml_limits import yaml_limit_problem as document_limit_problem
 from scheduler.server import errors
-
-MAX_POLICY_DEPTH = 32
-MAX_POLICY_NODES = 100_000
-
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's event parser when built with it
 
 
 def yaml_limit_problem(text: str) -> str | None:
-    """Which limit `text` breaks (a sentence for the caller), or None. Malformed YAML is not
-    judged here: the parser reports it with its line and column."""
+    """Which limit `text` breaks (a sentence for the caller), or None: the wire's size limit,
+    then the depth and node limits every policy text has (scheduler/policy/yaml_limits.py)."""
     size = len(text.encode())
     if size > MAX_POLICY_BYTES:
         return f"longer than {MAX_POLICY_BYTES} bytes (got {size}): the policy size limit"
-    # Per open collection, its node count; per anchor, the nodes an alias to it adds.
-    frames: list[int] = [0]
-    anchors: dict[str, int] = {}
-    anchored: list[str | None] = []
-    try:
-        for ev in yaml.parse(text, Loader=_Loader):
-            if isinstance(ev, yaml.CollectionStartEvent):
-                frames.append(1)
-                anchored.append(ev.anchor)
-                if len(frames) - 1 > MAX_POLICY_DEPTH:
-                    return f"nests deeper than {MAX_POLICY_DEPTH} levels: the policy depth limit"
-            elif isinstance(ev, yaml.CollectionEndEvent):
-                n = frames.pop()
-                anchor = anchored.pop()
-                if anchor is not None:
-                    anchors[anchor] = n
-                frames[-1] += n
-            elif isinstance(ev, yaml.ScalarEvent):
-                frames[-1] += 1
-                if ev.anchor is not None:
-                    anchors[ev.anchor] = 1
-            elif isinstance(ev, yaml.AliasEvent):
-                frames[-1] += anchors.get(ev.anchor or "", 1)
-            else:
-                continue
-            if sum(frames) > MAX_POLICY_NODES:
-                return (
-                    f"expands to more than {MAX_POLICY_NODES} nodes (aliases counted expanded): "
-                    "the policy node limit"
-                )
-    except yaml.YAMLError:
-        return None
-    return None
+    return document_limit_problem(text)
 
 
 def parse_policy_limited(text: str) -> tuple[Policy, list[Problem]]:
