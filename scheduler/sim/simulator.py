@@ -3,9 +3,13 @@
 A simulated holder renews its lease every half TTL, releases when its hold is done, and answers
 `YieldRequested` by checkpointing (`checkpoint_s`) and yielding; its snapshot saves the work done
 up to the request, and it resumes the rest when granted again. A `YieldCancelled` (the waiter
-left) before the checkpoint is done calls the yield off: the holder runs on. A holder that
-crashes stops renewing and never releases. Nothing here decides anything: every decision comes from `Core`
-(or from a baseline built on the same `Decider` seam, for comparisons).
+left) before the checkpoint is done calls the yield off: the holder runs on. A holder with
+`crash_after_s` lives like any other (renews, answers yields) until that long after its grant,
+then dies: it renews, checkpoints and releases no more, and its lease expires one TTL after its
+last renewal. Nothing here decides anything: every decision comes from `Core` (or from a baseline
+built on the same `Decider` seam, for comparisons).
+
+With `until_s`, a run cut off with work left counts what is still held up to `until_s`.
 
 With `SimConfig.retry_refused`, a holder refused for lack of room (queue full, no capacity) does
 what a client of a rejecting runtime does: it asks again after `retry_after_s` plus a seeded
@@ -56,7 +60,7 @@ from scheduler.sim.stats import SimStats
 from scheduler.sim.workload import SessionPlan
 
 # Event kinds, in the order they apply when simultaneous.
-_ARRIVE, _COMPLETE, _YIELD_ACK, _RENEW, _TICK, _HOOK, _RETRY = range(7)
+_ARRIVE, _COMPLETE, _YIELD_ACK, _RENEW, _TICK, _HOOK, _RETRY, _CRASH = range(8)
 
 # Refusals a client retries: room may appear later. The others could never be served.
 RETRYABLE = frozenset({RefuseReason.QUEUE_FULL, RefuseReason.TENANT_QUEUE_FULL})
@@ -79,7 +83,7 @@ class _Live:
     remaining: float = 0.0
     lease: Lease | None = None
     yield_asked_at: float | None = None
-    crashed: bool = False
+    crashed: bool = False  # dead: renews, yields and releases no more (its lease must expire)
     finished: bool = False
     refused: bool = False
     waiting_since: float | None = None  # first refused attempt of a retry loop
@@ -149,10 +153,12 @@ class Simulator:
             self.at(0.0, _HOOK, "sample")
         until = self.config.until_s if self.config.until_s is not None else math.inf
         last_report = -1.0
-        stalled = False
+        stalled = cut = False
         while self._events:
             t, kind, _, payload = self._events[0]
             if t > until:
+                # Cut off with work left: what is held counts up to `until`, not to the last event.
+                cut = not self._all_done()
                 break
             if kind == _HOOK and payload in (None, "sample") and self._all_done():
                 break
@@ -165,7 +171,7 @@ class Simulator:
             if progress is not None and self.now - last_report >= 60.0:
                 last_report = self.now
                 progress(self._progress(until))
-        end = min(until, self.now) if until != math.inf else self.now
+        end = until if cut else self.now
         self.stats.finish(end, self.core, self._live_counts())
         if stalled:
             s = self.stats
@@ -202,11 +208,16 @@ class Simulator:
         """Share of the run done: virtual time over `until`, else sessions over; never backwards."""
         if until != math.inf:
             return min(1.0, self.now / max(until, 1e-9))
-        done = sum(1 for lv in self._live.values() if lv.finished or lv.refused or lv.crashed)
+        done = sum(1 for lv in self._live.values() if self._done(lv))
         return done / max(1, len(self._live))
 
+    @staticmethod
+    def _done(lv: _Live) -> bool:
+        # A dead holder's lease still holds its slot until it expires: not done before that.
+        return lv.finished or lv.refused or (lv.crashed and lv.lease is None)
+
     def _all_done(self) -> bool:
-        return all(lv.finished or lv.refused or lv.crashed for lv in self._live.values())
+        return all(self._done(lv) for lv in self._live.values())
 
     def _live_counts(self) -> tuple[int, int]:
         completed = sum(1 for lv in self._live.values() if lv.finished)
@@ -247,7 +258,11 @@ class Simulator:
             lv = self._live[sid]
             if lv.lease is None or lv.lease.lease_id != lease_id or lv.lease.epoch != epoch:
                 return  # that lease is gone (revoked, yielded): a stale timer
-            if kind == _RENEW:
+            if kind == _CRASH:
+                lv.crashed = True
+                lv.yield_asked_at = None  # a checkpoint under way dies with the holder
+                self.guard.progress(self.now)  # a session ended for good
+            elif kind == _RENEW:
                 if not lv.crashed:
                     self.apply(Renew(SessionId(sid), lv.lease.lease_id, lv.lease.epoch))
             elif kind == _COMPLETE:
@@ -255,7 +270,7 @@ class Simulator:
             elif kind == _YIELD_ACK:
                 lease = lv.lease
                 if lv.yield_asked_at is None or self.now < lv.yield_asked_at + self.config.checkpoint_s:
-                    return  # that yield was called off (and maybe asked again since: not done yet)
+                    return  # called off (maybe asked again since: not done yet), or the holder died
                 done = lv.yield_asked_at - lease.granted_at
                 lv.remaining = max(0.0, lv.remaining - done)
                 self.guard.saved(self.now, done)
@@ -278,16 +293,16 @@ class Simulator:
             lv.lease = d.lease
             lv.yield_asked_at = None
             key = (d.lease.session, d.lease.lease_id, d.lease.epoch)
-            period = lv.plan.periods[lv.period]
-            if period.crash_after_s is not None and period.crash_after_s < lv.remaining:
-                lv.crashed = True  # it will stop renewing and never release
+            crash = lv.plan.periods[lv.period].crash_after_s
+            if crash is not None and crash < lv.remaining:
+                # Alive (renewing, answering yields) until then; dead, it never releases.
+                self.at(self.now + crash, _CRASH, key)
+                held_for = crash
             else:
                 self.at(self.now + lv.remaining, _COMPLETE, key)
-            ttl = self.policy.timing.lease_ttl_s
-            renew_every = ttl / 2
+                held_for = lv.remaining
+            renew_every = self.policy.timing.lease_ttl_s / 2
             t = self.now + renew_every
-            crash = period.crash_after_s
-            held_for = crash if crash is not None and lv.crashed else lv.remaining
             limit = self.now + held_for
             while t < limit:
                 self.at(t, _RENEW, key)

@@ -8,8 +8,9 @@ CSV columns: `arrival_s,session_id,tenant,qos_class,hold_s` and optionally `snap
   active period. The first row arrives at `arrival_s`; each later row with a `think_s` value
   starts `think_s` after the previous period ended — a session delayed in the queue runs later,
   as a real agent does. A later row with an empty `think_s` arrives at its own `arrival_s`.
-- `crash_after_s`: the holder dies that long after its grant: it stops renewing and never
-  releases (the lease must expire).
+- `crash_after_s`: the holder dies that long after its grant. Until then it renews and answers
+  yields like any holder; then it stops renewing and never releases (the lease expires one TTL
+  after its last renewal).
 """
 
 from __future__ import annotations
