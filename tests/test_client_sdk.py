@@ -36,6 +36,7 @@ from scheduler.client import (
     LeaseInfo,
     NoQuota,
     NotFound,
+    PermissionDenied,
     Phase,
     QoS,
     QueueFull,
@@ -154,7 +155,7 @@ _ABORTS: dict[str, tuple[grpc.StatusCode, tuple[tuple[str, str], ...]]] = {
 _EXPECTED: dict[str, type[SlotschedError]] = {
     "full": QueueFull,
     "full-bare": QueueFull,
-    "quota": NoQuota,
+    "quota": PermissionDenied,  # no ErrorInfo reason NO_QUOTA: not told it is a zero quota
     "stale": StaleLease,
     "gone": NotFound,
     "late": AcquireTimeout,

@@ -17,7 +17,8 @@ says what to do on a grant (start the actor) and on a yield request (checkpoint 
             await run_agent(lease)                           # renewals, yields: in the background
 
 Threaded code uses `Client` the same way (`with client.session(...) as lease:`). Refusals are
-raised from entering the session as typed errors (`QueueFull`, `NoQuota`, `AcquireTimeout`, ...).
+raised from entering the session as typed errors (`QueueFull`, `RateLimited`, `NoQuota`,
+`PermissionDenied`, `Unauthenticated`, `AcquireTimeout`, ...).
 
 `Qos` is a deprecated alias of `QoS` (the SDK's first name for it), kept so old imports work.
 """
@@ -29,7 +30,10 @@ from scheduler.client.errors import (
     InvalidArgument,
     NoQuota,
     NotFound,
+    PermissionDenied,
     QueueFull,
+    RateLimited,
+    ResourceExhausted,
     SessionEnded,
     SlotschedError,
     StaleLease,
@@ -56,11 +60,14 @@ __all__ = [
     "OnGrant",
     "OnYield",
     "OnYieldCancelled",
+    "PermissionDenied",
     "Phase",
     "QoS",
     "Qos",
     "QueueFull",
     "QueueInfo",
+    "RateLimited",
+    "ResourceExhausted",
     "Session",
     "SessionEnded",
     "SessionInfo",

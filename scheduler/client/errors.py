@@ -5,7 +5,9 @@ tenant has no quota for this class" (a configuration bug, never retry), "your le
 (stop the actor, it was fenced off) and "the scheduler is down" (retry elsewhere). Matching on
 `grpc.StatusCode` and parsing trailing metadata at every call site would scatter that knowledge;
 here it is done once, and callers `raise from_rpc_error(err) from err` so the original gRPC
-error stays attached as `__cause__`.
+error stays attached as `__cause__`. Where one status covers refusals that call for different
+reactions (a bad credential and a zero quota are both PERMISSION_DENIED; a full queue and a rate
+limit both RESOURCE_EXHAUSTED), the reason of the server's google.rpc.ErrorInfo picks the class.
 
 Exceptions raised for client-side conditions (the session ended while the caller waited for a
 grant, re-attach gave up) derive from the same base, with `code` set to the closest status.
@@ -17,6 +19,16 @@ from collections.abc import Iterable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
+from google.rpc import error_details_pb2, status_pb2
+
+#: Trailing metadata holding the call's google.rpc.Status, with its rich details.
+DETAILS_KEY = "grpc-status-details-bin"
+#: The ErrorInfo domain and the reasons read here (the server's scheduler/server/errors.py;
+#: listed in proto/slotsched/v1/common.proto).
+DOMAIN = "slotsched.dev"
+NO_QUOTA = "NO_QUOTA"
+RATE_LIMITED = "RATE_LIMITED"
 
 
 class SlotschedError(Exception):
@@ -28,9 +40,11 @@ class SlotschedError(Exception):
         self.message = message
 
 
-class QueueFull(SlotschedError):
-    """RESOURCE_EXHAUSTED: a queue cap was reached. Retry after `retry_after_s` (None = unknown);
-    the wait would have been about `estimated_wait_s` (None = unknown)."""
+class ResourceExhausted(SlotschedError):
+    """RESOURCE_EXHAUSTED: the server has no room for the call now; `QueueFull` or
+    `RateLimited` tell which. Retry after `retry_after_s` (None = unknown); a queued wait would
+    have been about `estimated_wait_s` (None = unknown). `reason` is the server's ErrorInfo
+    reason ("" if it sent none)."""
 
     def __init__(
         self,
@@ -39,15 +53,45 @@ class QueueFull(SlotschedError):
         *,
         retry_after_s: float | None = None,
         estimated_wait_s: float | None = None,
+        reason: str = "",
     ) -> None:
         super().__init__(message, code)
         self.retry_after_s = retry_after_s
         self.estimated_wait_s = estimated_wait_s
+        self.reason = reason
 
 
-class NoQuota(SlotschedError):
-    """PERMISSION_DENIED: the tenant's quota for the class is zero (the request could never be
-    served), or the credential is not valid / names an unknown tenant."""
+class QueueFull(ResourceExhausted):
+    """RESOURCE_EXHAUSTED, a queue cap was reached (reason QUEUE_FULL: the pool's,
+    TENANT_QUEUE_FULL: the tenant's): the request was not queued. Retry after `retry_after_s`."""
+
+
+class RateLimited(ResourceExhausted):
+    """RESOURCE_EXHAUSTED, reason RATE_LIMITED: the tenant's (or role's) calls are past their
+    rate limit (`spec.rateLimits`). Nothing was done; retry after `retry_after_s`, which the
+    server sends with every such refusal."""
+
+
+class PermissionDenied(SlotschedError):
+    """PERMISSION_DENIED: the credential may not make this call: a token or certificate the
+    policy does not list (reason CREDENTIAL_DENIED), a role without the service, or a tenant not
+    in the policy (UNKNOWN_TENANT). Sending it again will not help. `reason` is the server's
+    ErrorInfo reason ("" if it sent none)."""
+
+    def __init__(
+        self,
+        message: str,
+        code: grpc.StatusCode | None = grpc.StatusCode.PERMISSION_DENIED,
+        *,
+        reason: str = "",
+    ) -> None:
+        super().__init__(message, code)
+        self.reason = reason
+
+
+class NoQuota(PermissionDenied):
+    """PERMISSION_DENIED, reason NO_QUOTA: the tenant's quota for the class is zero, so the
+    request could never be served (a configuration matter: never retry)."""
 
 
 class StaleLease(SlotschedError):
@@ -70,7 +114,9 @@ class Unavailable(SlotschedError):
 
 
 class Unauthenticated(SlotschedError):
-    """UNAUTHENTICATED: no credential was sent."""
+    """UNAUTHENTICATED: no credential was sent (no token and no client certificate; in the
+    server's insecure dev mode, no tenant), or an `authorization` header that is not
+    `Bearer <token>`. A token the server does not know is `PermissionDenied`."""
 
 
 class InvalidArgument(SlotschedError):
@@ -93,7 +139,7 @@ class GrantFailed(SlotschedError):
 
 
 _BY_CODE: dict[grpc.StatusCode, type[SlotschedError]] = {
-    grpc.StatusCode.PERMISSION_DENIED: NoQuota,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.FAILED_PRECONDITION: StaleLease,
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.DEADLINE_EXCEEDED: AcquireTimeout,
@@ -120,11 +166,35 @@ def _metadata_ms(metadata: Iterable[Any] | None, key: str) -> float | None:
     return None
 
 
+def _error_reason(metadata: Iterable[Any] | None) -> str:
+    """The ErrorInfo reason in the google.rpc.Status the server sends as trailing metadata
+    (grpc-status-details-bin), or "" when there is none."""
+    for item in metadata or ():
+        k, v = (item.key, item.value) if hasattr(item, "key") else item
+        if k.lower() != DETAILS_KEY or not isinstance(v, bytes):
+            continue
+        status = status_pb2.Status()
+        try:
+            status.ParseFromString(v)
+        except DecodeError:
+            return ""
+        for detail in status.details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                if info.domain in (DOMAIN, ""):
+                    return str(info.reason)
+    return ""
+
+
 def from_rpc_error(err: grpc.RpcError) -> SlotschedError:
     """The typed exception for a failed call (sync `grpc.RpcError` or `grpc.aio.AioRpcError`).
 
     Use as `raise from_rpc_error(err) from err`. Codes without a dedicated class (ABORTED,
-    CANCELLED, INTERNAL, ...) map to the `SlotschedError` base, with `code` set.
+    CANCELLED, INTERNAL, ...) map to the `SlotschedError` base, with `code` set. Where one code
+    covers refusals a caller treats differently, the ErrorInfo reason picks the class:
+    PERMISSION_DENIED is `NoQuota` for NO_QUOTA, else `PermissionDenied`; RESOURCE_EXHAUSTED is
+    `RateLimited` for RATE_LIMITED, else `QueueFull`.
     """
     code_fn = getattr(err, "code", None)
     code: grpc.StatusCode | None = code_fn() if callable(code_fn) else None
@@ -132,14 +202,20 @@ def from_rpc_error(err: grpc.RpcError) -> SlotschedError:
     details = (details_fn() if callable(details_fn) else None) or str(err)
     name = code.name if code is not None else "UNKNOWN"
     message = f"{name}: {details}"
-    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+    if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.PERMISSION_DENIED):
         trailing_fn = getattr(err, "trailing_metadata", None)
         trailing = trailing_fn() if callable(trailing_fn) else None
-        return QueueFull(
+        reason = _error_reason(trailing)
+        if code is grpc.StatusCode.PERMISSION_DENIED:
+            denied = NoQuota if reason == NO_QUOTA else PermissionDenied
+            return denied(message, code, reason=reason)
+        exhausted = RateLimited if reason == RATE_LIMITED else QueueFull
+        return exhausted(
             message,
             code,
             retry_after_s=_metadata_ms(trailing, "retry-after-ms"),
             estimated_wait_s=_metadata_ms(trailing, "estimated-wait-ms"),
+            reason=reason,
         )
     cls = _BY_CODE.get(code, SlotschedError) if code is not None else SlotschedError
     return cls(message, code)

@@ -45,8 +45,8 @@ from google.rpc import error_details_pb2
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from scheduler.client.channel import ClientLink
+from scheduler.client.errors import DETAILS_KEY
 
-DETAILS_KEY = "grpc-status-details-bin"
 #: The ErrorInfo reason of an acquire refused because its channel carries all it may (the server's
 #: errors.channel_full); older servers said RATE_LIMITED with this in the message.
 CHANNEL_FULL = "CHANNEL_FULL"

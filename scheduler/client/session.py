@@ -81,7 +81,7 @@ class AsyncSession(SessionStream):
     and re-grants:
 
     * `.lease` — the current `LeaseInfo` (None while queued or after the end); `.lease_id`,
-      `.epoch`, `.worker_address`, `.slot` are shortcuts to it.
+      `.epoch`, `.worker_address`, `.slot` are shortcuts to it, None whenever it is None.
     * `.queue` — the latest `QueueInfo` while queued (None otherwise).
     * `.resume_from` — the snapshot the current (or next) grant resumes from.
     * `.phase`, `.yields`, `.yields_cancelled`, `.grants`, `.reattaches`, `.callback_errors`;

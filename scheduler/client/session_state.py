@@ -128,21 +128,24 @@ class SessionState:
             raise RuntimeError(f"session {self.session_id!r} holds no lease (phase {self._phase})")
         return self._lease
 
-    @property
-    def lease_id(self) -> str:
-        return self._require_lease().lease_id
+    # The shortcuts to `.lease` are None whenever it is (queued, yielding away, re-attaching
+    # after a loss, ended), as `.lease` is: one rule, rather than raising where `.lease` is None.
 
     @property
-    def epoch(self) -> int:
-        return self._require_lease().epoch
+    def lease_id(self) -> str | None:
+        return None if self._lease is None else self._lease.lease_id
 
     @property
-    def worker_address(self) -> str:
-        return self._require_lease().worker_address
+    def epoch(self) -> int | None:
+        return None if self._lease is None else self._lease.epoch
 
     @property
-    def slot(self) -> Slot:
-        return self._require_lease().slot
+    def worker_address(self) -> str | None:
+        return None if self._lease is None else self._lease.worker_address
+
+    @property
+    def slot(self) -> Slot | None:
+        return None if self._lease is None else self._lease.slot
 
     def add_listener(self, fn: Callable[[], None]) -> None:
         """Call `fn()` (in the loop, must not block) after every state change."""

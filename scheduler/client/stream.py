@@ -22,7 +22,7 @@ from scheduler.client.channel import REATTACH_CODES, NoAnswer
 from scheduler.client.duties import SessionDuties
 from scheduler.client.errors import (
     GrantFailed,
-    QueueFull,
+    ResourceExhausted,
     SessionEnded,
     SlotschedError,
     Unavailable,
@@ -69,12 +69,12 @@ class SessionStream(SessionDuties):
                 if not self._reached:
                     # A black-holed address must not hang the first attach: the server answers an
                     # Acquire at once (Queued or Granted), so wait for that within the deadline.
-                    left = client.connect_timeout_s - (loop.time() - started)
+                    left = max(0.05, client.connect_timeout_s - (loop.time() - started))
                     try:
-                        first = await asyncio.wait_for(anext(events, None), max(0.05, left))
+                        first = await asyncio.wait_for(anext(events, None), left)
                     except TimeoutError:
                         call.cancel()
-                        raise NoAnswer(f"no answer within {client.connect_timeout_s:g}s") from None
+                        raise NoAnswer(f"no answer within {left:.1f}s") from None
                     if first is not None:
                         self._reached = True
                         announce, outage_since, backoff = False, None, client.backoff_initial_s
@@ -109,14 +109,17 @@ class SessionStream(SessionDuties):
                 if self._closing:
                     return
                 # A re-attach refused by the rate limit (every session of a client re-attaches
-                # at once after a restart, past the tenant's burst) waits as told and tries
-                # again, within reattach_timeout_s; a new session's refusal is its answer.
-                limited = self._reached and isinstance(err, QueueFull) and err.retry_after_s is not None
+                # at once after a restart, past the tenant's burst; or a full queue, for a
+                # session the server lost) waits as told and tries again, within
+                # reattach_timeout_s; a new session's refusal is its answer.
+                limited = (
+                    self._reached and isinstance(err, ResourceExhausted) and err.retry_after_s is not None
+                )
                 if code not in REATTACH_CODES and not limited:
                     self._fail(err)
                     return
                 if limited:
-                    assert isinstance(err, QueueFull) and err.retry_after_s is not None
+                    assert isinstance(err, ResourceExhausted) and err.retry_after_s is not None
                     # Jitter: the sessions refused together must not come back together.
                     backoff = max(backoff, err.retry_after_s * random.uniform(1.0, 1.5))
                     wakeable = False  # the server said when: another session's answer does not change it
@@ -128,25 +131,30 @@ class SessionStream(SessionDuties):
                 return
             now = loop.time()
             if not self._reached:
-                if now - started + backoff > client.connect_timeout_s:
+                # Tried until the deadline itself: the last sleep is cut to end there and one more
+                # attempt follows, so a server coming up late in the window is still reached.
+                waited = now - started
+                left = client.connect_timeout_s - waited
+                if left <= 0:
                     err = Unavailable(
                         f"could not connect to the slotsched scheduler at {client.target} for session "
-                        f"{self.session_id!r} within {now - started:.1f}s (connect_timeout_s="
+                        f"{self.session_id!r}: tried for {waited:.1f}s (connect_timeout_s="
                         f"{client.connect_timeout_s:g}): {failure.message}",
                         grpc.StatusCode.UNAVAILABLE,
                     )
                     err.__cause__ = failure
                     self._fail(err)
                     return
+                pause = min(backoff, left)
                 log.warning(
                     "slotsched: cannot reach the scheduler at %s for session %s (%s); retrying in %.2fs",
                     client.target,
                     self.session_id,
                     failure.message,
-                    backoff,
+                    pause,
                 )
                 announce = True
-                wakeable = await self._backoff(backoff, wakeable)
+                wakeable = await self._backoff(pause, wakeable)
                 backoff = min(backoff * 2, client.backoff_max_s)
                 continue
             if outage_since is None:

@@ -225,10 +225,10 @@ class Session:
     reattaches = _Forward[int]()
     error = _Forward[SlotschedError | None]()
     end_reason = _Forward[str | None]()
-    lease_id = _Forward[str]()
-    epoch = _Forward[int]()
-    worker_address = _Forward[str]()
-    slot = _Forward[Slot]()
+    lease_id = _Forward[str | None]()  # these four: None while `.lease` is
+    epoch = _Forward[int | None]()
+    worker_address = _Forward[str | None]()
+    slot = _Forward[Slot | None]()
 
     @property
     def callback_errors(self) -> list[BaseException]:
