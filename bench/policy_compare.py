@@ -39,7 +39,13 @@ from scheduler.sim.workload import write_workload  # noqa: E402
 
 
 def _best(figs: list[RunFigures], key: str, lower: bool = True) -> RunFigures:
-    return min(figs, key=lambda f: f.value(key) if lower else -f.value(key))
+    """The best contender on `key` among those that have the figure (an empty average has none)."""
+    have = [f for f in figs if f.measured(key)] or figs
+    return min(have, key=lambda f: f.value(key) if lower else -f.value(key))
+
+
+def _jc(f: RunFigures) -> str:
+    return "n/a" if f.jain_contended is None else f"{f.jain_contended:.3f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         "best_baseline_b_p99": f"{b.value('b_p99'):.0f}({b.name})",
         "slotsched_be_max": f"{s.be_max_wait:.0f}",
         "slotsched_jain": f"{s.jain:.3f}",
-        "slotsched_jain_contended": f"{s.jain_contended:.3f}",
-        "best_baseline_jain_contended": f"{fair.jain_contended:.3f}",
+        "slotsched_jain_contended": _jc(s),
+        "best_baseline_jain_contended": _jc(fair),
         "work_lost": f"{s.work_lost:.0f}",
         "sla_misses": str(s.sla_misses),
     }

@@ -92,7 +92,13 @@ def test_json_shape_is_simulate_keys_plus_pool_figures(
     assert set(doc) == {"policies"}
     assert set(doc["policies"]) == {c.name for c in roster()}
     for entry in doc["policies"].values():
-        assert set(entry) == SIMULATE_KEYS | {"worker_seconds", "scale_actions", "sla_misses"}
+        assert set(entry) == SIMULATE_KEYS | {
+            "worker_seconds",
+            "scale_actions",
+            "sla_misses",
+            "guaranteed_by_quota",
+            "jain_under_contention",
+        }
         assert entry["completed"] == len(plans)
     assert doc["policies"]["fifo"]["preemptions"] == 0
     assert doc["policies"]["priority-kill"]["work_lost_slot_seconds"] > 0

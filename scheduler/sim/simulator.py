@@ -36,6 +36,7 @@ from scheduler.core.types import (
     Expired,
     Granted,
     Lease,
+    QoS,
     Queued,
     Refused,
     RefuseReason,
@@ -88,6 +89,7 @@ class _Live:
     refused: bool = False
     waiting_since: float | None = None  # first refused attempt of a retry loop
     snapshot: SnapshotRef | None = None  # last checkpoint, quoted by a retry
+    beyond_quota: bool = False  # Guaranteed: its current wait began beyond the tenant's quota
 
 
 class PoolHook(Protocol):
@@ -116,6 +118,9 @@ class Simulator:
         self._rng = random.Random(self.config.seed)
         self.waiting_by_tenant: list[dict[str, int]] = []
         self._in_retry: dict[str, None] = {}  # sessions in a retry loop, in order of entry
+        self._g_quota = {t.name: t.guaranteed for t in self.policy.tenants}
+        # Per tenant, its Guaranteed sessions holding or waiting, in order of entry:
+        self._g_play: dict[str, dict[str, None]] = {}
         self.now = 0.0
         self.guard = RunGuard.for_run(self.policy, self.plans, self.config.checkpoint_s)
 
@@ -231,6 +236,7 @@ class Simulator:
             self.guard.progress(self.now)
             period = lv.plan.periods[lv.period]
             lv.remaining = period.hold_s
+            self._wait_starts(lv)
             self.apply(Acquire(SessionId(lv.plan.session_id), TenantName(lv.plan.tenant), lv.plan.qos))
         elif kind == _RETRY:
             lv = self._live[str(payload)]
@@ -290,6 +296,8 @@ class Simulator:
                 self._in_retry.pop(lv.plan.session_id, None)
         self.stats.record(d, self.now)
         if isinstance(d, Granted):
+            if lv.beyond_quota and d.lease.qos is QoS.GUARANTEED:
+                self.stats.beyond_quota.append(d.waited_s)
             lv.lease = d.lease
             lv.yield_asked_at = None
             key = (d.lease.session, d.lease.lease_id, d.lease.epoch)
@@ -329,11 +337,18 @@ class Simulator:
             if d.lease is not None and lv.lease is not None and d.lease.lease_id == lv.lease.lease_id:
                 lv.lease = None
                 if d.reason.value == "released":
+                    self._leaves(lv)
                     self._next_period(lv)
+                else:
+                    self._wait_starts(lv)  # yielded: re-queued by the decider
         elif isinstance(d, Revoked | Expired):
             lv = self._live[d.lease.session]
             if lv.lease is not None and lv.lease.lease_id == d.lease.lease_id:
                 lv.lease = None
+                if isinstance(d, Revoked):
+                    self._wait_starts(lv)
+                else:
+                    self._leaves(lv)
                 # Revoked: re-queued by the core, it resumes from its last snapshot (remaining
                 # unchanged). Expired: the holder is dead; the session ends unfinished.
         elif isinstance(d, Refused):
@@ -346,9 +361,22 @@ class Simulator:
                 self.at(self.now + d.retry_after_s + self._rng.uniform(lo, hi), _RETRY, d.session)
             else:
                 lv.refused = True
+                self._leaves(lv)
                 self.guard.progress(self.now)  # a session ended for good
         elif isinstance(d, Queued):
             pass
+
+    def _wait_starts(self, lv: _Live) -> None:
+        """A Guaranteed session starts a wait beyond its tenant's quota when `guaranteed` of the
+        tenant's Guaranteed sessions entered play (holding or waiting) before it: it then waits
+        for the tenant's own leases to end, which the promised bound does not cover."""
+        if lv.plan.qos is QoS.GUARANTEED:
+            play = self._g_play.setdefault(lv.plan.tenant, {})
+            play.setdefault(lv.plan.session_id, None)
+            lv.beyond_quota = list(play).index(lv.plan.session_id) >= self._g_quota.get(lv.plan.tenant, 0)
+
+    def _leaves(self, lv: _Live) -> None:
+        self._g_play.get(lv.plan.tenant, {}).pop(lv.plan.session_id, None)
 
     def _next_period(self, lv: _Live) -> None:
         self.guard.progress(self.now)

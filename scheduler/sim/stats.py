@@ -1,6 +1,9 @@
 """What a run of the simulator (or the demo) measured, and its JSON form.
 
 Every wait counts toward time-to-slot: the first one and each one after a yield or revoke.
+Guaranteed waits are also told apart by quota (`beyond_quota`): the promise of a bounded wait
+covers a request within its tenant's Guaranteed quota; one beyond it waits for the tenant's own
+Guaranteed leases to end, and a driver that knows which is which (the simulator) says so.
 Work lost is slot-seconds that no snapshot saved: revoked leases since their grant, and leases
 that expired under a dead holder.
 """
@@ -8,7 +11,7 @@ that expired under a dead holder.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +60,8 @@ class SimStats:
     slot_seconds: dict[str, dict[str, float]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(float))
     )
+    # The Guaranteed waits (also in `waits`) of requests made beyond the tenant's quota:
+    beyond_quota: list[float] = field(default_factory=list)
     preemptions: int = 0
     revocations: int = 0
     expiries: int = 0
@@ -98,6 +103,19 @@ class SimStats:
             self._held(d.lease, now)
         elif isinstance(d, Refused):
             self.refusals += 1
+
+    def guaranteed_waits(self, beyond_quota: bool) -> list[float]:
+        """The Guaranteed waits of requests beyond their tenant's quota, or all the others."""
+        if beyond_quota:
+            return list(self.beyond_quota)
+        left = Counter(self.beyond_quota)
+        out = []
+        for w in self.waits["guaranteed"]:
+            if left[w]:
+                left[w] -= 1
+            else:
+                out.append(w)
+        return out
 
     def _held(self, lease: Lease, end: float) -> None:
         secs = max(0.0, end - lease.granted_at)

@@ -3,8 +3,10 @@
 Why a module of its own: the report, the plots, the `--json` output and bench/policy_compare.py
 must agree on every number, so each is computed once, here, from `SimStats`.
 
-- Guaranteed SLA target: `yieldGraceSeconds + checkpoint` — the wait DESIGN.md promises a
-  Guaranteed request within quota; a miss is a Guaranteed wait above it.
+- Guaranteed SLA target: `yieldGraceSeconds + checkpoint` — the wait design.md promises a
+  Guaranteed request within its tenant's quota; a miss is such a wait above it. A request beyond
+  the quota waits for the tenant's own Guaranteed leases to end, which nothing bounds: its waits
+  are reported apart (`g_beyond_quota`), and the Guaranteed wait figures cover those within.
 - Jain's fairness index over tenants with demand (tenants with at least one session in the
   workload) of `slot-seconds / weight`: 1 when every tenant got the same weighted service, 1/n
   when one got all of it. It rewards equal totals, so it is bounded by how unequal demand is —
@@ -14,7 +16,8 @@ must agree on every number, so each is computed once, here, from `SimStats`.
   waits for a slot (queued, or in a client's retry loop), Jain's index of `held slots / weight`
   over the tenants holding or waiting at that moment; averaged over those samples (evenly spaced,
   so weighted by time). Max-min fair sharing raises it; serving by arrival or by retry luck
-  hands the pool to whoever has the most sessions in line.
+  hands the pool to whoever has the most sessions in line. With no such sample there is nothing
+  to average: None (shown n/a), never a 1.0 that would count as a win.
 - Worker-seconds: what the pool cost — reported by an elastic pool hook, else ready capacity
   over time divided by slots per worker (a static pool).
 - Utilization: busy slot-seconds over the slot-seconds paid for (worker-seconds x slots per
@@ -25,6 +28,7 @@ must agree on every number, so each is computed once, here, from `SimStats`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,14 +52,15 @@ def sla_target(policy: Policy, checkpoint_s: float) -> float:
 
 @dataclass(frozen=True)
 class RunFigures:
-    """One contender's row: waits by class (p50, p99, max), and the pool-level figures."""
+    """One contender's row: waits by class (p50, p99, max; Guaranteed: requests within quota),
+    and the pool-level figures."""
 
     name: str
     waits: dict[str, tuple[float, float, float]]
     sla_misses: int
     be_max_wait: float
     jain: float
-    jain_contended: float
+    jain_contended: float | None  # None: nobody ever waited, nothing to average
     work_lost: float
     preemptions: int
     utilization: float
@@ -69,21 +74,42 @@ class RunFigures:
     contended_samples: int = 0  # samples where someone waited: what Jain under contention averages
     grants: dict[str, int] = field(default_factory=dict)  # by class; 0: its waits mean nothing
     stop_note: str = ""  # why the run ended with work left (see SimStats.stop_note), else ""
+    # Guaranteed requests beyond their tenant's quota: (grants, p99, max wait).
+    g_beyond_quota: tuple[int, float, float] = (0, 0.0, 0.0)
 
     def granted(self, cls: str) -> bool:
         """Did the class get any grant? (Unknown when built without `grants`: assume it did.)"""
         return self.grants.get(cls, 1) > 0
 
-    def value(self, metric: str) -> float:
-        """A figure by name: `g_p99`, `b_max`, `jain`, `work_lost`… (see METRICS in the report)."""
+    def measured(self, metric: str) -> bool:
+        """Is there a figure at all? A class without grants has no waits, no request beyond quota
+        no such wait, no contended sample no Jain under contention: none counts for or against."""
         cls, _, stat = metric.partition("_")
-        if cls in ("g", "b", "be") and stat in ("p50", "p99", "max"):
-            key = {"g": "guaranteed", "b": "burstable", "be": "besteffort"}[cls]
-            return self.waits[key][("p50", "p99", "max").index(stat)]
-        return float(getattr(self, metric))
+        if cls in _CLASSES and stat in _STATS:
+            return self.granted(_CLASSES[cls])
+        if cls == "gq":
+            return self.g_beyond_quota[0] > 0
+        return metric != "jain_contended" or self.jain_contended is not None
+
+    def value(self, metric: str) -> float:
+        """A figure by name: `g_p99`, `gq_max` (beyond quota), `b_max`, `jain`, `work_lost`… (see
+        METRICS in the report); NaN when not `measured`."""
+        cls, _, stat = metric.partition("_")
+        if cls in _CLASSES and stat in _STATS:
+            return self.waits[_CLASSES[cls]][_STATS.index(stat)]
+        if cls == "gq" and stat in ("p99", "max"):
+            return self.g_beyond_quota[1 if stat == "p99" else 2]
+        v = getattr(self, metric)
+        return math.nan if v is None else float(v)
 
 
-def contention_jain(stats: SimStats, waiting_by_tenant: Sequence[dict[str, int]], policy: Policy) -> float:
+_CLASSES = {"g": "guaranteed", "b": "burstable", "be": "besteffort"}
+_STATS = ("p50", "p99", "max")
+
+
+def contention_jain(
+    stats: SimStats, waiting_by_tenant: Sequence[dict[str, int]], policy: Policy
+) -> float | None:
     weights = {t.name: t.weight for t in policy.tenants}
     values = []
     for sample, waiting in zip(stats.samples, waiting_by_tenant, strict=False):
@@ -91,7 +117,7 @@ def contention_jain(stats: SimStats, waiting_by_tenant: Sequence[dict[str, int]]
             continue
         tenants = {t for t, n in sample.held_by_tenant.items() if n} | set(waiting)
         values.append(jain([sample.held_by_tenant.get(t, 0) / weights.get(t, 1.0) for t in sorted(tenants)]))
-    return sum(values) / len(values) if values else 1.0
+    return sum(values) / len(values) if values else None
 
 
 def _paid_utilization(stats: SimStats, worker_seconds: float, slots_per_worker: int) -> float:
@@ -104,7 +130,7 @@ def pool_figures(stats: SimStats, target: float) -> tuple[int, float, int]:
     try:
         from scheduler.sim.elastic import elastic_report
     except ModuleNotFoundError:
-        misses = sum(1 for w in stats.waits["guaranteed"] if w > target + 1e-9)
+        misses = sum(1 for w in stats.guaranteed_waits(beyond_quota=False) if w > target + 1e-9)
         return misses, stats.worker_seconds, stats.scale_actions
     rep = elastic_report(stats, target)
     return int(rep["sla_misses"]), float(rep["worker_seconds"]), int(rep["scale_actions"])
@@ -122,14 +148,10 @@ def figures(
     checkpoint_s: float,
     waiting_by_tenant: Sequence[dict[str, int]] = (),
 ) -> RunFigures:
-    waits = {
-        k: (
-            percentile(stats.waits[k], 50),
-            percentile(stats.waits[k], 99),
-            max(stats.waits[k], default=0.0),
-        )
-        for k in CLASS_KEYS
-    }
+    # The promise covers Guaranteed requests within quota: those are the class's wait figures.
+    by_class = {k: stats.waits[k] for k in CLASS_KEYS} | {"guaranteed": stats.guaranteed_waits(False)}
+    waits = {k: (percentile(w, 50), percentile(w, 99), max(w, default=0.0)) for k, w in by_class.items()}
+    beyond = stats.guaranteed_waits(beyond_quota=True)
     target = sla_target(policy, checkpoint_s)
     misses, worker_s, actions = pool_figures(stats, target)
     weights = {t.name: t.weight for t in policy.tenants}
@@ -156,15 +178,36 @@ def figures(
         peak_capacity=max((x.capacity for x in stats.samples), default=0),
         top_tenant_share=max(shares, default=0.0) / sum(shares) if sum(shares) else 0.0,
         contended_samples=sum(1 for x in stats.samples if x.pending > 0),
-        grants={k: len(stats.waits[k]) for k in CLASS_KEYS},
+        grants={k: len(w) for k, w in by_class.items()},
         stop_note=stats.stop_note,
+        g_beyond_quota=(len(beyond), percentile(beyond, 99), max(beyond, default=0.0)),
     )
 
 
+def _waits_json(w: list[float]) -> dict[str, float | int | None]:
+    return {
+        "count": len(w),
+        "p50": round(percentile(w, 50), 3) if w else None,
+        "p99": round(percentile(w, 99), 3) if w else None,
+        "max": round(max(w), 3) if w else None,
+    }
+
+
 def json_entry(stats: SimStats, fig: RunFigures) -> dict[str, Any]:
-    """`simulate --json`'s keys plus worker_seconds, scale_actions and sla_misses."""
+    """`simulate --json`'s keys plus worker_seconds, scale_actions, sla_misses (within quota),
+    Guaranteed waits by quota and Jain under contention with the samples it averages (index
+    null for none)."""
     out = stats.to_json()
     out["worker_seconds"] = round(fig.worker_seconds, 3)
     out["scale_actions"] = fig.scale_actions
     out["sla_misses"] = fig.sla_misses
+    out["guaranteed_by_quota"] = {
+        "within": _waits_json(stats.guaranteed_waits(beyond_quota=False)),
+        "beyond": _waits_json(stats.guaranteed_waits(beyond_quota=True)),
+    }
+    jc = fig.jain_contended
+    out["jain_under_contention"] = {
+        "index": None if jc is None else round(jc, 4),
+        "samples": fig.contended_samples,
+    }
     return out

@@ -5,7 +5,7 @@ Why: a scheduler's claims only mean something next to what people run today. Eve
 holders; refused holders retry (1.5-3 s seeded jitter), so a rejecting runtime's client-side
 queue is measured too. Output: DIR/report.md (one table, verdicts), three PNGs, a progress bar
 on stderr, and with --json `{"policies": {name: {…simulate --json keys…, worker_seconds,
-scale_actions, sla_misses}}}` on stdout.
+scale_actions, sla_misses, guaranteed_by_quota, jain_under_contention}}}` on stdout.
 """
 
 from __future__ import annotations
@@ -139,7 +139,8 @@ def header_lines(policy: Policy, plans: Sequence[SessionPlan], config: SimConfig
         f"Pool: {pool.workers} workers x {pool.slots_per_worker} slots, floor {floor}; "
         f"yield grace {timing.yield_grace_s:g} s, checkpoint {config.checkpoint_s:g} s, "
         f"lease TTL {timing.lease_ttl_s:g} s, min runtime {timing.min_runtime_s:g} s{stop}.",
-        f"Guaranteed SLA target: yieldGraceSeconds + checkpoint = {target:g} s.",
+        f"Guaranteed SLA target: yieldGraceSeconds + checkpoint = {target:g} s, for requests within "
+        "their tenant's Guaranteed quota (beyond it, a request waits for the tenant's own leases).",
         "",
         f"Reproduce: `{cmd}`",
     ]
