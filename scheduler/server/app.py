@@ -57,6 +57,15 @@ class _Health(health.aio.HealthServicer):  # type: ignore[misc]
         return health_pb2.HealthListResponse(statuses=statuses)
 
 
+#: Accept the SDK's keepalive pings (scheduler/client/channel.py: one a second on a quiet
+#: connection, also with no call open), twice as often for timer slack: gRPC's defaults (a ping
+#: every 5 min, none without a call) answer them GOAWAY too_many_pings, breaking every session.
+KEEPALIVE_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 500),
+)
+
+
 @dataclass
 class GrpcServer:
     server: grpc.aio.Server
@@ -83,7 +92,7 @@ def assemble(
     (weighted demand in slots); `serving`, if given, gates the scheduling services (and `leader`
     names the leader's address in the refusal); `grant_keys` sign the Scheduler service's grants
     (None: a generated key)."""
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *KEEPALIVE_OPTIONS])
     # Every servicer is registered through the wire guard: undecodable or over-long requests are
     # INVALID_ARGUMENT before a servicer sees them (scheduler/api/guard.py); a replicated server's
     # scheduling services through the leader gate too (leader_gate.py), which checks first.
