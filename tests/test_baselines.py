@@ -40,7 +40,7 @@ from scheduler.core.types import (
     YieldRequested,
 )
 from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
-from scheduler.sim.autoscalers import Demo, Hpa, Keda, Observation, Polling, Rule, WeightedFormula
+from scheduler.sim.autoscalers import Hpa, Keda, Observation, Polling, QueueStep, Rule, WeightedFormula
 from scheduler.sim.baselines.common import Baseline
 from scheduler.sim.baselines.fifo import Fifo
 from scheduler.sim.baselines.kueue_classic import KueueClassic
@@ -380,8 +380,8 @@ def test_polling_steps_by_min_5_or_half_with_cooldowns() -> None:
     assert p.desired(obs(90, 28, idle=9)) == 28  # 120 s down cooldown
 
 
-def test_demo_rule_needs_two_busy_samples_up_and_twelve_idle_down() -> None:
-    d = Demo()
+def test_queue_step_rule_needs_two_busy_samples_up_and_twelve_idle_down() -> None:
+    d = QueueStep()
     assert d.desired(obs(0, 2, waiting=1)) == 2
     assert d.desired(obs(3, 2, waiting=1)) == 3
     ups = [d.desired(obs(6 + 3 * i, 3, waiting=1)) for i in range(3)]

@@ -110,3 +110,61 @@ def test_compare_without_matplotlib_writes_report_and_json_and_says_how_to_get_p
     report = (tmp_path / "report.md").read_text()
     assert "plots not drawn" in report and "![" not in report
     assert not list(tmp_path.glob("*.png"))
+
+
+# ---------------------------------------------------------------- issue 20 item 18
+
+
+def test_waiting_beside_idle_slots_is_a_band_of_its_own_and_the_legend_says_why() -> None:
+    from scheduler.sim.compare.plots import POOL_LEGEND, pool_bands
+
+    s = [Sample(0.0, 8, 5, 4, {}), Sample(1.0, 8, 8, 3, {}), Sample(2.0, 8, 2, 1, {})]
+    held, beside_idle, demand = pool_bands(s)
+    assert held == [5, 8, 2]
+    # 3 of the 4 waiting at t=0 could have had an idle slot; at t=1 the pool was full.
+    assert beside_idle == [8, 8, 3]
+    assert demand == [9, 11, 3]
+    (entry,) = [e for e in POOL_LEGEND if "idle" in e]
+    assert "quota" in entry and "limit" in entry
+
+
+def test_a_stopped_contender_does_not_stretch_the_shared_time_axis() -> None:
+    from scheduler.sim.compare.plots import shared_span
+
+    done, stopped = stats(), stats()
+    done.end_s, stopped.end_s = 100.0, 1000.0
+    stopped.stopped_at_s = 1000.0
+    assert shared_span([("a", done), ("b", stopped)]) == (100.0, ["b"])
+    assert shared_span([("b", stopped)]) == (1000.0, [])  # nobody finished: nothing to clip to
+
+
+def test_the_pool_y_axis_keeps_the_held_line_visible_beside_a_huge_queue() -> None:
+    from scheduler.sim.compare.plots import pool_ylim
+
+    huge = [Sample(0.0, 24, 24, 186, {}), Sample(1.0, 24, 20, 0, {})]
+    top, peak = pool_ylim(huge)
+    assert 24 * 1.5 <= top <= 24 * 3 and peak == 210  # held and pool in view, the peak named
+    small = [Sample(0.0, 24, 24, 6, {})]
+    top, peak = pool_ylim(small)
+    assert top >= 30 and peak is None
+
+
+def test_the_guaranteed_cdf_draws_waits_within_quota() -> None:
+    from scheduler.sim.compare.plots import cdf_lines
+
+    s = stats({"guaranteed": [0.0, 99.0, 2.0]})
+    s.beyond_quota = [99.0]
+    (line,) = cdf_lines([("slotsched", s)], "guaranteed")
+    assert line.xs == [0.0, 0.0, 2.0]
+
+
+def test_no_contender_is_named_like_a_slotsched_subcommand() -> None:
+    import argparse
+
+    from scheduler.cli import build_parser
+    from scheduler.sim.compare.contenders import roster
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert "demo" in sub.choices  # `slotsched demo`: a baseline must not read as it
+    names = {c.name for c in roster()}
+    assert not names & set(sub.choices) and "queue-step" in names

@@ -20,9 +20,10 @@ rule drives the same slotsched core, so a comparison isolates how the pool is si
 - `Polling` — a polling loop: adds workers when waiting sessions exceed 5 per worker or the
   oldest has waited over 30 s; removes idle workers when nothing waits; each step at most
   min(5, 50%) of the pool; 60 s cooldown after a scale-up, 120 s after a scale-down.
-- `Demo` — the demo's rule: +1 worker when the queue was non-empty at 2 consecutive 3-second
-  samples (12 s cooldown); -1 after 12 consecutive samples with an empty queue and an idle worker
-  (45 s cooldown).
+- `QueueStep` (`queue-step`) — one worker at a time on queue samples: +1 worker when the queue was
+  non-empty at 2 consecutive 3-second samples (12 s cooldown); -1 after 12 consecutive samples
+  with an empty queue and an idle worker (45 s cooldown). (Once named `demo`, which read as
+  `slotsched demo`.)
 """
 
 from __future__ import annotations
@@ -195,8 +196,8 @@ class Polling:
         return n
 
 
-class Demo:
-    name = "demo"
+class QueueStep:
+    name = "queue-step"
     removal = "idle"
     min_replicas: int | None = None
     sync_s = 3.0

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from scheduler.core.engine import Core
 from scheduler.policy.model import Policy
-from scheduler.sim.autoscalers import Demo, Hpa, Keda, Polling, WeightedFormula
+from scheduler.sim.autoscalers import Hpa, Keda, Polling, QueueStep, WeightedFormula
 from scheduler.sim.baselines.fifo import Fifo
 from scheduler.sim.baselines.kueue_classic import KueueClassic
 from scheduler.sim.baselines.priority_kill import PriorityKill
@@ -105,12 +105,12 @@ def elastic_contenders() -> list[Contender]:
             factory(Polling),
         ),
         Contender(
-            "demo",
+            "queue-step",
             Core,
             "autoscaler",
             "+1 after 2 busy 3-s samples (12 s cooldown), -1 after 12 idle (45 s cooldown)",
             GROUP,
-            factory(Demo),
+            factory(QueueStep),
         ),
     ]
 

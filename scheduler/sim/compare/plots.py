@@ -6,17 +6,26 @@
   curve starts at 0 at its shortest wait, so a single grant is a visible step; few grants are
   also marked with dots. Contenders whose waits are identical share one curve: the later ones
   are drawn dashed over it and the panel names them ("same curve: …"). A class with no grant
-  says so instead of leaving an empty frame.
+  says so instead of leaving an empty frame. Guaranteed curves are the requests within quota,
+  the waits the SLA target is about (as in the report's table); the panel says how many beyond
+  quota are left out.
 - `slots_by_tenant.png`: for each contender, slots held per tenant over time (the largest
   tenants by slot-seconds over all contenders, each in the same colour in every panel; "others"
   only when there are other tenants), with the pool's ready slots on top: who got the pool.
 - `pool_vs_demand.png`: for each contender, held slots, the sessions waiting on top of them (a
   shaded band: demand above what is held) and the pool size over time: where demand outran the
-  pool, and how an autoscaler followed it.
+  pool, and how an autoscaler followed it. Waiting while slots sit idle is a band of its own
+  (`pool_bands`): those sessions' tenants are at their quota or limit, so a free slot is not
+  theirs. The held line is drawn over the pool line (equal when the pool is full), and a queue
+  that dwarfs the pool is cut at the top with its peak named (`pool_ylim`), so held stays
+  readable.
 
-Time axes are in seconds, minutes or hours, whichever suits the run's length (`time_unit`).
-The helpers that choose what is drawn (`time_unit`, `cdf_lines`, `cdf_xlim`, `tenant_order`,
-`tenant_legend`) are pure, so tests check them rather than pixels.
+Time axes are in seconds, minutes or hours, whichever suits the run's length (`time_unit`), and
+shared by the panels of a figure. A contender stopped with work left (†) may run far longer
+than the others before the guard ends it; the shared axis ends with the finished runs
+(`shared_span`) and its panel says where it was cut. The helpers that choose what is drawn
+(`time_unit`, `cdf_lines`, `cdf_xlim`, `tenant_order`, `tenant_legend`, `pool_bands`,
+`pool_ylim`, `shared_span`) are pure, so tests check them rather than pixels.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from scheduler.sim.stats import CLASS_KEYS, SimStats  # noqa: E402
+from scheduler.sim.stats import CLASS_KEYS, Sample, SimStats  # noqa: E402
 
 TOP_TENANTS = 6
 MARK_BELOW = 25  # grants in a curve below which each one is marked with a dot
@@ -70,12 +79,18 @@ class CdfLine:
         return len(self.xs) - 1
 
 
+def class_waits(stats: SimStats, cls: str) -> list[float]:
+    """A class's waits as plotted: Guaranteed ones within quota (the report's Guaranteed figures)."""
+    return stats.guaranteed_waits(beyond_quota=False) if cls == "guaranteed" else stats.waits[cls]
+
+
 def cdf_lines(members: Sequence[tuple[str, SimStats]], cls: str) -> list[CdfLine]:
-    """The empirical CDF of each contender's waits in `cls`, starting at (shortest wait, 0) so that
-    one grant draws a step; contenders with identical waits share a line. None without grants."""
+    """The empirical CDF of each contender's waits in `cls` (`class_waits`), starting at (shortest
+    wait, 0) so that one grant draws a step; contenders with identical waits share a line. None
+    without grants."""
     by_waits: dict[tuple[float, ...], list[str]] = {}
     for name, stats in members:
-        w = tuple(sorted(round(x, 6) for x in stats.waits[cls]))
+        w = tuple(sorted(round(x, 6) for x in class_waits(stats, cls)))
         if w:
             by_waits.setdefault(w, []).append(name)
     out = []
@@ -143,6 +158,21 @@ def _span(runs: Sequence[tuple[str, SimStats]]) -> float:
     )
 
 
+def shared_span(runs: Sequence[tuple[str, SimStats]]) -> tuple[float, list[str]]:
+    """(span of the shared time axis, the runs it cuts short). A run stopped with work left (†)
+    ends when the guard gives up on it, possibly hours after the others: the axis ends with the
+    longest finished run, so that the others do not shrink into a corner."""
+    finished = [(n, s) for n, s in runs if s.stopped_at_s is None]
+    span = _span(finished or runs)
+    return span, [n for n, s in runs if _span([(n, s)]) > span + 1e-9]
+
+
+def _clip_note(stats: SimStats, span: float, div: float, unit: str) -> str:
+    """Where a † run's panel was cut, and when the run really stopped (a title line: inside the
+    frame it would cover the data)."""
+    return f"\n(stopped at {_span([('', stats)]) / div:.1f} {unit}; drawn to {span / div:.1f})"
+
+
 def _save(fig: Figure, path: Path, legend_rows: int = 0) -> Path:
     height = fig.get_figheight()
     fig.tight_layout(rect=(0, 0, 1, 1 - (0.1 + 0.25 * legend_rows) / height if legend_rows else 1))
@@ -158,7 +188,11 @@ def _step(samples: Sequence[object]) -> Literal["post"] | None:
 
 
 def _note(ax: Axes, text: str, where: str = "center") -> None:
-    x, y, ha, va = (0.5, 0.5, "center", "center") if where == "center" else (0.98, 0.04, "right", "bottom")
+    x, y, ha, va = {
+        "center": (0.5, 0.5, "center", "center"),
+        "corner": (0.98, 0.04, "right", "bottom"),
+        "top": (0.98, 0.96, "right", "top"),
+    }[where]
     box = {"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 2}
     ax.text(x, y, text, transform=ax.transAxes, ha=ha, va=va, fontsize="small", color="dimgray", bbox=box)
 
@@ -191,7 +225,12 @@ def cdf_plot(
             ax.set_xscale("symlog", linthresh=1.0)
             ax.set_xlim(*cdf_xlim(waits))
             ax.set_ylim(-0.03, 1.03)
-            ax.set_title(f"{cls}: time to slot" + (f" ({group} pool)" if group else ""))
+            title = f"{cls}: time to slot" + (f" ({group} pool)" if group else "")
+            beyond = sorted(len(s.beyond_quota) for _, s in members) if cls == "guaranteed" else []
+            if beyond and beyond[-1]:
+                n = f"{beyond[0]}" if beyond[0] == beyond[-1] else f"{beyond[0]}-{beyond[-1]}"
+                title += f"\nrequests within quota; the {n} beyond it per contender: in the report"
+            ax.set_title(title, fontsize="medium")
             ax.set_xlabel("seconds waited (log scale above 1 s)")
             ax.set_ylabel("fraction of grants")
             ax.grid(True, alpha=0.3)
@@ -200,12 +239,23 @@ def cdf_plot(
             elif max(waits) == 0:
                 _note(ax, "every grant at once (0 s)")
             same = [
-                textwrap.fill(" = ".join(line.names), 44, subsequent_indent="  ")
+                textwrap.fill(" = ".join(line.names), 32, subsequent_indent="  ")
                 for line in lines
                 if len(line.names) > 1
             ]
             if same:
-                _note(ax, "\n".join(["same curve (dashed over it):", *same]), where="corner")
+                # As a legend without a handle: matplotlib puts it where it covers the fewest lines.
+                ax.legend(
+                    [Line2D([], [], alpha=0)],
+                    ["\n".join(["same curve (dashed over it):", *same])],
+                    loc="best",
+                    handlelength=0,
+                    handletextpad=0,
+                    fontsize="small",
+                    labelcolor="dimgray",
+                    framealpha=0.8,
+                    edgecolor="none",
+                )
         handles = [
             Line2D([], [], color=color[n], lw=2.4 if n.startswith("slotsched") else 1.3) for n, _ in members
         ]
@@ -215,9 +265,14 @@ def cdf_plot(
     return _save(fig, path)
 
 
+def _title(ax: Axes, name: str, stats: SimStats, what: str, clip: str = "") -> None:
+    ax.set_title(f"{name}{' †' if stats.stopped_at_s is not None else ''}: {what}{clip}")
+
+
 def tenants_plot(runs: Sequence[tuple[str, SimStats]], path: Path) -> Path:
     fig, axes = _grid(len(runs))
-    div, unit = time_unit(_span(runs))
+    span, clipped = shared_span(runs)
+    div, unit = time_unit(span)
     legend = tenant_legend(runs)
     top = [t for t in legend if t not in (OTHERS, POOL)]
     colors = {t: _PALETTE(i % 10) for i, t in enumerate(top)}
@@ -225,7 +280,8 @@ def tenants_plot(runs: Sequence[tuple[str, SimStats]], path: Path) -> Path:
     layers = [*top, *([OTHERS] if OTHERS in legend else [])]
     for ax, (name, stats) in zip(axes, runs, strict=True):
         samples = stats.samples
-        ax.set_title(f"{name}: slots held per tenant")
+        clip = _clip_note(stats, span, div, unit) if name in clipped else ""
+        _title(ax, name, stats, "slots held per tenant", clip)
         ax.set_ylabel("slots")
         if not samples:
             _note(ax, "no samples")
@@ -245,7 +301,7 @@ def tenants_plot(runs: Sequence[tuple[str, SimStats]], path: Path) -> Path:
         if not any(any(s.held_by_tenant.values()) for s in samples):
             _note(ax, "no slots held")
     for ax in axes:
-        ax.set_xlim(0, max(_span(runs), 1.0) / div)
+        ax.set_xlim(0, max(span, 1.0) / div)
     _label_time(axes, unit)
     handles: list[Patch | Line2D] = [Patch(color=colors[t]) for t in layers]
     handles.append(Line2D([], [], color="black", lw=1))
@@ -253,37 +309,71 @@ def tenants_plot(runs: Sequence[tuple[str, SimStats]], path: Path) -> Path:
     return _save(fig, path, legend_rows=math.ceil(len(legend) / 8))
 
 
-POOL_LEGEND = ("held", "waiting (on top of held)", "pool size (ready slots)")
+POOL_LEGEND = (
+    "held",
+    "waiting, pool full",
+    "waiting beside idle slots (their tenant is at its quota or limit)",
+    "pool size (ready slots)",
+)
+CLIP_AT = 2.5  # y axis at most this many times the pool (or held) when the queue dwarfs both
+
+
+def pool_bands(samples: Sequence[Sample]) -> tuple[list[int], list[int], list[int]]:
+    """(held, held + waiting that idle slots could have taken, demand) per sample. Sessions wait
+    beside idle slots when a free slot is not theirs to take (their tenant holds its Guaranteed
+    quota, Burstable or BestEffort limit): a band of its own, so it does not read as a full pool."""
+    held = [s.busy for s in samples]
+    beside = [s.busy + min(s.pending, max(0, s.capacity - s.busy)) for s in samples]
+    return held, beside, [s.busy + s.pending for s in samples]
+
+
+def pool_ylim(samples: Sequence[Sample]) -> tuple[float, int | None]:
+    """(top of the y axis, the demand peak it leaves out, if any). A queue ten times the pool would
+    flatten held and the pool into the bottom of the panel: the axis stops at CLIP_AT times them
+    and the panel names the peak instead."""
+    base = max(1, max((max(s.capacity, s.busy) for s in samples), default=1))
+    peak = max((s.busy + s.pending for s in samples), default=0)
+    if peak > CLIP_AT * base:
+        return CLIP_AT * base, peak
+    return max(base, peak) * 1.08, None
 
 
 def pool_plot(runs: Sequence[tuple[str, SimStats]], path: Path) -> Path:
     fig, axes = _grid(len(runs))
-    div, unit = time_unit(_span(runs))
+    span, clipped = shared_span(runs)
+    div, unit = time_unit(span)
     for ax, (name, stats) in zip(axes, runs, strict=True):
         samples = stats.samples
-        ax.set_title(f"{name}: pool vs demand")
+        clip = _clip_note(stats, span, div, unit) if name in clipped else ""
+        _title(ax, name, stats, "pool vs demand", clip)
         ax.set_ylabel("slots")
         if not samples:
             _note(ax, "no samples")
             continue
         ts = [s.t / div for s in samples]
-        held = [s.busy for s in samples]
-        demand = [s.busy + s.pending for s in samples]
-        # Waiting as a band above the held line: where nobody waits it vanishes, instead of a
+        held, beside, demand = pool_bands(samples)
+        step = _step(samples)
+        # Waiting as bands above the held line: where nobody waits they vanish, instead of a
         # demand line drawn over the held one (which blended into an unexplained purple).
-        ax.fill_between(ts, held, demand, step=_step(samples), color="tab:red", alpha=0.3, lw=0)
-        ax.step(ts, held, where="post", color="tab:blue", lw=1)
-        ax.step(ts, [s.capacity for s in samples], where="post", color="black", lw=1.3)
-        ax.set_ylim(0, max(1, max(max(d, s.capacity) for d, s in zip(demand, samples, strict=True))) * 1.08)
+        ax.fill_between(ts, held, beside, step=step, color="tab:orange", alpha=0.45, lw=0, hatch="///")
+        ax.fill_between(ts, beside, demand, step=step, color="tab:red", alpha=0.3, lw=0)
+        # The pool under the held line, wider: where they are equal (a full pool) both show.
+        ax.step(ts, [s.capacity for s in samples], where="post", color="black", lw=2.6)
+        ax.step(ts, held, where="post", color="tab:blue", lw=1.1)
+        top, peak = pool_ylim(samples)
+        ax.set_ylim(0, top)
+        if peak is not None:
+            _note(ax, f"demand peaks at {peak} slots, off the top", where="top")
     for ax in axes:
-        ax.set_xlim(0, max(_span(runs), 1.0) / div)
+        ax.set_xlim(0, max(span, 1.0) / div)
     _label_time(axes, unit)
     handles = [
-        Line2D([], [], color="tab:blue", lw=1),
+        Line2D([], [], color="tab:blue", lw=1.1),
         Patch(color="tab:red", alpha=0.3),
-        Line2D([], [], color="black", lw=1.3),
+        Patch(facecolor="tab:orange", alpha=0.45, hatch="///"),
+        Line2D([], [], color="black", lw=2.6),
     ]
-    fig.legend(handles, POOL_LEGEND, loc="upper center", ncol=3, fontsize="small")
+    fig.legend(handles, POOL_LEGEND, loc="upper center", ncol=4, fontsize="small")
     return _save(fig, path, legend_rows=1)
 
 
