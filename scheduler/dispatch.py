@@ -142,6 +142,8 @@ def _resumed_after(b: Books, e: Resumed, now: float) -> None:
 
 def _enc_worker_added(e: WorkerAdded, doc: Doc, x: Extras) -> None:
     doc.update(worker=e.worker, slots=e.slots, address=e.address)
+    if e.epochs:  # replayed, it raises the counters as it did on the leader
+        doc["epochs"] = [[i, epoch] for i, epoch in e.epochs]
     if x.labels:
         doc["labels"] = dict(x.labels)
     if x.static:
@@ -149,7 +151,8 @@ def _enc_worker_added(e: WorkerAdded, doc: Doc, x: Extras) -> None:
 
 
 def _dec_worker_added(doc: Doc) -> tuple[WorkerAdded, Extras]:
-    e = WorkerAdded(WorkerId(doc["worker"]), int(doc["slots"]), str(doc["address"]))
+    epochs = tuple((int(i), int(epoch)) for i, epoch in doc.get("epochs") or ())
+    e = WorkerAdded(WorkerId(doc["worker"]), int(doc["slots"]), str(doc["address"]), epochs)
     labels = {str(k): str(v) for k, v in (doc.get("labels") or {}).items()}
     return e, Extras(labels=labels, static=bool(doc.get("static", False)))
 

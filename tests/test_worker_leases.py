@@ -20,6 +20,7 @@ import pytest
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, scheduler_pb2, worker_pb2, worker_pb2_grpc
 from scheduler.core.types import SnapshotRef
 from slots.worker.actor import ActorConfig
+from slots.worker.agent import SchedulerRefused
 from slots.worker.leases import (
     Accepted,
     Grant,
@@ -332,9 +333,10 @@ def test_worker_whose_token_is_revoked_stops_its_actors_and_exits(tmp_path: Path
                 async with Client(server.target, token=ADMIN_TOKEN) as admin:
                     req = admin_pb2.ApplyPolicyRequest(yaml=policy_yaml(TENANTS, workers=1, worker_tokens=[]))
                     assert (await admin.admin.ApplyPolicy(req, metadata=admin.md)).applied
-                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                with pytest.raises(SchedulerRefused) as refused:
                     await asyncio.wait_for(w.wait(), 5)
-                assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+                assert refused.value.code == grpc.StatusCode.PERMISSION_DENIED
+                assert "actors stopped" in str(refused.value) and "\n" not in str(refused.value)
                 assert not w.host.accepting
             finally:
                 await w.stop(0.5)

@@ -443,6 +443,11 @@ class Core(Ledger):
         if w is not None:
             out.append(Rejected(None, ErrorCode.INVALID, f"worker {ev.worker} is already registered"))
             return
+        bad = [i for i, _ in ev.epochs if not 0 <= i < ev.slots]
+        if bad:
+            out.append(Rejected(None, ErrorCode.INVALID, f"worker {ev.worker} has no slot {bad[0]}"))
+            return
+        self._raise_epochs(ev.worker, ev.epochs)
         self._worker_seq += 1
         w = WorkerRec(ev.worker, ev.address, ev.slots, self._worker_seq)
         self._workers[ev.worker] = w

@@ -90,6 +90,17 @@ class Ledger:
         for spec in policy.tenants:
             self._tenants[spec.name] = TenantState(spec)
 
+    def _raise_epochs(self, worker: WorkerId, seen: tuple[tuple[int, int], ...]) -> None:
+        """Each slot's epoch counter to at least what the worker reports having seen on it.
+
+        Why: epochs are fencing tokens, and the worker refuses any older than one it accepted; a
+        core that lost its state (a restart in memory) would count from 1 again. Never lowered:
+        the counter may be ahead already (restored state, or kept across a removal)."""
+        for index, epoch in seen:
+            slot = SlotId(worker, index)
+            if epoch > self._epochs.get(slot, 0):
+                self._epochs[slot] = epoch
+
     # ------------------------------------------------------------------ leases and the queue
 
     def _grant(

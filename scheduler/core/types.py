@@ -79,6 +79,9 @@ class WorkerAdded:
     worker: WorkerId
     slots: int
     address: str = ""
+    # (slot index, the highest epoch the worker has seen on it): each slot's next grant is above
+    # it, so a core that lost its state (a restart in memory) never fences backwards.
+    epochs: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

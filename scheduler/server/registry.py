@@ -38,11 +38,13 @@ class WorkerRegistry:
         static: bool = False,
         *,
         replace: bool = False,
+        epochs: tuple[tuple[int, int], ...] = (),
     ) -> None:
         """Add a worker, or re-register a live one: idempotent at the same address and slots;
         elsewhere (or with other slots) only with `replace` (the caller is the same identity:
         the worker restarted), which removes the old registration first, its leases revoked and
-        their sessions re-queued as by Deregister. The in-process pool is never replaced."""
+        their sessions re-queued as by Deregister. The in-process pool is never replaced.
+        `epochs`: (slot, highest epoch the worker has seen) for the core to grant above."""
         now = self.loop.now()
         w = self.workers.get(worker_id)
         if w is not None:
@@ -64,7 +66,7 @@ class WorkerRegistry:
             self.deregister(worker_id)
         # The journal keeps labels and static beside the event: recovery rebuilds this entry.
         extras = Extras(labels=labels, static=static)
-        decisions = self.loop.submit(WorkerAdded(worker_id, slots, address), extras)
+        decisions = self.loop.submit(WorkerAdded(worker_id, slots, address, epochs), extras)
         errors.raise_for(decisions)
         self.workers[worker_id] = WorkerEntry(worker_id, address, slots, now, labels, static=static)
 

@@ -21,6 +21,10 @@ slots it is the same worker restarted only if the caller is the entry whose scop
 replaced — removed as by Deregister, its leases revoked and their sessions re-queued — and the
 new one added. Anyone else (an admin included) gets FAILED_PRECONDITION "Deregister first", and
 the scheduler's in-process pool is never replaced. In insecure dev mode anyone acts as an admin.
+
+Register's `slot_epochs` (the highest epoch the worker has seen per slot) raise the core's epoch
+counters of a newly added worker: a scheduler restarted without its state would otherwise grant
+epochs the worker refuses as older than ones it already accepted.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from scheduler.server.auth import Authenticator
 from scheduler.server.registry import WorkerRegistry
 
 MAX_SLOTS = MAX_WORKER_SLOTS
+#: Highest slot epoch a Register may report: its successor still fits a JSON number exactly.
+MAX_REPORTED_EPOCH = 2**53 - 1
 
 
 def _worker_id(value: str) -> WorkerId:
@@ -83,10 +89,17 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
         w = identity.worker
         if w is not None and request.slots > w.max_slots:
             raise errors.worker_slots_over_bound(request.slots, f"{identity.key}.maxSlots", w.max_slots)
+        epochs = tuple(sorted(request.slot_epochs.items()))
+        for index, epoch in epochs:
+            if index >= request.slots or epoch > MAX_REPORTED_EPOCH:
+                raise errors.invalid_argument(
+                    "slot_epochs", f"slot {index} epoch {epoch}: slots 0 to {request.slots - 1}, epochs "
+                    f"at most {MAX_REPORTED_EPOCH}"
+                )  # fmt: skip
         # The entry whose scope holds the id is its one identity: a restart of the same worker.
         same_identity = identity.role == WORKER
         self._registry.register(
-            wid, request.address, request.slots, dict(request.labels), replace=same_identity
+            wid, request.address, request.slots, dict(request.labels), replace=same_identity, epochs=epochs
         )
         await self._loop.durable()
         interval = convert.dur(self._registry.heartbeat_interval_s)

@@ -5,7 +5,9 @@ only the worker knows when it is going away. The agent
 
 * registers the worker's slots with the scheduler's Workers service (retrying until the
   scheduler answers: workers may start first), and registers again if a heartbeat says the
-  scheduler forgot it (restart, or removal after missed heartbeats);
+  scheduler forgot it (restart, or removal after missed heartbeats), each time with the highest
+  epoch each slot has seen (`slot_epochs`): a scheduler restarted without its state then grants
+  above them, so its grants pass the host's epoch fencing;
 * heartbeats at the interval the scheduler asks for, and applies each answer to the host: actors
   whose lease is no longer listed are stopped (fencing), epochs move forward;
 * keeps each answer's leases as `view` (a `LeaseView`), which the Worker service checks every
@@ -21,9 +23,10 @@ only the worker knows when it is going away. The agent
 Against a scheduler in secure mode the agent needs a worker token (`token`; its hash listed under
 `spec.access.workers`, or `spec.access.admins`): the Workers service refuses tenant tokens, so no
 tenant can add, drain or remove workers. A refused credential ends the agent at once instead of
-retrying: it does not fix itself. Refused on a heartbeat (the token was revoked), the agent first
-stops every actor — the scheduler will drop this worker and re-grant its leases elsewhere — and
-then exits.
+retrying: it does not fix itself (`SchedulerRefused`, one paragraph naming the refusal and its
+fix: a wrong token, an id outside the token's entry's scope, more slots than its `maxSlots`).
+Refused on a heartbeat (the token was revoked), the agent first stops every actor — the scheduler
+will drop this worker and re-grant its leases elsewhere — and then exits.
 """
 
 from __future__ import annotations
@@ -53,6 +56,62 @@ STOPPED = "stopped"
 _LOST_MEMBERSHIP = frozenset(
     {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED}
 )
+# Register failures worth retrying: the scheduler is not up (yet), or asks us to slow down.
+_RETRY_REGISTER = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+)
+
+_TOKEN_HINT = (
+    "Give the worker a worker token (--token or $SLOTSCHED_TOKEN) whose sha256 hash is listed under "
+    "spec.access.workers"
+)
+# What fixes a refusal, by a phrase of the scheduler's message. Every Workers PERMISSION_DENIED
+# carries the same ErrorInfo reason (CREDENTIAL_DENIED), so only the message tells a wrong token
+# from a right token used beyond its entry's bounds (scheduler/server/errors.py and auth.py word
+# them; tests/test_worker_refusals.py holds the two together).
+_HINTS = (
+    (
+        "outside this credential's scope",
+        "The token is right but its entry does not cover this id: start the worker with a --worker-id "
+        "the entry allows, or give it the token of the entry that covers this id",
+    ),
+    (
+        "more than this credential may register",
+        "The token is right but its entry bounds the slots: start the worker with at most that many "
+        "--slots, or raise the entry's maxSlots in the policy",
+    ),
+    (
+        "Deregister first",
+        "Another registration holds this worker id: deregister it, let the scheduler remove it after its "
+        "missed heartbeats, or choose another --worker-id",
+    ),
+    ("needs the worker role", _TOKEN_HINT),
+)
+
+
+class SchedulerRefused(Exception):
+    """The scheduler refused this worker for good (a credential, scope or request it will not
+    accept): retrying cannot help. The message is one paragraph: the refusal and its fix; `code`
+    is the refusal's gRPC status."""
+
+    def __init__(self, message: str, code: grpc.StatusCode) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def refusal_hint(code: grpc.StatusCode, details: str) -> str:
+    """What the operator should change for a refusal with `code` and message `details` ('' if
+    the message says it all)."""
+    for phrase, hint in _HINTS:
+        if phrase in details:
+            return hint
+    return _TOKEN_HINT if code is grpc.StatusCode.UNAUTHENTICATED else ""
+
+
+def _refused(what: str, e: grpc.aio.AioRpcError) -> SchedulerRefused:
+    hint = refusal_hint(e.code(), e.details() or "")
+    text = f"{what}: {e.code().name}: {(e.details() or '').rstrip('. ')}."
+    return SchedulerRefused(f"{text} {hint}." if hint else text, e.code())
 
 
 class WorkerAgent:
@@ -102,15 +161,22 @@ class WorkerAgent:
     # ------------------------------------------------------------------ rpcs
 
     async def _register(self, stop: asyncio.Event) -> bool:
-        req = workers_pb2.RegisterRequest(
-            worker_id=self.worker_id, address=self.address, slots=self.host.slots, labels=self.labels
-        )
         delay = self.retry_s
         while not stop.is_set():
+            # The epochs our slots have seen: a scheduler that lost its state (restarted in
+            # memory) grants above them, rather than epochs our fencing would refuse as old.
+            seen = {i: e for i, e in enumerate(self.host.highest_epoch) if e}
+            req = workers_pb2.RegisterRequest(
+                worker_id=self.worker_id,
+                address=self.address,
+                slots=self.host.slots,
+                labels=self.labels,
+                slot_epochs=seen,
+            )
             try:
                 resp = await self._stub.Register(req, metadata=self.metadata, timeout=self.rpc_timeout_s)
             except grpc.aio.AioRpcError as e:
-                if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                if e.code() in _RETRY_REGISTER:
                     log.info(
                         "scheduler %s not reachable yet (%s); retrying in %.1fs", self.target, e.code(), delay
                     )
@@ -118,13 +184,8 @@ class WorkerAgent:
                         await asyncio.wait_for(stop.wait(), delay)
                     delay = min(delay * 2, 5.0)
                     continue
-                if e.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-                    log.error(
-                        "scheduler %s refused worker %s: %s. Give the worker a worker token (--token or "
-                        "$SLOTSCHED_TOKEN) whose sha256 hash is listed under spec.access.workers",
-                        self.target, self.worker_id, e.details(),
-                    )  # fmt: skip
-                raise
+                what = f"scheduler {self.target} refused to register worker {self.worker_id}"
+                raise _refused(what, e) from e
             if resp.HasField("heartbeat_interval"):
                 self.heartbeat_interval_s = max(0.05, resp.heartbeat_interval.ToNanoseconds() / 1e9)
             log.info(
@@ -207,15 +268,10 @@ class WorkerAgent:
                     if e.code() is not grpc.StatusCode.NOT_FOUND:
                         # Our token was revoked: the scheduler will drop us and re-grant our
                         # leases elsewhere, so stop our actors now rather than run them twice.
-                        log.error(
-                            "scheduler refuses worker %s: %s %s; stopping its actors and exiting",
-                            self.worker_id,
-                            e.code(),
-                            e.details(),
-                        )
                         self.host.accepting = False
                         self.host.fence((), time.monotonic())
-                        raise
+                        what = f"scheduler {self.target} refuses worker {self.worker_id} (actors stopped)"
+                        raise _refused(what, e) from e
                     # NOT_FOUND: the scheduler forgot us
                     log.warning(
                         "scheduler does not know worker %s any more: registering again", self.worker_id

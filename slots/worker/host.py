@@ -16,6 +16,11 @@ state, not about the wire, and it is easiest to test without one:
   the leases a heartbeat lists). An older epoch is refused; a newer one on a busy slot means the
   old lease is gone (revoked, expired), so its actor is stopped. A heartbeat stops every actor
   whose lease the scheduler no longer lists.
+* An ended lease starts nothing. Each slot also remembers the highest epoch whose actor ended
+  there (its holder's Stop, fencing, a move of the session): a Start at that epoch or below is
+  refused FAILED_PRECONDITION. Why here and not only in the heartbeat check: a lease stopped and
+  then released or yielded is still listed until the next heartbeat, and its grant still
+  verifies; without this, a Start with it would run an actor nobody holds until then.
 * Consistent checkpoints. A checkpoint holds the actor's lock while the store reads its state,
   so no turn tears the snapshot; the next turn is then due a full interval later, so a holder
   that checkpoints and stops (the yield path) loses no turn in between. A checkpoint whose caller
@@ -114,6 +119,8 @@ class ActorHost(RestoreMixin, CheckpointMixin):
         #: False once draining or shutting down: Start is refused with UNAVAILABLE.
         self.accepting = True
         self.highest_epoch = [0] * slots
+        #: Per slot, the highest epoch whose actor ended here: no Start at or below it.
+        self.ended_epoch = [0] * slots
         self.checkpoints: deque[CheckpointRecord] = deque(maxlen=keep_records)
         self._slots: list[Running | None] = [None] * slots
         self._by_session: dict[tuple[str, str], Running] = {}  # (tenant, session_id)
@@ -208,6 +215,12 @@ class ActorHost(RestoreMixin, CheckpointMixin):
     ) -> StartResult:
         self.validate_start(session_id, tenant, slot, lease_id, worker_id)
         async with self._slot_locks[slot]:
+            if epoch <= self.ended_epoch[slot]:
+                raise FailedPrecondition(
+                    f"lease {lease_id!r} epoch {epoch} has ended on slot {self.worker_id}/{slot} (its actor "
+                    f"was stopped at epoch {self.ended_epoch[slot]}): an ended lease starts no actor; "
+                    "acquire again for a new grant"
+                )
             if epoch < self.highest_epoch[slot]:
                 raise FailedPrecondition(
                     f"epoch {epoch} is older than slot {self.worker_id}/{slot}'s {self.highest_epoch[slot]}"
@@ -357,6 +370,8 @@ class ActorHost(RestoreMixin, CheckpointMixin):
         if run.stopped:
             return
         run.stopped = True
+        # However it ended, its lease's actor is done here: that lease must not start another.
+        self.ended_epoch[run.slot] = max(self.ended_epoch[run.slot], run.epoch)
         if run.task is not None:
             run.task.cancel()
         if self._slots[run.slot] is run:

@@ -54,7 +54,7 @@ from scheduler.listen import (
     start_metrics_http,
 )
 from slots.worker.actor import ActorConfig
-from slots.worker.agent import STOPPED, WorkerAgent
+from slots.worker.agent import STOPPED, SchedulerRefused, WorkerAgent
 from slots.worker.defaults import DEFAULT_SNAPSHOTS
 from slots.worker.host import ActorHost
 from slots.worker.metrics import WorkerMetrics
@@ -269,8 +269,14 @@ async def run_worker(
     rc, reason = 0, STOPPED
     if agent_done.done():
         error = agent_done.exception()
-        if error is not None:
-            print(f"slotsched worker {worker_id}: agent failed: {error!r}", file=sys.stderr, flush=True)
+        if isinstance(error, SchedulerRefused):
+            print(f"slotsched worker {worker_id}: {error}", file=sys.stderr, flush=True)
+            rc, reason = 1, "refused by the scheduler"
+        elif error is not None:
+            text: object = error  # one line, not an AioRpcError's multi-line repr
+            if isinstance(error, grpc.aio.AioRpcError):
+                text = f"{error.code().name}: {error.details()}"
+            print(f"slotsched worker {worker_id}: agent failed: {text}", file=sys.stderr, flush=True)
             rc, reason = 1, "agent failed"
         else:
             reason = agent_done.result()
