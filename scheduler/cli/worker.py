@@ -101,7 +101,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--snapshots",
         default=DEFAULT_SNAPSHOTS,
         help="snapshot store URL: a directory, file:///dir or s3://bucket/prefix?endpoint_url=... "
-        "(default %(default)s)",
+        "(default %(default)s; $SLOTSCHED_SNAPSHOTS sets it)",
     )
     w.add_argument(
         "--token",

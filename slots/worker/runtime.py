@@ -5,7 +5,7 @@ slot is granted (`on_grant`) and how to checkpoint when asked to yield (`on_yiel
 the SnapshotRef the SDK passes to Yield). For actors hosted by slotsched workers both answers are
 always the same gRPC calls at the lease's `worker_address`, so a runtime should not write them:
 
-    workers = WorkerClients(token=WORKER_TOKEN)           # the only thing a runtime names
+    workers = WorkerClients(token=RUNTIME_TOKEN)          # the only thing a runtime names
     async with client.session("sess-42", QoS.BESTEFFORT, **actor_callbacks(workers)) as s:
         ...                                               # grants, yields, resumes: handled
 
@@ -13,6 +13,10 @@ or, to also stop the actor when the session ends (recommended; see below),
 
     async with actor_session(client, "sess-42", QoS.BESTEFFORT, workers) as s:
         ...
+
+`RUNTIME_TOKEN` is the runtime's own token for the workers' Worker service (its hash is in each
+worker's `--accept-token-hash`), not the workers' token for the scheduler (`spec.access.workers`)
+nor the tenant's token for the Scheduler service (the `client`'s).
 
 * on grant: `Worker.Start(session, tenant, slot, lease_id, epoch, resume_from)` on the granted
   worker (retried while the worker is UNAVAILABLE). If the worker restored an older snapshot than
