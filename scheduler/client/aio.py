@@ -76,6 +76,10 @@ class AsyncClient:
     as usual), so a failover is followed within milliseconds of the new leader serving. Renewals,
     releases and yields in flight are retried on the new leader; lease streams re-attach and keep
     their lease. `follow_leader=False` stays on the given target (e.g. behind a load balancer).
+    A replica that stops answering counts as lost as a refused connection does (`channel.py`):
+    a connection whose keepalive ping goes unanswered (a frozen process keeps its TCP connections
+    open), a unary attempt or a channel with nothing answered for `SILENCE_S`, a channel whose
+    replica refuses NOT_LEADER; with several targets the calls and sessions move to the leader.
 
     `multiplex` (default True): every session of this client travels on one `Scheduler.Channel`
     stream (`mux.py`), batched, instead of an Acquire stream and unary calls per session; the

@@ -32,12 +32,36 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 #: Unary-call failures worth retrying within a deadline (Yield, Release).
 TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
+#: HTTP/2 keepalive: after this long without traffic the client pings, and a replica that does not
+#: answer the ping within KEEPALIVE_TIMEOUT_MS is a lost connection. A frozen (SIGSTOP) or
+#: partitioned process keeps its TCP connections open, so without pings every call and stream
+#: on it would wait until it woke up, long after a standby took over. The server accepts pings
+#: this often (scheduler/server/app.py: older servers answer GOAWAY too_many_pings).
+KEEPALIVE_TIME_MS = 1000
+KEEPALIVE_TIMEOUT_MS = 1500
+#: A replica that answers nothing for this long while a call or a command waits on it counts as
+#: lost, as a failed ping does (its process lives, and its gRPC core answers pings, but it serves
+#: nothing): an attempt of a unary call is cut there and tried on the next replica (follow.py),
+#: a Channel breaks and its sessions re-attach (mux.py). Well above any answer a serving leader
+#: gives (a journal append), so a busy leader is not left for it.
+SILENCE_S = 3.0
+
 #: Reconnect quickly after a server restart; gRPC's defaults (1 s growing to 120 s) would make a
-#: re-attach wait far longer than a lease TTL.
+#: re-attach wait far longer than a lease TTL. Keepalive as above, also with no call open (an
+#: idle Channel between renewals is a call, but a client's only calls may be rare GetSessions),
+#: and unlimited pings between data frames (gRPC's default, 2, would stop them on a quiet stream).
+#: gRPC's core enforces the timeout of every ping (keepalive's and its own bandwidth probes') as
+#: `grpc.http2.ping_timeout_ms`, default a minute, and not `keepalive_timeout_ms` (grpc/grpc#39239):
+#: both are set.
 DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
 )
 
 

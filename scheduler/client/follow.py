@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from scheduler.client import channel as wire
 from scheduler.client.channel import open_channel
 
 #: Trailing metadata a standby's NOT_LEADER refusal names the leader's HOST:PORT in.
@@ -186,7 +187,7 @@ class Follower:
         if named is not None and named != address:
             self._move(named)
             return 0.0
-        nxt = self._next(address, now)
+        nxt = self._next(address, now, stay=standby)
         if nxt != address:
             self._move(nxt)
         return _pause() if standby or nxt != address else None
@@ -196,16 +197,17 @@ class Follower:
         self.switches += 1
         self._prune()
 
-    def _next(self, address: str, now: float) -> str:
+    def _next(self, address: str, now: float, stay: bool = False) -> str:
         """The target after `address` that has not just failed (else the one after it; `address`
-        itself when it is the only target)."""
+        itself when it is the only target, or if `stay`: a standby whose leader just failed us
+        takes over soon, while a frozen leader would hold a new connection for 20 s)."""
         n = len(self.targets)
         i = self.targets.index(address) if address in self.targets else -1
         others = [self.targets[(i + k) % n] for k in range(1, n + 1) if self.targets[(i + k) % n] != address]
         for cand in others:
             if self._suspect.get(cand, 0.0) <= now:
                 return cand
-        return others[0] if others else address
+        return others[0] if others and not stay else address
 
     async def close(self) -> None:
         channels, self._channels, self._stubs = self._channels, {}, {}
@@ -225,7 +227,8 @@ class FollowingStub:
 
     * unary calls answered UNAVAILABLE are retried on the leader named in NOT_LEADER (at once),
       else on the next target (after 50-100 ms), within the call's timeout and the follower's
-      `failover_timeout_s`; then the last error is raised;
+      `failover_timeout_s`; then the last error is raised. With several targets an attempt that
+      gets no answer within `SILENCE_S` counts as UNAVAILABLE (a frozen or hung replica);
     * a server stream that fails UNAVAILABLE before its first message is opened again the same
       way (its request is idempotent: Acquire re-attaches); after a message, the error reaches
       the caller, which re-attaches (the client moved on already);
@@ -285,9 +288,18 @@ class _UnaryCall(_Method):
         while True:
             address, method = self.target()
             left = None if timeout is None else max(0.001, start + timeout - loop.time())
+            # With another replica to ask, an attempt is cut at SILENCE_S: one that answers
+            # nothing that long (frozen, hung) is left as a lost connection, not waited out.
+            bound = wire.SILENCE_S if self.follower.follow and len(self.follower.targets) > 1 else None
+            cut = bound is not None and (left is None or bound < left)
             try:
-                return await method(request, timeout=left, **kw)
+                return await method(request, timeout=bound if cut else left, **kw)
             except grpc.aio.AioRpcError as e:
+                if cut and e.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+                    why = f"no answer from {address} within {bound:g}s"
+                    e = grpc.aio.AioRpcError(
+                        grpc.StatusCode.UNAVAILABLE, e.initial_metadata(), e.trailing_metadata(), why
+                    )
                 wait = self.follower.failed(address, e)
                 if wait is None or loop.time() + wait >= end:
                     u = as_unavailable(e)
@@ -519,6 +531,12 @@ class _FollowingBidi:
     def cancel(self) -> bool:
         self._cancelled = True
         return bool(self._call.cancel())
+
+    def abandon(self, err: grpc.aio.AioRpcError) -> None:
+        """The caller found this replica lost or not leading (`err`: mux.py's silence bound, a
+        NOT_LEADER answer): the follower moves on as after a failed read, and the call ends."""
+        self._method.follower.failed(self._address, err)
+        self.cancel()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._call, name)  # code(), details(), trailing_metadata(), done() ...

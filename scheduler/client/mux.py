@@ -26,7 +26,11 @@ A broken channel fails every call on it with UNAVAILABLE (whatever status ended 
 verdict on what the client sent: UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT), so each
 session re-attaches as after a broken Acquire stream and its commands in flight are sent again:
 its next `Acquire` goes on a channel that works (a new one if none, opened through
-`client.stub()` taken afresh, so a client that follows the leader reaches the new one). The first
+`client.stub()` taken afresh, so a client that follows the leader reaches the new one). A channel
+is left the same way, its replica counted as lost by the client's follower, when the replica
+answers nothing for `SILENCE_S` while a command or an acquire waits on it (frozen, or hung: its
+connection stays open), or refuses a command NOT_LEADER (a leader that stepped down under its
+open channels answers every command so). The first
 response on a channel (often to a renewal retried through an outage) wakes the client's sessions
 asleep in re-attach backoff (`wake.py`), so their acquires follow at once, batched on it. A server
 without `Channel` (UNIMPLEMENTED) switches the client back to the per-session rpcs (`unsupported`).
@@ -44,12 +48,15 @@ import grpc.aio
 from google.rpc import error_details_pb2
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
+from scheduler.client import channel as wire
 from scheduler.client.channel import ClientLink
 from scheduler.client.errors import DETAILS_KEY
 
 #: The ErrorInfo reason of an acquire refused because its channel carries all it may (the server's
 #: errors.channel_full); older servers said RATE_LIMITED with this in the message.
 CHANNEL_FULL = "CHANNEL_FULL"
+#: The reason of a refusal from a replica that does not lead (any more): its channel is left.
+NOT_LEADER = "NOT_LEADER"
 _CHANNEL_FULL_TEXT = "open another channel"
 #: The most commands one ChannelRequest may hold (proto): a message with more ends the channel.
 MAX_COMMANDS = 1024
@@ -85,18 +92,28 @@ def from_session_error(err: pb.SessionError) -> grpc.aio.AioRpcError:
     return rpc_error(_CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message, tuple(trailers))
 
 
+def _reason(err: pb.SessionError) -> str:
+    """The ErrorInfo reason of a per-session error ("" if none)."""
+    for detail in err.status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return str(info.reason)
+    return ""
+
+
 def channel_full(err: pb.SessionError) -> bool:
     """An acquire refused because its channel is full (not a verdict on the session)."""
     status = err.status
     if status.code != grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]:
         return False
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            if info.reason == CHANNEL_FULL:
-                return True
-    return _CHANNEL_FULL_TEXT in status.message
+    return _reason(err) == CHANNEL_FULL or _CHANNEL_FULL_TEXT in status.message
+
+
+def not_leader(err: pb.SessionError) -> bool:
+    """A command refused because the replica behind the channel does not lead: a standby's
+    refusal, or a leader's that stepped down under its open channels."""
+    return err.status.code == grpc.StatusCode.UNAVAILABLE.value[0] and _reason(err) == NOT_LEADER
 
 
 class MuxCall:
@@ -148,14 +165,42 @@ class _Conn:
         self.ready = asyncio.Event()
         self.broken: grpc.aio.AioRpcError | None = None
         self.full = False  # refused a session as full: none placed here until one of ours leaves
+        self._clock = asyncio.get_running_loop().time
+        # Since when something of ours waits for an answer with nothing heard (None: not waiting).
+        self.quiet_since: float | None = None
         self.tasks = (
             asyncio.create_task(self._write(), name="slotsched-channel-write"),
             asyncio.create_task(self._read(), name="slotsched-channel-read"),
+            asyncio.create_task(self._watch(), name="slotsched-channel-watch"),
         )
 
     def send(self, command: pb.ChannelCommand) -> None:
         self.pending.append(command)
         self.ready.set()
+        if self.quiet_since is None:
+            self.quiet_since = self._clock()
+
+    async def _watch(self) -> None:
+        """Leave a replica that answers nothing for `SILENCE_S` while we wait on it (a frozen or
+        hung process: keepalive catches the first only if its gRPC core stops too)."""
+        while True:
+            bound = wire.SILENCE_S
+            since, now = self.quiet_since, self._clock()
+            if since is not None and not self.waiting:
+                since = self.quiet_since = None  # what we waited for was given up on
+            if since is not None and now - since >= bound:
+                why = f"no answer from the scheduler for {now - since:.1f}s"
+                self._lost(rpc_error(grpc.StatusCode.UNAVAILABLE, why))
+                return
+            await asyncio.sleep(bound / 4 if since is None else max(0.05, since + bound - now))
+
+    def _lost(self, err: grpc.aio.AioRpcError) -> None:
+        """This channel's replica is lost or does not lead: the client's follower moves on from
+        it, as after a failed read (`_FollowingBidi.abandon`), and the channel breaks."""
+        abandon = getattr(self.call, "abandon", None)
+        if abandon is not None:
+            abandon(err)
+        self._break(err)
 
     def forget(self, call: MuxCall) -> None:
         if self.sessions.get(call.session_id) is call:
@@ -190,15 +235,18 @@ class _Conn:
                 # sessions asleep in re-attach backoff try again now, on this channel.
                 self.mux.client.wake.heard()
             while resp is not grpc.aio.EOF:
-                self._dispatch(resp)
+                if not self._dispatch(resp):
+                    return  # left: this replica does not lead
                 resp = await self.call.read()
         except grpc.aio.AioRpcError as e:
             self._break(e)
             return
         self._break(rpc_error(grpc.StatusCode.UNAVAILABLE, "the scheduler closed the channel"))
 
-    def _dispatch(self, resp: pb.ChannelResponse) -> None:
+    def _dispatch(self, resp: pb.ChannelResponse) -> bool:
+        """Hand out the events and answers of one message; False once this channel was left."""
         finishing: list[MuxCall] = []
+        refused_here: grpc.aio.AioRpcError | None = None
         for ev in resp.events:
             kind = ev.WhichOneof("kind")
             if kind == "event":
@@ -215,6 +263,8 @@ class _Conn:
                     finishing.append(call)
             elif kind == "error":
                 err = from_session_error(ev.error)
+                if not_leader(ev.error):
+                    refused_here = err
                 target = self.waiting.pop(ev.ref, None) if ev.ref else None
                 answer = target is not None  # to the command with this ref (an acquire's: refused)
                 # With a ref nobody waits on, the answer to a command whose caller gave up (timed
@@ -242,7 +292,14 @@ class _Conn:
                     fut.set_result(getattr(ev, kind))
         for call in finishing:
             call.feed(_END)  # no error followed its last event in the same message: OK
+        self.quiet_since = self._clock() if self.waiting else None  # heard: the clock starts again
+        if refused_here is not None:
+            # Every command here would be refused the same: the sessions re-attach, and their
+            # commands go again, on a channel to the leader the refusal names.
+            self._lost(refused_here)
+            return False
         self.mux.idle(self)
+        return True
 
     def _break(self, err: grpc.aio.AioRpcError) -> None:
         if self.broken is not None:
