@@ -53,6 +53,7 @@ from scheduler.server.app import DEFAULT_LISTEN, DEFAULT_METRICS_LISTEN, GrpcSer
 from scheduler.server.auth import TENANT_HEADER, Authenticator
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.metrics import Metrics
+from scheduler.server.policy_log import PolicyLog
 from scheduler.server.registry import WorkerRegistry
 from slots.actuators.base import Actuator
 from slots.actuators.factory import actuator_from_env
@@ -209,8 +210,9 @@ async def start_server(
     keys = grant_keys if grant_keys is not None else GrantKeyring.generate()
     metrics = Metrics()
     loop = SchedulerLoop(policy, metrics)
+    policy_log = PolicyLog(policy_source or policy_path, durable=redis_url is not None)
     if watcher is not None:
-        _bind_policy_watcher(watcher, loop, secure)
+        _bind_policy_watcher(watcher, loop, secure, policy_log)
     auth = Authenticator(secure, lambda: loop.core.policy)
     registry = WorkerRegistry(loop, heartbeat_interval_s)
 
@@ -229,7 +231,7 @@ async def start_server(
     if redis_url is None:
         if static_pool:
             register_static_pool()  # redis mode: on a fresh store only (the journal has them otherwise)
-        grpc_server = assemble(loop, registry, auth, demand, grant_keys=keys)
+        grpc_server = assemble(loop, registry, auth, demand, grant_keys=keys, policy_log=policy_log)
     else:
         static = register_static_pool if static_pool else None
         leadership = _Leadership(redis_url, state, loop, registry, policy, metrics, static, watcher)
@@ -241,6 +243,8 @@ async def start_server(
             serving=leadership.serving,
             leader=leadership.leader,
             grant_keys=keys,
+            policy_log=policy_log,
+            store_down=leadership.replica.reach.down,
         )
         if keys.ephemeral:
             log.warning(
@@ -257,6 +261,7 @@ async def start_server(
             placeholder,
         )
     await grpc_server.set_serving(redis_url is None)
+    await grpc_server.set_store(redis_url is None)  # Redis: the replica says once it answers
 
     host = split_hostport(listen, "--listen")[0] or "0.0.0.0"
     if metrics_listen:
@@ -290,6 +295,7 @@ async def start_server(
             running._tasks.append(asyncio.create_task(running.autoscaler.run()))
     else:
         await leadership.start(running, grpc_server)
+    policy_log.started()
     if not secure:
         # Only now, with the ports bound: a start that fails says why, not this.
         log.warning(
@@ -311,7 +317,7 @@ def _watcher(policy_path: str | None, source: str | None, kube_api: Any) -> Poli
     return PolicyWatcher(ref, kube_api if kube_api is not None else default_api_client())
 
 
-def _bind_policy_watcher(watcher: PolicyWatcher, loop: SchedulerLoop, secure: bool) -> None:
+def _bind_policy_watcher(watcher: PolicyWatcher, loop: SchedulerLoop, secure: bool, plog: PolicyLog) -> None:
     """Every new version of the SchedulingPolicy object goes Admin.ApplyPolicy's path."""
     from scheduler.kube.policy_watch import Outcome
 
@@ -325,9 +331,11 @@ def _bind_policy_watcher(watcher: PolicyWatcher, loop: SchedulerLoop, secure: bo
                 "spec.access.admins is empty: it would lock every operator out of the "
                 "Admin service; the policy in force is unchanged",
             )
+        old = loop.core.policy
         loop.apply_policy(policy)
+        generation = plog.next_generation()
         await loop.durable()
-        log.info("policy %s applied from %s", policy.name, watcher.ref)
+        plog.applied(generation, old, policy, f"the object {watcher.ref}")
         return Outcome(True, "Applied", f"policy {policy.name} in force")
 
     watcher.bind(apply, reporting=lambda: not loop.shutting_down)
@@ -378,6 +386,7 @@ class _Leadership:
         register_static_pool: Callable[[], None] | None,
         watcher: PolicyWatcher | None = None,
     ) -> None:
+        from scheduler.state.redis_connect import redact
         from scheduler.state.redis_store import RedisStore
         from scheduler.state.replica import Replica, StateMetrics
 
@@ -409,6 +418,8 @@ class _Leadership:
             snapshot_every=state.snapshot_every,
             snapshot_interval_s=state.snapshot_interval_s,
             campaign_interval_s=state.campaign_interval_s,
+            where=redact(redis_url),
+            on_store=self._on_store,
         )
         self._advertise = state.advertise
         loop.journal = self.replica
@@ -451,6 +462,10 @@ class _Leadership:
         if self._running.autoscaler is not None:
             self._tasks.append(asyncio.create_task(self._running.autoscaler.run()))
         await self._grpc.set_serving(True)
+
+    async def _on_store(self, down: str | None) -> None:
+        if self._grpc is not None:
+            await self._grpc.set_store(down is None)
 
     async def _on_step_down(self) -> None:
         assert self._grpc is not None
@@ -545,17 +560,14 @@ async def serve_forever(
     else:
         print(f"slotsched mode: INSECURE dev mode (tenant from the {TENANT_HEADER} header)", flush=True)
     keys = running.grant_keys
-    if keys.ephemeral:
-        print("slotsched grants: signed with a key generated at start (no --grant-key-file)", flush=True)
-    else:
-        print(
-            f"slotsched grants: signed with key {keys.kids[0]!r} (verifying {', '.join(keys.kids)})",
-            flush=True,
-        )
+    signer = "a key generated at start (no --grant-key-file)" if keys.ephemeral else f"key {keys.kids[0]!r}"
+    verifying = "" if keys.ephemeral else f" (verifying {', '.join(keys.kids)})"
+    print(f"slotsched grants: signed with {signer}{verifying}", flush=True)
 
     replica = running.replica
     if replica is not None:
-        role = "leader" if replica.serving else "standby"
+        down = replica.reach.down()  # not a standby: it cannot lead until the store answers
+        role = f"{down}; retrying" if down else "leader" if replica.serving else "standby"
         print(f"slotsched state: redis ({role}, replica {replica.store.replica_id})", flush=True)
 
     stop = asyncio.Event()

@@ -20,6 +20,7 @@ import grpc
 import pytest
 
 from scheduler import cli, listen
+from tests.grpc_fixtures import running_server
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -170,3 +171,83 @@ def test_every_option_with_a_default_shows_it_in_help(monkeypatch: pytest.Monkey
             if not any(form.format(v) in entry for v in _shown(action.default) for form in spelled):
                 missing.append(f"{command} {flag} (default {action.default!r}): {entry}")
     assert not missing, "\n".join(missing)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status", "--json", "--target", "{target}"],
+        ["policy", "crd"],
+        ["policy", "validate", "deploy/policy-example.yaml"],
+        ["trace", "samples", "--path"],
+    ],
+    ids=lambda c: " ".join(c[:2]),
+)
+def test_output_to_a_reader_that_went_away_ends_quietly(command: list[str]) -> None:
+    """`slotsched status --json | head`: the reader closes its end; no BrokenPipeError traceback
+    (nor "Exception ignored ... BrokenPipeError" at exit), exit 1 as for SIGPIPE in the docs."""
+    with running_server(None) as server:  # dev mode: status needs no token
+        args = [a.format(target=server.target) for a in command]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "scheduler.cli", *args],
+            cwd=ROOT,
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # before the command writes a byte: its first write meets a closed pipe
+        err = proc.stderr.read().decode()
+        proc.wait(30)
+    assert "BrokenPipe" not in err and "Traceback" not in err, err
+    assert (proc.returncode, err) == (1, "")
+
+
+SAMPLE = str(ROOT / "scheduler/sim/samples/busy-300.csv")
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "why"),
+    [
+        (["demo", "--duration", "-5"], "--duration", "must be > 0, not -5"),
+        (["demo", "--duration", "nan"], "--duration", "must be a finite number"),
+        (["simulate", "--workload", SAMPLE, "--until", "-5"], "--until", "must be > 0, not -5"),
+        (
+            ["simulate", "--workload", SAMPLE, "--checkpoint-seconds", "-3"],
+            "--checkpoint-seconds",
+            "must be >= 0, not -3",
+        ),
+        (["simulate", "--workload", SAMPLE, "--out", "x"], "--out", "only with --compare"),
+        (["simulate", "--compare", "--workload", SAMPLE, "--out", "{file}"], "--out", "{file} is a file"),
+        (
+            ["simulate", "--compare", "--workload", SAMPLE, "--out", "{file}/r"],
+            "--out",
+            "{file}/r is under {file}, a file",
+        ),
+    ],
+)
+def test_nonsense_values_are_usage_errors_naming_the_flag(
+    argv: list[str],
+    flag: str,
+    why: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    existing = tmp_path / "report.md"
+    existing.write_text("mine\n")
+
+    def no_work(*_: object, **__: object) -> None:
+        raise AssertionError("ran before checking its options")
+
+    from scheduler.demo import run as demo_run
+    from scheduler.sim.compare import run as compare_run
+
+    monkeypatch.setattr(compare_run, "compare", no_work)
+    monkeypatch.setattr(demo_run, "demo_main", no_work)
+    with pytest.raises(SystemExit) as e:
+        cli.main([a.format(file=existing) for a in argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"slotsched {argv[0]}: error: argument {flag}: {why.format(file=existing)}" in err, err
+    assert existing.read_text() == "mine\n"

@@ -3,11 +3,15 @@
 One module per subcommand, each with a `register(sub)` that adds its parser; main() builds the
 parser from them. Each subcommand imports what it needs lazily, so `slotsched policy validate`
 starts fast and does not import gRPC.
+
+Output to a reader that went away (`slotsched status --json | head`) ends the command quietly,
+whichever command printed: see main.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -29,7 +33,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    rc: int = args.func(args)
+    try:
+        rc: int = args.func(args)
+        sys.stdout.flush()  # what is still buffered meets a closed pipe here, not at exit
+    except BrokenPipeError:
+        # The Python docs' advice for SIGPIPE: point stdout at devnull, so the interpreter's
+        # own flush at exit does not fail again, and exit 1 without a traceback.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout is not a file (embedded, captured)
+            pass
+        return 1
     return rc
 
 

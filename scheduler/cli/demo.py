@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from scheduler.cli.help import positive
+
 
 def _demo(args: argparse.Namespace) -> int:
     try:
@@ -27,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "demo",
         help="run a scheduler, 3 in-process reference workers and a multi-tenant workload; show the outcome",
     )
-    d.add_argument("--duration", type=float, default=60.0, help="seconds to run (default %(default)s)")
+    d.add_argument("--duration", type=positive, default=60.0, help="seconds to run (default %(default)s)")
     d.add_argument(
         "--snapshots",
         default=None,

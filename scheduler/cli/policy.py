@@ -1,4 +1,6 @@
 """`slotsched policy validate FILE`: check a SchedulingPolicy file, print every error and warning.
+`slotsched policy apply FILE`: the same checks, then put it in force on a running scheduler (or,
+with --dry-run, show what would change); policy_apply.py.
 `slotsched policy crd`: print the SchedulingPolicy CustomResourceDefinition generated from the same
 validator (deploy/crd/ holds the committed copy)."""
 
@@ -7,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import TextIO
+
+from scheduler.cli.help import add_admin_client_flags
 
 
 def validate_main(path: str, out: TextIO | None = None) -> int:
@@ -47,6 +51,14 @@ def _policy_validate(args: argparse.Namespace) -> int:
     return validate_main(args.file)
 
 
+def _policy_apply(args: argparse.Namespace) -> int:
+    from scheduler.cli.policy_apply import apply_main
+
+    tls = (args.tls_ca, args.tls_cert, args.tls_key)
+    rc: int = apply_main(args.file, args.target, args.token, tls, args.dry_run)
+    return rc
+
+
 def _policy_crd(args: argparse.Namespace) -> int:
     from scheduler.policy.crd import crd_yaml
 
@@ -60,6 +72,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v = polsub.add_parser("validate", help="check a SchedulingPolicy file; non-zero exit on any error")
     v.add_argument("file")
     v.set_defaults(func=_policy_validate)
+    a = polsub.add_parser(
+        "apply",
+        help="validate a SchedulingPolicy file, then put it in force on a running scheduler "
+        "(Admin.ApplyPolicy): prints the warnings, the new generation and what changed",
+        description="Validate FILE locally (errors name the key path; non-zero exit), then apply it "
+        "on the scheduler at --target and print the warnings, the new policy generation and what "
+        "changed against the policy in force: tenants added and removed, quotas and pool changed. "
+        "A server whose state is in memory goes back to its --policy file when it restarts: the "
+        "output says so.",
+    )
+    a.add_argument("file")
+    add_admin_client_flags(a)
+    a.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="only show the server's warnings and what would change against its policy (GetPolicy); "
+        "apply nothing",
+    )
+    a.set_defaults(func=_policy_apply)
     c = polsub.add_parser(
         "crd",
         help="print the SchedulingPolicy CustomResourceDefinition (its schema is generated from the "

@@ -8,6 +8,8 @@ import argparse
 import os
 import sys
 
+from scheduler.cli.help import positive
+
 
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
@@ -91,7 +93,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     s.add_argument(
         "--leader-ttl",
-        type=_positive,
+        type=positive,
         default=1.0,
         help="seconds a leader lease lasts unrenewed (renewed every TTL/4; the leader stops serving "
         "at 90%% of it without a renewal): a dead leader is replaced within about this "
@@ -99,7 +101,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     s.add_argument(
         "--campaign-interval",
-        type=_positive,
+        type=positive,
         default=0.1,
         help="seconds between a standby's tries for the leader lease, ±50%% jitter (default %(default)s)",
     )
@@ -120,7 +122,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     s.add_argument(
         "--snapshot-interval",
-        type=float,
+        type=positive,
         default=60.0,
         help="... or every this many seconds with events since the last (default %(default)s)",
     )
@@ -141,16 +143,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "of --tls-ca if given); without it metrics stay plain HTTP: keep that port cluster-internal",
     )
     s.set_defaults(func=_serve)
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
-    return value
 
 
 def add_tls_flags(p: argparse.ArgumentParser, whose: str) -> None:

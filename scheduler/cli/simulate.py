@@ -7,6 +7,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+
+from scheduler.cli.help import add_check, non_negative, positive
+
+DEFAULT_OUT = "out/compare"
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -46,6 +51,7 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.compare:
         from scheduler.sim.compare.run import run_compare
 
+        args.out = args.out or DEFAULT_OUT
         rc: int = run_compare(policy, plans, args, refused_unknown=unknown)
         return rc
     config = SimConfig(checkpoint_s=args.checkpoint_seconds, until_s=args.until)
@@ -72,13 +78,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sim.add_argument(
         "--workload", required=True, help="CSV: arrival_s,session_id,tenant,qos_class,hold_s[,…]"
     )
-    sim.add_argument("--checkpoint-seconds", type=float, default=2.0, help="holder's checkpoint time")
+    sim.add_argument("--checkpoint-seconds", type=non_negative, default=2.0, help="holder's checkpoint time")
     sim.add_argument(
-        "--until", type=float, default=None, help="stop at this virtual time; the rest is unfinished"
+        "--until", type=positive, default=None, help="stop at this virtual time; the rest is unfinished"
     )
     sim.add_argument("--json", action="store_true", help="print the result as JSON")
     sim.add_argument("--compare", action="store_true", help="run every baseline too and write a report")
-    sim.add_argument("--out", default="out/compare", help="report folder for --compare")
+    sim.add_argument("--out", default=None, help=f"report folder for --compare (default {DEFAULT_OUT})")
     sim.add_argument(
         "--unknown-tenants",
         choices=("error", "refuse"),
@@ -87,3 +93,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(count their sessions as refused, and say so)",
     )
     sim.set_defaults(func=_simulate)
+    add_check(sim, _check_out)
+
+
+def _check_out(args: argparse.Namespace) -> str | None:
+    """--out only with --compare, and a folder it can be: refused before any contender runs."""
+    if args.out is not None and not args.compare:
+        return "argument --out: only with --compare (the report folder)"
+    if not args.compare:
+        return None
+    out = Path(args.out or DEFAULT_OUT)
+    for p in (out, *out.parents):  # the nearest that exists must be a folder
+        if p.exists():
+            if p.is_dir():
+                return None
+            what = "is a file" if p == out else f"is under {p}, a file"
+            return f"argument --out: {out} {what}: give a folder for the report"
+    return None

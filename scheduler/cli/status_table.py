@@ -19,8 +19,7 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, admin_pb2_grpc, common_pb2
-from scheduler.client.channel import tls_credentials
-from scheduler.server.auth import AUTH_HEADER, TENANT_HEADER
+from scheduler.cli.admin_call import Tls, call_metadata, failure_lines, open_channel
 
 _CLASS_NAMES = {
     common_pb2.QOS_CLASS_GUARANTEED: "guaranteed",
@@ -135,22 +134,6 @@ def render(pool: admin_pb2.DescribePoolResponse, leases: Sequence[common_pb2.Lea
     return "\n".join(lines)
 
 
-def _hint(code: grpc.StatusCode, token: str | None) -> str | None:
-    """What to do about a refused credential (the status line alone says only what went wrong)."""
-    if code is grpc.StatusCode.UNAUTHENTICATED and not token:
-        return (
-            "this scheduler runs in secure mode: pass --token with an admin token (one whose "
-            '"sha256:<hex>" hash is listed under spec.access.admins of its policy)'
-        )
-    if code is grpc.StatusCode.PERMISSION_DENIED:
-        return (
-            'status needs an admin token: its "sha256:<hex>" hash must be listed under '
-            "spec.access.admins of the policy (tenant and worker tokens are refused); compute it "
-            "with: printf '%s' \"$TOKEN\" | sha256sum"
-        )
-    return None
-
-
 def _list_leases(stub: Any, metadata: Sequence[tuple[str, str]]) -> list[common_pb2.Lease] | None:
     """Every live lease, page by page; None if the listing fails (the table then shows counts)."""
     leases: list[common_pb2.Lease] = []
@@ -174,37 +157,26 @@ def status_main(
     as_json: bool,
     token: str | None,
     tenant: str | None,
-    tls: tuple[str | None, str | None, str | None] = (None, None, None),
+    tls: Tls = (None, None, None),
 ) -> int:
     """Print the pool of the scheduler at `target`; 0 on success, 1 if the call failed (2 for
     unusable TLS files). `tls` is (CA, client certificate, client key), PEM paths."""
     try:
-        credentials = tls_credentials(*tls)
+        channel = open_channel(target, tls)
     except ValueError as e:
-        print(f"slotsched status: {str(e).replace('tls_', '--tls-')}", file=sys.stderr)
+        print(f"slotsched status: {e}", file=sys.stderr)
         return 2
-    metadata: list[tuple[str, str]] = []
-    if token:
-        metadata.append((AUTH_HEADER, f"Bearer {token}"))
-    if tenant:
-        metadata.append((TENANT_HEADER, tenant))
+    metadata = call_metadata(token, tenant)
     leases: list[common_pb2.Lease] | None = None
     try:
-        channel = (
-            grpc.secure_channel(target, credentials)
-            if credentials is not None
-            else grpc.insecure_channel(target)
-        )
         with channel:
             stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
             pool = stub.DescribePool(admin_pb2.DescribePoolRequest(), metadata=metadata, timeout=10)
             if not as_json:
                 leases = _list_leases(stub, metadata)
     except grpc.RpcError as e:
-        print(f"slotsched status: {target}: {e.code().name}: {e.details()}", file=sys.stderr)
-        hint = _hint(e.code(), token)
-        if hint:
-            print(f"slotsched status: {hint}", file=sys.stderr)
+        for line in failure_lines(e, target, token, "status"):
+            print(f"slotsched status: {line}", file=sys.stderr)
         return 1
     if as_json:
         print(json.dumps(MessageToDict(pool, always_print_fields_with_no_presence=True), indent=2))

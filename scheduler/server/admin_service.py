@@ -11,6 +11,9 @@ the limit.
 Who may call: in secure mode only the admin role (a token listed under `spec.access.admins`),
 because ApplyPolicy sets every tenant's quotas and the listings show every tenant's sessions; a
 tenant or worker token is PERMISSION_DENIED. In insecure dev mode anyone.
+
+GetPolicy and ApplyPolicy answer with trailing metadata (policy_log.py): the policy generation,
+and whether the state outlives a restart. Every policy applied is logged with who applied it.
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ from scheduler.api.gen.slotsched.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from scheduler.core.lifecycle import LeaseState, WorkerState
 from scheduler.core.types import QoS
 from scheduler.policy.errors import PolicyError
+from scheduler.policy.identities import hash_token
 from scheduler.policy.model import Policy
 from scheduler.policy.yaml_io import policy_to_yaml
 from scheduler.server import convert, errors
-from scheduler.server.auth import Authenticator
+from scheduler.server.auth import AUTH_HEADER, Authenticator, certificate_names
 from scheduler.server.metrics import CLASS_ORDER
+from scheduler.server.policy_log import PolicyLog
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.validate import parse_policy_limited
 
@@ -78,11 +83,27 @@ def _worker_tokens(policy: Policy) -> set[str]:
     return {t for w in policy.access.workers for t in w.tokens}
 
 
+def _caller(context: Any, secure: bool) -> str:
+    """Who applied a policy, for the log: the admin token's hash prefix (the policy lists the
+    whole hash; the token itself is never logged), else the client certificate's name."""
+    if not secure:
+        return f"{context.peer()} (insecure dev mode)"
+    for key, value in context.invocation_metadata() or ():
+        if key == AUTH_HEADER:
+            text = value if isinstance(value, str) else value.decode("utf-8", "replace")
+            return f"admin token {hash_token(text.partition(' ')[2].strip())[:19]}..."
+    names = certificate_names(context)
+    return f"admin certificate {names[0]}" if names else "an admin"
+
+
 class AdminService(admin_pb2_grpc.AdminServicer):
-    def __init__(self, registry: WorkerRegistry, auth: Authenticator) -> None:
+    def __init__(
+        self, registry: WorkerRegistry, auth: Authenticator, policy_log: PolicyLog | None = None
+    ) -> None:
         self._registry = registry
         self._loop = registry.loop
         self._auth = auth
+        self._policy_log = policy_log or PolicyLog(None, durable=False)
 
     def _guard(self, context: Any, rpc: str) -> None:
         if self._loop.shutting_down:
@@ -95,6 +116,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     ) -> admin_pb2.GetPolicyResponse:
         self._guard(context, "GetPolicy")
         policy = self._loop.core.policy
+        context.set_trailing_metadata(self._policy_log.metadata())
         return admin_pb2.GetPolicyResponse(yaml=policy_to_yaml(policy), name=policy.name)
 
     @errors.unary
@@ -126,9 +148,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     "them can no longer heartbeat and are removed after missed heartbeats (their "
                     "leases revoked and re-queued)"
                 )
+        plog, generation = self._policy_log, None
         if not request.dry_run:
+            old = self._loop.core.policy
             self._loop.apply_policy(policy)
+            generation = plog.next_generation()
             await self._loop.durable()
+            plog.applied(generation, old, policy, _caller(context, self._auth.secure))
+        context.set_trailing_metadata(plog.metadata(generation))
         return admin_pb2.ApplyPolicyResponse(warnings=notes, applied=not request.dry_run)
 
     @errors.unary

@@ -6,6 +6,9 @@ autoscaler).
 With a `serving` gate (a replicated server) the scheduling services answer UNAVAILABLE with reason
 NOT_LEADER (and the leader's address, when known) while it returns False; `set_serving` turns
 health SERVING / NOT_SERVING to match (Kubernetes' readiness: the Service routes to the leader).
+Health also answers for STATE_HEALTH, the state store: NOT_SERVING while it is unreachable
+(`set_store`), so a probe tells a replica that cannot reach Redis from a healthy standby, which
+both are NOT_SERVING for the services.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from scheduler.server.auth import AUTH_HEADER, Authenticator
 from scheduler.server.keda_service import add_keda_servicer
 from scheduler.server.leader_gate import GatedRegistrar
 from scheduler.server.loop import SchedulerLoop
+from scheduler.server.policy_log import PolicyLog
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.scheduler_service import SchedulerService
 from scheduler.server.workers_service import WorkersService
@@ -47,6 +51,8 @@ SERVICE_NAMES = (
 )
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"  # the port deploy/ scrapes
+#: The health entry of the state store: SERVING while it answers (always, with in-memory state).
+STATE_HEALTH = "slotsched.state"
 
 
 class _Health(health.aio.HealthServicer):  # type: ignore[misc]
@@ -78,6 +84,10 @@ class GrpcServer:
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, status)
 
+    async def set_store(self, reachable: bool) -> None:
+        ok, down = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+        await self.health.set(STATE_HEALTH, ok if reachable else down)
+
 
 def assemble(
     loop: SchedulerLoop,
@@ -87,22 +97,25 @@ def assemble(
     serving: Callable[[], bool] | None = None,
     grant_keys: GrantKeyring | None = None,
     leader: Callable[[], str | None] = lambda: None,
+    policy_log: PolicyLog | None = None,
+    store_down: Callable[[], str | None] = lambda: None,
 ) -> GrpcServer:
     """A gRPC server (not bound, not started) with every service on it. `demand` feeds KEDA
     (weighted demand in slots); `serving`, if given, gates the scheduling services (and `leader`
-    names the leader's address in the refusal); `grant_keys` sign the Scheduler service's grants
-    (None: a generated key)."""
+    names the leader's address in the refusal, `store_down` the state store this replica cannot
+    reach); `grant_keys` sign the Scheduler service's grants (None: a generated key);
+    `policy_log` counts and logs the policies Admin.ApplyPolicy puts in force."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *KEEPALIVE_OPTIONS])
     # Every servicer is registered through the wire guard: undecodable or over-long requests are
     # INVALID_ARGUMENT before a servicer sees them (scheduler/api/guard.py); a replicated server's
     # scheduling services through the leader gate too (leader_gate.py), which checks first.
     reg: Any = server
     if serving is not None:
-        reg = GatedRegistrar(server, SERVICE_NAMES, serving, leader)  # wraps what the guard wrapped
+        reg = GatedRegistrar(server, SERVICE_NAMES, serving, leader, store_down)  # wraps the guard's
     reg = guard.GuardedRegistrar(reg, errors.refuse_request)
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth, grant_keys), reg)  # type: ignore[no-untyped-call]
     workers_pb2_grpc.add_WorkersServicer_to_server(WorkersService(registry, auth), reg)  # type: ignore[no-untyped-call]
-    admin_pb2_grpc.add_AdminServicer_to_server(AdminService(registry, auth), reg)  # type: ignore[no-untyped-call]
+    admin_pb2_grpc.add_AdminServicer_to_server(AdminService(registry, auth, policy_log), reg)  # type: ignore[no-untyped-call]
     add_keda_servicer(reg, demand, lambda: loop.core.policy.pool.slots_per_worker, _keda_guard(auth))
     health_servicer = _Health()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, reg)

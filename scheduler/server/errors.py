@@ -174,11 +174,25 @@ def from_state(e: StateUnavailable) -> RpcFailure:
     return RpcFailure(grpc.StatusCode.UNAVAILABLE, e.message, metadata=retry, reason=reason)
 
 
-def not_leader(leader: str | None = None) -> RpcFailure:
+def not_leader(leader: str | None = None, store_down: str | None = None) -> RpcFailure:
     """A call to a replica that does not serve (a standby, or a leader that stepped down):
     UNAVAILABLE with reason NOT_LEADER, naming the leader (ErrorInfo metadata `leader` and
     trailing metadata `x-slotsched-leader`) when this replica knows it. Retry there at once;
-    without an address, retry shortly (a take-over is under way)."""
+    without an address, retry shortly (a take-over is under way).
+
+    `store_down` (the state store this replica cannot reach, and why) is said instead of
+    "standby", with ErrorInfo metadata `state_store: unreachable`: this replica cannot lead until
+    the store answers, which waiting for an election does not fix."""
+    if store_down:
+        message = f"{store_down}; this replica cannot lead until it answers"
+        info = {"state_store": "unreachable"}
+        trailers: tuple[tuple[str, str], ...] = ((RETRY_AFTER_KEY, "1000"),)
+        if leader:  # as last seen: another replica may well reach the store
+            message += f" (the leader was last at {leader})"
+            trailers, info = ((RETRY_AFTER_KEY, "0"), (LEADER_KEY, leader)), {**info, "leader": leader}
+        return RpcFailure(
+            grpc.StatusCode.UNAVAILABLE, message, metadata=trailers, reason=NOT_LEADER, info=info
+        )
     if leader:
         message = f"not the leader: this replica is a standby; the leader is at {leader}"
         md: tuple[tuple[str, str], ...] = ((RETRY_AFTER_KEY, "0"), (LEADER_KEY, leader))

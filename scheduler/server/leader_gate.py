@@ -1,7 +1,7 @@
 """The leader gate of a replicated server: while this replica does not serve (a standby, or a
 leader that stepped down), every rpc of the gated services answers UNAVAILABLE with reason
-NOT_LEADER, naming the leader when it is known (errors.not_leader); health and reflection stay
-open.
+NOT_LEADER, naming the leader when it is known, or the state store when this replica cannot
+reach it (errors.not_leader); health and reflection stay open.
 
 Why a registrar and not a `grpc.aio.ServerInterceptor`: with any interceptor installed, grpc.aio
 runs the interceptor chain as a coroutine on every call before it finds the handler, about 60 us
@@ -32,12 +32,14 @@ class GatedRegistrar:
         services: Sequence[str],
         serving: Callable[[], bool],
         leader: Callable[[], str | None],
+        store_down: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._inner = inner
         self._services = frozenset(services)
         self._prefixes = tuple(f"/{name}/" for name in services)
         self._serving = serving
         self._leader = leader
+        self._store_down = store_down
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         self._inner.add_generic_rpc_handlers(tuple(_GatedGeneric(h, self) for h in handlers))
@@ -53,7 +55,7 @@ class GatedRegistrar:
         return method.startswith(self._prefixes)
 
     async def _refuse(self, context: Any) -> None:
-        await errors.abort(context, errors.not_leader(self._leader()))
+        await errors.abort(context, errors.not_leader(self._leader(), self._store_down()))
 
     def gate(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """`handler` with a behaviour that first checks `serving()`."""

@@ -18,6 +18,8 @@ down: health NOT_SERVING, open Acquire streams end UNAVAILABLE (the SDK re-attac
 refused "not the leader". Events already applied in memory but not journaled are discarded with
 the in-memory state: nobody was told about them, and when this replica (or another) next wins
 the lease it rebuilds the state from Redis. A lost renewal of the leader lease does the same.
+Whether the store answers at all is tracked apart (reach.py, `reach`): a replica that cannot reach
+it says so (log, health, NOT_LEADER) rather than pass for a standby.
 
 Snapshots. At the moment a batch is cut (so the state is exactly the journal up to that batch's
 last entry), if a snapshot is due, the state is captured on the event loop (a consistent copy
@@ -91,6 +93,7 @@ from scheduler.ports import NOT_LEADER, Applied, Extras, ReplicaHost, StateUnava
 from scheduler.state import codec
 from scheduler.state import state_snapshot as snapshot
 from scheduler.state.metrics import StateMetrics
+from scheduler.state.reach import StoreReach
 from scheduler.state.redis_store import AppendDone, NotLeader, RedisStore
 from scheduler.state.standby import Standby, StateError, TakeOver
 
@@ -133,8 +136,15 @@ class Replica(Standby):
         campaign_interval_s: float = DEFAULT_CAMPAIGN_INTERVAL_S,
         advertise: str = "",
         snapshot_ratio: float = SNAPSHOT_RATIO,
+        where: str = "",
+        on_store: Callable[[str | None], Awaitable[None]] | None = None,
     ) -> None:
+        """`where` names the store in messages (its URL, password masked); `on_store` is told
+        when the store stops or starts answering (StoreReach)."""
         self.store = store
+        target = getattr(store, "target", None)  # a test's fake store may have none
+        hosts = ",".join(f"{h}:{p}" for h, p in target.hosts) if target is not None else "the state store"
+        self.reach = StoreReach(where or hosts, on_store)
         self.loop = loop
         self.registry = registry
         self.policy = policy
@@ -387,8 +397,11 @@ class Replica(Standby):
         await self._first_load.wait()
         try:
             await self._campaign()
-        except (RedisError, OSError, StateUnavailable) as e:
-            log.warning("state store unreachable at start (%s): standby until it answers", e)
+        except (RedisError, OSError) as e:
+            await self.reach.failed(e)
+            await self._step_down(f"take-over failed: {e}")
+        except StateUnavailable as e:
+            log.warning("take-over failed at start (%s): standby until it succeeds", e)
             await self._step_down(f"take-over failed: {e}")
         self._task = self._aloop.create_task(self._run())
 
@@ -404,6 +417,8 @@ class Replica(Standby):
                     await self._campaign()
             except (RedisError, OSError, StateUnavailable) as e:
                 # StateUnavailable: a take-over whose first batch (Resumed, the policy) failed to land.
+                if not isinstance(e, StateUnavailable):
+                    await self.reach.failed(e)
                 if self.serving:
                     self.metrics.errors.inc()
                     await self._step_down(f"state store unreachable: {e}")
@@ -427,9 +442,12 @@ class Replica(Standby):
         except (RedisError, OSError) as e:
             if time.monotonic() < self._deadline:  # one failed call is not a lost lease: retry soon
                 log.warning("leader lease renewal failed (%s): retrying", e)
+                await self.reach.failed(e)
                 self._renew_at = time.monotonic() + min(0.05, self.renew_interval_s)
                 return
             raise
+        if self.reach.ok is not True:
+            await self.reach.answered()
         if not ok:
             await self._step_down("lost the leader lease")
             return
@@ -451,7 +469,10 @@ class Replica(Standby):
         if self._stopping or (self._pos is None and not self._follow_broken):
             return
         t0 = time.monotonic()
-        if await self.store.try_lead(self.leader_ttl_s):
+        won = await self.store.try_lead(self.leader_ttl_s)
+        if self.reach.ok is not True:
+            await self.reach.answered()
+        if won:
             self._deadline = t0 + self.leader_ttl_s - self.margin_s
             self._renew_at = t0 + self.renew_interval_s
             try:

@@ -29,6 +29,7 @@ from scheduler.state.redis_store import RedisStore
 
 if TYPE_CHECKING:
     from scheduler.state.metrics import StateMetrics
+    from scheduler.state.reach import StoreReach
 
 log = logging.getLogger("slotsched.state")
 
@@ -60,6 +61,7 @@ class Standby:
     registry: WorkerBook
     policy: Policy
     metrics: StateMetrics
+    reach: StoreReach
     serving: bool
     leader_ttl_s: float
     tail_block_ms: int
@@ -159,7 +161,6 @@ class Standby:
         appends it (XREAD BLOCK), so taking over needs only the last few entries. A trim past
         this position reloads the snapshot; an entry it cannot apply stops the following (the
         take-over then recovers in full, and says why)."""
-        quiet = False
         me = asyncio.current_task()
         # Also ends once `_stop_following` let go of this task: a cancellation can be lost inside
         # the redis client (seen under load: the task went on following and a take-over awaiting
@@ -181,19 +182,18 @@ class Standby:
                     log.info("standby: the journal was trimmed past %s: reloading the snapshot", pos)
                     self._pos = None
                     continue
+                if self.reach.ok is not True:
+                    await self.reach.answered()
                 if rows:
                     self.metrics.standby_applied.inc(self._apply(rows))
-                quiet = False
             except asyncio.CancelledError:
                 if self._pos is not None and not self._first_load.is_set():
                     self._pos = None  # cancelled inside a load: the core is half-restored
                 raise
             except (RedisError, OSError) as e:
                 self._pos = None if not self._first_load.is_set() else self._pos
+                await self.reach.failed(e)  # logged when it stops answering, then every few seconds
                 self._first_load.set()  # start() goes on as a standby; this loop keeps trying
-                if not quiet:
-                    log.warning("standby: cannot read the journal (%s): retrying", e)
-                    quiet = True
                 await asyncio.sleep(min(0.5, self.leader_ttl_s / 2))
             except (StateError, snapshot.StateSnapshotError) as e:
                 log.error("standby: cannot follow the journal (%s): a take-over recovers in full", e)
