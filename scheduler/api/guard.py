@@ -10,12 +10,13 @@ string fields and maps are checked against `limit_for`, and a request that fails
 reaches the servicer: the server's `refuse(context, field, description)` ends the call
 (INVALID_ARGUMENT, chosen by the server: the scheduler's in scheduler/server/errors.py).
 
-Limits (documented in the proto files): a request string field is at most 256 bytes
-(`MAX_STRING_BYTES`: ids, names, tenants), except a snapshot `uri`, a `page_token` and KEDA's
-`scalerMetadata` values (2048 bytes) and ApplyPolicy's `yaml` (256 KiB, `MAX_POLICY_BYTES`);
-a map or repeated field holds at most 64 entries. Errors quote at most `QUOTE_CHARS` characters
-of an offending value. A Timestamp or Duration outside the range protobuf defines for it is
-refused too (converting one raises ValueError deep inside a servicer).
+Limits (defined in scheduler/api/wire.py, documented in the proto files): a request string
+field is at most 256 bytes (`MAX_STRING_BYTES`: ids, names, tenants), except a snapshot `uri`,
+a `page_token` and KEDA's `scalerMetadata` values (2048 bytes) and ApplyPolicy's `yaml`
+(256 KiB, `MAX_POLICY_BYTES`); a map or repeated field holds at most 64 entries. Errors quote
+at most `QUOTE_CHARS` characters of an offending value. A Timestamp or Duration outside the
+range protobuf defines for it is refused too (converting one raises ValueError deep inside a
+servicer).
 
 Streaming-request methods are registered unchanged (server reflection: grpc decodes its
 messages one by one inside the servicer's iterator), except those whose request type is in
@@ -42,12 +43,14 @@ import grpc
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-MAX_STRING_BYTES = 256
-MAX_LONG_STRING_BYTES = 2048
-MAX_POLICY_BYTES = 256 * 1024
-MAX_ENTRIES = 64
-MAX_CHANNEL_COMMANDS = 1024
-QUOTE_CHARS = 64
+from scheduler.api.wire import (  # the limits' one home; imported from here too
+    MAX_CHANNEL_COMMANDS,
+    MAX_ENTRIES,
+    MAX_LONG_STRING_BYTES,
+    MAX_POLICY_BYTES,
+    MAX_STRING_BYTES,
+    QUOTE_CHARS,
+)
 
 #: Repeated fields (by name) allowed more than MAX_ENTRIES entries: a Channel batches commands.
 _ENTRY_LIMITS: dict[str, int] = {"commands": MAX_CHANNEL_COMMANDS}

@@ -1,0 +1,141 @@
+"""The session commands of the Scheduler service, in one table: what each is on the wire.
+
+Why one table: Acquire, Renew, Release, Yield, Withdraw and GetSession used to be listed by hand
+in the per-session servicer, the Channel servicer, the rate limiter's flows, and the SDK's
+multiplexer and retrying stub; a new command had to be remembered in each. Both sides read this
+table instead (the server binds each row to its session operation in
+scheduler/server/session_ops.py), and tests/test_api_commands.py fails when the proto gains a
+Channel command or a Scheduler rpc the table lacks.
+
+Wire-level facts only: no server import here (the SDK imports this module).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from types import MappingProxyType
+from typing import Final
+
+from google.protobuf.message import Message
+
+from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
+
+
+class Flow(Enum):
+    """The rate-limit bucket a command is charged to (spec.rateLimits; scheduler/server/ratelimit.py)."""
+
+    TENANT = "tenant"  # the tenant's calls: spec.tenants[i].rateLimit, else spec.rateLimits.tenant
+    # The tenant's renewals, a bucket of their own: an Acquire flood must never fail the tenant's
+    # renewals (its leases would expire) nor keep a slot given back waiting.
+    RENEWALS = "renewals"
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One session command."""
+
+    name: str  # the command's own name (Withdraw has no rpc of its own)
+    rpc: str  # the Scheduler rpc it is, or stands for; the rate limiter's and metrics' label
+    field: str | None  # its ChannelCommand `command` oneof field; None: not sent on a Channel
+    answer: str | None  # the ChannelEvent `kind` field answering it; None: its lease events do
+    request: type[Message]
+    flow: Flow
+    streaming: bool  # the per-session rpc streams its answers (Acquire: the lease events)
+    resend: bool  # may the SDK send it again after a broken channel or a failover
+    why: str  # why resending is safe (or not)
+
+
+ACQUIRE: Final = Command(
+    "Acquire",
+    "Acquire",
+    "acquire",
+    None,
+    pb.AcquireRequest,
+    Flow.TENANT,
+    streaming=True,
+    resend=True,
+    why="a live session of the same id and tenant is re-attached, its state replayed: nothing queued twice",
+)
+RENEW: Final = Command(
+    "Renew",
+    "Renew",
+    "renew",
+    "renewed",
+    pb.RenewRequest,
+    Flow.RENEWALS,
+    streaming=False,
+    resend=True,
+    why="renewing extends the lease from now: twice is as once (lease id and epoch fence a moved-on lease)",
+)
+RELEASE: Final = Command(
+    "Release",
+    "Release",
+    "release",
+    "released",
+    pb.ReleaseRequest,
+    Flow.RENEWALS,
+    streaming=False,
+    resend=True,
+    why="a repeat of an applied release is answered released (its session's last end was a release)",
+)
+YIELD: Final = Command(
+    "Yield",
+    "Yield",
+    "yield_slot",
+    "yielded",
+    pb.YieldRequest,
+    Flow.RENEWALS,
+    streaming=False,
+    resend=True,
+    why="lease id and epoch fence it: a repeat of an applied yield cannot yield a later lease",
+)
+WITHDRAW: Final = Command(
+    "Withdraw",
+    "Release",  # Release with an empty lease id
+    "withdraw",
+    "released",
+    pb.WithdrawRequest,
+    Flow.RENEWALS,
+    streaming=False,
+    resend=True,
+    why="withdrawing twice changes nothing: the repeat finds no queued request (NOT_FOUND)",
+)
+GET_SESSION: Final = Command(
+    "GetSession",
+    "GetSession",
+    None,
+    None,
+    pb.GetSessionRequest,
+    Flow.TENANT,
+    streaming=False,
+    resend=True,
+    why="a read",
+)
+
+#: Every session command: the Channel's in its oneof's order, then GetSession.
+COMMANDS: Final = (ACQUIRE, RENEW, YIELD, RELEASE, WITHDRAW, GET_SESSION)
+#: By ChannelCommand oneof field: what a Channel carries.
+BY_FIELD: Final = MappingProxyType({c.field: c for c in COMMANDS if c.field is not None})
+#: By Scheduler rpc name: what the per-session servicer serves (Release, not Withdraw).
+BY_RPC: Final = MappingProxyType({c.rpc: c for c in COMMANDS if c.name == c.rpc})
+#: The Scheduler rpcs that are not session commands.
+NOT_COMMANDS: Final = frozenset({"Channel"})  # the stream the commands travel on
+#: "set one of ..." for a ChannelCommand with no command set.
+FIELDS_TEXT: Final = ", ".join(BY_FIELD)
+
+__all__ = [
+    "ACQUIRE",
+    "BY_FIELD",
+    "BY_RPC",
+    "COMMANDS",
+    "FIELDS_TEXT",
+    "GET_SESSION",
+    "NOT_COMMANDS",
+    "RELEASE",
+    "RENEW",
+    "WITHDRAW",
+    "YIELD",
+    "Command",
+    "Flow",
+]
