@@ -24,7 +24,8 @@ import grpc.aio
 import pytest
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2
-from scheduler.client import AsyncClient, LeaseInfo, Phase, QoS, Slot
+from scheduler.client import AsyncClient, LeaseInfo, QoS, Slot
+from scheduler.client.phases import SessionEvent
 from scheduler.client.session import AsyncSession
 
 
@@ -55,6 +56,12 @@ class RefusingStub:
         raise grpc.aio.AioRpcError(self.code, md, md, "session s holds no lease", None)
 
 
+def _hold(s: AsyncSession, lease: LeaseInfo) -> None:
+    """The session holds `lease` (as after its grant), its state set directly."""
+    s._state.lease = lease
+    s._state.move(SessionEvent.GRANTED)
+
+
 def _session(stub: RefusingStub) -> tuple[AsyncClient, AsyncSession]:
     client = AsyncClient("127.0.0.1:1", token="t", renew_interval_s=0.01)  # never dialled
     client.session_stub = lambda: stub  # type: ignore[method-assign]
@@ -68,11 +75,11 @@ def test_a_grant_that_arrives_after_the_release_began_is_not_renewed(replay: boo
         _, s = _session(stub)
         lease = _lease(4)
         if replay:  # held before the outage; the re-attach replays the same lease
-            s._lease, s._phase = lease, Phase.HOLDING
-        s._release_requested = True  # release() began while the stream was detached
-        s._handle_event(_granted(lease))
+            _hold(s, lease)
+        s._state.release_requested = True  # release() began while the stream was detached
+        s._events.apply(_granted(lease))
         await asyncio.sleep(0.05)  # several renew intervals
-        assert s._renew_task is None and stub.renews == 0
+        assert s._renewer.task is None and stub.renews == 0
         assert not s.lost_lease.is_set() and s.lease is not None and s.lease.key == lease.key
 
     asyncio.run(body())
@@ -95,17 +102,17 @@ def test_a_renew_refused_behind_our_release_is_not_a_lost_lease(
         stub = RefusingStub(code, gate)
         _, s = _session(stub)
         lease = _lease(4)
-        s._lease, s._phase = lease, Phase.HOLDING
-        s._start_renew(lease, 0.01, immediate=True)
+        _hold(s, lease)
+        s._renewer.start(lease, 0.01, immediate=True)
         while stub.renews == 0:  # the Renew is on the wire
             await asyncio.sleep(0.001)
-        s._release_requested = releasing  # release() began; its Ended has not arrived yet
+        s._state.release_requested = releasing  # release() began; its Ended has not arrived yet
         gate.set()  # the refusal comes back before the stream's Ended{RELEASED}
         await asyncio.sleep(0.02)
         assert s.lost_lease.is_set() is lost
         assert (s.lease is None) is lost
         assert s.renew_error is not None and s.renew_error.code is code
-        s._stop_renew()
+        s._renewer.stop()
 
     asyncio.run(body())
 
@@ -118,11 +125,11 @@ def test_the_release_still_reports_the_end_as_ours() -> None:
         stub = RefusingStub(grpc.StatusCode.NOT_FOUND, gate)
         _, s = _session(stub)
         lease = _lease(4)
-        s._lease, s._phase = lease, Phase.HOLDING
-        s._start_renew(lease, 0.01, immediate=True)
+        _hold(s, lease)
+        s._renewer.start(lease, 0.01, immediate=True)
         while stub.renews == 0:
             await asyncio.sleep(0.001)
-        s._release_requested = True
+        s._state.release_requested = True
         gate.set()
         await asyncio.sleep(0.02)
         ended = scheduler_pb2.Ended(
@@ -131,7 +138,7 @@ def test_the_release_still_reports_the_end_as_ours() -> None:
             epoch=lease.epoch,
             session_over=True,
         )
-        s._handle_event(scheduler_pb2.LeaseEvent(ended=ended))
+        s._events.apply(scheduler_pb2.LeaseEvent(ended=ended))
         assert s.end_reason == "released" and s.error is None and not s.lost_lease.is_set()
 
     asyncio.run(body())

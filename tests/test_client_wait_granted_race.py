@@ -15,6 +15,14 @@ import pytest
 
 from scheduler.client import AsyncClient, LeaseInfo, Phase, QoS, Slot
 from scheduler.client.errors import SessionEnded
+from scheduler.client.phases import SessionEvent
+from scheduler.client.session import AsyncSession
+
+
+def _move(s: AsyncSession, lease: LeaseInfo | None, event: SessionEvent) -> None:
+    """The session's state set directly (no server, no stream): its lease, and its phase moved."""
+    s._state.lease = lease
+    s._state.move(event)
 
 
 def _lease(epoch: int) -> LeaseInfo:
@@ -30,23 +38,23 @@ def test_a_lease_that_goes_before_the_waiter_resumes_does_not_end_the_wait(passe
         waiter = asyncio.create_task(s.wait_granted(5))
         await asyncio.sleep(0)
         first, second = _lease(1), _lease(2)
-        s._lease, s._phase = first, Phase.HOLDING
-        s._notify()
+        _move(s, first, SessionEvent.GRANTED)
+        s._state.notify()
         for _ in range(passes):
             await asyncio.sleep(0)
         if not waiter.done():
-            s._lease, s._phase = None, Phase.QUEUED  # yielded, queued again
-            s._notify()
+            _move(s, None, SessionEvent.YIELDED)  # yielded, queued again
+            s._state.notify()
             await asyncio.sleep(0.01)
             assert not waiter.done(), "the wait ended though the session is only queued"
-            s._lease, s._phase = second, Phase.HOLDING
-            s._notify()
+            _move(s, second, SessionEvent.GRANTED)
+            s._state.notify()
             assert await waiter == second
         else:
             assert waiter.result() == first
         # A session that is really over still ends the wait, with its error.
-        s._lease, s._phase = None, Phase.ENDED
-        s.end_reason = "revoked"
+        _move(s, None, SessionEvent.ENDED)
+        s._state.end_reason = "revoked"
         s.ended.set()
         with pytest.raises(SessionEnded):
             await s.wait_granted(1)
@@ -65,11 +73,12 @@ def test_queued_on_reattach_after_our_yield_is_not_a_lost_lease(yield_sent: bool
         client = AsyncClient("127.0.0.1:1", token="t")
         s = client.session("s", QoS.BURSTABLE)
         lease = _lease(3)
-        s._lease, s._phase = lease, Phase.YIELDING
+        _move(s, lease, SessionEvent.GRANTED)
+        s._state.move(SessionEvent.YIELD_ASKED)
         if yield_sent:
-            s._yield_sent = lease.key
-        s._handle_event(scheduler_pb2.LeaseEvent(queued=scheduler_pb2.Queued(position=1)))
-        assert s._lease is None and s.phase is Phase.QUEUED
+            s._yielder.sent = lease.key
+        s._events.apply(scheduler_pb2.LeaseEvent(queued=scheduler_pb2.Queued(position=1)))
+        assert s.lease is None and s.phase is Phase.QUEUED
         assert s.lost_lease.is_set() is (not yield_sent)
 
     asyncio.run(body())

@@ -100,7 +100,7 @@ def test_sessions_whose_streams_break_after_one_event_keep_the_initial_backoff()
             assert max(per_session) <= 2.3 / 0.1, per_session
         finally:
             for s in sessions:
-                s._closing = True
+                s._state.closing = True
             await server.stop(0)
 
     asyncio.run(body())

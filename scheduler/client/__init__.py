@@ -20,7 +20,9 @@ Threaded code uses `Client` the same way (`with client.session(...) as lease:`).
 raised from entering the session as typed errors (`QueueFull`, `RateLimited`, `NoQuota`,
 `PermissionDenied`, `Unauthenticated`, `AcquireTimeout`, ...).
 
-`Qos` is a deprecated alias of `QoS` (the SDK's first name for it), kept so old imports work.
+`QoS` and `SnapshotRef` are the SDK's own (`ClientQoS`, `ClientSnapshotRef` inside it), distinct
+from the scheduler's `scheduler.core.types.QoS` and `snapshots.ref.SnapshotRef`: `types.py` says
+how. `Qos` is a deprecated alias of `QoS` (the SDK's first name for it), kept so old imports work.
 """
 
 from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield, OnYieldCancelled
@@ -39,12 +41,13 @@ from scheduler.client.errors import (
     StaleLease,
     Unauthenticated,
     Unavailable,
-    from_rpc_error,
 )
+from scheduler.client.phases import Phase
+from scheduler.client.reactions import from_rpc_error
 from scheduler.client.sync import Client, Session
-from scheduler.client.types import LeaseInfo, Phase, QoS, QueueInfo, SessionInfo, Slot, SnapshotRef
+from scheduler.client.types import LeaseInfo, QoS, QueueInfo, SessionInfo, Slot, SnapshotRef
 
-#: Deprecated: the old spelling of `QoS`, one name for the QoS class across core and SDK now.
+#: Deprecated: the SDK's old spelling of `QoS`.
 Qos = QoS
 
 __all__ = [

@@ -2,8 +2,9 @@
 
 A session (`AsyncSession`, in `session.py`) holds a slot through its whole life with one
 `async with`: its stream, renewals, yields and re-attach are told there. The wire (channel options,
-metadata, retryable codes) is in `channel.py`; the runtime's callback types in `callbacks.py`.
-The names importers used from this module before it was split are re-exported here.
+metadata) is in `channel.py`, how each status is met in `reactions.py`, the retry policies in
+`retry.py`; the runtime's callback types in `callbacks.py`. The names importers used from this
+module before it was split are re-exported here.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any, Self
 import grpc
 import grpc.aio
 
+from scheduler.api import wire
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2, scheduler_pb2_grpc
-from scheduler.api.guard import MAX_STRING_BYTES
 from scheduler.client.callbacks import OnGrant, OnYield, OnYieldCancelled
 from scheduler.client.channel import (
     DEFAULT_CHANNEL_OPTIONS,
@@ -26,15 +27,11 @@ from scheduler.client.channel import (
     merged_options,
     tls_credentials,
 )
-from scheduler.client.errors import InvalidArgument, from_rpc_error
-from scheduler.client.follow import (
-    DEFAULT_FAILOVER_TIMEOUT_S,
-    Follower,
-    FollowingStub,
-    RetryingSessionStub,
-    parse_targets,
-)
+from scheduler.client.errors import InvalidArgument
+from scheduler.client.follow import DEFAULT_FAILOVER_TIMEOUT_S, Follower, FollowingStub, parse_targets
 from scheduler.client.mux import SessionMux
+from scheduler.client.reactions import Call, from_rpc_error
+from scheduler.client.retry import RetryPolicy
 from scheduler.client.session import AsyncSession
 from scheduler.client.types import QoS, SessionInfo, SnapshotRef
 from scheduler.client.wake import Wake
@@ -51,7 +48,7 @@ __all__ = [
 
 
 #: The longest session id the scheduler accepts (its wire guard's limit for an id).
-MAX_SESSION_ID_BYTES = MAX_STRING_BYTES
+MAX_SESSION_ID_BYTES = wire.MAX_STRING_BYTES
 
 
 class AsyncClient:
@@ -117,6 +114,15 @@ class AsyncClient:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.renew_interval_s = renew_interval_s
+        self.follow_leader = follow_leader
+        self.failover_timeout_s = failover_timeout_s
+        # The waits between tries (retry.py): a session's attach, and its commands (calls.py).
+        self.reattach = RetryPolicy(initial_s=backoff_initial_s, max_s=backoff_max_s)
+        self.policies: dict[Call, RetryPolicy] = {
+            Call.RENEW: RetryPolicy(initial_s=backoff_initial_s, attempts=1),  # its schedule renews again
+            Call.YIELD: RetryPolicy(initial_s=backoff_initial_s, attempts=5),
+            Call.RELEASE: RetryPolicy(initial_s=backoff_initial_s, attempts=5),
+        }
         # Sessions asleep in re-attach backoff, woken when the server answers again (wake.py).
         self.wake = Wake()
         options = merged_options(channel_options)
@@ -126,8 +132,9 @@ class AsyncClient:
             targets, options, credentials, follow=follow_leader, failover_timeout_s=failover_timeout_s
         )
         self._stub: scheduler_pb2_grpc.SchedulerStub | None = None
-        self._session_stub: RetryingSessionStub | None = None
-        self._sessions: set[AsyncSession] = set()
+        self._direct: Any = None  # the per-session rpcs, tried once each (calls.py retries)
+        #: The client's live sessions, released by `close()`.
+        self.sessions: set[AsyncSession] = set()
         self._closed = False
         # Every session on one Scheduler.Channel stream (mux.py); False: one Acquire per session.
         self._mux: SessionMux | None = SessionMux(self) if multiplex else None
@@ -154,15 +161,18 @@ class AsyncClient:
 
     def session_stub(self) -> Any:
         """What sessions call Acquire, Renew, Yield and Release on: the client's channel
-        multiplexer, or the plain stub (`multiplex=False`, or a server without Channel)."""
+        multiplexer, or the per-session rpcs (`multiplex=False`, or a server without Channel),
+        to the leader. Neither sends a command again: a session's `calls.py` does, the one
+        layer that retries (a Renew whose channel broke in a failover goes again, to the new
+        leader, within failover_timeout_s)."""
         mux = self._mux
-        if mux is None or mux.unsupported:
-            return self.stub()
-        if self._session_stub is None or self._session_stub.inner is not mux.stub:
-            # A Renew, Release or Yield whose channel broke in a failover is sent again on the
-            # next channel (to the new leader), within failover_timeout_s: not lost.
-            self._session_stub = RetryingSessionStub(mux.stub, self._follower)
-        return self._session_stub
+        if mux is not None and not mux.unsupported:
+            return mux.stub
+        if self._closed:
+            raise RuntimeError("AsyncClient is closed")
+        if self._direct is None:
+            self._direct = FollowingStub(self._follower, scheduler_pb2_grpc.SchedulerStub, retry=False)
+        return self._direct
 
     def session(
         self,
@@ -211,13 +221,13 @@ class AsyncClient:
         """Release every live session of this client (best effort), then close the channel."""
         if self._closed:
             return
-        for s in list(self._sessions):
+        for s in list(self.sessions):
             await s.aclose()
         self._closed = True
         if self._mux is not None:
             await self._mux.close()
         await self._follower.close()
-        self._stub = None
+        self._stub = self._direct = None
 
     async def __aenter__(self) -> Self:
         return self

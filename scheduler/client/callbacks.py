@@ -1,5 +1,6 @@
-"""The runtime's callbacks (`on_grant`, `on_yield`, `on_yield_cancelled`): their types and how the
-SDK calls them (coroutine functions awaited, plain functions run in a thread so they may block).
+"""The runtime's callbacks (`on_grant`, `on_yield`, `on_yield_cancelled`): their types, how the
+SDK calls them (coroutine functions awaited, plain functions run in a thread so they may block)
+and the queue that runs them in order (`CallbackQueue`).
 
 When each is called, and what its result means, is told in `scheduler.client.session`.
 """
@@ -31,3 +32,35 @@ async def invoke(fn: Callable[[LeaseInfo], Any], lease: LeaseInfo) -> Any:
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+Action: TypeAlias = Callable[[], Awaitable[None]]
+
+
+class CallbackQueue:
+    """The session's callbacks run one after the other by one task, so the stream is never
+    blocked by them and `on_grant` and `on_yield` never overlap; a callback that raises is
+    reported to `failed` (logged and kept in `callback_errors`) and the next one runs."""
+
+    def __init__(self, name: str, failed: Callable[[BaseException], None]) -> None:
+        self._name = name
+        self._failed = failed
+        self._actions: asyncio.Queue[Action] = asyncio.Queue()
+        self.task: asyncio.Task[None] | None = None
+
+    def put(self, action: Action) -> None:
+        self._actions.put_nowait(action)
+
+    def start(self) -> None:
+        if self.task is None:
+            self.task = asyncio.create_task(self._run(), name=f"slotsched-actions-{self._name}")
+
+    async def _run(self) -> None:
+        while True:
+            action = await self._actions.get()
+            try:
+                await action()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self._failed(e)

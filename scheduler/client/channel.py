@@ -1,9 +1,9 @@
 """The wire under the async SDK: channel options, call metadata, the connect deadline, and what a
 session needs of its client (`ClientLink`).
 
-Why apart from `AsyncClient`: the session's state machine (stream, renew, yield) reads the client's
-timeouts and stub through this narrow Protocol, so the session modules do not import the client
-module that constructs them (no cycle), and the retryable status codes live in one place.
+Why apart from `AsyncClient`: the session's parts (attach, renew, yield, release) read the
+client's timeouts, retry policies and stubs through this narrow Protocol, so the session modules
+do not import the client module that constructs them (no cycle).
 """
 
 from __future__ import annotations
@@ -15,22 +15,17 @@ from typing import Any, Protocol
 import grpc
 import grpc.aio
 
+from scheduler.api import wire
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2_grpc
+from scheduler.client.reactions import Call, Reaction, codes
+from scheduler.client.retry import RetryPolicy
 from scheduler.client.wake import Wake
 
-#: Stream failures after which the session re-attaches (the server keeps the session meanwhile).
-REATTACH_CODES = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.CANCELLED,
-    }
-)
+#: Stream failures after which the session re-attaches (the server keeps the session meanwhile):
+#: the ATTACH column of `reactions.STATUS_TABLE`.
+REATTACH_CODES = codes(Call.ATTACH, Reaction.REATTACH)
 #: How long a session that never reached the server keeps trying before it fails (seconds).
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
-#: Unary-call failures worth retrying within a deadline (Yield, Release).
-TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 #: HTTP/2 keepalive: after this long without traffic the client pings, and a replica that does not
 #: answer the ping within KEEPALIVE_TIMEOUT_MS is a lost connection. A frozen (SIGSTOP) or
@@ -80,9 +75,9 @@ def call_metadata(token: str | None, tenant: str | None) -> tuple[tuple[str, str
     """`authorization: Bearer <token>` and `x-slotsched-tenant` (the server's insecure dev mode only)."""
     md: list[tuple[str, str]] = []
     if token is not None:
-        md.append(("authorization", f"Bearer {token}"))
+        md.append((wire.AUTHORIZATION, f"{wire.BEARER}{token}"))
     if tenant is not None:
-        md.append(("x-slotsched-tenant", tenant))
+        md.append((wire.TENANT, tenant))
     return tuple(md)
 
 
@@ -142,16 +137,22 @@ class ClientLink(Protocol):
     rpc_timeout_s: float
     reattach_timeout_s: float
     connect_timeout_s: float
-    backoff_initial_s: float
-    backoff_max_s: float
     renew_interval_s: float | None
+    #: A session's re-attach (and first attach) backoff.
+    reattach: RetryPolicy
+    #: Per kind of command, how often it is tried (`calls.py`).
+    policies: dict[Call, RetryPolicy]
+    #: Whether a command whose replica was lost is sent again to the leader, and for how long.
+    follow_leader: bool
+    failover_timeout_s: float
     #: Ends the backoff sleeps of its sessions when the server answers again (`wake.py`).
     wake: Wake
     #: The client's live sessions, released by its `close()`.
-    _sessions: set[Any]
+    sessions: set[Any]
 
     def stub(self) -> scheduler_pb2_grpc.SchedulerStub: ...
 
     def session_stub(self) -> Any:
-        """Acquire, Renew, Yield and Release for sessions: the channel multiplexer or the stub."""
+        """Acquire, Renew, Yield and Release for sessions: the channel multiplexer or the
+        per-session rpcs (neither sends a command again: `calls.py` does)."""
         ...

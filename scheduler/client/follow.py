@@ -16,24 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import time
-from collections.abc import AsyncIterator, Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from typing import Any
 
 import grpc
 import grpc.aio
 
-from scheduler.client import channel as wire
+from scheduler.api import wire
+from scheduler.client import channel as sdk_channel  # SILENCE_S read when used (tests lower it)
 from scheduler.client.channel import open_channel
+from scheduler.client.retry import FAILOVER
 
-#: Trailing metadata a standby's NOT_LEADER refusal names the leader's HOST:PORT in.
-LEADER_KEY = "x-slotsched-leader"
+#: Trailing metadata a standby's NOT_LEADER refusal names the leader's HOST:PORT in (the
+#: wire's name, kept here under the name importers know).
+LEADER_KEY = wire.LEADER
 #: How long a call keeps looking for the leader across targets before its UNAVAILABLE is
 #: reported to the caller: a failover (lease TTL + take-over) fits well inside.
 DEFAULT_FAILOVER_TIMEOUT_S = 5.0
-#: Between two tries while no replica names a leader (a take-over under way): 50-100 ms.
-_PAUSE_S = (0.05, 0.1)
 #: A leader that failed a call (not a NOT_LEADER refusal) is not followed when a standby names
 #: it, for this long: its lease may still be running out in Redis (the TTL, 1 s by default).
 SUSPECT_S = 2.0
@@ -219,7 +219,8 @@ class Follower:
 
 
 def _pause() -> float:
-    return random.uniform(*_PAUSE_S)
+    """Between two tries while no replica names a leader (a take-over under way): 50-100 ms."""
+    return FAILOVER.delay(0)
 
 
 class FollowingStub:
@@ -228,25 +229,29 @@ class FollowingStub:
     * unary calls answered UNAVAILABLE are retried on the leader named in NOT_LEADER (at once),
       else on the next target (after 50-100 ms), within the call's timeout and the follower's
       `failover_timeout_s`; then the last error is raised. With several targets an attempt that
-      gets no answer within `SILENCE_S` counts as UNAVAILABLE (a frozen or hung replica);
+      gets no answer within `SILENCE_S` counts as UNAVAILABLE (a frozen or hung replica). With
+      `retry=False` a unary call is tried once: its failure moves the client on as above and is
+      raised, for the caller to decide (a session's commands: `calls.py`, their one retry layer);
     * a server stream that fails UNAVAILABLE before its first message is opened again the same
       way (its request is idempotent: Acquire re-attaches); after a message, the error reaches
       the caller, which re-attaches (the client moved on already);
     * a bidi stream (Scheduler.Channel) that fails UNAVAILABLE before its first response is
-      opened again the same way, and what was written on it so far is written again (its
-      commands are idempotent as unary retries are); after a response, the error reaches the
-      caller (the client moved on already);
+      opened again the same way, and what was written on it so far is written again (or what the
+      caller's `resend` hook returns: the channel multiplexer re-sends its acquires and fails its
+      commands, which `calls.py` sends again); after a response, the error reaches the caller
+      (the client moved on already);
     * client streams move the client on when they fail UNAVAILABLE.
     """
 
-    def __init__(self, follower: Follower, stub_cls: type) -> None:
+    def __init__(self, follower: Follower, stub_cls: type, *, retry: bool = True) -> None:
         self._follower = follower
         self._stub_cls = stub_cls
+        self._retry = retry
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._follower.stub(self._stub_cls), name)
         if isinstance(method, grpc.aio.UnaryUnaryMultiCallable):
-            wrapped: Any = _UnaryCall(self._follower, self._stub_cls, name)
+            wrapped: Any = _UnaryCall(self._follower, self._stub_cls, name, retry=self._retry)
         elif isinstance(method, grpc.aio.UnaryStreamMultiCallable):
             wrapped = _ServerStreamCall(self._follower, self._stub_cls, name)
         elif isinstance(method, grpc.aio.StreamStreamMultiCallable):
@@ -260,10 +265,11 @@ class FollowingStub:
 
 
 class _Method:
-    def __init__(self, follower: Follower, stub_cls: type, name: str) -> None:
+    def __init__(self, follower: Follower, stub_cls: type, name: str, *, retry: bool = True) -> None:
         self.follower = follower
         self.stub_cls = stub_cls
         self.name = name
+        self.retry = retry
 
     def target(self) -> tuple[str, Any]:
         """The leader's address, and a function opening this method's call there (counted in
@@ -290,7 +296,7 @@ class _UnaryCall(_Method):
             left = None if timeout is None else max(0.001, start + timeout - loop.time())
             # With another replica to ask, an attempt is cut at SILENCE_S: one that answers
             # nothing that long (frozen, hung) is left as a lost connection, not waited out.
-            bound = wire.SILENCE_S if self.follower.follow and len(self.follower.targets) > 1 else None
+            bound = sdk_channel.SILENCE_S if self.follower.follow and len(self.follower.targets) > 1 else None
             cut = bound is not None and (left is None or bound < left)
             try:
                 return await method(request, timeout=bound if cut else left, **kw)
@@ -301,7 +307,7 @@ class _UnaryCall(_Method):
                         grpc.StatusCode.UNAVAILABLE, e.initial_metadata(), e.trailing_metadata(), why
                     )
                 wait = self.follower.failed(address, e)
-                if wait is None or loop.time() + wait >= end:
+                if wait is None or not self.retry or loop.time() + wait >= end:
                     u = as_unavailable(e)
                     if u is e:
                         raise
@@ -447,7 +453,9 @@ class _FollowingBidi:
 
     Until a response comes, every message written is kept; a read that fails UNAVAILABLE opens
     the stream at the next address and writes them again, in order (a lock keeps a concurrent
-    write behind the replay). A write that fails meanwhile is left to that replay."""
+    write behind the replay). A write that fails meanwhile is left to that replay. A caller that
+    knows better what to send again sets `resend` (called under the lock, without arguments,
+    returning the messages to write on the new stream instead of the kept ones)."""
 
     def __init__(self, method: _BidiCall, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
         self._method = method
@@ -457,6 +465,7 @@ class _FollowingBidi:
         self._done_writing = False
         self._cancelled = False
         self._lock = asyncio.Lock()
+        self.resend: Callable[[], list[Any]] | None = None
         self._address, open_call = method.target()
         self._call: Any = open_call(*args, **kw)
         self._end = asyncio.get_running_loop().time() + method.follower.failover_timeout_s
@@ -511,7 +520,8 @@ class _FollowingBidi:
             self._call.cancel()
             self._address, open_call = self._method.target()
             self._call = open_call(*self._args, **self._kw)
-            for message in self._log or ():
+            again = (self._log or []) if self.resend is None else self.resend()
+            for message in again:
                 with contextlib.suppress(*_WRITE_ENDED):  # the next read says what went wrong
                     await self._call.write(message)
             if self._done_writing:
@@ -540,41 +550,3 @@ class _FollowingBidi:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._call, name)  # code(), details(), trailing_metadata(), done() ...
-
-
-class RetryingSessionStub:
-    """A session stub (the channel multiplexer's) whose Renew, Release and Yield answered
-    UNAVAILABLE are sent again, as `FollowingStub`'s unary calls are: the multiplexer opens its
-    next channel through `client.stub()`, i.e. to the leader. Acquire and the rest pass through."""
-
-    _RETRIED = frozenset({"Renew", "Release", "Yield"})
-
-    def __init__(self, inner: Any, follower: Follower) -> None:
-        self.inner = inner
-        self._follower = follower
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self.inner, name)
-        if name not in self._RETRIED:
-            return method
-        follower = self._follower
-
-        async def call(request: Any, *args: Any, timeout: float | None = None, **kw: Any) -> Any:
-            loop = asyncio.get_running_loop()
-            start = loop.time()
-            end = start + follower.failover_timeout_s
-            if timeout is not None:
-                end = min(end, start + timeout)
-            while True:
-                left = None if timeout is None else max(0.001, start + timeout - loop.time())
-                try:
-                    return await method(request, *args, timeout=left, **kw)
-                except grpc.aio.AioRpcError as e:
-                    if not follower.follow or not connection_lost(e):
-                        raise
-                    wait = _pause()
-                    if loop.time() + wait >= end:
-                        raise
-                    await asyncio.sleep(wait)
-
-        return call

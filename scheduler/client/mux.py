@@ -11,8 +11,9 @@ a Scheduler stub (`Acquire`, `Renew`, `Yield`, `Release`) in the same shapes: `A
 call object whose async iterator yields the session's LeaseEvents and raises
 `grpc.aio.AioRpcError` as the per-session stream would (a per-session error event is turned
 into the same status, details and trailing metadata); the unary methods return the response or
-raise `AioRpcError`. So the session's state machine, its re-attach with backoff and its error
-mapping (`errors.from_rpc_error`) are the ones the per-session rpcs use.
+raise `AioRpcError`. So the session's state machine, its re-attach with backoff, its one retry
+layer (`calls.py`) and its error mapping (`reactions.py`) are the ones the per-session rpcs use;
+the multiplexer itself never sends a command again.
 
 A channel carries at most as many sessions as the server allows (10,000: an acquire past that is
 refused RESOURCE_EXHAUSTED, reason CHANNEL_FULL). Such an acquire is sent again on another channel
@@ -23,8 +24,9 @@ leaves, and a channel other than the first is closed once no session or command 
 So a client with fewer sessions than the cap keeps exactly one channel, as before.
 
 A broken channel fails every call on it with UNAVAILABLE (whatever status ended it, except a
-verdict on what the client sent: UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT), so each
-session re-attaches as after a broken Acquire stream and its commands in flight are sent again:
+verdict on what the client sent: UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT; the
+CHANNEL column of `reactions.py`), so each session re-attaches as after a broken Acquire stream
+and its commands in flight are sent again (by `calls.py`):
 its next `Acquire` goes on a channel that works (a new one if none, opened through
 `client.stub()` taken afresh, so a client that follows the leader reaches the new one). A channel
 is left the same way, its replica counted as lost by the client's follower, when the replica
@@ -45,33 +47,16 @@ from typing import Any
 
 import grpc
 import grpc.aio
-from google.rpc import error_details_pb2
 
+from scheduler.api import commands, wire
+from scheduler.api.commands import Command
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
-from scheduler.client import channel as wire
+from scheduler.client import channel
 from scheduler.client.channel import ClientLink
-from scheduler.client.errors import DETAILS_KEY
+from scheduler.client.reactions import Reaction, reason_of_status, rule
 
-#: The ErrorInfo reason of an acquire refused because its channel carries all it may (the server's
-#: errors.channel_full); older servers said RATE_LIMITED with this in the message.
-CHANNEL_FULL = "CHANNEL_FULL"
-#: The reason of a refusal from a replica that does not lead (any more): its channel is left.
-NOT_LEADER = "NOT_LEADER"
+#: Older servers refused an acquire on a full channel RATE_LIMITED, saying this in the message.
 _CHANNEL_FULL_TEXT = "open another channel"
-#: The most commands one ChannelRequest may hold (proto): a message with more ends the channel.
-MAX_COMMANDS = 1024
-#: Statuses that end a channel as a verdict on what the client sent (its credential, a message
-#: the wire guard refused as a whole, a server without Channel): passed to its sessions as they
-#: are, since sending the same again would only fail again. Any other ends it as UNAVAILABLE. (A
-#: command with a field over its limit is refused alone: that session's own error, by its ref.)
-_CHANNEL_VERDICTS = frozenset(
-    {
-        grpc.StatusCode.UNAUTHENTICATED,
-        grpc.StatusCode.PERMISSION_DENIED,
-        grpc.StatusCode.INVALID_ARGUMENT,
-        grpc.StatusCode.UNIMPLEMENTED,
-    }
-)
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 _END = object()  # a session's stream ended with OK after its last event
 
@@ -88,32 +73,21 @@ def from_session_error(err: pb.SessionError) -> grpc.aio.AioRpcError:
     status = err.status
     trailers: list[tuple[str, str | bytes]] = list(err.trailers.items())
     if status.details:
-        trailers.append((DETAILS_KEY, status.SerializeToString()))
+        trailers.append((wire.DETAILS, status.SerializeToString()))
     return rpc_error(_CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message, tuple(trailers))
 
 
-def _reason(err: pb.SessionError) -> str:
-    """The ErrorInfo reason of a per-session error ("" if none)."""
-    for detail in err.status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return str(info.reason)
-    return ""
-
-
-def channel_full(err: pb.SessionError) -> bool:
-    """An acquire refused because its channel is full (not a verdict on the session)."""
+def on_channel(err: pb.SessionError) -> Reaction:
+    """What a per-session error means for its channel (`reactions.py`, CHANNEL column): leave it
+    (FOLLOW_LEADER: its replica does not lead), place the acquire elsewhere (PLACE_ELSEWHERE:
+    the channel is full), or nothing more than the session's own error."""
     status = err.status
-    if status.code != grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]:
-        return False
-    return _reason(err) == CHANNEL_FULL or _CHANNEL_FULL_TEXT in status.message
-
-
-def not_leader(err: pb.SessionError) -> bool:
-    """A command refused because the replica behind the channel does not lead: a standby's
-    refusal, or a leader's that stepped down under its open channels."""
-    return err.status.code == grpc.StatusCode.UNAVAILABLE.value[0] and _reason(err) == NOT_LEADER
+    code = _CODES.get(status.code, grpc.StatusCode.UNKNOWN)
+    reason = reason_of_status(status)
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED and _CHANNEL_FULL_TEXT in status.message:
+        reason = wire.Reason.CHANNEL_FULL
+    reaction = rule(code, reason).channel
+    return reaction if reaction in (Reaction.FOLLOW_LEADER, Reaction.PLACE_ELSEWHERE) else Reaction.FAIL
 
 
 class MuxCall:
@@ -159,6 +133,8 @@ class _Conn:
         self.mux = mux
         client = mux.client
         self.call = client.stub().Channel(metadata=client.metadata)
+        if hasattr(self.call, "resend"):  # a following stub's: told what to send again (`_resend`)
+            self.call.resend = self._resend
         self.sessions: dict[str, MuxCall] = {}
         self.waiting: dict[int, asyncio.Future[Any] | MuxCall] = {}
         self.pending: list[pb.ChannelCommand] = []
@@ -180,11 +156,41 @@ class _Conn:
         if self.quiet_since is None:
             self.quiet_since = self._clock()
 
+    def _resend(self) -> list[pb.ChannelRequest]:
+        """The channel was opened again at another replica before it answered anything (a standby
+        refused it, or its replica was lost): what to write on the new stream. The acquires
+        written and not answered go again (placing a session is the channel's job: the session
+        never sees it); the commands written are failed UNAVAILABLE instead, and `calls.py`, the
+        one layer that sends a command again, sends them (to the leader: on this channel). What
+        is not written yet is written as usual."""
+        unwritten = {c.ref for c in self.pending}
+        err = rpc_error(
+            grpc.StatusCode.UNAVAILABLE, "the channel moved to another replica before it answered"
+        )
+        acquires: list[pb.ChannelCommand] = []
+        for ref, target in list(self.waiting.items()):
+            if ref in unwritten:
+                continue
+            if isinstance(target, MuxCall):
+                if commands.ACQUIRE.resend:  # (commands.py: a re-attach, nothing queued twice)
+                    acquires.append(pb.ChannelCommand(ref=ref, acquire=target.request))
+                else:
+                    del self.waiting[ref]
+                    target.feed(err)
+                continue
+            del self.waiting[ref]
+            if not target.done():
+                target.set_exception(err)
+        return [
+            pb.ChannelRequest(commands=acquires[i : i + wire.MAX_CHANNEL_COMMANDS])
+            for i in range(0, len(acquires), wire.MAX_CHANNEL_COMMANDS)
+        ]
+
     async def _watch(self) -> None:
         """Leave a replica that answers nothing for `SILENCE_S` while we wait on it (a frozen or
         hung process: keepalive catches the first only if its gRPC core stops too)."""
         while True:
-            bound = wire.SILENCE_S
+            bound = channel.SILENCE_S
             since, now = self.quiet_since, self._clock()
             if since is not None and not self.waiting:
                 since = self.quiet_since = None  # what we waited for was given up on
@@ -217,11 +223,11 @@ class _Conn:
                 self.ready.clear()
                 batch, self.pending = self.pending, []
                 write = self.call.write
-                if len(batch) <= MAX_COMMANDS:
+                if len(batch) <= wire.MAX_CHANNEL_COMMANDS:
                     await write(pb.ChannelRequest(commands=batch))
                     continue
-                for i in range(0, len(batch), MAX_COMMANDS):  # more would end the channel
-                    await write(pb.ChannelRequest(commands=batch[i : i + MAX_COMMANDS]))
+                for i in range(0, len(batch), wire.MAX_CHANNEL_COMMANDS):  # more would end the channel
+                    await write(pb.ChannelRequest(commands=batch[i : i + wire.MAX_CHANNEL_COMMANDS]))
         except grpc.aio.AioRpcError as e:
             self._break(e)
         except (grpc.aio.UsageError, RuntimeError) as e:  # the call ended under the write
@@ -263,7 +269,8 @@ class _Conn:
                     finishing.append(call)
             elif kind == "error":
                 err = from_session_error(ev.error)
-                if not_leader(ev.error):
+                reaction = on_channel(ev.error)
+                if reaction is Reaction.FOLLOW_LEADER:
                     refused_here = err
                 target = self.waiting.pop(ev.ref, None) if ev.ref else None
                 answer = target is not None  # to the command with this ref (an acquire's: refused)
@@ -277,7 +284,7 @@ class _Conn:
                         target = next((c for c in finishing if c.session_id == ev.session_id), None)
                 if isinstance(target, MuxCall):
                     self.forget(target)
-                    if answer and channel_full(ev.error) and self.sessions:
+                    if answer and reaction is Reaction.PLACE_ELSEWHERE and self.sessions:
                         # Not the session's fault: place it on another channel. (A channel that
                         # refuses with none of ours on it would refuse anywhere: told.)
                         self.full = True
@@ -304,7 +311,8 @@ class _Conn:
     def _break(self, err: grpc.aio.AioRpcError) -> None:
         if self.broken is not None:
             return
-        if err.code() not in _CHANNEL_VERDICTS and err.code() is not grpc.StatusCode.UNAVAILABLE:
+        reaction = rule(err.code()).channel
+        if reaction is Reaction.REATTACH and err.code() is not grpc.StatusCode.UNAVAILABLE:
             # A broken channel is never a verdict on one session: grpc reports a call that died
             # under a write (the server killed) as INTERNAL or UNKNOWN, and the server ends a
             # channel whose reader fell behind RESOURCE_EXHAUSTED. Said as UNAVAILABLE, every
@@ -313,7 +321,7 @@ class _Conn:
             why = f"the channel broke: {err.code().name}: {err.details()}"
             err = rpc_error(grpc.StatusCode.UNAVAILABLE, why)
         self.broken = err
-        if err.code() is grpc.StatusCode.UNIMPLEMENTED:
+        if reaction is Reaction.FALL_BACK:
             self.mux.unsupported = True
             err = rpc_error(
                 grpc.StatusCode.UNAVAILABLE, "no Channel on this server: per-session rpcs from now on"
@@ -441,7 +449,8 @@ class SessionMux:
 
 
 class MuxStub:
-    """The Scheduler stub's session methods, over the client's channel (module doc)."""
+    """The Scheduler stub's session methods, over the client's channel (module doc); each unary
+    one is the command `scheduler/api/commands.py` names for its rpc."""
 
     def __init__(self, mux: SessionMux) -> None:
         self._mux = mux
@@ -449,22 +458,26 @@ class MuxStub:
     def Acquire(self, request: pb.AcquireRequest, metadata: Any = None) -> MuxCall:  # noqa: N802
         return self._mux.acquire(request)
 
+    async def _command(self, command: Command, request: Any, timeout: float | None) -> Any:
+        assert command.field is not None  # a command a Channel carries
+        return await self._mux.command(timeout, **{command.field: request})
+
     async def Renew(  # noqa: N802
         self, request: pb.RenewRequest, metadata: Any = None, timeout: float | None = None
     ) -> pb.RenewResponse:
-        out: pb.RenewResponse = await self._mux.command(timeout, renew=request)
+        out: pb.RenewResponse = await self._command(commands.RENEW, request, timeout)
         return out
 
     async def Release(  # noqa: N802
         self, request: pb.ReleaseRequest, metadata: Any = None, timeout: float | None = None
     ) -> pb.ReleaseResponse:
-        out: pb.ReleaseResponse = await self._mux.command(timeout, release=request)
+        out: pb.ReleaseResponse = await self._command(commands.RELEASE, request, timeout)
         return out
 
     async def Yield(  # noqa: N802
         self, request: pb.YieldRequest, metadata: Any = None, timeout: float | None = None
     ) -> pb.YieldResponse:
-        out: pb.YieldResponse = await self._mux.command(timeout, yield_slot=request)
+        out: pb.YieldResponse = await self._command(commands.YIELD, request, timeout)
         return out
 
 

@@ -28,7 +28,7 @@ does it once:
   not for the replay of the same lease on re-attach), and on YieldRequested `on_yield(lease)`
   to checkpoint the actor, followed by `Yield(lease_id, epoch, ref)` (retried across a failover;
   a retry refused as stale because the old leader applied the first attempt counts as done, see
-  `duties.py`). Callbacks may be plain functions (run with `asyncio.to_thread`, so blocking I/O
+  `yielder.py`). Callbacks may be plain functions (run with `asyncio.to_thread`, so blocking I/O
   is fine) or coroutine functions.
   - `on_yield` returns the `SnapshotRef` it wrote, or None to yield without one (the server then
     keeps the session's previous snapshot). `lease.yield_deadline` says by when: past it the
@@ -52,28 +52,37 @@ does it once:
 * leaving the `async with` releases the lease (or withdraws the queued request) and stops the
   tasks. Refusals (queue full, no quota, bad argument, timeout in the queue) are raised from
   `__aenter__` as typed errors (see `errors.py`).
+
+The session is composed of parts over one shared `SessionState` (`state.py`; its phases move
+only through the table of `phases.py`): `attach.StreamAttacher` (the stream and re-attach),
+`events.EventApplier` (what each event does), `renewer.Renewer`, `yielder.Yielder`,
+`release.Releaser`, `callbacks.CallbackQueue`; their calls go through `calls.SessionCalls`, the one
+layer that sends a command again, and every failure is met as `reactions.py`'s table says.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
-import grpc
-import grpc.aio
+from scheduler.client.attach import StreamAttacher
+from scheduler.client.callbacks import CallbackQueue, OnGrant, OnYield, OnYieldCancelled
+from scheduler.client.calls import SessionCalls
+from scheduler.client.channel import ClientLink
+from scheduler.client.errors import SlotschedError
+from scheduler.client.events import EventApplier
+from scheduler.client.forward import Forward
+from scheduler.client.phases import Phase
+from scheduler.client.release import Releaser
+from scheduler.client.renewer import Renewer
+from scheduler.client.state import SessionSpec, SessionState, log
+from scheduler.client.types import LeaseInfo, QoS, QueueInfo, Slot, SnapshotRef
+from scheduler.client.yielder import Yielder
 
-from scheduler.api.gen.slotsched.v1 import scheduler_pb2
-from scheduler.client.channel import TRANSIENT_CODES
-from scheduler.client.errors import SlotschedError, from_rpc_error
-from scheduler.client.session_state import log
-from scheduler.client.stream import SessionStream
-from scheduler.client.types import LeaseInfo, Phase, SessionInfo
 
-
-class AsyncSession(SessionStream):
+class AsyncSession:
     """One session's hold on a slot, from the first wait to the release.
 
     Use `async with client.session(...) as lease:`; `__aenter__` returns this object once a slot
@@ -97,19 +106,79 @@ class AsyncSession(SessionStream):
     `wait_until`) instead of `async with`, and `release()` at the end.
     """
 
+    def __init__(
+        self,
+        client: ClientLink,
+        session_id: str,
+        qos: QoS,
+        *,
+        on_yield: OnYield | None = None,
+        on_grant: OnGrant | None = None,
+        resume_from: SnapshotRef | None = None,
+        wait_timeout_s: float | None = None,
+        on_yield_cancelled: OnYieldCancelled | None = None,
+    ) -> None:
+        self._client = client
+        self.session_id = session_id
+        self.qos = qos
+        spec = SessionSpec(
+            session_id, qos, on_yield, on_grant, on_yield_cancelled, resume_from, wait_timeout_s
+        )
+        state = self._state = SessionState(spec)
+        calls = SessionCalls(client)
+        self._queue = CallbackQueue(session_id, self._callback_failed)
+        self._yielder = Yielder(state, client, calls, self._queue)
+        self._renewer = Renewer(state, client, calls, self._yielder.start)
+        state.stop_renewals = self._renewer.stop
+        self._events = EventApplier(state, client, self._renewer, self._yielder, self._queue, self.aclose)
+        self._attacher = StreamAttacher(state, client, self._events)
+        self._tasks = SessionTasks(self, state, client, self._attacher, self._queue, self._renewer)
+        self._releaser = Releaser(state, client, calls, self._renewer, self._tasks)
+
+    # ---------------------------------------------------------------------------- public view
+    # Read-only, live views of the session's state (`state.py`).
+
+    phase = Forward[Phase]("_state")
+    lease = Forward[LeaseInfo | None]("_state")
+    queue = Forward[QueueInfo | None]("_state")
+    resume_from = Forward[SnapshotRef | None]("_state")
+    #: How many times this session yielded its slot (Yield accepted by the server).
+    yields = Forward[int]("_state")
+    #: How many yield requests the server called off while this session held the lease.
+    yields_cancelled = Forward[int]("_state")
+    #: How many distinct leases this session was granted (replays on re-attach not counted).
+    grants = Forward[int]("_state")
+    reattaches = Forward[int]("_state")
+    end_reason = Forward[str | None]("_state")
+    error = Forward[SlotschedError | None]("_state")
+    callback_errors = Forward[list[BaseException]]("_state")
+    renew_error = Forward[SlotschedError | None]("_state")
+    release_error = Forward[SlotschedError | None]("_state")
+    lost_lease = Forward[asyncio.Event]("_state")
+    ended = Forward[asyncio.Event]("_state")
+    lease_id = Forward[str | None]("_state")  # these four: None while `.lease` is
+    epoch = Forward[int | None]("_state")
+    worker_address = Forward[str | None]("_state")
+    slot = Forward[Slot | None]("_state")
+
+    @property
+    def _attached(self) -> bool:
+        return self._state.attached
+
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        """Call `fn()` (in the loop, must not block) after every state change."""
+        self._state.add_listener(fn)
+
+    def _callback_failed(self, e: BaseException) -> None:
+        log.warning("slotsched: callback for %s failed: %r", self.session_id, e)
+        self._state.callback_errors.append(e)
+        self._state.notify()
+
     # ------------------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
         """Open the Acquire stream in the background (idempotent; needs a running loop)."""
-        if self._stream_task is not None:
-            return
-        self._client._sessions.add(self)
-        self._stream_task = asyncio.create_task(
-            self._run_stream(), name=f"slotsched-stream-{self.session_id}"
-        )
-        self._action_task = asyncio.create_task(
-            self._run_actions(), name=f"slotsched-actions-{self.session_id}"
-        )
+        self._tasks.start()
 
     async def wait_until(
         self, predicate: Callable[[AsyncSession], bool], timeout: float | None = None
@@ -118,12 +187,7 @@ class AsyncSession(SessionStream):
 
         Raises TimeoutError after `timeout` seconds.
         """
-
-        async def _wait() -> None:
-            while not predicate(self):
-                await self._changed.wait()
-
-        await asyncio.wait_for(_wait(), timeout)
+        await self._state.wait_until(lambda: predicate(self), timeout)
 
     async def wait_granted(self, timeout: float | None = None) -> LeaseInfo:
         """Wait until the session holds a lease and return it (at once if it holds one now).
@@ -135,15 +199,16 @@ class AsyncSession(SessionStream):
         `SessionEnded` if it ended without a lease; TimeoutError after `timeout` seconds.
         """
         self.start()
+        state = self._state
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - loop.time())
-            await self.wait_until(lambda s: s._ready() or s.ended.is_set(), left)
-            if self._lease is not None:
-                return self._lease
-            if self.ended.is_set():
-                raise self._end_error()
+            await state.wait_until(lambda: state.ready() or state.ended.is_set(), left)
+            if state.lease is not None:
+                return state.lease
+            if state.ended.is_set():
+                raise state.end_error()
             # Ready when checked, but the lease went before this task resumed (a yield right
             # after the grant, e.g. a floor slot reclaimed): the session is queued again, wait on.
 
@@ -153,110 +218,20 @@ class AsyncSession(SessionStream):
         Raises a typed error if the server refused the release for another reason than the
         session being gone already.
         """
-        if self._stream_task is None or self._phase is Phase.ENDED:
-            if self._stream_task is not None and not self.ended.is_set():
-                with contextlib.suppress(TimeoutError):  # the closing status is on its way
-                    await self.wait_until(lambda s: s.ended.is_set() or not s._attached, 1.0)
-                self.ended.set()
-            await self._shutdown()
-            return
-        self._release_requested = True
-        self._stop_renew()
-        if self._phase is Phase.STARTING and self._attached:
-            # The Acquire is in flight: a withdrawal now could miss the request it creates.
-            with contextlib.suppress(TimeoutError):
-                await self.wait_until(lambda s: s._phase is not Phase.STARTING, self._client.rpc_timeout_s)
-        if not self._attached:
-            # No stream to report the end, and a pending re-attach would re-create the session.
-            self._closing = True
-            await self._cancel(self._stream_task)
-        released = False
-        try:
-            await self._release_rpc()
-            released = True
-        finally:
-            # The stream reports the end (Ended{RELEASED|WITHDRAWN}) and closes; wait for it so
-            # the server has really let go when release() returns.
-            with contextlib.suppress(TimeoutError):
-                await self.wait_until(
-                    lambda s: s.ended.is_set() or not s._attached, self._client.rpc_timeout_s
-                )
-            if not self.ended.is_set():
-                # No final event seen (no stream, or it broke): end it on our side.
-                self._set_ended("released" if released else "abandoned")
-                self._notify()
-            await self._shutdown()
-
-    async def _release_rpc(self) -> None:
-        stub = self._client.session_stub()
-        for attempt in range(5):
-            lease = self._lease
-            req = scheduler_pb2.ReleaseRequest(session_id=self.session_id)
-            if lease is not None:
-                req.lease_id = lease.lease_id
-                req.epoch = lease.epoch
-            try:
-                await stub.Release(req, metadata=self._client.metadata, timeout=self._client.rpc_timeout_s)
-                return
-            except grpc.aio.AioRpcError as e:
-                code = e.code()
-                if code is grpc.StatusCode.NOT_FOUND:
-                    return  # over already (expired, withdrawn, or never queued)
-                if code is grpc.StatusCode.FAILED_PRECONDITION and attempt < 4:
-                    if self._attached:
-                        # Raced a grant or a revocation: let the stream catch up, then quote it.
-                        await self._wait_lease_change(lease, 0.5)
-                    elif not await self._learn_lease():
-                        return  # the session is over on the server
-                    continue
-                if code in TRANSIENT_CODES and attempt < 4:
-                    await asyncio.sleep(self._client.backoff_initial_s * 2**attempt)
-                    continue
-                raise from_rpc_error(e) from e
-
-    async def _learn_lease(self) -> bool:
-        """Detached (no stream tells us), the server says our lease is not the session's: e.g. the
-        leader applied our Yield and re-granted, then died before answering, and the stream has
-        not re-attached. Read what the session holds now (GetSession) so the Release quotes it;
-        False if the session is over. Giving up instead would leave its slot held until expiry."""
-        try:
-            msg = await self._client.stub().GetSession(
-                scheduler_pb2.GetSessionRequest(session_id=self.session_id),
-                metadata=self._client.metadata,
-                timeout=self._client.rpc_timeout_s,
-            )
-        except grpc.aio.AioRpcError as e:
-            raise from_rpc_error(e) from e
-        info = SessionInfo.from_proto(msg)
-        if info.phase is Phase.ENDED:
-            return False
-        self._lease = info.lease  # None while queued: the Release withdraws the request
-        return True
-
-    async def _wait_lease_change(self, old: LeaseInfo | None, timeout: float) -> None:
-        def changed(s: AsyncSession) -> bool:
-            return s._lease != old
-
-        with contextlib.suppress(TimeoutError):
-            await self.wait_until(changed, timeout)
+        await self._releaser.release()
 
     async def aclose(self) -> None:
         """Release (best effort, never raises a server error) and stop the background tasks."""
-        try:
-            await self.release()
-        except SlotschedError as e:
-            self.release_error = e
-            log.warning("slotsched: releasing session %s failed: %s", self.session_id, e)
-            await self._shutdown()
+        await self._releaser.aclose()
 
     async def __aenter__(self) -> Self:
-        if self._stream_task is not None and self._phase is Phase.ENDED:
+        if self._tasks.started and self._state.phase is Phase.ENDED:
             raise RuntimeError("this session has ended; create a new one with client.session()")
         self.start()
         try:
             await self.wait_granted()
-            if self._grant_error is not None:
-                raise self._grant_error  # the actor did not start: do not run the body
+            if self._state.grant_error is not None:
+                raise self._state.grant_error  # the actor did not start: do not run the body
         except BaseException:
             await asyncio.shield(self.aclose())
             raise
@@ -270,11 +245,60 @@ class AsyncSession(SessionStream):
     ) -> None:
         await self.aclose()
 
-    async def _shutdown(self) -> None:
-        self._closing = True
-        self._stop_renew()
+
+class SessionTasks:
+    """A session's background tasks (its stream's, its callbacks', its renewals'): started
+    together with the session, stopped together at its end."""
+
+    def __init__(
+        self,
+        session: AsyncSession,
+        state: SessionState,
+        client: ClientLink,
+        attacher: StreamAttacher,
+        queue: CallbackQueue,
+        renewer: Renewer,
+    ) -> None:
+        self._session = session
+        self._state = state
+        self._client = client
+        self._attacher = attacher
+        self._queue = queue
+        self._renewer = renewer
+        self._stream: asyncio.Task[None] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._stream is not None
+
+    def start(self) -> None:
+        if self._stream is not None:
+            return
+        self._client.sessions.add(self._session)
+        name = f"slotsched-stream-{self._session.session_id}"
+        self._stream = asyncio.create_task(self._attacher.run(), name=name)
+        self._queue.start()
+
+    async def stop_stream(self) -> None:
+        await _cancel(self._stream)
+
+    async def shutdown(self) -> None:
+        self._state.closing = True
+        self._renewer.stop()
         current = asyncio.current_task()
-        for task in (self._stream_task, self._action_task):
+        for task in (self._stream, self._queue.task):
             if task is not None and task is not current:
-                await self._cancel(task)
-        self._client._sessions.discard(self)
+                await _cancel(task)
+        self._client.sessions.discard(self._session)
+
+
+async def _cancel(task: asyncio.Task[None] | None) -> None:
+    if task is None or task.done():
+        return
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # we are being cancelled ourselves, not just the task we cancelled

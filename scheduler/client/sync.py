@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import threading
 from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
-from typing import Any, Generic, Never, Self, TypeVar, overload
+from typing import Any, Self, TypeVar
 
 import grpc
 
@@ -34,35 +35,20 @@ from scheduler.client.aio import (
 )
 from scheduler.client.channel import PemSource, tls_credentials
 from scheduler.client.errors import SlotschedError
-from scheduler.client.types import LeaseInfo, Phase, QoS, QueueInfo, SessionInfo, Slot, SnapshotRef
+from scheduler.client.follow import DEFAULT_FAILOVER_TIMEOUT_S
+from scheduler.client.forward import Forward
+from scheduler.client.phases import Phase
+from scheduler.client.types import LeaseInfo, QoS, QueueInfo, SessionInfo, Slot, SnapshotRef
 
 T = TypeVar("T")
 
-
-class _Forward(Generic[T]):
-    """A read-only attribute of `Session` that reads the same attribute of its async session, live
-    (one line per name instead of a hand-written property each)."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name = name
-
-    @overload
-    def __get__(self, obj: None, owner: type | None = None) -> _Forward[T]: ...
-    @overload
-    def __get__(self, obj: Session, owner: type | None = None) -> T: ...
-    def __get__(self, obj: Session | None, owner: type | None = None) -> _Forward[T] | T:
-        if obj is None:
-            return self
-        value: T = getattr(obj.aio, self._name)
-        return value
-
-    def __set__(self, obj: Session, value: Never) -> None:
-        # Read-only like a property: the state belongs to the async session.
-        raise AttributeError(f"{self._name} of a Session is read-only")
+#: The arguments of `AsyncClient`, which `Client` takes too (tests/test_client_sync_parity.py).
+_ASYNC_ARGS = frozenset(inspect.signature(AsyncClient).parameters)
 
 
 class Client:
-    """A connection to the slotsched Scheduler for threaded code; same arguments as `AsyncClient`."""
+    """A connection to the slotsched Scheduler for threaded code; the same arguments as
+    `AsyncClient` (a test compares the two signatures), passed on to the one it drives."""
 
     def __init__(
         self,
@@ -81,27 +67,23 @@ class Client:
         backoff_max_s: float = 2.0,
         renew_interval_s: float | None = None,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        follow_leader: bool = True,
+        failover_timeout_s: float = DEFAULT_FAILOVER_TIMEOUT_S,
+        multiplex: bool = True,
     ) -> None:
+        # Every argument goes on as given (read before any other local exists), so none is left
+        # behind when AsyncClient gains one.
+        args = {name: value for name, value in locals().items() if name in _ASYNC_ARGS}
         if connect_timeout_s <= 0:  # before the loop thread starts: nothing to clean up
             raise ValueError(f"connect_timeout_s must be > 0, not {connect_timeout_s!r}")
-        credentials = tls_credentials(tls_ca, tls_cert, tls_key, credentials)  # files read (or refused) here
+        # The files are read (or refused) here, in the caller's thread.
+        args.update(credentials=tls_credentials(tls_ca, tls_cert, tls_key, credentials))
+        args.update(tls_ca=None, tls_cert=None, tls_key=None)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="slotsched-client", daemon=True)
         self._thread.start()
         self._closed = False
-        self._aclient = AsyncClient(
-            target,
-            token=token,
-            tenant=tenant,
-            channel_options=channel_options,
-            credentials=credentials,
-            rpc_timeout_s=rpc_timeout_s,
-            reattach_timeout_s=reattach_timeout_s,
-            backoff_initial_s=backoff_initial_s,
-            backoff_max_s=backoff_max_s,
-            renew_interval_s=renew_interval_s,
-            connect_timeout_s=connect_timeout_s,
-        )
+        self._aclient = AsyncClient(**args)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -214,21 +196,23 @@ class Session:
     def aio(self) -> AsyncSession:
         return self._a
 
-    # Read-only, live views of the async session's state (see `_Forward`).
-    phase = _Forward[Phase]()
-    lease = _Forward[LeaseInfo | None]()
-    queue = _Forward[QueueInfo | None]()
-    resume_from = _Forward[SnapshotRef | None]()
-    yields = _Forward[int]()
-    yields_cancelled = _Forward[int]()
-    grants = _Forward[int]()
-    reattaches = _Forward[int]()
-    error = _Forward[SlotschedError | None]()
-    end_reason = _Forward[str | None]()
-    lease_id = _Forward[str | None]()  # these four: None while `.lease` is
-    epoch = _Forward[int | None]()
-    worker_address = _Forward[str | None]()
-    slot = _Forward[Slot | None]()
+    # Read-only, live views of the async session's state (see `Forward`).
+    phase = Forward[Phase]("aio")
+    lease = Forward[LeaseInfo | None]("aio")
+    queue = Forward[QueueInfo | None]("aio")
+    resume_from = Forward[SnapshotRef | None]("aio")
+    yields = Forward[int]("aio")
+    yields_cancelled = Forward[int]("aio")
+    grants = Forward[int]("aio")
+    reattaches = Forward[int]("aio")
+    error = Forward[SlotschedError | None]("aio")
+    end_reason = Forward[str | None]("aio")
+    renew_error = Forward[SlotschedError | None]("aio")
+    release_error = Forward[SlotschedError | None]("aio")
+    lease_id = Forward[str | None]("aio")  # these four: None while `.lease` is
+    epoch = Forward[int | None]("aio")
+    worker_address = Forward[str | None]("aio")
+    slot = Forward[Slot | None]("aio")
 
     @property
     def callback_errors(self) -> list[BaseException]:

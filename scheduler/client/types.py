@@ -5,6 +5,20 @@ conventions (`_UNSPECIFIED` enums, unset-vs-empty submessages, Timestamp/Duratio
 are awkward to compare or hash. A runtime holding a lease wants plain frozen values it can pass
 to its own code (a worker client, a logger) without touching protobuf. Every conversion lives
 here, so the rest of the SDK never reads a proto field directly.
+
+Two of these share a name with a type of the scheduler's own, and are not the same: users import
+them as `scheduler.client.QoS` and `scheduler.client.SnapshotRef`, and inside the SDK (and in code
+that meets both, like the reference worker) they are `ClientQoS` and `ClientSnapshotRef`:
+
+* `ClientQoS` is the class a runtime asks for, as it travels (`to_proto`, `parse` accepting
+  "best_effort"); `scheduler.core.types.QoS` is the policy core's (its member is `BEST_EFFORT`),
+  which the SDK may not import (the SDK imports nothing server-side, tests/test_architecture.py).
+* `ClientSnapshotRef` is a snapshot as the API shows it: `created` an aware datetime (or None),
+  refused at construction when over the wire's limits, converted to and from the proto.
+  `snapshots.ref.SnapshotRef` is the domain record the core, the journal and the snapshot stores
+  share (`created` in float seconds, no wire limits); the server converts between the two.
+  One type for both would change the public type of `created` and put wire limits on the
+  stores' records.
 """
 
 from __future__ import annotations
@@ -16,7 +30,8 @@ from datetime import UTC, datetime
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2
-from scheduler.api.guard import MAX_LONG_STRING_BYTES, MAX_STRING_BYTES
+from scheduler.api.wire import MAX_LONG_STRING_BYTES, MAX_STRING_BYTES
+from scheduler.client.phases import Phase
 from scheduler.grants import core_lease_id
 
 
@@ -40,8 +55,9 @@ def _opt_seconds(msg: object, field: str) -> float | None:
     return value.ToNanoseconds() / 1e9
 
 
-class QoS(enum.StrEnum):
-    """A QoS class (a resource contract, not a rank); see DESIGN.md "QoS classes"."""
+class ClientQoS(enum.StrEnum):
+    """A QoS class (a resource contract, not a rank); see DESIGN.md "QoS classes". Public as
+    `scheduler.client.QoS` (not the core's `QoS`: module doc)."""
 
     GUARANTEED = "guaranteed"
     BURSTABLE = "burstable"
@@ -51,7 +67,7 @@ class QoS(enum.StrEnum):
         return _QOS_TO_PROTO[self]
 
     @classmethod
-    def from_proto(cls, value: int) -> QoS:
+    def from_proto(cls, value: int) -> ClientQoS:
         """The class for a wire value; ValueError for QOS_CLASS_UNSPECIFIED or unknown values."""
         try:
             return _QOS_FROM_PROTO[value]
@@ -59,9 +75,9 @@ class QoS(enum.StrEnum):
             raise ValueError(f"not a valid QoS class on the wire: {value}") from None
 
     @classmethod
-    def parse(cls, value: QoS | str) -> QoS:
+    def parse(cls, value: ClientQoS | str) -> ClientQoS:
         """Accept a QoS, or a case-insensitive name ("guaranteed", "best_effort", "BestEffort")."""
-        if isinstance(value, QoS):
+        if isinstance(value, ClientQoS):
             return value
         key = value.strip().lower().replace("_", "").replace("-", "")
         try:
@@ -72,6 +88,9 @@ class QoS(enum.StrEnum):
             ) from None
 
 
+#: The name users know it by.
+QoS = ClientQoS
+
 _QOS_TO_PROTO: dict[QoS, common_pb2.QosClass] = {
     QoS.GUARANTEED: common_pb2.QOS_CLASS_GUARANTEED,
     QoS.BURSTABLE: common_pb2.QOS_CLASS_BURSTABLE,
@@ -81,8 +100,9 @@ _QOS_FROM_PROTO: dict[int, QoS] = {int(v): k for k, v in _QOS_TO_PROTO.items()}
 
 
 @dataclass(frozen=True)
-class SnapshotRef:
-    """Where a checkpoint of an actor lives in the snapshot store (uri is required and non-empty)."""
+class ClientSnapshotRef:
+    """Where a checkpoint of an actor lives in the snapshot store (uri is required and non-empty).
+    Public as `scheduler.client.SnapshotRef` (not `snapshots.ref.SnapshotRef`: module doc)."""
 
     uri: str
     size_bytes: int = 0
@@ -92,8 +112,8 @@ class SnapshotRef:
     def __post_init__(self) -> None:
         if not self.uri:
             raise ValueError("SnapshotRef.uri must not be empty")
-        # The scheduler's wire limits (scheduler/api/guard.py): over them, the Acquire or Yield
-        # that quotes this ref is refused; say so here, where the ref is made.
+        # The scheduler's wire limits (scheduler/api/wire.py, enforced by its guard.py): over them,
+        # the Acquire or Yield that quotes this ref is refused; say so here, where it is made.
         for name, value, limit in (
             ("uri", self.uri, MAX_LONG_STRING_BYTES),
             ("sha256", self.sha256, MAX_STRING_BYTES),
@@ -108,7 +128,7 @@ class SnapshotRef:
         return msg
 
     @classmethod
-    def from_proto(cls, msg: common_pb2.SnapshotRef) -> SnapshotRef:
+    def from_proto(cls, msg: common_pb2.SnapshotRef) -> ClientSnapshotRef:
         return cls(
             uri=msg.uri,
             size_bytes=msg.size_bytes,
@@ -117,12 +137,16 @@ class SnapshotRef:
         )
 
     @classmethod
-    def from_optional(cls, parent: object, field: str) -> SnapshotRef | None:
+    def from_optional(cls, parent: object, field: str) -> ClientSnapshotRef | None:
         """The SnapshotRef in `parent.field`, or None when the field is unset or has no uri."""
         if not parent.HasField(field):  # type: ignore[attr-defined]
             return None
         msg: common_pb2.SnapshotRef = getattr(parent, field)
         return cls.from_proto(msg) if msg.uri else None
+
+
+#: The name users know it by.
+SnapshotRef = ClientSnapshotRef
 
 
 @dataclass(frozen=True)
@@ -234,33 +258,6 @@ class QueueInfo:
     @classmethod
     def from_proto(cls, msg: scheduler_pb2.Queued) -> QueueInfo:
         return cls(position=msg.position, estimated_wait_s=_opt_seconds(msg, "estimated_wait"))
-
-
-class Phase(enum.StrEnum):
-    """Where a session is in its life, as this client last saw it."""
-
-    #: The Acquire stream is not open yet (or is being re-attached before any event).
-    STARTING = "starting"
-    #: Waiting in the queue (initially, or re-queued after a yield or revocation).
-    QUEUED = "queued"
-    #: Holding an active lease.
-    HOLDING = "holding"
-    #: Holding a lease the server asked to yield.
-    YIELDING = "yielding"
-    #: The session is over (released, withdrawn, expired, revoked, or failed).
-    ENDED = "ended"
-
-    @classmethod
-    def from_proto(cls, value: int) -> Phase:
-        return _PHASE_FROM_PROTO.get(value, Phase.STARTING)
-
-
-_PHASE_FROM_PROTO: dict[int, Phase] = {
-    int(scheduler_pb2.SESSION_PHASE_QUEUED): Phase.QUEUED,
-    int(scheduler_pb2.SESSION_PHASE_HOLDING): Phase.HOLDING,
-    int(scheduler_pb2.SESSION_PHASE_YIELDING): Phase.YIELDING,
-    int(scheduler_pb2.SESSION_PHASE_ENDED): Phase.ENDED,
-}
 
 
 def end_reason_name(value: int) -> str:

@@ -1,0 +1,128 @@
+"""A held lease's renewals: one Renew per tick of a fixed, jitter-free schedule counted from the
+grant (a third of the TTL, or `renew_interval_s`), sent through `calls.py` (the one layer that
+sends a Renew again). A Renew answered YIELDING starts the yield path, even if the
+YieldRequested event was missed; one refused NOT_FOUND or FAILED_PRECONDITION (as
+`reactions.py` says: LEASE_LOST) drops the lease, unless our own release got there first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC
+
+import grpc.aio
+
+from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2
+from scheduler.client.calls import Abandoned, SessionCalls
+from scheduler.client.channel import ClientLink
+from scheduler.client.phases import Phase, SessionEvent
+from scheduler.client.reactions import Call, Reaction, from_rpc_error, react
+from scheduler.client.state import SessionState
+from scheduler.client.types import LeaseInfo
+
+
+class Renewer:
+    """The renew task of one session (at most one at a time, for the lease held)."""
+
+    def __init__(
+        self,
+        state: SessionState,
+        client: ClientLink,
+        calls: SessionCalls,
+        yield_asked: Callable[[LeaseInfo], None],
+    ) -> None:
+        self._state = state
+        self._client = client
+        self._calls = calls
+        self._yield_asked = yield_asked
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self, lease: LeaseInfo, interval: float, immediate: bool) -> None:
+        self.stop()
+        self.task = asyncio.create_task(
+            self._run(lease, interval, immediate), name=f"slotsched-renew-{self._state.session_id}"
+        )
+
+    def stop(self) -> None:
+        if self.task is not None and self.task is not asyncio.current_task():
+            self.task.cancel()
+        self.task = None
+
+    async def _run(self, lease: LeaseInfo, interval: float, immediate: bool) -> None:
+        state = self._state
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        tick = 0 if immediate else 1
+
+        def wanted() -> bool:
+            return state.is_current(lease.lease_id, lease.epoch) and not state.release_requested
+
+        def request() -> scheduler_pb2.RenewRequest:
+            return scheduler_pb2.RenewRequest(
+                # the id as last reported (its tag changes when the scheduler's key does)
+                session_id=state.session_id,
+                lease_id=(state.lease or lease).lease_id,
+                epoch=lease.epoch,
+            )
+
+        while True:
+            delay = start + tick * interval - loop.time()
+            tick += 1
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if not wanted():
+                return
+            timeout = min(self._client.rpc_timeout_s, max(interval, 0.5))
+            try:
+                resp = await self._calls.send(Call.RENEW, request, timeout=timeout, wanted=wanted)
+            except Abandoned:
+                return
+            except grpc.aio.AioRpcError as e:
+                if self._refused(lease, e):
+                    return
+                continue  # SKIP: the next tick renews, two chances before expiry
+            if self._answered(lease, resp):
+                return
+
+    def _refused(self, lease: LeaseInfo, e: grpc.aio.AioRpcError) -> bool:
+        """Note a refused Renew; True when the lease is gone and the renewals stop."""
+        state = self._state
+        err = from_rpc_error(e)
+        err.__cause__ = e
+        state.renew_error = err
+        if react(Call.RENEW, e) is not Reaction.LEASE_LOST:
+            return False
+        # The lease is gone (expired or fenced); the stream, if attached, says why. Gone after
+        # our own Release (a Renew in flight behind it) is not a loss.
+        if state.is_current(lease.lease_id, lease.epoch) and not state.release_requested:
+            state.drop_lease(involuntary=True)
+            state.move(SessionEvent.LEASE_LOST)
+            state.notify()
+        return True
+
+    def _answered(self, lease: LeaseInfo, resp: scheduler_pb2.RenewResponse) -> bool:
+        """Take a Renew's answer in; True when the lease renewed is not ours any more."""
+        state = self._state
+        if state.renew_error is not None:
+            state.renew_error = None
+            # Answered after failing: sessions asleep in re-attach backoff try again now.
+            self._client.wake.heard()
+        current = state.lease
+        if current is None or current.key != lease.key:
+            return True
+        if resp.HasField("expires_at"):
+            current = replace(current, expires_at=resp.expires_at.ToDatetime(tzinfo=UTC))
+        if resp.grant:  # the grant Checkpoint and Stop show the worker, valid past the new expiry
+            current = replace(current, grant=resp.grant)
+        state.lease = current
+        if resp.state == common_pb2.LEASE_STATE_YIELDING and state.phase is Phase.HOLDING:
+            # We missed YieldRequested (e.g. while re-attaching): yield now.
+            state.move(SessionEvent.YIELD_ASKED)
+            if resp.HasField("yield_deadline"):
+                current = replace(current, yield_deadline=state.local(resp.yield_deadline))
+                state.lease = current
+            self._yield_asked(current)
+        state.notify()
+        return False
