@@ -39,6 +39,8 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from scheduler.api import wire
+from scheduler.api.commands import Command
 from scheduler.policy.identities import (
     ADMINS_KEY,
     NOBODY,
@@ -53,8 +55,8 @@ from scheduler.server.ratelimit import RateLimiter
 
 __all__ = ["AUTH_HEADER", "TENANT_HEADER", "Authenticator", "Identity"]
 
-AUTH_HEADER = "authorization"
-TENANT_HEADER = "x-slotsched-tenant"
+AUTH_HEADER = wire.AUTHORIZATION  # the metadata keys are the wire's (scheduler/api/wire.py)
+TENANT_HEADER = wire.TENANT
 _CACHE_MAX = 4096
 
 # Where the policy lists each role's credentials, for error messages.
@@ -103,12 +105,12 @@ class Authenticator:
 
     # ------------------------------------------------------------------ per service
 
-    def tenant(self, context: Any, rpc: str = "") -> str:
-        """The caller's tenant, or raise UNAUTHENTICATED / PERMISSION_DENIED; with `rpc`, the
-        call is charged to the tenant's flow (RESOURCE_EXHAUSTED past it)."""
+    def tenant(self, context: Any, command: Command | None = None) -> str:
+        """The caller's tenant, or raise UNAUTHENTICATED / PERMISSION_DENIED; with `command`, the
+        call is charged to the command's flow (RESOURCE_EXHAUSTED past it)."""
         name = self._tenant(context)
-        if rpc:
-            self.limits.tenant(name, rpc)
+        if command is not None:
+            self.limits.charge(name, command)
         return name
 
     def require_admin(self, context: Any, rpc: str = "") -> Identity:

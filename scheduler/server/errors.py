@@ -20,43 +20,38 @@ import grpc
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
-from grpc_status import rpc_status
 
+from scheduler.api import wire
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2
+from scheduler.api.wire import Reason
 from scheduler.core.types import Decision, ErrorCode, Refused, RefuseReason, Rejected
 from scheduler.policy.errors import PolicyError
 from scheduler.ports import NOT_LEADER as NOT_LEADER_MESSAGE
 from scheduler.ports import StateUnavailable
 from scheduler.server.stream import StreamClosed
 
-DETAILS_KEY = rpc_status.GRPC_DETAILS_METADATA_KEY  # "grpc-status-details-bin"
-RETRY_AFTER_KEY = "retry-after-ms"
-ESTIMATED_WAIT_KEY = "estimated-wait-ms"
-
-# google.rpc.ErrorInfo: domain and reasons, documented in proto/slotsched/v1/common.proto (keep
-# the two lists equal: tests/test_wire_polish.py checks it).
-DOMAIN = "slotsched.dev"
-CREDENTIAL_DENIED = "CREDENTIAL_DENIED"  # the credential's identity may not make this call
-NO_QUOTA = "NO_QUOTA"
-UNKNOWN_TENANT = "UNKNOWN_TENANT"
-QUEUE_FULL = "QUEUE_FULL"
-TENANT_QUEUE_FULL = "TENANT_QUEUE_FULL"
-STALE_EPOCH = "STALE_EPOCH"
-NOT_HOLDER = "NOT_HOLDER"
-INVALID_EVENT = "INVALID_EVENT"
-PRECONDITION = "PRECONDITION"  # any other precondition: the message says which
-RATE_LIMITED = "RATE_LIMITED"  # RESOURCE_EXHAUSTED without a more specific reason
-CHANNEL_FULL = "CHANNEL_FULL"  # a Channel holds MAX_SESSIONS: the SDK opens another one
-NOT_LEADER = "NOT_LEADER"  # UNAVAILABLE from a standby: metadata `leader` = the leader's address
-#: Trailing metadata naming the leader's HOST:PORT on a NOT_LEADER refusal (when known): what the
-#: SDK follows; the same address is in the ErrorInfo's metadata `leader`.
-LEADER_KEY = "x-slotsched-leader"
+# The metadata keys and ErrorInfo reasons are the wire's (scheduler/api/wire.py: defined once
+# there, for the SDK as well); this module only chooses which failure carries which. Named here
+# too, as the builders' callers (and tests/test_wire_polish.py) read them.
+DETAILS_KEY = wire.DETAILS  # "grpc-status-details-bin"
+RETRY_AFTER_KEY = wire.RETRY_AFTER_MS
+ESTIMATED_WAIT_KEY = wire.ESTIMATED_WAIT_MS
+LEADER_KEY = wire.LEADER  # a NOT_LEADER refusal's leader HOST:PORT (when known): the SDK follows it
+DOMAIN = wire.DOMAIN
+CREDENTIAL_DENIED = Reason.CREDENTIAL_DENIED
+NO_QUOTA = Reason.NO_QUOTA
+UNKNOWN_TENANT = Reason.UNKNOWN_TENANT
+QUEUE_FULL = Reason.QUEUE_FULL
+TENANT_QUEUE_FULL = Reason.TENANT_QUEUE_FULL
+STALE_EPOCH = Reason.STALE_EPOCH
+NOT_HOLDER = Reason.NOT_HOLDER
+INVALID_EVENT = Reason.INVALID_EVENT
+PRECONDITION = Reason.PRECONDITION
+RATE_LIMITED = Reason.RATE_LIMITED
+CHANNEL_FULL = Reason.CHANNEL_FULL
+NOT_LEADER = Reason.NOT_LEADER
 # Every failure with one of these codes carries an ErrorInfo; a builder without a reason gets these.
-DEFAULT_REASONS = {
-    grpc.StatusCode.PERMISSION_DENIED: CREDENTIAL_DENIED,
-    grpc.StatusCode.FAILED_PRECONDITION: PRECONDITION,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: RATE_LIMITED,
-}
+DEFAULT_REASONS = wire.DEFAULT_REASONS
 
 
 class RpcFailure(Exception):
@@ -189,14 +184,17 @@ def not_leader(leader: str | None = None, store_down: str | None = None) -> RpcF
         trailers: tuple[tuple[str, str], ...] = ((RETRY_AFTER_KEY, "1000"),)
         if leader:  # as last seen: another replica may well reach the store
             message += f" (the leader was last at {leader})"
-            trailers, info = ((RETRY_AFTER_KEY, "0"), (LEADER_KEY, leader)), {**info, "leader": leader}
+            trailers, info = (
+                ((RETRY_AFTER_KEY, "0"), (LEADER_KEY, leader)),
+                {**info, wire.LEADER_INFO: leader},
+            )
         return RpcFailure(
             grpc.StatusCode.UNAVAILABLE, message, metadata=trailers, reason=NOT_LEADER, info=info
         )
     if leader:
         message = f"not the leader: this replica is a standby; the leader is at {leader}"
         md: tuple[tuple[str, str], ...] = ((RETRY_AFTER_KEY, "0"), (LEADER_KEY, leader))
-        info = {"leader": leader}
+        info = {wire.LEADER_INFO: leader}
     else:
         message, md, info = NOT_LEADER_MESSAGE, ((RETRY_AFTER_KEY, "200"),), {}
     return RpcFailure(grpc.StatusCode.UNAVAILABLE, message, metadata=md, reason=NOT_LEADER, info=info)
@@ -238,6 +236,12 @@ def channel_full(limit: int) -> RpcFailure:
 
 def deadline_exceeded(message: str) -> RpcFailure:
     return RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, message)
+
+
+def withdrawn(why: str) -> RpcFailure:
+    """A queued request withdrawn as `why` passed (`LeaseStream.withdrawn`: its wait_timeout, or
+    a per-session Acquire's deadline), after its `Ended{WITHDRAWN}`."""
+    return deadline_exceeded(f"still queued when {why} passed: the request was withdrawn")
 
 
 def aborted(message: str) -> RpcFailure:
@@ -399,5 +403,6 @@ __all__ = [
     "unauthenticated",
     "unavailable",
     "worker_out_of_scope",
+    "withdrawn",
     "worker_slots_over_bound",
 ]

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import logging
 
+from scheduler.api import wire
 from scheduler.policy.diff import diff_policies, summary
 from scheduler.policy.model import Policy
 
 log = logging.getLogger("slotsched.policy")
 
-GENERATION_KEY = "x-slotsched-policy-generation"
-STATE_KEY = "x-slotsched-state"  # memory | redis
-ORIGIN_KEY = "x-slotsched-policy-origin"  # the --policy file, kubernetes://NS/NAME, or BUILT_IN
+# The trailing metadata keys are the wire's (scheduler/api/wire.py), read by the CLI too.
+GENERATION_KEY = wire.POLICY_GENERATION
+STATE_KEY = wire.STATE  # memory | redis
+ORIGIN_KEY = wire.POLICY_ORIGIN  # the --policy file, kubernetes://NS/NAME, or BUILT_IN
 BUILT_IN = "built-in"
 KUBERNETES = "kubernetes://"
 

@@ -6,7 +6,7 @@ The flows (the buckets' sizes come from the policy in force, `spec.rateLimits`):
 
 * a tenant's calls: Acquire and GetSession (`spec.tenants[i].rateLimit`, else
   `spec.rateLimits.tenant`);
-* a tenant's renewals: Renew, Release and Yield, in a bucket of their own
+* a tenant's renewals: Renew, Release and Yield (and a Channel's withdraw), in a bucket of their own
   (`spec.rateLimits.renewals`). Why separate: a tenant flooding Acquire must not make its own
   renewals fail (its running leases would expire) and a slot given back must never wait behind
   Acquires. Sized for the tenant's leases at quota (the validator warns when it is not).
@@ -15,9 +15,9 @@ The flows (the buckets' sizes come from the policy in force, `spec.rateLimits`):
 * each worker entry (`spec.access.workers[i]`): its pods together (`spec.rateLimits.worker`).
 
 An absent bucket is unlimited. A bucket whose size the policy changes starts full again.
-On a `Channel` (session_channel.py) every command is charged as the rpc it stands for: acquire
-as Acquire, renew, yield_slot, release and withdraw as Renew, Yield and Release; the channel
-itself is not charged (the sessions on it are).
+Which session command goes to which flow is the command table's (scheduler/api/commands.py:
+`Command.flow`), read here for the per-session rpcs and the Channel's commands alike (withdraw is
+charged as the Release it stands for); the channel itself is not charged (the sessions on it are).
 Refusals are counted in `slotsched_rate_limited_total{tenant,rpc}`: `tenant` is the tenant's
 name or `role:admin` / `role:worker` (no tenant name has a ':'), `rpc` the method name, so the
 label values are bounded by the policy's tenants and the services' methods.
@@ -27,15 +27,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Final
 
+from scheduler.api.commands import BY_RPC, Command, Flow
 from scheduler.core.ratelimit import TokenBucket
 from scheduler.policy.identities import Identity
 from scheduler.policy.model import ADMIN, Policy, RateLimit
 from scheduler.server import errors
 from scheduler.server.metrics import Metrics
-
-RENEWALS: Final = frozenset({"Renew", "Release", "Yield"})
 
 
 class RateLimiter:
@@ -46,9 +44,14 @@ class RateLimiter:
         self.metrics: Metrics | None = None  # where refusals are counted (bound by the wiring)
 
     def tenant(self, tenant: str, rpc: str) -> None:
-        """Charge a tenant's call to its flow (its renewals' bucket for Renew, Release, Yield)."""
+        """Charge a tenant's call of the Scheduler rpc `rpc` to its flow."""
+        self.charge(tenant, BY_RPC[rpc])
+
+    def charge(self, tenant: str, command: Command) -> None:
+        """Charge a tenant's session command to its flow (`command.flow`), labelled by its rpc."""
         policy = self._policy()
-        if rpc in RENEWALS:
+        rpc = command.rpc
+        if command.flow is Flow.RENEWALS:
             renewals = policy.rate_limits.renewals
             self._charge(f"renewals:{tenant}", renewals, "spec.rateLimits.renewals", tenant, rpc)
             return
