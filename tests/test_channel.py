@@ -441,7 +441,9 @@ def test_events_piling_up_past_the_hard_limit_end_the_channel_resource_exhausted
             await ch.send(acquire(1, "s"))
             lease = lease_of(await ch.event_of("s", "granted"))
             chan = _channel_of(server, "s")
-            filler = ("s" * 200, 0, session_channel.errors.not_found("x" * 200))  # ~450 bytes each
+            filler = session_channel.AnswerEntry(
+                "s" * 200, 0, session_channel.errors.not_found("x" * 200)
+            )  # ~450 bytes each
 
             def pile(n: int) -> None:
                 for _ in range(n):

@@ -15,7 +15,7 @@ import pytest
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from scheduler.client import AsyncClient, AsyncSession, InvalidArgument, Phase, QoS, SnapshotRef
 from scheduler.server.session_channel import ChannelStream
-from scheduler.server.stream import SessionStream
+from scheduler.server.stream import LeaseStream
 from tests.channel_fixtures import RawChannel, cmd, lease_of
 from tests.grpc_fixtures import TOKENS, B, ServerThread, policy_yaml, running_server
 from tests.test_client_sdk import CuttableProxy
@@ -147,7 +147,7 @@ def test_multiplex_false_keeps_one_acquire_stream_per_session() -> None:
         async def body() -> None:
             client = AsyncClient(server.target, token=ACME, multiplex=False)
             async with client, client.session("solo", QoS.BURSTABLE):
-                assert type(_streams(server)["solo"]) is SessionStream
+                assert type(_streams(server)["solo"]) is LeaseStream
 
         asyncio.run(body())
 

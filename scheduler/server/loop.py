@@ -8,8 +8,8 @@ grant. What `submit` does after `handle`:
 * fans each decision out to the affected session's attached Acquire stream (one small queue
   per stream, domain notices the Acquire handler converts to proto);
 * keeps what the core does not expose but the wire needs: worker addresses, the pending yield
-  request per lease (for replays and `Lease.yield_deadline`), each session's `wait_timeout`, and
-  recently ended sessions (for GetSession);
+  request per lease (for replays and `Lease.yield_deadline`), each session's `wait_timeout` (which
+  an attached stream enforces: stream.py), and recently ended sessions (for GetSession);
 * observes metrics and the handle() duration, hands the event to the journal (if any) and the
   observers, and re-arms the one timer that sends `Tick` at `core.next_deadline()`.
 
@@ -44,6 +44,7 @@ from scheduler.core.types import (
     QoS,
     Queued,
     Refused,
+    Release,
     Revoked,
     SessionId,
     SnapshotRef,
@@ -58,7 +59,7 @@ from scheduler.dispatch import BY_TYPE, EventSpec
 from scheduler.policy.model import Policy
 from scheduler.ports import NO_EXTRAS, EndedSession, Extras, Journal, LoopState, Observer, PolicyApplied
 from scheduler.server.metrics import Metrics
-from scheduler.server.stream import FINAL, GRANTED, OTHER, QUEUED, Notice, SessionStream, StreamClosed
+from scheduler.server.stream import FINAL, GRANTED, OTHER, QUEUED, LeaseStream, Notice, StreamClosed
 
 # Kept importable from here: the records moved to scheduler/ports.py, which the state store shares.
 __all__ = ["EndedSession", "LoopState", "PolicyApplied", "SchedulerLoop"]
@@ -82,7 +83,7 @@ class SchedulerLoop:
         self._clock = clock
         self._aloop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
-        self._streams: dict[SessionId, SessionStream] = {}
+        self._streams: dict[SessionId, LeaseStream] = {}
         self._addresses: dict[WorkerId, str] = {}
         self._yields: dict[LeaseId, YieldRequested] = {}
         self._waited: dict[SessionId, float] = {}  # waited_s of the current grant, for replays
@@ -140,8 +141,8 @@ class SchedulerLoop:
         qos: QoS,
         resume_from: SnapshotRef | None,
         wait_timeout_s: float | None,
-        make: Callable[[SessionId], SessionStream] = SessionStream,
-    ) -> tuple[SessionStream | None, Refused | None]:
+        make: Callable[[SessionId], LeaseStream] = LeaseStream,
+    ) -> tuple[LeaseStream | None, Refused | None]:
         """Attach a stream (`make(key)`), then ask the core. On a refusal nothing stays attached."""
         stream = self._attach(key, make)
         extras = NO_EXTRAS if wait_timeout_s is None else Extras(wait_timeout_s=wait_timeout_s)
@@ -155,8 +156,8 @@ class SchedulerLoop:
         return stream, None
 
     def reattach(
-        self, key: SessionId, make: Callable[[SessionId], SessionStream] = SessionStream
-    ) -> SessionStream | None:
+        self, key: SessionId, make: Callable[[SessionId], LeaseStream] = LeaseStream
+    ) -> LeaseStream | None:
         """Attach a new stream to a live session and replay its state; None if not live."""
         view = self.core.session(key)
         if view is None:
@@ -175,17 +176,28 @@ class SchedulerLoop:
                 stream.put(OTHER, Notice(y, now), now)
         return stream
 
-    def detach(self, stream: SessionStream) -> None:
+    def detach(self, stream: LeaseStream) -> None:
+        stream.disarm()  # nobody listens: its session's wait is nobody's patience now
         if self._streams.get(stream.key) is stream:
             del self._streams[stream.key]
 
-    def _attach(self, key: SessionId, make: Callable[[SessionId], SessionStream]) -> SessionStream:
+    def _attach(self, key: SessionId, make: Callable[[SessionId], LeaseStream]) -> LeaseStream:
         old = self._streams.get(key)
         if old is not None:
             old.close(StreamClosed.SUPERSEDED)
         stream = make(key)
+        stream.patience = self  # its wait_timeout is read here and withdrawn through here
         self._streams[key] = stream
         return stream
+
+    def withdraw_queued(self, key: SessionId) -> bool:
+        """Withdraw a still-queued request (its caller's patience ran out: stream.py); False if
+        it is not queued any more (a grant beat the timer)."""
+        view = self.core.session(key)
+        if view is None or view.lease is not None:
+            return False
+        self.submit(Release(key, None))
+        return True
 
     def begin_shutdown(self) -> None:
         """Refuse new work and end every open stream (UNAVAILABLE: clients re-attach)."""

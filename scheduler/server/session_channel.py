@@ -5,22 +5,24 @@ message on an open stream costs a fraction of a call, and a message that carries
 (or events) costs about as little as one. So both directions are batched: a ChannelRequest's
 commands are applied in one go, and the writer puts every event ready into one ChannelResponse.
 
-The same semantics as the per-session rpcs, by construction: every command goes through
-`SessionOps` (session_ops.py), the functions the per-session rpcs call, and an attached session is
-a `SessionStream` of the loop like an Acquire stream's, fed by the same fan-out; only where its
-items go differs (`ChannelStream`: this channel's outbox, one deque in event order, rather than a
-queue per session and a task per session waiting on it). Errors are the same `RpcFailure`s,
-sent as per-session error events (`RpcFailure.session_error`). So is a command the wire guard
-refused (a field over its limit: scheduler/api/guard.py hands over a `PartlyRefused`): that
-command alone is answered INVALID_ARGUMENT, as its per-session rpc would have been, and the
-message's other commands are applied; only what no one command can be blamed for (bytes that
-do not decode, too many commands) ends the channel, with every session on it.
+The same semantics as the per-session rpcs, by construction: a command is found in the command
+table by its oneof field (scheduler/api/commands.py: its rate-limit flow; `commands.BY_FIELD`),
+and goes through its operation in `session_ops.UNARY_OPS` (acquire: `SessionOps.open`), the very
+functions the per-session rpcs call; an attached session is a `LeaseStream` of the loop like an
+Acquire stream's, fed by the same fan-out, keeping the same `wait_timeout` timer (stream.py);
+only where its items go differs (`ChannelStream`: this channel's outbox, one deque in event
+order, rather than a queue per session and a task per session waiting on it). Errors are the
+same `RpcFailure`s, sent as per-session error events (`RpcFailure.session_error`). So is a
+command the wire guard refused (a field over its limit: scheduler/api/guard.py hands over a
+`PartlyRefused`): that command alone is answered INVALID_ARGUMENT, as its per-session rpc would
+have been, and the message's other commands are applied; only what no one command can be blamed
+for (bytes that do not decode, too many commands) ends the channel, with every session on it.
 
-Order: commands are applied as read; a command's answer is appended to the outbox after the
-events its own event caused (they were fanned out while `submit` ran), so a Release's
-`Ended{RELEASED}` precedes its `released`. The writer takes what is in the outbox, awaits
-`loop.durable()` for it (Redis mode: nothing is told before it is journaled), converts, signs
-and writes it as one message.
+Order: commands are applied as read; a command's answer (an `AnswerEntry`) is appended to the
+outbox after the events its own event caused (`EventEntry`s, fanned out while `submit` ran), so
+a Release's `Ended{RELEASED}` precedes its `released`. The writer takes what is in the outbox,
+awaits `loop.durable()` for it (Redis mode: nothing is told before it is journaled), converts,
+signs and writes it as one message.
 
 Flow control (documented in the proto): at most `SOFT_LIMIT` entries wait in the outbox before
 the reader stops reading commands (backpressure: gRPC's flow control then slows the sender); if
@@ -34,45 +36,73 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from scheduler.api import guard
+from scheduler.api import commands, guard
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2
+from scheduler.api.wire import MAX_CHANNEL_SESSIONS
 from scheduler.core.types import SessionId
 from scheduler.ports import StateUnavailable
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
 from scheduler.server.loop import SchedulerLoop
-from scheduler.server.session_ops import Outcome, SessionOps
-from scheduler.server.stream import CLOSE, FINAL, GRANTED, QUEUED, Item, SessionStream, StreamClosed
+from scheduler.server.session_ops import UNARY_OPS, Outcome, SessionOps
+from scheduler.server.stream import CLOSE, FINAL, Item, LeaseStream, StreamClosed
 
 SOFT_LIMIT = 4096  # outbox entries past which commands are not read
 HARD_LIMIT = 65_536  # outbox entries past which the channel ends RESOURCE_EXHAUSTED
-MAX_SESSIONS = 10_000  # sessions attached to one channel
+MAX_SESSIONS = MAX_CHANNEL_SESSIONS  # sessions attached to one channel
 MAX_EVENTS_PER_MESSAGE = 1024  # keeps one ChannelResponse well under gRPC's 4 MiB default
 _SID_BYTES = guard.limit_for("session_id")
 
-_CHANNEL_ENDED = object()
+
+# ---------------------------------------------------------------- the outbox's entries
 
 
-class ChannelStream(SessionStream):
+@dataclass(slots=True)
+class EventEntry:
+    """An item the loop put on an attached session's stream (a lease event, or its close)."""
+
+    stream: ChannelStream
+    item: Item
+
+
+@dataclass(slots=True)
+class AnswerEntry:
+    """The answer to one command: `outcome` is the reply for its `answer` field (the command
+    table's `Command.answer`), or the RpcFailure sent as an error event."""
+
+    session_id: str
+    ref: int
+    outcome: Outcome
+    answer: str | None = None  # None: only ever a failure (a refused or unknown command, acquire)
+
+
+@dataclass(slots=True)
+class EndEntry:
+    """The client half-closed: once the writer reaches this, every answer has been written."""
+
+
+OutboxEntry = EventEntry | AnswerEntry | EndEntry
+_END = EndEntry()
+
+
+class ChannelStream(LeaseStream):
     """A session attached to a Channel: the loop's items go to the channel's outbox."""
 
-    __slots__ = ("channel", "session_id", "silent", "queued_since", "timer", "withdrawn")
+    __slots__ = ("channel", "session_id", "silent")
 
     def __init__(self, key: SessionId, channel: _Channel, session_id: str) -> None:
         super().__init__(key)
         self.channel = channel
         self.session_id = session_id
         self.silent = False  # superseded by a re-acquire on this same channel: no ABORTED
-        self.queued_since: float | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.withdrawn = ""  # why its wait_timeout withdrew it, once it did
 
     def _push(self, item: Item) -> None:
-        self.channel.push((self, item))
+        self.channel.push(EventEntry(self, item))
 
 
 class ChannelService:
@@ -104,8 +134,8 @@ class _Channel:
         self.context = context
         self.tenant = tenant
         self.sessions: dict[str, ChannelStream] = {}
-        # Entries in order: (stream, item) from the loop, or (session id, ref, outcome) answers.
-        self.outbox: deque[tuple[Any, ...]] = deque()
+        # In order: the loop's items of attached sessions, the commands' answers, the end.
+        self.outbox: deque[OutboxEntry] = deque()
         self.wake = asyncio.Event()  # the writer has something to write
         self.drained = asyncio.Event()  # the outbox went below SOFT_LIMIT
         self.drained.set()
@@ -113,7 +143,7 @@ class _Channel:
         self.failed = asyncio.Event()
         self.reading_done = False
 
-    def push(self, entry: tuple[Any, ...]) -> None:
+    def push(self, entry: OutboxEntry) -> None:
         outbox = self.outbox
         if self.failure is not None:
             return
@@ -154,9 +184,7 @@ class _Channel:
 
     def _detach_all(self) -> None:
         for s in self.sessions.values():
-            if s.timer is not None:
-                s.timer.cancel()
-            self.loop.detach(s)
+            self.loop.detach(s)  # its wait_timeout timer too
         self.sessions.clear()
 
     # ------------------------------------------------------------------ commands in
@@ -187,45 +215,27 @@ class _Channel:
                 else:
                     self._refuse(cmd, bad)
         self.reading_done = True
-        self.push((None, 0, _CHANNEL_ENDED))
+        self.push(_END)
 
     def _command(self, cmd: scheduler_pb2.ChannelCommand) -> None:
-        kind = cmd.WhichOneof("command")
-        ref = cmd.ref
+        field = cmd.WhichOneof("command")
+        command = commands.BY_FIELD.get(field) if field else None
         tenant = self.tenant
-        limits = self.auth.limits
         sid = ""
+        out: Outcome
         try:
-            if kind == "acquire":
-                req = cmd.acquire
-                sid = req.session_id
-                limits.tenant(tenant, "Acquire")
-                self._acquire(req)
+            if command is None:
+                raise errors.invalid_argument("command", f"set one of {commands.FIELDS_TEXT}")
+            req = getattr(cmd, field)
+            sid = req.session_id
+            self.auth.limits.charge(tenant, command)
+            if command is commands.ACQUIRE:
+                self._acquire(req)  # its answer is its lease events
                 return
-            out: Outcome
-            if kind == "renew":
-                sid = cmd.renew.session_id
-                limits.tenant(tenant, "Renew")
-                out = self.ops.renew(tenant, cmd.renew)
-            elif kind == "release":
-                sid = cmd.release.session_id
-                limits.tenant(tenant, "Release")
-                out = self.ops.release(tenant, cmd.release)
-            elif kind == "yield_slot":
-                sid = cmd.yield_slot.session_id
-                limits.tenant(tenant, "Yield")
-                out = self.ops.yield_(tenant, cmd.yield_slot)
-            elif kind == "withdraw":
-                sid = cmd.withdraw.session_id
-                limits.tenant(tenant, "Release")
-                out = self.ops.withdraw(tenant, sid)
-            else:
-                raise errors.invalid_argument(
-                    "command", "set one of acquire, renew, yield_slot, release, withdraw"
-                )
+            out = UNARY_OPS[command](self.ops, tenant, req)
         except errors.RpcFailure as f:
             out = f
-        self.push((sid, ref, out))
+        self.push(AnswerEntry(sid, cmd.ref, out, command.answer if command is not None else None))
 
     def _refuse(self, cmd: scheduler_pb2.ChannelCommand, bad: guard.Refused) -> None:
         """A command the wire guard refused (a field over its limit): answered alone, as the
@@ -235,7 +245,7 @@ class _Channel:
         sid = getattr(cmd, kind).session_id if kind else ""
         if len(sid.encode()) > _SID_BYTES:
             sid = ""  # the refused field itself: not echoed
-        self.push((sid, cmd.ref, errors.invalid_argument(bad.field, bad.description)))
+        self.push(AnswerEntry(sid, cmd.ref, errors.invalid_argument(bad.field, bad.description)))
 
     def _acquire(self, req: scheduler_pb2.AcquireRequest) -> None:
         sid = req.session_id
@@ -245,7 +255,7 @@ class _Channel:
         if old is not None:
             old.silent = True  # re-attached on this channel: the replay says all
 
-        def make(key: SessionId) -> SessionStream:
+        def make(key: SessionId) -> LeaseStream:
             return ChannelStream(key, self, sid)
 
         try:
@@ -279,21 +289,17 @@ class _Channel:
             ended = False
             for _ in range(min(n, MAX_EVENTS_PER_MESSAGE)):
                 entry = outbox.popleft()
-                if len(entry) == 2:
-                    self._lease_item(entry[0], entry[1], events)
-                elif entry[2] is _CHANNEL_ENDED:
-                    ended = True
-                else:
-                    sid, ref, out = entry
-                    ev = events.add(session_id=sid, ref=ref)
+                if type(entry) is EventEntry:
+                    self._lease_item(entry.stream, entry.item, events)
+                elif type(entry) is AnswerEntry:
+                    ev = events.add(session_id=entry.session_id, ref=entry.ref)
+                    out = entry.outcome
                     if isinstance(out, errors.RpcFailure):
                         ev.error.CopyFrom(out.session_error())
-                    elif isinstance(out, scheduler_pb2.RenewResponse):
-                        ev.renewed.CopyFrom(out)
-                    elif isinstance(out, scheduler_pb2.ReleaseResponse):
-                        ev.released.CopyFrom(out)
-                    else:
-                        ev.yielded.CopyFrom(out)
+                    else:  # the reply is the message of its command's answer field
+                        getattr(ev, entry.answer).CopyFrom(out)  # type: ignore[arg-type]
+                else:
+                    ended = True
             if len(outbox) < SOFT_LIMIT:
                 self.drained.set()
             await durable()
@@ -305,57 +311,23 @@ class _Channel:
                 return
 
     def _lease_item(self, s: ChannelStream, item: Item, events: Any) -> None:
-        kind, notice, at = item
+        kind, notice, _ = item
         if kind == CLOSE or notice is None:
             # Another stream took the session over (a shutdown ends the whole channel instead).
             if self.sessions.get(s.session_id) is s:
                 del self.sessions[s.session_id]
-            self._stop_timer(s)
             if s.close_reason is StreamClosed.SHUTTING_DOWN:
                 raise errors.from_closed(StreamClosed.SHUTTING_DOWN)
             if not s.silent:
                 ev = events.add(session_id=s.session_id)
                 ev.error.CopyFrom(errors.from_closed(StreamClosed.SUPERSEDED).session_error())
             return
-        if kind == QUEUED:
-            if s.queued_since is None:
-                s.queued_since = at
-                self._arm_patience(s)
-        elif kind == GRANTED:
-            s.queued_since = None
-            self._stop_timer(s)
         ev = events.add(session_id=s.session_id)
         ev.event.CopyFrom(convert.seal_event(self.keys, convert.lease_event(notice)))
         if kind == FINAL:
-            self._stop_timer(s)
             if self.sessions.get(s.session_id) is s:
                 del self.sessions[s.session_id]
             self.loop.detach(s)
-            if s.withdrawn:
-                msg = f"still queued when {s.withdrawn} passed: the request was withdrawn"
+            if s.withdrawn:  # its wait_timeout passed while queued (stream.py)
                 err = events.add(session_id=s.session_id)
-                err.error.CopyFrom(errors.deadline_exceeded(msg).session_error())
-
-    # ------------------------------------------------------------------ wait_timeout
-
-    def _arm_patience(self, s: ChannelStream) -> None:
-        """Only `wait_timeout` withdraws a queued session of a channel (the call's deadline is
-        the channel's, not a session's patience)."""
-        wait = self.loop.wait_timeout(s.key)
-        if wait is None or s.queued_since is None:
-            return
-        delay = max(0.0, s.queued_since + wait - self.loop.now())
-        s.timer = asyncio.get_running_loop().call_later(delay, self._patience_over, s, wait)
-
-    def _patience_over(self, s: ChannelStream, wait: float) -> None:
-        s.timer = None
-        if s.closed or self.sessions.get(s.session_id) is not s:
-            return
-        if self.ops.withdraw_now(s.key):
-            s.withdrawn = f"wait_timeout {wait:g}s"  # Ended{WITHDRAWN} is in the outbox now
-
-    @staticmethod
-    def _stop_timer(s: ChannelStream) -> None:
-        if s.timer is not None:
-            s.timer.cancel()
-            s.timer = None
+                err.error.CopyFrom(errors.withdrawn(s.withdrawn).session_error())

@@ -1,5 +1,7 @@
 """One session request, handled once for both wire shapes: the per-session rpcs
-(scheduler_service.py) and the multiplexed Channel (session_channel.py) call these.
+(scheduler_service.py) and the multiplexed Channel (session_channel.py) call these, each found
+in `UNARY_OPS` by its command (scheduler/api/commands.py: the one table of session commands;
+Acquire, the streaming one, is `SessionOps.open`).
 
 Each operation validates (INVALID_ARGUMENT naming the field), submits one event to the loop and
 builds its answer from that event's decisions, synchronously. A failure found before the event
@@ -11,14 +13,19 @@ The caller authenticates and charges the rate limits: the tenant is passed in.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Final
 
+from scheduler.api import commands
+from scheduler.api.commands import Command
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2
+from scheduler.api.wire import MAX_STRING_BYTES
 from scheduler.core.types import (
     EndReason,
     ErrorCode,
     LeaseId,
+    QoS,
     Queued,
     Rejected,
     Release,
@@ -31,9 +38,15 @@ from scheduler.core.types import (
 from scheduler.grants import GrantKeyring
 from scheduler.server import convert, errors
 from scheduler.server.loop import SchedulerLoop
-from scheduler.server.stream import SessionStream
+from scheduler.server.stream import LeaseStream
 
-MAX_SESSION_ID_BYTES = 256
+MAX_SESSION_ID_BYTES = MAX_STRING_BYTES
+
+_PHASES = {
+    "queued": scheduler_pb2.SESSION_PHASE_QUEUED,
+    "active": scheduler_pb2.SESSION_PHASE_HOLDING,
+    "yielding": scheduler_pb2.SESSION_PHASE_YIELDING,
+}
 
 #: What an operation answers once its event is durable: the reply, or the failure to report.
 Outcome = Any  # a response message | errors.RpcFailure
@@ -84,8 +97,8 @@ class SessionOps:
         self,
         tenant: str,
         request: scheduler_pb2.AcquireRequest,
-        make: Callable[[SessionId], SessionStream] = SessionStream,
-    ) -> SessionStream:
+        make: Callable[[SessionId], LeaseStream] = LeaseStream,
+    ) -> LeaseStream:
         """Validate, then re-attach to a live session or ask the core for a new one; the stream
         is `make(key)` (the channel's streams feed its shared outbox)."""
         check_session_id(request.session_id)
@@ -107,15 +120,6 @@ class SessionOps:
             raise errors.from_refused(refusal, tenant) if refusal else errors.unavailable()
         return stream
 
-    def withdraw_now(self, key: SessionId) -> bool:
-        """Withdraw a still-queued request (the caller's patience ran out); False if it is not
-        queued any more (a grant beat the timer)."""
-        view = self.loop.session(key)
-        if view is None or view.lease is not None:
-            return False
-        self.loop.submit(Release(key, None))
-        return True
-
     # ------------------------------------------------------------------ Release, Renew, Yield
 
     def release(self, tenant: str, request: scheduler_pb2.ReleaseRequest) -> Outcome:
@@ -131,7 +135,7 @@ class SessionOps:
                 # broken channel): the session holds nothing and its last end was a release.
                 return released
             return failure or released
-        return self.withdraw(tenant, request.session_id)
+        return self.withdraw(tenant, request)
 
     def _already_released(self, key: SessionId, decisions: list[Any]) -> bool:
         not_found = any(isinstance(d, Rejected) and d.code is ErrorCode.NOT_FOUND for d in decisions)
@@ -143,8 +147,11 @@ class SessionOps:
             and ended.reason is EndReason.RELEASED
         )
 
-    def withdraw(self, tenant: str, session_id: str) -> Outcome:
+    def withdraw(
+        self, tenant: str, request: scheduler_pb2.WithdrawRequest | scheduler_pb2.ReleaseRequest
+    ) -> Outcome:
         """Release with an empty lease id: withdraw the session's queued request."""
+        session_id = request.session_id
         check_session_id(session_id)
         key = convert.session_key(tenant, session_id)
         view = self.loop.session(key)
@@ -195,6 +202,59 @@ class SessionOps:
             if isinstance(d, Queued) and d.session == key:
                 position = d.position
         return scheduler_pb2.YieldResponse(position=position)
+
+    # ------------------------------------------------------------------ GetSession
+
+    def get_session(self, tenant: str, request: scheduler_pb2.GetSessionRequest) -> Outcome:
+        """The session's state, read now (the caller answers once what was read is durable)."""
+        check_session_id(request.session_id)
+        key = convert.session_key(tenant, request.session_id)
+        out = scheduler_pb2.SessionState(session_id=request.session_id, tenant=tenant)
+        loop = self.loop
+        view = loop.session(key)
+        if view is not None:
+            out.state = _PHASES[view.phase]
+            out.qos = convert.QOS_TO_PB[QoS(view.qos)]
+            if view.resume_from is not None:
+                out.last_snapshot.CopyFrom(convert.snapshot_to_pb(view.resume_from))
+            if view.lease is not None:
+                lease, y = view.lease, loop.yielding(view.lease.lease_id)
+                out.lease.CopyFrom(convert.lease_to_pb(lease, loop.address(lease.slot.worker), y))
+                out.grant = convert.grant_for(self.keys, out.lease)
+                convert.tag_lease(self.keys, out.lease)
+            else:
+                out.position = view.position
+                if view.estimated_wait_s is not None:
+                    out.estimated_wait.CopyFrom(convert.dur(view.estimated_wait_s))
+                out.queued_since.CopyFrom(convert.ts(view.waiting_since))
+            return out
+        ended = loop.ended(key)
+        if ended is None:
+            return errors.not_found(f"no session {request.session_id}")
+        out.state = scheduler_pb2.SESSION_PHASE_ENDED
+        out.qos = convert.QOS_TO_PB[ended.qos]
+        out.end_reason = convert.END_TO_PB[ended.reason]
+        if ended.last_snapshot is not None:
+            out.last_snapshot.CopyFrom(convert.snapshot_to_pb(ended.last_snapshot))
+        return out
+
+
+#: A unary command's operation: (ops, tenant, request) -> its Outcome (or raises a failure found
+#: before any event was submitted).
+UnaryOp = Callable[[SessionOps, str, Any], Outcome]
+
+#: The server's binding of the command table: each unary command's one operation, for the
+#: per-session rpc and the Channel command alike (tests/test_server_commands.py checks it covers every
+#: command that is not streaming).
+UNARY_OPS: Final[Mapping[Command, UnaryOp]] = MappingProxyType(
+    {
+        commands.RENEW: SessionOps.renew,
+        commands.YIELD: SessionOps.yield_,
+        commands.RELEASE: SessionOps.release,
+        commands.WITHDRAW: SessionOps.withdraw,
+        commands.GET_SESSION: SessionOps.get_session,
+    }
+)
 
 
 def _failure(decisions: list[Any]) -> errors.RpcFailure | None:
