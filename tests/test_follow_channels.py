@@ -19,8 +19,8 @@ import grpc
 import grpc.aio
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2, scheduler_pb2_grpc
+from scheduler.api.wire import LEADER
 from scheduler.client import AsyncClient
-from scheduler.client.follow import LEADER_KEY
 
 
 class _Replica(scheduler_pb2_grpc.SchedulerServicer):
@@ -32,7 +32,7 @@ class _Replica(scheduler_pb2_grpc.SchedulerServicer):
         leader = self.board["leader"]
         if leader != self.address:
             await context.abort(
-                grpc.StatusCode.UNAVAILABLE, "not the leader", trailing_metadata=((LEADER_KEY, leader),)
+                grpc.StatusCode.UNAVAILABLE, "not the leader", trailing_metadata=((LEADER, leader),)
             )
 
     async def GetSession(self, request: Any, context: Any) -> scheduler_pb2.SessionState:  # noqa: N802

@@ -19,7 +19,7 @@ from scheduler.client.errors import GrantFailed, SessionEnded
 from scheduler.client.phases import SessionEvent
 from scheduler.client.renewer import Renewer
 from scheduler.client.state import SessionState, log
-from scheduler.client.types import LeaseInfo, QueueInfo, SnapshotRef, end_reason_name, lease_key
+from scheduler.client.types import ClientSnapshotRef, LeaseInfo, QueueInfo, end_reason_name, lease_key
 from scheduler.client.yielder import Yielder
 
 _OURS = (scheduler_pb2.END_REASON_RELEASED, scheduler_pb2.END_REASON_WITHDRAWN)
@@ -86,7 +86,7 @@ class EventApplier:
         state, rv = self._state, ev.revoked
         if state.is_current(rv.lease_id, rv.epoch):
             state.drop_lease(involuntary=True)
-        state.resume_from = SnapshotRef.from_optional(rv, "resume_from")
+        state.resume_from = ClientSnapshotRef.from_optional(rv, "resume_from")
         if rv.reason != scheduler_pb2.REVOKE_REASON_EXPIRED:
             state.move(SessionEvent.REVOKED)  # (an expiry: the session's Ended follows)
 

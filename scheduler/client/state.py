@@ -19,7 +19,7 @@ from typing import Any, cast
 from scheduler.client.callbacks import OnGrant, OnYield, OnYieldCancelled
 from scheduler.client.errors import SessionEnded, SlotschedError
 from scheduler.client.phases import Phase, SessionEvent, next_phase
-from scheduler.client.types import LeaseInfo, QoS, QueueInfo, Slot, SnapshotRef, lease_key
+from scheduler.client.types import ClientQoS, ClientSnapshotRef, LeaseInfo, QueueInfo, Slot, lease_key
 
 #: One logger for the whole async SDK, under the name it always had (users filter on it).
 log = logging.getLogger("scheduler.client.aio")
@@ -30,11 +30,11 @@ class SessionSpec:
     """What the runtime asked for: fixed for the session's life."""
 
     session_id: str
-    qos: QoS
+    qos: ClientQoS
     on_yield: OnYield | None = None
     on_grant: OnGrant | None = None
     on_yield_cancelled: OnYieldCancelled | None = None
-    resume_from: SnapshotRef | None = None
+    resume_from: ClientSnapshotRef | None = None
     wait_timeout_s: float | None = None
 
 
@@ -50,7 +50,7 @@ class SessionState:
     lease: LeaseInfo | None = None
     queue: QueueInfo | None = None
     #: The snapshot the current (or next) grant resumes from.
-    resume_from: SnapshotRef | None = None
+    resume_from: ClientSnapshotRef | None = None
     yields: int = 0
     yields_cancelled: int = 0
     grants: int = 0

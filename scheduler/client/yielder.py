@@ -27,7 +27,7 @@ from scheduler.client.channel import ClientLink
 from scheduler.client.phases import Phase, SessionEvent
 from scheduler.client.reactions import Call, from_rpc_error
 from scheduler.client.state import SessionState, log
-from scheduler.client.types import LeaseInfo, SessionInfo, SnapshotRef, lease_key
+from scheduler.client.types import ClientSnapshotRef, LeaseInfo, SessionInfo, lease_key
 
 Key = tuple[str, int]
 
@@ -44,7 +44,7 @@ class Yielder:
         self._queue = queue
         self.started: Key | None = None  # the lease whose yield is under way
         self.sent: Key | None = None  # the lease whose Yield we sent
-        self._ref: tuple[Key, SnapshotRef] | None = None  # the snapshot that Yield carried
+        self._ref: tuple[Key, ClientSnapshotRef] | None = None  # the snapshot that Yield carried
         self._yielded: Key | None = None  # the last lease counted as yielded
         self._gen = 0  # bumped by every yield started or cancelled: stale ones stop
         self._background: set[asyncio.Task[Any]] = set()
@@ -55,7 +55,7 @@ class Yielder:
             self._yielded = key
             self._state.yields += 1
 
-    def snapshot_of(self, key: Key) -> SnapshotRef | None:
+    def snapshot_of(self, key: Key) -> ClientSnapshotRef | None:
         """The snapshot our Yield of `key` carried, if we sent one."""
         return self._ref[1] if self._ref is not None and self._ref[0] == key else None
 
@@ -80,7 +80,7 @@ class Yielder:
 
         if not wanted():
             return
-        ref: SnapshotRef | None
+        ref: ClientSnapshotRef | None
         if state.spec.on_yield is None:
             ref = state.resume_from
         else:
@@ -91,7 +91,7 @@ class Yielder:
                 state.callback_errors.append(e)
                 state.notify()
                 return
-            if result is not None and not isinstance(result, SnapshotRef):
+            if result is not None and not isinstance(result, ClientSnapshotRef):
                 bad = TypeError(f"on_yield must return a SnapshotRef or None, not {type(result).__name__}")
                 state.callback_errors.append(bad)
                 state.notify()
@@ -135,7 +135,7 @@ class Yielder:
             state.move(SessionEvent.YIELDED)
         state.notify()
 
-    async def _applied(self, lease: LeaseInfo, ref: SnapshotRef | None) -> bool:
+    async def _applied(self, lease: LeaseInfo, ref: ClientSnapshotRef | None) -> bool:
         """Our Yield of `lease` was refused as stale: was it applied already (by an attempt whose
         answer was lost)? Yes if the stream saw the lease end YIELDED; else if the session, read
         with GetSession, is live, no longer holds the lease and moved on (queued again, or on a

@@ -1,0 +1,61 @@
+"""The blocking `Client` cannot drift from `AsyncClient`: it takes exactly the same arguments
+(it once lacked follow_leader, failover_timeout_s and multiplex though its docstring said "same
+arguments"), hands every one on, and its `Session` shows every view of the async session's state."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+
+from scheduler.client import AsyncClient, AsyncSession, Client, Session
+from scheduler.client.forward import Forward
+
+
+def test_client_takes_exactly_the_arguments_of_async_client() -> None:
+    sync = inspect.signature(Client.__init__)
+    aio = inspect.signature(AsyncClient.__init__)
+    assert list(sync.parameters.values()) == list(aio.parameters.values())
+
+
+def test_every_argument_reaches_the_async_client() -> None:
+    given: dict[str, Any] = {
+        "rpc_timeout_s": 3.0,
+        "reattach_timeout_s": 7.0,
+        "backoff_initial_s": 0.2,
+        "backoff_max_s": 4.0,
+        "renew_interval_s": 1.5,
+        "connect_timeout_s": 2.5,
+        "follow_leader": False,
+        "failover_timeout_s": 9.0,
+    }
+    with Client("127.0.0.1:1,127.0.0.1:2", token="t", multiplex=False, **given) as client:  # never dialled
+        aio = client.aio
+        for name, value in given.items():
+            assert getattr(aio, name) == value, name
+        assert aio.targets == ["127.0.0.1:1", "127.0.0.1:2"]
+        assert aio._mux is None  # multiplex=False
+        assert aio._follower.follow is False and aio._follower.failover_timeout_s == 9.0
+        assert aio.metadata == (("authorization", "Bearer t"),)
+
+
+def _views(cls: type) -> set[str]:
+    return {name for name, v in vars(cls).items() if isinstance(v, Forward)}
+
+
+#: Views the blocking Session has in its own shape: a copy of the list, threading.Events
+#: mirroring the asyncio ones.
+_OWN = {"callback_errors", "lost_lease", "ended"}
+
+
+def test_the_blocking_session_shows_every_view_of_the_async_one() -> None:
+    missing = _views(AsyncSession) - _views(Session) - _OWN
+    assert not missing, f"Session lacks {sorted(missing)}"
+    assert isinstance(vars(Session)["callback_errors"], property)
+
+
+@pytest.mark.parametrize("name", sorted(_views(AsyncSession) & _views(Session)))
+def test_a_view_is_read_only(name: str) -> None:
+    with pytest.raises(AttributeError):
+        getattr(Session, name).__set__(object(), None)
