@@ -19,9 +19,16 @@ Modelled on Kueue's ClusterQueue/cohort semantics with the usual classic-preempt
 
 from __future__ import annotations
 
+from scheduler.core.model import LeaseRec, Request
+from scheduler.core.tenants import TenantState
 from scheduler.core.types import Decision, YieldCause
 from scheduler.policy.model import Policy
-from scheduler.sim.baselines.common import Baseline, Lanes, LeaseRec, Request
+from scheduler.sim.baselines.common import Baseline, Lanes
+
+
+def nominal(t: TenantState) -> int:
+    """A ClusterQueue's nominal quota: the tenant's Guaranteed quota plus its Burstable nominal."""
+    return t.spec.guaranteed + t.spec.burstable_nominal
 
 
 class KueueClassic(Baseline):
@@ -29,19 +36,18 @@ class KueueClassic(Baseline):
 
     def __init__(self, policy: Policy) -> None:
         super().__init__(policy)
-        self.lanes: Lanes[str] = Lanes(self.waiting)
-        self.nominal = {t.name: t.guaranteed + t.burstable_nominal for t in policy.tenants}
+        self.lanes: Lanes[TenantState] = Lanes(self.waiting)
 
     def _admit(self, req: Request, now: float, out: list[Decision]) -> None:
         self.wait(req)
-        self.lanes.push(req.tenant, (-req.priority, req.arrival), req)
+        self.lanes.push(req.tenant, (req.cls, req.arrival), req)  # the class index: G first
 
-    def fits_nominal(self, tenant: str) -> bool:
-        return self.held_by_tenant[tenant] + 1 <= self.nominal.get(tenant, 0)
+    def fits_nominal(self, t: TenantState) -> bool:
+        return sum(t.held) + 1 <= nominal(t)
 
     def _heads(self) -> list[Request]:
         heads = [req for _, req in self.lanes.heads()]
-        return sorted(heads, key=lambda r: (not self.fits_nominal(r.tenant), -r.priority, r.arrival, r.seq))
+        return sorted(heads, key=lambda r: (not self.fits_nominal(r.tenant), r.cls, r.arrival, r.seq))
 
     def _victim(self, req: Request) -> LeaseRec | None:
         own = req.tenant
@@ -49,18 +55,15 @@ class KueueClassic(Baseline):
         best: LeaseRec | None = None
         best_key: tuple[bool, int, float, str] | None = None
         for rec in self.active_leases():
-            t = rec.lease.tenant
-            if t == own:
-                ok = rec.priority < req.priority
-            else:
-                ok = reclaim and self.held_by_tenant[t] > self.nominal.get(t, 0)
-            if ok:
-                key = (t == own, rec.priority, -rec.lease.granted_at, rec.lease.lease_id)
+            t = rec.tenant
+            # Within its own queue a lower priority; another queue's only if borrowing, to reclaim.
+            if (rec.cls > req.cls) if t is own else (reclaim and sum(t.held) > nominal(t)):
+                key = (t is own, -rec.cls, -rec.lease.granted_at, rec.lease.lease_id)
                 if best_key is None or key < best_key:
                     best, best_key = rec, key
         return best
 
-    def _schedule(self, now: float, out: list[Decision]) -> None:
+    def _pass(self, now: float, out: list[Decision]) -> None:
         while self.waiting:
             heads = self._heads()
             if not heads:

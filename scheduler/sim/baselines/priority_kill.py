@@ -9,28 +9,30 @@ to redo that work. One victim per waiting request; equal classes never preempt e
 
 from __future__ import annotations
 
+from scheduler.core.model import LeaseRec
+from scheduler.core.tenants import G
 from scheduler.core.types import Decision, YieldCause
-from scheduler.sim.baselines.common import LeaseRec
 from scheduler.sim.baselines.strict_priority import StrictPriority
 
 
 def victim_order(rec: LeaseRec) -> tuple[int, float, str]:
-    """Lowest class first, then the newest grant, then the lease id (determinism)."""
-    return (rec.priority, -rec.lease.granted_at, rec.lease.lease_id)
+    """Lowest class first (the highest class index), then the newest grant, then the lease id
+    (determinism)."""
+    return (-rec.cls, -rec.lease.granted_at, rec.lease.lease_id)
 
 
 class PriorityKill(StrictPriority):
     name = "priority-kill"
 
-    def _schedule(self, now: float, out: list[Decision]) -> None:
-        super()._schedule(now, out)
+    def _pass(self, now: float, out: list[Decision]) -> None:
+        super()._pass(now, out)
         while self.free_slots == 0:
             req = self.next_request()
             if req is None:
                 return
-            lower = [r for r in self.active_leases() if r.priority < req.priority]
+            lower = [r for r in self.active_leases() if r.cls > req.cls]
             if not lower:
                 return
-            cause = YieldCause.GUARANTEED if req.priority == 2 else YieldCause.NOMINAL
+            cause = YieldCause.GUARANTEED if req.cls == G else YieldCause.NOMINAL
             self.kill(min(lower, key=victim_order), cause, req.session, now, out)
             self.grant(req, now, out)

@@ -9,8 +9,9 @@ or drained comes back the same way. Classes, quotas and weights are ignored.
 
 from __future__ import annotations
 
+from scheduler.core.model import Request
 from scheduler.core.types import Decision, Refused, RefuseReason
-from scheduler.sim.baselines.common import Baseline, Request
+from scheduler.sim.baselines.common import Baseline
 
 
 class RejectRetry(Baseline):
@@ -22,5 +23,5 @@ class RejectRetry(Baseline):
         else:
             out.append(Refused(req.session, RefuseReason.QUEUE_FULL, "worker pool has no free workers"))
 
-    def _schedule(self, now: float, out: list[Decision]) -> None:
+    def _pass(self, now: float, out: list[Decision]) -> None:
         return  # nothing waits: a freed slot stays free until some retry lands on it

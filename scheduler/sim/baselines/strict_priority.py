@@ -8,9 +8,11 @@ ignored, so one tenant's flood of high-class work starves everyone's lower class
 
 from __future__ import annotations
 
+from scheduler.core.model import Request
+from scheduler.core.tenants import BE, B, G
 from scheduler.core.types import Decision
 from scheduler.policy.model import Policy
-from scheduler.sim.baselines.common import Baseline, Lanes, Request
+from scheduler.sim.baselines.common import Baseline, Lanes
 
 
 class StrictPriority(Baseline):
@@ -20,18 +22,22 @@ class StrictPriority(Baseline):
         super().__init__(policy)
         self.lanes: Lanes[int] = Lanes(self.waiting)
 
+    def lane(self, req: Request) -> int:
+        """One lane per class, served in class order (G, B, BE: lanes 0, 1, 2)."""
+        return req.cls
+
     def _admit(self, req: Request, now: float, out: list[Decision]) -> None:
         self.wait(req)
-        self.lanes.push(-req.priority, (req.arrival,), req)
+        self.lanes.push(self.lane(req), (req.arrival,), req)
 
     def next_request(self) -> Request | None:
-        for lane in (-2, -1, 0):
+        for lane in (G, B, BE):
             req = self.lanes.head(lane)
             if req is not None:
                 return req
         return None
 
-    def _schedule(self, now: float, out: list[Decision]) -> None:
+    def _pass(self, now: float, out: list[Decision]) -> None:
         while self.free_slots > 0:
             req = self.next_request()
             if req is None:
