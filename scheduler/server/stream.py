@@ -4,7 +4,7 @@ handler (scheduler_service.py) and the Channel (session_channel.py) turn a `Noti
 LeaseEvent (convert.lease_event) and a `StreamClosed` or a withdrawal into a status (errors.py),
 once per event, as the loop used to.
 
-`LeaseStream` (not the SDK's `SessionStream`: that is the client's side of a session) is also
+`LeaseStream` (named apart from the SDK's session stream: the client's side of a session) is also
 the one owner of the caller's patience: while its session is queued it keeps a timer at the
 session's `wait_timeout` (counted from when the wait began, the `at` of its first QUEUED item)
 or at a deadline its handler gives (`give_up_at`: a per-session Acquire's gRPC deadline), and
