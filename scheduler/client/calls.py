@@ -9,8 +9,9 @@ call's `RetryPolicy`, whether the same command goes again:
 
 Only a command whose row in `scheduler/api/commands.py` says it may be sent again (`resend`) is:
 
-* FOLLOW_LEADER (the replica was lost, or does not lead): again after 50-100 ms, to the leader,
-  within `failover_timeout_s` and the call's timeout; past that, as RETRY;
+* FOLLOW_LEADER (the replica was lost, or does not lead): again to the leader, at once if a
+  standby named it, else after 50-100 ms, within `failover_timeout_s` and the call's timeout;
+  past that, as RETRY;
 * RETRY: again after the policy's backoff, while it allows another try (a Yield or a Release:
   five tries; a Renew: one, since its schedule sends the next renewal before the lease expires);
 * RECHECK: the caller reads what the server holds (`recheck`) and says whether to send again;
@@ -31,6 +32,7 @@ from google.protobuf.message import Message
 from scheduler.api import commands
 from scheduler.api.commands import Command
 from scheduler.client.channel import ClientLink
+from scheduler.client.follow import leader_named
 from scheduler.client.reactions import Call, Reaction, react
 from scheduler.client.retry import FAILOVER, RetryPolicy
 
@@ -107,7 +109,8 @@ class SessionCalls:
                     raise err  # not safe to send twice (commands.py)
                 if reaction is not Reaction.FOLLOW_LEADER or not client.follow_leader:
                     break
-                pause = FAILOVER.delay(0)
+                # At once to a leader a standby named (the follower went there), else after a pause.
+                pause = 0.0 if leader_named(err) else FAILOVER.delay(0)
                 if loop.time() + pause >= follow_until:
                     break
                 await asyncio.sleep(pause)
