@@ -1,8 +1,9 @@
 """`slotsched worker` refused by the scheduler: a hint that matches the cause, one paragraph, exit 1.
 
-Why a real server and the real command: every Workers PERMISSION_DENIED carries the same ErrorInfo
-reason, so the worker tells the causes apart by the server's own words; only the server's actual
-messages show that each refusal still gets its own hint, and only the command shows what an
+Why a real server and the real command: the worker tells the causes apart by the server's ErrorInfo
+reason (WORKER_OUT_OF_SCOPE, WORKER_SLOTS_OVER_BOUND) and, where there is none of its own, by its
+words; only the server's actual refusals show that each still gets its own hint, and only the
+command shows what an
 operator reads (issue 20 #7: a right token beyond its entry's scope or maxSlots was told to get a
 worker token, then shown a raw AioRpcError).
 """
@@ -20,6 +21,7 @@ import grpc
 import grpc.aio
 import pytest
 
+from scheduler.api import wire
 from scheduler.api.gen.slotsched.v1 import workers_pb2
 from slots.worker.agent import refusal_hint
 
@@ -74,6 +76,13 @@ def test_each_refusal_gets_its_own_hint_in_one_paragraph(
     assert cause in message and hint in message, message
     if hint != TOKEN_HINT:  # the token was right: no advice to change it
         assert TOKEN_HINT not in r.stderr, r.stderr
+
+
+def test_the_reason_picks_the_hint_whatever_the_message_says() -> None:
+    scope = refusal_hint(grpc.StatusCode.PERMISSION_DENIED, "reworded", wire.Reason.WORKER_OUT_OF_SCOPE)
+    slots = refusal_hint(grpc.StatusCode.PERMISSION_DENIED, "reworded", wire.Reason.WORKER_SLOTS_OVER_BOUND)
+    assert "--worker-id" in scope and "maxSlots" in slots and TOKEN_HINT not in scope + slots
+    assert refusal_hint(grpc.StatusCode.PERMISSION_DENIED, "x", "SOME_FUTURE_REASON") == ""
 
 
 def test_hints_by_code_when_the_message_names_no_known_cause() -> None:

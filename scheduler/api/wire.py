@@ -52,6 +52,8 @@ class Reason(StrEnum):
     so it compares equal to the reason read off the wire; `code` is the status it goes with."""
 
     CREDENTIAL_DENIED = "CREDENTIAL_DENIED"  # the credential's identity may not make this call
+    WORKER_OUT_OF_SCOPE = "WORKER_OUT_OF_SCOPE"  # a worker credential naming an id its entry lacks
+    WORKER_SLOTS_OVER_BOUND = "WORKER_SLOTS_OVER_BOUND"  # more slots than the entry's maxSlots
     NO_QUOTA = "NO_QUOTA"  # the tenant's quota for the class is zero: never retry
     UNKNOWN_TENANT = "UNKNOWN_TENANT"
     QUEUE_FULL = "QUEUE_FULL"  # the pool's queue
@@ -72,6 +74,8 @@ class Reason(StrEnum):
 _CODES: Final[Mapping[Reason, grpc.StatusCode]] = MappingProxyType(
     {
         Reason.CREDENTIAL_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+        Reason.WORKER_OUT_OF_SCOPE: grpc.StatusCode.PERMISSION_DENIED,
+        Reason.WORKER_SLOTS_OVER_BOUND: grpc.StatusCode.PERMISSION_DENIED,
         Reason.NO_QUOTA: grpc.StatusCode.PERMISSION_DENIED,
         Reason.UNKNOWN_TENANT: grpc.StatusCode.PERMISSION_DENIED,
         Reason.QUEUE_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,

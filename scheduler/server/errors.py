@@ -39,6 +39,8 @@ ESTIMATED_WAIT_KEY = wire.ESTIMATED_WAIT_MS
 LEADER_KEY = wire.LEADER  # a NOT_LEADER refusal's leader HOST:PORT (when known): the SDK follows it
 DOMAIN = wire.DOMAIN
 CREDENTIAL_DENIED = Reason.CREDENTIAL_DENIED
+WORKER_OUT_OF_SCOPE = Reason.WORKER_OUT_OF_SCOPE
+WORKER_SLOTS_OVER_BOUND = Reason.WORKER_SLOTS_OVER_BOUND
 NO_QUOTA = Reason.NO_QUOTA
 UNKNOWN_TENANT = Reason.UNKNOWN_TENANT
 QUEUE_FULL = Reason.QUEUE_FULL
@@ -311,14 +313,18 @@ def worker_out_of_scope(worker_id: str, key: str, scope: str) -> RpcFailure:
     """A worker credential naming a worker id outside its entry's scope (`key`, e.g.
     spec.access.workers[1].workerIds)."""
     return permission_denied(
-        f"worker id {_quote(worker_id)} is outside this credential's scope: {key} allows {scope} only"
+        f"worker id {_quote(worker_id)} is outside this credential's scope: {key} allows {scope} only",
+        WORKER_OUT_OF_SCOPE,
     )
 
 
 def worker_slots_over_bound(slots: int, key: str, max_slots: int) -> RpcFailure:
     """A Register claiming more slots than the credential's entry may (an authority limit, not a
     malformed request: the same call with an admin credential would pass)."""
-    return permission_denied(f"slots {slots} is more than this credential may register: {key} is {max_slots}")
+    return permission_denied(
+        f"slots {slots} is more than this credential may register: {key} is {max_slots}",
+        WORKER_SLOTS_OVER_BOUND,
+    )
 
 
 def _quote(value: str, limit: int = 64) -> str:

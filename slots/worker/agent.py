@@ -41,8 +41,10 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from scheduler.api import wire
 from scheduler.api.gen.slotsched.v1 import workers_pb2, workers_pb2_grpc
 from scheduler.client.follow import Follower, FollowingStub
+from scheduler.client.reactions import reason_in
 from slots.worker.host import ActorHost
 from slots.worker.leases import Grant, LeaseView
 
@@ -65,21 +67,19 @@ _TOKEN_HINT = (
     "Give the worker a worker token (--token or $SLOTSCHED_TOKEN) whose sha256 hash is listed under "
     "spec.access.workers"
 )
-# What fixes a refusal, by a phrase of the scheduler's message. Every Workers PERMISSION_DENIED
-# carries the same ErrorInfo reason (CREDENTIAL_DENIED), so only the message tells a wrong token
-# from a right token used beyond its entry's bounds (scheduler/server/errors.py and auth.py word
-# them; tests/test_worker_refusals.py holds the two together).
-_HINTS = (
-    (
-        "outside this credential's scope",
+# What fixes a refusal: by its ErrorInfo reason where the scheduler sends one of its own (a right
+# token used beyond its entry's bounds), else by a phrase of its message.
+_HINTS_BY_REASON = {
+    wire.Reason.WORKER_OUT_OF_SCOPE: (
         "The token is right but its entry does not cover this id: start the worker with a --worker-id "
-        "the entry allows, or give it the token of the entry that covers this id",
+        "the entry allows, or give it the token of the entry that covers this id"
     ),
-    (
-        "more than this credential may register",
+    wire.Reason.WORKER_SLOTS_OVER_BOUND: (
         "The token is right but its entry bounds the slots: start the worker with at most that many "
-        "--slots, or raise the entry's maxSlots in the policy",
+        "--slots, or raise the entry's maxSlots in the policy"
     ),
+}
+_HINTS = (
     (
         "Deregister first",
         "Another registration holds this worker id: deregister it, let the scheduler remove it after its "
@@ -99,9 +99,12 @@ class SchedulerRefused(Exception):
         self.code = code
 
 
-def refusal_hint(code: grpc.StatusCode, details: str) -> str:
-    """What the operator should change for a refusal with `code` and message `details` ('' if
-    the message says it all)."""
+def refusal_hint(code: grpc.StatusCode, details: str, reason: str = "") -> str:
+    """What the operator should change for a refusal with `code`, message `details` and ErrorInfo
+    `reason` ('' if the message says it all)."""
+    by_reason = _HINTS_BY_REASON.get(reason)  # type: ignore[call-overload]  # a str of the wire, or ""
+    if by_reason is not None:
+        return str(by_reason)
     for phrase, hint in _HINTS:
         if phrase in details:
             return hint
@@ -109,7 +112,7 @@ def refusal_hint(code: grpc.StatusCode, details: str) -> str:
 
 
 def _refused(what: str, e: grpc.aio.AioRpcError) -> SchedulerRefused:
-    hint = refusal_hint(e.code(), e.details() or "")
+    hint = refusal_hint(e.code(), e.details() or "", reason_in(e.trailing_metadata()))
     text = f"{what}: {e.code().name}: {(e.details() or '').rstrip('. ')}."
     return SchedulerRefused(f"{text} {hint}." if hint else text, e.code())
 
