@@ -118,12 +118,18 @@ class AsyncSession:
         wait_timeout_s: float | None = None,
         on_yield_cancelled: OnYieldCancelled | None = None,
     ) -> None:
-        self._client = client
         self.session_id = session_id
         self.qos = qos
         spec = SessionSpec(
-            session_id, qos, on_yield, on_grant, on_yield_cancelled, resume_from, wait_timeout_s
+            session_id,
+            qos,
+            on_yield=on_yield,
+            on_grant=on_grant,
+            on_yield_cancelled=on_yield_cancelled,
+            resume_from=resume_from,
+            wait_timeout_s=wait_timeout_s,
         )
+        # The parts, each with the shared state and only the peers it calls.
         state = self._state = SessionState(spec)
         calls = SessionCalls(client)
         self._queue = CallbackQueue(session_id, self._callback_failed)
