@@ -59,6 +59,7 @@ from slots.actuators.base import Actuator
 from slots.actuators.factory import actuator_from_env
 from slots.autoscaler.demand import CoreDemand, weighted_demand_of_pool
 from slots.autoscaler.loop import Autoscaler
+from snapshots.extras import needs_extra
 
 if TYPE_CHECKING:  # redis and kubernetes are imported only when --state / --policy-source ask
     from scheduler.kube.policy_watch import Outcome, PolicyWatcher
@@ -199,7 +200,9 @@ async def start_server(
     state = state or StateOptions()
     redis_url = None
     if state.state != "memory":
-        from scheduler.state.redis_store import parse_state
+        scheme, sep, _ = state.state.partition("://")  # the scheme only: the URL may hold a password
+        with needs_extra("redis", f"--state {scheme}{sep and '://…'}"):
+            from scheduler.state.redis_store import parse_state
 
         redis_url = parse_state(state.state)
     watcher = _watcher(policy_path, policy_source, kube_api)
