@@ -61,11 +61,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import grpc  # noqa: E402
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+from durable import figures as durable_figures  # noqa: E402
+from durable import ratios as durable_ratios  # noqa: E402
+from durable import serving  # noqa: E402
 from procs import free_port, start_redis, stop_all  # noqa: E402
 
-from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc  # noqa: E402
 from scheduler.client import AsyncClient, LeaseInfo  # noqa: E402
 from scheduler.policy.identities import hash_token  # noqa: E402
 
@@ -150,18 +150,6 @@ class ReplicaProc:
         assert self.proc is not None
         self.proc.kill()
         self.proc.wait()
-
-
-async def serving(target: str) -> bool:
-    """gRPC health of the whole server: SERVING on the leader only."""
-    async with grpc.aio.insecure_channel(target) as ch:
-        try:
-            resp = await health_pb2_grpc.HealthStub(ch).Check(  # type: ignore[no-untyped-call]
-                health_pb2.HealthCheckRequest(service=""), timeout=0.5
-            )
-        except grpc.aio.AioRpcError:
-            return False
-        return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
 
 
 async def leader_of(replicas: list[ReplicaProc], timeout_s: float = 30.0) -> ReplicaProc:
@@ -347,67 +335,6 @@ async def probe(client: AsyncClient, n: int, t_kill: float) -> float:
     return t
 
 
-# ---------------------------------------------------------------- durability cost
-
-
-async def acquire_latency(target: str, n: int, tag: str) -> list[float]:
-    """Acquire until Granted, then Release, `n` times in sequence on one channel."""
-    out: list[float] = []
-    md = (("authorization", f"Bearer {TOKENS['alpha']}"),)
-    async with grpc.aio.insecure_channel(target) as ch:
-        stub = scheduler_pb2_grpc.SchedulerStub(ch)  # type: ignore[no-untyped-call]
-        for i in range(n):
-            sid = f"lat-{tag}-{i}"
-            t0 = time.perf_counter()
-            call = stub.Acquire(
-                scheduler_pb2.AcquireRequest(session_id=sid, qos=common_pb2.QOS_CLASS_BURSTABLE), metadata=md
-            )
-            ev = await call.read()
-            out.append(time.perf_counter() - t0)
-            lease = ev.granted.lease
-            await stub.Release(
-                scheduler_pb2.ReleaseRequest(session_id=sid, lease_id=lease.lease_id, epoch=lease.epoch),
-                metadata=md,
-            )
-            await call.read()
-    return out
-
-
-async def durable_ratios(targets: dict[str, str], rounds: int, n: int) -> dict[str, float]:
-    """Acquire->Granted p50 (ms) of each target, measured in alternating rounds."""
-    lat: dict[str, list[float]] = {name: [] for name in targets}
-    for r in range(rounds):
-        for name, target in targets.items():
-            lat[name] += await acquire_latency(target, n, f"{name}{r}")
-    return {name: statistics.median(xs) * 1e3 for name, xs in lat.items()}
-
-
-async def replica_online(port: int, timeout_s: float = 30.0) -> None:
-    """Until the redis-server on `port` has a replica in sync (before then WAIT cannot succeed)."""
-    import redis.asyncio
-
-    r = redis.asyncio.Redis(port=port)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            info = await r.info("replication")
-            if any(str(v).find("state=online") >= 0 or (isinstance(v, dict) and v.get("state") == "online")
-                   for k, v in info.items() if k.startswith("slave")):  # fmt: skip
-                return
-            await asyncio.sleep(0.05)
-        raise RuntimeError(f"the replica of redis on {port} did not come online")
-    finally:
-        await r.aclose()
-
-
-DURABLE_SETUPS = {
-    # name: (appendfsync, a replica acknowledging every append with WAIT)
-    "everysec": ("everysec", False),
-    "always": ("always", False),
-    "replica": ("everysec", True),
-}
-
-
 # ---------------------------------------------------------------- main
 
 
@@ -419,10 +346,7 @@ class Kill:
 
 
 async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
-    rng = random.Random(args.seed)
-    rport = free_port()
-    redis = start_redis(rport, tmp, fsync=args.fsync)
-    procs: list[subprocess.Popen[str]] = [redis]
+    """The failover under churn (unless `--durable-only`), then the durability cost."""
     policy = os.path.join(tmp, "policy.yaml")
     Path(policy).write_text(policy_text())
     keyfile = os.path.join(tmp, "grant-keys")
@@ -432,6 +356,24 @@ async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
             capture_output=True, text=True, check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
         ).stdout
     )  # fmt: skip
+    figures = {} if args.durable_only else await failover(args, tmp, policy, keyfile)
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        # Fresh servers once the churn's are stopped (a standby replaying every entry would
+        # compete for this machine's two cores): bench/durable.py.
+        ratios = await durable_ratios(
+            policy=policy, keyfile=keyfile, tmp=tmp, serve_args=args.serve_arg, rounds=args.rounds,
+            n=args.latency_n, token=TOKENS["alpha"], append=args.append, procs=procs, say=say,
+        )  # fmt: skip
+    finally:
+        stop_all(procs)
+    return {**figures, **durable_figures(ratios)}
+
+
+async def failover(args: argparse.Namespace, tmp: str, policy: str, keyfile: str) -> dict[str, str]:
+    rng = random.Random(args.seed)
+    rport = free_port()
+    procs: list[subprocess.Popen[str]] = [start_redis(rport, tmp, fsync=args.fsync)]
     state = f"redis://127.0.0.1:{rport}/0"
     names = ["a"] if args.no_standby else ["a", "b"]
     replicas = [ReplicaProc(n, policy, state, keyfile, tmp, args.serve_arg) for n in names]
@@ -444,7 +386,6 @@ async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
         sdk.setLevel(logging.INFO)
         sdk.propagate = False  # INFO goes to the file only, not to stderr
     kills: list[Kill] = []
-    memory: subprocess.Popen[str] | None = None
     try:
         for r in replicas:
             r.spawn()
@@ -487,44 +428,6 @@ async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
         await probe_client.close()
         if book.trace is not None:
             dump_book(os.path.join(tmp, "book.json"), book, kills)
-
-        # Durability cost, side by side: the churn's replicas stop (a standby replaying every
-        # entry would compete for this machine's two cores); then one fresh Redis-backed replica
-        # per durability setup (its own redis-server) and an in-memory server, same policy.
-        stop_all([r.proc for r in replicas if r.proc is not None])
-        targets: dict[str, str] = {}
-        for name, (fsync, with_replica) in DURABLE_SETUPS.items():
-            d = tempfile.mkdtemp(prefix=f"{name}-", dir=tmp)
-            port = free_port()
-            procs.append(start_redis(port, d, fsync=fsync))
-            state = f"redis://127.0.0.1:{port}/0"
-            if with_replica:
-                d2 = tempfile.mkdtemp(prefix=f"{name}-replica-", dir=tmp)
-                procs.append(start_redis(free_port(), d2, fsync=fsync, replica_of=port))
-                await replica_online(port)
-                state += "?replicas=1"
-            solo = ReplicaProc(f"durable-{name}", policy, state, keyfile, tmp, args.serve_arg)
-            replicas.append(solo)
-            solo.spawn()
-            targets[name] = solo.target
-        mport = free_port()
-        memory = subprocess.Popen(
-            [sys.executable, "-m", "scheduler.cli", "serve", "--policy", policy,
-             "--listen", f"127.0.0.1:{mport}", "--metrics-listen", f"127.0.0.1:{free_port()}"],
-            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
-        procs.append(memory)
-        targets = {"memory": f"127.0.0.1:{mport}", **targets}
-        deadline = time.monotonic() + 60
-        for target in targets.values():
-            while not await serving(target):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the server at {target} did not start: see {tmp}")
-                await asyncio.sleep(0.05)
-        p50 = await durable_ratios(targets, args.rounds, args.latency_n)
-        say("Acquire->Granted p50: " + ", ".join(f"{k} {v:.3f} ms" for k, v in p50.items()))
-        ratios = {k: v / p50["memory"] for k, v in p50.items() if k != "memory"}
     finally:
         stop_all([r.proc for r in replicas if r.proc is not None] + procs)
 
@@ -546,10 +449,6 @@ async def run(args: argparse.Namespace, tmp: str) -> dict[str, str]:
         "grant_heard_ms_max": f"{max(book.heard_late, default=0.0) * 1e3:.0f}",
         "kills": str(len(fo)),
         "sessions": str(book.done),
-        # appendfsync everysec on one Redis: the cost of the journal itself
-        "durable_p50_ratio": f"{ratios['everysec']:.2f}",
-        "durable_fsync_always_p50_ratio": f"{ratios['always']:.2f}",
-        "durable_replica_wait_p50_ratio": f"{ratios['replica']:.2f}",
     }
 
 
@@ -630,13 +529,21 @@ def main() -> int:
     ap.add_argument("--keep", metavar="DIR", help="write the replicas' logs and Redis files here (kept)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--serve-arg", action="append", default=[], help="extra `slotsched serve` argument")
+    ap.add_argument(
+        "--append",
+        default="resp",
+        choices=["resp", "redis-py", "both"],
+        help="the journal append's client in the durability rounds; both: compared in one run",
+    )
+    ap.add_argument("--durable-only", action="store_true", help="only the durability cost (no churn)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="slotsched-failover-") as tmp:
         # a fresh directory per run: a redis-server started on an old one would load its AOF
         where = tempfile.mkdtemp(prefix="run-", dir=args.keep) if args.keep else tmp
         figures = asyncio.run(run(args, where))
-    figures = {**figures, "cold_recovery_ms_10k_100k": cold_recovery_ms(args.recovery_runs)}
+    if not args.durable_only:
+        figures = {**figures, "cold_recovery_ms_10k_100k": cold_recovery_ms(args.recovery_runs)}
     # the headline keys first, as the issue names them
     order = ["failover_ms_p50", "failover_ms_max", "nostandby_failover_ms_p50", "nostandby_failover_ms_max",
              "cold_recovery_ms_10k_100k", "leases_lost", "double_grants"]  # fmt: skip

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -97,6 +98,9 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+
+#: bench/durable.py's switch: `redis-py` sends the journal append through redis-py, not resp.py.
+APPEND_ENV = "SLOTSCHED_JOURNAL_APPEND"
 
 #: Told the outcome of `RedisStore.append_nowait`: the last journal id, or the failure.
 AppendDone = Callable[[str | BaseException], None]
@@ -175,7 +179,9 @@ class RedisStore:
         # The hot journal append on its own lean connection where there is ONE known primary
         # (plain redis://); TLS, Sentinel (the primary moves) and Cluster keep redis-py's.
         self._fast: RespConnection | None = None
-        if self.target.mode == "redis" and not self.target.tls:
+        # bench/failover.py --append both: the same append over redis-py, in the same run.
+        lean = os.environ.get(APPEND_ENV, "resp") != "redis-py"
+        if lean and self.target.mode == "redis" and not self.target.tls:
             host, port = self.target.hosts[0]
             self._fast = RespConnection(
                 host,
