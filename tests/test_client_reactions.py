@@ -34,7 +34,7 @@ from scheduler.client.errors import (
     Unauthenticated,
     Unavailable,
 )
-from scheduler.client.reactions import Call, Reaction, from_rpc_error, react
+from scheduler.client.reactions import STATUS_TABLE, Call, Reaction, from_rpc_error, react
 from scheduler.client.retry import RetryPolicy
 from scheduler.client.wake import Wake
 
@@ -158,11 +158,7 @@ class _Client:
         self.metadata: tuple[tuple[str, str], ...] = ()
         self.follow_leader = follow
         self.failover_timeout_s = 5.0
-        self.policies = {
-            Call.RENEW: RetryPolicy(initial_s=0.001, attempts=1),
-            Call.YIELD: RetryPolicy(initial_s=0.001, attempts=5),
-            Call.RELEASE: RetryPolicy(initial_s=0.001, attempts=5),
-        }
+        self.command_backoff = RetryPolicy(initial_s=0.001)
         self.wake = Wake()
         self.sent: list[str] = []
         self._answers = answers
@@ -249,7 +245,7 @@ def test_a_call_no_longer_wanted_is_not_sent() -> None:
 
 def test_a_command_its_row_says_not_to_resend_is_not_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
     once = dataclasses.replace(commands.RENEW, resend=False)
-    monkeypatch.setitem(calls_module.COMMANDS, Call.RENEW, once)
+    monkeypatch.setitem(calls_module.CALLS, Call.RENEW, calls_module.CallRow(once, attempts=1))
     client = _Client([C.UNAVAILABLE, None])
     with pytest.raises(grpc.aio.AioRpcError):
         _send(client, Call.RENEW)
@@ -306,3 +302,11 @@ def test_a_channel_moved_before_it_answered_resends_its_acquires_and_hands_back_
         await m.close()
 
     asyncio.run(body())
+
+
+def test_every_unary_channel_command_has_its_call_row_and_column() -> None:
+    """A new session command (commands.py) fails here until the SDK says how to meet it."""
+    unary = {c.rpc for c in commands.BY_RPC.values() if c.field is not None and not c.streaming}
+    assert {row.command.rpc for row in calls_module.CALLS.values()} == unary
+    for call in calls_module.CALLS:
+        assert all(isinstance(rule.on(call), Reaction) for rule in STATUS_TABLE.values())

@@ -30,7 +30,7 @@ from scheduler.client.channel import (
 from scheduler.client.errors import InvalidArgument
 from scheduler.client.follow import DEFAULT_FAILOVER_TIMEOUT_S, Follower, FollowingStub, parse_targets
 from scheduler.client.mux import SessionMux
-from scheduler.client.reactions import Call, from_rpc_error
+from scheduler.client.reactions import from_rpc_error
 from scheduler.client.retry import RetryPolicy
 from scheduler.client.session import AsyncSession
 from scheduler.client.types import QoS, SessionInfo, SnapshotRef
@@ -116,13 +116,10 @@ class AsyncClient:
         self.renew_interval_s = renew_interval_s
         self.follow_leader = follow_leader
         self.failover_timeout_s = failover_timeout_s
-        # The waits between tries (retry.py): a session's attach, and its commands (calls.py).
+        # The waits between tries (retry.py): a session's attach, and its commands (calls.py
+        # says how many tries each has).
         self.reattach = RetryPolicy(initial_s=backoff_initial_s, max_s=backoff_max_s)
-        self.policies: dict[Call, RetryPolicy] = {
-            Call.RENEW: RetryPolicy(initial_s=backoff_initial_s, attempts=1),  # its schedule renews again
-            Call.YIELD: RetryPolicy(initial_s=backoff_initial_s, attempts=5),
-            Call.RELEASE: RetryPolicy(initial_s=backoff_initial_s, attempts=5),
-        }
+        self.command_backoff = RetryPolicy(initial_s=backoff_initial_s)
         # Sessions asleep in re-attach backoff, woken when the server answers again (wake.py).
         self.wake = Wake()
         options = merged_options(channel_options)

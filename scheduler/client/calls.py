@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -34,13 +35,23 @@ from scheduler.api.commands import Command
 from scheduler.client.channel import ClientLink
 from scheduler.client.follow import leader_named
 from scheduler.client.reactions import Call, Reaction, react
-from scheduler.client.retry import FAILOVER, RetryPolicy
+from scheduler.client.retry import FAILOVER
 
-#: The session command each call is (its rpc, and whether it may be sent again: `resend`).
-COMMANDS: dict[Call, Command] = {
-    Call.RENEW: commands.RENEW,
-    Call.YIELD: commands.YIELD,
-    Call.RELEASE: commands.RELEASE,
+
+@dataclass(frozen=True)
+class CallRow:
+    """A kind of call: the session command it is (its rpc, and whether it may be sent again:
+    `resend`), and how many tries it has."""
+
+    command: Command
+    attempts: int
+
+
+#: One row per kind of session call (its column of how each status is met: `reactions.py`).
+CALLS: dict[Call, CallRow] = {
+    Call.RENEW: CallRow(commands.RENEW, attempts=1),  # the schedule sends the next renewal
+    Call.YIELD: CallRow(commands.YIELD, attempts=5),
+    Call.RELEASE: CallRow(commands.RELEASE, attempts=5),
 }
 
 
@@ -87,8 +98,9 @@ class SessionCalls:
         `wanted()` is asked before every try (Abandoned once it says no); `recheck(err, more)`
         after a RECHECK reaction (`more`: whether the policy allows another try)."""
         client = self._client
-        command = COMMANDS[call]
-        policy: RetryPolicy = client.policies[call]
+        row = CALLS[call]
+        command = row.command
+        policy = replace(client.command_backoff, attempts=row.attempts)
         loop = asyncio.get_running_loop()
         tries = 0
         while True:

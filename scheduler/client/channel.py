@@ -140,8 +140,8 @@ class ClientLink(Protocol):
     renew_interval_s: float | None
     #: A session's re-attach (and first attach) backoff.
     reattach: RetryPolicy
-    #: Per kind of command, how often it is tried (`calls.py`).
-    policies: dict[Call, RetryPolicy]
+    #: The waits between two tries of a command (how many tries: `calls.py`).
+    command_backoff: RetryPolicy
     #: Whether a command whose replica was lost is sent again to the leader, and for how long.
     follow_leader: bool
     failover_timeout_s: float

@@ -49,7 +49,6 @@ import grpc
 import grpc.aio
 
 from scheduler.api import commands, wire
-from scheduler.api.commands import Command
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from scheduler.client import channel
 from scheduler.client.channel import ClientLink
@@ -449,8 +448,9 @@ class SessionMux:
 
 
 class MuxStub:
-    """The Scheduler stub's session methods, over the client's channel (module doc); each unary
-    one is the command `scheduler/api/commands.py` names for its rpc."""
+    """The Scheduler stub's session methods, over the client's channel (module doc): `Acquire`,
+    and each unary rpc `scheduler/api/commands.py` lists with a Channel field (Renew, Yield,
+    Release), sent as that command."""
 
     def __init__(self, mux: SessionMux) -> None:
         self._mux = mux
@@ -458,27 +458,17 @@ class MuxStub:
     def Acquire(self, request: pb.AcquireRequest, metadata: Any = None) -> MuxCall:  # noqa: N802
         return self._mux.acquire(request)
 
-    async def _command(self, command: Command, request: Any, timeout: float | None) -> Any:
-        assert command.field is not None  # a command a Channel carries
-        return await self._mux.command(timeout, **{command.field: request})
+    def __getattr__(self, rpc: str) -> Any:
+        command = commands.BY_RPC.get(rpc)
+        if command is None or command.field is None or command.streaming:
+            raise AttributeError(rpc)
+        field = command.field
+        mux = self._mux
 
-    async def Renew(  # noqa: N802
-        self, request: pb.RenewRequest, metadata: Any = None, timeout: float | None = None
-    ) -> pb.RenewResponse:
-        out: pb.RenewResponse = await self._command(commands.RENEW, request, timeout)
-        return out
+        async def call(request: Any, metadata: Any = None, timeout: float | None = None) -> Any:
+            return await mux.command(timeout, **{field: request})
 
-    async def Release(  # noqa: N802
-        self, request: pb.ReleaseRequest, metadata: Any = None, timeout: float | None = None
-    ) -> pb.ReleaseResponse:
-        out: pb.ReleaseResponse = await self._command(commands.RELEASE, request, timeout)
-        return out
-
-    async def Yield(  # noqa: N802
-        self, request: pb.YieldRequest, metadata: Any = None, timeout: float | None = None
-    ) -> pb.YieldResponse:
-        out: pb.YieldResponse = await self._command(commands.YIELD, request, timeout)
-        return out
+        return call
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:
