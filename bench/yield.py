@@ -48,11 +48,11 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 
 from scheduler.client import AsyncClient, Phase, QoS  # noqa: E402
+from scheduler.client.worker_runtime import ActorRuntime, WorkerClients, actor_session  # noqa: E402
 from scheduler.core.types import Decision, Granted, YieldCause, YieldRequested  # noqa: E402
 from scheduler.policy.identities import hash_token  # noqa: E402
 from scheduler.serve import start_server  # noqa: E402
 from slots.worker.actor import TRAILER_SIZE  # noqa: E402
-from slots.worker.runtime import ActorRuntime, WorkerClients, actor_session  # noqa: E402
 from tests.fixtures_s3 import AWS_TEST_ENV, MotoServer, free_port, make_bucket, s3_client  # noqa: E402
 
 MiB = 1 << 20

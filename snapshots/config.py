@@ -5,7 +5,8 @@
 `S3SnapshotStore`. S3 query options: endpoint_url, region, multipart_threshold, part_size (bytes, or
 with a KiB/MiB/GiB suffix), connect_timeout, read_timeout (seconds), max_attempts, addressing_style,
 upload_concurrency (parts of one snapshot in flight).
-Credentials never go in the URL: they come from the standard boto3 chain. Anything unrecognised is
+Credentials never go in the URL: they come from the standard boto3 chain. S3 needs the `s3` extra
+(boto3), imported only when an s3:// URL is given. Anything unrecognised is
 refused with a ValueError naming it, rather than silently falling back to another store.
 """
 
@@ -17,8 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from snapshots.extras import needs_extra
 from snapshots.local import LocalSnapshotStore
-from snapshots.s3 import S3SnapshotStore
 from snapshots.store import SnapshotStore
 
 _SIZE_RE = re.compile(r"^(\d+)\s*(|b|k|kb|kib|m|mb|mib|g|gb|gib)$", re.IGNORECASE)
@@ -94,6 +95,9 @@ def store_from_url(url: str) -> SnapshotStore:
             if key in kwargs:
                 raise ValueError(f"snapshot store URL {url!r}: option {key!r} given twice")
             kwargs[key] = parse(key, value)
+        with needs_extra("s3", "an s3:// snapshot store"):  # boto3: not in a base install
+            from snapshots.s3 import S3SnapshotStore
+
         return S3SnapshotStore(bucket, prefix=unquote(parts.path), **kwargs)
     raise ValueError(
         f"snapshot store URL {url!r}: unsupported scheme {parts.scheme!r} (use a path, file:// or s3://)"

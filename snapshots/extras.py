@@ -20,17 +20,17 @@ _OURS = frozenset({"scheduler", "slots", "snapshots"})
 class MissingExtra(ModuleNotFoundError):
     """An optional backend is not installed; `extra` is the pip extra that installs it."""
 
-    def __init__(self, what: str, extra: str, module: str | None) -> None:
-        missing = f" ({module} is not installed)" if module else ""
+    def __init__(self, what: str, extra: str, cause: ImportError) -> None:
         super().__init__(
-            f"{what} needs the {extra} extra: pip install 'slotsched[{extra}]'{missing}", name=module
+            f"{what} needs the {extra} extra: pip install 'slotsched[{extra}]' ({cause})", name=cause.name
         )
         self.extra = extra
 
 
 @contextmanager
 def needs_extra(extra: str, what: str) -> Iterator[None]:
-    """Around the import of a backend: its absence becomes `MissingExtra` naming `extra`."""
+    """Around the import of a backend: its absence (or a broken install) becomes `MissingExtra`
+    naming `extra`; `what` says what needs it, as the user asked for it (a flag, a URL scheme)."""
     try:
         yield
     except MissingExtra:
@@ -38,7 +38,7 @@ def needs_extra(extra: str, what: str) -> Iterator[None]:
     except ImportError as e:
         if e.name is not None and e.name.split(".")[0] in _OURS:
             raise  # a broken module of ours, not a package to install
-        raise MissingExtra(what, extra, e.name.split(".")[0] if e.name else None) from e
+        raise MissingExtra(what, extra, e) from e
 
 
 __all__ = ["MissingExtra", "needs_extra"]

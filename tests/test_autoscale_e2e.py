@@ -54,10 +54,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2
 from scheduler.client import AsyncClient, AsyncSession, LeaseInfo, NotFound, QoS
+from scheduler.client.worker_runtime import ActorRuntime, Started, WorkerClients, actor_session
 from scheduler.policy.identities import hash_token
 from scheduler.serve import RunningServer, start_server
 from slots.worker.actor import Actor
-from slots.worker.runtime import ActorRuntime, Started, WorkerClients, actor_session
 from tests.grpc_fixtures import ADMIN_TOKEN, WORKER_TOKEN, Client, policy_yaml, write_policy
 
 T = TypeVar("T")

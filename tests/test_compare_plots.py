@@ -106,7 +106,7 @@ def test_compare_without_matplotlib_writes_report_and_json_and_says_how_to_get_p
     assert run_compare(pol, plans, ns) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["policies"]["slotsched"]["completed"] == 3
-    assert "plots not drawn" in out.err and "pip install matplotlib" in out.err
+    assert "plots not drawn" in out.err and "pip install 'slotsched[sim]'" in out.err
     report = (tmp_path / "report.md").read_text()
     assert "plots not drawn" in report and "![" not in report
     assert not list(tmp_path.glob("*.png"))

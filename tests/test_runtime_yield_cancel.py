@@ -1,4 +1,4 @@
-"""The reference runtime's side of YieldCancelled (slots/worker/runtime.py): a yield called off
+"""The reference runtime's side of YieldCancelled (scheduler/client/worker_runtime.py): a yield called off
 during the checkpoint leaves the actor running (no Stop) and keeps the lease; once the Stop has
 begun it is too late, and the runtime tells the SDK to yield anyway. The worker is a fake here:
 what is tested is the order of the runtime's own steps, which a real worker cannot slow down."""
@@ -9,7 +9,7 @@ import asyncio
 from typing import Any
 
 from scheduler.client.types import LeaseInfo, QoS, Slot, SnapshotRef
-from slots.worker.runtime import ActorRuntime, WorkerClient
+from scheduler.client.worker_runtime import ActorRuntime, WorkerClient
 
 LEASE = LeaseInfo(
     session_id="s1",

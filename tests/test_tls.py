@@ -29,10 +29,10 @@ from scheduler.api.gen.externalscaler import externalscaler_pb2, externalscaler_
 from scheduler.cli.status_table import status_main
 from scheduler.client import AsyncClient, QoS
 from scheduler.client.channel import tls_credentials
+from scheduler.client.worker_runtime import WorkerClient
 from scheduler.listen import TlsFiles, add_grpc_port
 from scheduler.serve import RunningServer, start_server
 from slots.worker.main import start_worker
-from slots.worker.runtime import WorkerClient
 from tests.grpc_fixtures import ADMIN_TOKEN, TOKENS, WORKER_TOKEN, policy_yaml, write_policy
 from tests.tls_certs import CLIENT_SAN, Pki, make_pki
 

@@ -21,6 +21,7 @@ import pytest
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2, worker_pb2, worker_pb2_grpc
 from scheduler.client import AsyncClient, QoS
+from scheduler.client.worker_runtime import ActorRuntime, WorkerClients, actor_session
 from scheduler.core.engine import Core
 from scheduler.core.types import (
     Acquire,
@@ -42,7 +43,6 @@ from scheduler.state import codec
 from slots.worker.actor import ActorConfig
 from slots.worker.host import ActorHost, FailedPrecondition
 from slots.worker.main import start_worker
-from slots.worker.runtime import ActorRuntime, WorkerClients, actor_session
 from snapshots.local import LocalSnapshotStore
 
 pytest.register_assert_rewrite("tests.grpc_fixtures")

@@ -22,6 +22,7 @@ import pytest
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2, worker_pb2, worker_pb2_grpc
 from scheduler.client import AsyncClient, QoS
+from scheduler.client.worker_runtime import ActorRuntime, WorkerClients, actor_session
 from scheduler.grants import (
     GRANT_GRACE_S,
     GrantClaim,
@@ -34,7 +35,6 @@ from scheduler.grants import (
 from scheduler.policy.identities import hash_token
 from slots.worker.actor import ActorConfig
 from slots.worker.main import RunningWorker, start_worker
-from slots.worker.runtime import ActorRuntime, WorkerClients, actor_session
 
 pytest.register_assert_rewrite("tests.grpc_fixtures")
 from tests.grpc_fixtures import (  # noqa: E402

@@ -106,7 +106,7 @@ def test_register_refuses_slot_epochs_outside_its_slots_or_bounds(server: Server
 
 def test_the_runtime_docstring_shows_workers_the_runtime_token() -> None:
     """Issue 20 #20: runtimes present their own token to workers (README), not the workers' one."""
-    from slots.worker import runtime
+    from scheduler.client import worker_runtime as runtime
 
     doc = runtime.__doc__ or ""
     assert "WorkerClients(token=RUNTIME_TOKEN)" in doc and "WORKER_TOKEN" not in doc

@@ -17,10 +17,10 @@ import pytest
 
 from scheduler.api.gen.slotsched.v1 import workers_pb2
 from scheduler.client import AsyncClient, Phase, QoS
+from scheduler.client.worker_runtime import ActorRuntime, WorkerClients, actor_session
 from slots.worker.actor import ActorConfig
 from slots.worker.agent import DRAINED
 from slots.worker.main import RunningWorker, start_worker
-from slots.worker.runtime import ActorRuntime, WorkerClients, actor_session
 
 pytest.register_assert_rewrite("tests.grpc_fixtures")  # imported before pytest loads it as a plugin
 from tests.grpc_fixtures import (  # noqa: E402

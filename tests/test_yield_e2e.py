@@ -32,9 +32,9 @@ import yaml
 from scheduler.api.gen.slotsched.v1 import admin_pb2
 from scheduler.client import AsyncClient, Phase, QoS
 from scheduler.client.aio import AsyncSession
+from scheduler.client.worker_runtime import ActorRuntime, WorkerClients, actor_session
 from scheduler.policy.identities import hash_token
 from slots.worker.actor import TRAILER_SIZE
-from slots.worker.runtime import ActorRuntime, WorkerClients, actor_session
 
 pytest.register_assert_rewrite(
     "tests.fixtures_s3", "tests.grpc_fixtures"

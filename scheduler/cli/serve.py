@@ -9,6 +9,7 @@ import os
 import sys
 
 from scheduler.cli.help import positive
+from slots.actuators.factory import KINDS
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -64,7 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     s.add_argument(
         "--autoscaler",
-        choices=("off", "local", "kubernetes", "dry-run"),
+        choices=KINDS,  # the factory's one list of actuator kinds
         default=None,
         help="companion autoscaler actuator (default: $SLOTSCHED_AUTOSCALER or off); see deploy/",
     )

@@ -1,5 +1,8 @@
 """The lease holder's side of checkpoint-and-yield: the SDK's callbacks, wired to the Worker service.
 
+It lives beside the SDK, not in `slots/worker/`, because it is runtime-side code: it imports only
+the SDK and the Worker stubs, so an agent runtime using it installs and imports no worker.
+
 Why this exists: the SDK (`scheduler.client`) asks a runtime for two things — what to do when a
 slot is granted (`on_grant`) and how to checkpoint when asked to yield (`on_yield`, which returns
 the SnapshotRef the SDK passes to Yield). For actors hosted by slotsched workers both answers are
@@ -67,7 +70,7 @@ log = logging.getLogger("slotsched.runtime")
 _RETRY_CODES = frozenset({grpc.StatusCode.UNAVAILABLE})
 #: Grants a WorkerClient remembers for `status()` (the oldest are dropped first).
 MAX_REMEMBERED_GRANTS = 1024
-#: The Worker service's limit on grants per Status call (service.MAX_STATUS_GRANTS).
+#: The Worker service's limit on grants per Status call (slots/worker/service.py, MAX_STATUS_GRANTS).
 MAX_STATUS_GRANTS = 64
 
 

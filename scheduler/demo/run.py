@@ -9,7 +9,7 @@ Everything runs in this process, on one event loop: the scheduler (`start_server
 server `slotsched serve` runs, without a static pool), three reference workers
 (`slots.worker.main.start_worker`, each its own gRPC server on loopback, registering and
 heartbeating like a worker process would) and the sessions (the SDK plus
-`slots.worker.runtime.actor_session`). In-process workers start in milliseconds; the
+`scheduler.client.worker_runtime.actor_session`). In-process workers start in milliseconds; the
 end-to-end test runs the same code as separate processes.
 
 Time to slot, preemptions and revocations are read from the scheduler's own decisions (an
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from scheduler.client import AsyncClient, Phase, SlotschedError
+from scheduler.client.worker_runtime import ActorRuntime, WorkerClients, actor_session
 from scheduler.core.types import Decision, Granted, Revoked, YieldCause, YieldRequested
 from scheduler.demo import workload as wl
 from scheduler.policy.identities import hash_token
@@ -42,7 +43,6 @@ from scheduler.server.metrics import CLASS_ORDER
 from scheduler.sim.stats import CLASS_KEYS, percentile
 from slots.worker.actor import ActorConfig
 from slots.worker.main import RunningWorker, start_worker
-from slots.worker.runtime import ActorRuntime, WorkerClients, actor_session
 
 log = logging.getLogger("slotsched.demo")
 

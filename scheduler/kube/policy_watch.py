@@ -21,13 +21,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, cast
 
-from kubernetes import client, config, watch
-from kubernetes.client.exceptions import ApiException
-
 from scheduler.policy.crd import APPLIED, GROUP, PLURAL, VALID, VERSION
 from scheduler.policy.errors import PolicyError, Problem
 from scheduler.policy.model import Policy
 from scheduler.policy.validate import policy_from_dict
+from snapshots.extras import needs_extra
+
+with needs_extra("kubernetes", "--policy-source kubernetes://…"):  # not in a base install
+    from kubernetes import client, config, watch
+    from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger("slotsched.policy")
 

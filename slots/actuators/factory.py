@@ -1,8 +1,9 @@
 """Choosing an actuator from configuration (flags or the environment of a pod).
 
-Why one function: `slotsched serve` and the Kubernetes manifests (deploy/components/autoscaler
+Why one module: `slotsched serve` and the Kubernetes manifests (deploy/components/autoscaler
 sets SLOTSCHED_AUTOSCALER* variables) name the actuator as text; everything that turns that text
-into an object, and every error about it, lives here.
+into an object, and every error about it, lives here. `BUILDERS` is the one list of kinds (the
+`--autoscaler` choices read it): a new actuator is its module and one row here.
 
     SLOTSCHED_AUTOSCALER               off (default) | local | kubernetes | dry-run
     SLOTSCHED_AUTOSCALER_TARGET        kubernetes: Deployment/NAME, StatefulSet/NAME, or
@@ -17,22 +18,25 @@ into an object, and every error about it, lives here.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from slots.actuators.base import Actuator
 from slots.actuators.dry_run import DryRunActuator
 from slots.actuators.local import DEFAULT_WORKER_COMMAND, LocalActuator
+from snapshots.extras import needs_extra
 
 if TYPE_CHECKING:  # the kubernetes client is imported only when a cluster is the target
     from slots.actuators.kubernetes import ScaleTarget
 
-KINDS = ("off", "local", "kubernetes", "dry-run")
+#: The kubernetes kind's client is the `kubernetes` extra: absent from a base install.
+_KUBERNETES_EXTRA = ("kubernetes", "the kubernetes actuator (--autoscaler kubernetes)")
 
 
 def parse_target(text: str, namespace: str = "default") -> ScaleTarget:
     """`Deployment/NAME`, `StatefulSet/NAME` or `PLURAL.GROUP/VERSION/KIND/NAME` as a ScaleTarget."""
-    from slots.actuators.kubernetes import ScaleTarget
+    with needs_extra(*_KUBERNETES_EXTRA):
+        from slots.actuators.kubernetes import ScaleTarget
 
     parts = text.strip().split("/")
     if len(parts) == 2 and parts[0].lower() in ("deployment", "deployments"):
@@ -48,23 +52,44 @@ def parse_target(text: str, namespace: str = "default") -> ScaleTarget:
     )
 
 
+#: Builds the actuator of one kind from the environment, the scheduler's address and slots per worker.
+Builder = Callable[[Mapping[str, str], str, int], Actuator | None]
+
+
+def _off(env: Mapping[str, str], scheduler: str, slots: int) -> None:
+    return None
+
+
+def _dry_run(env: Mapping[str, str], scheduler: str, slots: int) -> Actuator:
+    return DryRunActuator()
+
+
+def _local(env: Mapping[str, str], scheduler: str, slots: int) -> Actuator:
+    command = env.get("SLOTSCHED_WORKER_COMMAND")
+    argv = shlex.split(command) if command else DEFAULT_WORKER_COMMAND
+    return LocalActuator(scheduler=scheduler, slots=slots, command=argv)
+
+
+def _kubernetes(env: Mapping[str, str], scheduler: str, slots: int) -> Actuator:
+    with needs_extra(*_KUBERNETES_EXTRA):
+        from slots.actuators.kubernetes import KubernetesActuator
+
+    text = env.get("SLOTSCHED_AUTOSCALER_TARGET", "")
+    if not text:
+        raise ValueError("SLOTSCHED_AUTOSCALER=kubernetes needs SLOTSCHED_AUTOSCALER_TARGET")
+    target = parse_target(text, env.get("POD_NAMESPACE", "default"))
+    return KubernetesActuator(target, pod_selector=env.get("SLOTSCHED_AUTOSCALER_POD_SELECTOR") or None)
+
+
+#: Every actuator kind, in the order `--help` shows them: the one list (cli/serve.py reads it).
+BUILDERS: dict[str, Builder] = {"off": _off, "local": _local, "kubernetes": _kubernetes, "dry-run": _dry_run}
+KINDS = tuple(BUILDERS)
+
+
 def actuator_from_env(env: Mapping[str, str], *, scheduler: str, slots: int) -> Actuator | None:
     """The actuator the environment asks for, or None for `off`. Raises ValueError on bad config."""
     kind = env.get("SLOTSCHED_AUTOSCALER", "off").strip().lower() or "off"
-    if kind == "off":
-        return None
-    if kind == "dry-run":
-        return DryRunActuator()
-    if kind == "local":
-        command = env.get("SLOTSCHED_WORKER_COMMAND")
-        argv = shlex.split(command) if command else DEFAULT_WORKER_COMMAND
-        return LocalActuator(scheduler=scheduler, slots=slots, command=argv)
-    if kind == "kubernetes":
-        from slots.actuators.kubernetes import KubernetesActuator
-
-        text = env.get("SLOTSCHED_AUTOSCALER_TARGET", "")
-        if not text:
-            raise ValueError("SLOTSCHED_AUTOSCALER=kubernetes needs SLOTSCHED_AUTOSCALER_TARGET")
-        target = parse_target(text, env.get("POD_NAMESPACE", "default"))
-        return KubernetesActuator(target, pod_selector=env.get("SLOTSCHED_AUTOSCALER_POD_SELECTOR") or None)
-    raise ValueError(f"SLOTSCHED_AUTOSCALER={kind!r}: expected one of {', '.join(KINDS)}")
+    build = BUILDERS.get(kind)
+    if build is None:
+        raise ValueError(f"SLOTSCHED_AUTOSCALER={kind!r}: expected one of {', '.join(KINDS)}")
+    return build(env, scheduler, slots)

@@ -14,12 +14,12 @@ import time
 from collections import deque
 from collections.abc import Iterator
 
-from scheduler.core.types import SnapshotRef
 from slots.worker.actor import ActorConfig
 from slots.worker.host_errors import NotFound, Unavailable
 from slots.worker.metrics import WorkerMetrics
 from slots.worker.slot_records import CheckpointRecord, Running, store_name
 from snapshots.errors import SnapshotError, SnapshotUnavailable
+from snapshots.ref import SnapshotRef
 from snapshots.store import Chunk, SnapshotStore
 
 log = logging.getLogger("slotsched.worker")

@@ -48,7 +48,6 @@ import time
 from collections import deque
 from collections.abc import Iterable
 
-from scheduler.core.types import SnapshotRef
 from slots.worker.actor import Actor, ActorConfig
 from slots.worker.checkpoint import CheckpointMixin
 from slots.worker.host_errors import (
@@ -63,6 +62,7 @@ from slots.worker.host_errors import (
 from slots.worker.metrics import LOST_FENCED, LOST_WORKER_EXIT, WorkerMetrics
 from slots.worker.restore import LOST_SUPERSEDED, RestoreMixin
 from slots.worker.slot_records import CheckpointRecord, Running, SlotState, StartResult, store_name
+from snapshots.ref import SnapshotRef
 from snapshots.store import SnapshotStore, validate_name
 
 # What importers of the host (the servicer, the agent, tests) took from it before the split.

@@ -29,7 +29,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from scheduler.api.gen.slotsched.v1 import common_pb2
-from scheduler.core.types import SnapshotRef
+from snapshots.ref import SnapshotRef
 
 
 class RefusalReason(StrEnum):

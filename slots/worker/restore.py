@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 
-from scheduler.core.types import SnapshotRef
 from slots.worker.actor import TRAILER_SIZE, Actor, ActorConfig, StateCorrupt
 from slots.worker.host_errors import DataLoss, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from slots.worker.metrics import (
@@ -34,6 +33,7 @@ from snapshots.errors import (
     SnapshotUnavailable,
     TenantMismatch,
 )
+from snapshots.ref import SnapshotRef
 from snapshots.store import SnapshotStore
 
 log = logging.getLogger("slotsched.worker")

@@ -51,7 +51,6 @@ from typing import Any, NoReturn
 import grpc
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, worker_pb2, worker_pb2_grpc
-from scheduler.core.types import SnapshotRef
 from scheduler.grants import GrantClaim, GrantRefused, GrantVerifier, core_lease_id, parse_token
 from scheduler.policy.identities import hash_token
 from scheduler.policy.schema import TENANT_NAME_RE, TOKEN_HASH_RE
@@ -64,6 +63,7 @@ from slots.worker.leases import (
     StartClaim,
     check_start,
 )
+from snapshots.ref import SnapshotRef
 
 log = logging.getLogger("slotsched.worker")
 

@@ -8,8 +8,8 @@ import asyncio
 import hashlib
 from dataclasses import dataclass, field
 
-from scheduler.core.types import SnapshotRef
 from slots.worker.actor import Actor
+from snapshots.ref import SnapshotRef
 from snapshots.store import name_created, validate_name
 
 

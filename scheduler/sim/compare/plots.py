@@ -37,16 +37,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import matplotlib
+from scheduler.sim.stats import CLASS_KEYS, Sample, SimStats
+from snapshots.extras import needs_extra
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
+with needs_extra("sim", "simulate --compare's plots"):  # matplotlib: not in a base install
+    import matplotlib
 
-from scheduler.sim.stats import CLASS_KEYS, Sample, SimStats  # noqa: E402
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
 TOP_TENANTS = 6
 MARK_BELOW = 25  # grants in a curve below which each one is marked with a dot

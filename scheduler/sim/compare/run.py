@@ -25,9 +25,9 @@ from scheduler.sim.compare.report import render
 from scheduler.sim.simulator import SimConfig, Simulator
 from scheduler.sim.stats import SimStats
 from scheduler.sim.workload import SessionPlan, describe_tenants
+from snapshots.extras import MissingExtra
 
 SAMPLES = 400  # time-series points per run, for the plots
-PLOTS_HINT = "python3 -m pip install matplotlib"  # or `pip install -e .`: it is a dependency
 
 
 class Progress:
@@ -149,12 +149,12 @@ def header_lines(policy: Policy, plans: Sequence[SessionPlan], config: SimConfig
 def draw_plots(
     results: Sequence[tuple[Contender, SimStats, RunFigures]], out: Path
 ) -> tuple[list[Path], str]:
-    """The PNGs, or none and a line saying why: matplotlib is a dependency, but a report and the
+    """The PNGs, or none and a line saying why: matplotlib is the `sim` extra, but a report and the
     JSON are worth having from an install that lacks it (or whose matplotlib is broken)."""
     try:
         from scheduler.sim.compare.plots import draw_all
-    except ImportError as e:
-        return [], f"plots not drawn: matplotlib could not be imported ({e}); to get them: `{PLOTS_HINT}`"
+    except MissingExtra as e:  # names the extra to install
+        return [], f"plots not drawn: {e}"
     images = draw_all([(c.name, s) for c, s, _ in results], out, {c.name: c.group for c, _, _ in results})
     return images, ""
 
