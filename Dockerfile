@@ -8,6 +8,7 @@
 ARG PYTHON_VERSION=3.11
 
 # --- build: generate the proto stubs from proto/ and install the package into a venv ---------
+# With every extra (`all`): the overlays use Redis state, S3 snapshots and the Kubernetes API.
 FROM python:${PYTHON_VERSION}-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
@@ -23,7 +24,7 @@ COPY slots/ slots/
 COPY snapshots/ snapshots/
 RUN python scripts/gen_proto.py \
  && python -m venv /opt/slotsched \
- && /opt/slotsched/bin/pip install . \
+ && /opt/slotsched/bin/pip install '.[all]' \
  && /opt/slotsched/bin/slotsched --help >/dev/null
 
 # --- runtime: the venv only, as a non-root user ------------------------------------------------

@@ -17,8 +17,12 @@ from contextlib import contextmanager
 _OURS = frozenset({"scheduler", "slots", "snapshots"})
 
 
-class MissingExtra(ModuleNotFoundError):
-    """An optional backend is not installed; `extra` is the pip extra that installs it."""
+class MissingExtra(ModuleNotFoundError, RuntimeError):
+    """An optional backend is not installed; `extra` is the pip extra that installs it.
+
+    An ImportError to code that imports the backend, and a RuntimeError too, so that a command's
+    "cannot start" handler (serve_forever's) reports it as it reports any other start-up error,
+    after closing what it had opened."""
 
     def __init__(self, what: str, extra: str, cause: ImportError) -> None:
         super().__init__(

@@ -5,7 +5,7 @@ parser from them. Each subcommand imports what it needs lazily, so `slotsched po
 starts fast and does not import gRPC.
 
 Output to a reader that went away (`slotsched status --json | head`) ends the command quietly,
-whichever command printed, and so does a backend the install lacks (exit 2, naming the extra to
+whichever command printed, and so does a backend the install lacks (exit 1, naming the extra to
 install: snapshots/extras.py): see main.
 """
 
@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # what is still buffered meets a closed pipe here, not at exit
     except MissingExtra as e:  # a backend the base install lacks: the message names its extra
         print(f"slotsched: {e}", file=sys.stderr)
-        return 2
+        return 1
     except BrokenPipeError:
         # The Python docs' advice for SIGPIPE: point stdout at devnull, so the interpreter's
         # own flush at exit does not fail again, and exit 1 without a traceback.
