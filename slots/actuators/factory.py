@@ -29,13 +29,13 @@ from snapshots.extras import needs_extra
 if TYPE_CHECKING:  # the kubernetes client is imported only when a cluster is the target
     from slots.actuators.kubernetes import ScaleTarget
 
-#: The kubernetes kind's client is the `kubernetes` extra: absent from a base install.
-_KUBERNETES_EXTRA = ("kubernetes", "the kubernetes actuator (--autoscaler kubernetes)")
+#: What needs the kubernetes client, the `kubernetes` extra (absent from a base install).
+_KUBERNETES_USER = "the kubernetes actuator (--autoscaler kubernetes)"
 
 
 def parse_target(text: str, namespace: str = "default") -> ScaleTarget:
     """`Deployment/NAME`, `StatefulSet/NAME` or `PLURAL.GROUP/VERSION/KIND/NAME` as a ScaleTarget."""
-    with needs_extra(*_KUBERNETES_EXTRA):
+    with needs_extra("kubernetes", _KUBERNETES_USER):
         from slots.actuators.kubernetes import ScaleTarget
 
     parts = text.strip().split("/")
@@ -71,7 +71,7 @@ def _local(env: Mapping[str, str], scheduler: str, slots: int) -> Actuator:
 
 
 def _kubernetes(env: Mapping[str, str], scheduler: str, slots: int) -> Actuator:
-    with needs_extra(*_KUBERNETES_EXTRA):
+    with needs_extra("kubernetes", _KUBERNETES_USER):
         from slots.actuators.kubernetes import KubernetesActuator
 
     text = env.get("SLOTSCHED_AUTOSCALER_TARGET", "")
