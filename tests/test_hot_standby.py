@@ -33,8 +33,8 @@ from scheduler.client import AsyncClient, Phase, QoS
 from scheduler.client.follow import LEADER_KEY, Follower, parse_targets
 from scheduler.grants import GrantKeyring
 from scheduler.serve import RunningServer, StateOptions, default_advertise, start_server
-from scheduler.state.redis_store import NotLeader
-from scheduler.state.standby import id_key as _id
+from scheduler.state.redis_store import id_key as _id
+from scheduler.state.store import StaleTerm
 from tests.grpc_fixtures import TOKENS, policy_yaml, write_policy
 from tests.test_state_redis import NOT_SERVING, REDIS_BIN, SERVING, RedisProc, Sched, queue_order
 
@@ -240,7 +240,7 @@ def test_a_leader_whose_renewals_stall_stops_serving_cannot_write_and_steps_down
                 await asyncio.sleep(0.02)
             assert rb.last_takeover.hot
             # The ex-leader's writes are fenced off.
-            with pytest.raises(NotLeader):
+            with pytest.raises(StaleTerm):
                 await ra.store.append([b"late"], old_token)
             release.set()  # the renewal goes through now, finds the lease gone: step down
             while ra.serving:

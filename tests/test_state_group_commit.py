@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
-from redis.exceptions import ConnectionError
 
 from scheduler.core.types import Acquire, QoS, SessionId, TenantName
 from scheduler.ports import StateUnavailable
@@ -19,6 +18,7 @@ from scheduler.server.loop import SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
 from scheduler.state import codec
 from scheduler.state.replica import Replica, StateMetrics
+from scheduler.state.store import StoreUnavailable
 from tests.test_core_state_io import POLICY
 
 
@@ -26,6 +26,7 @@ class _Store:
     """Sends are recorded; the test answers them with `answer(i, outcome)`."""
 
     token = "me:1"
+    where = "the test's store"
 
     def __init__(self) -> None:
         self.sent: list[list[bytes]] = []
@@ -98,7 +99,7 @@ def test_a_failed_batch_refuses_durable_at_once_and_nothing_after_it_is_sent() -
         first = asyncio.ensure_future(r.durable())
         _acquire(loop, "s2")  # waits behind the batch in flight
         second = asyncio.ensure_future(r.durable())
-        store.done[0](ConnectionError("redis 127.0.0.1:6379: connection reset"))
+        store.done[0](StoreUnavailable("redis 127.0.0.1:6379: connection reset"))
         # Synchronously: a handler asking now must not be told its event is durable.
         assert not r.serving
         with pytest.raises(StateUnavailable):

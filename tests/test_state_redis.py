@@ -33,7 +33,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, scheduler_pb2
 from scheduler.client import AsyncClient, Phase, QoS
 from scheduler.grants import GRANT_KEYS_ENV
-from scheduler.state.redis_store import NotLeader, RedisStore
+from scheduler.state.redis_store import RedisStore
+from scheduler.state.store import StaleTerm
 from tests.grpc_fixtures import ADMIN_TOKEN, TOKENS, Client, policy_yaml, write_policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -342,13 +343,13 @@ def test_every_term_has_its_own_fencing_token() -> None:
                 first = a.token
                 await a.append([b'{"v":1}'], first)
                 assert not await b.try_lead(5.0)  # a leads
-                with pytest.raises(NotLeader):
+                with pytest.raises(StaleTerm):
                     await b.append([b"x"], b.token)
                 assert await a.try_lead(5.0)  # a again, e.g. after stepping down: a new term
                 assert a.token != first and a.token.startswith("a:")
-                with pytest.raises(NotLeader):
+                with pytest.raises(StaleTerm):
                     await a.append([b"stale"], first)
-                with pytest.raises(NotLeader):
+                with pytest.raises(StaleTerm):
                     await a.save_snapshot(b"data", "fp", "0-1", 0.0, first)
                 await a.append([b"fresh"], a.token)
                 rows = await a.redis.xrange(a.k_journal)

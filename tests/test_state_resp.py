@@ -1,6 +1,6 @@
 """The lean RESP connection of the journal append (scheduler/state/resp.py): the parser on every
 reply type, whole and split at every byte; and against real redis-server processes on free ports:
-the fenced append through it (wrong token → NotLeader), NOSCRIPT after SCRIPT FLUSH, AUTH with
+the fenced append through it (wrong token → StaleTerm), NOSCRIPT after SCRIPT FLUSH, AUTH with
 a username and password plus SELECT, WAIT for a replica, and a SIGKILLed Redis mid-append raising
 what the replica treats as a failed append (then reconnecting once Redis is back)."""
 
@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 import redis
-from redis.exceptions import ConnectionError, RedisError, ResponseError
+from redis.exceptions import ConnectionError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from scheduler.state.redis_store import NotLeader, RedisStore, ReplicasBehind
+from scheduler.state.redis_store import RedisStore, ReplicasBehind
 from scheduler.state.resp import Incomplete, RespConnection, encode, parse
+from scheduler.state.store import StaleTerm, StoreUnavailable
 from tests.test_state_redis import REDIS_BIN, RedisProc, free_port
 
 pytestmark = pytest.mark.skipif(
@@ -118,9 +119,9 @@ def test_append_through_resp_is_fenced_and_survives_script_flush() -> None:
             try:
                 assert await a.try_lead(5.0)
                 first = await a.append([b"one", b"two"], a.token)
-                with pytest.raises(NotLeader):
+                with pytest.raises(StaleTerm):
                     await b.append([b"intruder"], b.token)
-                with pytest.raises(NotLeader):
+                with pytest.raises(StaleTerm):
                     await a.append([b"stale"], "a:not-this-term")
                 await a.redis.script_flush()  # the server lost the script: EVAL loads it again
                 last = await a.append([b"three"], a.token)
@@ -237,7 +238,7 @@ def test_wait_for_a_replica_on_the_same_connection() -> None:
 
 def test_a_killed_redis_mid_append_fails_the_append_then_it_reconnects() -> None:
     """SIGSTOP (the append gets no reply: a timeout) then SIGKILL (the connection breaks): both
-    raise a RedisError, the replica's "append failed, step down"; Redis back, appends work."""
+    raise StoreUnavailable, the replica's "append failed, step down"; Redis back, appends work."""
     with tempfile.TemporaryDirectory(prefix="slotsched-resp-") as d:
         r = RedisProc(d).start()
 
@@ -248,7 +249,7 @@ def test_a_killed_redis_mid_append_fails_the_append_then_it_reconnects() -> None
                 await store.append([b"before"], store.token)
                 assert r.proc is not None
                 r.proc.send_signal(signal.SIGSTOP)
-                with pytest.raises(RedisError):  # no reply within the store's timeout
+                with pytest.raises(StoreUnavailable):  # no reply within the store's timeout
                     await store.append([b"stalled"], store.token)
                 r.proc.send_signal(signal.SIGCONT)
                 await store.append([b"after-timeout"], store.token)  # a new connection
@@ -256,9 +257,9 @@ def test_a_killed_redis_mid_append_fails_the_append_then_it_reconnects() -> None
                 await asyncio.sleep(0)  # the write is under way
                 assert not pending.done()
                 r.kill()
-                with pytest.raises(RedisError):
+                with pytest.raises(StoreUnavailable):
                     await pending
-                with pytest.raises(RedisError):  # still down: connecting fails like redis-py
+                with pytest.raises(StoreUnavailable):  # still down: connecting fails like redis-py
                     await store.append([b"down"], store.token)
                 r.start()  # AOF always: the lease key and journal survive
                 await store.append([b"back"], store.token)

@@ -182,6 +182,7 @@ def test_a_malformed_format_3_snapshot_is_refused_with_what_is_wrong() -> None:
 
 class _Store:
     token = "me:1"
+    where = "the test's store"
 
     def append_nowait(self, records: list[bytes], token: str, done: Any) -> bool:
         return False  # no lean connection: the replica awaits `append`

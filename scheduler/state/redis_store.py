@@ -21,16 +21,17 @@ past the moment a successor could win, assuming clock *rates* differ by less tha
 
 Fencing: every write (journal append, snapshot + trim) is one Lua script that first checks that
 `P:leader` still holds this replica's token for the current term, so a replica that lost the
-lease (paused, partitioned) can never write after a successor took over; it gets `NOTLEADER` and
-steps down. A token is new for every term (`SET NX PX`, or a swap from the replica's own previous
-token), even when the same replica leads again, so work left over from its previous term (a
-batch still in flight, a snapshot being cut) is refused too; a Lua compare-and-extend keeps it.
+lease (paused, partitioned) can never write after a successor took over; it gets `NOTLEADER`
+(the seam's `StaleTerm`, scheduler/state/store.py) and steps down. A token is new for every
+term (`SET NX PX`, or a swap from the replica's own previous token), even when the same replica
+leads again, so work left over from its previous term (a batch still in flight, a snapshot being
+cut) is refused too; a Lua compare-and-extend keeps it.
 
 Durability of Redis itself is Redis's job: run it with `appendonly yes` (`appendfsync always`
 loses nothing a caller was told; `everysec` may lose up to a second on a Redis crash). Replication
 is asynchronous, so a failover may lose what only the old primary had: with `replicas=N` in the
 URL (default 1 with Sentinel and Cluster) an append is acknowledged only after `WAIT` says N replicas hold it,
-on the same connection, else it fails (ReplicasBehind, a RedisError: the replica steps down).
+on the same connection, else it fails (ReplicasBehind, a StoreUnavailable: the replica steps down).
 The leader key itself is not WAITed for: a term lost in a failover only makes the leader's next
 renewal fail; it steps down and campaigns again on the promoted primary.
 
@@ -38,27 +39,37 @@ The journal path: every Acquire/Release reply waits for its batch's append, so w
 `redis://` (one known primary) the append runs on its own persistent connection of
 scheduler/state/resp.py (a lean RESP client: EVALSHA of the fenced script, EVAL when the server
 lost it, `WAIT` pipelined behind it): p50 0.14–0.15 ms on loopback, 0.21–0.23 through redis-py.
-Its failures are redis-py's exception types, so the replica steps down alike; it reconnects on
-next use. `rediss://` (TLS), Sentinel (the primary moves: redis-py asks the sentinels at every
-reconnection) and Cluster (slot routing) keep redis-py's append, as does every other call.
+Its failures are redis-py's exception types, turned into the seam's like every other call's;
+it reconnects on next use. `rediss://` (TLS), Sentinel (the primary moves: redis-py asks the
+sentinels at every reconnection) and Cluster (slot routing) keep redis-py's append, as does every other call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import secrets
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from redis.exceptions import ConnectionError, RedisClusterException, RedisError, ResponseError
 
 from scheduler.state.redis_connect import Mode, StateConfigError, connect, parse_target
 from scheduler.state.resp import RespConnection
+from scheduler.state.store import (
+    START,
+    AppendDone,
+    Entry,
+    Position,
+    StaleTerm,
+    StoredSnapshot,
+    StoreUnavailable,
+    Tail,
+)
 
-__all__ = ["NotLeader", "RedisStore", "StateConfigError", "StoredSnapshot", "key_prefix", "parse_state"]
+__all__ = ["RedisStore", "ReplicasBehind", "StateConfigError", "id_key", "key_prefix", "parse_state"]
 
 _APPEND = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('NOTLEADER') end
@@ -102,13 +113,6 @@ return 0
 #: bench/durable.py's switch: `redis-py` sends the journal append through redis-py, not resp.py.
 APPEND_ENV = "SLOTSCHED_JOURNAL_APPEND"
 
-#: Told the outcome of `RedisStore.append_nowait`: the last journal id, or the failure.
-AppendDone = Callable[[str | BaseException], None]
-
-
-class NotLeader(Exception):
-    """A fenced write refused: another replica holds the leader lease."""
-
 
 def parse_state(value: str) -> str | None:
     """None for `memory`; else the Redis URL (redis_connect.py: one Redis, Sentinel or Cluster).
@@ -135,9 +139,42 @@ def key_prefix(prefix: str, mode: Mode) -> str:
     return f"{{{prefix}}}"
 
 
-class ReplicasBehind(RedisError):
+class ReplicasBehind(StoreUnavailable):
     """Fewer replicas than `replicas=N` confirmed a journal append in time: treated like any
     failed append (the replica steps down; nobody was told about the batch)."""
+
+
+#: What redis-py (and resp.py) raise when a call did not happen: the seam's StoreUnavailable.
+_FAILED = (RedisError, RedisClusterException, OSError)
+
+
+def _unavailable(e: BaseException) -> BaseException:
+    """A client's failure as the seam's (StaleTerm and StoreUnavailable pass as they are)."""
+    if isinstance(e, _FAILED):
+        failure = StoreUnavailable(str(e) or type(e).__name__)
+        failure.__cause__ = e
+        return failure
+    return e
+
+
+@contextlib.contextmanager
+def _seam() -> Iterator[None]:
+    """Raise a client's failure as StoreUnavailable: the replica names no Redis type."""
+    try:
+        yield
+    except _FAILED as e:
+        raise _unavailable(e) from e
+
+
+def id_key(stream_id: str) -> tuple[int, int]:
+    """A stream id's order: ids compare as (milliseconds, sequence)."""
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _sid(pos: Position) -> str:
+    """The seam's position as a stream id (START: before the first entry)."""
+    return pos if pos != START else "0-0"
 
 
 def _next_id(stream_id: str) -> str:
@@ -146,16 +183,9 @@ def _next_id(stream_id: str) -> str:
     return f"{ms}-{int(seq or 0) + 1}"
 
 
-@dataclass(frozen=True)
-class StoredSnapshot:
-    data: bytes
-    fingerprint: str
-    stream_id: str
-    at: float
-
-
 class RedisStore:
-    """One replica's view of the shared state keys. Every call may raise redis errors."""
+    """One replica's view of the shared state keys: a `StateStore` (scheduler/state/store.py).
+    Every call may raise StoreUnavailable; the fenced writes StaleTerm."""
 
     def __init__(self, url: str, prefix: str, replica_id: str, timeout_s: float = 1.0) -> None:
         self.replica_id = replica_id
@@ -192,15 +222,20 @@ class RedisStore:
                 password=self.target.password,
             )
 
+    @property
+    def where(self) -> str:
+        return ",".join(f"{h}:{p}" for h, p in self.target.hosts)
+
     def key(self, name: str) -> str:
         """The Redis key `name` of this pool: every key of a pool must be named here, so that in
         a Cluster they share one hash slot (the fenced scripts touch several at once)."""
         return f"{self.key_prefix}:{name}"
 
     async def close(self) -> None:
-        if self._fast is not None:
-            await self._fast.close()
-        await self.redis.aclose()
+        with _seam():
+            if self._fast is not None:
+                await self._fast.close()
+            await self.redis.aclose()
 
     # ------------------------------------------------------------------ leadership
 
@@ -208,9 +243,10 @@ class RedisStore:
         """Win a new term: the key is free, or still holds our own previous term's token."""
         ms = max(1, int(ttl_s * 1000))
         token = f"{self.replica_id}:{secrets.token_hex(6)}"
-        won = bool(await self.redis.set(self.k_leader, token, nx=True, px=ms)) or bool(
-            await self._swap(keys=[self.k_leader], args=[self.token, token, ms])
-        )
+        with _seam():
+            won = bool(await self.redis.set(self.k_leader, token, nx=True, px=ms)) or bool(
+                await self._swap(keys=[self.k_leader], args=[self.token, token, ms])
+            )
         if won:
             self.token = token
         return won
@@ -218,43 +254,50 @@ class RedisStore:
     async def extend_lead(self, ttl_s: float, now: float) -> bool:
         """Keep the lease; record `now` (our clock) as the last time this leader was known alive."""
         ms = max(1, int(ttl_s * 1000))
-        return bool(await self._extend(keys=[self.k_leader, self.k_alive], args=[self.token, ms, repr(now)]))
+        with _seam():
+            return bool(
+                await self._extend(keys=[self.k_leader, self.k_alive], args=[self.token, ms, repr(now)])
+            )
 
     async def alive(self) -> float | None:
         """When the last leader last renewed its lease (its clock), if one ever did."""
-        v = await self.redis.get(self.k_alive)
+        with _seam():
+            v = await self.redis.get(self.k_alive)
         return None if v is None else float(v)
 
     async def resign(self) -> None:
-        await self._resign(keys=[self.k_leader], args=[self.token])
+        with _seam():
+            await self._resign(keys=[self.k_leader], args=[self.token])
 
     async def leader(self) -> str | None:
-        v = await self.redis.get(self.k_leader)
+        with _seam():
+            v = await self.redis.get(self.k_leader)
         return None if v is None else v.decode()
 
     # ------------------------------------------------------------------ journal
 
-    async def append(self, records: list[bytes], token: str) -> str:
+    async def append(self, records: list[bytes], token: str) -> Position:
         """Append records in one script fenced by the term `token`; the id of the last. Raises
-        NotLeader."""
+        StaleTerm."""
         keys = [self.k_leader, self.k_journal]
-        try:
-            if self._fast is not None:
-                last = await self._append_fast(records, token)
-            elif self.target.replicas:
-                last = await self._with_replicas(_APPEND, keys, [token, *records])
-            else:
-                last = await self._append(keys=keys, args=[token, *records])
-        except ResponseError as e:
-            if "NOTLEADER" in str(e):
-                raise NotLeader(str(e)) from e
-            raise
+        with _seam():
+            try:
+                if self._fast is not None:
+                    last = await self._append_fast(records, token)
+                elif self.target.replicas:
+                    last = await self._with_replicas(_APPEND, keys, [token, *records])
+                else:
+                    last = await self._append(keys=keys, args=[token, *records])
+            except ResponseError as e:
+                if "NOTLEADER" in str(e):
+                    raise StaleTerm(str(e)) from e
+                raise
         return _text(last)
 
     def append_nowait(self, records: list[bytes], token: str, done: AppendDone) -> bool:
         """`append`, sent now on the lean connection if it is open: `done` gets the last id, or
-        the failure (NotLeader, a RedisError), from the event loop, in the pass the reply arrives
-        in. False (nothing sent) where there is no open lean connection: await `append` instead."""
+        the failure (StaleTerm, StoreUnavailable), from the event loop, in the pass the reply
+        arrives in. False (nothing sent) where there is no open lean connection: await `append` instead."""
         fast = self._fast
         if fast is None or not fast.ready:
             return False
@@ -279,7 +322,7 @@ class RedisStore:
                     raise replies
                 outcome: str | BaseException = _text(self._fast_result(replies))
             except Exception as e:  # noqa: BLE001 - whatever it is, `done` must hear of it
-                outcome = e
+                outcome = _unavailable(e)
             done(outcome)
 
         fast.send([("EVALSHA", _APPEND_SHA, len(keys), *keys, *args), *wait], first)
@@ -303,12 +346,12 @@ class RedisStore:
         return outcome
 
     def _fast_result(self, replies: list[Any]) -> Any:
-        """The append's reply, or raise: NotLeader (fenced), ReplicasBehind, a ResponseError."""
+        """The append's reply, or raise: StaleTerm (fenced), ReplicasBehind, a ResponseError."""
         assert self._fast is not None
         result = replies[0]
         if isinstance(result, ResponseError):
             if "NOTLEADER" in str(result):
-                raise NotLeader(str(result)) from result
+                raise StaleTerm(str(result)) from result
             self._fast.drop()  # e.g. READONLY: the node was demoted; connect afresh next time
             raise result
         n = self.target.replicas
@@ -347,47 +390,43 @@ class RedisStore:
             raise ReplicasBehind(f"{acked} of {n} replicas confirmed the append within {ms} ms")
         return result
 
-    async def journal_after(
-        self, stream_id: str, chunk: int = 2000
-    ) -> AsyncIterator[list[tuple[str, bytes]]]:
-        """Journal entries after `stream_id` ("0-0": all), in chunks."""
-        start = f"({stream_id}"
+    async def journal_after(self, after: Position, chunk: int = 2000) -> AsyncIterator[list[Entry]]:
+        """Journal entries after `after` (START: all), in chunks."""
+        start = f"({_sid(after)}"
         while True:
-            rows = await self.redis.xrange(self.k_journal, min=start, max="+", count=chunk)
+            with _seam():
+                rows = await self.redis.xrange(self.k_journal, min=start, max="+", count=chunk)
             if not rows:
                 return
-            out: list[tuple[str, bytes]] = [(_text(rid), bytes(fields[b"e"])) for rid, fields in rows]
+            out: list[Entry] = [(_text(rid), bytes(fields[b"e"])) for rid, fields in rows]
             yield out
             start = f"({out[-1][0]}"
 
     async def trimmed(self) -> bool:
-        return bool(await self.redis.exists(self.k_trimmed))
+        with _seam():
+            return bool(await self.redis.exists(self.k_trimmed))
 
     # ------------------------------------------------------------------ snapshots
 
     async def save_snapshot(
-        self, data: bytes, fingerprint: str, stream_id: str, at: float, token: str
+        self, data: bytes, fingerprint: str, covers: Position, at: float, token: str
     ) -> None:
-        """Store the snapshot covering the journal up to `stream_id`, then trim what it covers;
+        """Store the snapshot covering the journal up to `covers`, then trim what it covers;
         fenced by the term `token`."""
         keys = [self.k_leader, self.k_snapshot, self.k_journal, self.k_trimmed]
-        args: list[str | bytes] = [
-            token,
-            fingerprint,
-            stream_id,
-            repr(at),
-            data,
-            _next_id(stream_id),
-        ]
-        try:
-            await self._snapshot(keys=keys, args=args)
-        except ResponseError as e:
-            if "NOTLEADER" in str(e):
-                raise NotLeader(str(e)) from e
-            raise
+        sid = _sid(covers)
+        args: list[str | bytes] = [token, fingerprint, sid, repr(at), data, _next_id(sid)]
+        with _seam():
+            try:
+                await self._snapshot(keys=keys, args=args)
+            except ResponseError as e:
+                if "NOTLEADER" in str(e):
+                    raise StaleTerm(str(e)) from e
+                raise
 
     async def load_snapshot(self) -> StoredSnapshot | None:
-        doc: dict[bytes, Any] = await self.redis.hgetall(self.k_snapshot)
+        with _seam():
+            doc: dict[bytes, Any] = await self.redis.hgetall(self.k_snapshot)
         if not doc:
             return None
         return StoredSnapshot(
@@ -406,37 +445,44 @@ class RedisStore:
     async def publish_address(self, address: str, token: str) -> bool:
         """Record `address` as the leader's for the term `token` (fenced: False if not ours)."""
         script = self.redis.register_script(_PUBLISH_ADDR)
-        return bool(await script(keys=[self.k_leader, self.k_leader_addr], args=[token, address]))
+        with _seam():
+            return bool(await script(keys=[self.k_leader, self.k_leader_addr], args=[token, address]))
 
     async def leader_address(self) -> str | None:
         """The address the current leader published, or None (no leader, or the one that holds
         the lease has not published yet: never a previous term's address)."""
-        token, rec = await self.redis.mget(self.k_leader, self.k_leader_addr)
+        with _seam():
+            token, rec = await self.redis.mget(self.k_leader, self.k_leader_addr)
         if token is None or rec is None:
             return None
         term, _, address = _text(rec).partition(" ")
         return address if term == _text(token) and address else None
 
-    async def tail(
-        self, after: str, block_ms: int, count: int = 2000
-    ) -> tuple[list[tuple[str, bytes]], str | None]:
+    async def tail(self, after: Position, block_ms: int, count: int = 2000) -> Tail:
         """Journal entries after `after`, waiting up to `block_ms` for the first; and the stream
         id the stored snapshot covers, read after them (in one pipeline: Redis runs the HGET once
         the XREAD returned). A snapshot id past `after` whose entries did not come means the
-        leader trimmed what the standby had not read: it must reload the snapshot."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xread({self.k_journal: after}, count=count, block=max(1, block_ms))
-        pipe.hget(self.k_snapshot, "stream_id")
-        got, snap = await pipe.execute()
-        rows: list[tuple[str, bytes]] = []
+        leader trimmed what the standby had not read (`gap`): it must reload the snapshot."""
+        with _seam():
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.xread({self.k_journal: _sid(after)}, count=count, block=max(1, block_ms))
+            pipe.hget(self.k_snapshot, "stream_id")
+            got, snap = await pipe.execute()
+        rows: list[Entry] = []
         for _, entries in got or ():
             rows.extend((_text(rid), bytes(fields[b"e"])) for rid, fields in entries)
-        return rows, None if snap is None else _text(snap)
+        covers = None if snap is None else id_key(_text(snap))
+        # Entries read before the trim (the first at or before the snapshot's) are no gap.
+        gap = (
+            covers is not None and covers > id_key(_sid(after)) and (not rows or id_key(rows[0][0]) > covers)
+        )
+        return Tail(rows, gap)
 
-    async def snapshot_id(self) -> str | None:
-        """The stream id the stored snapshot covers (None: no snapshot)."""
-        v = await self.redis.hget(self.k_snapshot, "stream_id")
-        return None if v is None else _text(v)
+    async def trimmed_past(self, after: Position) -> bool:
+        """The stored snapshot covers entries after `after`: those were trimmed with it."""
+        with _seam():
+            v = await self.redis.hget(self.k_snapshot, "stream_id")
+        return v is not None and id_key(_text(v)) > id_key(_sid(after))
 
 
 def _noscript(replies: list[Any] | BaseException) -> bool:

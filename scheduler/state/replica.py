@@ -1,53 +1,42 @@
-"""One scheduler replica backed by Redis: journal, snapshots, recovery, leader election.
+"""One scheduler replica over a state store: journal, snapshots, recovery, leader election.
+
+The store is a `StateStore` (store.py: the seam, and what every store guarantees; Redis:
+redis_store.py); nothing here names a store's types. The replica's roles (standby, candidate,
+leader, stepping down, stopped) and their moves are roles.py's tables.
 
 Journal. The loop calls `record` after every event it applies (submit, apply_policy). Group
 commit with one append in flight at a time: when none is, the record (codec.py) is sent at once,
 from `record` itself (no task, no loop pass before the write); records applied while an append is
-in flight join the next batch, which the reply's callback sends, in one fenced script call. On
-plain `redis://` the append goes over the lean RESP connection (resp.py), whose protocol settles
-the batch's waiters in the loop pass the reply arrives in; elsewhere a task awaits redis-py.
+in flight join the next batch, which the reply's callback sends, in one fenced append. Where the
+store can send at once (`append_nowait`: Redis on plain `redis://`, over resp.py) the reply
+settles the batch's waiters in the loop pass it arrives in; elsewhere a task awaits `append`.
 Handlers `await loop.durable()` before they reply or write a stream event; that resolves when
-the batch holding everything applied so far is in Redis (they build their reply meanwhile).
+the batch holding everything applied so far is in the store (they build their reply meanwhile).
 Memory mode never gets here. (When a snapshot is due the cut waits for the next loop pass, the
 moment the state is exactly the journal so far.)
 
-Failure. If an append fails (Redis unreachable, or the leader key is no longer ours), every
+Failure. If an append fails (the store unreachable, or the term no longer ours), every
 caller waiting for durability gets `StateUnavailable` (UNAVAILABLE with `retry-after-ms` on the
 wire, scheduler/server/errors.py), and the replica steps
 down: health NOT_SERVING, open Acquire streams end UNAVAILABLE (the SDK re-attaches), calls are
 refused "not the leader". Events already applied in memory but not journaled are discarded with
 the in-memory state: nobody was told about them, and when this replica (or another) next wins
-the lease it rebuilds the state from Redis. A lost renewal of the leader lease does the same.
+the lease it rebuilds the state from the store. A lost renewal of the leader lease does the same.
 Whether the store answers at all is tracked apart (reach.py, `reach`): a replica that cannot reach
 it says so (log, health, NOT_LEADER) rather than pass for a standby.
 
-Snapshots. At the moment a batch is cut (so the state is exactly the journal up to that batch's
-last entry), if a snapshot is due, the state is captured on the event loop (a consistent copy
-at C speed: dict copies and one tuple per lease, ~15-30 ms for 10,000 leases + 100,000 queued
-sessions); once the batch is in, the capture is encoded in a thread (versioned JSON, see
-state_snapshot.py) and stored with that batch's stream id in the background, fenced by the
-term's token, and the journal trimmed up to it. The journal's next batches do not wait for it,
-and one snapshot is in flight at a time. A snapshot is due when the journal tail since the last
-cut holds `tail_bound(live)` = max(`snapshot_every`, `snapshot_ratio` x live sessions) entries
-(live: leases + queued requests at the last cut; like Raft's log compaction, the tail a cold
-recovery replays stays a fixed fraction of the snapshot it reads), or `snapshot_interval_s`
-passed with at least one entry. Worst-case tail = tail_bound + the entries that arrive while
-one snapshot is encoded and stored (<1 s at 110k sessions); at the default ratio 0.05 that is
-5,500 entries for 10k leases + 100k queued, ~0.1-0.3 s of replay (bench/recovery.py). Any
-build that knows the snapshot's format reads it, so an ordinary deploy keeps the state; a
-snapshot of a newer format is refused (the whole journal is replayed if it was never trimmed,
-else this replica stops and says so).
+Snapshots (when one is due, how it is cut and stored, and the journal trimmed): compaction.py.
 
 The replica knows the server only through scheduler/ports.py: it drives a `ReplicaHost` (the
 loop) and a `WorkerBook` (the registry), and is the loop's `Journal`; scheduler/serve.py wires them.
 
 Hot standby. A replica that does not lead loads the snapshot once, then follows the journal as
-the leader appends it (XREAD BLOCK, at most `tail_block_ms`), applying every entry through
+the leader appends it (`tail`, blocking at most `tail_block_ms`), applying every entry through
 `loop.replay` (core + bookkeeping, no fan-out, metrics, observers or timers: the loop stays
 `shutting_down`, the leader gate refuses every call) and `registry.replay`, so its core is live.
 If the leader trimmed the journal past the standby's position (a snapshot it had not read up to),
 the standby reloads the snapshot; an entry it cannot decode stops the following. A standby
-campaigns only once loaded. Winning the lease bumps the fencing token, so nothing more reaches
+campaigns only once loaded. Winning the lease is a new term (a new fencing token), so nothing more reaches
 the journal from the last leader; the standby then reads the journal's tail once (the last few
 entries), and serves. A full recovery (snapshot + the whole journal after it) happens only when
 there is nothing live to take over from: at a cold start, after a step-down (this core holds
@@ -56,18 +45,18 @@ events that never reached the journal), or when the tail cannot be applied.
 Take-over (hot or full): give every registered worker a fresh heartbeat, publish this replica's
 address (`--advertise`: what standbys name in NOT_LEADER), then carry the leases across the
 outage with one journaled core event, `Resumed(since)`, since = the later of the last recorded
-time and the last leader's last lease renewal (`P:alive`, its clock): holders could neither
+time and the last leader's last lease renewal (`alive`, its clock): holders could neither
 renew nor yield while no server was up, so the core moves every expiry out by the outage (and to
 at least now + TTL) and every pending yield deadline by the outage, before any timer due now
 fires. A fresh store (no snapshot, empty journal) starts by journaling the policy file and
 registering the static pool.
 
-Election timing. The leader lease lasts `leader_ttl_s` (default 1 s) in Redis (`SET NX PX`,
-Redis's clock) and is renewed every TTL/4; a standby campaigns every `campaign_interval_s`
+Election timing. The leader lease lasts `leader_ttl_s` (default 1 s) in the store (by the store's
+clock; Redis: `SET NX PX`) and is renewed every TTL/4; a standby campaigns every `campaign_interval_s`
 (default 100 ms, ±50 % jitter). A dead leader is thus replaced within TTL + one campaign
 interval (+ the take-over, milliseconds for a hot standby). The leader serves only until its
 local deadline, t + TTL − 10 % (t: when it *sent* the last successful renewal, on its monotonic
-clock): Redis's expiry is at least TTL after t, so the leader stops answering before a successor
+clock): the store's expiry is at least TTL after t, so the leader stops answering before a successor
 can win. That assumes the two clocks' *rates* differ by less than 10 % over one TTL (ordinary
 clocks drift by parts per million), not that they agree on the time. A renewal that runs late (a
 busy or paused event loop) finds the deadline passed: the leader gate refuses calls meanwhile,
@@ -85,19 +74,19 @@ from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from scheduler.core.types import Resumed
 from scheduler.policy.model import Policy
 from scheduler.ports import NOT_LEADER, Applied, Extras, ReplicaHost, StateUnavailable, WorkerBook
 from scheduler.state import codec
 from scheduler.state import state_snapshot as snapshot
+from scheduler.state.compaction import Compaction
 from scheduler.state.metrics import StateMetrics
 from scheduler.state.reach import StoreReach
-from scheduler.state.redis_store import AppendDone, NotLeader, RedisStore
+from scheduler.state.roles import DUTIES, Role, Trigger, move
 from scheduler.state.standby import Standby, StateError, TakeOver
+from scheduler.state.store import AppendDone, StaleTerm, StateStore, StoreUnavailable
 
-__all__ = ["Replica", "StateError", "StateMetrics", "TakeOver"]
+__all__ = ["Replica", "Role", "StateError", "StateMetrics", "TakeOver"]
 
 log = logging.getLogger("slotsched.state")
 
@@ -106,7 +95,7 @@ RETRY_AFTER_S = 1.0
 #: is replaced within about a second; a standby campaigns every 100 ms (with ±50 % jitter).
 DEFAULT_LEADER_TTL_S = 1.0
 DEFAULT_CAMPAIGN_INTERVAL_S = 0.1
-#: The leader stops serving this fraction of the TTL before its lease could lapse in Redis.
+#: The leader stops serving this fraction of the TTL before its lease could lapse in the store.
 MARGIN = 0.1
 # A snapshot is due once the journal tail holds this many entries per live lease or queued
 # session (and at least `snapshot_every`): see the module docstring, Snapshots.
@@ -117,12 +106,13 @@ def unavailable(message: str) -> StateUnavailable:
     return StateUnavailable(message, RETRY_AFTER_S)
 
 
-class Replica(Standby):
-    """Leadership and durability of one replica. Create on the loop's event loop."""
+class Replica(Compaction, Standby):
+    """Leadership and durability of one replica, over any `StateStore` (store.py); its roles
+    and their moves are roles.py's tables. Create on the loop's event loop."""
 
     def __init__(
         self,
-        store: RedisStore,
+        store: StateStore,
         loop: ReplicaHost,
         registry: WorkerBook,
         policy: Policy,
@@ -142,9 +132,7 @@ class Replica(Standby):
         """`where` names the store in messages (its URL, password masked); `on_store` is told
         when the store stops or starts answering (StoreReach)."""
         self.store = store
-        target = getattr(store, "target", None)  # a test's fake store may have none
-        hosts = ",".join(f"{h}:{p}" for h, p in target.hosts) if target is not None else "the state store"
-        self.reach = StoreReach(where or hosts, on_store)
+        self.reach = StoreReach(where or store.where, on_store)
         self.loop = loop
         self.registry = registry
         self.policy = policy
@@ -164,7 +152,7 @@ class Replica(Standby):
         self.snapshot_every = snapshot_every
         self.snapshot_interval_s = snapshot_interval_s
         self.snapshot_ratio = snapshot_ratio
-        self.serving = False  # leader, recovered, accepting calls
+        self.role = Role.STANDBY  # roles.py: what it does, and how it moves
         self.fatal: BaseException | None = None
         self.fatal_event = asyncio.Event()
         self._aloop = asyncio.get_running_loop()
@@ -182,7 +170,6 @@ class Replica(Standby):
         self._snapshot_size = 0  # live leases + queued sessions at the last cut
         self._snapshot_events = 0  # journal entries the snapshot being stored covers
         self._last_now = float("-inf")
-        self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._deadline = float("-inf")  # monotonic: serve no later than this without a renewal
         self._renew_at = float("inf")
@@ -193,6 +180,21 @@ class Replica(Standby):
         self._follow_task: asyncio.Task[None] | None = None
         self._follow_broken = False
         self._first_load = asyncio.Event()
+
+    @property
+    def serving(self) -> bool:
+        """Leading, recovered, accepting calls (a role whose duties say it serves)."""
+        return DUTIES[self.role].serves
+
+    @serving.setter
+    def serving(self, value: bool) -> None:
+        # For tests and benches that lead a replica without a take-over (`try_lead` alone).
+        self.role = Role.LEADER if value else Role.STANDBY
+
+    def _become(self, trigger: Trigger) -> Role:
+        """Move by the table (roles.TRANSITIONS): a move it lacks is a bug, and raises."""
+        self.role = move(self.role, trigger)
+        return self.role
 
     # ------------------------------------------------------------------ durability
 
@@ -250,7 +252,7 @@ class Replica(Standby):
         at a time, for one term. A cut left over from an earlier term (this replica stepped down
         and led again) touches nothing of the new term, and its writes are fenced by its own
         term's token. Plain redis://: no task, the reply settles the waiters in the pass it
-        arrives in (RedisStore.append_nowait); elsewhere a task awaits the append."""
+        arrives in (StateStore.append_nowait); elsewhere a task awaits the append."""
         if term != self._term:
             return
         if not self._batch:
@@ -264,7 +266,7 @@ class Replica(Standby):
         snap = self._cut_snapshot() if capture else None
         done = partial(self._appended, term, token, fut, snap, time.perf_counter())
         if not self.serving:
-            done(NotLeader("not serving"))
+            done(StaleTerm("not serving"))
             return
         try:
             sent = self.store.append_nowait(batch, token, done)
@@ -292,7 +294,7 @@ class Replica(Standby):
         outcome: str | BaseException,
     ) -> None:
         if isinstance(outcome, BaseException):
-            # Redis errors, a fenced write, or anything unforeseen: its waiters must hear (a
+            # The store failed, a fenced write, or anything unforeseen: its waiters must hear (a
             # batch left unsettled would hang them), and a leader that lost a batch must not
             # append later ones (the journal would have a hole): step down.
             self._settle(fut, unavailable(f"the state store is unavailable: {outcome}"))
@@ -300,7 +302,7 @@ class Replica(Standby):
                 # `_flushing` stays set: no later batch goes out before the step-down.
                 self._inflight_fut = None
                 self.metrics.errors.inc()
-                if isinstance(outcome, (RedisError, OSError, NotLeader)):
+                if isinstance(outcome, (StoreUnavailable, StaleTerm)):
                     log.error("journal append failed (%s): stepping down", outcome)
                 else:
                     log.error("journal append failed unexpectedly: stepping down", exc_info=outcome)
@@ -323,67 +325,6 @@ class Replica(Standby):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def tail_bound(self, live: int) -> int:
-        """Journal entries after which a snapshot is due, for a state of `live` leases + queued
-        sessions: replaying the tail then costs a bounded fraction of reading the snapshot."""
-        return max(self.snapshot_every, int(self.snapshot_ratio * live))
-
-    def _snapshot_due(self) -> bool:
-        if not self._snapshots_ok or self._since_snapshot == 0 or not self.serving:
-            return False
-        if self._snapshot_task is not None and not self._snapshot_task.done():
-            return False  # one at a time: the tail grows meanwhile (bounded by its duration)
-        due = self._since_snapshot >= self.tail_bound(self._snapshot_size)
-        return due or time.monotonic() - self._last_snapshot >= self.snapshot_interval_s
-
-    def _cut_snapshot(self) -> snapshot.Captured | None:
-        """At a batch cut: a consistent copy of the state if a snapshot is due (see the module
-        docstring, Snapshots). Only the copy runs on the event loop; `_save_snapshot` encodes."""
-        if not self._snapshot_due():
-            return None
-        try:
-            state = snapshot.State(self.loop.export_state(), self.registry.workers, self._last_now)
-            snap = snapshot.capture(state)
-        except Exception as e:  # noqa: BLE001 - a capture must never stop the journal
-            self._snapshots_ok = False  # the journal keeps everything; say so once
-            log.error("snapshots disabled, the journal will not be compacted: %s", e)
-            return None
-        self._snapshot_events = self._since_snapshot
-        self._since_snapshot = 0
-        self._last_snapshot = time.monotonic()
-        self._snapshot_size = snap.size
-        return snap
-
-    def _save_snapshot(self, snap: snapshot.Captured, last_id: str, token: str) -> None:
-        """Encode (in a thread) and store the snapshot covering the journal up to `last_id`, in
-        the background: the journal's next batches do not wait for it."""
-        self._snapshot_task = self._aloop.create_task(self._store_snapshot(snap, last_id, token))
-
-    async def _store_snapshot(self, snap: snapshot.Captured, last_id: str, token: str) -> None:
-        t0 = time.perf_counter()
-        try:
-            data = await asyncio.to_thread(snapshot.encode, snap)
-        except snapshot.StateSnapshotError as e:
-            self._snapshots_ok = False
-            log.error("snapshots disabled, the journal will not be compacted: %s", e)
-            return
-        try:
-            await self.store.save_snapshot(
-                data, snapshot.current_fingerprint(), last_id, snap.last_now, token
-            )
-            log.info(
-                "snapshot at journal id %s (%d sessions, %d bytes, %.0f ms); journal trimmed",
-                last_id,
-                snap.size,
-                len(data),
-                (time.perf_counter() - t0) * 1e3,
-            )
-        except (RedisError, OSError, NotLeader) as e:
-            # Not fatal: the journal still holds everything after the previous snapshot; the
-            # events this one covered count towards the next.
-            self._since_snapshot += self._snapshot_events
-            log.warning("snapshot not stored (%s)", e)
-
     # ------------------------------------------------------------------ leadership
 
     def leading(self) -> bool:
@@ -397,7 +338,7 @@ class Replica(Standby):
         await self._first_load.wait()
         try:
             await self._campaign()
-        except (RedisError, OSError) as e:
+        except StoreUnavailable as e:
             await self.reach.failed(e)
             await self._step_down(f"take-over failed: {e}")
         except StateUnavailable as e:
@@ -406,16 +347,16 @@ class Replica(Standby):
         self._task = self._aloop.create_task(self._run())
 
     async def _run(self) -> None:
-        while not self._stopping:
+        while self.role is not Role.STOPPED:
             try:
-                if self.serving:
+                if DUTIES[self.role].renews:
                     await asyncio.sleep(max(0.0, self._renew_at - time.monotonic()))
                     await self._renew()
                 else:
                     # Jitter: standbys that saw the lease lapse together do not campaign in step.
                     await asyncio.sleep(self.campaign_interval_s * random.uniform(0.5, 1.5))
                     await self._campaign()
-            except (RedisError, OSError, StateUnavailable) as e:
+            except (StoreUnavailable, StateUnavailable) as e:
                 # StateUnavailable: a take-over whose first batch (Resumed, the policy) failed to land.
                 if not isinstance(e, StateUnavailable):
                     await self.reach.failed(e)
@@ -430,7 +371,7 @@ class Replica(Standby):
 
     async def _renew(self) -> None:
         """Extend the lease. The new local deadline counts from when the extend was *sent*:
-        Redis's expiry is later than that by the round trip, never earlier."""
+        The store's expiry is later than that by the round trip, never earlier."""
         t0 = time.monotonic()
         if t0 >= self._deadline:
             log.warning(
@@ -439,7 +380,7 @@ class Replica(Standby):
             )
         try:
             ok = await self.store.extend_lead(self.leader_ttl_s, self.loop.now())
-        except (RedisError, OSError) as e:
+        except StoreUnavailable as e:
             if time.monotonic() < self._deadline:  # one failed call is not a lost lease: retry soon
                 log.warning("leader lease renewal failed (%s): retrying", e)
                 await self.reach.failed(e)
@@ -466,21 +407,23 @@ class Replica(Standby):
     async def _campaign(self) -> None:
         """One try for the lease (only once this standby's core is loaded, or cannot be: then
         the take-over recovers in full); otherwise note where the leader is."""
-        if self._stopping or (self._pos is None and not self._follow_broken):
+        if not DUTIES[self.role].campaigns or (self._pos is None and not self._follow_broken):
             return
         t0 = time.monotonic()
         won = await self.store.try_lead(self.leader_ttl_s)
         if self.reach.ok is not True:
             await self.reach.answered()
         if won:
+            self._become(Trigger.WON)
             self._deadline = t0 + self.leader_ttl_s - self.margin_s
             self._renew_at = t0 + self.renew_interval_s
             try:
                 await self._take_over()
             except BaseException:
-                if not self.serving:
-                    # Failed before serving (Redis, a lost lease): this core may be half caught
-                    # up. Reload and follow again; the lease lapses for another replica.
+                if self.role is Role.CANDIDATE:
+                    # Failed before serving (the store, a lost lease): this core may be half
+                    # caught up. Reload and follow again; the lease lapses for another replica.
+                    self._become(Trigger.FAILED)
                     self._pos = None
                     self._ensure_following()
                 raise
@@ -515,7 +458,8 @@ class Replica(Standby):
         alive = await self.store.alive()
         last_now = self._last_now
         since = last_now if alive is None else max(last_now, alive)
-        self.serving = True
+        if self._become(Trigger.SERVING) is not Role.LEADER:
+            raise unavailable("stopping")  # stop() came during the take-over
         self.loop.resume()
         if not fresh:
             self._carry_leases(since)
@@ -542,16 +486,17 @@ class Replica(Standby):
 
     async def _step_down(self, why: str) -> None:
         if self._stop_serving(why):
-            await self.on_step_down()
-        self._ensure_following()
+            await self._stepped_down()
+        else:
+            self._ensure_following()
 
     def _stop_serving(self, why: str) -> bool:
         """The synchronous half of a step-down: from here on nothing is told durable and every
-        call is refused. False if this replica was not serving."""
-        if not self.serving:
+        call is refused. False if this replica was not leading."""
+        if self.role is not Role.LEADER:
             return False
         log.warning("stepping down: %s", why)
-        self.serving = False
+        self._become(Trigger.LOST)
         self._deadline = float("-inf")
         self.metrics.leader.set(0)
         failure = unavailable(f"stepped down ({why}): retry")
@@ -565,22 +510,25 @@ class Replica(Standby):
         return True
 
     async def _stepped_down(self) -> None:
-        await self.on_step_down()
-        self._ensure_following()
+        """The rest of a step-down: the server is told, then the replica follows again."""
+        try:
+            await self.on_step_down()
+        finally:
+            self._become(Trigger.STEPPED_DOWN)
+            self._ensure_following()
 
     async def stop(self) -> None:
         """Graceful exit: stop campaigning and hand the lease over at once."""
-        self._stopping = True
+        was = self.role is Role.LEADER
+        self._become(Trigger.STOP)
         if self._task is not None:
             self._task.cancel()
         await self._stop_following()
-        was = self.serving
-        self.serving = False
         self.metrics.leader.set(0)
         try:
             if was:
                 await self.store.resign()
-        except (RedisError, OSError) as e:
+        except StoreUnavailable as e:
             log.warning("could not resign the leader lease (%s): it lapses by itself", e)
         await self.store.close()
 

@@ -1,4 +1,4 @@
-"""A replica's core while it does not lead: loaded from Redis once, then following the journal
+"""A replica's core while it does not lead: loaded from the state store once, then following the journal
 as the leader appends it (hot standby), and the full recovery a take-over falls back to.
 
 A mixin of `Replica` (scheduler/state/replica.py, whose docstring tells the whole story:
@@ -16,8 +16,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from redis.exceptions import RedisError
-
 from scheduler.core.engine import Core
 from scheduler.core.types import Decision
 from scheduler.dispatch import spec_of
@@ -25,7 +23,8 @@ from scheduler.policy.model import Policy
 from scheduler.ports import LoopState, ReplicaHost, WorkerBook
 from scheduler.state import codec
 from scheduler.state import state_snapshot as snapshot
-from scheduler.state.redis_store import RedisStore
+from scheduler.state.roles import DUTIES, Role
+from scheduler.state.store import START, Entry, Position, StateStore, StoreUnavailable
 
 if TYPE_CHECKING:
     from scheduler.state.metrics import StateMetrics
@@ -48,27 +47,21 @@ class TakeOver:
     seconds: float
 
 
-def id_key(stream_id: str) -> tuple[int, int]:
-    ms, _, seq = stream_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
 class Standby:
     """The loading and following half of a `Replica` (which sets every attribute below)."""
 
-    store: RedisStore
+    store: StateStore
     loop: ReplicaHost
     registry: WorkerBook
     policy: Policy
     metrics: StateMetrics
     reach: StoreReach
-    serving: bool
+    role: Role
     leader_ttl_s: float
     tail_block_ms: int
     snapshot_loads: int
     _aloop: asyncio.AbstractEventLoop
-    _stopping: bool
-    _pos: str | None
+    _pos: Position | None
     _fresh: bool
     _last_now: float
     _since_snapshot: int
@@ -83,8 +76,7 @@ class Standby:
         """The journal after this standby's position; None if it cannot be applied (trimmed
         past it, or undecodable): then the take-over recovers in full."""
         assert self._pos is not None
-        snap = await self.store.snapshot_id()
-        if snap is not None and id_key(snap) > id_key(self._pos):
+        if await self.store.trimmed_past(self._pos):
             log.info("the journal was trimmed past this standby's position: recovering in full")
             return None
         n = 0
@@ -98,7 +90,7 @@ class Standby:
         return n
 
     async def _recover(self) -> int:
-        """Rebuild the loop and registry from Redis (snapshot, then the whole journal after it);
+        """Rebuild the loop and registry from the store (snapshot, then the whole journal after it);
         the number of journal entries replayed."""
         after = await self._restore_snapshot()
         await self._renew_if_due()
@@ -110,17 +102,17 @@ class Standby:
         log.info("recovered: snapshot %s, %d journal entries replayed", after, n)
         return n
 
-    async def _restore_snapshot(self) -> str:
+    async def _restore_snapshot(self) -> Position:
         """Load the stored snapshot into the loop and registry (an empty state without one);
-        the journal id it covers ("0-0": replay the whole journal)."""
+        the journal position it covers (START: replay the whole journal)."""
         stored = await self.store.load_snapshot()
         self.snapshot_loads += 1
         state: snapshot.State | None = None
-        after = "0-0"
+        after = START
         if stored is not None:
             try:
                 state = snapshot.loads(stored.data, stored.fingerprint)
-                after = stored.stream_id
+                after = stored.covers
             except snapshot.StateSnapshotError as e:
                 if await self.store.trimmed():
                     raise StateError(
@@ -137,7 +129,7 @@ class Standby:
         self._fresh = stored is None
         return after
 
-    def _apply(self, rows: list[tuple[str, bytes]]) -> int:
+    def _apply(self, rows: list[Entry]) -> int:
         """Replay journal entries into the core and bookkeeping, exactly as recovery does (no
         fan-out, timers or journal: see `SchedulerLoop.replay`); advances the position."""
         for rid, raw in rows:
@@ -165,32 +157,27 @@ class Standby:
         # Also ends once `_stop_following` let go of this task: a cancellation can be lost inside
         # the redis client (seen under load: the task went on following and a take-over awaiting
         # it hung), so the next iteration must not depend on it.
-        while not self.serving and not self._stopping and self._follow_task is me:
+        while DUTIES[self.role].follows and self._follow_task is me:
             try:
                 if self._pos is None:
                     self._pos = await self._restore_snapshot()
                     log.info("standby: loaded the snapshot at %s; following the journal", self._pos)
                     self._first_load.set()
                 pos = self._pos
-                rows, snap = await self.store.tail(pos, self.tail_block_ms)
-                # A snapshot past our position whose entries did not come: trimmed before we read.
-                if (
-                    snap is not None
-                    and id_key(snap) > id_key(pos)
-                    and (not rows or id_key(rows[0][0]) > id_key(snap))
-                ):
+                tail = await self.store.tail(pos, self.tail_block_ms)
+                if tail.gap:  # entries after our position were trimmed before we read them
                     log.info("standby: the journal was trimmed past %s: reloading the snapshot", pos)
                     self._pos = None
                     continue
                 if self.reach.ok is not True:
                     await self.reach.answered()
-                if rows:
-                    self.metrics.standby_applied.inc(self._apply(rows))
+                if tail.entries:
+                    self.metrics.standby_applied.inc(self._apply(tail.entries))
             except asyncio.CancelledError:
                 if self._pos is not None and not self._first_load.is_set():
                     self._pos = None  # cancelled inside a load: the core is half-restored
                 raise
-            except (RedisError, OSError) as e:
+            except StoreUnavailable as e:
                 self._pos = None if not self._first_load.is_set() else self._pos
                 await self.reach.failed(e)  # logged when it stops answering, then every few seconds
                 self._first_load.set()  # start() goes on as a standby; this loop keeps trying
@@ -215,7 +202,7 @@ class Standby:
                 await task
 
     def _ensure_following(self) -> None:
-        if self._stopping or self.serving or self._follow_broken:
+        if not DUTIES[self.role].follows or self._follow_broken:
             return
         if self._follow_task is None or self._follow_task.done():
             self._follow_task = self._aloop.create_task(self._follow())
