@@ -22,6 +22,10 @@ from snapshots.extras import needs_extra
 from snapshots.local import LocalSnapshotStore
 from snapshots.store import SnapshotStore
 
+#: The URL forms, for the `--snapshots` help of `slotsched worker` and `slotsched demo`: a new store
+#: adds its scheme here, where it is parsed, and nowhere else.
+URL_FORMS = "a directory, file:///dir or s3://bucket/prefix?endpoint_url=..."
+
 _SIZE_RE = re.compile(r"^(\d+)\s*(|b|k|kb|kib|m|mb|mib|g|gb|gib)$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 

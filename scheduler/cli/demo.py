@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from scheduler.cli.help import positive
+from snapshots.config import URL_FORMS
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -33,8 +34,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument(
         "--snapshots",
         default=None,
-        help="snapshot store URL: a directory, file:///dir or s3://bucket/prefix?endpoint_url=... "
-        "(default: a temporary directory, removed afterwards)",
+        help=f"snapshot store URL: {URL_FORMS} (default: a temporary directory, removed afterwards)",
     )
     d.add_argument("--seed", type=int, default=1, help="workload seed (default %(default)s)")
     d.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")

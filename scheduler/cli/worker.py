@@ -9,6 +9,7 @@ import argparse
 import os
 
 from slots.worker.defaults import DEFAULT_SNAPSHOTS
+from snapshots.config import URL_FORMS
 
 
 def _positive_float(text: str) -> float:
@@ -100,8 +101,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     w.add_argument(
         "--snapshots",
         default=DEFAULT_SNAPSHOTS,
-        help="snapshot store URL: a directory, file:///dir or s3://bucket/prefix?endpoint_url=... "
-        "(default %(default)s; $SLOTSCHED_SNAPSHOTS sets it)",
+        help=f"snapshot store URL: {URL_FORMS} (default %(default)s; $SLOTSCHED_SNAPSHOTS sets it)",
     )
     w.add_argument(
         "--token",
