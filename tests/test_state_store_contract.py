@@ -1,0 +1,312 @@
+"""What every state store must guarantee (scheduler/state/store.py's list), one test per
+guarantee, run against every store and topology: RedisStore on one Redis, on a primary with a
+replica watched by Sentinels (every append WAITs for the replica), and on a Redis Cluster (every
+key of the pool in one hash slot, appends WAIT for one replica).
+
+Each topology is started once for the module; each test uses a pool of its own (a fresh key
+prefix), with two replicas' views of it, `a` and `b`. A new store is a row of `STORES`: a
+context that starts it and gives a factory of its stores, and one of stores where nothing
+answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import pytest
+
+from scheduler.state.redis_store import RedisStore
+from scheduler.state.store import (
+    START,
+    Entry,
+    Position,
+    StaleTerm,
+    StateStore,
+    StoredSnapshot,
+    StoreUnavailable,
+)
+from tests.redis_topology import ClusterSet, SentinelSet, free_cluster_port, free_port
+from tests.test_state_redis import RedisProc
+from tests.test_state_redis import pytestmark as needs_redis
+
+pytestmark = needs_redis
+
+#: `(pool prefix, replica id) -> StateStore`: one replica's view of a pool of a running store.
+Open = Callable[[str, str], StateStore]
+#: A running store: its stores, and stores of the same kind where nothing answers.
+Topology = tuple[Open, Open]
+
+
+def _redis_stores(url: str, timeout_s: float) -> Open:
+    return lambda prefix, replica: RedisStore(url, prefix, replica, timeout_s=timeout_s)
+
+
+def _redis_topology(live: str, dead: str) -> Topology:
+    return _redis_stores(live, 2.0), _redis_stores(dead, 0.3)
+
+
+@contextlib.contextmanager
+def _redis() -> Iterator[Topology]:
+    with tempfile.TemporaryDirectory(prefix="slotsched-contract-") as d:
+        r = RedisProc(d).start()
+        try:
+            yield _redis_topology(r.url, f"redis://127.0.0.1:{free_port()}/0")
+        finally:
+            r.kill()
+
+
+@contextlib.contextmanager
+def _sentinel() -> Iterator[Topology]:
+    with tempfile.TemporaryDirectory(prefix="slotsched-contract-") as d:
+        s = SentinelSet(d, replicas=1, sentinels=1).start()
+        try:
+            yield _redis_topology(s.url(), f"redis+sentinel://127.0.0.1:{free_port()}/slotsched/0")
+        finally:
+            s.close()
+
+
+@contextlib.contextmanager
+def _cluster() -> Iterator[Topology]:
+    with tempfile.TemporaryDirectory(prefix="slotsched-contract-") as d:
+        c = ClusterSet(d, primaries=3, replicas=1).start()
+        try:
+            yield _redis_topology(c.url(), f"redis+cluster://127.0.0.1:{free_cluster_port()}")
+        finally:
+            c.close()
+
+
+#: name: the context that runs it. Every test below runs against each.
+STORES: dict[str, Callable[[], contextlib.AbstractContextManager[Topology]]] = {
+    "redis": _redis,
+    "redis+sentinel": _sentinel,
+    "redis+cluster": _cluster,
+}
+
+
+@pytest.fixture(scope="module", params=sorted(STORES))
+def topology(request: pytest.FixtureRequest) -> Iterator[Topology]:
+    with STORES[request.param]() as stores:
+        yield stores
+
+
+@contextlib.asynccontextmanager
+async def _pair(topology: Topology) -> AsyncIterator[tuple[StateStore, StateStore]]:
+    """Two replicas' views of a pool of their own."""
+    open_ = topology[0]
+    prefix = f"c{uuid.uuid4().hex[:8]}"
+    a, b = open_(prefix, "a"), open_(prefix, "b")
+    try:
+        yield a, b
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def _journal(store: StateStore, after: Position = START, chunk: int = 2000) -> list[Entry]:
+    return [e async for rows in store.journal_after(after, chunk) for e in rows]
+
+
+def _run(topology: Topology, body: Callable[[StateStore, StateStore], Awaitable[None]]) -> None:
+    async def go() -> None:
+        async with _pair(topology) as (a, b):
+            await body(a, b)
+
+    asyncio.run(go())
+
+
+# ---------------------------------------------------------------- the lease and its term
+
+
+def test_one_leader_until_its_lease_lapses(topology: Topology) -> None:
+    async def body(a: StateStore, b: StateStore) -> None:
+        assert await a.try_lead(0.4)
+        assert not await b.try_lead(5.0)  # a holds it
+        await asyncio.sleep(0.6)  # not renewed: it lapses by the store's clock
+        assert await b.try_lead(5.0)
+        assert not await a.try_lead(5.0)
+
+    _run(topology, body)
+
+
+def test_every_won_term_is_new_also_for_the_same_replica(topology: Topology) -> None:
+    async def body(a: StateStore, b: StateStore) -> None:
+        seen = {a.token, b.token}  # the tokens before any win
+        for _ in range(3):
+            assert await a.try_lead(5.0)  # a again (it still holds the lease): a new term
+            assert a.token not in seen
+            seen.add(a.token)
+        await a.resign()
+        assert await b.try_lead(5.0)
+        assert b.token not in seen
+
+    _run(topology, body)
+
+
+def test_renewal_keeps_only_its_own_term_and_records_the_leaders_clock(topology: Topology) -> None:
+    async def body(a: StateStore, b: StateStore) -> None:
+        assert await a.alive() is None  # no leader renewed yet
+        assert await a.try_lead(0.5)
+        assert await a.extend_lead(0.5, 1234.5)
+        assert await a.alive() == 1234.5
+        assert not await b.extend_lead(5.0, 9999.0)  # not b's to keep, nor to stamp
+        assert await a.alive() == 1234.5
+        for _ in range(3):  # renewed past its first ttl: still a's
+            await asyncio.sleep(0.2)
+            assert await a.extend_lead(0.5, 1235.0)
+        assert not await b.try_lead(5.0)
+        await a.resign()
+        assert await b.try_lead(5.0)  # resigned: free at once
+
+    _run(topology, body)
+
+
+# ---------------------------------------------------------------- fenced writes
+
+
+def test_a_stale_terms_writes_are_refused_and_leave_nothing_visible(topology: Topology) -> None:
+    async def body(a: StateStore, b: StateStore) -> None:
+        assert await a.try_lead(5.0)
+        first = a.token
+        kept = await a.append([b"one"], first)
+        assert await a.try_lead(5.0)  # a new term of the same replica
+        with pytest.raises(StaleTerm):
+            await a.append([b"stale-1", b"stale-2"], first)  # all or nothing: nothing
+        with pytest.raises(StaleTerm):
+            await b.append([b"other"], b.token)  # another replica's
+        with pytest.raises(StaleTerm):
+            await a.save_snapshot(b"data", "fp", kept, 1.0, first)
+        assert not await a.publish_address("old:1", first)
+        await a.append([b"two"], a.token)
+        assert [r for _, r in await _journal(b)] == [b"one", b"two"]
+        assert await b.load_snapshot() is None and not await b.trimmed()
+        assert await b.leader_address() is None
+
+    _run(topology, body)
+
+
+def test_append_nowait_tells_its_outcome_or_sends_nothing(topology: Topology) -> None:
+    async def body(a: StateStore, b: StateStore) -> None:
+        assert await a.try_lead(5.0)
+        await a.append([b"warm"], a.token)  # a lean connection opens on first use
+        outcomes: asyncio.Queue[Position | BaseException] = asyncio.Queue()
+        for token in (a.token, "a:stale"):
+            if not a.append_nowait([b"now"], token, outcomes.put_nowait):
+                return  # this store cannot send at once: the replica awaits `append`
+            got = await asyncio.wait_for(outcomes.get(), 5)
+            if token == a.token:
+                assert not isinstance(got, BaseException)
+                assert (await _journal(b))[-1] == (got, b"now")
+            else:
+                assert isinstance(got, StaleTerm)
+        assert [r for _, r in await _journal(b)] == [b"warm", b"now"]
+
+    _run(topology, body)
+
+
+# ---------------------------------------------------------------- the journal
+
+
+def test_the_journal_keeps_append_order_and_reads_on_from_any_position(topology: Topology) -> None:
+    async def body(a: StateStore, b: StateStore) -> None:
+        assert await a.try_lead(5.0)
+        last = await a.append([b"r1", b"r2"], a.token)
+        await a.append([b"r3"], a.token)
+        await a.append([b"r4", b"r5", b"r6"], a.token)
+        entries = await _journal(b)
+        assert [r for _, r in entries] == [b"r1", b"r2", b"r3", b"r4", b"r5", b"r6"]
+        assert entries[1][0] == last  # an append gives its last entry's position
+        assert len({p for p, _ in entries}) == 6
+        assert [r for _, r in await _journal(b, last)] == [b"r3", b"r4", b"r5", b"r6"]
+        assert await _journal(b, entries[-1][0]) == []
+        chunks = [rows async for rows in b.journal_after(START, chunk=4)]
+        assert [len(c) for c in chunks] == [4, 2] and [e for c in chunks for e in c] == entries
+
+    _run(topology, body)
+
+
+def test_a_snapshot_trims_what_it_covers_and_keeps_what_follows(topology: Topology) -> None:
+    async def body(a: StateStore, b: StateStore) -> None:
+        assert await a.try_lead(5.0)
+        for r in (b"r1", b"r2", b"r3", b"r4"):
+            await a.append([r], a.token)
+        (p1, _), (p2, _), (p3, _), (p4, _) = await _journal(b)
+        assert not await b.trimmed() and not await b.trimmed_past(START)
+        await a.save_snapshot(b"state", "fp/3", p2, 1.5, a.token)
+        assert await b.load_snapshot() == StoredSnapshot(b"state", "fp/3", p2, 1.5)
+        assert [r for _, r in await _journal(b)] == [b"r3", b"r4"]
+        assert [r for _, r in await _journal(b, p2)] == [b"r3", b"r4"]
+        assert await b.trimmed()
+        assert await b.trimmed_past(START) and await b.trimmed_past(p1)
+        assert not await b.trimmed_past(p2) and not await b.trimmed_past(p3)
+        # the tail of a standby that had read up to p1 has a gap; up to p2 or later, none
+        gap = await b.tail(p1, 50)
+        assert gap.gap
+        assert not (await b.tail(p2, 50)).gap
+        await a.save_snapshot(b"later", "fp/3", p4, 2.5, a.token)  # a later one replaces it
+        assert await b.load_snapshot() == StoredSnapshot(b"later", "fp/3", p4, 2.5)
+        assert await _journal(b) == []
+
+    _run(topology, body)
+
+
+def test_the_tail_waits_for_new_entries(topology: Topology) -> None:
+    async def body(a: StateStore, b: StateStore) -> None:
+        assert await a.try_lead(5.0)
+        last = await a.append([b"r1"], a.token)
+        tail = await b.tail(last, 50)  # nothing new: back within about block_ms
+        assert tail.entries == [] and not tail.gap
+        waiting = asyncio.ensure_future(b.tail(last, 2000))
+        await asyncio.sleep(0.1)
+        new = await a.append([b"r2", b"r3"], a.token)
+        tail = await asyncio.wait_for(waiting, 5)
+        assert [r for _, r in tail.entries] == [b"r2", b"r3"] and tail.entries[-1][0] == new
+        assert [r for _, r in (await b.tail(START, 50)).entries] == [b"r1", b"r2", b"r3"]
+
+    _run(topology, body)
+
+
+def test_the_leader_address_is_the_current_terms_only(topology: Topology) -> None:
+    async def body(a: StateStore, b: StateStore) -> None:
+        assert await b.leader_address() is None  # no leader
+        assert await a.try_lead(5.0)
+        assert await b.leader_address() is None  # a leads, has not published
+        assert await a.publish_address("10.0.0.1:50051", a.token)
+        assert await b.leader_address() == "10.0.0.1:50051"
+        old = a.token
+        await a.resign()
+        assert await b.leader_address() is None
+        assert await b.try_lead(5.0)
+        assert await a.leader_address() is None  # never an earlier term's address
+        assert not await a.publish_address("10.0.0.1:50051", old)
+        assert await b.publish_address("10.0.0.2:50051", b.token)
+        assert await a.leader_address() == "10.0.0.2:50051"
+
+    _run(topology, body)
+
+
+# ---------------------------------------------------------------- one failure type
+
+
+def test_a_store_that_does_not_answer_raises_store_unavailable(topology: Topology) -> None:
+    async def go() -> None:
+        store = topology[1]("dead", "a")
+        try:
+            for call in (
+                lambda: store.try_lead(1.0),
+                lambda: store.extend_lead(1.0, 0.0),
+                lambda: store.append([b"x"], store.token),
+                lambda: store.load_snapshot(),
+                lambda: store.tail(START, 10),
+                lambda: _journal(store),
+            ):
+                with pytest.raises(StoreUnavailable):
+                    await call()
+        finally:
+            with contextlib.suppress(StoreUnavailable):
+                await store.close()
+
+    asyncio.run(go())
