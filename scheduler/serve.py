@@ -192,8 +192,8 @@ async def start_server(
     (otherwise metrics stay plain: keep that port cluster-internal, e.g. behind a NetworkPolicy).
 
     `autoscaler_env` (default: the process environment) chooses the companion autoscaler's
-    actuator through SLOTSCHED_AUTOSCALER (off | local | kubernetes | dry-run); see
-    slots/actuators/factory.py. The KEDA external scaler is always served.
+    actuator through SLOTSCHED_AUTOSCALER (one of `factory.KINDS`,
+    slots/actuators/factory.py). The KEDA external scaler is always served.
 
     `state` (default memory) with a redis:// URL makes this a Redis-backed replica; a bad URL
     raises ValueError naming `--state`."""
@@ -513,7 +513,7 @@ async def serve_forever(
 ) -> int:
     """Serve until SIGTERM/SIGINT, then shut down gracefully. Returns the process exit code.
 
-    `autoscaler` (off | local | kubernetes | dry-run) overrides SLOTSCHED_AUTOSCALER.
+    `autoscaler` (one of slots/actuators/factory.KINDS) overrides SLOTSCHED_AUTOSCALER.
     `grant_key_file` (else $SLOTSCHED_GRANT_KEYS, else a generated key) signs grants."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
