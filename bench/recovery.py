@@ -12,7 +12,7 @@ What it does, through the real code paths:
   3. appends the worst-case journal tail the snapshot cadence allows (`Replica.tail_bound`:
      renewals, releases that grant queued sessions, new acquires) through the same replica;
   4. times cold recovery `--runs` times: a fresh loop, registry and replica run the real
-     `Replica._recover` (load the snapshot from Redis, decode, `Core.from_state`, `loop.restore`,
+     `Replica._recover` (load the snapshot from Redis, read it, `Core.from_records`, `loop.load_state`,
      replay the tail), and checks the recovered core equals the live one.
 
 `run()` is importable (bench/failover.py prints its figures). The last line is `key=value`:

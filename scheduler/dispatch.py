@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from scheduler.core.state_io import ref_from_doc, ref_to_doc
 from scheduler.core.types import (
     Acquire,
     Decision,
@@ -28,6 +27,7 @@ from scheduler.core.types import (
     Renew,
     Resumed,
     SessionId,
+    SnapshotRef,
     TenantName,
     Tick,
     WorkerAdded,
@@ -40,6 +40,20 @@ from scheduler.policy.yaml_io import parse_policy, policy_to_yaml
 from scheduler.ports import NO_EXTRAS, Applied, Extras, PolicyApplied
 
 Doc = dict[str, Any]
+
+
+def ref_to_doc(ref: SnapshotRef | None) -> Doc | None:
+    """A snapshot ref as JSON (None stays None): the one form, in journal records and in state
+    snapshots (state_write.py)."""
+    if ref is None:
+        return None
+    return {"uri": ref.uri, "size_bytes": ref.size_bytes, "sha256": ref.sha256, "created": ref.created}
+
+
+def ref_from_doc(doc: Any) -> SnapshotRef | None:
+    if doc is None:
+        return None
+    return SnapshotRef(str(doc["uri"]), int(doc["size_bytes"]), str(doc["sha256"]), float(doc["created"]))
 
 
 class Books(Protocol):

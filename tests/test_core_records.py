@@ -1,4 +1,4 @@
-"""The core's internals as public pieces: `Core.export_records` / `Core.restore` without JSON, and
+"""The core's internals as public pieces: `Core.export_records` / `Core.from_records` without JSON, and
 the victim a preemption picks from its heaps is the first candidate by `victims.victim_order`."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_restore_from_records_decides_as_the_original(seed: int) -> None:
     core, now = _busy(seed)
     records = core.export_records()
     assert isinstance(records, CoreRecords)
-    rebuilt = Core.restore(POLICY, records)
+    rebuilt = Core.from_records(POLICY, records)
     assert rebuilt.export_records() == records
     rng = random.Random(seed + 100)
     for i in range(30):
@@ -105,5 +105,5 @@ def test_restore_refuses_records_that_do_not_fit_the_policy() -> None:
     core, _ = _busy(0)
     other = Policy(pool=POLICY.pool, timing=POLICY.timing, queue=POLICY.queue, tenants=TENANTS[:2])
     with pytest.raises(ValueError, match="neither in the policy nor retired"):
-        Core.restore(other, core.export_records())
+        Core.from_records(other, core.export_records())
     assert LeaseState.ACTIVE in {s for _, s in core.leases()}

@@ -1,5 +1,6 @@
-"""`Core.export_state` / `Core.from_state`: a core rebuilt from its logical state (through JSON)
-decides exactly as the original, event after event, and exports the same document again."""
+"""The core's part of a state snapshot (scheduler/state/state_write.py's `core_doc`, read back by
+state_read.py's `core_records`): a core rebuilt from its logical state (through JSON) decides
+exactly as the original, event after event, and exports the same document again."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import state_io
 from scheduler.core.engine import Core
 from scheduler.core.lifecycle import LeaseState
 from scheduler.core.types import (
@@ -36,8 +36,21 @@ from scheduler.core.types import (
     YieldRequested,
 )
 from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.state import state_read, state_write
 
 SNAP = SnapshotRef("s3://b/k", 12, "ab" * 32, 17.5)
+
+
+def export_doc(core: Core) -> dict[str, Any]:
+    """The core's part of a state snapshot, as JSON-ready data."""
+    return state_write.core_doc(core.export_records())
+
+
+def from_doc(policy: Policy, doc: Any) -> Core:
+    """A core rebuilt from `export_doc`'s document; ValueError if unknown or malformed."""
+    return Core.from_records(policy, state_read.core_records(doc))
+
+
 TENANTS = (
     TenantSpec("sre", weight=1, guaranteed=2, burstable_nominal=1, burstable_limit=3),
     TenantSpec("prod", weight=2, guaranteed=1, burstable_nominal=2, burstable_limit=4, best_effort_limit=2),
@@ -199,10 +212,10 @@ def test_a_rebuilt_core_decides_like_the_original(data: st.DataObject, n: int, m
         step = gen.draw(data, live)
         _apply(live, step, gen.now, gen)
 
-    doc = _through_json(live.export_state())
-    assert doc["format"] == state_io.FORMAT
-    rebuilt = Core.from_state(live.policy, doc)
-    assert _through_json(rebuilt.export_state()) == doc  # export -> import -> export: the same
+    doc = _through_json(export_doc(live))
+    assert doc["format"] == state_write.CORE_FORMAT
+    rebuilt = from_doc(live.policy, doc)
+    assert _through_json(export_doc(rebuilt)) == doc  # export -> import -> export: the same
     assert _observe(rebuilt) == _observe(live)
 
     for _ in range(m):
@@ -210,7 +223,7 @@ def test_a_rebuilt_core_decides_like_the_original(data: st.DataObject, n: int, m
         want = _apply(live, step, gen.now, gen)
         assert _apply(rebuilt, step, gen.now) == want, step
         assert _observe(rebuilt) == _observe(live), step
-    assert rebuilt.export_state() == live.export_state()
+    assert export_doc(rebuilt) == export_doc(live)
 
 
 def _scenario() -> tuple[Core, float]:
@@ -236,11 +249,11 @@ def _scenario() -> tuple[Core, float]:
 
 def test_a_busy_core_round_trips_through_json() -> None:
     core, now = _scenario()
-    doc = _through_json(core.export_state())
+    doc = _through_json(export_doc(core))
     assert any(lease["state"] == "yielding" for lease in _objects(doc, "leases")), doc["leases"]
     assert any(r["earmark"] is not None for r in _objects(doc, "requests")), doc["requests"]
     assert doc["retired"] == ["batch"]
-    rebuilt = Core.from_state(core.policy, doc)
+    rebuilt = from_doc(core.policy, doc)
     assert _observe(rebuilt) == _observe(core)
     # Slots freed by leases other than the victims go to the earmarked waiters first.
     active = [lease for lease, state in core.leases() if state is LeaseState.ACTIVE]
@@ -250,7 +263,7 @@ def test_a_busy_core_round_trips_through_json() -> None:
         now += 1
         assert rebuilt.handle(step, now) == core.handle(step, now)
         assert _observe(rebuilt) == _observe(core)
-        assert rebuilt.export_state() == core.export_state()
+        assert export_doc(rebuilt) == export_doc(core)
 
 
 def test_a_worker_added_again_packs_as_a_new_worker_before_and_after_a_rebuild() -> None:
@@ -262,7 +275,7 @@ def test_a_worker_added_again_packs_as_a_new_worker_before_and_after_a_rebuild()
     core.handle(WorkerRemoved(WorkerId("a")), 1.0)
     core.handle(WorkerAdded(WorkerId("b"), 1), 2.0)
     core.handle(WorkerAdded(WorkerId("a"), 1), 3.0)
-    rebuilt = Core.from_state(core.policy, _through_json(core.export_state()))
+    rebuilt = from_doc(core.policy, _through_json(export_doc(core)))
     acquire = Acquire(SessionId("s"), TenantName("prod"), QoS.GUARANTEED)
     want = core.handle(acquire, 4.0)
     assert rebuilt.handle(acquire, 4.0) == want
@@ -278,36 +291,36 @@ def test_stale_timers_still_wake_the_core() -> None:
     (lease, _), *_ = core.leases()
     core.handle(Release(SessionId("s"), lease.lease_id, lease.epoch), 1.0)
     assert core.next_deadline() == 40.0
-    rebuilt = Core.from_state(core.policy, _through_json(core.export_state()))
+    rebuilt = from_doc(core.policy, _through_json(export_doc(core)))
     assert rebuilt.next_deadline() == 40.0
 
 
 def test_an_unknown_format_is_refused() -> None:
-    doc = Core(POLICY).export_state()
+    doc = export_doc(Core(POLICY))
     with pytest.raises(ValueError, match=r"format 3 is not one this build reads \(it reads \[1, 2\]\)"):
-        Core.from_state(POLICY, {**doc, "format": 3})
+        from_doc(POLICY, {**doc, "format": 3})
     with pytest.raises(ValueError, match="format None"):
-        Core.from_state(POLICY, {k: v for k, v in doc.items() if k != "format"})
+        from_doc(POLICY, {k: v for k, v in doc.items() if k != "format"})
 
 
 def test_a_malformed_or_mismatched_state_is_refused() -> None:
     core, _ = _scenario()
-    doc = core.export_state()
+    doc = export_doc(core)
     with pytest.raises(ValueError, match="malformed"):
-        Core.from_state(core.policy, {k: v for k, v in doc.items() if k != "leases"})
+        from_doc(core.policy, {k: v for k, v in doc.items() if k != "leases"})
     with pytest.raises(ValueError, match="does not match the policy|neither in the policy"):
-        Core.from_state(POLICY, doc)  # exported under POLICY_2
+        from_doc(POLICY, doc)  # exported under POLICY_2
     other = replace(POLICY_2, tenants=(*POLICY_2.tenants, TenantSpec("new")))
     with pytest.raises(ValueError, match="does not match the policy"):
-        Core.from_state(other, doc)
+        from_doc(other, doc)
 
 
 def test_an_empty_core_round_trips() -> None:
-    doc = _through_json(Core(POLICY).export_state())
+    doc = _through_json(export_doc(Core(POLICY)))
     assert doc["now"] is None  # -inf: no event seen yet
-    rebuilt = Core.from_state(POLICY, doc)
+    rebuilt = from_doc(POLICY, doc)
     assert _observe(rebuilt) == _observe(Core(POLICY))
-    assert rebuilt.export_state() == doc
+    assert export_doc(rebuilt) == doc
 
 
 def test_yields_left_for_no_one_by_an_older_build_are_taken_over_or_cancelled() -> None:
@@ -322,7 +335,7 @@ def test_yields_left_for_no_one_by_an_older_build_are_taken_over_or_cancelled() 
     for s, t in (("s2", 1.0), ("s3", 2.0)):
         out = core.handle(Acquire(SessionId(s), TenantName("sre"), QoS.GUARANTEED), t)
         assert any(isinstance(d, YieldRequested) and d.for_session == s for d in out), out
-    doc = _as_v1(_through_json(core.export_state()))
+    doc = _as_v1(_through_json(export_doc(core)))
     yielding = [ld["lease_id"] for ld in doc["leases"] if ld["state"] == "yielding"]
     assert len(yielding) == 2
     # The document of an older build: the waiters gone, their victims orphaned.
@@ -330,7 +343,7 @@ def test_yields_left_for_no_one_by_an_older_build_are_taken_over_or_cancelled() 
         ld["for_session"] = None
         del ld["yield_deadline"]
     doc["requests"], doc["earmark_order"], doc["orphans"] = [], [], yielding
-    rebuilt = Core.from_state(core.policy, doc)
+    rebuilt = from_doc(core.policy, doc)
     out = rebuilt.handle(Acquire(SessionId("s4"), TenantName("prod"), QoS.GUARANTEED), 3.0)
     assert [type(d).__name__ for d in out] == ["Queued", "YieldCancelled"], out
     cancelled = out[1]
@@ -342,4 +355,4 @@ def test_yields_left_for_no_one_by_an_older_build_are_taken_over_or_cancelled() 
     out = rebuilt.handle(Tick(), 7.0)
     assert [type(d).__name__ for d in out] == ["Revoked", "Granted", "Queued"], out
     assert isinstance(out[1], Granted) and out[1].lease.session == "s4"
-    assert rebuilt.export_state()["orphans"] == []
+    assert export_doc(rebuilt)["orphans"] == []

@@ -31,8 +31,7 @@ from scheduler.policy.yaml_io import parse_policy
 from scheduler.serve import RunningServer, StateOptions, start_server
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
-from scheduler.state import codec
-from scheduler.state import state_snapshot as snapshot
+from scheduler.state import codec, state_write
 from tests.grpc_fixtures import policy_yaml, write_policy
 from tests.test_hot_standby import crash, replica_of
 from tests.test_state_redis import REDIS_BIN, RedisProc
@@ -59,7 +58,7 @@ def _commands(data: bytes) -> list[list[bytes]]:
     return out
 
 
-def journal_state(directory: str, policy_text: str) -> tuple[snapshot.State, int]:
+def journal_state(directory: str, policy_text: str) -> tuple[state_write.State, int]:
     """The state the whole journal rebuilds from an empty core, and its length: every XADD to it
     in the AOF (Redis 7 writes a script's effects), trimmed or not."""
     files = sorted(Path(directory).glob("appendonlydir/*.incr.aof")) or [Path(directory) / "appendonly.aof"]
@@ -75,13 +74,13 @@ def journal_state(directory: str, policy_text: str) -> tuple[snapshot.State, int
             if spec_of(rec).membership:
                 registry.replay(rec, decisions, at, dict(x.labels), x.static)  # type: ignore[arg-type]
             last, n = max(last, at), n + 1
-    return snapshot.State(loop.export_state(), registry.workers, last), n
+    return state_write.State(loop.export_state(), registry.workers, last), n
 
 
-def doc(state: snapshot.State) -> Any:
+def doc(state: state_write.State) -> Any:
     """A state as its snapshot document, less what is wall-clock bookkeeping of the registry
     (a take-over refreshes every heartbeat; registration time is read apart from the event's)."""
-    d = orjson.loads(snapshot.dumps(state))
+    d = orjson.loads(state_write.state_bytes(state))
     d["last_now"] = None
     for w in d["workers"]:
         w.pop("last_heartbeat")
@@ -91,7 +90,7 @@ def doc(state: snapshot.State) -> Any:
 
 
 def state_of(s: RunningServer) -> Any:
-    return doc(snapshot.State(s.loop.export_state(), s.registry.workers, 0.0))
+    return doc(state_write.State(s.loop.export_state(), s.registry.workers, 0.0))
 
 
 async def churn(loop: SchedulerLoop, rng: random.Random, n: int, tag: str) -> None:

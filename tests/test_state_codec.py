@@ -37,8 +37,7 @@ from scheduler.core.types import (
 from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 from scheduler.server.loop import EndedSession, LoopState
 from scheduler.server.registry import WorkerEntry
-from scheduler.state import codec
-from scheduler.state import state_snapshot as snapshot
+from scheduler.state import codec, state_read, state_write
 from scheduler.state.redis_store import StateConfigError, parse_state
 
 SNAP = SnapshotRef("s3://b/k", 12, "ab" * 32, 17.5)
@@ -181,7 +180,7 @@ def test_replaying_the_journal_rebuilds_the_same_core(data: st.DataObject, n: in
     for i in range(n):
         if i == cut:
             state = LoopState(live, {}, {}, {}, {}, {}, OrderedDict())
-            snap = snapshot.dumps(snapshot.State(state, {}, now))
+            snap = state_write.state_bytes(state_write.State(state, {}, now))
         now += data.draw(st.floats(0, 6))
         ev = _draw_event(data, live, workers)
         decisions.append(live.handle(ev, now))
@@ -197,7 +196,7 @@ def test_replaying_the_journal_rebuilds_the_same_core(data: st.DataObject, n: in
 
     # From the snapshot, then the journal tail after it.
     if snap is not None:
-        restored = snapshot.loads(snap, snapshot.current_fingerprint()).loop.core
+        restored = state_read.read_state(snap, state_write.current_fingerprint()).loop.core
         for raw in journal[cut:]:
             rec, at, _ = codec.decode(raw)
             assert not isinstance(rec, codec.PolicyRecord)
@@ -205,7 +204,7 @@ def test_replaying_the_journal_rebuilds_the_same_core(data: st.DataObject, n: in
         assert _fingerprint(restored) == _fingerprint(live)
 
 
-def _busy_state() -> tuple[snapshot.State, float]:
+def _busy_state() -> tuple[state_write.State, float]:
     """A loop state with leases, a pending yield, a queue, ended sessions and workers."""
     core = Core(POLICY)
     now = 0.0
@@ -231,15 +230,15 @@ def _busy_state() -> tuple[snapshot.State, float]:
         WorkerId("w9"): WorkerEntry(WorkerId("w9"), "w9:1", 1, 1.0, {}, None, True, False),
     }
     assert state.yields, "the scenario has a pending yield"
-    return snapshot.State(state, workers, now), now
+    return state_write.State(state, workers, now), now
 
 
 def test_a_snapshot_is_plain_versioned_json_that_round_trips() -> None:
     state, now = _busy_state()
-    data = snapshot.dumps(state)
+    data = state_write.state_bytes(state)
     doc = json.loads(data)
-    assert doc["format"] == snapshot.SNAPSHOT_FORMAT and doc["core"]["format"] == 2
-    back = snapshot.loads(data, snapshot.current_fingerprint())
+    assert doc["format"] == state_write.SNAPSHOT_FORMAT and doc["core"]["format"] == 2
+    back = state_read.read_state(data, state_write.current_fingerprint())
     a, b = state.loop, back.loop
     assert _fingerprint(b.core) == _fingerprint(a.core) and b.core.policy == a.core.policy
     assert (b.addresses, b.yields, b.waited, b.qos, b.wait_timeouts) == (
@@ -251,7 +250,7 @@ def test_a_snapshot_is_plain_versioned_json_that_round_trips() -> None:
     )
     assert list(b.ended.items()) == list(a.ended.items()) and isinstance(b.ended, OrderedDict)
     assert back.workers == state.workers and back.last_now == now
-    again = json.loads(snapshot.dumps(back))
+    again = json.loads(state_write.state_bytes(back))
     assert again.pop("policy") and doc.pop("policy")  # YAML may spell a number differently
     assert again == doc  # otherwise the same document again
     # The restored core goes on exactly as the original.
@@ -264,33 +263,35 @@ def test_a_snapshot_survives_a_code_change(monkeypatch: pytest.MonkeyPatch) -> N
     """Nothing in a snapshot depends on the sources that wrote it: with no fingerprint at all
     (the stored label ignored, the old source-hash function gone) the format number suffices."""
     state, _ = _busy_state()
-    data = snapshot.dumps(state)
-    assert not hasattr(snapshot, "fingerprint")  # no hash of the sources any more
-    monkeypatch.setattr(snapshot, "current_fingerprint", lambda: "slotsched-snapshot/2:some-other-build")
-    for written_by in (None, "slotsched-snapshot/2:an-older-build", snapshot.current_fingerprint()):
-        back = snapshot.loads(data, written_by)
+    data = state_write.state_bytes(state)
+    assert not hasattr(state_write, "fingerprint")  # no hash of the sources any more
+    monkeypatch.setattr(state_write, "current_fingerprint", lambda: "slotsched-snapshot/2:some-other-build")
+    for written_by in (None, "slotsched-snapshot/2:an-older-build", state_write.current_fingerprint()):
+        back = state_read.read_state(data, written_by)
         assert _fingerprint(back.loop.core) == _fingerprint(state.loop.core)
 
 
 def test_a_snapshot_of_a_newer_format_is_refused() -> None:
     state, _ = _busy_state()
-    doc = json.loads(snapshot.dumps(state))
-    doc["format"] = snapshot.SNAPSHOT_FORMAT + 1
-    with pytest.raises(snapshot.SnapshotMismatch, match="written by a newer build; this build reads formats"):
-        snapshot.loads(json.dumps(doc).encode(), "slotsched-snapshot/3")
-    doc["format"] = snapshot.SNAPSHOT_FORMAT
+    doc = json.loads(state_write.state_bytes(state))
+    doc["format"] = state_write.SNAPSHOT_FORMAT + 1
+    with pytest.raises(
+        state_read.SnapshotMismatch, match="written by a newer build; this build reads formats"
+    ):
+        state_read.read_state(json.dumps(doc).encode(), "slotsched-snapshot/3")
+    doc["format"] = state_write.SNAPSHOT_FORMAT
     doc["core"]["format"] = 99  # a core state this build does not know: refused, not guessed
-    with pytest.raises(snapshot.StateSnapshotError, match="core state format 99"):
-        snapshot.loads(json.dumps(doc).encode())
+    with pytest.raises(state_write.StateSnapshotError, match="core state format 99"):
+        state_read.read_state(json.dumps(doc).encode())
 
 
 def test_an_old_pickle_snapshot_is_refused_clearly() -> None:
     import pickle
 
-    with pytest.raises(snapshot.SnapshotMismatch, match="pickle of an earlier build"):
-        snapshot.loads(pickle.dumps({"core": 1}), "slotsched-state/1:0123456789abcdef")
-    with pytest.raises(snapshot.StateSnapshotError, match="no format number"):
-        snapshot.loads(b'{"core": {}}')
+    with pytest.raises(state_read.SnapshotMismatch, match="pickle of an earlier build"):
+        state_read.read_state(pickle.dumps({"core": 1}), "slotsched-state/1:0123456789abcdef")
+    with pytest.raises(state_write.StateSnapshotError, match="no format number"):
+        state_read.read_state(b'{"core": {}}')
 
 
 def test_a_bad_state_url_never_echoes_its_password() -> None:

@@ -23,7 +23,7 @@ from redis.exceptions import ConnectionError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from scheduler.state.redis_store import RedisStore, ReplicasBehind
-from scheduler.state.resp import Incomplete, RespConnection, encode, parse
+from scheduler.state.resp import Incomplete, RespConnection, pack_command, parse
 from scheduler.state.store import StaleTerm, StoreUnavailable
 from tests.test_state_redis import REDIS_BIN, RedisProc, free_port
 
@@ -76,7 +76,7 @@ def test_parse_refuses_bytes_that_are_not_resp(wire: bytes) -> None:
 
 
 def test_encode_is_an_array_of_bulk_strings() -> None:
-    assert encode("SET", b"k\r\n", 7) == b"*3\r\n$3\r\nSET\r\n$3\r\nk\r\n\r\n$1\r\n7\r\n"
+    assert pack_command("SET", b"k\r\n", 7) == b"*3\r\n$3\r\nSET\r\n$3\r\nk\r\n\r\n$1\r\n7\r\n"
 
 
 def test_pipeline_reads_replies_split_across_packets() -> None:

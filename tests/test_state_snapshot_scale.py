@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from scheduler.core import state_io
 from scheduler.core.engine import Core
 from scheduler.core.types import (
     Acquire,
@@ -34,16 +33,16 @@ from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, Timi
 from scheduler.ports import EndedSession, Extras, LoopState, StateUnavailable, WorkerEntry
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
-from scheduler.state import state_snapshot as snapshot
+from scheduler.state import state_read, state_write
 from scheduler.state.redis_store import RedisStore
 from scheduler.state.replica import Replica, StateMetrics
-from tests.test_core_state_io import POLICY, SNAP, _apply, _Gen, _observe, _scenario
+from tests.test_core_state_io import POLICY, SNAP, _apply, _Gen, _observe, _scenario, export_doc, from_doc
 from tests.test_state_codec import _busy_state, _fingerprint
 
 DATA = Path(__file__).parent / "data"
 
 
-def _random_state(data: st.DataObject, n: int) -> tuple[snapshot.State, _Gen]:
+def _random_state(data: st.DataObject, n: int) -> tuple[state_write.State, _Gen]:
     """A core after `n` random events, with loop bookkeeping and workers drawn beside it."""
     gen = _Gen()
     core = Core(POLICY)
@@ -67,12 +66,12 @@ def _random_state(data: st.DataObject, n: int) -> tuple[snapshot.State, _Gen]:
         loop.addresses[wid] = f"{wid}:1"
         hb = data.draw(st.none() | st.floats(0, 100))
         workers[wid] = WorkerEntry(wid, f"{wid}:1", gen.slots[wid], 0.5, {"zone": "a"}, hb, False, False)
-    return snapshot.State(loop, workers, gen.now), gen
+    return state_write.State(loop, workers, gen.now), gen
 
 
-def _same_state(a: snapshot.State, b: snapshot.State) -> None:
+def _same_state(a: state_write.State, b: state_write.State) -> None:
     # Heaps are compared as the document has them (sorted): their layout in memory may differ.
-    assert b.loop.core.export_state() == a.loop.core.export_state()
+    assert export_doc(b.loop.core) == export_doc(a.loop.core)
     assert _observe(b.loop.core) == _observe(a.loop.core)
     la, lb = a.loop, b.loop
     assert (lb.addresses, lb.yields, lb.waited, lb.qos, lb.wait_timeouts) == (
@@ -92,19 +91,21 @@ def test_format_3_round_trips_any_state_and_the_rebuilt_core_decides_alike(
     data: st.DataObject, n: int, m: int
 ) -> None:
     state, gen = _random_state(data, n)
-    raw = snapshot.dumps(state)
+    raw = state_write.state_bytes(state)
     doc = json.loads(raw)  # plain JSON, whatever wrote it
-    assert doc["format"] == snapshot.SNAPSHOT_FORMAT == 3 and doc["core"]["format"] == state_io.FORMAT
-    back = snapshot.loads(raw, snapshot.current_fingerprint())
+    assert (
+        doc["format"] == state_write.SNAPSHOT_FORMAT == 3 and doc["core"]["format"] == state_write.CORE_FORMAT
+    )
+    back = state_read.read_state(raw, state_write.current_fingerprint())
     _same_state(state, back)
-    again = json.loads(snapshot.dumps(back))
+    again = json.loads(state_write.state_bytes(back))
     # export -> import -> export: the same (YAML may spell a number of the policy differently)
     assert [k for k in doc if again[k] != doc[k]] in ([], ["policy"])
     live, rebuilt = state.loop.core, back.loop.core
     for _ in range(m):
         step = gen.draw(data, live)
         assert _apply(rebuilt, step, gen.now) == _apply(live, step, gen.now, gen), step
-    assert rebuilt.export_state() == live.export_state()
+    assert export_doc(rebuilt) == export_doc(live)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -116,8 +117,8 @@ def test_a_capture_is_not_changed_by_what_the_loop_does_while_it_is_encoded(
     are those of the state at the capture, whatever the events do to it meanwhile (earmarks,
     yields, grants, renewals, removed workers, bookkeeping)."""
     state, gen = _random_state(data, n)
-    at_capture = snapshot.dumps(state)
-    captured = snapshot.capture(state)
+    at_capture = state_write.state_bytes(state)
+    captured = state_write.capture(state)
     core, loop = state.loop.core, state.loop
     for i in range(m):
         for d in _apply(core, gen.draw(data, core), gen.now, gen):
@@ -130,17 +131,17 @@ def test_a_capture_is_not_changed_by_what_the_loop_does_while_it_is_encoded(
             w.last_heartbeat, w.draining = gen.now, True
             w.labels["zone"] = "b"
     state.workers.clear()
-    assert snapshot.encode(captured) == at_capture
+    assert state_write.write_state(captured) == at_capture
 
 
 def test_a_format_2_snapshot_written_by_the_previous_build_is_read() -> None:
     """tests/data/state_snapshot_v2.json was written by the format-2 build from `_busy_state`."""
     want, _ = _busy_state()
-    back = snapshot.loads((DATA / "state_snapshot_v2.json").read_bytes(), "slotsched-snapshot/2")
+    back = state_read.read_state((DATA / "state_snapshot_v2.json").read_bytes(), "slotsched-snapshot/2")
     assert _fingerprint(back.loop.core) == _fingerprint(want.loop.core)
     _same_state(want, back)
     # Written again, it is format 3 and reads back the same.
-    again = snapshot.loads(snapshot.dumps(back))
+    again = state_read.read_state(state_write.state_bytes(back))
     _same_state(want, again)
 
 
@@ -149,7 +150,7 @@ def test_a_format_1_core_state_is_read() -> None:
     core, _ = _scenario()
     doc = json.loads((DATA / "core_state_v1.json").read_text())
     assert doc["format"] == 1
-    rebuilt = Core.from_state(core.policy, doc)
+    rebuilt = from_doc(core.policy, doc)
     assert _observe(rebuilt) == _observe(core)
     now = 30.0
     events: list[Tick | Acquire] = [Tick(), Acquire(SessionId("s9"), TenantName("ml"), QoS.BURSTABLE), Tick()]
@@ -161,23 +162,23 @@ def test_a_format_1_core_state_is_read() -> None:
 
 def test_a_malformed_format_3_snapshot_is_refused_with_what_is_wrong() -> None:
     state, _ = _busy_state()
-    doc = json.loads(snapshot.dumps(state))
+    doc = json.loads(state_write.state_bytes(state))
     bad = json.loads(json.dumps(doc))
     bad["core"]["requests"][0] = bad["core"]["requests"][0][:-1]
-    with pytest.raises(snapshot.StateSnapshotError, match="every request row must have 9 columns"):
-        snapshot.loads(json.dumps(bad).encode())
+    with pytest.raises(state_write.StateSnapshotError, match="every request row must have 9 columns"):
+        state_read.read_state(json.dumps(bad).encode())
     bad = json.loads(json.dumps(doc))
     bad["core"]["request_fields"].reverse()
-    with pytest.raises(snapshot.StateSnapshotError, match="not the columns of format 2"):
-        snapshot.loads(json.dumps(bad).encode())
+    with pytest.raises(state_write.StateSnapshotError, match="not the columns of format 2"):
+        state_read.read_state(json.dumps(bad).encode())
     bad = json.loads(json.dumps(doc))
     bad["core"]["requests"][0][0] = 7
-    with pytest.raises(snapshot.StateSnapshotError, match="a request's session: expected str"):
-        snapshot.loads(json.dumps(bad).encode())
+    with pytest.raises(state_write.StateSnapshotError, match="a request's session: expected str"):
+        state_read.read_state(json.dumps(bad).encode())
     bad = json.loads(json.dumps(doc))
     bad["core"]["requests"][0][1] = "nobody"
-    with pytest.raises(snapshot.StateSnapshotError, match="unknown tenant"):
-        snapshot.loads(json.dumps(bad).encode())
+    with pytest.raises(state_write.StateSnapshotError, match="unknown tenant"):
+        state_read.read_state(json.dumps(bad).encode())
 
 
 class _Store:
@@ -300,7 +301,7 @@ async def _snapshot_while_serving(url: str) -> None:
     assert leader._snapshot_task is not None and snapshots >= 3
     await leader._snapshot_task
     stored = await leader.store.load_snapshot()
-    assert stored is not None and stored.fingerprint == snapshot.current_fingerprint()
+    assert stored is not None and stored.fingerprint == state_write.current_fingerprint()
     tail = await leader.store.redis.xlen(leader.store.k_journal)
     assert 0 < tail < 600  # trimmed behind the last snapshot
 
@@ -308,7 +309,7 @@ async def _snapshot_while_serving(url: str) -> None:
     cold_registry = WorkerRegistry(cold, 5.0)
     successor = replica(cold, cold_registry, "cold")
     await successor._recover()
-    assert cold.core.export_state() == loop.core.export_state()
+    assert export_doc(cold.core) == export_doc(loop.core)
     a, b = loop.export_state(), cold.export_state()
     assert (b.addresses, b.yields, b.waited, b.qos, b.wait_timeouts) == (
         a.addresses,

@@ -39,7 +39,7 @@ from scheduler.grants import GrantKeyring, core_lease_id
 from scheduler.policy.identities import hash_token
 from scheduler.policy.model import Policy, PoolSpec, TenantSpec
 from scheduler.serve import start_server
-from scheduler.state import codec
+from scheduler.state import codec, state_read, state_write
 from slots.worker.actor import ActorConfig
 from slots.worker.host import ActorHost, FailedPrecondition
 from slots.worker.main import start_worker
@@ -111,7 +111,8 @@ def test_epochs_of_ended_leases_survive_a_state_snapshot() -> None:
         lease = _grant(core, f"s{i}", float(i))
         core.handle(Release(SessionId(f"s{i}"), lease.lease_id, lease.epoch), float(i))
     assert not list(core.leases())
-    rebuilt = Core.from_state(core.policy, json.loads(json.dumps(core.export_state())))
+    doc = json.loads(json.dumps(state_write.core_doc(core.export_records())))
+    rebuilt = Core.from_records(core.policy, state_read.core_records(doc))
     assert _grant(rebuilt, "after", 9.0).epoch == 4
 
 

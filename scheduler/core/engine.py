@@ -20,8 +20,8 @@ Both pass steps read heads of indexed heaps, so a decision costs O(log queued + 
 The state, and every change to it with its accounting (grant, end, yield, earmark, free
 slots), is `Ledger`'s (ledger.py): this module only decides. The weighted share is
 `TenantState.share` (tenants.py); the views adapters read are views.py's; the state as records
-(`export_records` / `restore`) is records.py's, read and loaded by restore.py, as JSON
-state_io.py's.
+(`export_records` / `from_records`) is records.py's, read and loaded by restore.py; the core knows
+no document (a state snapshot is scheduler/state/state_write.py's and state_read.py's).
 
 A yield exists for a waiter. When the waiter leaves (withdrawn, granted another slot, its right
 gone with a policy change), its victim is made ACTIVE again at once and the pass runs: a waiter
@@ -35,9 +35,8 @@ holder re-queued in the same tier (`_landed`).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
-from scheduler.core import restore, state_io
+from scheduler.core import restore
 from scheduler.core.ledger import Ledger
 from scheduler.core.lifecycle import LeaseState, WorkerState, check_worker
 from scheduler.core.model import LeaseRec, Request, WorkerRec
@@ -94,18 +93,8 @@ class Core(Ledger):
     def policy(self) -> Policy:
         return self._policy
 
-    def export_state(self) -> dict[str, Any]:
-        """The logical state as JSON-ready data (no indexes, no policy): see `state_io`."""
-        return state_io.to_doc(self.export_records())
-
-    @classmethod
-    def from_state(cls, policy: Policy, doc: dict[str, Any]) -> Core:
-        """Rebuild a core from `export_state()` and the policy it ran under; ValueError if `doc`
-        is of an unknown format or malformed. The rebuilt core decides exactly as the original."""
-        return cls.restore(policy, state_io.from_doc(doc))
-
     def export_records(self) -> CoreRecords:
-        """The logical state (records.py), for `restore`. Call between events only."""
+        """The logical state (records.py), for `from_records`. Call between events only."""
         return restore.export_records(self)
 
     def capture(self) -> restore.Capture:
@@ -114,7 +103,7 @@ class Core(Ledger):
         return restore.capture(self)
 
     @classmethod
-    def restore(cls, policy: Policy, records: CoreRecords) -> Core:
+    def from_records(cls, policy: Policy, records: CoreRecords) -> Core:
         """A core whose future behaviour is that of the core `records` were exported from, under
         the policy it ran under; ValueError if they do not fit the policy or each other."""
         core = cls(policy)

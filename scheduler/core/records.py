@@ -1,9 +1,11 @@
-"""The core's logical state as public frozen records (`Core.export_records` / `Core.restore`).
+"""The core's logical state as public frozen records (`Core.export_records` /
+`Core.from_records`).
 
 What the core *knows*, not how it indexes it: tenants, workers, slot epochs, live leases, queued
 requests, counters and pending timers. The indexes (per-tenant accounting, queues, heaps, Fenwick
 trees, holder map, capacity, floor, free-slot count, preemptible total) are rebuilt from these.
-`state_io` turns them into a JSON document and back; nothing here knows JSON.
+scheduler/state/state_write.py turns them into a JSON document, state_read.py back; nothing
+in the core knows JSON.
 
 Order is part of the state and is kept by tuple order: tenants (as the core met them), workers
 (registration), leases (grant order: also the order of each tenant's candidates and mature
@@ -11,7 +13,7 @@ candidates, and of each worker's leases), requests (queue order), maturing timer
 Leases and requests, the records there are many of (110,000 in a big state), are named tuples:
 built and read at C speed on a snapshot's and a recovery's path; the rest are frozen dataclasses.
 The lazily cleaned structures (`free_slots`, `earmark_order`, the timers) are kept entry by entry,
-stale entries included, because those still change what the core does next (see `state_io`).
+stale entries included, because those still change what the core does next (see state_write.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 records of records.py; `load_records` fills a fresh core from them and rebuilds every index.
 
 The engine's friend: it reads and fills the private fields `Ledger` (ledger.py) declares, so
-that state_io and the shell never touch them (`Core.export_records` / `Core.restore`).
+that the shell never touches them (`Core.export_records` / `Core.from_records`); the state
+as a document is scheduler/state/state_write.py's and state_read.py's.
 
 Export in two steps, so that a state snapshot of a big core costs its event loop little:
 `capture` takes a consistent copy between two events at C speed (dict and list copies, one
@@ -189,7 +190,7 @@ def export_records(core: Ledger) -> CoreRecords:
 
 
 def load_records(core: Ledger, r: CoreRecords) -> None:
-    """Load `r` into the fresh `core` and rebuild every index from it (see `Core.restore`)."""
+    """Load `r` into the fresh `core` and rebuild every index from it (see `Core.from_records`)."""
     # The heaps' staleness checks close over these very dicts: refill them, never replace.
     tenants = core._tenants
     tenants.clear()

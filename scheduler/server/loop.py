@@ -16,7 +16,7 @@ grant. What `submit` does after `handle`:
 With a durable state store (scheduler/state/, wired in by scheduler/serve.py), handlers `await
 loop.durable()` before they tell a caller anything; in memory mode that awaits an already-done
 future (no suspension). The loop knows the store only as a `Journal` and implements
-`ReplicaHost` for it (`replay`, `export_state`, `restore`): see scheduler/ports.py.
+`ReplicaHost` for it (`replay`, `export_state`, `load_state`): see scheduler/ports.py.
 
 Sessions are namespaced `tenant/session_id` in the core so two tenants may use the same id.
 """
@@ -244,7 +244,7 @@ class SchedulerLoop:
             self._ended,
         )
 
-    def restore(self, state: LoopState) -> None:
+    def load_state(self, state: LoopState) -> None:
         """Replace the core and bookkeeping (after `begin_shutdown` closed every stream)."""
         self.close()
         self._armed_at = None
@@ -283,7 +283,7 @@ class SchedulerLoop:
             self._yields = {lid: replace(y, deadline=y.deadline + gap) for lid, y in self._yields.items()}
 
     def resume(self) -> None:
-        """Serve again after `restore` (and after a step-down's `begin_shutdown`)."""
+        """Serve again after `load_state` (and after a step-down's `begin_shutdown`)."""
         self.shutting_down = False
         self._arm()
 

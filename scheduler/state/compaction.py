@@ -6,7 +6,7 @@ At the moment a batch is cut (so the state is exactly the journal up to that bat
 last entry), if a snapshot is due, the state is captured on the event loop (a consistent copy
 at C speed: dict copies and one tuple per lease, ~15-30 ms for 10,000 leases + 100,000 queued
 sessions); once the batch is in, the capture is encoded in a thread (versioned JSON, see
-state_snapshot.py) and stored with that batch's journal position in the background, fenced by the
+state_write.py) and stored with that batch's journal position in the background, fenced by the
 term's token, and the journal trimmed up to it. The journal's next batches do not wait for it,
 and one snapshot is in flight at a time. A snapshot is due when the journal tail since the last
 cut holds `tail_bound(live)` = max(`snapshot_every`, `snapshot_ratio` x live sessions) entries
@@ -27,8 +27,9 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from scheduler.state import state_snapshot as snapshot
+from scheduler.state import state_write
 from scheduler.state.roles import DUTIES, Role
+from scheduler.state.state_write import Captured, State, StateSnapshotError
 from scheduler.state.store import Position, StaleTerm, StateStore, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -69,14 +70,14 @@ class Compaction:
         due = self._since_snapshot >= self.tail_bound(self._snapshot_size)
         return due or time.monotonic() - self._last_snapshot >= self.snapshot_interval_s
 
-    def _cut_snapshot(self) -> snapshot.Captured | None:
+    def _cut_snapshot(self) -> Captured | None:
         """At a batch cut: a consistent copy of the state if a snapshot is due (see the module
         docstring, Snapshots). Only the copy runs on the event loop; `_save_snapshot` encodes."""
         if not self._snapshot_due():
             return None
         try:
-            state = snapshot.State(self.loop.export_state(), self.registry.workers, self._last_now)
-            snap = snapshot.capture(state)
+            state = State(self.loop.export_state(), self.registry.workers, self._last_now)
+            snap = state_write.capture(state)
         except Exception as e:  # noqa: BLE001 - a capture must never stop the journal
             self._snapshots_ok = False  # the journal keeps everything; say so once
             log.error("snapshots disabled, the journal will not be compacted: %s", e)
@@ -87,22 +88,22 @@ class Compaction:
         self._snapshot_size = snap.size
         return snap
 
-    def _save_snapshot(self, snap: snapshot.Captured, last_id: Position, token: str) -> None:
+    def _save_snapshot(self, snap: Captured, last_id: Position, token: str) -> None:
         """Encode (in a thread) and store the snapshot covering the journal up to `last_id`, in
         the background: the journal's next batches do not wait for it."""
         self._snapshot_task = self._aloop.create_task(self._store_snapshot(snap, last_id, token))
 
-    async def _store_snapshot(self, snap: snapshot.Captured, last_id: Position, token: str) -> None:
+    async def _store_snapshot(self, snap: Captured, last_id: Position, token: str) -> None:
         t0 = time.perf_counter()
         try:
-            data = await asyncio.to_thread(snapshot.encode, snap)
-        except snapshot.StateSnapshotError as e:
+            data = await asyncio.to_thread(state_write.write_state, snap)
+        except StateSnapshotError as e:
             self._snapshots_ok = False
             log.error("snapshots disabled, the journal will not be compacted: %s", e)
             return
         try:
             await self.store.save_snapshot(
-                data, snapshot.current_fingerprint(), last_id, snap.last_now, token
+                data, state_write.current_fingerprint(), last_id, snap.last_now, token
             )
             log.info(
                 "snapshot at journal id %s (%d sessions, %d bytes, %.0f ms); journal trimmed",

@@ -78,12 +78,12 @@ from scheduler.core.types import Resumed
 from scheduler.policy.model import Policy
 from scheduler.ports import NOT_LEADER, Applied, Extras, ReplicaHost, StateUnavailable, WorkerBook
 from scheduler.state import codec
-from scheduler.state import state_snapshot as snapshot
 from scheduler.state.compaction import Compaction
 from scheduler.state.metrics import StateMetrics
 from scheduler.state.reach import StoreReach
 from scheduler.state.roles import DUTIES, Role, Trigger, move
 from scheduler.state.standby import Standby, StateError, TakeOver
+from scheduler.state.state_write import Captured
 from scheduler.state.store import AppendDone, StaleTerm, StateStore, StoreUnavailable
 
 __all__ = ["Replica", "Role", "StateError", "StateMetrics", "TakeOver"]
@@ -289,7 +289,7 @@ class Replica(Compaction, Standby):
         term: int,
         token: str,
         fut: asyncio.Future[None],
-        snap: snapshot.Captured | None,
+        snap: Captured | None,
         t0: float,
         outcome: str | BaseException,
     ) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 from redis.exceptions import AuthenticationError, ConnectionError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["Done", "Incomplete", "RespConnection", "encode", "parse"]
+__all__ = ["Done", "Incomplete", "RespConnection", "pack_command", "parse"]
 
 log = logging.getLogger("slotsched.state")
 
@@ -46,7 +46,7 @@ class _Incomplete:
 Incomplete = _Incomplete()
 
 
-def encode(*args: Arg) -> bytes:
+def pack_command(*args: Arg) -> bytes:
     """One command as a RESP array of bulk strings."""
     out = [b"*%d\r\n" % len(args)]
     for a in args:
@@ -180,7 +180,7 @@ class RespConnection:
         assert loop is not None
         timer = loop.call_later(self.timeout_s, self._expire, proto)
         self._pending.append(_Pending(len(commands), done, timer))
-        proto.transport.write(b"".join([encode(*c) for c in commands]))
+        proto.transport.write(b"".join([pack_command(*c) for c in commands]))
 
     async def execute(self, *args: Arg) -> Any:
         """One command's reply; raises ResponseError for an error reply."""

@@ -22,8 +22,9 @@ from scheduler.dispatch import spec_of
 from scheduler.policy.model import Policy
 from scheduler.ports import LoopState, ReplicaHost, WorkerBook
 from scheduler.state import codec
-from scheduler.state import state_snapshot as snapshot
 from scheduler.state.roles import DUTIES, Role
+from scheduler.state.state_read import read_state
+from scheduler.state.state_write import State, StateSnapshotError
 from scheduler.state.store import START, Entry, Position, StateStore, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ class Standby:
     async def _recover(self) -> int:
         """Rebuild the loop and registry from the store (snapshot, then the whole journal after it);
         the number of journal entries replayed."""
-        after = await self._restore_snapshot()
+        after = await self._load_state_snapshot()
         await self._renew_if_due()
         n = 0
         async for chunk in self.store.journal_after(after):
@@ -102,18 +103,18 @@ class Standby:
         log.info("recovered: snapshot %s, %d journal entries replayed", after, n)
         return n
 
-    async def _restore_snapshot(self) -> Position:
+    async def _load_state_snapshot(self) -> Position:
         """Load the stored snapshot into the loop and registry (an empty state without one);
         the journal position it covers (START: replay the whole journal)."""
         stored = await self.store.load_snapshot()
         self.snapshot_loads += 1
-        state: snapshot.State | None = None
+        state: State | None = None
         after = START
         if stored is not None:
             try:
-                state = snapshot.loads(stored.data, stored.fingerprint)
+                state = read_state(stored.data, stored.fingerprint)
                 after = stored.covers
-            except snapshot.StateSnapshotError as e:
+            except StateSnapshotError as e:
                 if await self.store.trimmed():
                     raise StateError(
                         f"{e}; the journal was compacted up to that snapshot, so it cannot be replayed "
@@ -122,8 +123,8 @@ class Standby:
                 log.warning("%s: replaying the whole journal instead", e)
         if state is None:
             empty = LoopState(Core(self.policy), {}, {}, {}, {}, {}, OrderedDict())
-            state = snapshot.State(empty, {}, float("-inf"))
-        self.loop.restore(state.loop)
+            state = State(empty, {}, float("-inf"))
+        self.loop.load_state(state.loop)
         self.registry.workers = state.workers
         self._last_now = state.last_now
         self._fresh = stored is None
@@ -160,7 +161,7 @@ class Standby:
         while DUTIES[self.role].follows and self._follow_task is me:
             try:
                 if self._pos is None:
-                    self._pos = await self._restore_snapshot()
+                    self._pos = await self._load_state_snapshot()
                     log.info("standby: loaded the snapshot at %s; following the journal", self._pos)
                     self._first_load.set()
                 pos = self._pos
@@ -182,7 +183,7 @@ class Standby:
                 await self.reach.failed(e)  # logged when it stops answering, then every few seconds
                 self._first_load.set()  # start() goes on as a standby; this loop keeps trying
                 await asyncio.sleep(min(0.5, self.leader_ttl_s / 2))
-            except (StateError, snapshot.StateSnapshotError) as e:
+            except (StateError, StateSnapshotError) as e:
                 log.error("standby: cannot follow the journal (%s): a take-over recovers in full", e)
                 self._pos = None
                 self._follow_broken = True
