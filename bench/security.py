@@ -1,9 +1,12 @@
-"""What do the trust boundaries cost per Acquire? Signed grants, and mTLS against plaintext.
+"""What do the trust boundaries cost per Acquire? Grants, and mTLS against plaintext.
 
-Signed grants (scheduler/grants.py): every Granted is signed once on the scheduler (Ed25519, plus
-the HMAC tag of the lease id) and verified by the worker on Start, Checkpoint and Stop. Measured as
-a microbenchmark: the scheduler's cost per grant (sign + tag), the worker's (verify) and their sum,
-`signed_grant_overhead_us`, the median over batches (each batch's mean over `--n` grants).
+Grants (scheduler/grants.py): every Granted and every Renew reply carries a grant the scheduler
+makes (g2: HMAC-SHA256 under the worker's own key, plus the HMAC tag of the lease id) and the
+worker checks on Start, Checkpoint and Stop. Measured as a microbenchmark: the scheduler's cost
+per grant (make + tag), per renewal (make + the Renew's lease-id check), the worker's (verify)
+and their sum, `signed_grant_overhead_us`, the median over batches (each batch's mean over `--n`
+grants). The same for the Ed25519 grants (g1) the scheduler made before, side by side in the same
+run (`ed25519_grant_overhead_us`): what the change saves on this machine, now.
 
 mTLS: two `slotsched serve` subprocesses of the same kind (secure mode, the same policy, in-memory
 state): one plaintext, one with `--tls-cert/--tls-key/--tls-ca` (client certificates required).
@@ -14,9 +17,10 @@ opened once and warmed, so the TLS handshake is not in the figure: what is measu
 steady-state cost of encrypting and authenticating every Acquire on a long-lived channel, which
 is how the SDK uses its channel.
 
-Usage: `python bench/security.py [--iterations N] [--rounds K] [--n N] [--batches B]`. The last
-line holds the headline `key=value` pairs: `tls_p50_ratio=R` (mTLS p50 / plaintext p50) and
-`signed_grant_overhead_us=U`.
+Usage: `python bench/security.py [--iterations N] [--rounds K] [--n N] [--batches B]
+[--grants-only]`. The last line holds the headline `key=value` pairs: `tls_p50_ratio=R` (mTLS p50 /
+plaintext p50; not with `--grants-only`), `signed_grant_overhead_us=U`, `scheduler_grant_us`,
+`scheduler_renew_us` (the budget of issue 22: at most 20 each) and `ed25519_grant_overhead_us`.
 """
 
 from __future__ import annotations
@@ -158,7 +162,6 @@ def _per_op_us(fn: Callable[[int], object], n: int, batches: int) -> float:
 
 def signed_grant_figures(n: int, batches: int) -> dict[str, float]:
     keys = GrantKeyring.generate("k1")
-    verifier = keys.verifier()
     expires = time.time() + 30
     # Realistic field sizes: a 36-char session id (a UUID), a pod-like worker id.
     claims = []
@@ -166,13 +169,28 @@ def signed_grant_figures(n: int, batches: int) -> dict[str, float]:
         worker = f"agent-pool-7f9c-{i % 64}"
         session = f"{i:08d}-7c1e-4f7e-9a51-3f6c2b9d1e{i % 100:02d}"
         claims.append(GrantClaim("acme", session, f"{worker}/{i % 8}#{i}", i, worker, i % 8))
-    tokens = [keys.sign(c, expires) for c in claims]
+    # Each worker's verifier holds its own keys, as its agent installs them from a heartbeat.
+    verifiers = {c.worker_id: keys.verifier(c.worker_id) for c in claims}
+    wire = [keys.wire_lease_id(c.lease_id) for c in claims]
     now = time.time()
-    sign_us = _per_op_us(
-        lambda i: (keys.sign(claims[i], expires), keys.wire_lease_id(claims[i].lease_id)), n, batches
-    )
-    verify_us = _per_op_us(lambda i: verifier.verify(tokens[i], claims[i], now), n, batches)
-    return {"sign_us": sign_us, "verify_us": verify_us, "grant_bytes": float(max(len(t) for t in tokens))}
+    out: dict[str, float] = {}
+    for name, sign in (("mac", keys.sign), ("ed25519", keys.sign_v1)):
+        tokens = [sign(c, expires) for c in claims]
+
+        def make(i: int, sign: Callable[[GrantClaim, float], str] = sign) -> object:
+            return sign(claims[i], expires), keys.wire_lease_id(claims[i].lease_id)
+
+        def renew(i: int, sign: Callable[[GrantClaim, float], str] = sign) -> object:
+            return keys.core_of(wire[i]), sign(claims[i], expires)
+
+        def verify(i: int, tokens: list[str] = tokens) -> object:
+            return verifiers[claims[i].worker_id].verify(tokens[i], claims[i], now)
+
+        out[f"{name}_sign_us"] = _per_op_us(make, n, batches)
+        out[f"{name}_renew_us"] = _per_op_us(renew, n, batches)
+        out[f"{name}_verify_us"] = _per_op_us(verify, n, batches)
+        out[f"{name}_bytes"] = float(max(len(t) for t in tokens))
+    return out
 
 
 def main() -> int:
@@ -181,25 +199,34 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6, help="rounds, alternating the targets' order")
     ap.add_argument("--n", type=int, default=500, help="grants per batch (default %(default)s)")
     ap.add_argument("--batches", type=int, default=15, help="batches; the median is reported (%(default)s)")
+    ap.add_argument("--grants-only", action="store_true", help="the grant figures only (no servers)")
     args = ap.parse_args()
     figures: dict[str, float] = {}
     g = signed_grant_figures(args.n, args.batches)
-    print(f"grants: Ed25519, {g['grant_bytes']:.0f} bytes each; {args.batches} batches of {args.n}")
-    print(f"scheduler per grant (sign + lease-id tag): {g['sign_us']:.1f} us")
-    print(f"worker per call (verify):                  {g['verify_us']:.1f} us")
-    with tempfile.TemporaryDirectory(prefix="slotsched-bench-security-") as d:
-        pki = make_pki(Path(d) / "pki")
-        policy_path = str(Path(d) / "policy.yaml")
-        Path(policy_path).write_text(POLICY, encoding="utf-8")
-        tls = tls_p50_ratio(pki, policy_path, args.iterations, args.rounds)
-    n = args.iterations * args.rounds
-    for kind, label in (("plain", "plaintext"), ("mtls", "mTLS")):
+    print(f"grants: {args.batches} batches of {args.n}; g2 = HMAC-SHA256 per worker key, g1 = Ed25519")
+    for name, label in (("mac", "g2 (now)"), ("ed25519", "g1 (before)")):
         print(
-            f"Acquire->Granted over {label:<9}: p50 {tls[f'{kind}_p50_us']:.0f} us, "
-            f"p90 {tls[f'{kind}_p90_us']:.0f} us ({n} operations)"
+            f"{label:<12} {g[f'{name}_bytes']:.0f} bytes; scheduler per grant (make + lease-id tag) "
+            f"{g[f'{name}_sign_us']:.1f} us, per renewal {g[f'{name}_renew_us']:.1f} us; "
+            f"worker per call (verify) {g[f'{name}_verify_us']:.1f} us"
         )
-    figures["tls_p50_ratio"] = tls["tls_p50_ratio"]
-    figures["signed_grant_overhead_us"] = g["sign_us"] + g["verify_us"]
+    if not args.grants_only:
+        with tempfile.TemporaryDirectory(prefix="slotsched-bench-security-") as d:
+            pki = make_pki(Path(d) / "pki")
+            policy_path = str(Path(d) / "policy.yaml")
+            Path(policy_path).write_text(POLICY, encoding="utf-8")
+            tls = tls_p50_ratio(pki, policy_path, args.iterations, args.rounds)
+        n = args.iterations * args.rounds
+        for kind, label in (("plain", "plaintext"), ("mtls", "mTLS")):
+            print(
+                f"Acquire->Granted over {label:<9}: p50 {tls[f'{kind}_p50_us']:.0f} us, "
+                f"p90 {tls[f'{kind}_p90_us']:.0f} us ({n} operations)"
+            )
+        figures["tls_p50_ratio"] = tls["tls_p50_ratio"]
+    figures["signed_grant_overhead_us"] = g["mac_sign_us"] + g["mac_verify_us"]
+    figures["scheduler_grant_us"] = g["mac_sign_us"]
+    figures["scheduler_renew_us"] = g["mac_renew_us"]
+    figures["ed25519_grant_overhead_us"] = g["ed25519_sign_us"] + g["ed25519_verify_us"]
     print(" ".join(f"{k}={v:.2f}" for k, v in figures.items()))
     return 0
 

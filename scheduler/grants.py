@@ -1,28 +1,51 @@
-"""Signed grants and tagged lease ids: the capability a lease holder shows a worker.
+"""Grants and tagged lease ids: the capability a lease holder shows a worker.
 
 Why: a runtime token only says "may talk to this worker"; it does not say which actor. The
-scheduler therefore signs every grant it hands out (Ed25519) and the reference worker accepts
-Start, Checkpoint and Stop only with a valid grant for exactly that actor. Ed25519 rather than
-HMAC so workers hold only public keys: a worker (or whoever steals its files) can verify grants
-but never mint one for another worker's actors.
+scheduler therefore vouches for every grant it hands out (in each Granted and Renew reply), and
+the reference worker accepts Start, Checkpoint and Stop only with a valid grant for exactly that
+actor: tenant, session, lease, epoch, worker, slot, until an expiry.
 
-A grant token is detached: it carries the key id, the slot and the expiry, and signs them with
-the fields the request itself names, so it stays short (~110 bytes) whatever the session id:
+Why a MAC under a per-worker key (format g2), not a signature: only the worker a grant names ever
+checks it, so it needs no proof a third party can check. From each scheduler secret `k` of the
+keyring the scheduler derives one key per worker,
 
-    g1.<kid>.<slot>.<expires unix s>.<base64url Ed25519 signature>
+    K_w = HMAC-SHA256(secret_k, "slotsched-grant-v2" 0x00 worker_id)
 
-signed message = JSON ["slotsched.grant.v1", kid, tenant, session_id, lease_id, epoch,
-worker_id, slot, expires]. `lease_id` is the core's id (`worker/slot#epoch`), not the wire form.
+and hands K_w (every key id's) to worker `w` only, in the answers to its own authenticated
+Register and Heartbeat (scheduler/server/workers_service.py: a worker credential acts only for
+the ids in its scope, checked first). A grant is HMAC-SHA256 under K_w, truncated to 16 bytes:
+a few microseconds to make and to check, where Ed25519 took ~90 µs to sign and ~200 to verify
+(`python bench/security.py`). What it keeps:
+
+* a worker can make grants only for itself (it holds only K_w): the party that enforces them;
+* no worker can make a grant another accepts: K_v needs the secret, and the Workers service
+  hands K_v only to a credential whose scope holds v;
+* a runtime holding a grant can change none of its fields (the MAC binds them) and learns no key;
+* replicas load the same secrets, so they derive the same K_w: a failover keeps every grant;
+* rotation as before (below), with nothing to do on the workers: each Heartbeat answer carries
+  the keys of every listed key id.
+
+    g2.<kid>.<slot>.<expires unix s>.<22 base64url chars: the MAC>
+
+MAC message = "slotsched-grant-v2\\n" kid, epoch, slot, expires, then tenant, session_id, lease_id
+and worker_id each as "<length>:<text>" (one line each): unambiguous whatever the ids hold.
+`lease_id` is the core's id (`worker/slot#epoch`), not the wire form.
+
+g1 is the Ed25519 grant of earlier schedulers (`g1.<kid>.<slot>.<expires>.<signature>` over JSON
+["slotsched.grant.v1", kid, tenant, session_id, lease_id, epoch, worker_id, slot, expires]): a
+worker given the public keys (`--grant-public-keys`) still accepts it, so workers can be upgraded
+before their scheduler. The server no longer makes any (`GrantKeyring.sign_v1`: bench and tests).
 
 Lease ids on the wire carry a keyed tag, `<core id>.<16 base64url chars>` (HMAC-SHA256 under a
-key derived from the signing key), so they cannot be guessed; the server accepts only a tag that
+key derived from the secret), so they cannot be guessed; the server accepts only a tag that
 verifies under one of its keys. The core keeps the plain id, so journal replay is unaffected.
 
-Keys: a file (or `$SLOTSCHED_GRANT_KEYS`) of `kid:base64` lines, 32-byte Ed25519 private seeds
-on the scheduler, the matching public keys on workers (`python -m scheduler.grants public`).
-The first line signs; every line verifies. Rotation without downtime: add the new key as the
-second line (scheduler, then workers' public file), make it the first line on the scheduler,
-wait one grant lifetime (lease TTL + GRANT_GRACE_S: renewals re-sign), then remove the old one.
+Keys: a file (or `$SLOTSCHED_GRANT_KEYS`) of `kid:base64` lines, 32 random bytes each (the same
+files as before: a secret is also the g1 Ed25519 seed). The first line signs; every line
+verifies. Rotation without downtime: add the new key as the second line on every replica
+(workers get its K_w at their next heartbeat), make it the first line (a worker shown a grant
+under a key id it does not know yet heartbeats at once), wait one grant lifetime (lease TTL +
+GRANT_GRACE_S: renewals re-sign), then remove the old one.
 
 Pure: stdlib and `cryptography` only, so the server, the worker and the SDK import it alike.
 """
@@ -49,14 +72,18 @@ GRANT_PUBLIC_KEYS_ENV = "SLOTSCHED_GRANT_PUBLIC_KEYS"
 #: A grant outlives its lease's expiry by this much: covers clock skew between scheduler and
 #: worker and a Checkpoint racing the Renew reply that carries the next grant.
 GRANT_GRACE_S = 60.0
-TOKEN_VERSION = "g1"
-_DOMAIN = "slotsched.grant.v1"
+TOKEN_VERSION = "g2"
+V1 = "g1"
+_DOMAIN = "slotsched-grant-v2"
+_KEY_CONTEXT = b"slotsched-grant-v2\x00"  # + worker id: K_w
+_DOMAIN_V1 = "slotsched.grant.v1"
 _TAG_CONTEXT = b"slotsched lease-id tag v1"
+_MAC_BYTES = 16  # 128 bits: forging stays a 2^-128 guess per try
 _TAG_CHARS = 16  # 12 bytes of HMAC, base64url
 _KID_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _TAG_RE = re.compile(rf"^[A-Za-z0-9_-]{{{_TAG_CHARS}}}$")
 _MAX_TOKEN = 200
-_ISSUED_CACHE = 65_536  # wire ids remembered by a keyring (see GrantKeyring.wire_lease_id)
+_CACHE = 65_536  # entries a keyring remembers per cache (wire ids, worker keys); cleared when full
 
 
 class GrantKeyError(ValueError):
@@ -65,12 +92,14 @@ class GrantKeyError(ValueError):
 
 class GrantRefused(Exception):
     """A grant does not authorize the call; `code` is `permission_denied` (forged, malformed, for
-    another actor or worker, unknown key) or `failed_precondition` (expired)."""
+    another actor or worker, unknown key) or `failed_precondition` (expired). `unknown_key`: the
+    key id is not (yet) known to this worker; a heartbeat may bring it."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, *, unknown_key: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.unknown_key = unknown_key
 
 
 @dataclass(frozen=True)
@@ -90,7 +119,8 @@ class ParsedGrant:
     kid: str
     slot: int
     expires: int
-    signature: bytes
+    signature: bytes  # the MAC (g2) or the Ed25519 signature (g1)
+    version: str = TOKEN_VERSION
 
 
 def _b64url(data: bytes) -> str:
@@ -102,8 +132,20 @@ def _unb64url(text: str) -> bytes:
 
 
 def _message(kid: str, claim: GrantClaim, slot: int, expires: int) -> bytes:
+    t, s, le, w = claim.tenant, claim.session_id, claim.lease_id, claim.worker_id
+    return (
+        f"{_DOMAIN}\n{kid}\n{claim.epoch}\n{slot}\n{expires}\n"
+        f"{len(t)}:{t}\n{len(s)}:{s}\n{len(le)}:{le}\n{len(w)}:{w}"
+    ).encode()
+
+
+def _mac(key: bytes, kid: str, claim: GrantClaim, slot: int, expires: int) -> bytes:
+    return hmac.digest(key, _message(kid, claim, slot, expires), "sha256")[:_MAC_BYTES]
+
+
+def _message_v1(kid: str, claim: GrantClaim, slot: int, expires: int) -> bytes:
     doc = [
-        _DOMAIN,
+        _DOMAIN_V1,
         kid,
         claim.tenant,
         claim.session_id,
@@ -116,6 +158,21 @@ def _message(kid: str, claim: GrantClaim, slot: int, expires: int) -> bytes:
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def worker_key(secret: bytes, worker_id: str) -> bytes:
+    """K_w: the key of `worker_id`'s grants under one scheduler secret (32 bytes)."""
+    return hmac.digest(secret, _KEY_CONTEXT + worker_id.encode(), "sha256")
+
+
+def make_grant(kid: str, key: bytes, claim: GrantClaim, lease_expires_at: float) -> str:
+    """The g2 token for `claim` under `key` (= K_w of `claim.worker_id`), valid until the lease's
+    expiry plus GRANT_GRACE_S. Whoever holds K_w can make these: the scheduler, and worker w
+    itself (which only fools itself)."""
+    expires = math.ceil(lease_expires_at + GRANT_GRACE_S)
+    return (
+        f"{TOKEN_VERSION}.{kid}.{claim.slot}.{expires}.{_b64url(_mac(key, kid, claim, claim.slot, expires))}"
+    )
+
+
 def parse_token(token: str) -> ParsedGrant:
     """Split a grant token; GrantRefused(permission_denied) naming what is malformed."""
     if not token:
@@ -125,18 +182,18 @@ def parse_token(token: str) -> ParsedGrant:
     if len(token) > _MAX_TOKEN:
         raise GrantRefused("permission_denied", f"grant: malformed (longer than {_MAX_TOKEN} bytes)")
     parts = token.split(".")
-    if len(parts) != 5 or parts[0] != TOKEN_VERSION:
+    if len(parts) != 5 or parts[0] not in (TOKEN_VERSION, V1):
         raise GrantRefused(
-            "permission_denied", f"grant: malformed (expected {TOKEN_VERSION}.KID.SLOT.EXPIRES.SIG)"
+            "permission_denied", f"grant: malformed (expected {TOKEN_VERSION}.KID.SLOT.EXPIRES.MAC)"
         )
-    _, kid, slot, expires, sig = parts
+    version, kid, slot, expires, sig = parts
     if not _KID_RE.match(kid) or not slot.isdigit() or not expires.isdigit():
         raise GrantRefused("permission_denied", "grant: malformed (key id, slot or expiry)")
     try:
         signature = _unb64url(sig)
     except (binascii.Error, ValueError):
-        raise GrantRefused("permission_denied", "grant: malformed (signature is not base64url)") from None
-    return ParsedGrant(kid, int(slot), int(expires), signature)
+        raise GrantRefused("permission_denied", "grant: malformed (MAC is not base64url)") from None
+    return ParsedGrant(kid, int(slot), int(expires), signature, version)
 
 
 def core_lease_id(wire_id: str) -> str:
@@ -176,9 +233,7 @@ def _parse_lines(text: str, source: str) -> list[tuple[str, bytes]]:
         except (binascii.Error, ValueError):
             raise GrantKeyError(f"{source}: entry {n} ({kid}): the key is not base64") from None
         if len(raw_key) != 32:
-            raise GrantKeyError(
-                f"{source}: entry {n} ({kid}): an Ed25519 key is 32 bytes, got {len(raw_key)}"
-            )
+            raise GrantKeyError(f"{source}: entry {n} ({kid}): a grant key is 32 bytes, got {len(raw_key)}")
         seen.add(kid)
         out.append((kid, raw_key))
     if not out:
@@ -194,21 +249,27 @@ def _read(path: str) -> str:
         raise GrantKeyError(f"grant key file {path}: {e.strerror or e}") from None
 
 
-@dataclass(frozen=True)
-class _SigningKey:
-    kid: str
-    private: Ed25519PrivateKey
-    seed: bytes
-    tag_key: bytes
+# ------------------------------------------------------------------ the worker's side
 
 
 class GrantVerifier:
-    """The worker's side: public keys by id. Verifies grants; mints nothing."""
+    """The worker's side: its own keys (K_w by key id, as the scheduler handed them) and, for g1
+    grants of a scheduler not upgraded yet, the scheduler's Ed25519 public keys. Immutable: the
+    agent installs each answer's keys as a new verifier (`with_keys`)."""
 
-    def __init__(self, keys: Mapping[str, Ed25519PublicKey]) -> None:
-        if not keys:
-            raise GrantKeyError("a grant verifier needs at least one public key")
-        self.keys = dict(keys)
+    def __init__(
+        self,
+        public: Mapping[str, Ed25519PublicKey] | None = None,
+        *,
+        worker_id: str = "",
+        keys: Mapping[str, bytes] | None = None,
+    ) -> None:
+        self.public = dict(public or {})
+        self.worker_id = worker_id
+        self._keys = dict(keys or {})
+
+    def __repr__(self) -> str:  # never the keys
+        return f"GrantVerifier(worker_id={self.worker_id!r}, kids={self.kids}, v1={tuple(self.public)})"
 
     @classmethod
     def parse(cls, text: str, source: str = "grant public keys") -> GrantVerifier:
@@ -218,24 +279,50 @@ class GrantVerifier:
     def load(cls, path: str) -> GrantVerifier:
         return cls.parse(_read(path), path)
 
+    @property
+    def kids(self) -> tuple[str, ...]:
+        return tuple(self._keys)
+
+    def with_keys(self, worker_id: str, keys: Iterable[tuple[str, bytes]]) -> GrantVerifier:
+        """This verifier with `worker_id`'s keys replaced by `keys` (the g1 public keys kept)."""
+        return GrantVerifier(self.public, worker_id=worker_id, keys=dict(keys))
+
+    def same_keys(self, worker_id: str, keys: Iterable[tuple[str, bytes]]) -> bool:
+        return worker_id == self.worker_id and dict(keys) == self._keys
+
     def verify(self, token: str, claim: GrantClaim, now: float) -> ParsedGrant:
         """Accept `token` for exactly `claim` at unix time `now`, or raise GrantRefused."""
         g = parse_token(token)
-        key = self.keys.get(g.kid)
-        if key is None:
-            raise GrantRefused(
-                "permission_denied", f"grant: signed with key {g.kid!r}, which this worker does not trust"
-            )
         if g.slot != claim.slot:
             raise GrantRefused("permission_denied", f"grant: for slot {g.slot}, not slot {claim.slot}")
-        try:
-            key.verify(g.signature, _message(g.kid, claim, g.slot, g.expires))
-        except InvalidSignature:
+        if g.version == TOKEN_VERSION:
+            key = self._keys.get(g.kid)
+            if key is None:
+                raise GrantRefused(
+                    "permission_denied",
+                    f"grant: made with key {g.kid!r}, which the scheduler has not given this worker",
+                    unknown_key=True,
+                )
+            ok = hmac.compare_digest(_mac(key, g.kid, claim, g.slot, g.expires), g.signature)
+        else:
+            public = self.public.get(g.kid)
+            if public is None:
+                raise GrantRefused(
+                    "permission_denied",
+                    f"grant: a g1 grant signed with key {g.kid!r}, which this worker does not trust "
+                    "(g1 needs the scheduler's public keys, --grant-public-keys)",
+                )
+            try:
+                public.verify(g.signature, _message_v1(g.kid, claim, g.slot, g.expires))
+                ok = True
+            except InvalidSignature:
+                ok = False
+        if not ok:
             raise GrantRefused(
                 "permission_denied",
                 "grant: not valid for this actor (for another tenant, session, lease, epoch or worker; "
                 "or forged)",
-            ) from None
+            )
         if g.expires < now:
             raise GrantRefused(
                 "failed_precondition",
@@ -244,18 +331,22 @@ class GrantVerifier:
         return g
 
 
+# ------------------------------------------------------------------ the scheduler's side
+
+
+@dataclass(frozen=True)
+class _Secret:
+    kid: str
+    seed: bytes
+    tag_key: bytes
+
+
 class GrantKeyring:
-    """The scheduler's side: private keys; the first signs, all verify (tags included)."""
+    """The scheduler's side: secrets; the first signs, all verify (tags included)."""
 
     def __init__(self, keys: Iterable[tuple[str, bytes]], *, ephemeral: bool = False) -> None:
         self._keys = tuple(
-            _SigningKey(
-                kid,
-                Ed25519PrivateKey.from_private_bytes(seed),
-                seed,
-                hmac.digest(seed, _TAG_CONTEXT, "sha256"),
-            )
-            for kid, seed in keys
+            _Secret(kid, seed, hmac.digest(seed, _TAG_CONTEXT, "sha256")) for kid, seed in keys
         )
         if not self._keys:
             raise GrantKeyError("a grant keyring needs at least one key")
@@ -266,6 +357,9 @@ class GrantKeyring:
         # a measurable share of a grant. Bounded: cleared when full (the HMAC still decides).
         self._wire: dict[str, str] = {}
         self._core: dict[str, str] = {}
+        # K_w of every key id, by worker: derived once per worker, not per grant.
+        self._per_worker: dict[str, tuple[tuple[str, bytes], ...]] = {}
+        self._v1: Ed25519PrivateKey | None = None
 
     @classmethod
     def parse(cls, text: str, source: str = GRANT_KEYS_ENV) -> GrantKeyring:
@@ -294,23 +388,48 @@ class GrantKeyring:
     def kids(self) -> tuple[str, ...]:
         return tuple(k.kid for k in self._keys)
 
-    def verifier(self) -> GrantVerifier:
-        return GrantVerifier({k.kid: k.private.public_key() for k in self._keys})
+    def worker_keys(self, worker_id: str) -> tuple[tuple[str, bytes], ...]:
+        """(kid, K_w) of every key, the signing one first: what worker `worker_id` verifies with.
+        Hand them to that worker only (its own authenticated Register and Heartbeat)."""
+        keys = self._per_worker.get(worker_id)
+        if keys is None:
+            keys = tuple((k.kid, worker_key(k.seed, worker_id)) for k in self._keys)
+            if len(self._per_worker) >= _CACHE:
+                self._per_worker.clear()
+            self._per_worker[worker_id] = keys
+        return keys
+
+    def verifier(self, worker_id: str | None = None) -> GrantVerifier:
+        """What a worker verifies with: the g1 public keys, and `worker_id`'s keys if given (a
+        running worker gets those from the scheduler instead, see slots/worker/agent.py)."""
+        public = {k.kid: Ed25519PrivateKey.from_private_bytes(k.seed).public_key() for k in self._keys}
+        if worker_id is None:
+            return GrantVerifier(public)
+        return GrantVerifier(public, worker_id=worker_id, keys=dict(self.worker_keys(worker_id)))
 
     def public_text(self) -> str:
-        """`kid:base64` lines of the public keys, in order: the workers' key file."""
+        """`kid:base64` lines of the g1 public keys, in order (workers that still accept g1)."""
         lines = []
         for k in self._keys:
-            raw = k.private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+            public = Ed25519PrivateKey.from_private_bytes(k.seed).public_key()
+            raw = public.public_bytes(Encoding.Raw, PublicFormat.Raw)
             lines.append(f"{k.kid}:{base64.b64encode(raw).decode()}\n")
         return "".join(lines)
 
     def sign(self, claim: GrantClaim, lease_expires_at: float) -> str:
         """The grant token for `claim`, valid until the lease's expiry plus GRANT_GRACE_S."""
+        kid, key = self.worker_keys(claim.worker_id)[0]
+        return make_grant(kid, key, claim, lease_expires_at)
+
+    def sign_v1(self, claim: GrantClaim, lease_expires_at: float) -> str:
+        """A g1 (Ed25519) grant, as schedulers before g2 made them: for the bench and tests only
+        (an Ed25519 signature costs ~90 µs; the server signs g2)."""
         k = self._keys[0]
         expires = math.ceil(lease_expires_at + GRANT_GRACE_S)
-        sig = k.private.sign(_message(k.kid, claim, claim.slot, expires))
-        return f"{TOKEN_VERSION}.{k.kid}.{claim.slot}.{expires}.{_b64url(sig)}"
+        if self._v1 is None:  # made once: the bench times the signature, as the server paid it
+            self._v1 = Ed25519PrivateKey.from_private_bytes(k.seed)
+        sig = self._v1.sign(_message_v1(k.kid, claim, claim.slot, expires))
+        return f"{V1}.{k.kid}.{claim.slot}.{expires}.{_b64url(sig)}"
 
     @staticmethod
     def _tag(key: bytes, core_id: str) -> str:
@@ -321,7 +440,7 @@ class GrantKeyring:
         wire = self._wire.get(core_id)
         if wire is None:
             wire = f"{core_id}.{self._tag(self._keys[0].tag_key, core_id)}"
-            if len(self._wire) >= _ISSUED_CACHE:
+            if len(self._wire) >= _CACHE:
                 self._wire.clear()
                 self._core.clear()
             self._wire[core_id] = wire
@@ -343,8 +462,8 @@ class GrantKeyring:
 
 
 def _main(argv: list[str]) -> int:
-    """`python -m scheduler.grants new KID` prints a new private key line;
-    `python -m scheduler.grants public [FILE]` prints the public lines of a private key file."""
+    """`python -m scheduler.grants new KID` prints a new key line; `python -m scheduler.grants
+    public [FILE]` prints the g1 public lines of a key file (workers that still accept g1)."""
     if len(argv) == 2 and argv[0] == "new" and _KID_RE.match(argv[1]):
         print(f"{argv[1]}:{base64.b64encode(os.urandom(32)).decode()}")
         return 0
@@ -360,7 +479,7 @@ def _main(argv: list[str]) -> int:
             return 2
         sys.stdout.write(ring.public_text())
         return 0
-    print("usage: python -m scheduler.grants new KID | public [PRIVATE_KEY_FILE]", file=sys.stderr)
+    print("usage: python -m scheduler.grants new KID | public [KEY_FILE]", file=sys.stderr)
     return 2
 
 

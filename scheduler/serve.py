@@ -103,7 +103,7 @@ class RunningServer:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _stopped: bool = False
     replica: Replica | None = None  # redis mode
-    #: Signs grants and tags lease ids; `.verifier()` / `.public_text()` is what workers need.
+    #: Makes grants and tags lease ids; workers get their keys from it in Register and Heartbeat.
     grant_keys: GrantKeyring = field(default_factory=GrantKeyring.generate)
     transport: str = "plaintext"  # TlsFiles.describe() of the gRPC port
 
@@ -180,8 +180,8 @@ async def start_server(
 ) -> RunningServer:
     """Start a server on the running event loop. Raises PolicyError for a bad policy file.
 
-    `grant_keys` sign grants and tag lease ids (scheduler/grants.py); None = a key generated now,
-    which workers get from `running.grant_keys` (the demo and tests) or not at all.
+    `grant_keys` make grants and tag lease ids (scheduler/grants.py); None = a key generated now.
+    Workers get their own keys, derived from it, in their Register and Heartbeat answers.
 
     `policy_source` `kubernetes://NAMESPACE/NAME` (instead of `policy_path`) reads the policy from
     that SchedulingPolicy object and applies its changes live (scheduler/kube/policy_watch.py);
@@ -514,7 +514,7 @@ async def serve_forever(
     """Serve until SIGTERM/SIGINT, then shut down gracefully. Returns the process exit code.
 
     `autoscaler` (one of slots/actuators/factory.KINDS) overrides SLOTSCHED_AUTOSCALER.
-    `grant_key_file` (else $SLOTSCHED_GRANT_KEYS, else a generated key) signs grants."""
+    `grant_key_file` (else $SLOTSCHED_GRANT_KEYS, else a generated key) makes grants."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -565,7 +565,7 @@ async def serve_forever(
     keys = running.grant_keys
     signer = "a key generated at start (no --grant-key-file)" if keys.ephemeral else f"key {keys.kids[0]!r}"
     verifying = "" if keys.ephemeral else f" (verifying {', '.join(keys.kids)})"
-    print(f"slotsched grants: signed with {signer}{verifying}", flush=True)
+    print(f"slotsched grants: made with {signer}{verifying}", flush=True)
 
     replica = running.replica
     if replica is not None:

@@ -27,6 +27,7 @@ import pytest
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, workers_pb2
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
+from scheduler.grants import GrantClaim, GrantKeyring, GrantRefused, GrantVerifier, make_grant
 
 pytest.register_assert_rewrite("tests.grpc_fixtures")
 from tests.grpc_fixtures import (  # noqa: E402
@@ -238,6 +239,9 @@ class Outcome:
     codes: dict[str, tuple[Code, str]]
     heartbeats: dict[str, list[str]]  # caller's own heartbeat -> the workers of the leases listed
     after: dict[str, Any]
+    # worker -> the grant keys its own Register and Heartbeat answers handed it, and the server's
+    grant_keys: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)
+    keyring: GrantKeyring | None = None
 
 
 async def _walk(server: ServerThread) -> Outcome:
@@ -245,8 +249,10 @@ async def _walk(server: ServerThread) -> Outcome:
     for name, token in CALLERS.items():
         w.c[name] = await Client(server.target, token=token).__aenter__()
     try:
+        handed: dict[str, list[tuple[str, bytes]]] = {}
         for name, addr in (("worker-1", W1_ADDR), ("worker-2", W2_ADDR)):
-            await w.c[name].workers.Register(register(name, addr), metadata=w.c[name].md)
+            reg = await w.c[name].workers.Register(register(name, addr), metadata=w.c[name].md)
+            handed[name] = [(k.key_id, k.key) for k in reg.grant_keys]
         # Both tenants hold a session "held" (session ids are per tenant), acme also "acme-only"
         # and globex "held-2": four leases, spread over both workers.
         streams = []
@@ -269,6 +275,7 @@ async def _walk(server: ServerThread) -> Outcome:
             c = w.c[name]
             hb = await c.workers.Heartbeat(workers_pb2.HeartbeatRequest(worker_id=name), metadata=c.md)
             heartbeats[name] = [lease.slot.worker_id for lease in hb.leases]
+            assert [(k.key_id, k.key) for k in hb.grant_keys] == handed[name]
         admin = w.c["admin"]
         pool = await admin.admin.DescribePool(admin_pb2.DescribePoolRequest(), metadata=admin.md)
         leases = await admin.admin.ListLeases(admin_pb2.ListLeasesRequest(), metadata=admin.md)
@@ -278,7 +285,7 @@ async def _walk(server: ServerThread) -> Outcome:
         }
         for call in streams:
             call.cancel()
-        return Outcome(codes, heartbeats, after)
+        return Outcome(codes, heartbeats, after, handed, server.server.grant_keys)
     finally:
         for c in w.c.values():
             await c.__aexit__(None)
@@ -318,6 +325,20 @@ def test_the_hijack_changed_nothing_and_heartbeats_list_own_leases_only(outcome:
     )
     assert len(outcome.after["leases_on"]) == 4
     assert outcome.heartbeats["worker-1"] and outcome.heartbeats["worker-2"]  # both hold some
+
+
+def test_a_worker_is_handed_its_own_grant_keys_only(outcome: Outcome) -> None:
+    """Register and Heartbeat answer with the caller's own keys (the scope was checked first, so
+    worker-1 never reads worker-2's): a grant worker-1 makes with its keys, worker-2 refuses."""
+    ring = outcome.keyring
+    assert ring is not None
+    one, two = outcome.grant_keys["worker-1"], outcome.grant_keys["worker-2"]
+    assert one == list(ring.worker_keys("worker-1")) and two == list(ring.worker_keys("worker-2"))
+    assert {k for _, k in one}.isdisjoint(k for _, k in two)
+    claim = GrantClaim("acme", "s", "worker-2/0#1", 1, "worker-2", 0)
+    kid, key = one[0]
+    with pytest.raises(GrantRefused, match="not valid"):
+        GrantVerifier().with_keys("worker-2", two).verify(make_grant(kid, key, claim, 0), claim, 0)
 
 
 def test_every_caller_and_service_is_in_the_table() -> None:

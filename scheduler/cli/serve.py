@@ -131,10 +131,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--grant-key-file",
         default=None,
         metavar="PATH",
-        help="Ed25519 grant signing keys, KID:BASE64 lines (first signs, all verify; "
-        "`python -m scheduler.grants new KID` makes one); default $SLOTSCHED_GRANT_KEYS, else a key "
-        "generated at start. Workers verify grants with the public keys "
-        "(`python -m scheduler.grants public PATH`)",
+        help="grant secrets, KID:BASE64 lines of 32 random bytes (the first makes grants, all verify; "
+        "`python -m scheduler.grants new KID` makes one), the same file on every replica; default "
+        "$SLOTSCHED_GRANT_KEYS, else a key generated at start. Each worker gets its own key, derived "
+        "from them, in its Register and Heartbeat answers",
     )
     add_tls_flags(s, "this server's")
     s.add_argument(

@@ -50,7 +50,8 @@ def _worker(args: argparse.Namespace) -> int:
 
     config = ActorConfig(args.bytes_per_turn, args.turn_interval, args.max_turns)
     token = args.token if args.token is not None else os.environ.get("SLOTSCHED_TOKEN")
-    grants = None
+    # Grant checks on: the keys come from the scheduler; public keys add g1 grants (an old scheduler).
+    grants = GrantVerifier() if args.verify_grants else None
     try:
         if args.grant_public_keys:
             grants = GrantVerifier.load(args.grant_public_keys)
@@ -128,12 +129,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="a token that sees every actor in Status (repeatable; operators)",
     )
     w.add_argument(
+        "--verify-grants",
+        action="store_true",
+        help="Start, Checkpoint and Stop need the lease's grant (PERMISSION_DENIED without), checked "
+        "with the keys the scheduler hands this worker when it registers and heartbeats. Without "
+        "(nor --grant-public-keys): grants are not checked (dev)",
+    )
+    w.add_argument(
         "--grant-public-keys",
         default=None,
         metavar="PATH",
-        help="the scheduler's grant public keys, KID:BASE64 lines (`python -m scheduler.grants public "
-        "KEYFILE`; default $SLOTSCHED_GRANT_PUBLIC_KEYS): Start, Checkpoint and Stop then need the "
-        "lease's signed grant (PERMISSION_DENIED without). Without: grants are not checked (dev)",
+        help="as --verify-grants, and also accept the Ed25519 (g1) grants of a scheduler not upgraded "
+        "yet, with its public keys, KID:BASE64 lines (`python -m scheduler.grants public KEYFILE`; "
+        "default $SLOTSCHED_GRANT_PUBLIC_KEYS)",
     )
     w.add_argument("--metrics-listen", default=None, help="Prometheus /metrics HOST:PORT (default: off)")
     w.add_argument("--bytes-per-turn", type=_size, default=4096, help="state an actor adds per turn")

@@ -103,7 +103,8 @@ def assemble(
     """A gRPC server (not bound, not started) with every service on it. `demand` feeds KEDA
     (weighted demand in slots); `serving`, if given, gates the scheduling services (and `leader`
     names the leader's address in the refusal, `store_down` the state store this replica cannot
-    reach); `grant_keys` sign the Scheduler service's grants (None: a generated key);
+    reach); `grant_keys` make the Scheduler service's grants and the Workers service hands each
+    worker its own keys (None: a generated key);
     `policy_log` counts and logs the policies Admin.ApplyPolicy puts in force."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *KEEPALIVE_OPTIONS])
     # Every servicer is registered through the wire guard: undecodable or over-long requests are
@@ -113,8 +114,9 @@ def assemble(
     if serving is not None:
         reg = GatedRegistrar(server, SERVICE_NAMES, serving, leader, store_down)  # wraps the guard's
     reg = guard.GuardedRegistrar(reg, errors.refuse_request)
-    scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth, grant_keys), reg)  # type: ignore[no-untyped-call]
-    workers_pb2_grpc.add_WorkersServicer_to_server(WorkersService(registry, auth), reg)  # type: ignore[no-untyped-call]
+    keys = grant_keys if grant_keys is not None else GrantKeyring.generate()  # one for both services
+    scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth, keys), reg)  # type: ignore[no-untyped-call]
+    workers_pb2_grpc.add_WorkersServicer_to_server(WorkersService(registry, auth, keys), reg)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(AdminService(registry, auth, policy_log), reg)  # type: ignore[no-untyped-call]
     add_keda_servicer(reg, demand, lambda: loop.core.policy.pool.slots_per_worker, _keda_guard(auth))
     health_servicer = _Health()

@@ -22,6 +22,11 @@ replaced — removed as by Deregister, its leases revoked and their sessions re-
 new one added. Anyone else (an admin included) gets FAILED_PRECONDITION "Deregister first", and
 the scheduler's in-process pool is never replaced. In insecure dev mode anyone acts as an admin.
 
+Grant keys: every Register and Heartbeat answer carries the worker's own grant keys (K_w of
+each key id, the signing one first; scheduler/grants.py), which it checks the grants runtimes
+show it with. Only here, after the scope check: a worker credential can obtain the keys of the ids
+in its scope only, so no worker can make a grant another worker accepts.
+
 Register's `slot_epochs` (the highest epoch the worker has seen per slot) raise the core's epoch
 counters of a newly added worker: a scheduler restarted without its state would otherwise grant
 epochs the worker refuses as older than ones it already accepted.
@@ -33,6 +38,7 @@ from typing import Any
 
 from scheduler.api.gen.slotsched.v1 import workers_pb2, workers_pb2_grpc
 from scheduler.core.types import Revoked, WorkerId
+from scheduler.grants import GrantKeyring
 from scheduler.policy.identities import Identity
 from scheduler.policy.model import WORKER
 from scheduler.policy.schema import MAX_WORKER_SLOTS, WORKER_ID_MAX_LEN
@@ -54,8 +60,9 @@ def _worker_id(value: str) -> WorkerId:
 
 
 class WorkersService(workers_pb2_grpc.WorkersServicer):
-    def __init__(self, registry: WorkerRegistry, auth: Authenticator) -> None:
+    def __init__(self, registry: WorkerRegistry, auth: Authenticator, keys: GrantKeyring) -> None:
         self._registry = registry
+        self._keys = keys
         self._loop = registry.loop
         self._auth = auth
         # The one Authenticator of the server counts its rate-limit refusals in the server's metrics.
@@ -69,6 +76,9 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
         wid = _worker_id(worker_id)
         self._auth.require_scope(identity, wid)
         return identity, wid
+
+    def _grant_keys(self, worker: WorkerId) -> list[workers_pb2.GrantKey]:
+        return [workers_pb2.GrantKey(key_id=kid, key=key) for kid, key in self._keys.worker_keys(worker)]
 
     def _leases_on(self, worker: WorkerId) -> list[Any]:
         return [
@@ -103,7 +113,7 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
         )
         await self._loop.durable()
         interval = convert.dur(self._registry.heartbeat_interval_s)
-        return workers_pb2.RegisterResponse(heartbeat_interval=interval)
+        return workers_pb2.RegisterResponse(heartbeat_interval=interval, grant_keys=self._grant_keys(wid))
 
     @errors.unary
     async def Heartbeat(
@@ -114,7 +124,9 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
         # Built now, sent once durable: the leases listed must survive a crash, and a read after
         # the wait could list leases of later events that are not durable yet. Only this
         # worker's leases: the caller was just checked to be this worker (or an admin).
-        resp = workers_pb2.HeartbeatResponse(draining=w.draining, leases=self._leases_on(w.worker_id))
+        resp = workers_pb2.HeartbeatResponse(
+            draining=w.draining, leases=self._leases_on(w.worker_id), grant_keys=self._grant_keys(w.worker_id)
+        )
         await self._loop.durable()
         return resp
 

@@ -14,6 +14,8 @@ only the worker knows when it is going away. The agent
   Start against (leases.py), and heartbeats at once on demand (`refresh`) when a Start names a
   lease the view does not list yet: the grant may be newer than the last heartbeat. Concurrent
   refreshes share one heartbeat when it was sent late enough for all of them;
+* hands the grant keys of each Register and Heartbeat answer (this worker's own, `GrantKey`) to
+  `on_grant_keys` (the Worker service's `install_grant_keys`), which checks grants with them;
 * honours drain: once a heartbeat says `draining`, the host refuses new actors, and the agent
   exits when the host is empty and the scheduler lists no lease on the worker;
 * on its own shutdown (SIGTERM) drains itself first — `Drain(yield_within)` makes the scheduler
@@ -35,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -160,6 +162,13 @@ class WorkerAgent:
         self.view = LeaseView()
         self._refresh_lock = asyncio.Lock()
         self._stub: Any = None
+        #: Called with (kid, key) pairs, the current key first, from every answer that lists any.
+        self.on_grant_keys: Callable[[tuple[tuple[str, bytes], ...]], None] | None = None
+
+    def _grant_keys(self, keys: Sequence[workers_pb2.GrantKey]) -> None:
+        # An empty list is a scheduler that hands out no keys (an older one): keep what we have.
+        if keys and self.on_grant_keys is not None:
+            self.on_grant_keys(tuple((k.key_id, k.key) for k in keys))
 
     # ------------------------------------------------------------------ rpcs
 
@@ -189,6 +198,7 @@ class WorkerAgent:
                     continue
                 what = f"scheduler {self.target} refused to register worker {self.worker_id}"
                 raise _refused(what, e) from e
+            self._grant_keys(resp.grant_keys)
             if resp.HasField("heartbeat_interval"):
                 self.heartbeat_interval_s = max(0.05, resp.heartbeat_interval.ToNanoseconds() / 1e9)
             log.info(
@@ -216,6 +226,7 @@ class WorkerAgent:
         self.heartbeats += 1
         if sent >= self.view.as_of:  # an on-demand heartbeat may overtake a periodic one
             self.view = LeaseView.of((Grant.from_pb(lease) for lease in resp.leases), sent)
+            self._grant_keys(resp.grant_keys)
         live = [(lease.slot.index, lease.lease_id, lease.epoch) for lease in resp.leases]
         self.host.fence(live, sent)
         if resp.draining and not self.draining:

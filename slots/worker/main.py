@@ -14,9 +14,11 @@ scheduler lists for this worker in its heartbeats (the agent is the service's le
 leases.py and service.py). Off only for a worker used without a scheduler's grants (a
 standalone test of the Worker service): then any token holder may start any actor.
 
-`grants` (the scheduler's public grant keys, `--grant-public-keys`): Start, Checkpoint and Stop
-must carry the lease's signed grant (service.py). Without, grants are not checked (dev mode: the
-worker warns at start). `admin_token_hashes` may see every actor in Status.
+`grants` (`--verify-grants`, or `--grant-public-keys`, which also accepts the g1 grants of a
+scheduler not upgraded yet): Start, Checkpoint and Stop must carry the lease's grant (service.py),
+checked with the keys the agent gets in its Register and Heartbeat answers. Without, grants are
+not checked (dev mode: the worker warns at start). `admin_token_hashes` may see every actor in
+Status.
 
 `tls` (`--tls-cert/--tls-key/--tls-ca`): the Worker service speaks TLS with that certificate
 (requiring client certificates of the CA when one is given), and the agent's channel to the
@@ -175,7 +177,7 @@ async def start_worker(
         log.warning("worker %s starts actors without verifying their leases (--no-verify-leases)", worker_id)
     if grants is None:
         log.warning(
-            "worker %s checks no grants (no --grant-public-keys): any accepted caller may checkpoint or "
+            "worker %s checks no grants (no --verify-grants): any accepted caller may checkpoint or "
             "stop any actor here",
             worker_id,
         )
@@ -193,6 +195,9 @@ async def start_worker(
     )
     if verify_leases:
         service.leases = agent
+    if grants is not None:
+        agent.on_grant_keys = service.install_grant_keys  # this worker's keys, from the scheduler
+        service.refresher = agent
     running = RunningWorker(worker_id, advertise, port, host, service, server, agent, metrics, metrics_port)
     running._httpd = httpd
     running._agent_task = asyncio.create_task(agent.run(running._stop), name=f"agent-{worker_id}")

@@ -17,11 +17,14 @@ counted by reason. Checkpoint and Stop must then name the tenant and lease (`lea
 `epoch` if known) and reach only the actor started under them. Without a source (standalone,
 `--no-verify-leases`) only the epoch fencing of the host applies.
 
-Grants (with a `grants` verifier, i.e. the scheduler's public keys): a lease id is not a
-capability (it can be guessed or read off a heartbeat); the scheduler's signed grant is. Start,
-Checkpoint and Stop must carry the grant of exactly that tenant, session, lease, epoch, this
-worker and slot (scheduler/grants.py): missing, malformed, forged, unknown-key or another
-actor's or worker's grant is PERMISSION_DENIED, an expired one FAILED_PRECONDITION. The
+Grants (with a `grants` verifier): a lease id is not a capability (it can be guessed or read off
+a heartbeat); the scheduler's grant is. Start, Checkpoint and Stop must carry the grant of exactly
+that tenant, session, lease, epoch, this worker and slot (scheduler/grants.py), checked with the
+keys the scheduler hands this worker in its Register and Heartbeat answers (`install_grant_keys`,
+called by the agent): missing, malformed, forged, unknown-key or another actor's or worker's
+grant is PERMISSION_DENIED, an expired one FAILED_PRECONDITION. A grant under a key id this
+worker does not know yet (the scheduler rotated to it since the last heartbeat) makes one
+immediate heartbeat (`refresher`, the agent; at most one a second) before it is refused. The
 heartbeat check above stays as a second check on Start: a grant proves who was granted, not that
 the lease is still live (a revoked lease's grant is valid until it expires); the slot's epoch
 fencing and the heartbeat check refuse it. Checkpoint and Stop then reach only the actor started
@@ -77,7 +80,11 @@ _CODES: dict[str, grpc.StatusCode] = {
 }
 
 
-#: Most grants one Status call may present (each costs a signature check).
+#: At most one heartbeat per this many seconds for grants under unknown key ids: a caller sending
+#: made-up key ids must not spend the worker's rate limit on the scheduler (its real heartbeats).
+KEY_REFRESH_MIN_S = 1.0
+
+#: Most grants one Status call may present (each costs a MAC check, a signature for g1).
 MAX_STATUS_GRANTS = 64
 
 
@@ -136,13 +143,24 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         self.host = host
         #: The scheduler's leases to verify Starts against; None = no verification (standalone).
         self.leases = leases
-        #: The scheduler's grant keys; None = grants are not required (dev, standalone).
+        #: Checks grants (this worker's keys, from the scheduler); None = grants are not required
+        #: (dev, standalone). Replaced, never changed, by `install_grant_keys`.
         self.grants = grants
+        #: Heartbeats on demand (the agent), when a grant names a key id not installed yet.
+        self.refresher: LeaseSource | None = None
+        self._key_refresh_at = float("-inf")
         callers = {h: Caller(tenant=t) for h, t in parse_token_hashes(accept_token_hashes).items()}
         for h in parse_token_hashes(admin_token_hashes, "--admin-token-hash"):
             callers[h] = Caller(admin=True)
         self._callers = tuple((h.encode("ascii"), c) for h, c in callers.items())
         self.shutting_down = False
+
+    def install_grant_keys(self, keys: tuple[tuple[str, bytes], ...]) -> None:
+        """This worker's grant keys (kid, key), from a Register or Heartbeat answer."""
+        g = self.grants
+        if g is not None and not g.same_keys(self.host.worker_id, keys):
+            self.grants = g.with_keys(self.host.worker_id, keys)
+            log.info("worker %s grant keys: %s", self.host.worker_id, ", ".join(kid for kid, _ in keys))
 
     async def _abort(self, context: Any, code: grpc.StatusCode, message: str) -> NoReturn:
         await context.abort(code, message)
@@ -200,13 +218,30 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                     claim.tenant, claim.session_id, claim.lease_id, claim.epoch, claim.worker_id,
                     parse_token(grant).slot,
                 )  # fmt: skip
-            self.grants.verify(grant, claim, time.time())
+            await self._verify_grant(grant, claim)
         except GrantRefused as e:
             log.warning(
                 "refused a grant for session %r (tenant %r) lease %r epoch %d on %s: %s",
                 claim.session_id, claim.tenant, claim.lease_id, claim.epoch, claim.worker_id, e.message,
             )  # fmt: skip
             await self._abort(context, _CODES[e.code], e.message)
+
+    async def _verify_grant(self, grant: str, claim: GrantClaim) -> None:
+        """`grants.verify`, after one immediate heartbeat if the grant's key id is not known yet."""
+        assert self.grants is not None
+        arrived = time.monotonic()
+        try:
+            self.grants.verify(grant, claim, time.time())
+        except GrantRefused as e:
+            if (
+                not e.unknown_key
+                or self.refresher is None
+                or arrived - self._key_refresh_at < KEY_REFRESH_MIN_S
+            ):
+                raise
+            self._key_refresh_at = arrived
+            await self.refresher.refresh(arrived)  # its answer installs the scheduler's keys
+            self.grants.verify(grant, claim, time.time())
 
     async def Start(self, request: worker_pb2.StartRequest, context: Any) -> worker_pb2.StartResponse:
         caller = await self._guard(context)
@@ -375,7 +410,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         return worker_pb2.StatusResponse(worker_id=self.host.worker_id, slots=slots)
 
     def _granted_slots(self, grants: Collection[str], states: list[SlotState]) -> set[int]:
-        """Slots whose actor one of `grants` names (signature checked; expiry not: seeing an actor
+        """Slots whose actor one of `grants` names (MAC checked; expiry not: seeing an actor
         one was granted, while it still runs under that lease, reveals nothing new)."""
         assert self.grants is not None
         by_slot = {s.index: s for s in states if s.session_id}

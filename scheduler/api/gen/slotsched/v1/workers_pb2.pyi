@@ -39,10 +39,20 @@ class RegisterRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., address: _Optional[str] = ..., slots: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., slot_epochs: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("heartbeat_interval",)
+    __slots__ = ("heartbeat_interval", "grant_keys")
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    GRANT_KEYS_FIELD_NUMBER: _ClassVar[int]
     heartbeat_interval: _duration_pb2.Duration
-    def __init__(self, heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    grant_keys: _containers.RepeatedCompositeFieldContainer[GrantKey]
+    def __init__(self, heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., grant_keys: _Optional[_Iterable[_Union[GrantKey, _Mapping]]] = ...) -> None: ...
+
+class GrantKey(_message.Message):
+    __slots__ = ("key_id", "key")
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key_id: str
+    key: bytes
+    def __init__(self, key_id: _Optional[str] = ..., key: _Optional[bytes] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("worker_id",)
@@ -51,12 +61,14 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("draining", "leases")
+    __slots__ = ("draining", "leases", "grant_keys")
     DRAINING_FIELD_NUMBER: _ClassVar[int]
     LEASES_FIELD_NUMBER: _ClassVar[int]
+    GRANT_KEYS_FIELD_NUMBER: _ClassVar[int]
     draining: bool
     leases: _containers.RepeatedCompositeFieldContainer[_common_pb2.Lease]
-    def __init__(self, draining: _Optional[bool] = ..., leases: _Optional[_Iterable[_Union[_common_pb2.Lease, _Mapping]]] = ...) -> None: ...
+    grant_keys: _containers.RepeatedCompositeFieldContainer[GrantKey]
+    def __init__(self, draining: _Optional[bool] = ..., leases: _Optional[_Iterable[_Union[_common_pb2.Lease, _Mapping]]] = ..., grant_keys: _Optional[_Iterable[_Union[GrantKey, _Mapping]]] = ...) -> None: ...
 
 class DrainRequest(_message.Message):
     __slots__ = ("worker_id", "yield_within")
