@@ -33,14 +33,17 @@ With `--keep DIR` the run's directory also holds `book.json` (what the runtime s
 grant times, each session's state changes, the lost/failed rows) and `sdk.log` (the SDK's INFO
 log: re-attaches, renew failures), to trace sessions against the journal in the kept AOF.
 
-Then, on the same Redis and policy, the durability cost: Acquire→Granted p50 at concurrency 1
-against the Redis leader ÷ against an in-memory server, alternating rounds (`durable_p50_ratio`),
-and cold recovery of 10k leases + 100k queued (bench/recovery.py, if present).
+Then, on the same policy, the durability cost (bench/durable.py): Acquire→Granted p50 at
+concurrency 1 against fresh Redis-backed leaders ÷ against an in-memory server, alternating
+rounds (`durable_p50_ratio`; `--append both` adds the journal append over redis-py,
+`durable_redispy_p50_ratio`, in the same rounds), and cold recovery of 10k leases + 100k queued
+(bench/recovery.py). `--durable-only` runs the durability cost alone.
 
 Usage: `python bench/failover.py [--sessions N] [--kills K] [--concurrency C] [--no-standby]
-[--plot PNG] [--seed S]`. Progress goes to stderr; the last line is
-`failover_ms_p50= failover_ms_max= cold_recovery_ms_10k_100k= leases_lost= double_grants=
-waiters_lost= waiters_reordered= grant_heard_ms_p99= grant_heard_ms_max= durable_p50_ratio=`.
+[--plot PNG] [--seed S] [--append resp|redis-py|both] [--durable-only]`. Progress goes to
+stderr; the last line is `failover_ms_p50= failover_ms_max= cold_recovery_ms_10k_100k=
+leases_lost= double_grants= waiters_lost= waiters_reordered= grant_heard_ms_p99=
+grant_heard_ms_max= durable_p50_ratio=`.
 """
 
 from __future__ import annotations
