@@ -288,7 +288,8 @@ class GrantVerifier:
         return GrantVerifier(self.public, worker_id=worker_id, keys=dict(keys))
 
     def same_keys(self, worker_id: str, keys: Iterable[tuple[str, bytes]]) -> bool:
-        return worker_id == self.worker_id and dict(keys) == self._keys
+        """Whether `with_keys(worker_id, keys)` would change nothing (the order included)."""
+        return worker_id == self.worker_id and tuple(keys) == tuple(self._keys.items())
 
     def verify(self, token: str, claim: GrantClaim, now: float) -> ParsedGrant:
         """Accept `token` for exactly `claim` at unix time `now`, or raise GrantRefused."""
