@@ -115,6 +115,8 @@ MAX_ENTRIES: Final = 64
 MAX_CHANNEL_COMMANDS: Final = 1024
 #: Sessions attached to one Channel (one more is refused CHANNEL_FULL).
 MAX_CHANNEL_SESSIONS: Final = 10_000
+#: Grants one Worker.Status call may carry (the worker refuses more; the runtime sends its newest).
+MAX_STATUS_GRANTS: Final = 64
 #: Characters of an offending value an error message quotes.
 QUOTE_CHARS: Final = 64
 
@@ -129,6 +131,7 @@ __all__ = [
     "LEADER_INFO",
     "MAX_CHANNEL_COMMANDS",
     "MAX_CHANNEL_SESSIONS",
+    "MAX_STATUS_GRANTS",
     "MAX_ENTRIES",
     "MAX_LONG_STRING_BYTES",
     "MAX_POLICY_BYTES",

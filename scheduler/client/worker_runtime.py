@@ -60,6 +60,7 @@ from typing import Any, TypedDict
 import grpc
 import grpc.aio
 
+from scheduler.api import wire
 from scheduler.api.gen.slotsched.v1 import worker_pb2, worker_pb2_grpc
 from scheduler.client.aio import AsyncClient, AsyncSession, OnGrant, OnYield, OnYieldCancelled
 from scheduler.client.channel import PemSource, tls_credentials
@@ -70,8 +71,7 @@ log = logging.getLogger("slotsched.runtime")
 _RETRY_CODES = frozenset({grpc.StatusCode.UNAVAILABLE})
 #: Grants a WorkerClient remembers for `status()` (the oldest are dropped first).
 MAX_REMEMBERED_GRANTS = 1024
-#: The Worker service's limit on grants per Status call (slots/worker/service.py, MAX_STATUS_GRANTS).
-MAX_STATUS_GRANTS = 64
+MAX_STATUS_GRANTS = wire.MAX_STATUS_GRANTS  # the Worker service's limit per Status call
 
 
 class WorkerCallError(Exception):
@@ -110,7 +110,9 @@ class WorkerClient:
     ) -> None:
         self.address = address
         self.rpc_timeout_s = rpc_timeout_s
-        self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
+        self.metadata: tuple[tuple[str, str], ...] = (
+            ((wire.AUTHORIZATION, f"{wire.BEARER}{token}"),) if token else ()
+        )
         # TLS to a worker run with --tls-cert (and a client certificate for one with --tls-ca).
         self._credentials = tls_credentials(tls_ca, tls_cert, tls_key, credentials)
         self._options = list(channel_options)

@@ -150,9 +150,9 @@ class WorkerAgent:
         self.credentials = credentials  # TLS to the scheduler (None: plaintext)
         md: list[tuple[str, str]] = []
         if token:
-            md.append(("authorization", f"Bearer {token}"))
+            md.append((wire.AUTHORIZATION, f"{wire.BEARER}{token}"))
         if tenant:
-            md.append(("x-slotsched-tenant", tenant))
+            md.append((wire.TENANT, tenant))
         self.metadata = tuple(md)
         self.heartbeat_interval_s = 5.0
         self.draining = False

@@ -53,6 +53,7 @@ from typing import Any, NoReturn
 
 import grpc
 
+from scheduler.api import wire
 from scheduler.api.gen.slotsched.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from scheduler.grants import GrantClaim, GrantRefused, GrantVerifier, core_lease_id, parse_token
 from scheduler.policy.identities import hash_token
@@ -84,8 +85,7 @@ _CODES: dict[str, grpc.StatusCode] = {
 #: made-up key ids must not spend the worker's rate limit on the scheduler (its real heartbeats).
 KEY_REFRESH_MIN_S = 1.0
 
-#: Most grants one Status call may present (each costs a MAC check, a signature for g1).
-MAX_STATUS_GRANTS = 64
+MAX_STATUS_GRANTS = wire.MAX_STATUS_GRANTS
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         if not self._callers:
             return Caller()
         for key, value in context.invocation_metadata() or ():
-            if key == "authorization":
+            if key == wire.AUTHORIZATION:
                 text = value if isinstance(value, str) else value.decode()
                 scheme, _, token = text.partition(" ")
                 if scheme.lower() != "bearer" or not token.strip():
