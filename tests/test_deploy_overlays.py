@@ -396,8 +396,9 @@ def test_a_real_scheduler_with_the_deploy_policy_answers_keda() -> None:
 
 # --- grant keys ------------------------------------------------------------------------------
 
-GRANT_SECRET, GRANT_PUBLIC_SECRET = "slotsched-grant-keys", "slotsched-grant-public-keys"
+GRANT_SECRET = "slotsched-grant-keys"
 SECRETS_DIR = Path(__file__).resolve().parents[1] / "deploy" / "base" / "secrets"
+WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob")
 
 
 def _secret_names_used(pod_spec: dict[str, Any]) -> set[str]:
@@ -417,75 +418,101 @@ def _secret_names_used(pod_spec: dict[str, Any]) -> set[str]:
     return names
 
 
-def _public_bytes(verifier: Any) -> dict[str, bytes]:
-    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+def _pod_spec(o: dict[str, Any]) -> dict[str, Any]:
+    spec = o["spec"]["jobTemplate"]["spec"] if o["kind"] == "CronJob" else o["spec"]
+    return spec["template"]["spec"]  # type: ignore[no-any-return]
 
-    return {kid: k.public_bytes(Encoding.Raw, PublicFormat.Raw) for kid, k in verifier.keys.items()}
+
+def _worker_containers(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every container that runs `slotsched worker`, in any workload of the overlay."""
+    return [
+        c
+        for o in objs
+        if o["kind"] in WORKLOADS
+        for c in _pod_spec(o)["containers"]
+        if c.get("args", [])[:1] == ["worker"]
+    ]
 
 
 def check_grant_keys(objs: list[dict[str, Any]]) -> None:
-    """Every scheduler replica signs with the private keys of GRANT_SECRET (the same for all, so
-    lease ids survive a failover); the workers verify with exactly their public halves and no pod
-    but the scheduler's can read the private ones."""
-    from scheduler.grants import (
-        GRANT_KEYS_ENV,
-        GRANT_PUBLIC_KEYS_ENV,
-        GrantClaim,
-        GrantKeyring,
-        GrantVerifier,
-    )
+    """Every scheduler replica makes grants from the secrets of GRANT_SECRET (the same for all,
+    so lease ids and grants survive a failover), and no pod but the scheduler's can read them.
+    Every worker checks grants (SLOTSCHED_VERIFY_GRANTS, as `slotsched worker` reads it) with
+    the keys the scheduler hands it, and reads no public-key Secret (g1 is for an old scheduler)."""
+    from scheduler.cli import build_parser
+    from scheduler.cli.worker import VERIFY_GRANTS_ENV, grant_verifier
+    from scheduler.grants import GRANT_KEYS_ENV, GRANT_PUBLIC_KEYS_ENV, GrantClaim, GrantKeyring
 
-    sched, work = scheduler(objs), worker(objs)
+    sched = scheduler(objs)
     assert env_of(sched)[GRANT_KEYS_ENV]["valueFrom"]["secretKeyRef"] == {"name": GRANT_SECRET, "key": "keys"}
-    assert env_of(work)[GRANT_PUBLIC_KEYS_ENV]["valueFrom"]["secretKeyRef"] == {
-        "name": GRANT_PUBLIC_SECRET,
-        "key": "public",
-    }
     ring = GrantKeyring.parse(_env_values(objs, sched)[GRANT_KEYS_ENV])
-    verifier = GrantVerifier.parse(_env_values(objs, work)[GRANT_PUBLIC_KEYS_ENV])
-    assert _public_bytes(verifier) == _public_bytes(ring.verifier()), (
-        "the workers' public keys are not the scheduler's"
-    )
-    # What the workers check is what the scheduler signs.
-    claim = GrantClaim("acme", "s1", "w/0#1", 1, "w", 0)
-    verifier.verify(ring.sign(claim, 1000.0), claim, 1000.0)
+    workers = _worker_containers(objs)
+    assert workers, "no worker container"
+    for c in workers:
+        env = _env_values(objs, c)
+        assert GRANT_PUBLIC_KEYS_ENV not in env, "a worker is given g1 public keys"
+        assert env.get(VERIFY_GRANTS_ENV) == "1", f"a worker checks no grants ({VERIFY_GRANTS_ENV} unset)"
+        verifier = grant_verifier(build_parser().parse_args(c["args"]), env)
+        assert verifier is not None, "a worker checks no grants"
+        assert verifier.public == {}, "a worker is given g1 public keys"
+        # What the worker checks, with the keys its Register/Heartbeat answers carry, is what
+        # the scheduler makes.
+        claim = GrantClaim("acme", "s1", "w/0#1", 1, "w", 0)
+        installed = verifier.with_keys("w", ring.worker_keys("w"))
+        installed.verify(ring.sign(claim, 1000.0), claim, 1000.0)
+    assert not find(objs, "Secret", "slotsched-grant-public-keys"), "the g1 public-key Secret is back"
     readers = [
         o["metadata"]["name"]
         for o in objs
-        if o["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob")
-        and GRANT_SECRET in _secret_names_used(o["spec"]["template"]["spec"])
+        if o["kind"] in WORKLOADS and GRANT_SECRET in _secret_names_used(_pod_spec(o))
     ]
-    assert readers == ["slotsched-scheduler"], f"pods that can read the grant private keys: {readers}"
+    assert readers == ["slotsched-scheduler"], f"pods that can read the grant secret: {readers}"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_schedulers_sign_with_one_key_and_workers_verify_with_its_public_half(overlay: str) -> None:
+def test_schedulers_share_one_grant_secret_and_every_worker_verifies_grants(overlay: str) -> None:
     check_grant_keys(render(overlay))
 
 
-def test_a_worker_with_the_private_keys_or_a_stale_public_file_is_caught() -> None:
-    from scheduler.grants import GrantKeyring
-
+def test_a_worker_reading_the_grant_secret_or_checking_no_grants_is_caught() -> None:
     objs = copy.deepcopy(render("redis"))
     worker(objs)["env"].append(
         {"name": "LEAK", "valueFrom": {"secretKeyRef": {"name": GRANT_SECRET, "key": "keys"}}}
     )
-    with pytest.raises(AssertionError, match="can read the grant private keys"):
+    with pytest.raises(AssertionError, match="can read the grant secret"):
         check_grant_keys(objs)
-    objs = copy.deepcopy(render("redis"))
-    other = GrantKeyring.generate("replace-me").public_text()
-    one(objs, "Secret", GRANT_PUBLIC_SECRET)["data"]["public"] = base64.b64encode(other.encode()).decode()
-    with pytest.raises(AssertionError, match="not the scheduler's"):
-        check_grant_keys(objs)
+    for value in (None, "0"):
+        objs = copy.deepcopy(render("redis"))
+        env = [e for e in worker(objs)["env"] if e["name"] != "SLOTSCHED_VERIFY_GRANTS"]
+        if value is not None:
+            env.append({"name": "SLOTSCHED_VERIFY_GRANTS", "value": value})
+        worker(objs)["env"] = env
+        with pytest.raises(AssertionError, match="checks no grants"):
+            check_grant_keys(objs)
 
 
-def test_the_placeholder_grant_key_files_parse_and_match() -> None:
-    from scheduler.grants import GrantKeyring, GrantVerifier
+def test_the_worker_reads_its_verify_grants_default_from_the_environment() -> None:
+    from scheduler.cli import build_parser
+    from scheduler.cli.worker import grant_verifier
+
+    args = build_parser().parse_args(["worker", "--worker-id", "w"])
+    assert grant_verifier(args, {}) is None
+    for on in ("1", "true", " YES ", "on"):
+        assert grant_verifier(args, {"SLOTSCHED_VERIFY_GRANTS": on}) is not None
+    for off in ("", "0", "false", "no", "off"):
+        assert grant_verifier(args, {"SLOTSCHED_VERIFY_GRANTS": off}) is None
+    with pytest.raises(ValueError, match="SLOTSCHED_VERIFY_GRANTS"):
+        grant_verifier(args, {"SLOTSCHED_VERIFY_GRANTS": "maybe"})
+    flagged = build_parser().parse_args(["worker", "--worker-id", "w", "--verify-grants"])
+    assert grant_verifier(flagged, {"SLOTSCHED_VERIFY_GRANTS": "0"}) is not None  # the flag wins
+
+
+def test_the_placeholder_grant_key_file_parses_and_is_the_only_grant_file() -> None:
+    from scheduler.grants import GrantKeyring
 
     ring = GrantKeyring.load(str(SECRETS_DIR / "grant-keys"))
-    verifier = GrantVerifier.load(str(SECRETS_DIR / "grant-public-keys"))
-    assert _public_bytes(verifier) == _public_bytes(ring.verifier())
     assert ring.kids == ("replace-me",)  # marked like the other placeholders
+    assert sorted(p.name for p in SECRETS_DIR.glob("grant*")) == ["grant-keys"]
 
 
 def _readme_secrets_block() -> str:
@@ -497,7 +524,7 @@ def _readme_secrets_block() -> str:
 def test_the_readme_secrets_block_replaces_every_placeholder(tmp_path: Path) -> None:
     """The README's secrets commands, run as written on a copy of deploy/: every secrets file is
     replaced, the grant keys parse and match, and the overlays still render."""
-    from scheduler.grants import GrantKeyring, GrantVerifier
+    from scheduler.grants import GrantKeyring
 
     kubectl()
     shutil.copytree(ROOT / "deploy", tmp_path / "deploy")
@@ -525,10 +552,7 @@ def test_the_readme_secrets_block_replaces_every_placeholder(tmp_path: Path) -> 
         new = (tmp_path / rel).read_bytes()
         assert new != old and b"replace-me" not in new, f"the README leaves the placeholder {rel}"
     secrets = tmp_path / "deploy" / "base" / "secrets"
-    ring = GrantKeyring.load(str(secrets / "grant-keys"))
-    assert _public_bytes(GrantVerifier.load(str(secrets / "grant-public-keys"))) == _public_bytes(
-        ring.verifier()
-    )
+    assert GrantKeyring.load(str(secrets / "grant-keys")).kids == ("k1",)
     rendered = subprocess.run(
         [kubectl(), "kustomize", str(tmp_path / "deploy" / "overlays" / "keda")],
         capture_output=True,

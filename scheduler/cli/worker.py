@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from slots.worker.defaults import DEFAULT_SNAPSHOTS
 from snapshots.config import URL_FORMS
+
+if TYPE_CHECKING:
+    from scheduler.grants import GrantVerifier
 
 
 def _positive_float(text: str) -> float:
@@ -33,11 +38,36 @@ def _size(text: str) -> int:
     return value
 
 
+VERIFY_GRANTS_ENV = "SLOTSCHED_VERIFY_GRANTS"
+_ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def grant_verifier(args: argparse.Namespace, env: Mapping[str, str]) -> GrantVerifier | None:
+    """What the worker checks grants with, or None (no checks: dev). On with --verify-grants or
+    $SLOTSCHED_VERIFY_GRANTS=1 (the keys come from the scheduler, in its Register and Heartbeat
+    answers); --grant-public-keys ($SLOTSCHED_GRANT_PUBLIC_KEYS) turns them on as well and also
+    accepts the g1 grants of a scheduler not upgraded yet. ValueError names a bad env value;
+    GrantKeyError a bad public key file."""
+    from scheduler.grants import GRANT_PUBLIC_KEYS_ENV, GrantVerifier
+
+    if args.grant_public_keys:
+        return GrantVerifier.load(args.grant_public_keys)
+    if env.get(GRANT_PUBLIC_KEYS_ENV, "").strip():
+        return GrantVerifier.parse(env[GRANT_PUBLIC_KEYS_ENV], GRANT_PUBLIC_KEYS_ENV)
+    verify = args.verify_grants
+    if not verify:
+        value = env.get(VERIFY_GRANTS_ENV, "").strip().lower()
+        if value not in _ON + _OFF:
+            raise ValueError(f"${VERIFY_GRANTS_ENV}={value!r}: expected 1 or 0 (true/false, yes/no, on/off)")
+        verify = value in _ON
+    return GrantVerifier() if verify else None
+
+
 def _worker(args: argparse.Namespace) -> int:
     import asyncio
     import sys
 
-    from scheduler.grants import GRANT_PUBLIC_KEYS_ENV, GrantKeyError, GrantVerifier
+    from scheduler.grants import GrantKeyError
     from scheduler.listen import TlsFiles
     from slots.worker.actor import ActorConfig
     from slots.worker.main import run_worker
@@ -50,14 +80,9 @@ def _worker(args: argparse.Namespace) -> int:
 
     config = ActorConfig(args.bytes_per_turn, args.turn_interval, args.max_turns)
     token = args.token if args.token is not None else os.environ.get("SLOTSCHED_TOKEN")
-    # Grant checks on: the keys come from the scheduler; public keys add g1 grants (an old scheduler).
-    grants = GrantVerifier() if args.verify_grants else None
     try:
-        if args.grant_public_keys:
-            grants = GrantVerifier.load(args.grant_public_keys)
-        elif os.environ.get(GRANT_PUBLIC_KEYS_ENV, "").strip():
-            grants = GrantVerifier.parse(os.environ[GRANT_PUBLIC_KEYS_ENV], GRANT_PUBLIC_KEYS_ENV)
-    except GrantKeyError as e:
+        grants = grant_verifier(args, os.environ)
+    except (GrantKeyError, ValueError) as e:
         print(f"slotsched worker: cannot start: {e}", file=sys.stderr)
         return 2
     rc: int = asyncio.run(
@@ -132,8 +157,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--verify-grants",
         action="store_true",
         help="Start, Checkpoint and Stop need the lease's grant (PERMISSION_DENIED without), checked "
-        "with the keys the scheduler hands this worker when it registers and heartbeats. Without "
-        "(nor --grant-public-keys): grants are not checked (dev)",
+        "with the keys the scheduler hands this worker when it registers and heartbeats (default "
+        "$SLOTSCHED_VERIFY_GRANTS: 1 turns it on). Without (nor --grant-public-keys): grants are "
+        "not checked (dev)",
     )
     w.add_argument(
         "--grant-public-keys",
