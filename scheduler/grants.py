@@ -42,8 +42,9 @@ verifies under one of its keys. The core keeps the plain id, so journal replay i
 
 Keys: a file (or `$SLOTSCHED_GRANT_KEYS`) of `kid:base64` lines, 32 random bytes each (the same
 files as before: a secret is also the g1 Ed25519 seed). The first line signs; every line
-verifies. Rotation without downtime: add the new key as the second line on every replica
-(workers get its K_w at their next heartbeat), make it the first line (a worker shown a grant
+verifies. The file is read at start, so each step below is a restart of every replica (one at a
+time: a standby takes over). Rotation without downtime: add the new key as the second line on
+every replica (workers get its K_w at their next heartbeat), make it the first line (a worker shown a grant
 under a key id it does not know yet heartbeats at once), wait one grant lifetime (lease TTL +
 GRANT_GRACE_S: renewals re-sign), then remove the old one.
 
