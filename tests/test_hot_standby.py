@@ -34,6 +34,7 @@ from scheduler.client.follow import LEADER_KEY, Follower, parse_targets
 from scheduler.grants import GrantKeyring
 from scheduler.serve import RunningServer, StateOptions, default_advertise, start_server
 from scheduler.state.redis_store import id_key as _id
+from scheduler.state.roles import Role
 from scheduler.state.store import StaleTerm
 from tests.grpc_fixtures import TOKENS, policy_yaml, write_policy
 from tests.test_state_redis import NOT_SERVING, REDIS_BIN, SERVING, RedisProc, Sched, queue_order
@@ -118,7 +119,7 @@ def same_state(leader: RunningServer, standby: RunningServer, sessions: list[str
 async def crash(s: RunningServer) -> None:
     """Stop a leader as SIGKILL would, in-process: no resignation, no more renewals, port closed."""
     rep = replica_of(s)
-    rep._stopping = True
+    rep.role = Role.STOPPED  # a killed process does nothing more (no step-down, no following)
     if rep._task is not None:
         rep._task.cancel()
     await s.server.stop(None)

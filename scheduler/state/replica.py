@@ -360,6 +360,8 @@ class Replica(Compaction, Standby):
                 # StateUnavailable: a take-over whose first batch (Resumed, the policy) failed to land.
                 if not isinstance(e, StateUnavailable):
                     await self.reach.failed(e)
+                elif not self.serving:  # a take-over that did not land: say so, never retry silently
+                    log.warning("take-over failed (%s): standby, campaigning again", e)
                 if self.serving:
                     self.metrics.errors.inc()
                     await self._step_down(f"state store unreachable: {e}")
