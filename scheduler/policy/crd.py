@@ -28,6 +28,7 @@ from scheduler.policy.schema import (
     API_VERSION,
     AUTOSCALER_FIELDS,
     KIND,
+    LIMITS_FIELDS,
     MAX_WORKER_SLOTS,
     PERCENT_RE,
     POLICY_NAME_MAX_LEN,
@@ -250,6 +251,10 @@ def policy_schema() -> Schema:
             "rateLimits": _obj(
                 {k: _rate_limit(f"The {k} flow's token bucket.") for k in RATE_LIMITS_KEYS},
                 "Token buckets per flow (tenant, renewals, admin, worker).",
+            ),
+            "limits": _obj(
+                _nums(LIMITS_FIELDS),
+                "Fair admission of the server's work (seats, queued items per flow) and open streams.",
             ),
         },
         "The policy, exactly as in a policy file (see deploy/policy-example.yaml).",

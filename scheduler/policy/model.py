@@ -51,6 +51,22 @@ class QueueSpec:
 
 
 @dataclass(frozen=True)
+class LimitsSpec:
+    """Bounds on the server's own work per flow (spec.limits), as Kubernetes API Priority and
+    Fairness bounds the API server's: how many work items (a Channel message, an rpc) the fair
+    admission gate starts per turn of the event loop (`seats`), how many a flow may have waiting
+    for one (`queued_per_flow`; past it that flow is refused, on its side), and how many Channel
+    and per-session Acquire streams a tenant, and one connection, may hold open."""
+
+    seats: int = 16
+    queued_per_flow: int = 64
+    channels_per_tenant: int = 64
+    channels_per_connection: int = 16
+    streams_per_tenant: int = 4096
+    streams_per_connection: int = 1024
+
+
+@dataclass(frozen=True)
 class AutoscalerSpec:
     weight_guaranteed: float = 3.0
     weight_burstable: float = 1.0
@@ -162,6 +178,7 @@ class Policy:
     tenants: tuple[TenantSpec, ...] = ()
     access: AccessSpec = field(default_factory=AccessSpec)
     rate_limits: RateLimitsSpec = field(default_factory=RateLimitsSpec)
+    limits: LimitsSpec = field(default_factory=LimitsSpec)
 
     def tenant(self, name: str) -> TenantSpec | None:
         for t in self.tenants:

@@ -58,6 +58,14 @@ QUEUE_FIELDS: Final = (
     Num("maxPendingPerTenant", "max_pending_per_tenant", True),
     Num("bestEffortFraction", "best_effort_fraction", False, maximum=1.0),
 )
+LIMITS_FIELDS: Final = (
+    Num("seats", "seats", True, minimum=1),
+    Num("queuedPerFlow", "queued_per_flow", True, minimum=1),
+    Num("channelsPerTenant", "channels_per_tenant", True, minimum=1),
+    Num("channelsPerConnection", "channels_per_connection", True, minimum=1),
+    Num("streamsPerTenant", "streams_per_tenant", True, minimum=1),
+    Num("streamsPerConnection", "streams_per_connection", True, minimum=1),
+)
 AUTOSCALER_FIELDS: Final = (
     Num("tolerance", "tolerance", False),
     Num("scaleDownStabilizationSeconds", "scale_down_stabilization_s", False),
@@ -79,7 +87,7 @@ SCALE_UP_FIELDS: Final = (
 
 TOP_KEYS: Final = ("apiVersion", "kind", "metadata", "spec")
 METADATA_KEYS: Final = ("name", "labels", "annotations")
-SPEC_KEYS: Final = ("pool", "timing", "queue", "autoscaler", "tenants", "access", "rateLimits")
+SPEC_KEYS: Final = ("pool", "timing", "queue", "autoscaler", "tenants", "access", "rateLimits", "limits")
 POOL_KEYS: Final = tuple(f.key for f in POOL_FIELDS) + ("floor",)
 AUTOSCALER_KEYS: Final = ("weights", "scaleUp") + tuple(f.key for f in AUTOSCALER_FIELDS)
 TENANT_KEYS: Final = (

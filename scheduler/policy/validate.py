@@ -35,6 +35,7 @@ from scheduler.policy.checker import Checker, describe, join, keys_text
 from scheduler.policy.errors import PolicyError, Problem
 from scheduler.policy.model import (
     AutoscalerSpec,
+    LimitsSpec,
     Policy,
     PoolSpec,
     QueueSpec,
@@ -48,6 +49,7 @@ from scheduler.policy.schema import (
     BEST_EFFORT_KEYS,
     BURSTABLE_KEYS,
     KIND,
+    LIMITS_FIELDS,
     METADATA_KEYS,
     PERCENT_RE,
     POLICY_NAME_MAX_LEN,
@@ -276,6 +278,8 @@ def policy_from_dict(d: object) -> tuple[Policy, list[Problem]]:
     tenants = _parse_tenants(c, spec.get("tenants"), "spec.tenants", tokens_seen)
     access = parse_access(c, spec.get("access"), "spec.access", tokens_seen, pool)
     rate_limits = parse_rate_limits(c, spec.get("rateLimits"), "spec.rateLimits")
+    limits_m = c.section(spec.get("limits"), "spec.limits", [f.key for f in LIMITS_FIELDS])
+    limits = dataclasses.replace(LimitsSpec(), **c.numbers(limits_m, LIMITS_FIELDS, "spec.limits"))
     _check_commitments(c, pool, tenants)
     check_renewal_headroom(c, rate_limits, tenants, pool, timing.lease_ttl_s)
 
@@ -290,5 +294,6 @@ def policy_from_dict(d: object) -> tuple[Policy, list[Problem]]:
         tenants=tuple(tenants),
         access=access,
         rate_limits=rate_limits,
+        limits=limits,
     )
     return policy, c.warnings

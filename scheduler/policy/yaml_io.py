@@ -13,11 +13,12 @@ from typing import Any
 import yaml
 
 from scheduler.policy.errors import DOCUMENT, PolicyError, Problem
-from scheduler.policy.model import AccessSpec, Policy, RateLimit
+from scheduler.policy.model import AccessSpec, LimitsSpec, Policy, RateLimit
 from scheduler.policy.schema import (
     API_VERSION,
     AUTOSCALER_FIELDS,
     KIND,
+    LIMITS_FIELDS,
     POOL_FIELDS,
     QUEUE_FIELDS,
     SCALE_UP_FIELDS,
@@ -153,6 +154,8 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
     }
     if limits:
         doc["spec"]["rateLimits"] = limits
+    if policy.limits != LimitsSpec():  # the defaults are not written (older readers know no key)
+        doc["spec"]["limits"] = _numbers_to_dict(policy.limits, LIMITS_FIELDS)
     return doc
 
 

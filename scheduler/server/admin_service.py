@@ -33,6 +33,7 @@ from scheduler.policy.model import Policy
 from scheduler.policy.yaml_io import policy_to_yaml
 from scheduler.server import convert, errors
 from scheduler.server.auth import AUTH_HEADER, Authenticator, certificate_names
+from scheduler.server.fairness import ADMIN_FLOW
 from scheduler.server.metrics import CLASS_ORDER
 from scheduler.server.policy_log import PolicyLog
 from scheduler.server.registry import WorkerRegistry
@@ -105,16 +106,17 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self._auth = auth
         self._policy_log = policy_log or PolicyLog(None, durable=False)
 
-    def _guard(self, context: Any, rpc: str) -> None:
+    async def _guard(self, context: Any, rpc: str) -> None:
         if self._loop.shutting_down:
             raise errors.unavailable()
         self._auth.require_admin(context, rpc)  # charged to the admins' flow (rate limits)
+        await self._auth.gate.admit(ADMIN_FLOW)  # and admitted in it (fairness.py)
 
     @errors.unary
     async def GetPolicy(
         self, request: admin_pb2.GetPolicyRequest, context: Any
     ) -> admin_pb2.GetPolicyResponse:
-        self._guard(context, "GetPolicy")
+        await self._guard(context, "GetPolicy")
         policy = self._loop.core.policy
         context.set_trailing_metadata(self._policy_log.metadata())
         return admin_pb2.GetPolicyResponse(yaml=policy_to_yaml(policy), name=policy.name)
@@ -123,7 +125,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ApplyPolicy(
         self, request: admin_pb2.ApplyPolicyRequest, context: Any
     ) -> admin_pb2.ApplyPolicyResponse:
-        self._guard(context, "ApplyPolicy")
+        await self._guard(context, "ApplyPolicy")
         if not request.yaml.strip():
             raise errors.invalid_argument("yaml", "required")
         try:
@@ -162,7 +164,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def DescribePool(
         self, request: admin_pb2.DescribePoolRequest, context: Any
     ) -> admin_pb2.DescribePoolResponse:
-        self._guard(context, "DescribePool")
+        await self._guard(context, "DescribePool")
         view = self._loop.core.describe()
         at = convert.ts(self._loop.now())
         out = admin_pb2.DescribePoolResponse(free=view.free, floor=view.floor, at=at)
@@ -213,7 +215,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListLeases(
         self, request: admin_pb2.ListLeasesRequest, context: Any
     ) -> admin_pb2.ListLeasesResponse:
-        self._guard(context, "ListLeases")
+        await self._guard(context, "ListLeases")
         size = _page_size(request.page_size)
         qos = _qos_filter(request.qos)
         after = _decode_token("leases", request.page_token, ((int, float), str))
@@ -242,7 +244,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListQueue(
         self, request: admin_pb2.ListQueueRequest, context: Any
     ) -> admin_pb2.ListQueueResponse:
-        self._guard(context, "ListQueue")
+        await self._guard(context, "ListQueue")
         size = _page_size(request.page_size)
         qos = _qos_filter(request.qos)
         after = _decode_token("queue", request.page_token, (int, int, str))

@@ -35,6 +35,7 @@ from scheduler.policy.model import ADMIN, WORKER
 from scheduler.server import errors, reflection_v1
 from scheduler.server.admin_service import AdminService
 from scheduler.server.auth import AUTH_HEADER, Authenticator
+from scheduler.server.fairness import KEDA_FLOW
 from scheduler.server.keda_service import add_keda_servicer
 from scheduler.server.leader_gate import GatedRegistrar
 from scheduler.server.loop import SchedulerLoop
@@ -118,7 +119,13 @@ def assemble(
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth, keys), reg)  # type: ignore[no-untyped-call]
     workers_pb2_grpc.add_WorkersServicer_to_server(WorkersService(registry, auth, keys), reg)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(AdminService(registry, auth, policy_log), reg)  # type: ignore[no-untyped-call]
-    add_keda_servicer(reg, demand, lambda: loop.core.policy.pool.slots_per_worker, _keda_guard(auth))
+    add_keda_servicer(
+        reg,
+        demand,
+        lambda: loop.core.policy.pool.slots_per_worker,
+        _keda_guard(auth),
+        admit=lambda: auth.gate.admit(KEDA_FLOW),
+    )
     health_servicer = _Health()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, reg)
     reflection_v1.enable((*SERVICE_NAMES, health.SERVICE_NAME), reg)  # v1alpha and v1

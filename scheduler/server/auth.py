@@ -1,5 +1,7 @@
 """Who is calling: a tenant or a role, derived from the caller's credential, never from a request;
-and whether the caller's flow still has room (rate limits, `ratelimit.RateLimiter`).
+and whether the caller's flow still has room (rate limits, `ratelimit.RateLimiter`; the fair
+admission gate and the open-stream bounds, `fairness.AdmissionGate` and `StreamBounds`, which
+the servicers call once the caller is known).
 
 Secure mode (a policy file was given). The credential is, in this order:
 
@@ -51,6 +53,7 @@ from scheduler.policy.identities import (
 )
 from scheduler.policy.model import ADMIN, WORKER, Policy, Role
 from scheduler.server import errors
+from scheduler.server.fairness import AdmissionGate, StreamBounds
 from scheduler.server.ratelimit import RateLimiter
 
 __all__ = ["AUTH_HEADER", "TENANT_HEADER", "Authenticator", "Identity"]
@@ -102,6 +105,8 @@ class Authenticator:
         self._cache: dict[bytes, tuple[Identity, str]] = {}
         self._cached_for: Policy | None = None
         self.limits = RateLimiter(policy)
+        self.gate = AdmissionGate(policy)  # fair admission of the server's work, per flow
+        self.streams = StreamBounds(policy)  # open Channel and Acquire streams
 
     # ------------------------------------------------------------------ per service
 

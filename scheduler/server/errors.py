@@ -75,6 +75,7 @@ class RpcFailure(Exception):
         self.metadata = tuple(metadata)
         self.reason = reason or DEFAULT_REASONS.get(code, "")
         self.info = dict(info or {})
+        self._session_error: scheduler_pb2.SessionError | None = None
 
     def status(self) -> status_pb2.Status:
         """The google.rpc.Status of this failure: code, message and rich details."""
@@ -97,8 +98,12 @@ class RpcFailure(Exception):
 
     def session_error(self) -> scheduler_pb2.SessionError:
         """This failure as a Channel's per-session error event: the same status and details the
-        per-session rpc ends with, and its trailing metadata (retry-after-ms, ...)."""
-        return scheduler_pb2.SessionError(status=self.status(), trailers=dict(self.metadata))
+        per-session rpc ends with, and its trailing metadata (retry-after-ms, ...). Built once: a
+        refusal answering many commands (a flood's excess) costs one build."""
+        if self._session_error is None:
+            error = scheduler_pb2.SessionError(status=self.status(), trailers=dict(self.metadata))
+            self._session_error = error
+        return self._session_error
 
 
 # ---------------------------------------------------------------- builders
@@ -309,6 +314,38 @@ def rate_limited(
     )
 
 
+def flow_queue_full(flow: str, bound: int, retry_after_s: float) -> RpcFailure:
+    """A work item of `flow` (a tenant, or role:admin / role:worker / role:keda) refused by the
+    fair admission gate: its flow already has `bound` items waiting (spec.limits.queuedPerFlow)."""
+    who = f"tenant:{flow}" if ":" not in flow else flow
+    limit = f"spec.limits.queuedPerFlow: {bound} work items waiting"
+    quota = error_details_pb2.QuotaFailure(
+        violations=[error_details_pb2.QuotaFailure.Violation(subject=who, description=limit)]
+    )
+    ms = max(1, math.ceil(retry_after_s * 1000))
+    return RpcFailure(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"rate limited: the flow {who} is past {limit} for the server's time; retry in {ms} ms",
+        [quota],
+        ((RETRY_AFTER_KEY, str(ms)),),
+    )
+
+
+def streams_over_bound(what: str, whose: str, key: str, bound: int) -> RpcFailure:
+    """A stream open refused: `whose` (a tenant, or this connection) holds `bound` open `what`
+    already (`key`, e.g. spec.limits.channelsPerTenant). Retry once one has closed."""
+    limit = f"{key}: at most {bound} open {what}"
+    quota = error_details_pb2.QuotaFailure(
+        violations=[error_details_pb2.QuotaFailure.Violation(subject=whose, description=limit)]
+    )
+    return RpcFailure(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"rate limited: {whose} holds {bound} open {what} ({limit}); close one, or retry in 1000 ms",
+        [quota],
+        ((RETRY_AFTER_KEY, "1000"),),
+    )
+
+
 def worker_out_of_scope(worker_id: str, key: str, scope: str) -> RpcFailure:
     """A worker credential naming a worker id outside its entry's scope (`key`, e.g.
     spec.access.workers[1].workerIds)."""
@@ -392,6 +429,7 @@ __all__ = [
     "channel_slow_reader",
     "deadline_exceeded",
     "failed_precondition",
+    "flow_queue_full",
     "from_closed",
     "from_refused",
     "from_state",
@@ -406,6 +444,7 @@ __all__ = [
     "raise_for",
     "rate_limited",
     "refuse_request",
+    "streams_over_bound",
     "unauthenticated",
     "unavailable",
     "worker_out_of_scope",

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -50,8 +50,10 @@ class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
         *,
         poll_interval_s: float = 1.0,
         authorize: Callable[[Any, str | None], None] | None = None,
+        admit: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._demand = demand_fn
+        self._admit = admit  # the fair admission gate's KEDA flow (fairness.py)
         self._slots = slots_per_worker_fn
         self.poll_interval_s = poll_interval_s
         self._authorize = authorize
@@ -59,12 +61,14 @@ class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
     async def _allow(
         self, context: grpc.aio.ServicerContext[object, object], ref: pb.ScaledObjectRef
     ) -> None:
-        """Refuse a caller without the role `authorize` asks for (raises RpcFailure's abort)."""
-        if self._authorize is None:
-            return
+        """Refuse a caller without the role `authorize` asks for (raises RpcFailure's abort);
+        then wait for the call's admission in the KEDA flow."""
         try:
-            md = ref.scalerMetadata
-            self._authorize(context, md.get("token") or md.get("tokenFromEnv"))
+            if self._authorize is not None:
+                md = ref.scalerMetadata
+                self._authorize(context, md.get("token") or md.get("tokenFromEnv"))
+            if self._admit is not None:
+                await self._admit()
         except errors.RpcFailure as f:
             await errors.abort(context, f)
 
@@ -120,10 +124,11 @@ def add_keda_servicer(
     demand_fn: Callable[[], float],
     slots_per_worker_fn: Callable[[], int],
     authorize: Callable[[Any, str | None], None] | None = None,
+    admit: Callable[[], Awaitable[None]] | None = None,
 ) -> KedaExternalScaler:
     """Register the external scaler on a grpc.aio server (or app.py's guarded registrar, before
     `start`); returns the servicer. `authorize(context, metadata_token)` raises RpcFailure for a
     refused caller."""
-    servicer = KedaExternalScaler(demand_fn, slots_per_worker_fn, authorize=authorize)
+    servicer = KedaExternalScaler(demand_fn, slots_per_worker_fn, authorize=authorize, admit=admit)
     pb_grpc.add_ExternalScalerServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     return servicer

@@ -123,6 +123,11 @@ class Metrics:
         self.latency = _Histogram(LATENCY_BUCKETS)
         # (tenant or role:admin / role:worker, rpc) -> calls refused by a rate limit
         self.rate_limited: dict[tuple[str, str], int] = {}
+        # Per flow of the fair admission gate (a tenant, or role:admin / role:worker / role:keda):
+        # work admitted (commands), items waiting, refusals by reason (scheduler/server/fairness.py).
+        self.flow_admitted: dict[str, int] = {}
+        self.flow_queued: dict[str, int] = {}
+        self.flow_refused: dict[tuple[str, str], int] = {}
         self.describe: Describe = lambda: None
         self._set_tenants(())
         self.registry.register(_Collector(self))
@@ -160,6 +165,17 @@ class Metrics:
     def count_rate_limited(self, tenant: str, rpc: str) -> None:
         key = (tenant, rpc)
         self.rate_limited[key] = self.rate_limited.get(key, 0) + 1
+        self.count_flow_refused(tenant, "rate_limited")
+
+    def count_flow_admitted(self, flow: str, cost: int) -> None:
+        self.flow_admitted[flow] = self.flow_admitted.get(flow, 0) + cost
+
+    def set_flow_queued(self, flow: str, n: int) -> None:
+        self.flow_queued[flow] = n
+
+    def count_flow_refused(self, flow: str, reason: str, n: int = 1) -> None:
+        key = (flow, reason)
+        self.flow_refused[key] = self.flow_refused.get(key, 0) + n
 
     def observe(
         self,
@@ -272,6 +288,7 @@ class _Collector(Collector):
         for (tenant, rpc), n in list(m.rate_limited.items()):
             limited.add_metric([tenant, rpc], n)
         yield limited
+        yield from _flow_metrics(m)
         yield CounterMetricFamily(
             "slotsched_work_lost_slot_seconds",
             "Slot-seconds of work lost to revocations and expiries.",
@@ -284,6 +301,35 @@ class _Collector(Collector):
         lat.add_metric([], buckets, total)
         yield lat
         yield from _pool_gauges(m.describe(), m.policy_tenants())
+
+
+def _flow_metrics(m: Metrics) -> Iterator[Metric]:
+    """The fair admission gate's flows: `tenant` is the tenant's name or role:admin, role:worker,
+    role:keda (bounded by the policy's tenants)."""
+    admitted = CounterMetricFamily(
+        "slotsched_flow_admitted",
+        "Work admitted by the fair admission gate (commands), per flow (a tenant, or role:*).",
+        labels=["tenant"],
+    )
+    for flow, n in list(m.flow_admitted.items()):
+        admitted.add_metric([flow], n)
+    yield admitted
+    queued = GaugeMetricFamily(
+        "slotsched_flow_queued",
+        "Work items waiting for a seat of the fair admission gate, per flow.",
+        labels=["tenant"],
+    )
+    for flow, n in list(m.flow_queued.items()):
+        queued.add_metric([flow], n)
+    yield queued
+    refused = CounterMetricFamily(
+        "slotsched_flow_refused",
+        "Work refused on its flow's side (queue full, rate limited, streams over a bound), by flow, reason.",
+        labels=["tenant", "reason"],
+    )
+    for (flow, reason), n in list(m.flow_refused.items()):
+        refused.add_metric([flow, reason], n)
+    yield refused
 
 
 def _counter(name: str, doc: str, label: str, values: dict[Any, int]) -> CounterMetricFamily:

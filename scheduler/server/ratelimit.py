@@ -18,6 +18,9 @@ An absent bucket is unlimited. A bucket whose size the policy changes starts ful
 Which session command goes to which flow is the command table's (scheduler/api/commands.py:
 `Command.flow`), read here for the per-session rpcs and the Channel's commands alike (withdraw is
 charged as the Release it stands for); the channel itself is not charged (the sessions on it are).
+Every command is charged, refused ones included: one the wire guard refused, one of a message
+the fair admission gate refused (fairness.py), one past its bucket (a message's later commands
+of an empty bucket get the same refusal at the cost of a lookup: session_channel.py).
 Refusals are counted in `slotsched_rate_limited_total{tenant,rpc}`: `tenant` is the tenant's
 name or `role:admin` / `role:worker` (no tenant name has a ':'), `rpc` the method name, so the
 label values are bounded by the policy's tenants and the services' methods.
@@ -25,6 +28,7 @@ label values are bounded by the policy's tenants and the services' methods.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -47,19 +51,32 @@ class RateLimiter:
         """Charge a tenant's call of the Scheduler rpc `rpc` to its flow."""
         self.charge(tenant, BY_RPC[rpc])
 
-    def charge(self, tenant: str, command: Command) -> None:
+    def charge(self, tenant: str, command: Command, count: bool = True) -> None:
         """Charge a tenant's session command to its flow (`command.flow`), labelled by its rpc."""
         policy = self._policy()
         rpc = command.rpc
         if command.flow is Flow.RENEWALS:
             renewals = policy.rate_limits.renewals
-            self._charge(f"renewals:{tenant}", renewals, "spec.rateLimits.renewals", tenant, rpc)
+            self._charge(f"renewals:{tenant}", renewals, "spec.rateLimits.renewals", tenant, rpc, count)
             return
         for i, t in enumerate(policy.tenants):
             if t.name == tenant and t.rate_limit is not None:
-                self._charge(f"tenant:{tenant}", t.rate_limit, f"spec.tenants[{i}].rateLimit", tenant, rpc)
+                key = f"spec.tenants[{i}].rateLimit"
+                self._charge(f"tenant:{tenant}", t.rate_limit, key, tenant, rpc, count)
                 return
-        self._charge(f"tenant:{tenant}", policy.rate_limits.tenant, "spec.rateLimits.tenant", tenant, rpc)
+        key = "spec.rateLimits.tenant"
+        self._charge(f"tenant:{tenant}", policy.rate_limits.tenant, key, tenant, rpc, count)
+
+    def charge_quietly(self, tenant: str, command: Command) -> None:
+        """Charge a command refused otherwise (its answer, and its count, are that refusal's)."""
+        with contextlib.suppress(errors.RpcFailure):
+            self.charge(tenant, command, count=False)
+
+    def count_refused(self, tenant: str, command: Command) -> None:
+        """Count a command refused by its bucket without charging it again (its message's
+        earlier command found the bucket empty: scheduler/server/session_channel.py)."""
+        if self.metrics is not None:
+            self.metrics.count_rate_limited(tenant, command.rpc)
 
     def role(self, identity: Identity, rpc: str) -> None:
         """Charge an admin's or a worker's call: all admins share one bucket, each worker entry
@@ -71,7 +88,9 @@ class RateLimiter:
             flow = f"worker:{identity.key}"
             self._charge(flow, limits.worker, "spec.rateLimits.worker", "role:worker", rpc)
 
-    def _charge(self, flow: str, limit: RateLimit | None, key: str, label: str, rpc: str) -> None:
+    def _charge(
+        self, flow: str, limit: RateLimit | None, key: str, label: str, rpc: str, count: bool = True
+    ) -> None:
         if limit is None:
             return
         now = self._clock()
@@ -81,6 +100,6 @@ class RateLimiter:
             self._buckets[flow] = held
         wait = held[1].take(now)
         if wait > 0:
-            if self.metrics is not None:
+            if self.metrics is not None and count:
                 self.metrics.count_rate_limited(label, rpc)
             raise errors.rate_limited(label, rpc, key, limit.qps, limit.burst, wait)

@@ -56,8 +56,24 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         One flat loop on purpose, and `context.write` rather than an async generator: every event
         of every session passes through here, and the generator costs an extra hop per event.
         """
+        auth = self._auth
         try:
-            stream = self._ops.open(self._tenant(context, commands.ACQUIRE), request)
+            tenant = self._tenant(context, commands.ACQUIRE)
+            held = auth.streams.open_stream(tenant, context)  # spec.limits.streamsPer*
+        except errors.RpcFailure as f:
+            await errors.abort(context, f)
+            return
+        try:
+            await self._run_acquire(request, context, tenant)
+        finally:
+            auth.streams.close("stream", held)
+
+    async def _run_acquire(self, request: scheduler_pb2.AcquireRequest, context: Any, tenant: str) -> None:
+        try:
+            await self._auth.gate.admit(tenant)  # fair admission in the tenant's flow
+            if self._loop.shutting_down:
+                raise errors.unavailable()
+            stream = self._ops.open(tenant, request)
         except errors.RpcFailure as f:
             await errors.abort(context, f)
             return
@@ -115,7 +131,11 @@ def _unary_rpc(command: Command) -> Callable[[SchedulerService, Any, Any], Await
     op = UNARY_OPS[command]
 
     async def rpc(self: SchedulerService, request: Any, context: Any) -> Any:
-        outcome = op(self._ops, self._tenant(context, command), request)
+        tenant = self._tenant(context, command)
+        await self._auth.gate.admit(tenant)  # fair admission in the tenant's flow (fairness.py)
+        if self._loop.shutting_down:
+            raise errors.unavailable()
+        outcome = op(self._ops, tenant, request)
         await self._loop.durable()
         if isinstance(outcome, errors.RpcFailure):
             raise outcome

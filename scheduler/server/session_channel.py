@@ -118,7 +118,11 @@ class ChannelService:
             if self.loop.shutting_down:
                 raise errors.unavailable()
             tenant = self.auth.tenant(context)
-            await _Channel(self, context, tenant).run()
+            held = self.auth.streams.open_channel(tenant, context)  # spec.limits.channelsPer*
+            try:
+                await _Channel(self, context, tenant).run()
+            finally:
+                self.auth.streams.close("channel", held)
         except errors.RpcFailure as f:
             await errors.abort(context, f)
         except StateUnavailable as e:
@@ -191,6 +195,7 @@ class _Channel:
 
     async def _read(self) -> None:
         read = self.context.read
+        gate = self.auth.gate
         while True:
             if not self.drained.is_set():
                 await self.drained.wait()  # backpressure: the writer is behind
@@ -208,16 +213,44 @@ class _Channel:
             self.auth.tenant(self.context)
             if self.loop.shutting_down:
                 raise errors.unavailable()
-            for i, cmd in enumerate(req.commands):
+            cmds = req.commands
+            # Fair admission (fairness.py): the message is one work item of the tenant's flow,
+            # costing its commands; while it waits, nothing more is read from this channel.
+            admitted = gate.try_admit(self.tenant, len(cmds))
+            if admitted is not None:
+                if isinstance(admitted, errors.RpcFailure):
+                    self._refuse_all(cmds, admitted)
+                    continue
+                await gate.wait(self.tenant, admitted)
+                if self.loop.shutting_down:
+                    raise errors.unavailable()
+            limited: dict[commands.Flow, errors.RpcFailure] = {}
+            for i, cmd in enumerate(cmds):
                 bad = refused.get(i) if refused else None
                 if bad is None:
-                    self._command(cmd)
+                    self._command(cmd, limited)
                 else:
-                    self._refuse(cmd, bad)
+                    self._refuse(cmd, bad, limited)
         self.reading_done = True
         self.push(_END)
 
-    def _command(self, cmd: scheduler_pb2.ChannelCommand) -> None:
+    def _charge(self, command: commands.Command, limited: dict[commands.Flow, errors.RpcFailure]) -> None:
+        """Charge one command to its flow's bucket, before any work; once a bucket refused one
+        command of this message, the message's later commands of that flow get the same refusal
+        (counted, not built again): a flood's excess is refused cheaply."""
+        failure = limited.get(command.flow)
+        if failure is not None:
+            self.auth.limits.count_refused(self.tenant, command)
+            raise failure
+        try:
+            self.auth.limits.charge(self.tenant, command)
+        except errors.RpcFailure as f:
+            limited[command.flow] = f
+            raise
+
+    def _command(
+        self, cmd: scheduler_pb2.ChannelCommand, limited: dict[commands.Flow, errors.RpcFailure]
+    ) -> None:
         field = cmd.WhichOneof("command")
         command = commands.BY_FIELD.get(field) if field else None
         tenant = self.tenant
@@ -225,10 +258,11 @@ class _Channel:
         out: Outcome
         try:
             if command is None:
+                self._charge(commands.ACQUIRE, limited)  # charged as a tenant's call
                 raise errors.invalid_argument("command", f"set one of {commands.FIELDS_TEXT}")
             req = getattr(cmd, field)
             sid = req.session_id
-            self.auth.limits.charge(tenant, command)
+            self._charge(command, limited)
             if command is commands.ACQUIRE:
                 self._acquire(req)  # its answer is its lease events
                 return
@@ -237,15 +271,41 @@ class _Channel:
             out = f
         self.push(AnswerEntry(sid, cmd.ref, out, command.answer if command is not None else None))
 
-    def _refuse(self, cmd: scheduler_pb2.ChannelCommand, bad: guard.Refused) -> None:
+    def _refuse(
+        self,
+        cmd: scheduler_pb2.ChannelCommand,
+        bad: guard.Refused,
+        limited: dict[commands.Flow, errors.RpcFailure],
+    ) -> None:
         """A command the wire guard refused (a field over its limit): answered alone, as the
         per-session rpc would have ended, the field named from the command down (proto); not
-        applied, not charged to a rate limit (nor is a refused per-session rpc)."""
+        applied, but charged to its flow's bucket like every command (past it, the answer is
+        the rate limit's refusal)."""
         kind = cmd.WhichOneof("command")
         sid = getattr(cmd, kind).session_id if kind else ""
         if len(sid.encode()) > _SID_BYTES:
             sid = ""  # the refused field itself: not echoed
-        self.push(AnswerEntry(sid, cmd.ref, errors.invalid_argument(bad.field, bad.description)))
+        command = commands.BY_FIELD.get(kind) if kind else None
+        failure = errors.invalid_argument(bad.field, bad.description)
+        try:
+            self._charge(command if command is not None else commands.ACQUIRE, limited)
+        except errors.RpcFailure as f:
+            failure = f
+        self.push(AnswerEntry(sid, cmd.ref, failure))
+
+    def _refuse_all(self, cmds: Any, failure: errors.RpcFailure) -> None:
+        """A message the fair admission gate refused (its flow's queue is full): every command is
+        charged to its bucket and answered with the one refusal (retry-after), nothing decoded
+        further, nothing applied."""
+        limits, tenant = self.auth.limits, self.tenant
+        for cmd in cmds:
+            kind = cmd.WhichOneof("command")
+            command = commands.BY_FIELD.get(kind) if kind else None
+            limits.charge_quietly(tenant, command if command is not None else commands.ACQUIRE)
+            sid = getattr(cmd, kind).session_id if kind else ""
+            if len(sid.encode()) > _SID_BYTES:
+                sid = ""
+            self.push(AnswerEntry(sid, cmd.ref, failure))
 
     def _acquire(self, req: scheduler_pb2.AcquireRequest) -> None:
         sid = req.session_id

@@ -44,6 +44,7 @@ from scheduler.policy.model import WORKER
 from scheduler.policy.schema import MAX_WORKER_SLOTS, WORKER_ID_MAX_LEN
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
+from scheduler.server.fairness import ADMIN_FLOW, WORKER_FLOW
 from scheduler.server.registry import WorkerRegistry
 
 MAX_SLOTS = MAX_WORKER_SLOTS
@@ -67,14 +68,20 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
         self._auth = auth
         # The one Authenticator of the server counts its rate-limit refusals in the server's metrics.
         auth.limits.metrics = self._loop.metrics
+        auth.gate.metrics = auth.streams.metrics = self._loop.metrics
 
-    def _guard(self, context: Any, rpc: str, worker_id: str) -> tuple[Identity, WorkerId]:
-        """The caller's identity and the checked worker id it may act as; else the failure."""
+    async def _guard(self, context: Any, rpc: str, worker_id: str) -> tuple[Identity, WorkerId]:
+        """The caller's identity and the checked worker id it may act as, once the fair
+        admission gate admits the call in the workers' flow (an admin's: the admins'), so a
+        tenant's flood never holds a heartbeat back; else the failure."""
         if self._loop.shutting_down:
             raise errors.unavailable()
         identity = self._auth.worker(context, rpc)
         wid = _worker_id(worker_id)
         self._auth.require_scope(identity, wid)
+        await self._auth.gate.admit(WORKER_FLOW if identity.role == WORKER else ADMIN_FLOW)
+        if self._loop.shutting_down:
+            raise errors.unavailable()
         return identity, wid
 
     def _grant_keys(self, worker: WorkerId) -> list[workers_pb2.GrantKey]:
@@ -91,7 +98,7 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
     async def Register(
         self, request: workers_pb2.RegisterRequest, context: Any
     ) -> workers_pb2.RegisterResponse:
-        identity, wid = self._guard(context, "Register", request.worker_id)
+        identity, wid = await self._guard(context, "Register", request.worker_id)
         if not request.address:
             raise errors.invalid_argument("address", "required")
         if not 1 <= request.slots <= MAX_SLOTS:
@@ -119,7 +126,7 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
     async def Heartbeat(
         self, request: workers_pb2.HeartbeatRequest, context: Any
     ) -> workers_pb2.HeartbeatResponse:
-        _, wid = self._guard(context, "Heartbeat", request.worker_id)
+        _, wid = await self._guard(context, "Heartbeat", request.worker_id)
         w = self._registry.heartbeat(wid)
         # Built now, sent once durable: the leases listed must survive a crash, and a read after
         # the wait could list leases of later events that are not durable yet. Only this
@@ -132,7 +139,7 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
 
     @errors.unary
     async def Drain(self, request: workers_pb2.DrainRequest, context: Any) -> workers_pb2.DrainResponse:
-        _, wid = self._guard(context, "Drain", request.worker_id)
+        _, wid = await self._guard(context, "Drain", request.worker_id)
         within = None
         if request.HasField("yield_within"):
             within = convert.from_dur(request.yield_within)
@@ -149,7 +156,7 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
     async def Deregister(
         self, request: workers_pb2.DeregisterRequest, context: Any
     ) -> workers_pb2.DeregisterResponse:
-        _, wid = self._guard(context, "Deregister", request.worker_id)
+        _, wid = await self._guard(context, "Deregister", request.worker_id)
         decisions = self._registry.deregister(wid)
         await self._loop.durable()
         return workers_pb2.DeregisterResponse(revoked=sum(1 for d in decisions if isinstance(d, Revoked)))

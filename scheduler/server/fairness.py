@@ -1,0 +1,221 @@
+"""Fair admission of the server's own work, as Kubernetes API Priority and Fairness admits the
+API server's: the adapter around the pure `FairQueue` (scheduler/core/fairqueue.py), on the one
+event loop, and the bounds on open streams.
+
+Why: every call runs on one event loop; one that a tenant floods (many Channel streams, messages
+of hundreds of commands, even refused ones) takes the loop's time from everyone, in arrival
+order: a quiet tenant's Acquire and a worker's heartbeat wait behind the flood. So each work item
+(a Channel message, a per-session rpc, an Acquire stream's open, a Workers, Admin or KEDA call)
+first asks the gate for a seat, charged to its **flow**: the tenant's name, or `role:admin`,
+`role:worker`, `role:keda`, each a flow of its own, so a tenant's flood cannot stop heartbeats.
+
+A seat is held for the turn of the event loop the item starts in (its synchronous part: decoding
+done, commands applied), released with `call_soon`: so at most `spec.limits.seats` items start in
+one turn, and when more ask, the rest wait in their flow's queue and are started, turn by turn,
+in fair order (virtual finish tags: a flow's share is its weight's, 1 each here). A waiting
+Channel reader reads nothing more, so gRPC's flow control slows the flooding sender. A flow with
+`spec.limits.queuedPerFlow` items waiting is refused (RESOURCE_EXHAUSTED, reason RATE_LIMITED,
+the flow and the bound named, with retry-after): on its own side.
+
+Open streams are bounded at their open (`StreamBounds`): Channel streams per tenant
+(`channelsPerTenant`) and per connection (`channelsPerConnection`, the caller's peer address),
+per-session Acquire streams likewise (`streamsPerTenant`, `streamsPerConnection`).
+
+Metrics per flow (metrics.py): `slotsched_flow_admitted_total` (work admitted, in commands),
+`slotsched_flow_queued` (items waiting), `slotsched_flow_refused_total{reason}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from scheduler.core.fairqueue import FairQueue, Offer
+from scheduler.policy.model import LimitsSpec, Policy
+from scheduler.server import errors
+from scheduler.server.metrics import Metrics
+
+ADMIN_FLOW: Final = "role:admin"
+WORKER_FLOW: Final = "role:worker"
+KEDA_FLOW: Final = "role:keda"
+
+# The refusal reasons counted in slotsched_flow_refused_total.
+QUEUE_FULL: Final = "queue_full"
+RATE_LIMITED: Final = "rate_limited"
+CHANNELS_PER_TENANT: Final = "channels_per_tenant"
+CHANNELS_PER_CONNECTION: Final = "channels_per_connection"
+STREAMS_PER_TENANT: Final = "streams_per_tenant"
+STREAMS_PER_CONNECTION: Final = "streams_per_connection"
+
+
+class _Ticket:
+    __slots__ = ("cost", "future")
+
+    def __init__(self, future: asyncio.Future[None], cost: int) -> None:
+        self.future = future
+        self.cost = cost
+
+
+class AdmissionGate:
+    def __init__(self, policy: Callable[[], Policy], clock: Callable[[], float] = time.monotonic) -> None:
+        self._policy = policy
+        self._clock = clock
+        self._limits: LimitsSpec | None = None
+        self._queue: FairQueue[_Ticket] = FairQueue(LimitsSpec.seats, LimitsSpec.queued_per_flow)
+        self._tickets: dict[asyncio.Future[None], _Ticket] = {}  # handed out by try_admit
+        self.metrics: Metrics | None = None  # bound by the wiring
+
+    def _fq(self) -> FairQueue[_Ticket]:
+        limits = self._policy().limits
+        if limits is not self._limits:  # ApplyPolicy: new bounds, the waiting kept
+            self._limits = limits
+            self._queue.seats = limits.seats
+            self._queue.queued_per_flow = limits.queued_per_flow
+        return self._queue
+
+    def queued(self, flow: str) -> int:
+        return self._queue.queued(flow)
+
+    async def admit(self, flow: str, cost: int = 1) -> None:
+        """Return once `flow`'s work item of `cost` may run (at once when a seat is free and no
+        one waits); raise RESOURCE_EXHAUSTED (RATE_LIMITED) when `flow`'s queue is full. The seat
+        is given back at the end of this turn of the loop."""
+        failure = self.try_admit(flow, cost)
+        if failure is None:
+            return
+        if isinstance(failure, errors.RpcFailure):
+            raise failure
+        await self._wait(flow, failure)
+
+    def try_admit(self, flow: str, cost: int = 1) -> None | errors.RpcFailure | asyncio.Future[None]:
+        """`admit` without awaiting: None (admitted), the refusal, or the future to await (then
+        call `wait` with it)."""
+        fq = self._fq()
+        now = self._clock()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ticket = _Ticket(fut, cost)
+        offer = fq.offer(flow, ticket, now, float(max(1, cost)))
+        if offer is Offer.ADMITTED:
+            self._admitted(flow, cost)
+            return None
+        if offer is Offer.REFUSED:
+            if self.metrics is not None:
+                self.metrics.count_flow_refused(flow, QUEUE_FULL, max(1, cost))
+            return errors.flow_queue_full(flow, fq.queued_per_flow, fq.retry_after(flow, now))
+        self._set_queued(flow)
+        self._tickets[fut] = ticket
+        return fut
+
+    async def _wait(self, flow: str, fut: asyncio.Future[None]) -> None:
+        ticket = self._tickets.pop(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            # Still waiting: out of the queue. (Admitted already: its seat's release is scheduled.)
+            if self._queue.cancel(flow, ticket):
+                self._set_queued(flow)
+            raise
+
+    wait = _wait
+
+    def _admitted(self, flow: str, cost: int) -> None:
+        asyncio.get_running_loop().call_soon(self._release)
+        if self.metrics is not None:
+            self.metrics.count_flow_admitted(flow, cost)
+
+    def _release(self) -> None:
+        fq = self._queue
+        now = self._clock()
+        for flow, ticket in fq.release(now):
+            self._set_queued(flow)
+            fut = ticket.future
+            if fut.cancelled():  # left already: its seat goes on to the next
+                asyncio.get_running_loop().call_soon(self._release)
+                continue
+            fut.set_result(None)
+            self._admitted_late(flow, ticket.cost)
+        if not fq.waiting and fq.in_use == 0 and len(fq.flows()) > 1024:
+            fq.forget_idle()
+
+    def _admitted_late(self, flow: str, cost: int) -> None:
+        # The woken task runs in a later turn; its seat is held until the turn after.
+        asyncio.get_running_loop().call_soon(self._release)
+        if self.metrics is not None:
+            self.metrics.count_flow_admitted(flow, cost)
+
+    def _set_queued(self, flow: str) -> None:
+        if self.metrics is not None:
+            self.metrics.set_flow_queued(flow, self._queue.queued(flow))
+
+
+class StreamBounds:
+    """Open Channel and Acquire streams per tenant and per connection (the peer), bounded by
+    `spec.limits`; `open` refuses past a bound, `close` gives the place back."""
+
+    def __init__(self, policy: Callable[[], Policy]) -> None:
+        self._policy = policy
+        self._open: dict[tuple[str, str], int] = {}
+        self.metrics: Metrics | None = None
+
+    def open_channel(self, tenant: str, context: Any) -> tuple[str, str]:
+        lim = self._policy().limits
+        return self._open_pair(
+            "channel",
+            tenant,
+            _peer(context),
+            (lim.channels_per_tenant, "spec.limits.channelsPerTenant", CHANNELS_PER_TENANT),
+            (lim.channels_per_connection, "spec.limits.channelsPerConnection", CHANNELS_PER_CONNECTION),
+        )
+
+    def open_stream(self, tenant: str, context: Any) -> tuple[str, str]:
+        lim = self._policy().limits
+        return self._open_pair(
+            "stream",
+            tenant,
+            _peer(context),
+            (lim.streams_per_tenant, "spec.limits.streamsPerTenant", STREAMS_PER_TENANT),
+            (lim.streams_per_connection, "spec.limits.streamsPerConnection", STREAMS_PER_CONNECTION),
+        )
+
+    def count(self, kind: str, tenant: str) -> int:
+        return self._open.get((f"{kind}:tenant", tenant), 0)
+
+    def _open_pair(
+        self,
+        kind: str,
+        tenant: str,
+        peer: str,
+        by_tenant: tuple[int, str, str],
+        by_peer: tuple[int, str, str],
+    ) -> tuple[str, str]:
+        keys = ((f"{kind}:tenant", tenant), (f"{kind}:peer", peer))
+        what = "Channel streams" if kind == "channel" else "Acquire streams"
+        for key, (bound, policy_key, reason), whose in zip(
+            keys, (by_tenant, by_peer), (f"tenant {tenant}", "this connection"), strict=True
+        ):
+            if self._open.get(key, 0) >= bound:
+                if self.metrics is not None:
+                    self.metrics.count_flow_refused(tenant, reason)
+                raise errors.streams_over_bound(what, whose, policy_key, bound)
+        for key in keys:
+            self._open[key] = self._open.get(key, 0) + 1
+        return tenant, peer
+
+    def close(self, kind: str, held: tuple[str, str]) -> None:
+        tenant, peer = held
+        for key in ((f"{kind}:tenant", tenant), (f"{kind}:peer", peer)):
+            n = self._open.get(key, 0) - 1
+            if n > 0:
+                self._open[key] = n
+            else:
+                self._open.pop(key, None)
+
+
+def _peer(context: Any) -> str:
+    try:
+        peer = context.peer()
+    except (AttributeError, NotImplementedError):
+        return ""
+    return peer if isinstance(peer, str) else str(peer)

@@ -1,0 +1,265 @@
+"""Fair admission of the server's work, over real gRPC (scheduler/server/fairness.py): a tenant
+flooding the server (several Channel streams, messages of 200 Renews of leases it does not hold)
+while a quiet tenant acquires and a worker heartbeats. The quiet tenant is granted, the worker is
+never removed, and the flooder's refusals are counted and carry retry-after; a tenant's open
+Channel streams are bounded (spec.limits.channelsPerTenant), refused at open, with retry-after.
+
+Also the gate's adapter on a loop of its own: more items than seats in one turn wait, and are
+started in fair order; a flow past its queue bound is refused RATE_LIMITED naming the flow."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import urllib.request
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+
+from scheduler.api.gen.slotsched.v1 import admin_pb2, scheduler_pb2_grpc, workers_pb2
+from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
+from scheduler.policy.model import LimitsSpec, Policy
+from scheduler.server.errors import RETRY_AFTER_KEY, RpcFailure
+from scheduler.server.fairness import AdmissionGate
+from scheduler.server.metrics import Metrics
+
+pytest.register_assert_rewrite("tests.grpc_fixtures", "tests.channel_fixtures")
+from tests.channel_fixtures import RawChannel, cmd  # noqa: E402
+from tests.grpc_fixtures import ADMIN_TOKEN, TOKENS, WORKER_TOKEN, B, Client, policy_yaml, running_server  # noqa: E402
+
+Code = grpc.StatusCode
+
+# --- the adapter, on a loop of its own ---------------------------------------------------------
+
+
+def test_items_past_the_seats_wait_and_start_in_fair_order() -> None:
+    policy = Policy(limits=LimitsSpec(seats=2, queued_per_flow=3))
+    gate = AdmissionGate(lambda: policy)
+    gate.metrics = metrics = Metrics()
+    order: list[str] = []
+
+    async def item(flow: str) -> None:
+        await gate.admit(flow)
+        order.append(flow)
+
+    async def go() -> list[BaseException | None]:
+        # One turn: the flood's 5 items and then one quiet item ask together.
+        tasks = [asyncio.ensure_future(item("flood")) for _ in range(5)]
+        tasks.append(asyncio.ensure_future(item("quiet")))
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        return list(results)
+
+    results = asyncio.run(go())
+    # 2 seats: two flood items at once; 3 wait (the bound), the 5th is refused; quiet jumps ahead.
+    assert results == [None] * 6  # 5 flood: 2 admitted, 3 queued (the bound), none over it
+    assert order[:3] == ["flood", "flood", "quiet"]
+    assert metrics.flow_admitted == {"flood": 5, "quiet": 1}
+    assert metrics.flow_queued == {"flood": 0, "quiet": 0}
+
+
+def test_a_flow_past_its_queue_bound_is_refused_on_its_side() -> None:
+    policy = Policy(limits=LimitsSpec(seats=1, queued_per_flow=2))
+    gate = AdmissionGate(lambda: policy)
+    gate.metrics = metrics = Metrics()
+
+    async def go() -> list[BaseException | None]:
+        tasks = [asyncio.ensure_future(gate.admit("flood")) for _ in range(5)]
+        tasks.append(asyncio.ensure_future(gate.admit("role:worker")))
+        return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+    results = asyncio.run(go())
+    assert results[:3] == [None, None, None]  # 1 seat + 2 waiting
+    for r in results[3:5]:
+        assert isinstance(r, RpcFailure) and r.code is Code.RESOURCE_EXHAUSTED
+        assert "tenant:flood" in r.message and "spec.limits.queuedPerFlow" in r.message
+        assert int(dict(r.metadata)[RETRY_AFTER_KEY]) > 0
+        assert r.reason == "RATE_LIMITED"
+    assert results[5] is None  # the worker flow has its own queue
+    assert metrics.flow_refused == {("flood", "queue_full"): 2}
+
+
+def test_a_cancelled_waiter_leaves_the_queue_and_frees_nothing_twice() -> None:
+    policy = Policy(limits=LimitsSpec(seats=1, queued_per_flow=4))
+    gate = AdmissionGate(lambda: policy)
+
+    async def go() -> None:
+        first = asyncio.ensure_future(gate.admit("a"))
+        waiting = asyncio.ensure_future(gate.admit("a"))
+        after = asyncio.ensure_future(gate.admit("b"))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        await asyncio.gather(first, after, return_exceptions=False)
+        assert waiting.cancelled()
+        assert gate.queued("a") == 0
+        for _ in range(3):
+            await asyncio.sleep(0)
+        await asyncio.wait_for(gate.admit("c"), 1)  # the seat came back
+
+    asyncio.run(go())
+
+
+# --- over real gRPC ----------------------------------------------------------------------------
+
+FLOOD_CHANNELS = 6
+RENEWS_PER_MESSAGE = 200
+
+
+def _policy() -> str:
+    doc = yaml.safe_load(
+        policy_yaml(
+            workers=1,
+            slots_per_worker=4,
+            floor=0,
+            rate_limits={"renewals": {"qps": 500, "burst": 500}},
+        )
+    )
+    doc["spec"]["limits"] = {"channelsPerTenant": FLOOD_CHANNELS, "channelsPerConnection": 2, "seats": 2}
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def _raw(target: str, md: tuple[tuple[str, str], ...], share: RawChannel | None = None) -> RawChannel:
+    """A Channel call on a connection of its own (grpc shares one between identical channels of
+    a process unless told not to), or on `share`'s."""
+    ch = RawChannel.__new__(RawChannel)
+    if share is None:
+        ch.grpc_channel = grpc.aio.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
+        ch.stub = scheduler_pb2_grpc.SchedulerStub(ch.grpc_channel)
+    else:
+        ch.grpc_channel, ch.stub = share.grpc_channel, share.stub
+    ch.call = ch.stub.Channel(metadata=md)
+    ch.buffer = []
+    return ch
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_a_flood_leaves_a_quiet_tenant_and_the_heartbeats_their_share() -> None:
+    with running_server(_policy(), heartbeat_interval_s=0.5) as server:
+
+        async def go() -> dict[str, Any]:
+            flood_md = (("authorization", f"Bearer {TOKENS['globex']}"),)
+            stop = asyncio.Event()
+            seen = {"refused": 0, "retry_after": 0, "other": 0, "messages": 0}
+            channels: list[RawChannel] = []
+            # Connections of two Channel streams each (channelsPerConnection is 2).
+            for i in range(FLOOD_CHANNELS):
+                channels.append(_raw(server.target, flood_md, channels[-1] if i % 2 else None))
+
+            renews = [
+                cmd(i, renew=pb.RenewRequest(session_id=f"s{i}", lease_id=f"local-0/0#{i + 1}", epoch=i + 1))
+                for i in range(RENEWS_PER_MESSAGE)
+            ]
+
+            async def flood(ch: RawChannel) -> None:
+                while not stop.is_set():
+                    await ch.send(*renews)
+                    seen["messages"] += 1
+
+            async def drain(ch: RawChannel) -> None:
+                while True:
+                    resp = await ch.call.read()
+                    if resp is grpc.aio.EOF:
+                        return
+                    for ev in resp.events:
+                        if ev.HasField("error") and ev.error.status.code == Code.RESOURCE_EXHAUSTED.value[0]:
+                            seen["refused"] += 1
+                            seen["retry_after"] += RETRY_AFTER_KEY in ev.error.trailers
+                        else:
+                            seen["other"] += 1
+
+            tasks = [asyncio.ensure_future(f(ch)) for ch in channels for f in (flood, drain)]
+            await asyncio.sleep(0.5)  # the flood is on
+
+            # One more channel of the flooder is over spec.limits.channelsPerTenant: refused at open.
+            extra = _raw(server.target, flood_md)
+            extra_status, _ = await extra.status()
+            extra_trailers = dict(await extra.call.trailing_metadata() or ())
+            await extra.grpc_channel.close(None)
+
+            waits: list[float] = []
+            beats: list[float] = []
+            async with (
+                Client(server.target, token=TOKENS["acme"]) as quiet,
+                Client(server.target, token=WORKER_TOKEN) as worker,
+                Client(server.target, token=ADMIN_TOKEN) as admin,
+            ):
+                await worker.workers.Register(
+                    workers_pb2.RegisterRequest(worker_id="w1", address="127.0.0.1:1", slots=1),
+                    metadata=worker.md,
+                    timeout=10,
+                )
+
+                async def heartbeat() -> None:
+                    while not stop.is_set():
+                        t0 = time.monotonic()
+                        await worker.workers.Heartbeat(
+                            workers_pb2.HeartbeatRequest(worker_id="w1"), metadata=worker.md, timeout=10
+                        )
+                        beats.append(time.monotonic() - t0)
+                        await asyncio.sleep(0.2)
+
+                beating = asyncio.ensure_future(heartbeat())
+                deadline = time.monotonic() + 3.0
+                n = 0
+                while time.monotonic() < deadline:
+                    n += 1
+                    t0 = time.monotonic()
+                    call = quiet.acquire(f"q{n}", B)
+                    ev = await asyncio.wait_for(call.read(), 10)
+                    while ev.WhichOneof("event") != "granted":
+                        ev = await asyncio.wait_for(call.read(), 10)
+                    waits.append(time.monotonic() - t0)
+                    lease = ev.granted.lease
+                    await quiet.scheduler.Release(
+                        pb.ReleaseRequest(session_id=f"q{n}", lease_id=lease.lease_id, epoch=lease.epoch),
+                        metadata=quiet.md,
+                        timeout=10,
+                    )
+                    call.cancel()
+                stop.set()
+                await beating
+                pool = await admin.admin.DescribePool(admin_pb2.DescribePoolRequest(), metadata=admin.md)
+            for ch in channels:
+                await ch.call.done_writing()
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 20)
+            for ch in channels[::2]:
+                await ch.grpc_channel.close(None)
+            return {
+                "waits": waits,
+                "beats": beats,
+                "workers": [w.worker_id for w in pool.workers],
+                "seen": seen,
+                "extra": (extra_status, extra_trailers),
+            }
+
+        out = asyncio.run(go())
+        metrics = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
+
+    seen = out["seen"]
+    assert seen["messages"] > FLOOD_CHANNELS, seen  # the flood did flood
+    assert seen["refused"] > 0 and seen["retry_after"] == seen["refused"], seen
+    assert len(out["waits"]) >= 5
+    assert statistics.median(out["waits"]) < 0.5, out["waits"]
+    assert "w1" in out["workers"]  # never removed: its heartbeats were served
+    assert out["beats"] and max(out["beats"]) < 1.0, out["beats"]  # within 2 intervals
+    code, trailers = out["extra"]
+    assert code is Code.RESOURCE_EXHAUSTED and RETRY_AFTER_KEY in trailers
+    assert _metric(metrics, "slotsched_flow_refused_total", tenant="globex", reason="rate_limited") > 0
+    assert (
+        _metric(metrics, "slotsched_flow_refused_total", tenant="globex", reason="channels_per_tenant") >= 1
+    )
+    assert _metric(metrics, "slotsched_flow_admitted_total", tenant="acme") >= len(out["waits"])
+    assert _metric(metrics, "slotsched_flow_admitted_total", tenant="role:worker") >= len(out["beats"])
+    assert _metric(metrics, "slotsched_flow_admitted_total", tenant="globex") > 0
+    assert "# TYPE slotsched_flow_queued gauge" in metrics
