@@ -252,7 +252,8 @@ def test_a_flood_leaves_a_quiet_tenant_and_the_heartbeats_their_share() -> None:
     assert len(out["waits"]) >= 5
     assert statistics.median(out["waits"]) < 0.5, out["waits"]
     assert "w1" in out["workers"]  # never removed: its heartbeats were served
-    assert out["beats"] and max(out["beats"]) < 1.0, out["beats"]  # within 2 intervals
+    # Each heartbeat answered well within the silence that removes a worker (3 intervals, 1.5 s).
+    assert out["beats"] and max(out["beats"]) < 1.2, out["beats"]
     code, trailers = out["extra"]
     assert code is Code.RESOURCE_EXHAUSTED and RETRY_AFTER_KEY in trailers
     assert _metric(metrics, "slotsched_flow_refused_total", tenant="globex", reason="rate_limited") > 0
@@ -263,3 +264,4 @@ def test_a_flood_leaves_a_quiet_tenant_and_the_heartbeats_their_share() -> None:
     assert _metric(metrics, "slotsched_flow_admitted_total", tenant="role:worker") >= len(out["beats"])
     assert _metric(metrics, "slotsched_flow_admitted_total", tenant="globex") > 0
     assert "# TYPE slotsched_flow_queued gauge" in metrics
+    assert 'slotsched_flow_queued{tenant="globex"}' in metrics  # the gate did queue the flood

@@ -102,17 +102,9 @@ class FairQueue(Generic[T]):
     def offer(self, flow: str, item: T, now: float, cost: float = 1.0, weight: float = 1.0) -> Offer:
         """Ask a seat for `item` of `flow`. ADMITTED: it holds one (call `release` when done);
         QUEUED: `release` will hand it out; REFUSED: nothing kept."""
-        f = self._flows.get(flow)
-        if f is None:
-            f = self._flows[flow] = _Flow(flow, weight)
-        f.weight = weight if weight > 0 else 1.0
-        if self.in_use < self.seats and not self._waiting:
-            start = max(self.virtual, f.last_finish)
-            f.last_finish = start + cost / f.weight
-            self.virtual = start
-            self.in_use += 1
-            self._admitted(cost, now)
+        if self.admit_now(flow, now, cost, weight):
             return Offer.ADMITTED
+        f = self._flows[flow]
         if len(f.queue) >= self.queued_per_flow:
             return Offer.REFUSED
         start = max(self.virtual, f.last_finish)
@@ -124,6 +116,22 @@ class FairQueue(Generic[T]):
         if len(f.queue) == 1:
             self._push_head(f)
         return Offer.QUEUED
+
+    def admit_now(self, flow: str, now: float, cost: float = 1.0, weight: float = 1.0) -> bool:
+        """`offer`'s first step: admit at once while a seat is free and nothing waits (True;
+        nothing kept), else False (then `offer` the item, or give up)."""
+        f = self._flows.get(flow)
+        if f is None:
+            f = self._flows[flow] = _Flow(flow, weight)
+        f.weight = weight if weight > 0 else 1.0
+        if self.in_use < self.seats and not self._waiting:
+            start = max(self.virtual, f.last_finish)
+            f.last_finish = start + cost / f.weight
+            self.virtual = start
+            self.in_use += 1
+            self._admitted(cost, now)
+            return True
+        return False
 
     def release(self, now: float) -> list[tuple[str, T]]:
         """Free one seat; the waiting items admitted into the free seats, smallest finish first."""

@@ -94,10 +94,14 @@ class AdmissionGate:
         call `wait` with it)."""
         fq = self._fq()
         now = self._clock()
+        units = float(max(1, cost))
+        if fq.admit_now(flow, now, units):  # the common case: no future, no ticket
+            self._admitted(flow, cost)
+            return None
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ticket = _Ticket(fut, cost)
-        offer = fq.offer(flow, ticket, now, float(max(1, cost)))
-        if offer is Offer.ADMITTED:
+        offer = fq.offer(flow, ticket, now, units)
+        if offer is Offer.ADMITTED:  # not reached: admit_now just said no
             self._admitted(flow, cost)
             return None
         if offer is Offer.REFUSED:
