@@ -265,3 +265,71 @@ def test_a_flood_leaves_a_quiet_tenant_and_the_heartbeats_their_share() -> None:
     assert _metric(metrics, "slotsched_flow_admitted_total", tenant="globex") > 0
     assert "# TYPE slotsched_flow_queued gauge" in metrics
     assert 'slotsched_flow_queued{tenant="globex"}' in metrics  # the gate did queue the flood
+
+
+def _bounded_policy(**limits: int) -> str:
+    doc = yaml.safe_load(policy_yaml())
+    doc["spec"]["limits"] = limits
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def test_acquire_streams_per_tenant_are_bounded_at_open() -> None:
+    with running_server(_bounded_policy(streamsPerTenant=2)) as server:
+
+        async def go() -> None:
+            async with (
+                Client(server.target, token=TOKENS["acme"]) as c,
+                Client(server.target, token=TOKENS["globex"]) as g,
+            ):
+                first, second = c.acquire("s1", B), c.acquire("s2", B)
+                for call in (first, second):
+                    assert (await asyncio.wait_for(call.read(), 5)) is not grpc.aio.EOF
+                third = c.acquire("s3", B)
+                with pytest.raises(grpc.aio.AioRpcError) as e:
+                    await asyncio.wait_for(third.read(), 5)
+                assert e.value.code() is Code.RESOURCE_EXHAUSTED
+                assert "spec.limits.streamsPerTenant" in (e.value.details() or "")
+                assert RETRY_AFTER_KEY in dict(e.value.trailing_metadata() or ())
+                other = g.acquire("s1", B)  # another tenant: its own bound
+                assert (await asyncio.wait_for(other.read(), 5)) is not grpc.aio.EOF
+                first.cancel()
+                for _ in range(50):  # the place comes back once the server saw the stream end
+                    again = c.acquire("s4", B)
+                    try:
+                        ev = await asyncio.wait_for(again.read(), 5)
+                        break
+                    except grpc.aio.AioRpcError as err:
+                        assert err.code() is Code.RESOURCE_EXHAUSTED
+                        await asyncio.sleep(0.05)
+                assert ev is not grpc.aio.EOF
+                for call in (second, other, again):
+                    call.cancel()
+
+        asyncio.run(go())
+
+
+def test_channels_per_connection_are_bounded_at_open() -> None:
+    with running_server(_bounded_policy(channelsPerConnection=2)) as server:
+
+        async def go() -> None:
+            md = (("authorization", f"Bearer {TOKENS['acme']}"),)
+            renew = cmd(1, renew=pb.RenewRequest(session_id="x", lease_id="local-0/0#1", epoch=1))
+
+            async def answered(ch: RawChannel) -> None:
+                await ch.send(renew)
+                ev = await ch.answer(1)
+                assert ev.HasField("error") and ev.error.status.code != Code.RESOURCE_EXHAUSTED.value[0]
+
+            a = _raw(server.target, md)
+            await answered(a)
+            b = _raw(server.target, md, a)
+            await answered(b)  # both open on the server now
+            c = _raw(server.target, md, a)  # a third on the same connection
+            code, details = await c.status()
+            assert code is Code.RESOURCE_EXHAUSTED and "spec.limits.channelsPerConnection" in details
+            d = _raw(server.target, md)  # another connection: its own bound
+            await answered(d)
+            for ch in (a, d):
+                await ch.grpc_channel.close(None)
+
+        asyncio.run(go())
