@@ -133,10 +133,10 @@ class FairQueue(Generic[T]):
             return True
         return False
 
-    def release(self, now: float) -> list[tuple[str, T]]:
-        """Free one seat; the waiting items admitted into the free seats, smallest finish first."""
-        if self.in_use > 0:
-            self.in_use -= 1
+    def release(self, now: float, seats: int = 1) -> list[tuple[str, T]]:
+        """Free `seats` seats; the waiting items admitted into the free seats, smallest finish
+        first."""
+        self.in_use = max(0, self.in_use - seats)
         out: list[tuple[str, T]] = []
         while self.in_use < self.seats and self._heads:
             _, _, name = heapq.heappop(self._heads)

@@ -10,12 +10,13 @@ first asks the gate for a seat, charged to its **flow**: the tenant's name, or `
 `role:worker`, `role:keda`, each a flow of its own, so a tenant's flood cannot stop heartbeats.
 
 A seat is held for the turn of the event loop the item starts in (its synchronous part: decoding
-done, commands applied), released with `call_soon`: so at most `spec.limits.seats` items start in
-one turn, and when more ask, the rest wait in their flow's queue and are started, turn by turn,
-in fair order (virtual finish tags: a flow's share is its weight's, 1 each here). A waiting
-Channel reader reads nothing more, so gRPC's flow control slows the flooding sender. A flow with
-`spec.limits.queuedPerFlow` items waiting is refused (RESOURCE_EXHAUSTED, reason RATE_LIMITED,
-the flow and the bound named, with retry-after): on its own side.
+done, commands applied), given back at the end of that turn (one `call_soon` for all of them):
+so at most `spec.limits.seats` items start in one turn, and when more ask, the rest wait in
+their flow's queue and are started, turn by turn, in fair order (virtual finish tags: a flow's
+share is its weight's, 1 each here). A waiting Channel reader reads nothing more, so gRPC's flow
+control slows the flooding sender. A flow with `spec.limits.queuedPerFlow` items waiting is
+refused (RESOURCE_EXHAUSTED, reason RATE_LIMITED, the flow and the bound named, with
+retry-after): on its own side.
 
 Open streams are bounded at their open (`StreamBounds`): Channel streams per tenant
 (`channelsPerTenant`) and per connection (`channelsPerConnection`, the caller's peer address),
@@ -65,6 +66,8 @@ class AdmissionGate:
         self._limits: LimitsSpec | None = None
         self._queue: FairQueue[_Ticket] = FairQueue(LimitsSpec.seats, LimitsSpec.queued_per_flow)
         self._tickets: dict[asyncio.Future[None], _Ticket] = {}  # handed out by try_admit
+        self._held = 0  # seats taken in this turn of the loop
+        self._end_scheduled = False
         self.metrics: Metrics | None = None  # bound by the wiring
 
     def _fq(self) -> FairQueue[_Ticket]:
@@ -125,29 +128,36 @@ class AdmissionGate:
     wait = _wait
 
     def _admitted(self, flow: str, cost: int) -> None:
-        asyncio.get_running_loop().call_soon(self._release)
+        self._hold(1)
         if self.metrics is not None:
             self.metrics.count_flow_admitted(flow, cost)
 
-    def _release(self) -> None:
+    def _hold(self, seats: int) -> None:
+        """Keep `seats` until the end of this turn of the loop: one callback gives back every
+        seat taken in the turn (scheduled after the wake-ups of the items admitted in it)."""
+        self._held += seats
+        if not self._end_scheduled:
+            self._end_scheduled = True
+            asyncio.get_running_loop().call_soon(self._end_turn)
+
+    def _end_turn(self) -> None:
+        self._end_scheduled = False
+        held, self._held = self._held, 0
         fq = self._queue
-        now = self._clock()
-        for flow, ticket in fq.release(now):
+        woken = 0
+        for flow, ticket in fq.release(self._clock(), held):
             self._set_queued(flow)
+            woken += 1  # a cancelled one's seat too: given back at the end of the next turn
             fut = ticket.future
-            if fut.cancelled():  # left already: its seat goes on to the next
-                asyncio.get_running_loop().call_soon(self._release)
+            if fut.cancelled():
                 continue
-            fut.set_result(None)
-            self._admitted_late(flow, ticket.cost)
+            fut.set_result(None)  # its task runs next turn, before the seat is given back
+            if self.metrics is not None:
+                self.metrics.count_flow_admitted(flow, ticket.cost)
+        if woken:
+            self._hold(woken)
         if not fq.waiting and fq.in_use == 0 and len(fq.flows()) > 1024:
             fq.forget_idle()
-
-    def _admitted_late(self, flow: str, cost: int) -> None:
-        # The woken task runs in a later turn; its seat is held until the turn after.
-        asyncio.get_running_loop().call_soon(self._release)
-        if self.metrics is not None:
-            self.metrics.count_flow_admitted(flow, cost)
 
     def _set_queued(self, flow: str) -> None:
         if self.metrics is not None:
