@@ -333,3 +333,31 @@ def test_channels_per_connection_are_bounded_at_open() -> None:
                 await ch.grpc_channel.close(None)
 
         asyncio.run(go())
+
+
+def test_a_channel_whose_whole_message_is_past_its_bucket_reads_its_next_one_later() -> None:
+    doc = yaml.safe_load(policy_yaml(rate_limits={"renewals": {"qps": 2, "burst": 1}}))
+    with running_server(yaml.safe_dump(doc, sort_keys=False)) as server:
+
+        async def go() -> float:
+            md = (("authorization", f"Bearer {TOKENS['acme']}"),)
+            ch = _raw(server.target, md)
+
+            def renews(base: int) -> list[pb.ChannelCommand]:
+                return [
+                    cmd(base + i, renew=pb.RenewRequest(session_id="x", lease_id="local-0/0#1", epoch=1))
+                    for i in range(10)
+                ]
+
+            await ch.send(*renews(0))  # the first is charged, the nine others refused
+            await ch.send(*renews(100))  # all ten refused: the channel pauses ~retry-after
+            await ch.send(*renews(200))
+            await ch.answer(109)
+            t0 = time.monotonic()
+            await ch.answer(200)
+            waited = time.monotonic() - t0
+            await ch.grpc_channel.close(None)
+            return waited
+
+        waited = asyncio.run(go())
+    assert waited >= 0.3, waited  # the retry-after of a 2 qps bucket is 500 ms

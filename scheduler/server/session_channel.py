@@ -57,6 +57,14 @@ HARD_LIMIT = 65_536  # outbox entries past which the channel ends RESOURCE_EXHAU
 MAX_SESSIONS = MAX_CHANNEL_SESSIONS  # sessions attached to one channel
 MAX_EVENTS_PER_MESSAGE = 1024  # keeps one ChannelResponse well under gRPC's 4 MiB default
 _SID_BYTES = guard.limit_for("session_id")
+PAUSE_MAX_S = 1.0  # the longest a channel whose whole message was refused stops reading
+
+
+def _pause(failures: Any) -> float:
+    """How long a channel whose whole message was refused stops reading: the soonest
+    retry-after among the refusals, at most PAUSE_MAX_S."""
+    waits = [int(dict(f.metadata).get(errors.RETRY_AFTER_KEY, "0")) for f in failures]
+    return min(PAUSE_MAX_S, min(waits, default=0) / 1000.0)
 
 
 # ---------------------------------------------------------------- the outbox's entries
@@ -146,6 +154,7 @@ class _Channel:
         self.failure: errors.RpcFailure | None = None
         self.failed = asyncio.Event()
         self.reading_done = False
+        self.limited_n = 0  # commands of the message being applied that their bucket refused
 
     def push(self, entry: OutboxEntry) -> None:
         outbox = self.outbox
@@ -220,17 +229,24 @@ class _Channel:
             if admitted is not None:
                 if isinstance(admitted, errors.RpcFailure):
                     self._refuse_all(cmds, admitted)
+                    await asyncio.sleep(_pause((admitted,)))  # on the flooder's side: read less
                     continue
                 await gate.wait(self.tenant, admitted)
                 if self.loop.shutting_down:
                     raise errors.unavailable()
             limited: dict[commands.Flow, errors.RpcFailure] = {}
+            self.limited_n = 0
             for i, cmd in enumerate(cmds):
                 bad = refused.get(i) if refused else None
                 if bad is None:
                     self._command(cmd, limited)
                 else:
                     self._refuse(cmd, bad, limited)
+            if cmds and self.limited_n == len(cmds):
+                # Every command past its bucket: this channel reads its next message once the
+                # bucket has room again (at most PAUSE_MAX_S on), so refusing a flood does not
+                # take the loop either; gRPC's flow control holds the sender meanwhile.
+                await asyncio.sleep(_pause(limited.values()))
         self.reading_done = True
         self.push(_END)
 
@@ -241,11 +257,13 @@ class _Channel:
         failure = limited.get(command.flow)
         if failure is not None:
             self.auth.limits.count_refused(self.tenant, command)
+            self.limited_n += 1
             raise failure
         try:
             self.auth.limits.charge(self.tenant, command)
         except errors.RpcFailure as f:
             limited[command.flow] = f
+            self.limited_n += 1
             raise
 
     def _command(
