@@ -17,7 +17,8 @@ from scheduler.core.fairqueue import MAX_RETRY_S, MIN_RETRY_S, FairQueue, Offer
 A, Q, R = Offer.ADMITTED, Offer.QUEUED, Offer.REFUSED
 
 # A step: ("offer", flow, cost, weight, expected Offer) | ("release", [flows admitted, in order])
-#        | ("cancel", flow, index among the flow's queued offers, expected bool)
+#        | ("cancel", flow, index among the flow's offers, expected bool)
+#        | ("free", seats, [flows admitted])
 Step = tuple[Any, ...]
 TABLE: list[tuple[str, int, int, list[Step]]] = [
     (
@@ -128,6 +129,45 @@ TABLE: list[tuple[str, int, int, list[Step]]] = [
         ],
     ),
     (
+        "a-width-is-at-most-all-the-seats",
+        2,
+        8,
+        [
+            ("offer", "a", 1, 1, A),
+            ("offer", "huge", 1000, 1, Q),
+            ("release", ["huge"]),
+            ("offer", "b", 1, 1, Q),
+        ],
+    ),
+    (
+        "a-wide-item-takes-as-many-seats-as-its-cost",
+        4,
+        8,
+        [
+            ("offer", "a", 3, 1, A),
+            ("offer", "b", 1, 1, A),
+            ("offer", "c", 2, 1, Q),
+            ("offer", "d", 1, 1, Q),
+            ("free", 4, ["d", "c"]),
+        ],
+    ),
+    (
+        "nothing-narrower-overtakes-a-wide-item-waiting-for-room",
+        2,
+        8,
+        [
+            ("offer", "a", 1, 1, A),
+            ("offer", "b", 1, 1, A),
+            ("offer", "wide", 2, 1, Q),  # both seats; tag 2
+            ("offer", "n", 1, 1, Q),
+            ("release", ["n"]),
+            ("offer", "n", 1, 1, Q),  # tag 2 too, after wide's
+            ("release", []),  # wide is next in order and needs both seats: n waits behind it
+            ("release", ["wide"]),
+            ("free", 2, ["n"]),
+        ],
+    ),
+    (
         "several-seats-freed-fill-in-order",
         2,
         8,
@@ -159,6 +199,9 @@ def test_fair_queue_moves(seats: int, bound: int, steps: list[Step]) -> None:
         elif step[0] == "cancel":
             _, flow, index, want = step
             assert fq.cancel(flow, offered[flow][index]) is want, (n, step)
+        elif step[0] == "free":
+            got = [flow for flow, _ in fq.release(now, step[1])]
+            assert got == step[2], (n, step)
         else:
             got = [flow for flow, _ in fq.release(now)]
             assert got == step[1], (n, step)

@@ -2,8 +2,9 @@
 requests into the API server, by flow, with a bounded number of seats.
 
 A flow is whoever the work is charged to (a tenant, or one flow for each of the admin, worker and
-KEDA roles). A work item asks for a seat with a cost (a Channel message: its commands; an rpc: 1).
-While a seat is free and nothing waits, it is admitted at once; else it waits in its flow's queue,
+KEDA roles). A work item asks for seats with a cost (a Channel message: its commands; an rpc: 1),
+taking as many seats as its cost (`width`: at least 1, at most all of them). While its seats are
+free and nothing waits, it is admitted at once; else it waits in its flow's queue,
 bounded per flow (past the bound it is refused: on the flooding flow's side, never another's).
 When a seat frees, the waiting item with the smallest virtual finish tag is admitted (weighted
 fair queuing, start-time tags as in SFQ): an item's start is the later of the queue's virtual
@@ -19,6 +20,7 @@ no clock, no I/O, no asyncio here: the server's adapter is scheduler/server/fair
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
@@ -124,28 +126,38 @@ class FairQueue(Generic[T]):
         if f is None:
             f = self._flows[flow] = _Flow(flow, weight)
         f.weight = weight if weight > 0 else 1.0
-        if self.in_use < self.seats and not self._waiting:
+        width = self.width(cost)
+        if self.in_use + width <= self.seats and not self._waiting:
             start = max(self.virtual, f.last_finish)
             f.last_finish = start + cost / f.weight
             self.virtual = start
-            self.in_use += 1
+            self.in_use += width
             self._admitted(cost, now)
             return True
         return False
+
+    def width(self, cost: float) -> int:
+        """The seats an item of `cost` takes: its cost, between 1 and all the seats (a Channel
+        message of 200 commands takes 200 seats, as a wide request does in APF)."""
+        return max(1, min(self.seats, math.ceil(cost)))
 
     def release(self, now: float, seats: int = 1) -> list[tuple[str, T]]:
         """Free `seats` seats; the waiting items admitted into the free seats, smallest finish
         first."""
         self.in_use = max(0, self.in_use - seats)
         out: list[tuple[str, T]] = []
-        while self.in_use < self.seats and self._heads:
-            _, _, name = heapq.heappop(self._heads)
+        while self._heads:
+            name = self._heads[0][2]
             f = self._flows[name]
+            width = self.width(f.queue[0].cost)
+            if self.in_use + width > self.seats:
+                break  # the next in order waits for room: nothing narrower overtakes it
+            heapq.heappop(self._heads)
             w = f.queue.popleft()
             f.queued_cost -= w.cost
             self._waiting -= 1
             self.virtual = max(self.virtual, w.start)
-            self.in_use += 1
+            self.in_use += width
             self._admitted(w.cost, now)
             out.append((name, w.item))
             if f.queue:

@@ -53,12 +53,13 @@ class QueueSpec:
 @dataclass(frozen=True)
 class LimitsSpec:
     """Bounds on the server's own work per flow (spec.limits), as Kubernetes API Priority and
-    Fairness bounds the API server's: how many work items (a Channel message, an rpc) the fair
-    admission gate starts per turn of the event loop (`seats`), how many a flow may have waiting
-    for one (`queued_per_flow`; past it that flow is refused, on its side), and how many Channel
-    and per-session Acquire streams a tenant, and one connection, may hold open."""
+    Fairness bounds the API server's: how much work the fair admission gate starts per turn of
+    the event loop (`seats`: a Channel message takes as many as it has commands, at most all,
+    an rpc one), how many work items a flow may have waiting (`queued_per_flow`; past it that
+    flow is refused, on its side), and how many Channel and per-session Acquire streams a
+    tenant, and one connection, may hold open."""
 
-    seats: int = 16
+    seats: int = 256
     queued_per_flow: int = 64
     channels_per_tenant: int = 64
     channels_per_connection: int = 16

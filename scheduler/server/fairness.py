@@ -11,7 +11,9 @@ first asks the gate for a seat, charged to its **flow**: the tenant's name, or `
 
 A seat is held for the turn of the event loop the item starts in (its synchronous part: decoding
 done, commands applied), given back at the end of that turn (one `call_soon` for all of them):
-so at most `spec.limits.seats` items start in one turn, and when more ask, the rest wait in
+so at most `spec.limits.seats` seats' work starts in one turn (an item takes as many seats as
+its cost, at most all of them: a message of 200 commands takes 200), and when more ask, the rest
+wait in
 their flow's queue and are started, turn by turn, in fair order (virtual finish tags: a flow's
 share is its weight's, 1 each here). A waiting Channel reader reads nothing more, so gRPC's flow
 control slows the flooding sender. A flow with `spec.limits.queuedPerFlow` items waiting is
@@ -99,13 +101,13 @@ class AdmissionGate:
         now = self._clock()
         units = float(max(1, cost))
         if fq.admit_now(flow, now, units):  # the common case: no future, no ticket
-            self._admitted(flow, cost)
+            self._admitted(flow, cost, fq.width(units))
             return None
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ticket = _Ticket(fut, cost)
         offer = fq.offer(flow, ticket, now, units)
         if offer is Offer.ADMITTED:  # not reached: admit_now just said no
-            self._admitted(flow, cost)
+            self._admitted(flow, cost, fq.width(units))
             return None
         if offer is Offer.REFUSED:
             if self.metrics is not None:
@@ -127,8 +129,8 @@ class AdmissionGate:
 
     wait = _wait
 
-    def _admitted(self, flow: str, cost: int) -> None:
-        self._hold(1)
+    def _admitted(self, flow: str, cost: int, width: int) -> None:
+        self._hold(width)
         if self.metrics is not None:
             self.metrics.count_flow_admitted(flow, cost)
 
@@ -147,7 +149,7 @@ class AdmissionGate:
         woken = 0
         for flow, ticket in fq.release(self._clock(), held):
             self._set_queued(flow)
-            woken += 1  # a cancelled one's seat too: given back at the end of the next turn
+            woken += fq.width(max(1, ticket.cost))  # a cancelled one's too: back next turn
             fut = ticket.future
             if fut.cancelled():
                 continue
