@@ -62,7 +62,9 @@ class LimitsSpec:
     seats: int = 256
     queued_per_flow: int = 64
     channels_per_tenant: int = 64
-    channels_per_connection: int = 16
+    # As many as a tenant may hold: gRPC shares one connection among a process's channels to
+    # one target, so a lower default would refuse a runtime process that runs several clients.
+    channels_per_connection: int = 64
     streams_per_tenant: int = 4096
     streams_per_connection: int = 1024
 
