@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest.register_assert_rewrite("tests.grpc_fixtures", "tests.fixtures_s3")
+pytest.register_assert_rewrite("tests.grpc_fixtures", "tests.fixtures_s3", "tests.channel_fixtures")
 
 _RUN_SNAPSHOTS = tempfile.mkdtemp(prefix="slotsched-test-snapshots-")
 os.environ["SLOTSCHED_SNAPSHOTS"] = os.path.join(_RUN_SNAPSHOTS, "default")

@@ -26,7 +26,7 @@ from scheduler.server.errors import RETRY_AFTER_KEY, RpcFailure
 from scheduler.server.fairness import AdmissionGate
 from scheduler.server.metrics import Metrics
 
-pytest.register_assert_rewrite("tests.grpc_fixtures", "tests.channel_fixtures")
+pytest.register_assert_rewrite("tests.grpc_fixtures")
 from tests.channel_fixtures import RawChannel, cmd  # noqa: E402
 from tests.grpc_fixtures import ADMIN_TOKEN, TOKENS, WORKER_TOKEN, B, Client, policy_yaml, running_server  # noqa: E402
 
