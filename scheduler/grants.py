@@ -19,7 +19,8 @@ a few microseconds to make and to check, where Ed25519 took ~90 µs to sign and 
 
 * a worker can make grants only for itself (it holds only K_w): the party that enforces them;
 * no worker can make a grant another accepts: K_v needs the secret, and the Workers service
-  hands K_v only to a credential whose scope holds v;
+  hands K_v only to a credential whose scope holds v (or to an admin, who may act as any worker,
+  and to anyone in insecure dev mode: docs/security.md says what an admin token is worth);
 * a runtime holding a grant can change none of its fields (the MAC binds them) and learns no key;
 * replicas load the same secrets, so they derive the same K_w: a failover keeps every grant;
 * rotation as before (below), with nothing to do on the workers: each Heartbeat answer carries

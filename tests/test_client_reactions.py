@@ -93,6 +93,10 @@ REACTIONS = [
     (C.UNAVAILABLE, "", RL, R.FOLLOW_LEADER),
     (C.DEADLINE_EXCEEDED, "", RL, R.RETRY),
     (C.PERMISSION_DENIED, "", RL, R.FAIL),
+    # Refused for load: the slot would stay held until its TTL, so sent again after retry-after.
+    (C.RESOURCE_EXHAUSTED, Reason.RATE_LIMITED, RL, R.RETRY),
+    (C.RESOURCE_EXHAUSTED, "", RL, R.RETRY),
+    (C.RESOURCE_EXHAUSTED, Reason.RATE_LIMITED, YI, R.RETRY),
     # The channel: a verdict on the client passes on; anything else makes its sessions re-attach.
     (C.UNAUTHENTICATED, "", CH, R.FAIL),
     (C.PERMISSION_DENIED, "", CH, R.FAIL),

@@ -34,7 +34,7 @@ from scheduler.api import commands
 from scheduler.api.commands import Command
 from scheduler.client.channel import ClientLink
 from scheduler.client.follow import leader_named
-from scheduler.client.reactions import Call, Reaction, react
+from scheduler.client.reactions import Call, Reaction, react, retry_after_of
 from scheduler.client.retry import FAILOVER
 
 
@@ -137,6 +137,6 @@ class SessionCalls:
                     continue
                 raise err
             if reaction in _SEND_AGAIN and more:
-                await asyncio.sleep(policy.delay(tries - 1))
+                await asyncio.sleep(max(policy.delay(tries - 1), retry_after_of(err)))
                 continue
             raise err

@@ -125,10 +125,12 @@ STATUS_TABLE: Mapping[tuple[grpc.StatusCode, str], Rule] = {
          Rule(SlotschedError,   REATTACH,  REATTACH,  SKIP,    FAIL,     FAIL),
     (_S.RESOURCE_EXHAUSTED, Reason.CHANNEL_FULL):
          Rule(QueueFull,        PLACE,     WAIT,      SKIP,    FAIL,     FAIL),
+    # A Yield or Release refused for load (a bucket, the fair gate) is sent again once the server's
+    # retry-after has passed (calls.py): given up, the slot would stay held until the lease's TTL.
     (_S.RESOURCE_EXHAUSTED, Reason.RATE_LIMITED):
-         Rule(RateLimited,      REATTACH,  WAIT,      SKIP,    FAIL,     FAIL),
+         Rule(RateLimited,      REATTACH,  WAIT,      SKIP,    RETRY,    RETRY),
     (_S.RESOURCE_EXHAUSTED, ANY):
-         Rule(QueueFull,        REATTACH,  WAIT,      SKIP,    FAIL,     FAIL),
+         Rule(QueueFull,        REATTACH,  WAIT,      SKIP,    RETRY,    RETRY),
     (_S.FAILED_PRECONDITION, ANY):
          Rule(StaleLease,       REATTACH,  FAIL,      LOST,    RECHECK,  RECHECK),
     (_S.NOT_FOUND, ANY):
@@ -168,6 +170,12 @@ def _entries(metadata: Iterable[Any] | None) -> Iterable[tuple[str, Any]]:
     for item in metadata or ():
         k, v = (item.key, item.value) if hasattr(item, "key") else item
         yield k.lower(), v
+
+
+def retry_after_of(err: grpc.aio.AioRpcError) -> float:
+    """The server's `retry-after-ms` on a refusal, in seconds (0 without one)."""
+    trailing = getattr(err, "trailing_metadata", None)
+    return (_metadata_ms(trailing(), wire.RETRY_AFTER_MS) if callable(trailing) else None) or 0.0
 
 
 def _metadata_ms(metadata: Iterable[Any] | None, key: str) -> float | None:
