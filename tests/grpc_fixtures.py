@@ -30,8 +30,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -311,3 +313,19 @@ def grpc_server() -> Iterator[ServerThread]:
     """A secure-mode server on the default test policy (capacity 2, floor 1)."""
     with running_server(policy_yaml()) as server:
         yield server
+
+
+def served_target(proc: subprocess.Popen[str], timeout_s: float = 20.0) -> str:
+    """The gRPC target a `slotsched serve` process prints ("serving gRPC on HOST:PORT"), read from
+    its stdout; fails with its stderr when it printed none within `timeout_s`."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if "serving gRPC on" in line:
+            return line.rsplit(" ", 1)[1].strip()
+    raise AssertionError(
+        f"serve did not start: {proc.stderr.read() if proc.stderr and proc.poll() is not None else ''}"
+    )

@@ -16,13 +16,14 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+
+from tests.grpc_fixtures import served_target
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -112,17 +113,7 @@ def base_serve() -> Iterator[str]:
         text=True,
     )
     try:
-        assert proc.stdout is not None
-        target = ""
-        deadline = time.monotonic() + 30
-        while not target and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            if "serving gRPC on" in line:
-                target = line.rsplit(" ", 1)[1].strip()
-        assert target, f"serve did not start: {proc.stderr.read() if proc.poll() is not None else ''}"
-        yield target
+        yield served_target(proc, 30)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:

@@ -38,6 +38,7 @@ from tests.grpc_fixtures import (
     next_event,
     policy_yaml,
     running_server,
+    served_target,
     status_of,
     until,
 )
@@ -326,16 +327,7 @@ def test_sigterm_ends_streams_cleanly_and_exits_zero(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        assert proc.stdout is not None
-        target = ""
-        deadline = time.monotonic() + 20
-        while not target and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            if "serving gRPC on" in line:
-                target = line.rsplit(" ", 1)[1].strip()
-        assert target, proc.stderr.read() if proc.stderr else ""
+        target = served_target(proc)
 
         async def go() -> tuple[grpc.StatusCode, str, float]:
             async with Client(target, token=TOKENS["acme"]) as c:
