@@ -73,7 +73,7 @@ def say(msg: str) -> None:
     print(f"[flood {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def policy_yaml(limits: str) -> str:
+def policy_yaml(limits: str, seats: int | None = None) -> str:
     spec: dict[str, Any] = {
         "pool": {"slotsPerWorker": WORKER_SLOTS, "workers": 1, "minWorkers": 1, "maxWorkers": 1, "floor": 0},
         "timing": {"leaseTTLSeconds": 300},
@@ -86,6 +86,8 @@ def policy_yaml(limits: str) -> str:
             "workers": [{"tokens": [hash_token(WORKER)], "workerIds": [WORKER_ID], "maxSlots": WORKER_SLOTS}],
         },
     }
+    if seats is not None:
+        spec["limits"] = {"seats": seats}
     if limits == "deploy":
         spec["rateLimits"] = yaml.safe_load(DEPLOY_POLICY.read_text())["spec"]["rateLimits"]
     doc = {"apiVersion": "slotsched.dev/v1alpha1", "kind": "SchedulingPolicy", "metadata": {"name": "flood"}}
@@ -367,7 +369,8 @@ class Proc:
 
     def __init__(self, args: list[str], log: Path, stdin: bool = False) -> None:
         self.log = open(log, "w")  # noqa: SIM115 (closed by run_setting)
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path}
         self.p = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=self.log, text=True,
                                   stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                   preexec_fn=_die_with_parent)  # fmt: skip
@@ -444,7 +447,7 @@ def run_setting(
 ) -> dict[str, dict[str, Any]]:
     """One server with the setting's policy: the alone phase, then each flood mode."""
     policy = tmp / f"policy-{limits}.yaml"
-    policy.write_text(policy_yaml(limits))
+    policy.write_text(policy_yaml(limits, args.seats))
     py = sys.executable
     procs: list[Proc] = []
     try:
@@ -571,6 +574,7 @@ def main() -> int:
     p.add_argument("--flood-procs", type=int, default=2, help="flooder processes")
     p.add_argument("--batch", type=int, default=100, help="commands per flood message")
     p.add_argument("--window", type=int, default=2, help="flood messages in flight per stream")
+    p.add_argument("--seats", type=int, help="spec.limits.seats (default: the policy's default)")
     p.add_argument("--ramp", type=float, default=1.0, help="seconds of flood before measuring")
     p.add_argument("--grant-timeout", type=float, default=5.0, help="a quiet grant later is missed")
     p.add_argument("--proc", nargs=2, metavar=("ROLE", "JSON"), help=argparse.SUPPRESS)

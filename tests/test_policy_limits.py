@@ -31,7 +31,7 @@ def _with(limits: object) -> dict[str, Any]:
 def test_defaults_and_not_written_when_default() -> None:
     policy, _ = policy_from_dict(BASE)
     assert policy.limits == LimitsSpec()
-    assert (policy.limits.seats, policy.limits.queued_per_flow) == (256, 64)
+    assert (policy.limits.seats, policy.limits.queued_per_flow) == (32, 64)
     assert (policy.limits.channels_per_tenant, policy.limits.channels_per_connection) == (64, 64)
     assert "limits" not in policy_to_dict(policy)["spec"]
 

@@ -116,7 +116,7 @@ def _policy() -> str:
             rate_limits={"renewals": {"qps": 500, "burst": 500}},
         )
     )
-    doc["spec"]["limits"] = {"channelsPerTenant": FLOOD_CHANNELS, "channelsPerConnection": 2, "seats": 2}
+    doc["spec"]["limits"] = {"channelsPerTenant": FLOOD_CHANNELS, "channelsPerConnection": 2, "seats": 16}
     return yaml.safe_dump(doc, sort_keys=False)
 
 

@@ -101,13 +101,17 @@ class FairQueue(Generic[T]):
 
     # ------------------------------------------------------------------ moves
 
-    def offer(self, flow: str, item: T, now: float, cost: float = 1.0, weight: float = 1.0) -> Offer:
+    def offer(
+        self, flow: str, item: T, now: float, cost: float = 1.0, weight: float = 1.0, bounded: bool = True
+    ) -> Offer:
         """Ask a seat for `item` of `flow`. ADMITTED: it holds one (call `release` when done);
-        QUEUED: `release` will hand it out; REFUSED: nothing kept."""
+        QUEUED: `release` will hand it out; REFUSED: nothing kept. An item not `bounded` is never
+        refused (work already accepted, such as the answers to commands applied: its caller
+        bounds how many such items a flow can have waiting)."""
         if self.admit_now(flow, now, cost, weight):
             return Offer.ADMITTED
         f = self._flows[flow]
-        if len(f.queue) >= self.queued_per_flow:
+        if bounded and len(f.queue) >= self.queued_per_flow:
             return Offer.REFUSED
         start = max(self.virtual, f.last_finish)
         w = _Waiting(item, cost, start, start + cost / f.weight)

@@ -54,12 +54,12 @@ class QueueSpec:
 class LimitsSpec:
     """Bounds on the server's own work per flow (spec.limits), as Kubernetes API Priority and
     Fairness bounds the API server's: how much work the fair admission gate starts per turn of
-    the event loop (`seats`: a Channel message takes as many as it has commands, at most all,
-    an rpc one), how many work items a flow may have waiting (`queued_per_flow`; past it that
-    flow is refused, on its side), and how many Channel and per-session Acquire streams a
-    tenant, and one connection, may hold open."""
+    the event loop (`seats`: a Channel message takes as many as it has commands, a wider one is
+    applied in chunks of `seats`, an rpc one), how many work items a flow may have waiting
+    (`queued_per_flow`; past it that flow is refused, on its side), and how many Channel and
+    per-session Acquire streams a tenant, and one connection, may hold open."""
 
-    seats: int = 256
+    seats: int = 32
     queued_per_flow: int = 64
     channels_per_tenant: int = 64
     # As many as a tenant may hold: gRPC shares one connection among a process's channels to

@@ -73,6 +73,13 @@ KEEPALIVE_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 
 
+#: HTTP/2 flow control is how a Channel reader that waits for a seat (fairness.py) holds its
+#: sender back; grpc's BDP probing would grow each stream's receive window to megabytes, letting a
+#: flooder park a million commands in the server's buffers that must all be answered. The fixed
+#: 64 KiB window is ample on the links a scheduler sits on (its messages are small).
+FLOW_CONTROL_OPTIONS: tuple[tuple[str, int], ...] = (("grpc.http2.bdp_probe", 0),)
+
+
 @dataclass
 class GrpcServer:
     server: grpc.aio.Server
@@ -107,7 +114,7 @@ def assemble(
     reach); `grant_keys` make the Scheduler service's grants and the Workers service hands each
     worker its own keys (None: a generated key);
     `policy_log` counts and logs the policies Admin.ApplyPolicy puts in force."""
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *KEEPALIVE_OPTIONS])
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *KEEPALIVE_OPTIONS, *FLOW_CONTROL_OPTIONS])
     # Every servicer is registered through the wire guard: undecodable or over-long requests are
     # INVALID_ARGUMENT before a servicer sees them (scheduler/api/guard.py); a replicated server's
     # scheduling services through the leader gate too (leader_gate.py), which checks first.

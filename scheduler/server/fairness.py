@@ -11,7 +11,8 @@ first asks the gate for a seat, charged to its **flow**: the tenant's name, or `
 
 A seat is held for the turn of the event loop the item starts in (its synchronous part: decoding
 done, commands applied), given back at the end of that turn (one `call_soon` for all of them):
-so at most `spec.limits.seats` seats' work starts in one turn (an item takes as many seats as
+so at most `spec.limits.seats` seats' work starts in one turn (a Channel message wider than that
+is applied in chunks of `seats` commands, and its answers built in such chunks; an item takes as many seats as
 its cost, at most all of them: a message of 200 commands takes 200), and when more ask, the rest
 wait in
 their flow's queue and are started, turn by turn, in fair order (virtual finish tags: a flow's
@@ -83,18 +84,26 @@ class AdmissionGate:
     def queued(self, flow: str) -> int:
         return self._queue.queued(flow)
 
-    async def admit(self, flow: str, cost: int = 1) -> None:
+    def chunk(self) -> int:
+        """The most commands one work item may carry: all the seats (a wider Channel message is
+        admitted in chunks of this many)."""
+        return self._fq().seats
+
+    async def admit(self, flow: str, cost: int = 1, bounded: bool = True) -> None:
         """Return once `flow`'s work item of `cost` may run (at once when a seat is free and no
-        one waits); raise RESOURCE_EXHAUSTED (RATE_LIMITED) when `flow`'s queue is full. The seat
-        is given back at the end of this turn of the loop."""
-        failure = self.try_admit(flow, cost)
+        one waits); raise RESOURCE_EXHAUSTED (RATE_LIMITED) when `flow`'s queue is full (never
+        for an item not `bounded`: accepted work, as a Channel's answers). The seat is given back
+        at the end of this turn of the loop."""
+        failure = self.try_admit(flow, cost, bounded)
         if failure is None:
             return
         if isinstance(failure, errors.RpcFailure):
             raise failure
         await self._wait(flow, failure)
 
-    def try_admit(self, flow: str, cost: int = 1) -> None | errors.RpcFailure | asyncio.Future[None]:
+    def try_admit(
+        self, flow: str, cost: int = 1, bounded: bool = True
+    ) -> None | errors.RpcFailure | asyncio.Future[None]:
         """`admit` without awaiting: None (admitted), the refusal, or the future to await (then
         call `wait` with it)."""
         fq = self._fq()
@@ -105,7 +114,7 @@ class AdmissionGate:
             return None
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ticket = _Ticket(fut, cost)
-        offer = fq.offer(flow, ticket, now, units)
+        offer = fq.offer(flow, ticket, now, units, bounded=bounded)
         if offer is Offer.ADMITTED:  # not reached: admit_now just said no
             self._admitted(flow, cost, fq.width(units))
             return None

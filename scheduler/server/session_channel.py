@@ -55,6 +55,9 @@ from scheduler.server.stream import CLOSE, FINAL, Item, LeaseStream, StreamClose
 SOFT_LIMIT = 4096  # outbox entries past which commands are not read
 HARD_LIMIT = 65_536  # outbox entries past which the channel ends RESOURCE_EXHAUSTED
 MAX_SESSIONS = MAX_CHANNEL_SESSIONS  # sessions attached to one channel
+# An answer or event built costs about a quarter of a command applied (bench/flood.py's profile):
+# the writer's work item takes one seat per this many entries.
+ANSWERS_PER_SEAT = 1
 MAX_EVENTS_PER_MESSAGE = 1024  # keeps one ChannelResponse well under gRPC's 4 MiB default
 _SID_BYTES = guard.limit_for("session_id")
 PAUSE_MAX_S = 1.0  # the longest a channel whose whole message was refused stops reading
@@ -223,30 +226,38 @@ class _Channel:
             if self.loop.shutting_down:
                 raise errors.unavailable()
             cmds = req.commands
-            # Fair admission (fairness.py): the message is one work item of the tenant's flow,
-            # costing its commands; while it waits, nothing more is read from this channel.
-            admitted = gate.try_admit(self.tenant, len(cmds))
-            if admitted is not None:
-                if isinstance(admitted, errors.RpcFailure):
-                    self._refuse_all(cmds, admitted)
-                    await asyncio.sleep(_pause((admitted,)))  # on the flooder's side: read less
-                    continue
-                await gate.wait(self.tenant, admitted)
-                if self.loop.shutting_down:
-                    raise errors.unavailable()
             limited: dict[commands.Flow, errors.RpcFailure] = {}
             self.limited_n = 0
-            for i, cmd in enumerate(cmds):
-                bad = refused.get(i) if refused else None
-                if bad is None:
-                    self._command(cmd, limited)
-                else:
-                    self._refuse(cmd, bad, limited)
-            if cmds and self.limited_n == len(cmds):
-                # Every command past its bucket: this channel reads its next message once the
-                # bucket has room again (at most PAUSE_MAX_S on), so refusing a flood does not
-                # take the loop either; gRPC's flow control holds the sender meanwhile.
-                await asyncio.sleep(_pause(limited.values()))
+            # Fair admission (fairness.py): the message is applied in chunks of at most
+            # `spec.limits.seats` commands, each a work item of the tenant's flow costing its
+            # commands, so a wide message cannot make one turn of the loop long; while a chunk
+            # waits, nothing more is read from this channel (gRPC's flow control holds the sender).
+            n, i = len(cmds), 0
+            while i < n:
+                j = min(n, i + gate.chunk())
+                admitted = gate.try_admit(self.tenant, j - i)
+                if admitted is not None:
+                    if isinstance(admitted, errors.RpcFailure):
+                        self._refuse_all(cmds, i, admitted)
+                        await asyncio.sleep(_pause((admitted,)))  # on the flooder's side: read less
+                        break
+                    await gate.wait(self.tenant, admitted)
+                    if self.loop.shutting_down:
+                        raise errors.unavailable()
+                for k in range(i, j):
+                    cmd = cmds[k]
+                    bad = refused.get(k) if refused else None
+                    if bad is None:
+                        self._command(cmd, limited)
+                    else:
+                        self._refuse(cmd, bad, limited)
+                i = j
+            else:
+                if n and self.limited_n == n:
+                    # Every command past its bucket: this channel reads its next message once the
+                    # bucket has room again (at most PAUSE_MAX_S on), so refusing a flood does not
+                    # take the loop either; gRPC's flow control holds the sender meanwhile.
+                    await asyncio.sleep(_pause(limited.values()))
         self.reading_done = True
         self.push(_END)
 
@@ -311,12 +322,13 @@ class _Channel:
             failure = f
         self.push(AnswerEntry(sid, cmd.ref, failure))
 
-    def _refuse_all(self, cmds: Any, failure: errors.RpcFailure) -> None:
-        """A message the fair admission gate refused (its flow's queue is full): every command is
-        charged to its bucket and answered with the one refusal (retry-after), nothing decoded
-        further, nothing applied."""
+    def _refuse_all(self, cmds: Any, start: int, failure: errors.RpcFailure) -> None:
+        """The rest of a message (from `start`) that the fair admission gate refused (its flow's
+        queue is full): every command is charged to its bucket and answered with the one refusal
+        (retry-after), nothing decoded further, nothing applied."""
         limits, tenant = self.auth.limits, self.tenant
-        for cmd in cmds:
+        for k in range(start, len(cmds)):
+            cmd = cmds[k]
             kind = cmd.WhichOneof("command")
             command = commands.BY_FIELD.get(kind) if kind else None
             limits.charge_quietly(tenant, command if command is not None else commands.ACQUIRE)
@@ -352,20 +364,29 @@ class _Channel:
         wake = self.wake
         write = self.context.write
         durable = self.loop.durable
+        gate = self.auth.gate
         while True:
             if not outbox and self.failure is None:
                 wake.clear()
                 await wake.wait()
             if self.failure is not None:
                 raise self.failure
-            n = len(outbox)
+            # Building the answers is the tenant's work too (a refused flood's answers cost as
+            # much as the refusals): a work item of its flow, never refused (the commands were
+            # accepted), of ANSWERS_PER_SEAT entries a seat, so one turn builds a bounded number.
+            n = min(len(outbox), MAX_EVENTS_PER_MESSAGE, gate.chunk() * ANSWERS_PER_SEAT)
+            admitted = gate.try_admit(self.tenant, -(-n // ANSWERS_PER_SEAT), bounded=False)
+            if admitted is not None:
+                await gate.wait(self.tenant, admitted)  # type: ignore[arg-type]
+                if self.failure is not None:
+                    raise self.failure
             # Built while the journal append is in flight, written once what it tells is
             # durable (the wait below covers every event applied so far): never tell what a
             # crash could take back.
             resp = scheduler_pb2.ChannelResponse()
             events = resp.events
             ended = False
-            for _ in range(min(n, MAX_EVENTS_PER_MESSAGE)):
+            for _ in range(n):
                 entry = outbox.popleft()
                 if type(entry) is EventEntry:
                     self._lease_item(entry.stream, entry.item, events)
