@@ -17,6 +17,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, workers_pb2
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
+from scheduler.server import errors
 from tests.grpc_fixtures import (
     ADMIN_TOKEN,
     BE,
@@ -374,3 +375,21 @@ def test_a_release_sent_again_is_answered_released_not_not_found(server: ServerT
             call.cancel()
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        errors.channel_full(3),
+        errors.channel_slow_reader(100),
+        errors.rate_limited("acme", "Acquire", "spec.rateLimits.tenant", 50, 50, 0.02),
+        errors.flow_queue_full("acme", 64, 0.5),
+        errors.streams_over_bound("Channel streams", "tenant acme", "spec.limits.channelsPerTenant", 64),
+    ],
+    ids=["channel_full", "slow_reader", "rate_limited", "flow_queue_full", "streams_over_bound"],
+)
+def test_every_resource_exhausted_says_when_to_retry(failure: errors.RpcFailure) -> None:
+    assert failure.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    retry = dict(failure.metadata).get(errors.RETRY_AFTER_KEY)
+    assert retry is not None and int(retry) > 0, failure.metadata
+    assert dict(failure.session_error().trailers)[errors.RETRY_AFTER_KEY] == retry  # the Channel's too

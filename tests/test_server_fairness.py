@@ -23,7 +23,7 @@ from scheduler.api.gen.slotsched.v1 import admin_pb2, scheduler_pb2_grpc, worker
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from scheduler.policy.model import LimitsSpec, Policy
 from scheduler.server.errors import RETRY_AFTER_KEY, RpcFailure
-from scheduler.server.fairness import AdmissionGate
+from scheduler.server.fairness import AdmissionGate, StreamBounds
 from scheduler.server.metrics import Metrics
 
 pytest.register_assert_rewrite("tests.grpc_fixtures")
@@ -99,6 +99,47 @@ def test_a_cancelled_waiter_leaves_the_queue_and_frees_nothing_twice() -> None:
         await asyncio.wait_for(gate.admit("c"), 1)  # the seat came back
 
     asyncio.run(go())
+
+
+class _Peer:
+    def __init__(self, peer: str) -> None:
+        self._peer = peer
+
+    def peer(self) -> str:
+        return self._peer
+
+
+@pytest.mark.parametrize(
+    ("opens", "refused_at"),
+    [
+        # Two tenants behind one proxy connection: each has its own per-connection bound of 2.
+        ([("acme", "proxy"), ("acme", "proxy"), ("globex", "proxy"), ("globex", "proxy")], None),
+        # One tenant past the per-connection bound on one connection: the third is refused.
+        ([("acme", "proxy"), ("acme", "proxy"), ("acme", "proxy")], 2),
+        # The same tenant on another connection is within its bounds (per tenant: 4).
+        ([("acme", "a"), ("acme", "a"), ("acme", "b"), ("acme", "b")], None),
+        # Past the per-tenant bound over any connections.
+        ([("acme", "a"), ("acme", "b"), ("acme", "c"), ("acme", "d"), ("acme", "e")], 4),
+    ],
+)
+def test_open_channels_are_bounded_per_tenant_and_per_tenant_connection(
+    opens: list[tuple[str, str]], refused_at: int | None
+) -> None:
+    bounds = StreamBounds(lambda: Policy(limits=LimitsSpec(channels_per_tenant=4, channels_per_connection=2)))
+    held = []
+    for i, (tenant, peer) in enumerate(opens):
+        if i == refused_at:
+            with pytest.raises(RpcFailure) as e:
+                bounds.open_channel(tenant, _Peer(peer))
+            assert e.value.code is Code.RESOURCE_EXHAUSTED
+            break
+        held.append(bounds.open_channel(tenant, _Peer(peer)))
+    else:
+        assert refused_at is None
+    for h in held:  # closing gives every place back
+        bounds.close("channel", h)
+    assert bounds.count("channel", "acme") == 0
+    bounds.open_channel(opens[0][0], _Peer(opens[0][1]))
 
 
 # --- over real gRPC ----------------------------------------------------------------------------

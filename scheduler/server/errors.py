@@ -233,10 +233,12 @@ def channel_slow_reader(buffered: int) -> RpcFailure:
 
 
 def channel_full(limit: int) -> RpcFailure:
-    """An acquire that would attach more sessions to one Channel than it may hold."""
+    """An acquire that would attach more sessions to one Channel than it may hold: open another
+    channel (the SDK's pool does), or retry on this one once a session has ended."""
     return RpcFailure(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
-        f"this channel already carries {limit} sessions: open another channel",
+        f"this channel already carries {limit} sessions: open another channel, or retry in 1000 ms",
+        metadata=((RETRY_AFTER_KEY, "1000"),),
         reason=CHANNEL_FULL,
     )
 

@@ -22,7 +22,8 @@ refused (RESOURCE_EXHAUSTED, reason RATE_LIMITED, the flow and the bound named, 
 retry-after): on its own side.
 
 Open streams are bounded at their open (`StreamBounds`): Channel streams per tenant
-(`channelsPerTenant`) and per connection (`channelsPerConnection`, the caller's peer address),
+(`channelsPerTenant`) and per connection (`channelsPerConnection`, the caller's peer address,
+counted per tenant: tenants behind one proxy connection do not share a bound),
 per-session Acquire streams likewise (`streamsPerTenant`, `streamsPerConnection`).
 
 Metrics per flow (metrics.py): `slotsched_flow_admitted_total` (work admitted, in commands),
@@ -215,7 +216,9 @@ class StreamBounds:
         by_tenant: tuple[int, str, str],
         by_peer: tuple[int, str, str],
     ) -> tuple[str, str]:
-        keys = ((f"{kind}:tenant", tenant), (f"{kind}:peer", peer))
+        # A connection is counted per tenant: tenants behind one proxy share its peer address,
+        # and one tenant's streams there must not use up another's bound.
+        keys = ((f"{kind}:tenant", tenant), (f"{kind}:peer", f"{tenant}\0{peer}"))
         what = "Channel streams" if kind == "channel" else "Acquire streams"
         for key, (bound, policy_key, reason), whose in zip(
             keys, (by_tenant, by_peer), (f"tenant {tenant}", "this connection"), strict=True
@@ -230,7 +233,7 @@ class StreamBounds:
 
     def close(self, kind: str, held: tuple[str, str]) -> None:
         tenant, peer = held
-        for key in ((f"{kind}:tenant", tenant), (f"{kind}:peer", peer)):
+        for key in ((f"{kind}:tenant", tenant), (f"{kind}:peer", f"{tenant}\0{peer}")):
             n = self._open.get(key, 0) - 1
             if n > 0:
                 self._open[key] = n
