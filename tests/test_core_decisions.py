@@ -637,21 +637,35 @@ NO_REVOKE_FOR_NO_ONE: dict[str, Case] = {
         ],
         ["revoked b1 yield_deadline", "granted a1 w0/1", "expired g1", "granted b1 w0/0"],
     ),
-    # web's nominal right takes sre's borrowed floor lease (the floor has room since w1 drained).
-    # At the deadline s0 is re-queued in tier 2 ahead of n1 (same rank, older): n1 keeps its
-    # earmark through the pass and takes the slot its victim freed.
-    "a_revoked_victims_slot_goes_to_its_waiter_not_back_to_it": Case(
+    # The floor has room since w1 drained: sre's lease lent from the floor is promoted to
+    # nominal at once, not left preemptible for web's nominal right to take (a checkpoint spent
+    # where a promotion had room); n1 waits for a slot.
+    "a_lent_lease_is_promoted_when_the_floor_can_spare_it_not_asked_to_yield": Case(
         policy(SRE_B, WEB_B, BATCH, floor=2),
         [
             ("add", "w0", 1),
             ("add", "w1", 1),
             ("acquire", "s0", "sre", "b"),  # borrowing: the floor cannot spare the slot
             ("acquire", "x1", "batch", "be"),
-            ("drain", "w1"),  # the floor is 1 now: room for a nominal lease
+            ("drain", "w1"),  # the floor is 1 now: room for a nominal lease, s0 promoted
             (1, "acquire", "n1", "web", "b"),
+        ],
+        ["queued n1"],
+    ),
+    # The same with n1 already waiting when the drain makes room: the pass promotes s0 before it
+    # looks for a victim, so n1 has no right to one.
+    "a_lent_lease_is_promoted_before_a_waiter_looks_for_a_victim": Case(
+        policy(SRE_B, WEB_B, BATCH, floor=2),
+        [
+            ("add", "w0", 1),
+            ("add", "w1", 1),
+            ("acquire", "s0", "sre", "b"),
+            ("acquire", "x1", "batch", "be"),
+            ("acquire", "n1", "web", "b"),
+            (1, "drain", "w1"),
             (11, "tick"),
         ],
-        ["revoked s0 yield_deadline", "granted n1 w0/0", "queued s0"],
+        [],
     ),
     # The deadline (11) passed before the event that removes the worker (12): the revoke serves
     # a1 first, as a tick at 11 would have; the removal then takes the slot from a1.
@@ -690,6 +704,22 @@ def test_a_yield_cancelled_and_asked_again_keeps_only_the_new_deadline() -> None
     assert d.run([(8, "acquire", "a2", "alpha", "b")]) == ["yield b1 nominal", "queued a2"]
     assert d.run([(11, "tick")]) == []  # the old deadline passes harmlessly
     assert d.run([(18, "tick")])[:2] == ["revoked b1 yield_deadline", "granted a2 w0/0"]
+
+
+def test_a_lent_lease_stops_being_borrowed_when_promoted() -> None:
+    d = Driver(policy(SRE_B, WEB_B, BATCH, floor=2))
+    for st in (
+        ("add", "w0", 1),
+        ("add", "w1", 1),
+        ("acquire", "s0", "sre", "b"),
+        ("acquire", "x1", "batch", "be"),
+    ):
+        d.step(st)
+    borrowed = {t.name: t.borrowed for t in d.core.describe().tenants}
+    assert borrowed["sre"] == 1  # lent from the floor: preemptible
+    d.step(("drain", "w1"))
+    borrowed = {t.name: t.borrowed for t in d.core.describe().tenants}
+    assert borrowed["sre"] == 0  # promoted as soon as the floor could spare it
 
 
 @pytest.mark.parametrize("name", list(CASES))

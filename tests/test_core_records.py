@@ -9,7 +9,7 @@ import pytest
 
 from scheduler.core.engine import Core
 from scheduler.core.lifecycle import LeaseState
-from scheduler.core.records import CoreRecords
+from scheduler.core.records import CoreRecords, LeaseRecord
 from scheduler.core.types import (
     Acquire,
     QoS,
@@ -67,9 +67,27 @@ def test_the_victim_is_the_first_candidate_in_victim_order(seed: int) -> None:
     core, now = _busy(seed)
     records = core.export_records()
     shares = {t.name: t.share for t in core.describe().tenants}
+    last_preempted = {u.tenant: u.last_preempted for u in records.usage}
+    preempted = dict(records.preempted)
+
+    def session_rule(i: int, lr: LeaseRecord) -> tuple[int, int]:
+        # Never preempted first, newest grant first (grant order: a later lease is newer);
+        # then the least recently preempted.
+        p = preempted.get(lr.lease.session, 0)
+        return (0, -i) if p == 0 else (1, p)
+
     candidates = [
-        ((0 if lr.lease.qos is QoS.BEST_EFFORT else 1, -shares[lr.lease.tenant], lr.lease.tenant, -i), lr)
-        for i, lr in enumerate(records.leases)  # grant order: a later lease is a newer grant
+        (
+            (
+                0 if lr.lease.qos is QoS.BEST_EFFORT else 1,
+                -shares[lr.lease.tenant],
+                last_preempted.get(lr.lease.tenant, 0),
+                lr.lease.tenant,
+                session_rule(i, lr),
+            ),
+            lr,
+        )
+        for i, lr in enumerate(records.leases)
         if lr.candidate
     ]
     out = core.handle(Acquire(SessionId("g"), TenantName("vip"), QoS.GUARANTEED), now)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from scheduler.core.types import QoS
-from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
+from scheduler.policy.model import FairnessSpec, Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 from scheduler.sim.simulator import SimConfig, Simulator
 from scheduler.sim.workload import Period, SessionPlan, write_workload
 
@@ -50,25 +54,33 @@ def test_a_guaranteed_served_within_grace_plus_checkpoint_under_besteffort_flood
     assert stats.preemptions >= 1 and stats.revocations == 0 and stats.work_lost == 0
 
 
-def test_b_besteffort_progresses_at_weighted_share_of_remainder_beside_burstable() -> None:
+@pytest.mark.parametrize("min_share", [0.1, 1 / 3])
+def test_b_besteffort_gets_its_minimum_share_of_the_remainder_beside_burstable(min_share: float) -> None:
     # 20 slots; A and B each count on 3 (nominal) and keep the pool full with 60 s sessions.
-    # The remainder is 20 - 6 = 14 slots, shared 1:1:1 by borrowed share => C ~ 14/3 slots.
+    # The remainder is 20 - 6 = 14 borrowed slots. Burstable beyond nominal goes before
+    # BestEffort, which still gets its minimum share of them: C holds min_share x 14 slots
+    # (rounded up to a whole slot), A and B the rest.
     tenants = (
         TenantSpec("a", burstable_nominal=3, burstable_limit=20),
         TenantSpec("b", burstable_nominal=3, burstable_limit=20),
         TenantSpec("c"),
     )
-    pol = pool_policy(*tenants, workers=10, min_runtime=30)
+    pol = dataclasses.replace(
+        pool_policy(*tenants, workers=10, min_runtime=30),
+        fairness=FairnessSpec(best_effort_min_share=min_share),
+    )
     # Each tenant submits a 60 s session every 2 s: 30 slots of demand each, far above the pool.
     plans = [plan(f"{t}{i}", t, QoS.BURSTABLE, 2.0 * i, 60.0) for t in "ab" for i in range(1800)]
     plans += [plan(f"c{i}", "c", QoS.BEST_EFFORT, 2.0 * i, 60.0) for i in range(1800)]
     until = 3600.0
     stats = Simulator(pol, plans, SimConfig(checkpoint_s=2.0, until_s=until)).run()
     assert stats.unfinished > 1000  # saturated to the end
-    total = 20 * until
-    c_share = sum(stats.slot_seconds["c"].values()) / total
-    expected = (20 - 6) / 3 / 20
-    assert abs(c_share - expected) / expected <= 0.10, (c_share, expected)
+    c_slots = sum(stats.slot_seconds["c"].values()) / until
+    expected = math.ceil(min_share * 14)
+    assert abs(c_slots - expected) / expected <= 0.10, (c_slots, expected)
+    a_slots = sum(stats.slot_seconds["a"].values()) / until
+    b_slots = sum(stats.slot_seconds["b"].values()) / until
+    assert abs(a_slots - b_slots) <= 0.1 * a_slots and a_slots > c_slots
 
 
 def test_c_besteffort_weights_1_1_2_under_saturation() -> None:

@@ -40,7 +40,7 @@ from scheduler.core import restore
 from scheduler.core.ledger import Ledger
 from scheduler.core.lifecycle import LeaseState, WorkerState, check_worker
 from scheduler.core.model import LeaseRec, Request, WorkerRec
-from scheduler.core.order import TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED
+from scheduler.core.order import TIER_BEST_EFFORT, TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED
 from scheduler.core.records import CoreRecords
 from scheduler.core.tenants import BE, CLASS_INDEX, CLASSES, B, G, TenantState
 from scheduler.core.types import (
@@ -70,7 +70,7 @@ from scheduler.core.types import (
     Yield,
     YieldCause,
 )
-from scheduler.core.victims import may_take
+from scheduler.core.victims import add_candidate, may_take
 from scheduler.core.views import PoolView, SessionView, TenantView, WorkerView
 from scheduler.policy.model import Policy
 
@@ -81,6 +81,7 @@ _CAUSES = {
     TIER_GUARANTEED: YieldCause.GUARANTEED,
     TIER_NOMINAL: YieldCause.NOMINAL,
     TIER_SHARED: YieldCause.FAIR_SHARE,
+    TIER_BEST_EFFORT: YieldCause.FAIR_SHARE,
 }
 
 
@@ -123,7 +124,8 @@ class Core(Ledger):
             self._adopt_orphans()  # before the timers: no deadline may revoke them now
         # The state is quiescent after every event (the pass ran to completion), so a pass is
         # needed only when timers fired or the event can open a slot or a right to one.
-        need_pass = self._advance(now, out) or bool(self._cancelled)
+        sampled = now >= self._usage_next and self._sample_usage(now)
+        need_pass = self._advance(now, out) or bool(self._cancelled) or sampled
         if isinstance(event, Acquire):
             need_pass = self._acquire(event, now, out) or need_pass
         elif isinstance(event, Release):
@@ -143,6 +145,8 @@ class Core(Ledger):
             self._worker_removed(event, now, out)
         if need_pass or not isinstance(event, Acquire | Renew):
             self._schedule(now, out)
+            if self._lent:
+                self._promote_lent()
         if self._to_report:
             # Requests that entered the queue in this event and were not served by the pass.
             for req in self._to_report:
@@ -157,6 +161,10 @@ class Core(Ledger):
         self._policy = policy
         self._ttl = policy.timing.lease_ttl_s
         self._min_runtime = policy.timing.min_runtime_s
+        if policy.fairness.usage_half_life_s <= 0:
+            self._usage_next = float("inf")
+        elif self._usage_next == float("inf"):
+            self._usage_next = self._usage_last = now  # turned on: usage counts from now
         names = {t.name for t in policy.tenants}
         for spec in policy.tenants:
             t = self._tenants.get(spec.name)
@@ -182,12 +190,54 @@ class Core(Ledger):
         return self.handle(Tick(), now)
 
     def next_deadline(self) -> float | None:
-        """The earliest time at which a Tick would change something (timers), if any."""
-        return self._timers.next_deadline(self._fairness_waiter)
+        """The earliest time at which a Tick would change something (timers, and the next usage
+        sample while a fairness waiter could gain from it), if any."""
+        at = self._timers.next_deadline(self._order.fairness_waiter)
+        if self._usage_next != float("inf") and self._order.fairness_waiter():
+            return self._usage_next if at is None else min(at, self._usage_next)
+        return at
 
-    def _fairness_waiter(self) -> bool:
-        self._order.flush()  # only when it matters: `next_deadline` runs after every event
-        return self._order.tiers[2].peek() is not None
+    def _sample_usage(self, now: float) -> bool:
+        """Decay every tenant's usage by the time since the last sample and add the borrowed
+        slot-seconds it held since (spec.fairness, as Kueue samples admission usage); True if the
+        shares changed. Between samples the usage stands still, so the heaps' keys stay true."""
+        f = self._policy.fairness
+        if f.usage_half_life_s <= 0:
+            self._usage_next = float("inf")
+            return False
+        horizon = max(1.0, self._min_runtime)  # usage is counted in slots of one min runtime
+        decay = (
+            0.5 ** ((now - self._usage_last) / f.usage_half_life_s)
+            if self._usage_last > float("-inf")
+            else 0.0
+        )
+        changed = False
+        for t in self._tenants.values():
+            if t.preemptible_contrib:
+                t.usage_acc += t.preemptible_contrib * (now - t.usage_at)
+            t.usage_at = now
+            if t.usage or t.usage_acc:
+                u = t.usage * decay + t.usage_acc
+                t.usage = u if u > 1e-9 else 0.0
+                t.usage_acc = 0.0
+                t.usage_slots = t.usage / horizon
+                self._refresh_queue(t)
+                self._refresh_victims(t)
+                changed = True
+        self._usage_last = now
+        self._usage_next = now + f.usage_sampling_s
+        return changed
+
+    def _promote_lent(self) -> None:
+        """Burstable leases lent from the floor to tenants below nominal become nominal as soon
+        as the floor can spare them (slack beyond the nominal yields in flight), not only when a
+        nominal lease of the tenant ends: a lent lease left preemptible would be asked to yield
+        for a waiter that its own promotion had room for."""
+        for t in list(self._lent):
+            while self._promote(t, reserve=self._inflight_nominal):
+                pass
+            if self._slack() - self._inflight_nominal < 1:
+                return
 
     # ------------------------------------------------------------------ views
 
@@ -318,9 +368,8 @@ class Core(Ledger):
             for rec in timers.matured(at):
                 rec.matured = True  # kept while it yields, for when the yield is cancelled
                 t = rec.tenant
-                granted = t.candidates[rec.cls].get(rec.lease.lease_id)
-                if granted is not None:
-                    t.mature[rec.cls][rec.lease.lease_id] = granted
+                if rec.lease.lease_id in t.candidates[rec.cls]:
+                    add_candidate(rec, self._leases, mature=True)
                     self._mature_n += 1
                     self._refresh_victims(t)
                     matured = True
@@ -517,7 +566,7 @@ class Core(Ledger):
         """The pass (step 3); with `preempt` False only free slots are handed out (3a)."""
         while self._requests:  # nobody waits: nothing to grant, no one with a right to preempt
             if self._free_ready > 0:
-                req = self._order.for_free_slot()
+                req = self._order.for_free_slot(self._be_first())
                 if req is not None:
                     self._grant(req, self._pop_free(), now, out)
                     continue
@@ -543,18 +592,33 @@ class Core(Ledger):
         self._landed.clear()
         return back
 
+    def _be_first(self) -> bool:
+        """BestEffort waits and holds less than its minimum share of the borrowed slots: tier 4
+        goes before tier 3 (and may take Burstable victims), so Burstable never starves it."""
+        return bool(self._waiting_cls[BE]) and (
+            self._held_be < self._policy.fairness.best_effort_min_share * self._preemptible
+        )
+
     def _preempt_once(self, now: float, out: list[Decision]) -> bool:
         """Ask one victim to yield for the first waiter with a right to a slot; False if none."""
-        first = self._order.first_with_right(
-            lambda: self._slack() - self._inflight_nominal >= 1, self._mature_n > 0
+        if self._lent:
+            self._promote_lent()  # a lent lease the floor can spare is not a victim: promoted
+        be_first = self._be_first()
+        rights = self._order.with_right(
+            lambda: self._slack() - self._inflight_nominal >= 1, self._mature_n > 0, be_first
         )
-        return first is not None and self._preempt_for(first[1], first[0], now, out)
+        return any(self._preempt_for(req, tier, be_first, now, out) for tier, req in rights)
 
-    def _preempt_for(self, req: Request, tier: int, now: float, out: list[Decision]) -> bool:
-        fairness = tier == TIER_SHARED
-        victim = self._under_way_for(req, fairness) if self._cancelled else None
+    def _preempt_for(self, req: Request, tier: int, be_first: bool, now: float, out: list[Decision]) -> bool:
+        fairness = tier >= TIER_SHARED
+        burstable = tier != TIER_BEST_EFFORT or be_first  # BestEffort takes Burstable only then
+        victim = self._under_way_for(req, fairness, burstable) if self._cancelled else None
         if victim is None:
-            victim = self._victims.fair_victim(req.tenant) if fairness else self._victims.any_victim()
+            victim = (
+                self._victims.fair_victim(req.tenant, burstable)
+                if fairness
+                else self._victims.any_victim(req.tenant)
+            )
         if victim is None:
             return False
         self._earmark(req, victim, tier)
@@ -562,12 +626,16 @@ class Core(Ledger):
         self._ask_to_yield(victim, deadline, _CAUSES[tier], req.session, out)
         return True
 
-    def _under_way_for(self, req: Request, fairness: bool) -> LeaseRec | None:
+    def _under_way_for(self, req: Request, fairness: bool, burstable: bool) -> LeaseRec | None:
         """A lease whose yield was cancelled in this event and that `req` has a right to
         (`victims.may_take`): taking it over keeps the yield under way instead of starting
         another. Only this event's cancellations are looked at."""
         for lid in self._cancelled:
             rec = self._leases.get(lid)
-            if rec is not None and rec.state is LeaseState.ACTIVE and may_take(req.tenant, rec, fairness):
+            if (
+                rec is not None
+                and rec.state is LeaseState.ACTIVE
+                and may_take(req.tenant, rec, fairness, burstable)
+            ):
                 return rec
         return None

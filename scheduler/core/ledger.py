@@ -33,7 +33,7 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
-from scheduler.core.victims import VictimIndex, insert_in_grant_order
+from scheduler.core.victims import VictimIndex, add_candidate
 from scheduler.policy.model import Policy
 
 _DEFAULT_MEAN_HOLD_S = 60.0
@@ -83,6 +83,13 @@ class Ledger:
         self._holds_seen = False  # until then, waits are not estimated (the prior is no evidence)
         self._to_report: list[Request] = []
         self._mature_n = 0  # mature candidates: none means no fairness preemption is possible
+        self._held_be = 0  # BestEffort leases held (against its minimum share of the borrowed)
+        self._preempt_seq = 0  # counts preemptions: victim ties go to the least recently preempted
+        # Tenants holding a Burstable lease lent from the floor while below nominal: promoted as
+        # soon as the floor can spare it (`Core._promote_lent`).
+        self._lent: dict[TenantState, None] = {}
+        self._usage_next = float("-inf")  # the next usage sample (spec.fairness)
+        self._usage_last = float("-inf")  # the last one
 
         self._order = ServiceOrder(self._tenants, self._requests)
         self._victims = VictimIndex(self._tenants, self._leases)
@@ -133,6 +140,7 @@ class Ledger:
         rec = LeaseRec(
             lease, t, req.cls, LeaseState.ACTIVE, req.arrival, req.seq, w, None, borrowing, self._gseq
         )
+        rec.preempted = req.preempted
         w.leases[slot.index] = lid
         self._leases[lid] = rec
         self._holders[req.session] = rec
@@ -144,7 +152,9 @@ class Ledger:
         else:
             if req.cls == B:
                 t.b_borrowing += 1
-            t.candidates[req.cls][lid] = now
+            else:
+                self._held_be += 1
+            add_candidate(rec, self._leases)
             self._timers.maturing.append((now + self._min_runtime, lid, epoch))
         heapq.heappush(self._timers.expiries, (lease.expires_at, lid, epoch))
         self._refresh(t)
@@ -166,6 +176,8 @@ class Ledger:
             self._mature_n -= 1
         if cls == G:
             self._held_g -= 1
+        elif cls == BE:
+            self._held_be -= 1
         del self._leases[lid]
         del self._holders[rec.lease.session]
         self._cancelled.pop(lid, None)  # it ends: its own decision says so
@@ -191,20 +203,21 @@ class Ledger:
             self._promote(t)
         self._refresh(t)
 
-    def _promote(self, t: TenantState) -> None:
-        """A nominal lease ended: the tenant's oldest borrowing Burstable lease becomes nominal,
-        if the floor can spare it (it stops being preemptible)."""
+    def _promote(self, t: TenantState, reserve: int = 0) -> bool:
+        """The tenant's oldest borrowing Burstable lease becomes nominal, if the tenant is below
+        its nominal and the floor can spare it (keeping `reserve` slots of slack): it stops being
+        preemptible. True if one was."""
         cands = t.candidates[B]
-        if not cands or t.b_nominal_held() >= t.spec.burstable_nominal or self._slack() < 1:
-            return
+        if not cands or t.b_nominal_held() >= t.spec.burstable_nominal or self._slack() - reserve < 1:
+            return False
         lid = next(iter(cands))
         del cands[lid]
         if t.mature[B].pop(lid, None) is not None:
             self._mature_n -= 1
         self._leases[lid].borrowing = False
         t.b_borrowing -= 1
-        self._preemptible -= 1
-        t.preemptible_contrib -= 1
+        self._refresh(t)
+        return True
 
     def _revoke(self, rec: LeaseRec, reason: RevokeReason, now: float, out: list[Decision]) -> None:
         self._end_lease(rec, LeaseState.REVOKED)
@@ -215,6 +228,7 @@ class Ledger:
 
     def _requeue(self, rec: LeaseRec, snap: SnapshotRef | None, now: float, out: list[Decision]) -> None:
         req = Request(rec.lease.session, rec.tenant, rec.cls, rec.arrival, rec.seq, now, snap)
+        req.preempted = rec.preempted
         self._enqueue(req)
         self._to_report.append(req)
 
@@ -257,6 +271,9 @@ class Ledger:
         rec.state = check_lease(rec.state, LeaseState.YIELDING)
         rec.for_session = for_session
         t = rec.tenant
+        if cause is not YieldCause.DRAIN:  # a drain is no choice among victims
+            self._preempt_seq += 1
+            rec.preempted = t.last_preempted = self._preempt_seq
         t.yielding[rec.cls] += 1
         if rec.cls == B and rec.borrowing:
             t.b_borrowing_yielding += 1
@@ -282,9 +299,9 @@ class Ledger:
         if cls == B and rec.borrowing:
             t.b_borrowing_yielding -= 1
         if rec.worker.state is WorkerState.READY and (cls == BE or rec.borrowing):
-            insert_in_grant_order(t.candidates[cls], rec, self._leases)
+            add_candidate(rec, self._leases)
             if rec.matured:
-                insert_in_grant_order(t.mature[cls], rec, self._leases)
+                add_candidate(rec, self._leases, mature=True)
                 self._mature_n += 1
         self._cancelled[lid] = None
         self._refresh(t)
@@ -313,7 +330,7 @@ class Ledger:
         req.earmark_tier = tier
         victim.for_session = req.session
         t.earmarked[req.cls] += 1
-        if tier == TIER_SHARED:
+        if tier >= TIER_SHARED:
             t.earmarked_fair += 1
         elif tier == TIER_NOMINAL:
             self._inflight_nominal += 1
@@ -323,7 +340,7 @@ class Ledger:
     def _unearmark(self, req: Request) -> None:
         t = req.tenant
         t.earmarked[req.cls] -= 1
-        if req.earmark_tier == TIER_SHARED:
+        if req.earmark_tier >= TIER_SHARED:
             t.earmarked_fair -= 1
         elif req.earmark_tier == TIER_NOMINAL:
             self._inflight_nominal -= 1
@@ -387,10 +404,18 @@ class Ledger:
         pushed once per tenant when the heaps are next read (their `flush`), so an event that touches
         a tenant twice pays for one re-index."""
         contrib = t.preemptible()
-        self._preemptible += contrib - t.preemptible_contrib
+        old = t.preemptible_contrib
+        if old:  # the borrowed slot-seconds since the last change, for its usage over time
+            t.usage_acc += old * (self._now - t.usage_at)
+        t.usage_at = self._now
+        self._preemptible += contrib - old
         t.preemptible_contrib = contrib
         self._order.dirty[t] = None
         self._victims.dirty[t] = None
+        if t.b_borrowing and t.b_nominal_held() < t.spec.burstable_nominal:
+            self._lent[t] = None
+        elif t in self._lent:
+            del self._lent[t]
 
     def _refresh_queue(self, t: TenantState) -> None:
         self._order.dirty[t] = None

@@ -24,6 +24,7 @@ class Request:
     resume_from: SnapshotRef | None
     earmark: LeaseId | None = None  # the victim yielding for this request, if any
     earmark_tier: int = 0
+    preempted: int = 0  # the preemption seq when this session was last asked to yield (0: never)
 
 
 @dataclass(slots=True)
@@ -40,6 +41,7 @@ class LeaseRec:
     gseq: int = 0  # grant order: candidates are kept in it (a cancelled yield goes back in place)
     matured: bool = False  # its min_runtime timer fired (it can be a fairness victim when active)
     yield_deadline: float | None = None  # of the yield under way; older heap entries are stale
+    preempted: int = 0  # the preemption seq when this session was last asked to yield (0: never)
 
 
 @dataclass(slots=True)

@@ -2,7 +2,7 @@
 
 From docs/design.md, "Who gets the next free slot":
 
-    The order of service, in three tiers:
+    The order of service, in four tiers:
 
     1. **Guaranteed** requests of tenants within quota (leases held plus victims already yielding
        for them below `guaranteed`), oldest first.
@@ -18,14 +18,14 @@ From docs/design.md, "Who gets the next free slot":
     someone else. Ages are the original arrival time: a session that yielded keeps its place in line.
 
 Each tier is a heap holding, per tenant, the head of its eligible queue under the key of that
-tier (`ServiceOrder.reindex`); earmarked waiters are a fourth heap, by (tier, arrival). A
+tier (`ServiceOrder.reindex`); earmarked waiters are a fifth heap, by (tier, arrival). A
 tenant's entries are stamped with its version, so re-indexing it supersedes its old entries.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from scheduler.core.indexes import VersionedHeap
 from scheduler.core.model import Request
@@ -33,7 +33,10 @@ from scheduler.core.records import EarmarkEntry
 from scheduler.core.tenants import BE, B, G, QueueEntry, TenantState
 from scheduler.core.types import SessionId
 
-TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED = 1, 2, 3
+TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED, TIER_BEST_EFFORT = 1, 2, 3, 4
+# The tiers in the order they are served (`be_first`: BestEffort below its minimum share).
+_SEQUENCE = ((TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED, TIER_BEST_EFFORT),
+             (TIER_GUARANTEED, TIER_NOMINAL, TIER_BEST_EFFORT, TIER_SHARED))  # fmt: skip
 
 
 class ServiceOrder:
@@ -46,7 +49,7 @@ class ServiceOrder:
             return tenants[name].version == version
 
         # Indexed by tier - 1.
-        self.tiers = (VersionedHeap(current), VersionedHeap(current), VersionedHeap(current))
+        self.tiers = tuple(VersionedHeap(current) for _ in range(4))
         self.earmarked: list[EarmarkEntry] = []
         # Tenants whose entries are out of date (insertion-ordered, so flushing is deterministic).
         self.dirty: dict[TenantState, None] = {}
@@ -61,14 +64,14 @@ class ServiceOrder:
             self.dirty.clear()
 
     def reindex(self, t: TenantState) -> None:
-        """Push the tenant's heads under the keys of the three tiers (the rules quoted above)."""
+        """Push the tenant's heads under the keys of the four tiers (the rules quoted above)."""
         t.version += 1
         v = t.version
         name = t.spec.name
         n = len(self._tenants)
         spec = t.spec
         held, ear, waiting = t.held, t.earmarked, t.waiting
-        g, nominal, shared_tier = self.tiers
+        g, nominal, shared_tier, be_tier = self.tiers
 
         # 1. Guaranteed within quota (yields in flight count as held): oldest first.
         if waiting[G] > ear[G] and held[G] + ear[G] < spec.guaranteed:
@@ -86,48 +89,61 @@ class ServiceOrder:
                     nominal.push((used / spec.burstable_nominal, h[0], h[1], h[2], name, v), n)
                 else:
                     shared = h
-        # 3. The rest that may run (BestEffort within its limit): lowest weighted share, counting
-        #    fairness yields in flight for it; the tenant's oldest such request; ties by age.
+        # 3. Burstable beyond nominal: lowest weighted share, counting fairness yields in flight
+        #    for it; the tenant's oldest; ties by age. 4. Its BestEffort (within its limit) only
+        #    when it has no such Burstable waiter, in the same order.
+        if shared is not None:
+            shared_tier.push((t.share(t.earmarked_fair), shared[0], shared[1], shared[2], name, v), n)
+            return
         be_limit = spec.best_effort_limit
         if waiting[BE] > ear[BE] and (be_limit is None or held[BE] + ear[BE] < be_limit):
             h = self._head(t, BE)
-            if h is not None and (shared is None or h < shared):
-                shared = h
-        if shared is not None:
-            shared_tier.push((t.share(t.earmarked_fair), shared[0], shared[1], shared[2], name, v), n)
+            if h is not None:
+                be_tier.push((t.share(t.earmarked_fair), h[0], h[1], h[2], name, v), n)
 
-    def for_free_slot(self) -> Request | None:
+    def for_free_slot(self, be_first: bool) -> Request | None:
         """The waiter the next free slot goes to: an earmarked waiter goes ahead of its own tier
         and the tiers after it; otherwise the head of the first tier with one."""
         self.flush()
         best = self._earmarked_head()
-        best_key = (best.earmark_tier, 0) if best is not None else (9, 9)
-        for tier, heap in enumerate(self.tiers, start=1):
-            if (tier, 1) >= best_key:
+        sequence = _SEQUENCE[be_first]
+        at = sequence.index(best.earmark_tier) if best is not None else 9
+        for i, tier in enumerate(sequence):
+            if i >= at:
                 break
-            top = heap.peek()
+            top = self.tiers[tier - 1].peek()
             if top is not None:
                 return self._requests[top[-3]]
         return best
 
-    def first_with_right(
-        self, nominal_room: Callable[[], bool], fairness: bool
-    ) -> tuple[int, Request] | None:
-        """The first waiter with a right to a victim, and its tier: the head of tier 1; else of
-        tier 2 if the floor has room for one more nominal lease (`nominal_room()`); else of tier 3
-        if a fairness preemption is possible at all (`fairness`: a victim ran min_runtime)."""
+    def with_right(
+        self, nominal_room: Callable[[], bool], fairness: bool, be_first: bool
+    ) -> Iterator[tuple[int, Request]]:
+        """The waiters with a right to a victim, in the order they are tried, with their tier:
+        the head of tier 1 alone if there is one; else of tier 2 alone if the floor has room for
+        one more nominal lease (`nominal_room()`); else, if a fairness preemption is possible at
+        all (`fairness`: a victim ran min_runtime), the heads of tiers 3 and 4 in their order."""
         self.flush()
-        g, nominal, shared = self.tiers
+        g, nominal, shared, best_effort = self.tiers
         top = g.peek()
         if top is not None:
-            return TIER_GUARANTEED, self._requests[top[-3]]
+            yield TIER_GUARANTEED, self._requests[top[-3]]
+            return
         top = nominal.peek()
         if top is not None and nominal_room():
-            return TIER_NOMINAL, self._requests[top[-3]]
+            yield TIER_NOMINAL, self._requests[top[-3]]
+            return
         if not fairness:
-            return None
-        top = shared.peek()
-        return (TIER_SHARED, self._requests[top[-3]]) if top is not None else None
+            return
+        for tier in _SEQUENCE[be_first][2:]:
+            top = self.tiers[tier - 1].peek()
+            if top is not None:
+                yield tier, self._requests[top[-3]]
+
+    def fairness_waiter(self) -> bool:
+        """A waiter a fairness preemption could serve (tiers 3-4)."""
+        self.flush()
+        return self.tiers[2].peek() is not None or self.tiers[3].peek() is not None
 
     def push_earmarked(self, req: Request) -> None:
         heapq.heappush(self.earmarked, (req.earmark_tier, req.arrival, req.seq, req.session))
@@ -155,4 +171,11 @@ class ServiceOrder:
         return None
 
 
-__all__ = ["TIER_GUARANTEED", "TIER_NOMINAL", "TIER_SHARED", "EarmarkEntry", "ServiceOrder"]
+__all__ = [
+    "TIER_BEST_EFFORT",
+    "TIER_GUARANTEED",
+    "TIER_NOMINAL",
+    "TIER_SHARED",
+    "EarmarkEntry",
+    "ServiceOrder",
+]

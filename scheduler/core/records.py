@@ -86,6 +86,20 @@ class CoreRecords:
     expiries: tuple[Timer, ...]
     yield_deadlines: tuple[Timer, ...]
     maturing: tuple[Timer, ...]
+    # Fair share over time (spec.fairness), absent from a state an older build wrote: usage then
+    # starts at zero and no session counts as preempted before.
+    preempt_seq: int = 0
+    preempted: tuple[tuple[SessionId, int], ...] = ()  # sessions (holding or queued) preempted before
+    usage_last: float = float("-inf")  # the last usage sample
+    usage: tuple[TenantUsage, ...] = ()
+
+
+class TenantUsage(NamedTuple):
+    tenant: str
+    usage: float  # borrowed slot-seconds, decayed, at the last sample
+    acc: float  # borrowed slot-seconds since the last sample, up to `at`
+    at: float
+    last_preempted: int
 
 
 __all__ = [
@@ -94,6 +108,7 @@ __all__ = [
     "FreeSlot",
     "LeaseRecord",
     "RequestRecord",
+    "TenantUsage",
     "Timer",
     "WorkerRecord",
 ]

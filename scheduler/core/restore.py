@@ -39,11 +39,13 @@ from scheduler.core.records import (
     FreeSlot,
     LeaseRecord,
     RequestRecord,
+    TenantUsage,
     Timer,
     WorkerRecord,
 )
-from scheduler.core.tenants import CLASS_INDEX, CLASSES, B, G, TenantState
+from scheduler.core.tenants import BE, CLASS_INDEX, CLASSES, B, G, TenantState
 from scheduler.core.types import LeaseId, SessionId, SlotId, TenantName
+from scheduler.core.victims import session_key
 from scheduler.policy.model import TenantSpec
 
 # One live lease as captured: everything of a LeaseRec that can change, read in C.
@@ -77,6 +79,10 @@ class Capture:
     expiries: list[Timer]
     yield_deadlines: list[Timer]
     maturing: tuple[Timer, ...]
+    preempt_seq: int
+    preempted: tuple[tuple[SessionId, int], ...]
+    usage_last: float
+    usage: tuple[TenantUsage, ...]
 
     @property
     def size(self) -> int:
@@ -123,6 +129,21 @@ def capture(core: Ledger) -> Capture:
         expiries=list(core._timers.expiries),
         yield_deadlines=list(core._timers.deadlines),
         maturing=tuple(core._timers.maturing),
+        preempt_seq=core._preempt_seq,
+        preempted=tuple(
+            (s, p)
+            for s, p in (
+                *((r.session, r.preempted) for r in requests.values()),
+                *((h.lease.session, h.preempted) for h in core._leases.values()),
+            )
+            if p
+        ),
+        usage_last=core._usage_last,
+        usage=tuple(
+            TenantUsage(t.name, t.usage, t.usage_acc, t.usage_at, t.last_preempted)
+            for t in tenants
+            if t.usage or t.usage_acc or t.last_preempted or t.preemptible_contrib
+        ),
     )
 
 
@@ -181,6 +202,10 @@ def records_of(c: Capture) -> CoreRecords:
         expiries=tuple(c.expiries),
         yield_deadlines=tuple(c.yield_deadlines),
         maturing=c.maturing,
+        preempt_seq=c.preempt_seq,
+        preempted=c.preempted,
+        usage_last=c.usage_last,
+        usage=c.usage,
     )
 
 
@@ -235,6 +260,7 @@ def load_records(core: Ledger, r: CoreRecords) -> None:
         core._preemptible += t.preemptible_contrib
         core._refresh(t)  # re-indexed in the heaps on their next read
 
+    _load_fairness(core, r)
     core._timers.load(r.maturing, r.yield_deadlines, r.expiries)
     core._seq = r.seq
     core._now = r.now
@@ -271,11 +297,47 @@ def _load_lease(core: Ledger, lr: LeaseRecord, gseq: int) -> None:
     if cls == B and lr.borrowing:
         t.b_borrowing += 1
         t.b_borrowing_yielding += int(yielding)
+    if cls == BE:
+        core._held_be += 1
     if lr.candidate:
         t.candidates[cls][lid] = lease.granted_at
     if lr.mature:
         t.mature[cls][lid] = lease.granted_at
         core._mature_n += 1
+
+
+def _load_fairness(core: Ledger, r: CoreRecords) -> None:
+    """Usage over time, who was preempted, and the tenants' pick heaps (built from the leases)."""
+    core._preempt_seq = r.preempt_seq
+    core._usage_last = r.usage_last
+    f = core._policy.fairness
+    if f.usage_half_life_s <= 0:
+        core._usage_next = float("inf")
+    elif r.usage_last > float("-inf"):
+        core._usage_next = r.usage_last + f.usage_sampling_s
+    horizon = max(1.0, core._policy.timing.min_runtime_s)
+    at = r.now if r.now > float("-inf") else 0.0
+    for t in core._tenants.values():  # an older state has none: usage starts at zero, now
+        t.usage = t.usage_acc = t.usage_slots = 0.0
+        t.usage_at = at
+    for u in r.usage:
+        ut = core._tenants.get(u.tenant)
+        if ut is None:
+            raise ValueError(f"usage names tenant {u.tenant!r}, not in the state")
+        ut.usage, ut.usage_acc, ut.usage_at, ut.last_preempted = u.usage, u.acc, u.at, u.last_preempted
+        ut.usage_slots = ut.usage / horizon
+    preempted = dict(r.preempted)
+    if preempted:
+        for req in core._requests.values():
+            req.preempted = preempted.get(req.session, 0)
+    for rec in core._leases.values():
+        rec.preempted = preempted.get(rec.lease.session, 0)
+    for t in core._tenants.values():
+        for cls in range(3):
+            t.pick[cls] = [session_key(core._leases[lid]) for lid in t.candidates[cls]]
+            heapq.heapify(t.pick[cls])
+            t.mpick[cls] = [session_key(core._leases[lid]) for lid in t.mature[cls]]
+            heapq.heapify(t.mpick[cls])
 
 
 def _load_requests(core: Ledger, records: tuple[RequestRecord, ...]) -> None:
@@ -299,7 +361,7 @@ def _load_requests(core: Ledger, records: tuple[RequestRecord, ...]) -> None:
     for req in compress(requests.values(), earmark):  # earmarked: a lease id, never empty
         t = req.tenant
         t.earmarked[req.cls] += 1
-        if req.earmark_tier == TIER_SHARED:
+        if req.earmark_tier >= TIER_SHARED:
             t.earmarked_fair += 1
         elif req.earmark_tier == TIER_NOMINAL:
             core._inflight_nominal += 1

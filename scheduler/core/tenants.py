@@ -26,14 +26,15 @@ CLASS_INDEX: dict[QoS, int] = {q: i for i, q in enumerate(CLASSES)}
 QueueEntry = tuple[float, int, SessionId]
 
 
-def weighted_share(borrowed: int, weight: float) -> float:
+def weighted_share(borrowed: float, weight: float) -> float:
     """The weighted share: slots held beyond what the tenant can count on (Burstable beyond its
-    nominal plus BestEffort; DESIGN.md, "Who gets the next free slot", rule 3), per unit of
-    weight. The one definition: the order of service, the victim order and the views use it."""
+    nominal plus BestEffort; DESIGN.md, "Who gets the next free slot"), plus its recent usage
+    in slots (`TenantState.usage_slots`, 0 unless spec.fairness has a usage half-life), per unit
+    of weight. The one definition: the order of service, the victim order and the views use it."""
     return borrowed / weight
 
 
-def share_at_most(borrowed_a: int, weight_a: float, borrowed_b: int, weight_b: float) -> bool:
+def share_at_most(borrowed_a: float, weight_a: float, borrowed_b: float, weight_b: float) -> bool:
     """`weighted_share(borrowed_a, weight_a) <= weighted_share(borrowed_b, weight_b)`,
     cross-multiplied so that equal shares compare equal exactly (no rounding of a division)."""
     return borrowed_a * weight_b <= borrowed_b * weight_a
@@ -57,9 +58,22 @@ class TenantState:
     candidates: list[dict[LeaseId, float]] = field(default_factory=lambda: [{}, {}, {}])
     # Candidates that have run min_runtime: only these can be fairness victims.
     mature: list[dict[LeaseId, float]] = field(default_factory=lambda: [{}, {}, {}])
+    # Per class, the candidates (and the mature ones) as a lazy heap in the order a tenant's
+    # leases are asked to yield (`victims.session_key`); an entry stands while its lease is in
+    # the matching dict above.
+    pick: list[list[tuple[int, int, LeaseId]]] = field(default_factory=lambda: [[], [], []])
+    mpick: list[list[tuple[int, int, LeaseId]]] = field(default_factory=lambda: [[], [], []])
     version: int = 0  # of its entries in the order-of-service heaps
     vversion: int = 0  # of its entries in the victim heaps
-    preemptible_contrib: int = 0
+    preemptible_contrib: int = 0  # borrowed slots held (yielding included) since `usage_at`
+    # Fair share over time (spec.fairness): borrowed slot-seconds decayed at each sample, the
+    # slot-seconds since the last sample, and the usage as slots (usage / min runtime) the share
+    # adds. `last_preempted`: the preemption seq of its last lease asked to yield (victim ties).
+    usage: float = 0.0
+    usage_acc: float = 0.0
+    usage_at: float = 0.0
+    usage_slots: float = 0.0
+    last_preempted: int = 0
 
     @property
     def name(self) -> str:
@@ -94,7 +108,7 @@ class TenantState:
     def share(self, in_flight: int = 0) -> float:
         """Its weighted share, counting `in_flight` more borrowed slots (fairness yields already
         under way for it, when ranking it in the order of service)."""
-        return weighted_share(self.borrowed_effective() + in_flight, self.spec.weight)
+        return weighted_share(self.borrowed_effective() + in_flight + self.usage_slots, self.spec.weight)
 
     def pending(self) -> int:
         return self.waiting[G] + self.waiting[B] + self.waiting[BE]

@@ -3,49 +3,69 @@ fairness rule (`less_than_or_equal_to_final_share`). Modelled on Kueue's
 pkg/scheduler/preemption/common/ordering.go: one ordering documented by its rule list.
 
 The heaps here are built from `victim_order`: rule 1 is structural (one heap per class, BestEffort
-read first), rules 2–3 are the key of a tenant's entry (`tenant_key`), and rule 4 is the order
-of the tenant's candidates (kept in grant order, so the newest is the last).
+read first), rules 2-4 are the key of a tenant's entry (`tenant_key`), and rule 5 is the order
+of the tenant's pick heap (`session_key`).
 """
 
 from __future__ import annotations
 
-from scheduler.core.indexes import VersionedHeap
+import heapq
+
+from scheduler.core.indexes import Entry, VersionedHeap
 from scheduler.core.model import LeaseRec
 from scheduler.core.tenants import BE, B, TenantState, share_at_most
 from scheduler.core.types import LeaseId
 
+# A tenant's candidate in its pick heap: (never preempted 0 / preempted before 1, key, lease).
+PickEntry = tuple[int, int, LeaseId]
 
-def victim_order(cls: int, tenant: TenantState, grant_seq: int) -> tuple[int, float, str, int]:
+
+def session_key(rec: LeaseRec) -> PickEntry:
+    """Rule 5 of `victim_order`: among one tenant's candidates, a session never preempted before
+    first, the newest grant of those (least work lost: a session granted after a yield resumes
+    from the snapshot it yielded with, so its grant is its last checkpoint); then sessions
+    preempted before, the least recently preempted first. So no session is checkpointed over
+    and over while its tenant has others."""
+    lid = rec.lease.lease_id
+    return (0, -rec.gseq, lid) if rec.preempted == 0 else (1, rec.preempted, lid)
+
+
+def victim_order(cls: int, tenant: TenantState, rec: LeaseRec) -> tuple[int, float, int, str, PickEntry]:
     """The sort key of a preemption candidate (a BestEffort or borrowing Burstable lease, active,
     on a ready worker); the smallest key is asked to yield first:
 
     1. BestEffort before borrowing Burstable (a Guaranteed or nominal lease is never a victim);
-    2. then the tenant furthest above its share (highest weighted share, `TenantState.share`);
-    3. ties in share by tenant name, so the order is total and deterministic;
-    4. then the lease that loses least work: the newest grant (a session granted after a yield
-       resumes from the snapshot it yielded with, so its grant is its last checkpoint).
+    2. then the tenant furthest above its share (highest weighted share, `TenantState.share`,
+       which counts recent usage when spec.fairness has a half-life);
+    3. ties in share: the tenant least recently preempted (never first), spreading yields over
+       tenants;
+    4. then by tenant name, so the order is total and deterministic;
+    5. within the tenant, `session_key`.
 
-    A fairness preemption further takes only leases that ran min_runtime, never one of the
-    requester's tenant, never a Burstable lease of a tenant below its nominal
+    A victim is never a lease of the requester's own tenant (a yield for its own waiter is a
+    checkpoint spent for nothing). A fairness preemption further takes only leases that ran
+    min_runtime, never a Burstable lease of a tenant below its nominal
     (`fair_burstable_victims`), and only if `less_than_or_equal_to_final_share` holds.
     """
-    return (0 if cls == BE else 1, -tenant.share(), tenant.name, -grant_seq)
+    return (0 if cls == BE else 1, -tenant.share(), tenant.last_preempted, tenant.name, session_key(rec))
 
 
-def tenant_key(cls: int, tenant: TenantState) -> tuple[float, str]:
-    """Rules 2–3 of `victim_order`: the key of a tenant's entry in a class's victim heap."""
-    _, neg_share, name, _ = victim_order(cls, tenant, 0)
-    return neg_share, name
+def tenant_key(tenant: TenantState) -> tuple[float, int, str]:
+    """Rules 2-4 of `victim_order`: the key of a tenant's entry in a class's victim heap."""
+    return -tenant.share(), tenant.last_preempted, tenant.name
 
 
 def less_than_or_equal_to_final_share(requester: TenantState, victims: TenantState) -> bool:
     """May `requester` take a slot from a lease of `victims` for fairness (Kueue's
     LessThanOrEqualToFinalShare)? Only if its share after taking the slot (counting the fairness
-    yields already in flight for it) is no larger than the victims' tenant's after losing it."""
+    yields already in flight for it) is no larger than the victims' tenant's after losing it.
+    With a usage half-life the shares count recent usage in slots (usage / min runtime), so a
+    tenant below one slot of share still rotates: it may take the slot once the victims' tenant
+    has used at least one min runtime of a slot more than it has, recently."""
     return share_at_most(
-        requester.borrowed_effective() + requester.earmarked_fair + 1,
+        requester.borrowed_effective() + requester.earmarked_fair + 1 + requester.usage_slots,
         requester.spec.weight,
-        victims.borrowed_effective() - 1,
+        victims.borrowed_effective() - 1 + victims.usage_slots,
         victims.spec.weight,
     )
 
@@ -59,24 +79,52 @@ def fair_burstable_victims(t: TenantState) -> bool:
     return t.b_nominal_held() >= t.spec.burstable_nominal
 
 
-def may_take(requester: TenantState, rec: LeaseRec, fairness: bool) -> bool:
-    """The rules of `VictimIndex.any_victim` / `fair_victim` for one lease."""
+def may_take(requester: TenantState, rec: LeaseRec, fairness: bool, burstable: bool = True) -> bool:
+    """The rules of `VictimIndex.any_victim` / `fair_victim` for one lease (`burstable`: the
+    requester may take a borrowing Burstable lease, see `fair_victim`)."""
     t, lid = rec.tenant, rec.lease.lease_id
-    if lid not in t.candidates[rec.cls]:
+    if t is requester or lid not in t.candidates[rec.cls]:
         return False
     if not fairness:
         return True
     return (
-        t is not requester
-        and lid in t.mature[rec.cls]
-        and (rec.cls != B or fair_burstable_victims(t))
+        lid in t.mature[rec.cls]
+        and (rec.cls != B or (burstable and fair_burstable_victims(t)))
         and less_than_or_equal_to_final_share(requester, t)
     )
 
 
+def add_candidate(rec: LeaseRec, leases: dict[LeaseId, LeaseRec], mature: bool = False) -> None:
+    """Make `rec` a candidate of its tenant (`mature`: a mature one), in both its dict (kept in
+    grant order: `insert_in_grant_order`) and its pick heap."""
+    t, cls = rec.tenant, rec.cls
+    d = t.mature[cls] if mature else t.candidates[cls]
+    heap = t.mpick[cls] if mature else t.pick[cls]
+    insert_in_grant_order(d, rec, leases)
+    heapq.heappush(heap, session_key(rec))
+    if len(heap) > 2 * len(d) + 32:  # mostly entries of leases gone: rebuild from the dict
+        heap[:] = [session_key(leases[lid]) for lid in d]
+        heapq.heapify(heap)
+
+
+def first_pick(
+    d: dict[LeaseId, float], heap: list[PickEntry], leases: dict[LeaseId, LeaseRec]
+) -> LeaseId | None:
+    """The tenant's first candidate in `session_key` order (entries whose lease left `d`, or
+    whose key changed since, as when its session was asked to yield, are dropped as they
+    surface)."""
+    while heap:
+        top = heap[0]
+        lid = top[2]
+        if lid in d and top == session_key(leases[lid]):
+            return lid
+        heapq.heappop(heap)
+    return None
+
+
 def insert_in_grant_order(d: dict[LeaseId, float], rec: LeaseRec, leases: dict[LeaseId, LeaseRec]) -> None:
-    """Put `rec` back among a tenant's candidates (`d`, kept in grant order: rule 4 of
-    `victim_order` reads the newest last), as when its yield is cancelled."""
+    """Put `rec` among a tenant's candidates (`d`, kept in grant order: promotion takes the
+    oldest, and a restored core rebuilds them in that order), as when its yield is cancelled."""
     lid = rec.lease.lease_id
     if d:
         last = next(reversed(d))
@@ -124,49 +172,70 @@ class VictimIndex:
         v = t.vversion
         n = len(self._tenants)
         if t.candidates[BE] or t.mature[BE]:
-            key = (*tenant_key(BE, t), v)
+            key = (*tenant_key(t), v)
             if t.candidates[BE]:
                 self.any[0].push(key, n)
             if t.mature[BE]:
                 self.mature[0].push(key, n)
         if t.borrowed_b_effective() > 0 and (t.candidates[B] or t.mature[B]):
-            key = (*tenant_key(B, t), v)
+            key = (*tenant_key(t), v)
             if t.candidates[B]:
                 self.any[1].push(key, n)
             if t.mature[B] and fair_burstable_victims(t):
                 self.mature[1].push(key, n)
 
-    def any_victim(self) -> LeaseRec | None:
-        """The first candidate in `victim_order` (for a Guaranteed or nominal right)."""
+    def any_victim(self, a: TenantState) -> LeaseRec | None:
+        """The first candidate in `victim_order` of a tenant other than `a` (for a Guaranteed or
+        nominal right)."""
         self.flush()
         for cls, heap in ((BE, self.any[0]), (B, self.any[1])):
-            top = heap.peek()
+            top = _top_other(heap, a)
             if top is not None:
                 t = self._tenants[top[-2]]
-                return self._leases[next(reversed(t.candidates[cls]))]
+                return self._pick(t, cls, mature=False)
         return None
 
-    def fair_victim(self, a: TenantState) -> LeaseRec | None:
+    def fair_victim(self, a: TenantState, burstable: bool = True) -> LeaseRec | None:
         """The first mature candidate of another tenant in `victim_order`, if `a` may take it
-        (`less_than_or_equal_to_final_share`). Checking the top tenant of a class suffices: the
-        others have lower shares."""
+        (`less_than_or_equal_to_final_share`); a borrowing Burstable one only if `burstable` (a
+        BestEffort waiter takes Burstable work only while BestEffort is below its minimum share).
+        Checking the top tenant of a class suffices: the others have lower shares."""
         self.flush()
         for cls, heap in ((BE, self.mature[0]), (B, self.mature[1])):
-            top = heap.peek()
-            if top is not None and top[-2] == a.name:
-                own = heap.pop_current()  # never the requester's own lease: look one below
-                top = heap.peek()
-                heap.push_back([own] if own is not None else [])
+            if cls == B and not burstable:
+                break
+            top = _top_other(heap, a)
             if top is None:
                 continue
             t = self._tenants[top[-2]]
             if less_than_or_equal_to_final_share(a, t):
-                return self._leases[next(reversed(t.mature[cls]))]
+                return self._pick(t, cls, mature=True)
         return None
+
+    def _pick(self, t: TenantState, cls: int, mature: bool) -> LeaseRec:
+        d = t.mature[cls] if mature else t.candidates[cls]
+        lid = first_pick(d, t.mpick[cls] if mature else t.pick[cls], self._leases)
+        assert lid is not None  # the tenant has an entry in the heap only with candidates
+        return self._leases[lid]
+
+
+def _top_other(heap: VersionedHeap, a: TenantState) -> Entry | None:
+    """The top entry of `heap` that is not `a`'s (never the requester's own lease: look one
+    below)."""
+    top = heap.peek()
+    if top is not None and top[-2] == a.name:
+        own = heap.pop_current()
+        top = heap.peek()
+        heap.push_back([own] if own is not None else [])
+    return top
 
 
 __all__ = [
+    "PickEntry",
     "VictimIndex",
+    "add_candidate",
+    "first_pick",
+    "session_key",
     "fair_burstable_victims",
     "insert_in_grant_order",
     "less_than_or_equal_to_final_share",

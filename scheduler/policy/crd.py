@@ -27,6 +27,7 @@ from scheduler.policy.model import PoolSpec
 from scheduler.policy.schema import (
     API_VERSION,
     AUTOSCALER_FIELDS,
+    FAIRNESS_FIELDS,
     KIND,
     LIMITS_FIELDS,
     MAX_WORKER_SLOTS,
@@ -255,6 +256,10 @@ def policy_schema() -> Schema:
             "limits": _obj(
                 _nums(LIMITS_FIELDS),
                 "Fair admission of the server's work (seats, queued items per flow) and open streams.",
+            ),
+            "fairness": _obj(
+                _nums(FAIRNESS_FIELDS),
+                "Fair share over time (usage half-life and sampling) and BestEffort's minimum share.",
             ),
         },
         "The policy, exactly as in a policy file (see deploy/policy-example.yaml).",

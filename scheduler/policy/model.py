@@ -51,6 +51,21 @@ class QueueSpec:
 
 
 @dataclass(frozen=True)
+class FairnessSpec:
+    """How the shared remainder is split over time (spec.fairness; docs/design.md, "Who gets the
+    next free slot"). `usage_half_life_s`: a tenant's share counts the borrowed slot-seconds it
+    has recently held, decaying with this half-life (0: only what it holds now), sampled every
+    `usage_sampling_s` (as Kueue's admission fair sharing and Slurm's fair-share factor do).
+    `best_effort_min_share`: while BestEffort waits, it gets at least this fraction of the
+    borrowed slots (those beyond Guaranteed and Burstable nominals) ahead of Burstable beyond its
+    nominal, which otherwise goes first: BestEffort is below Burstable, never starved by it."""
+
+    usage_half_life_s: float = 0.0
+    usage_sampling_s: float = 10.0
+    best_effort_min_share: float = 0.1
+
+
+@dataclass(frozen=True)
 class LimitsSpec:
     """Bounds on the server's own work per flow (spec.limits), as Kubernetes API Priority and
     Fairness bounds the API server's: how much work the fair admission gate starts per turn of
@@ -182,6 +197,7 @@ class Policy:
     access: AccessSpec = field(default_factory=AccessSpec)
     rate_limits: RateLimitsSpec = field(default_factory=RateLimitsSpec)
     limits: LimitsSpec = field(default_factory=LimitsSpec)
+    fairness: FairnessSpec = field(default_factory=FairnessSpec)
 
     def tenant(self, name: str) -> TenantSpec | None:
         for t in self.tenants:

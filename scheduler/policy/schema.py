@@ -66,6 +66,11 @@ LIMITS_FIELDS: Final = (
     Num("streamsPerTenant", "streams_per_tenant", True, minimum=1),
     Num("streamsPerConnection", "streams_per_connection", True, minimum=1),
 )
+FAIRNESS_FIELDS: Final = (
+    Num("usageHalfLifeSeconds", "usage_half_life_s", False),
+    Num("usageSamplingSeconds", "usage_sampling_s", False, exclusive=True),
+    Num("bestEffortMinShare", "best_effort_min_share", False, maximum=1.0),
+)
 AUTOSCALER_FIELDS: Final = (
     Num("tolerance", "tolerance", False),
     Num("scaleDownStabilizationSeconds", "scale_down_stabilization_s", False),
@@ -87,7 +92,17 @@ SCALE_UP_FIELDS: Final = (
 
 TOP_KEYS: Final = ("apiVersion", "kind", "metadata", "spec")
 METADATA_KEYS: Final = ("name", "labels", "annotations")
-SPEC_KEYS: Final = ("pool", "timing", "queue", "autoscaler", "tenants", "access", "rateLimits", "limits")
+SPEC_KEYS: Final = (
+    "pool",
+    "timing",
+    "queue",
+    "autoscaler",
+    "tenants",
+    "access",
+    "rateLimits",
+    "limits",
+    "fairness",
+)
 POOL_KEYS: Final = tuple(f.key for f in POOL_FIELDS) + ("floor",)
 AUTOSCALER_KEYS: Final = ("weights", "scaleUp") + tuple(f.key for f in AUTOSCALER_FIELDS)
 TENANT_KEYS: Final = (

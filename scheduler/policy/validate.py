@@ -35,6 +35,7 @@ from scheduler.policy.checker import Checker, describe, join, keys_text
 from scheduler.policy.errors import PolicyError, Problem
 from scheduler.policy.model import (
     AutoscalerSpec,
+    FairnessSpec,
     LimitsSpec,
     Policy,
     PoolSpec,
@@ -48,6 +49,7 @@ from scheduler.policy.schema import (
     AUTOSCALER_KEYS,
     BEST_EFFORT_KEYS,
     BURSTABLE_KEYS,
+    FAIRNESS_FIELDS,
     KIND,
     LIMITS_FIELDS,
     METADATA_KEYS,
@@ -280,6 +282,8 @@ def policy_from_dict(d: object) -> tuple[Policy, list[Problem]]:
     rate_limits = parse_rate_limits(c, spec.get("rateLimits"), "spec.rateLimits")
     limits_m = c.section(spec.get("limits"), "spec.limits", [f.key for f in LIMITS_FIELDS])
     limits = dataclasses.replace(LimitsSpec(), **c.numbers(limits_m, LIMITS_FIELDS, "spec.limits"))
+    fairness_m = c.section(spec.get("fairness"), "spec.fairness", [f.key for f in FAIRNESS_FIELDS])
+    fairness = dataclasses.replace(FairnessSpec(), **c.numbers(fairness_m, FAIRNESS_FIELDS, "spec.fairness"))
     _check_commitments(c, pool, tenants)
     check_renewal_headroom(c, rate_limits, tenants, pool, timing.lease_ttl_s)
 
@@ -295,5 +299,6 @@ def policy_from_dict(d: object) -> tuple[Policy, list[Problem]]:
         access=access,
         rate_limits=rate_limits,
         limits=limits,
+        fairness=fairness,
     )
     return policy, c.warnings

@@ -13,10 +13,11 @@ from typing import Any
 import yaml
 
 from scheduler.policy.errors import DOCUMENT, PolicyError, Problem
-from scheduler.policy.model import AccessSpec, LimitsSpec, Policy, RateLimit
+from scheduler.policy.model import AccessSpec, FairnessSpec, LimitsSpec, Policy, RateLimit
 from scheduler.policy.schema import (
     API_VERSION,
     AUTOSCALER_FIELDS,
+    FAIRNESS_FIELDS,
     KIND,
     LIMITS_FIELDS,
     POOL_FIELDS,
@@ -156,6 +157,8 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
         doc["spec"]["rateLimits"] = limits
     if policy.limits != LimitsSpec():  # the defaults are not written (older readers know no key)
         doc["spec"]["limits"] = _numbers_to_dict(policy.limits, LIMITS_FIELDS)
+    if policy.fairness != FairnessSpec():
+        doc["spec"]["fairness"] = _numbers_to_dict(policy.fairness, FAIRNESS_FIELDS)
     return doc
 
 

@@ -27,7 +27,7 @@ import orjson
 
 from scheduler.core.engine import Core
 from scheduler.core.lifecycle import LeaseState, WorkerState
-from scheduler.core.records import CoreRecords, LeaseRecord, RequestRecord, Timer, WorkerRecord
+from scheduler.core.records import CoreRecords, LeaseRecord, RequestRecord, TenantUsage, Timer, WorkerRecord
 from scheduler.core.types import (
     EndReason,
     Lease,
@@ -249,6 +249,22 @@ def _common(doc: Doc) -> dict[str, Any]:
         "orphans": tuple(LeaseId(str(lid)) for lid in doc["orphans"]),
         "earmark_order": tuple(
             (int(e[0]), float(e[1]), int(e[2]), SessionId(str(e[3]))) for e in doc["earmark_order"]
+        ),
+        **_fairness(doc.get("fairness")),
+    }
+
+
+def _fairness(doc: Any) -> dict[str, Any]:
+    """Fair share over time (absent from an older build's document: usage starts at zero)."""
+    if doc is None:
+        return {}
+    return {
+        "preempt_seq": int(doc["preempt_seq"]),
+        "preempted": tuple((SessionId(str(s)), int(p)) for s, p in doc["preempted"]),
+        "usage_last": time_of(doc["usage_last"]),
+        "usage": tuple(
+            TenantUsage(str(t), float(u), float(acc), float(at), int(lp))
+            for t, u, acc, at, lp in doc["usage"]
         ),
     }
 

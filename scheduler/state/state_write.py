@@ -28,7 +28,9 @@ The core's part (its own `"format"`, CORE_FORMAT = 2): counters (`now`, `seq`, `
 them), `retired`, `workers` (registration order), `epochs`, `free_slots`, `leases` and
 `requests` as rows (JSON arrays) under a header naming their columns (`lease_fields`,
 `request_fields`: half the bytes of an object each, and read at C speed), `orphans`,
-`earmark_order` and `timers` (`expiries`, `yield_deadlines`, `maturing`). Everything else
+`earmark_order`, `timers` (`expiries`, `yield_deadlines`, `maturing`) and `fairness`
+(`preempt_seq`, `preempted` sessions, `usage_last`, per-tenant `usage` rows: absent from an
+older build's document, read as none, so usage starts at zero). Everything else
 (per-tenant accounting, queues, heaps, Fenwick trees, holder map, capacity, floor, free-slot
 count, preemptible total) is rebuilt from these when read. Order is part of the state and is
 kept by list order: leases in grant order (also each tenant's candidates' and each worker's
@@ -343,6 +345,13 @@ def core_doc(r: CoreRecords) -> Doc:
             "expiries": sorted(r.expiries),
             "yield_deadlines": sorted(r.yield_deadlines),
             "maturing": list(r.maturing),  # a FIFO: its order is kept as is
+        },
+        # Fair share over time; an older document lacks them (read as none: usage from zero).
+        "fairness": {
+            "preempt_seq": r.preempt_seq,
+            "preempted": [[s, p] for s, p in r.preempted],
+            "usage_last": time_doc(r.usage_last),
+            "usage": [list(u) for u in r.usage],
         },
     }
 
