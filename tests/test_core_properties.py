@@ -265,6 +265,8 @@ class CoreMachine(RuleBasedStateMachine):
             else:
                 view = self.core.session(waiter)
                 assert view is not None and view.lease is None, f"{lease.lease_id} yields for {waiter}"
+                # A yield for its own tenant's waiter is a checkpoint spent for nothing.
+                assert view.tenant != lease.tenant, f"{lease.lease_id} yields for {waiter} of its own tenant"
 
     @invariant()
     def quiescent(self) -> None:

@@ -161,10 +161,7 @@ class Core(Ledger):
         self._policy = policy
         self._ttl = policy.timing.lease_ttl_s
         self._min_runtime = policy.timing.min_runtime_s
-        if policy.fairness.usage_half_life_s <= 0:
-            self._usage_next = float("inf")
-        elif self._usage_next == float("inf"):
-            self._usage_next = self._usage_last = now  # turned on: usage counts from now
+        self._set_usage_policy(now)
         names = {t.name for t in policy.tenants}
         for spec in policy.tenants:
             t = self._tenants.get(spec.name)
@@ -196,48 +193,6 @@ class Core(Ledger):
         if self._usage_next != float("inf") and self._order.fairness_waiter():
             return self._usage_next if at is None else min(at, self._usage_next)
         return at
-
-    def _sample_usage(self, now: float) -> bool:
-        """Decay every tenant's usage by the time since the last sample and add the borrowed
-        slot-seconds it held since (spec.fairness, as Kueue samples admission usage); True if the
-        shares changed. Between samples the usage stands still, so the heaps' keys stay true."""
-        f = self._policy.fairness
-        if f.usage_half_life_s <= 0:
-            self._usage_next = float("inf")
-            return False
-        horizon = max(1.0, self._min_runtime)  # usage is counted in slots of one min runtime
-        decay = (
-            0.5 ** ((now - self._usage_last) / f.usage_half_life_s)
-            if self._usage_last > float("-inf")
-            else 0.0
-        )
-        changed = False
-        for t in self._tenants.values():
-            if t.preemptible_contrib:
-                t.usage_acc += t.preemptible_contrib * (now - t.usage_at)
-            t.usage_at = now
-            if t.usage or t.usage_acc:
-                u = t.usage * decay + t.usage_acc
-                t.usage = u if u > 1e-9 else 0.0
-                t.usage_acc = 0.0
-                t.usage_slots = t.usage / horizon
-                self._refresh_queue(t)
-                self._refresh_victims(t)
-                changed = True
-        self._usage_last = now
-        self._usage_next = now + f.usage_sampling_s
-        return changed
-
-    def _promote_lent(self) -> None:
-        """Burstable leases lent from the floor to tenants below nominal become nominal as soon
-        as the floor can spare them (slack beyond the nominal yields in flight), not only when a
-        nominal lease of the tenant ends: a lent lease left preemptible would be asked to yield
-        for a waiter that its own promotion had room for."""
-        for t in list(self._lent):
-            while self._promote(t, reserve=self._inflight_nominal):
-                pass
-            if self._slack() - self._inflight_nominal < 1:
-                return
 
     # ------------------------------------------------------------------ views
 

@@ -1,6 +1,7 @@
 """The core's state and its bookkeeping: every change to who holds, who waits and who yields,
 with the counters and indexes kept in step (the floor's slack, the tenants' counts, the order
-of service, the victim heaps, the free-slot heap, the timers).
+of service, the victim heaps, the free-slot heap, the timers), the tenants' usage over time
+(`_sample_usage`) and the promotion of leases lent from the floor (`_promote_lent`).
 
 `Ledger` decides nothing: `Core` (engine.py) is the ledger plus the decisions, and calls these
 methods from the steps of an event. export/restore of the state is restore.py's.
@@ -88,6 +89,7 @@ class Ledger:
         # Tenants holding a Burstable lease lent from the floor while below nominal: promoted as
         # soon as the floor can spare it (`Core._promote_lent`).
         self._lent: dict[TenantState, None] = {}
+        self._usage_on = policy.fairness.usage_half_life_s > 0
         self._usage_next = float("-inf")  # the next usage sample (spec.fairness)
         self._usage_last = float("-inf")  # the last one
 
@@ -218,6 +220,65 @@ class Ledger:
         t.b_borrowing -= 1
         self._refresh(t)
         return True
+
+    def _set_usage_policy(self, now: float) -> None:
+        """Usage over time under a new policy: off, it is dropped (the share is what is held
+        now); turned on, it counts from now; a new min runtime rescales it into slots."""
+        on = self._policy.fairness.usage_half_life_s > 0
+        if not on:
+            self._usage_next = float("inf")
+        elif not self._usage_on:
+            self._usage_next = self._usage_last = now
+            for t in self._tenants.values():
+                t.usage_acc, t.usage_at = 0.0, now
+        self._usage_on = on
+        horizon = max(1.0, self._min_runtime)  # the share counts usage in slots of min runtime
+        for t in self._tenants.values():
+            if not on:
+                t.usage = t.usage_acc = 0.0
+            t.usage_slots = t.usage / horizon
+
+    def _sample_usage(self, now: float) -> bool:
+        """Decay every tenant's usage by the time since the last sample and add the borrowed
+        slot-seconds it held since (spec.fairness, as Kueue samples admission usage); True if the
+        shares changed. Between samples the usage stands still, so the heaps' keys stay true."""
+        f = self._policy.fairness
+        if f.usage_half_life_s <= 0:
+            self._usage_next = float("inf")
+            return False
+        horizon = max(1.0, self._min_runtime)  # usage is counted in slots of one min runtime
+        decay = (
+            0.5 ** ((now - self._usage_last) / f.usage_half_life_s)
+            if self._usage_last > float("-inf")
+            else 0.0
+        )
+        changed = False
+        for t in self._tenants.values():
+            if t.preemptible_contrib:
+                t.usage_acc += t.preemptible_contrib * (now - t.usage_at)
+            t.usage_at = now
+            if t.usage or t.usage_acc:
+                u = t.usage * decay + t.usage_acc
+                t.usage = u if u > 1e-9 else 0.0
+                t.usage_acc = 0.0
+                t.usage_slots = t.usage / horizon
+                self._refresh_queue(t)
+                self._refresh_victims(t)
+                changed = True
+        self._usage_last = now
+        self._usage_next = now + f.usage_sampling_s
+        return changed
+
+    def _promote_lent(self) -> None:
+        """Burstable leases lent from the floor to tenants below nominal become nominal as soon
+        as the floor can spare them (slack beyond the nominal yields in flight), not only when a
+        nominal lease of the tenant ends: a lent lease left preemptible would be asked to yield
+        for a waiter that its own promotion had room for."""
+        for t in list(self._lent):
+            while self._promote(t, reserve=self._inflight_nominal):
+                pass
+            if self._slack() - self._inflight_nominal < 1:
+                return
 
     def _revoke(self, rec: LeaseRec, reason: RevokeReason, now: float, out: list[Decision]) -> None:
         self._end_lease(rec, LeaseState.REVOKED)
@@ -405,7 +466,7 @@ class Ledger:
         a tenant twice pays for one re-index."""
         contrib = t.preemptible()
         old = t.preemptible_contrib
-        if old:  # the borrowed slot-seconds since the last change, for its usage over time
+        if old and self._usage_on:  # the borrowed slot-seconds since the last change
             t.usage_acc += old * (self._now - t.usage_at)
         t.usage_at = self._now
         self._preemptible += contrib - old

@@ -311,6 +311,7 @@ def _load_fairness(core: Ledger, r: CoreRecords) -> None:
     core._preempt_seq = r.preempt_seq
     core._usage_last = r.usage_last
     f = core._policy.fairness
+    core._usage_on = f.usage_half_life_s > 0
     if f.usage_half_life_s <= 0:
         core._usage_next = float("inf")
     elif r.usage_last > float("-inf"):
@@ -325,7 +326,7 @@ def _load_fairness(core: Ledger, r: CoreRecords) -> None:
         if ut is None:
             raise ValueError(f"usage names tenant {u.tenant!r}, not in the state")
         ut.usage, ut.usage_acc, ut.usage_at, ut.last_preempted = u.usage, u.acc, u.at, u.last_preempted
-        ut.usage_slots = ut.usage / horizon
+        ut.usage_slots = ut.usage / horizon if f.usage_half_life_s > 0 else 0.0
     preempted = dict(r.preempted)
     if preempted:
         for req in core._requests.values():

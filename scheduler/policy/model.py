@@ -60,7 +60,7 @@ class FairnessSpec:
     borrowed slots (those beyond Guaranteed and Burstable nominals) ahead of Burstable beyond its
     nominal, which otherwise goes first: BestEffort is below Burstable, never starved by it."""
 
-    usage_half_life_s: float = 0.0
+    usage_half_life_s: float = 600.0
     usage_sampling_s: float = 10.0
     best_effort_min_share: float = 0.1
 

@@ -1,0 +1,191 @@
+"""Decision table for the rules of issue 23 (docs/design.md, "Who gets the next free slot" and
+"Checkpoint-and-yield preemption"): class order below the nominal tiers, BestEffort's minimum
+share, usage over time, victim ties, no self-preemption. Each case fails on the rule it names
+being broken; the summaries are those of the last step (tests/core_script.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from scheduler.core.engine import Core
+from scheduler.core.types import Tick, YieldRequested
+from scheduler.policy.model import Policy
+from scheduler.state import state_read, state_write
+from tests.core_script import Driver, policy, tenant
+
+A = tenant("a", nominal=0, limit=4)
+B_ = tenant("b", nominal=0, limit=4)
+P = tenant("p", nominal=0, limit=4)  # both Burstable (beyond nominal) and BestEffort
+C = tenant("c")  # BestEffort only
+OPS = tenant("ops", g=2)
+SRE = tenant("sre", g=1)  # Guaranteed and BestEffort
+
+
+def fair(pol: Policy, **kw: Any) -> Policy:
+    return dataclasses.replace(pol, fairness=dataclasses.replace(pol.fairness, **kw))
+
+
+@dataclass
+class Case:
+    policy: Policy
+    steps: list[tuple[Any, ...]]
+    want: list[str]
+
+
+CASES: dict[str, Case] = {
+    # Tier 3 before tier 4: the older BestEffort request of another tenant waits.
+    "burstable_beyond_nominal_goes_before_besteffort_of_another_tenant": Case(
+        fair(policy(A, C), best_effort_min_share=0.0),
+        [
+            ("add", "w0", 1),
+            ("acquire", "a0", "a", "b"),
+            (1, "acquire", "c1", "c", "be"),
+            (2, "acquire", "a1", "a", "b"),
+            (3, "release", "a0"),
+        ],
+        ["ended a0 released", "granted a1 w0/0"],
+    ),
+    "a_tenants_burstable_goes_before_its_own_older_besteffort": Case(
+        policy(P),
+        [
+            ("add", "w0", 1),
+            ("acquire", "p0", "p", "b"),
+            (1, "acquire", "x1", "p", "be"),
+            (2, "acquire", "p1", "p", "b"),
+            (3, "release", "p0"),
+        ],
+        ["ended p0 released", "granted p1 w0/0"],
+    ),
+    # BestEffort holds 0 of the 1 borrowed slot left, below its minimum share of 0.5: it goes
+    # first, though Burstable beyond nominal is ahead of it otherwise.
+    "besteffort_below_its_minimum_share_goes_before_burstable": Case(
+        fair(policy(A, C), best_effort_min_share=0.5),
+        [
+            ("add", "w0", 2),
+            ("acquire", "a0", "a", "b"),
+            ("acquire", "a1", "a", "b"),
+            (1, "acquire", "a2", "a", "b"),
+            (2, "acquire", "c1", "c", "be"),
+            (3, "release", "a0"),
+        ],
+        ["ended a0 released", "granted c1 w0/0"],
+    ),
+    # The same with BestEffort at its minimum share (it holds 1 of 2): Burstable goes first.
+    "besteffort_at_its_minimum_share_waits_behind_burstable": Case(
+        fair(policy(A, C), best_effort_min_share=0.5),
+        [
+            ("add", "w0", 3),
+            ("acquire", "a0", "a", "b"),
+            ("acquire", "a1", "a", "b"),
+            ("acquire", "c0", "c", "be"),
+            (1, "acquire", "c1", "c", "be"),
+            (2, "acquire", "a2", "a", "b"),
+            (3, "release", "a0"),
+        ],
+        ["ended a0 released", "granted a2 w0/0"],
+    ),
+    # One slot, two tenants: with usage over time, the holder's tenant has used one min runtime
+    # of a slot more than the waiter's (11 slot-seconds, min runtime 10): fairness preemption,
+    # though the instantaneous shares (1 against 0) forbid it.
+    "usage_over_time_rotates_a_slot_when_tenants_outnumber_slots": Case(
+        fair(policy(tenant("x"), tenant("y"), min_runtime=10), usage_half_life_s=600, usage_sampling_s=1),
+        [("add", "w0", 1), ("acquire", "x0", "x", "be"), ("acquire", "y0", "y", "be"), (11, "tick")],
+        ["yield x0 fair_share"],
+    ),
+    "without_usage_over_time_a_share_below_one_slot_never_preempts": Case(
+        fair(policy(tenant("x"), tenant("y"), min_runtime=10), usage_half_life_s=0),
+        [("add", "w0", 1), ("acquire", "x0", "x", "be"), ("acquire", "y0", "y", "be"), (11, "tick")],
+        [],
+    ),
+    # Usage decays: y held the slot long ago, x only lately; x's recent use counts more.
+    "a_waiter_whose_use_has_decayed_takes_the_slot": Case(
+        fair(
+            policy(tenant("x"), tenant("y"), min_runtime=10, ttl=1e6),
+            usage_half_life_s=60,
+            usage_sampling_s=1,
+        ),
+        [
+            ("add", "w0", 1),
+            ("acquire", "y0", "y", "be"),
+            (100, "release", "y0"),
+            (100, "acquire", "x0", "x", "be"),
+            (400, "acquire", "y1", "y", "be"),  # y's 100 slot-s have halved 5 times since
+        ],
+        ["yield x0 fair_share", "queued y1"],
+    ),
+    # a and b hold one slot each (equal shares); a was preempted before, so b yields this time.
+    "a_victim_tie_goes_to_the_tenant_least_recently_preempted": Case(
+        policy(tenant("a"), tenant("b"), OPS),
+        [
+            ("add", "w0", 2),
+            ("acquire", "a1", "a", "be"),
+            ("acquire", "b1", "b", "be"),
+            ("acquire", "g1", "ops", "g"),  # tie: a yields (by name)
+            (1, "yield", "a1"),  # g1 granted, a1 queued
+            (2, "release", "g1"),  # a1 granted again
+            (3, "acquire", "g2", "ops", "g"),
+        ],
+        ["yield b1 guaranteed", "queued g2"],
+    ),
+    # Within a tenant: a2 was preempted and granted again (the newest grant); a1 never was.
+    "within_a_tenant_a_session_never_preempted_yields_before_one_preempted_before": Case(
+        policy(tenant("a"), OPS),
+        [
+            ("add", "w0", 2),
+            ("acquire", "a1", "a", "be"),
+            ("acquire", "a2", "a", "be"),
+            ("acquire", "g1", "ops", "g"),  # the newest grant, a2, yields
+            (1, "yield", "a2"),
+            (2, "release", "g1"),  # a2 granted again: now the newest
+            (3, "acquire", "g2", "ops", "g"),
+        ],
+        ["yield a1 guaranteed", "queued g2"],
+    ),
+    # sre's Guaranteed request never asks sre's own BestEffort lease to yield: c's yields, though
+    # sre's share is higher.
+    "a_guaranteed_request_takes_another_tenants_lease_not_its_own": Case(
+        policy(SRE, C),
+        [
+            ("add", "w0", 3),
+            ("acquire", "s1", "sre", "be"),
+            ("acquire", "s2", "sre", "be"),
+            ("acquire", "c1", "c", "be"),
+            ("acquire", "g1", "sre", "g"),
+        ],
+        ["yield c1 guaranteed", "queued g1"],
+    ),
+    "a_request_with_only_its_own_tenants_leases_to_take_waits": Case(
+        policy(SRE),
+        [("add", "w0", 1), ("acquire", "s1", "sre", "be"), ("acquire", "g1", "sre", "g")],
+        ["queued g1"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_decision(name: str) -> None:
+    case = CASES[name]
+    assert Driver(case.policy).run(case.steps) == case.want
+
+
+def test_a_state_without_usage_loads_with_usage_at_zero() -> None:
+    """A state document an older build wrote has no `fairness` part: it loads, usage from zero."""
+    pol = fair(policy(tenant("x"), tenant("y"), min_runtime=10), usage_half_life_s=600, usage_sampling_s=1)
+    d = Driver(pol)
+    d.run([("add", "w0", 1), ("acquire", "x0", "x", "be"), ("acquire", "y0", "y", "be"), (5, "tick")])
+    doc = state_write.core_doc(d.core.export_records())
+    assert any(row[0] == "x" and row[1] > 0 for row in doc["fairness"]["usage"])
+    del doc["fairness"]
+    core = Core.from_records(pol, state_read.core_records(json.loads(json.dumps(doc))))
+    assert {t.name: t.share for t in core.describe().tenants} == {"x": 1.0, "y": 0.0}
+    # Usage counts again from the load on: after 11 s more x has used one min runtime.
+    out = core.handle(Tick(), 16.5)
+    assert [(type(o).__name__, o.lease.session) for o in out if isinstance(o, YieldRequested)] == [
+        ("YieldRequested", "x0")
+    ]
