@@ -2,7 +2,8 @@
 
 Why this comparison: with a free slot, a grant should cost about one round trip; anything beyond
 that is the scheduler's own overhead (auth, core decision, fan-out, proto building). Both servers
-run the same way (grpc.aio, each in its own subprocess) and are driven from one client process:
+run the same way (grpc.aio, each in its own subprocess) and are driven from one client process
+(and, for c128 below, from several):
 
 * latency at concurrency 1 and 64: Acquire until the Granted event, vs one no-op unary call;
 * throughput at concurrency 64: acquire+release pairs per second (Acquire, Granted, Release,
@@ -18,10 +19,22 @@ rpc shape. The distance from the floor is the scheduler's own overhead (auth, co
 
 The pool (8 workers x 16 slots, floor 0, one tenant with a Burstable nominal of 128) always has a
 free slot. Usage: `python bench/grpc_latency.py [--seconds S] [--iterations N] [--rounds K]
-[--no-floor] [--pin] [--redis]`. The last line is `p50_ratio_c1=R pairs_per_s_c64=N
+[--no-floor] [--pin] [--redis] [--clients N]`. The last line is `p50_ratio_c1=R pairs_per_s_c64=N
 noop_calls_per_s_c64=N channel_pairs_ratio_c64=R channel_p50_ratio_c1=R channel_pairs_per_s_c64=N`,
 followed with `--redis` by `redis_p50_ratio_c1=R redis_pairs_per_s_c64=N
-redis_channel_p50_ratio_c1=R redis_channel_pairs_ratio_c64=R`.
+redis_channel_p50_ratio_c1=R redis_channel_pairs_ratio_c64=R`, then (unless `--clients 0`) by
+`channel_pairs_ratio_c128=R channel_pairs_per_s_c128=N noop_calls_per_s_c128=N
+server_cpu_pct_channel=P server_cpu_pct_noop=P client_cpu_pct_max=P`.
+
+c128, a load generator of several processes (`--clients N`, default 3): the figures above come
+from this one client process, which can be the limit itself. In each round, after the blocks
+above, N client processes each drive their share of 128 sessions over their own Channel to the
+slotsched server (acquire+release pairs/s, summed), then N others the no-op server with the same
+total concurrency (calls/s): `channel_pairs_ratio_c128` is the median of the first over the
+median of the second. Over every block the CPU each process used (utime+stime from /proc, % of
+one core) is taken: `server_cpu_pct_*` the server's (median over rounds), `client_cpu_pct_max`
+the busiest client's in any block. A server near 100% while the clients have room is what is
+measured; a client near 100% is a load generator that is the limit.
 
 The channel shape ("channel", and "redis-channel" with `--redis`) drives the same server over one
 open `Scheduler.Channel`: c1 = one session at a time, Acquire command until its Granted event;
@@ -33,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import statistics
@@ -282,27 +296,134 @@ class Target:
         return latencies, len(latencies) / (time.perf_counter() - t0)
 
 
+# ---------------------------------------------------------------- c128: several client processes
+
+
+async def client_main(kind: str, address: str, sessions: int) -> None:
+    """One load-generator process: `sessions` loops on its own Channel (kind "channel") or its
+    own channel to the no-op server ("noop"); runs a block per `run S` line read, answers `done`."""
+    t: Target | ChannelTarget = ChannelTarget(address) if kind == "channel" else Target(address, kind)
+    await t.sequential(50)
+    await t.concurrent(sessions, 0.3)
+    print("ready", flush=True)
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line.startswith("run "):
+            break
+        lat, rate = await t.concurrent(sessions, float(line.split()[1]))
+        print(f"done {len(lat)} {rate:.1f}", flush=True)
+    await t.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads) so far, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class ClientPool:
+    """N client processes driving one server with `total` concurrency between them."""
+
+    def __init__(self, kind: str, address: str, n: int, total: int) -> None:
+        self.kind, self.address = kind, address
+        self.shares = [total // n + (1 if i < total % n else 0) for i in range(n)]
+        self.procs: list[asyncio.subprocess.Process] = []
+
+    async def start(self) -> None:
+        """Start the processes (each inherits this one's CPU affinity: `--pin` pins them too)."""
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        me = str(Path(__file__).resolve())
+        for share in self.shares:
+            args = [me, "--client", self.kind, self.address, str(share)]
+            self.procs.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable, *args, cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=None,
+                )
+            )  # fmt: skip
+        for p in self.procs:
+            await self._line(p, "ready", 60)
+
+    @staticmethod
+    async def _line(p: asyncio.subprocess.Process, word: str, timeout: float) -> str:
+        assert p.stdout is not None
+        line = (await asyncio.wait_for(p.stdout.readline(), timeout)).decode()
+        if not line.startswith(word):
+            raise RuntimeError(f"a bench client answered {line!r}, not {word!r}")
+        return line
+
+    async def block(self, seconds: float, server_pid: int) -> tuple[float, float, list[float]]:
+        """One block of `seconds`: total ops/s, and the CPU % of one core the server and
+        each client used over it."""
+        pids = [server_pid] + [p.pid for p in self.procs]
+        before = [cpu_seconds(pid) for pid in pids]
+        t0 = time.perf_counter()
+        for p in self.procs:
+            assert p.stdin is not None
+            p.stdin.write(f"run {seconds}\n".encode())
+            await p.stdin.drain()
+        lines = [await self._line(p, "done", seconds + 30) for p in self.procs]
+        wall = time.perf_counter() - t0
+        cpu = [100.0 * (cpu_seconds(pid) - b) / wall for pid, b in zip(pids, before, strict=True)]
+        return sum(float(line.split()[2]) for line in lines), cpu[0], cpu[1:]
+
+    async def close(self) -> None:
+        for p in self.procs:
+            if p.stdin is not None and p.returncode is None:
+                with contextlib.suppress(OSError):
+                    p.stdin.write(b"quit\n")
+                    p.stdin.close()
+        for p in self.procs:
+            try:
+                await asyncio.wait_for(p.wait(), 10)
+            except TimeoutError:
+                p.kill()
+                await p.wait()
+
+
 def _pct(xs: list[float], q: int) -> float:
     return statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) > 1 else xs[0]
 
 
 async def run(
-    targets: dict[str, Target | ChannelTarget], iterations: int, seconds: float, rounds: int
+    targets: dict[str, Target | ChannelTarget],
+    iterations: int,
+    seconds: float,
+    rounds: int,
+    pools: dict[str, tuple[ClientPool, int]],
 ) -> None:
     """Interleave short blocks of every target, so drift (other load, CPU frequency) hits all alike."""
     c1: dict[str, list[float]] = {name: [] for name in targets}
     c64: dict[str, list[float]] = {name: [] for name in targets}
     rates: dict[str, list[float]] = {name: [] for name in targets}
+    c128: dict[str, list[float]] = {name: [] for name in pools}
+    server_cpu: dict[str, list[float]] = {name: [] for name in pools}
+    client_cpu: list[float] = []
     for t in targets.values():
         await t.sequential(300)  # warm up channels, caches, code paths
         await t.concurrent(64, 0.5)
-    for _ in range(rounds):
+    for k in range(rounds):
         for name, t in targets.items():
             c1[name] += await t.sequential(iterations // rounds)
         for name, t in targets.items():
             lat, rate = await t.concurrent(64, seconds / rounds)
             c64[name] += lat
             rates[name].append(rate)
+        for name, (pool, server_pid) in pools.items():
+            rate, server, clients = await pool.block(seconds / rounds, server_pid)
+            c128[name].append(rate)
+            server_cpu[name].append(server)
+            client_cpu += clients
+            shown = " ".join(f"{c:.0f}%" for c in clients)
+            print(
+                f"round {k + 1}/{rounds} c128 {name}: {rate:.0f}/s, cpu server {server:.0f}% clients {shown}"
+            )
+        print(
+            f"round {k + 1}/{rounds} done: c64 " + " ".join(f"{n} {rates[n][-1]:.0f}/s" for n in targets),
+            flush=True,
+        )
     for t in targets.values():
         await t.close()
 
@@ -352,7 +473,23 @@ async def run(
     print(
         f"p50_ratio_c1={p50_ratio:.2f} pairs_per_s_c64={pairs:.0f} noop_calls_per_s_c64={noop:.0f}"
         f" channel_pairs_ratio_c64={ch_pairs / noop:.2f} channel_p50_ratio_c1={ch_p50:.2f}"
-        f" channel_pairs_per_s_c64={ch_pairs:.0f}{extra}"
+        f" channel_pairs_per_s_c64={ch_pairs:.0f}{extra}{_c128_keys(c128, server_cpu, client_cpu)}"
+    )
+
+
+def _c128_keys(rates: dict[str, list[float]], server: dict[str, list[float]], clients: list[float]) -> str:
+    if not rates:
+        return ""
+    ch, noop = statistics.median(rates["channel"]), statistics.median(rates["noop"])
+    cpu_ch, cpu_noop = statistics.median(server["channel"]), statistics.median(server["noop"])
+    print(
+        f"c128 (several client processes): channel pairs/no-op calls {ch / noop:.2f} (>= 2.0);"
+        f" server cpu {cpu_ch:.0f}% (channel), {cpu_noop:.0f}% (noop); busiest client {max(clients):.0f}%"
+    )
+    return (
+        f" channel_pairs_ratio_c128={ch / noop:.2f} channel_pairs_per_s_c128={ch:.0f}"
+        f" noop_calls_per_s_c128={noop:.0f} server_cpu_pct_channel={cpu_ch:.0f}"
+        f" server_cpu_pct_noop={cpu_noop:.0f} client_cpu_pct_max={max(clients):.0f}"
     )
 
 
@@ -370,9 +507,19 @@ def main() -> int:
     p.add_argument(
         "--pin", action="store_true", help="client on the first CPU, servers on the others (less noise)"
     )
+    p.add_argument(
+        "--clients",
+        type=int,
+        default=3,
+        help="client processes of the c128 blocks (0: none, only the single-client figures)",
+    )
+    p.add_argument("--client", nargs=3, help=argparse.SUPPRESS)
     p.add_argument("--noop-server", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--floor-server", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.client:
+        asyncio.run(client_main(args.client[0], args.client[1], int(args.client[2])))
+        return 0
     if args.noop_server:
         asyncio.run(noop_server_main())
         return 0
@@ -405,10 +552,11 @@ def main() -> int:
             if not args.no_floor:
                 servers["floor"] = [sys.executable, me, "--floor-server"]
             servers["noop"] = [sys.executable, me, "--noop-server"]
-            addresses = {}
+            addresses, pids = {}, {}
             for name, cmd in servers.items():
                 proc, addresses[name] = _spawn(cmd, server_cpus)
                 procs.append(proc)
+                pids[name] = proc.pid
 
             async def go() -> None:
                 targets: dict[str, Target | ChannelTarget] = {}
@@ -417,7 +565,18 @@ def main() -> int:
                     if n in ("slotsched", "redis"):
                         # The channel shape against the same server process.
                         targets["channel" if n == "slotsched" else "redis-channel"] = ChannelTarget(a)
-                await run(targets, args.iterations, args.seconds, args.rounds)
+                pools: dict[str, tuple[ClientPool, int]] = {}
+                if args.clients > 0:  # c128: the channel and the no-op server, each from N processes
+                    for n, kind in (("slotsched", "channel"), ("noop", "noop")):
+                        pools[kind] = (ClientPool(kind, addresses[n], args.clients, 128), pids[n])
+                try:
+                    for pool, _ in pools.values():
+                        await pool.start()
+                    print(f"servers and {2 * args.clients} client processes up", flush=True)
+                    await run(targets, args.iterations, args.seconds, args.rounds, pools)
+                finally:
+                    for pool, _ in pools.values():
+                        await pool.close()
 
             asyncio.run(go())
         finally:
