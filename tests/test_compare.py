@@ -68,7 +68,7 @@ def test_report_has_a_row_per_policy_and_non_empty_plots(
     pol, plans = small()
     assert run_compare(pol, plans, args(tmp_path, False)) == 0
     report = (tmp_path / "report.md").read_text()
-    rows = [ln for ln in report.splitlines() if ln.startswith("| ")][1:]
+    rows = [ln for ln in report.splitlines() if ln.startswith("| ")][1:]  # the main table alone
     names = [c.name for c in roster()]
     assert len(rows) == len(names)
     for name, row in zip(names, rows, strict=True):

@@ -55,10 +55,14 @@ def test_json_lists_every_tenant_and_null_waits_for_a_class_never_granted() -> N
     doc = sim.stats.to_json()
     assert sim.stats.refusals == 1  # denied's Guaranteed request: no quota
     assert set(doc["tenants"]) == {"busy", "denied", "idle"}
+    nothing = {"count": 0, "p50": None, "p99": None, "max": None}
     for name in ("denied", "idle"):
         assert doc["tenants"][name] == {
             "slot_seconds": 0.0,
             "by_class": {"guaranteed": 0.0, "burstable": 0.0, "besteffort": 0.0},
+            "first_grant_s": None,  # never granted: null, not 0 s
+            "time_to_slot": nothing,
+            "waits_by_class": {"guaranteed": nothing, "burstable": nothing, "besteffort": nothing},
         }
     assert doc["tenants"]["busy"]["slot_seconds"] == 10.0
     for cls in ("guaranteed", "besteffort"):

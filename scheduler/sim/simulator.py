@@ -237,6 +237,7 @@ class Simulator:
             period = lv.plan.periods[lv.period]
             lv.remaining = period.hold_s
             self._wait_starts(lv)
+            self.stats.arrived(lv.plan.tenant, self.now)  # per-tenant first_grant_s counts from it
             self.apply(Acquire(SessionId(lv.plan.session_id), TenantName(lv.plan.tenant), lv.plan.qos))
         elif kind == _RETRY:
             lv = self._live[str(payload)]

@@ -6,6 +6,11 @@ covers a request within its tenant's Guaranteed quota; one beyond it waits for t
 Guaranteed leases to end, and a driver that knows which is which (the simulator) says so.
 Work lost is slot-seconds that no snapshot saved: revoked leases since their grant, and leases
 that expired under a dead holder.
+
+Per tenant (issue 23), what a platform team asks: how long after its first request a tenant
+first got a slot (`first_grant_s`; the first request is the driver's `arrived`, else the start of
+the tenant's earliest granted wait), and its waits overall and per class, each wait counted as
+above (a re-queue after a yield or a revoke is a further wait, measured from the re-queue).
 """
 
 from __future__ import annotations
@@ -44,6 +49,17 @@ def percentile(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def waits_json(w: list[float]) -> dict[str, float | int | None]:
+    """count, p50, p99, max of some waits; null figures when there is none (no wait measured is
+    not a 0 s wait)."""
+    return {
+        "count": len(w),
+        "p50": round(percentile(w, 50), 3) if w else None,
+        "p99": round(percentile(w, 99), 3) if w else None,
+        "max": round(max(w), 3) if w else None,
+    }
+
+
 @dataclass
 class Sample:
     t: float
@@ -75,6 +91,11 @@ class SimStats:
     worker_seconds: float = 0.0
     scale_actions: int = 0
     samples: list[Sample] = field(default_factory=list)
+    # Per tenant: its waits by class (the same waits as `waits`), its first request and first grant.
+    tenant_waits: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    first_arrival: dict[str, float] = field(default_factory=dict)
+    first_grant: dict[str, float] = field(default_factory=dict)
+    _first_wait_start: dict[str, float] = field(default_factory=dict)
     # Set when the run was cut short because it could make no more progress (simulator.py):
     stopped_at_s: float | None = None
     stop_note: str = ""
@@ -84,6 +105,13 @@ class SimStats:
     def record(self, d: Decision, now: float) -> None:
         if isinstance(d, Granted):
             self.waits[d.lease.qos.value].append(d.waited_s)
+            tenant = d.lease.tenant
+            by = self.tenant_waits.setdefault(tenant, {k: [] for k in CLASS_KEYS})
+            by[d.lease.qos.value].append(d.waited_s)
+            self.first_grant.setdefault(tenant, now)
+            start = now - d.waited_s
+            if start < self._first_wait_start.get(tenant, math.inf):
+                self._first_wait_start[tenant] = start
         elif isinstance(d, YieldRequested):
             if d.cause is not YieldCause.DRAIN:
                 self.preemptions += 1
@@ -103,6 +131,32 @@ class SimStats:
             self._held(d.lease, now)
         elif isinstance(d, Refused):
             self.refusals += 1
+
+    def arrived(self, tenant: str, now: float) -> None:
+        """A session of `tenant` asked for a slot (the driver says so; the first one counts)."""
+        self.first_arrival.setdefault(tenant, now)
+
+    def first_grant_s(self, tenant: str) -> float | None:
+        """Seconds from the tenant's first request to its first grant; None if never granted."""
+        granted = self.first_grant.get(tenant)
+        if granted is None:
+            return None
+        asked = self.first_arrival.get(tenant, self._first_wait_start.get(tenant, granted))
+        return max(0.0, granted - asked)
+
+    def tenant_json(self, tenant: str) -> dict[str, Any]:
+        """`tenants.<t>` of `simulate --json`: slot-seconds (total, by class), first_grant_s,
+        time_to_slot over all its waits and waits_by_class, each {count, p50, p99, max}."""
+        by = self.slot_seconds.get(tenant, {})
+        waits = self.tenant_waits.get(tenant, {})
+        first = self.first_grant_s(tenant)
+        return {
+            "slot_seconds": round(sum(by.values()), 3),
+            "by_class": {c: round(by.get(c, 0.0), 3) for c in CLASS_KEYS},
+            "first_grant_s": None if first is None else round(first, 3),
+            "time_to_slot": waits_json([w for c in CLASS_KEYS for w in waits.get(c, [])]),
+            "waits_by_class": {c: waits_json(waits.get(c, [])) for c in CLASS_KEYS},
+        }
 
     def guaranteed_waits(self, beyond_quota: bool) -> list[float]:
         """The Guaranteed waits of requests beyond their tenant's quota, or all the others."""
@@ -152,7 +206,8 @@ class SimStats:
     def to_json(self) -> dict[str, Any]:
         """`simulate --json`. Every class and every tenant of the policy is listed: a class with no
         grant has null waits (no wait was measured, which is not a 0 s wait), a tenant that got
-        nothing has 0 slot-seconds (absent would read as "not in the run")."""
+        nothing has 0 slot-seconds (absent would read as "not in the run"), a null first_grant_s
+        and null waits."""
         classes = {}
         for k in CLASS_KEYS:
             w = self.waits[k]
@@ -163,14 +218,10 @@ class SimStats:
                 "max": round(max(w), 3) if w else None,
             }
             classes[k] = {"count": len(w), "time_to_slot": tts}
-        names = sorted({t.name for t in self.policy.tenants} | set(self.slot_seconds))
-        tenants = {}
-        for name in names:
-            by = self.slot_seconds.get(name, {})
-            tenants[name] = {
-                "slot_seconds": round(sum(by.values()), 3),
-                "by_class": {c: round(by.get(c, 0.0), 3) for c in CLASS_KEYS},
-            }
+        names = sorted(
+            {t.name for t in self.policy.tenants} | set(self.slot_seconds) | set(self.tenant_waits)
+        )
+        tenants = {name: self.tenant_json(name) for name in names}
         return {
             "classes": classes,
             "tenants": tenants,

@@ -24,6 +24,10 @@ must agree on every number, so each is computed once, here, from `SimStats`.
   worker). For a static pool it is `SimStats.utilization`; for an elastic one it also counts
   workers starting and draining, which `SimStats` leaves out of capacity (so its ratio can pass
   100% while leases finish on a draining worker).
+- Per tenant (issue 23; tenants with demand): `simulate --json`'s `tenants.<t>` (first grant,
+  time-to-slot, waits by class, slot-seconds), and over them the spread of `slot-seconds /
+  weight` (max over min: inf when a tenant got nothing) and the latest first grant (inf when a
+  tenant was never granted): whether the pool reached every tenant, and how evenly.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.policy.model import Policy
-from scheduler.sim.stats import CLASS_KEYS, SimStats, percentile
+from scheduler.sim.stats import CLASS_KEYS, SimStats, percentile, waits_json
 from scheduler.sim.workload import SessionPlan
 
 
@@ -76,6 +80,10 @@ class RunFigures:
     stop_note: str = ""  # why the run ended with work left (see SimStats.stop_note), else ""
     # Guaranteed requests beyond their tenant's quota: (grants, p99, max wait).
     g_beyond_quota: tuple[int, float, float] = (0, 0.0, 0.0)
+    # Tenants with demand, by name: `SimStats.tenant_json` (first_grant_s, time_to_slot, …).
+    tenants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    share_spread: float = 1.0  # max / min of slot-seconds / weight over them (inf: one got none)
+    first_grant_max: float | None = None  # the latest first grant (inf: one never granted)
 
     def granted(self, cls: str) -> bool:
         """Did the class get any grant? (Unknown when built without `grants`: assume it did.)"""
@@ -120,6 +128,20 @@ def contention_jain(
     return sum(values) / len(values) if values else None
 
 
+def spread(values: Sequence[float]) -> float:
+    """max / min; 1.0 for nothing or all zeros, inf when some got nothing and others something."""
+    if not values or max(values) == 0:
+        return 1.0
+    return max(values) / min(values) if min(values) > 0 else math.inf
+
+
+def latest_first_grant(tenants: dict[str, dict[str, Any]]) -> float | None:
+    firsts = [t["first_grant_s"] for t in tenants.values()]
+    if not firsts:
+        return None
+    return math.inf if None in firsts else max(firsts)
+
+
 def _paid_utilization(stats: SimStats, worker_seconds: float, slots_per_worker: int) -> float:
     paid = worker_seconds * slots_per_worker
     return stats.busy_slot_seconds / paid if paid else 0.0
@@ -160,6 +182,7 @@ def figures(
         for t in sorted(tenant_demand(plans))
     ]
     static_ws = stats.capacity_slot_seconds / max(1, policy.pool.slots_per_worker)
+    per_tenant = {t: stats.tenant_json(t) for t in sorted(tenant_demand(plans))}
     return RunFigures(
         name=name,
         waits=waits,
@@ -181,29 +204,23 @@ def figures(
         grants={k: len(w) for k, w in by_class.items()},
         stop_note=stats.stop_note,
         g_beyond_quota=(len(beyond), percentile(beyond, 99), max(beyond, default=0.0)),
+        tenants=per_tenant,
+        share_spread=spread(shares),
+        first_grant_max=latest_first_grant(per_tenant),
     )
 
 
-def _waits_json(w: list[float]) -> dict[str, float | int | None]:
-    return {
-        "count": len(w),
-        "p50": round(percentile(w, 50), 3) if w else None,
-        "p99": round(percentile(w, 99), 3) if w else None,
-        "max": round(max(w), 3) if w else None,
-    }
-
-
 def json_entry(stats: SimStats, fig: RunFigures) -> dict[str, Any]:
-    """`simulate --json`'s keys plus worker_seconds, scale_actions, sla_misses (within quota),
-    Guaranteed waits by quota and Jain under contention with the samples it averages (index
-    null for none)."""
+    """`simulate --json`'s keys (per tenant too) plus worker_seconds, scale_actions, sla_misses
+    (within quota), Guaranteed waits by quota and Jain under contention with the samples it
+    averages (index null for none)."""
     out = stats.to_json()
     out["worker_seconds"] = round(fig.worker_seconds, 3)
     out["scale_actions"] = fig.scale_actions
     out["sla_misses"] = fig.sla_misses
     out["guaranteed_by_quota"] = {
-        "within": _waits_json(stats.guaranteed_waits(beyond_quota=False)),
-        "beyond": _waits_json(stats.guaranteed_waits(beyond_quota=True)),
+        "within": waits_json(stats.guaranteed_waits(beyond_quota=False)),
+        "beyond": waits_json(stats.guaranteed_waits(beyond_quota=True)),
     }
     jc = fig.jain_contended
     out["jain_under_contention"] = {

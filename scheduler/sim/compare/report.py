@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from scheduler.sim.compare.contenders import Contender, reference
 from scheduler.sim.compare.metrics import RunFigures
+from scheduler.sim.compare.tenants import tenant_tables
 
 
 @dataclass(frozen=True)
@@ -529,6 +530,7 @@ def render(
         "(baselines that ignore quotas may serve it at once).",
         "",
         *_na_note(figs),
+        *tenant_tables(figs),
         *unfinished(figs),
         "## Contenders",
         "",

@@ -5,7 +5,10 @@ Why: a scheduler's claims only mean something next to what people run today. Eve
 holders; refused holders retry (1.5-3 s seeded jitter), so a rejecting runtime's client-side
 queue is measured too. Output: DIR/report.md (one table, verdicts), three PNGs, a progress bar
 on stderr, and with --json `{"policies": {name: {…simulate --json keys…, worker_seconds,
-scale_actions, sla_misses, guaranteed_by_quota, jain_under_contention}}}` on stdout.
+scale_actions, sla_misses, guaranteed_by_quota, jain_under_contention}}}` on stdout (the
+simulate keys include each tenant's first grant and waits, `tenants.<t>`). report.md has a
+per-tenant section too (`tenants.py`); without --json stdout shows the main table and its
+first per-tenant table.
 """
 
 from __future__ import annotations
@@ -218,5 +221,10 @@ def run_compare(
         text = report.read_text()
         table = [ln for ln in text.splitlines() if ln.startswith("|")]
         print("\n".join(table))
+        per_tenant = (
+            text.split("## Per tenant\n", 1)[1].split("\n\n", 2)[1] if "## Per tenant\n" in text else ""
+        )
+        if per_tenant:  # its first table: first grant, waits, slot-seconds of each tenant
+            print("\nper tenant: first grant (s) · time-to-slot p50/p99/max (s) · slot-s\n" + per_tenant)
         print(f"\nreport: {report}")
     return 0
