@@ -37,7 +37,9 @@ def run(half_life: float) -> dict[str, float]:
         fairness=FairnessSpec(usage_half_life_s=half_life),
     )
     plans = [
-        SessionPlan(f"{t.name}-{k}", t.name, QoS.BEST_EFFORT, [Period(1800.0, None, i + 0.01 * k, 1024, None)])
+        SessionPlan(
+            f"{t.name}-{k}", t.name, QoS.BEST_EFFORT, [Period(1800.0, None, i + 0.01 * k, 1024, None)]
+        )
         for i, t in enumerate(tenants)
         for k in range(6)
     ]

@@ -29,6 +29,7 @@ from scheduler.core.types import (
     WorkerId,
     YieldRequested,
 )
+from scheduler.core.victims import session_key
 from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 from scheduler.ports import EndedSession, Extras, LoopState, StateUnavailable, WorkerEntry
 from scheduler.server.loop import SchedulerLoop
@@ -134,9 +135,27 @@ def test_a_capture_is_not_changed_by_what_the_loop_does_while_it_is_encoded(
     assert state_write.write_state(captured) == at_capture
 
 
+def _usage_from_zero(core: Core) -> None:
+    """What loading a state an older build wrote (no usage in it) does: usage from zero, now,
+    and no session or tenant counts as preempted before."""
+    core._preempt_seq = 0
+    for r in (*core._leases.values(), *core._requests.values()):
+        r.preempted = 0
+    for t in core._tenants.values():
+        t.last_preempted = 0
+        for cls in range(3):
+            t.pick[cls] = sorted(session_key(core._leases[lid]) for lid in t.candidates[cls])
+            t.mpick[cls] = sorted(session_key(core._leases[lid]) for lid in t.mature[cls])
+        t.usage = t.usage_acc = t.usage_slots = 0.0
+        t.usage_at = core._now
+        core._refresh(t)
+    core._usage_last, core._usage_next = core._now, core._now + core.policy.fairness.usage_sampling_s
+
+
 def test_a_format_2_snapshot_written_by_the_previous_build_is_read() -> None:
     """tests/data/state_snapshot_v2.json was written by the format-2 build from `_busy_state`."""
     want, _ = _busy_state()
+    _usage_from_zero(want.loop.core)
     back = state_read.read_state((DATA / "state_snapshot_v2.json").read_bytes(), "slotsched-snapshot/2")
     assert _fingerprint(back.loop.core) == _fingerprint(want.loop.core)
     _same_state(want, back)
@@ -148,6 +167,7 @@ def test_a_format_2_snapshot_written_by_the_previous_build_is_read() -> None:
 def test_a_format_1_core_state_is_read() -> None:
     """tests/data/core_state_v1.json: the busy scenario's core, exported by the format-1 build."""
     core, _ = _scenario()
+    _usage_from_zero(core)
     doc = json.loads((DATA / "core_state_v1.json").read_text())
     assert doc["format"] == 1
     rebuilt = from_doc(core.policy, doc)

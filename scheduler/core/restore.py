@@ -316,6 +316,8 @@ def _load_fairness(core: Ledger, r: CoreRecords) -> None:
         core._usage_next = float("inf")
     elif r.usage_last > float("-inf"):
         core._usage_next = r.usage_last + f.usage_sampling_s
+    elif r.now > float("-inf"):  # an older build's state: usage counts from now
+        core._usage_last, core._usage_next = r.now, r.now + f.usage_sampling_s
     horizon = max(1.0, core._policy.timing.min_runtime_s)
     at = r.now if r.now > float("-inf") else 0.0
     for t in core._tenants.values():  # an older state has none: usage starts at zero, now
