@@ -83,6 +83,14 @@ SAMPLE_COMMANDS: tuple[str, ...] = (
     " --arrivals $S/azure_llm_conv_2023_sample.csv --tenants 6 --seed 1 --workers 6 --max-workers 12"
     " --out w.csv --policy-out p.yaml",
     "simulate --policy $S/agent-sessions-policy.yaml --workload $S/agent-sessions.csv --until 14400",
+    # The fairness samples (issue 23; the samples README says how each was derived):
+    "simulate --policy $S/be-12x4-policy.yaml --workload $S/be-12x4.csv --until 3000",
+    "simulate --compare --policy $S/be-12x4-policy.yaml --workload $S/be-12x4.csv --until 3000"
+    " --out out/be-12x4",
+    "simulate --compare --policy $S/many-tenants-policy.yaml --workload $S/many-tenants.csv --until 14400"
+    " --out out/many-tenants",
+    "simulate --compare --policy $S/claude-16x64-policy.yaml --workload $S/claude-16x64.csv --until 14400"
+    " --out out/claude-16x64",
 )
 
 
