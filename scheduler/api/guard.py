@@ -162,64 +162,149 @@ def _too_long(path: str, value: str | bytes, limit: int) -> tuple[str, str] | No
     return path, f"longer than {limit} bytes (got {size}): {shown}"
 
 
+# A checker: the first (field path from the message, description) of a message over its
+# limits, or None. One is compiled per message type from its plan, once, so checking a request
+# costs a call per field it could hold (a oneof: one `WhichOneof`, then only the member set),
+# not an interpretation of the plan per field (bench/README.md: 2.4 -> 0.6 us a Channel command).
+_Bad = tuple[str, str] | None
+_Check = Callable[[Any], _Bad]
+_CHECKERS: dict[str, _Check] = {}
+
+
+def _ok(msg: Any) -> _Bad:
+    return None
+
+
+def _checker(desc: Any) -> _Check:
+    chk = _CHECKERS.get(desc.full_name)
+    if chk is None:
+        chk = _CHECKERS[desc.full_name] = _compile(desc, _plan(desc))
+    return chk
+
+
+def _step(name: str, kind: str, limit: int, extra: Any, is_set: bool = False) -> _Check:
+    """The check of one plan step (`is_set`: the field is known to be set, a oneof's member)."""
+    if kind in ("string", "byte"):
+
+        def one_string(msg: Any) -> _Bad:
+            value = getattr(msg, name)
+            if value and len(value) * 4 > limit:  # a str of n characters is at most 4n bytes
+                return _too_long(name, value, limit)
+            return None
+
+        return one_string
+    if kind == "message":
+        full, dot = extra.full_name, name + "."
+
+        def one_message(msg: Any) -> _Bad:
+            if not is_set and not msg.HasField(name):  # reading an unset submessage builds one
+                return None
+            bad = (_CHECKERS.get(full) or _checker(extra))(getattr(msg, name))
+            return None if bad is None else (dot + bad[0], bad[1])
+
+        return one_message
+    if kind == "time":
+
+        def one_time(msg: Any) -> _Bad:
+            if not is_set and not msg.HasField(name):
+                return None
+            return _bad_time(name, getattr(msg, name), extra)
+
+        return one_time
+    return lambda msg: _entries(getattr(msg, name), name, kind, limit, extra)
+
+
+def _entries(value: Any, path: str, kind: str, limit: int, extra: Any) -> _Bad:
+    """The check of a map or repeated field."""
+    most = _ENTRY_LIMITS.get(path, MAX_ENTRIES)
+    if len(value) > most:
+        return path, f"more than {most} entries (got {len(value)})"
+    if kind == "map":
+        for k, v in value.items():
+            if isinstance(k, str) and (bad := _too_long(f"{path}[key]", k, MAX_STRING_BYTES)):
+                return bad
+            if extra.type == FieldDescriptor.TYPE_MESSAGE:
+                if bad := check(v, f"{path}[{quote(str(k), 16)}]."):
+                    return bad
+            elif isinstance(v, str | bytes) and (bad := _too_long(f"{path}[{quote(str(k), 16)}]", v, limit)):
+                return bad
+    elif kind in ("strings", "bytes"):
+        for i, v in enumerate(value):
+            if bad := _too_long(f"{path}[{i}]", v, limit):
+                return bad
+    elif kind == "times":
+        for i, v in enumerate(value):
+            if bad := _bad_time(f"{path}[{i}]", v, extra):
+                return bad
+    elif kind == "messages":
+        for i, v in enumerate(value):
+            if bad := check(v, f"{path}[{i}]."):
+                return bad
+    return None
+
+
+def _compile(desc: Any, plan: _Plan) -> _Check:
+    """The checker of `plan`'s steps, in order; a run of steps that are members of one oneof
+    becomes one step (at most one member is set: the same first error)."""
+    steps: list[_Check] = []
+    i = 0
+    while i < len(plan):
+        oneof = desc.fields_by_name[plan[i][0]].containing_oneof
+        j = i + 1
+        while (
+            j < len(plan) and oneof is not None and desc.fields_by_name[plan[j][0]].containing_oneof is oneof
+        ):
+            j += 1
+        if oneof is None or j - i < 2:
+            steps.append(_step(*plan[i]))
+        else:
+            steps.append(_one_of(oneof.name, {st[0]: _step(*st, is_set=True) for st in plan[i:j]}))
+        i = j
+    if not steps:
+        return _ok
+    if len(steps) == 1:
+        return steps[0]
+    run = tuple(steps)
+
+    def each(msg: Any) -> _Bad:
+        for step in run:
+            bad = step(msg)
+            if bad is not None:
+                return bad
+        return None
+
+    return each
+
+
+def _one_of(oneof: str, members: dict[str, _Check]) -> _Check:
+    def one_of(msg: Any) -> _Bad:
+        which = msg.WhichOneof(oneof)
+        step = members.get(which) if which is not None else None
+        return None if step is None else step(msg)
+
+    return one_of
+
+
 def check(msg: Message, prefix: str = "", plan: _Plan | None = None) -> tuple[str, str] | None:
     """The first (field path, description) of `msg` over its limits, or None (`plan`: the
     fields to check, all by default)."""
-    for name, kind, limit, extra in _plan(msg.DESCRIPTOR) if plan is None else plan:
-        if kind == "message":  # HasField first: reading an unset submessage builds one
-            if msg.HasField(name) and (bad := check(getattr(msg, name), prefix + name + ".")):
-                return bad
-            continue
-        if kind == "time":
-            if msg.HasField(name) and (bad := _bad_time(prefix + name, getattr(msg, name), extra)):
-                return bad
-            continue
-        value = getattr(msg, name)
-        if kind in ("string", "byte"):
-            if value and (bad := _too_long(prefix + name, value, limit)):
-                return bad
-            continue
-        path = prefix + name
-        most = _ENTRY_LIMITS.get(name, MAX_ENTRIES)
-        if len(value) > most:
-            return path, f"more than {most} entries (got {len(value)})"
-        if kind == "map":
-            for k, v in value.items():
-                if isinstance(k, str) and (bad := _too_long(f"{path}[key]", k, MAX_STRING_BYTES)):
-                    return bad
-                if extra.type == FieldDescriptor.TYPE_MESSAGE:
-                    if bad := check(v, f"{path}[{quote(str(k), 16)}]."):
-                        return bad
-                elif isinstance(v, str | bytes) and (
-                    bad := _too_long(f"{path}[{quote(str(k), 16)}]", v, limit)
-                ):
-                    return bad
-        elif kind in ("strings", "bytes"):
-            for i, v in enumerate(value):
-                if bad := _too_long(f"{path}[{i}]", v, limit):
-                    return bad
-        elif kind == "times":
-            for i, v in enumerate(value):
-                if bad := _bad_time(f"{path}[{i}]", v, extra):
-                    return bad
-        elif kind == "messages":
-            for i, v in enumerate(value):
-                if bad := check(v, f"{path}[{i}]."):
-                    return bad
-    return None
+    chk = _checker(msg.DESCRIPTOR) if plan is None else _compile(msg.DESCRIPTOR, plan)
+    bad = chk(msg)
+    return bad if bad is None or not prefix else (prefix + bad[0], bad[1])
 
 
 def deserializer(cls: type[Message]) -> Callable[[bytes], Message | Refused]:
     """Decode a request of type `cls`, or return Refused: not a valid message, or over a limit."""
     name = cls.DESCRIPTOR.name
     from_string = cls.FromString
+    chk = _checker(cls.DESCRIPTOR)
 
     def decode(data: bytes) -> Message | Refused:
         try:
             msg = from_string(data)
         except Exception:  # DecodeError, or a RuntimeError from upb on deeply nested groups
             return Refused("request", f"not a valid {name} ({len(data)} bytes)")
-        bad = check(msg)
+        bad = chk(msg)
         return msg if bad is None else Refused(*bad)
 
     return decode
@@ -237,22 +322,23 @@ def batch_deserializer(
         raise ValueError(f"{desc.full_name}.{field} is not a repeated message field")
     name = desc.name
     from_string = cls.FromString
-    rest = tuple(step for step in _plan(desc) if step[0] != field)
+    rest = _compile(desc, tuple(step for step in _plan(desc) if step[0] != field))
     most = _ENTRY_LIMITS.get(field, MAX_ENTRIES)
+    check_item = _checker(f.message_type)
 
     def decode(data: bytes) -> Message | Refused | PartlyRefused:
         try:
             msg = from_string(data)
         except Exception:  # DecodeError, or a RuntimeError from upb on deeply nested groups
             return Refused("request", f"not a valid {name} ({len(data)} bytes)")
-        if rest and (bad := check(msg, "", rest)):
+        if bad := rest(msg):
             return Refused(*bad)
         items = getattr(msg, field)
         if len(items) > most:
             return Refused(field, f"more than {most} entries (got {len(items)})")
         refused: dict[int, Refused] | None = None
         for i, item in enumerate(items):
-            if bad := check(item):
+            if bad := check_item(item):
                 if refused is None:
                     refused = {}
                 refused[i] = Refused(*bad)
