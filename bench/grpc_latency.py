@@ -162,8 +162,9 @@ class ChannelTarget:
     """The same pair over one open Scheduler.Channel: every session on one stream, commands
     written in batches (whatever is ready when the writer runs), events dispatched by session."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, prefix: str = "c") -> None:
         self.channel = grpc.aio.insecure_channel(address)
+        self.prefix = prefix  # of session ids: each client process its own
         self.stub = scheduler_pb2_grpc.SchedulerStub(self.channel)  # type: ignore[no-untyped-call]
         self.md = (("authorization", f"Bearer {TOKEN}"),)
         self.seq = 0
@@ -213,7 +214,7 @@ class ChannelTarget:
         if self.call is None:
             await self._open()
         self.seq += 1
-        sid = f"c{self.seq}"
+        sid = f"{self.prefix}{self.seq}"
         t0 = time.perf_counter()
         acquire = scheduler_pb2.AcquireRequest(session_id=sid, qos=common_pb2.QOS_CLASS_BURSTABLE)
         ev = await self._send(scheduler_pb2.ChannelCommand(ref=self.seq, acquire=acquire))
@@ -302,7 +303,9 @@ class Target:
 async def client_main(kind: str, address: str, sessions: int) -> None:
     """One load-generator process: `sessions` loops on its own Channel (kind "channel") or its
     own channel to the no-op server ("noop"); runs a block per `run S` line read, answers `done`."""
-    t: Target | ChannelTarget = ChannelTarget(address) if kind == "channel" else Target(address, kind)
+    t: Target | ChannelTarget = Target(address, kind)
+    if kind == "channel":
+        t = ChannelTarget(address, f"p{os.getpid()}-")
     await t.sequential(50)
     await t.concurrent(sessions, 0.3)
     print("ready", flush=True)
