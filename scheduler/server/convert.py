@@ -136,22 +136,32 @@ def lease_to_pb(lease: Lease, address: str, yielding: YieldRequested | None) -> 
 
 
 # ---------------------------------------------------------------- stream events
+# Each event is written into a LeaseEvent it is given (`fill_sealed_event`: the one inside a
+# ChannelEvent, so the Channel's writer builds nothing to copy), or into a new one.
 
 
-def queued_event(position: int, estimate_s: float | None, at: float) -> scheduler_pb2.LeaseEvent:
-    ev = scheduler_pb2.LeaseEvent()
+def _queued_into(ev: scheduler_pb2.LeaseEvent, position: int, estimate_s: float | None, at: float) -> None:
     q = ev.queued
     q.position = position
     if estimate_s is not None:  # unset = no estimate yet
         q.estimated_wait.CopyFrom(dur(estimate_s))
     _set_ts(ev.at, at)
+
+
+def queued_event(position: int, estimate_s: float | None, at: float) -> scheduler_pb2.LeaseEvent:
+    ev = scheduler_pb2.LeaseEvent()
+    _queued_into(ev, position, estimate_s, at)
     return ev
 
 
-def granted_event(
-    lease: Lease, address: str, yielding: YieldRequested | None, waited_s: float, at: float
-) -> scheduler_pb2.LeaseEvent:
-    ev = scheduler_pb2.LeaseEvent()
+def _granted_into(
+    ev: scheduler_pb2.LeaseEvent,
+    lease: Lease,
+    address: str,
+    yielding: YieldRequested | None,
+    waited_s: float,
+    at: float,
+) -> None:
     g = ev.granted
     fill_lease(g.lease, lease, address, yielding)
     waited = g.waited
@@ -160,33 +170,47 @@ def granted_event(
     waited.seconds = sec
     waited.nanos = int((d - sec) * 1e9)
     _set_ts(ev.at, at)
+
+
+def granted_event(
+    lease: Lease, address: str, yielding: YieldRequested | None, waited_s: float, at: float
+) -> scheduler_pb2.LeaseEvent:
+    ev = scheduler_pb2.LeaseEvent()
+    _granted_into(ev, lease, address, yielding, waited_s, at)
     return ev
 
 
-def yield_event(y: YieldRequested, at: float) -> scheduler_pb2.LeaseEvent:
-    ev = scheduler_pb2.LeaseEvent()
+def _yield_into(ev: scheduler_pb2.LeaseEvent, y: YieldRequested, at: float) -> None:
     yr = ev.yield_requested
     yr.lease_id = y.lease.lease_id
     yr.epoch = y.lease.epoch
     _set_ts(yr.deadline, y.deadline)
     yr.cause = CAUSE_TO_PB[y.cause]
     _set_ts(ev.at, at)
+
+
+def yield_event(y: YieldRequested, at: float) -> scheduler_pb2.LeaseEvent:
+    ev = scheduler_pb2.LeaseEvent()
+    _yield_into(ev, y, at)
     return ev
 
 
-def yield_cancelled_event(lease: Lease, at: float) -> scheduler_pb2.LeaseEvent:
-    ev = scheduler_pb2.LeaseEvent()
+def _yield_cancelled_into(ev: scheduler_pb2.LeaseEvent, lease: Lease, at: float) -> None:
     yc = ev.yield_cancelled
     yc.lease_id = lease.lease_id
     yc.epoch = lease.epoch
     _set_ts(ev.at, at)
+
+
+def yield_cancelled_event(lease: Lease, at: float) -> scheduler_pb2.LeaseEvent:
+    ev = scheduler_pb2.LeaseEvent()
+    _yield_cancelled_into(ev, lease, at)
     return ev
 
 
-def revoked_event(
-    lease: Lease, reason: scheduler_pb2.RevokeReason, lost_s: float, at: float
-) -> scheduler_pb2.LeaseEvent:
-    ev = scheduler_pb2.LeaseEvent()
+def _revoked_into(
+    ev: scheduler_pb2.LeaseEvent, lease: Lease, reason: scheduler_pb2.RevokeReason, lost_s: float, at: float
+) -> None:
     r = ev.revoked
     r.lease_id = lease.lease_id
     r.epoch = lease.epoch
@@ -195,11 +219,19 @@ def revoked_event(
     if lease.resume_from is not None:
         r.resume_from.CopyFrom(snapshot_to_pb(lease.resume_from))
     _set_ts(ev.at, at)
+
+
+def revoked_event(
+    lease: Lease, reason: scheduler_pb2.RevokeReason, lost_s: float, at: float
+) -> scheduler_pb2.LeaseEvent:
+    ev = scheduler_pb2.LeaseEvent()
+    _revoked_into(ev, lease, reason, lost_s, at)
     return ev
 
 
-def ended_event(reason: EndReason, lease: Lease | None, final: bool, at: float) -> scheduler_pb2.LeaseEvent:
-    ev = scheduler_pb2.LeaseEvent()
+def _ended_into(
+    ev: scheduler_pb2.LeaseEvent, reason: EndReason, lease: Lease | None, final: bool, at: float
+) -> None:
     e = ev.ended
     e.reason = END_TO_PB[reason]
     if lease is not None:
@@ -207,47 +239,52 @@ def ended_event(reason: EndReason, lease: Lease | None, final: bool, at: float) 
         e.epoch = lease.epoch
     e.session_over = final
     _set_ts(ev.at, at)
+
+
+def ended_event(reason: EndReason, lease: Lease | None, final: bool, at: float) -> scheduler_pb2.LeaseEvent:
+    ev = scheduler_pb2.LeaseEvent()
+    _ended_into(ev, reason, lease, final, at)
     return ev
 
 
 # ---------------------------------------------------------------- stream notices
 
 
-def _granted(n: Notice) -> scheduler_pb2.LeaseEvent:
+def _granted(ev: scheduler_pb2.LeaseEvent, n: Notice) -> None:
     d: Granted = n.decision  # type: ignore[assignment]
-    return granted_event(d.lease, n.address, n.yielding, d.waited_s, n.at)
+    _granted_into(ev, d.lease, n.address, n.yielding, d.waited_s, n.at)
 
 
-def _queued(n: Notice) -> scheduler_pb2.LeaseEvent:
+def _queued(ev: scheduler_pb2.LeaseEvent, n: Notice) -> None:
     d: Queued = n.decision  # type: ignore[assignment]
-    return queued_event(d.position, d.estimated_wait_s, n.at)
+    _queued_into(ev, d.position, d.estimated_wait_s, n.at)
 
 
-def _ended(n: Notice) -> scheduler_pb2.LeaseEvent:
+def _ended(ev: scheduler_pb2.LeaseEvent, n: Notice) -> None:
     d: Ended = n.decision  # type: ignore[assignment]
-    return ended_event(d.reason, d.lease, d.reason is not EndReason.YIELDED, n.at)
+    _ended_into(ev, d.reason, d.lease, d.reason is not EndReason.YIELDED, n.at)
 
 
-def _yield(n: Notice) -> scheduler_pb2.LeaseEvent:
-    return yield_event(n.decision, n.at)  # type: ignore[arg-type]
+def _yield(ev: scheduler_pb2.LeaseEvent, n: Notice) -> None:
+    _yield_into(ev, n.decision, n.at)  # type: ignore[arg-type]
 
 
-def _yield_cancelled(n: Notice) -> scheduler_pb2.LeaseEvent:
+def _yield_cancelled(ev: scheduler_pb2.LeaseEvent, n: Notice) -> None:
     d: YieldCancelled = n.decision  # type: ignore[assignment]
-    return yield_cancelled_event(d.lease, n.at)
+    _yield_cancelled_into(ev, d.lease, n.at)
 
 
-def _revoked(n: Notice) -> scheduler_pb2.LeaseEvent:
+def _revoked(ev: scheduler_pb2.LeaseEvent, n: Notice) -> None:
     d: Revoked = n.decision  # type: ignore[assignment]
-    return revoked_event(d.lease, REVOKE_TO_PB[d.reason], d.lost_slot_seconds, n.at)
+    _revoked_into(ev, d.lease, REVOKE_TO_PB[d.reason], d.lost_slot_seconds, n.at)
 
 
-def _expired(n: Notice) -> scheduler_pb2.LeaseEvent:
+def _expired(ev: scheduler_pb2.LeaseEvent, n: Notice) -> None:
     d: Expired = n.decision  # type: ignore[assignment]
-    return revoked_event(d.lease, scheduler_pb2.REVOKE_REASON_EXPIRED, d.lost_slot_seconds, n.at)
+    _revoked_into(ev, d.lease, scheduler_pb2.REVOKE_REASON_EXPIRED, d.lost_slot_seconds, n.at)
 
 
-_NOTICE_TO_PB: dict[type, Callable[[Notice], scheduler_pb2.LeaseEvent]] = {
+_NOTICE_TO_PB: dict[type, Callable[[scheduler_pb2.LeaseEvent, Notice], None]] = {
     Granted: _granted,
     Queued: _queued,
     Ended: _ended,
@@ -261,7 +298,35 @@ _NOTICE_TO_PB: dict[type, Callable[[Notice], scheduler_pb2.LeaseEvent]] = {
 def lease_event(n: Notice) -> scheduler_pb2.LeaseEvent:
     """The LeaseEvent a stream writes for one notice (an Expired is its revocation; the loop
     queues the session's Ended after it)."""
-    return _NOTICE_TO_PB[type(n.decision)](n)
+    ev = scheduler_pb2.LeaseEvent()
+    _NOTICE_TO_PB[type(n.decision)](ev, n)
+    return ev
+
+
+def fill_sealed_event(keys: GrantKeyring, ev: scheduler_pb2.LeaseEvent, n: Notice) -> None:
+    """Write `seal_event(keys, lease_event(n))` into `ev`, an empty LeaseEvent (the Channel's:
+    its ChannelEvent's `event`), in place: nothing built to be copied, and a grant signed from
+    the domain lease rather than read back from the proto (the same token)."""
+    d = n.decision
+    if type(d) is not Granted:
+        _NOTICE_TO_PB[type(d)](ev, n)
+        seal_event(keys, ev)
+        return
+    lease = d.lease
+    _granted_into(ev, lease, n.address, n.yielding, d.waited_s, n.at)
+    g = ev.granted
+    t = lease.expires_at
+    sec = math.floor(t)
+    claim = GrantClaim(
+        lease.tenant,
+        lease.session.partition("/")[2],
+        lease.lease_id,
+        lease.epoch,
+        lease.slot.worker,
+        lease.slot.index,
+    )
+    g.grant = keys.sign(claim, sec + int((t - sec) * 1e9) / 1e9)  # as from_ts(pb.expires_at) reads
+    g.lease.lease_id = keys.wire_lease_id(lease.lease_id)
 
 
 # ---------------------------------------------------------------- grants and tagged lease ids

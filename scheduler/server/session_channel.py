@@ -422,7 +422,7 @@ class _Channel:
                 ev.error.CopyFrom(errors.from_closed(StreamClosed.SUPERSEDED).session_error())
             return
         ev = events.add(session_id=s.session_id)
-        ev.event.CopyFrom(convert.seal_event(self.keys, convert.lease_event(notice)))
+        convert.fill_sealed_event(self.keys, ev.event, notice)  # in place: nothing copied
         if kind == FINAL:
             if self.sessions.get(s.session_id) is s:
                 del self.sessions[s.session_id]
