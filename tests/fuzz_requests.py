@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from scheduler.api.gen.externalscaler import externalscaler_pb2
 from scheduler.api.gen.slotsched.v1 import admin_pb2, scheduler_pb2, worker_pb2, workers_pb2
+from scheduler.grants import core_lease_id
 
 BAD = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL})
 TENANTS = ("product", "sre", "batch")  # the built-in policy's tenants (dev mode)
@@ -189,6 +190,23 @@ async def send(channel: grpc.aio.Channel, rpc: Rpc, body: bytes, md: Any, timeou
         return e.code(), e.details() or ""
 
 
+def holds(session: Any, lease: Any) -> bool:
+    """Whether `session` (GetSession's SessionState) holds `lease` (as Admin ListLeases lists it).
+
+    The Admin service lists a lease by its core id (`worker/slot#epoch`); the tenant reads it
+    tagged (`worker/slot#epoch.TAG`, scheduler/grants.py): the same lease is the tagged id whose
+    core id is the listed one, on the same slot with the same epoch."""
+    if not session.HasField("lease"):
+        return False
+    got = session.lease
+    return (
+        got.lease_id != lease.lease_id  # a tenant never sees an untagged id
+        and core_lease_id(got.lease_id) == lease.lease_id
+        and got.epoch == lease.epoch
+        and (got.slot.worker_id, got.slot.index) == (lease.slot.worker_id, lease.slot.index)
+    )
+
+
 async def accounting_problems(channel: grpc.aio.Channel) -> list[str]:
     """What is inconsistent in the pool as the Admin and Scheduler services describe it (dev
     mode): free + held (+ idle slots of draining workers) = capacity, busy = held, no lease without
@@ -240,12 +258,13 @@ async def accounting_problems(channel: grpc.aio.Channel) -> list[str]:
                 f"lease {lease.lease_id}: its session {lease.session_id!r}: {e.code().name}"
             )
             continue
-        if not s.HasField("lease") or s.lease.lease_id != lease.lease_id:
+        if not holds(s, lease):
             suspects[lease.lease_id] = (
                 f"lease {lease.lease_id}: session {lease.session_id!r} does not hold it"
             )
     # A lease may end between ListLeases and GetSession (its TTL passed: nothing renews the fuzzer's
-    # sessions): that is no drift. One the server still lists after the session said otherwise is.
+    # sessions): that is no drift. One the server still lists after the session said otherwise is
+    # (lease ids are never reused, so a lease listed before and after existed in between).
     if suspects:
         still = {lease.lease_id for lease in await listed()}
         problems += [why for lease_id, why in suspects.items() if lease_id in still]

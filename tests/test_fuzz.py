@@ -19,10 +19,12 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 
+from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from scheduler.grants import GrantKeyring, core_lease_id
 from scheduler.serve import start_server
 from slots.worker.actor import ActorConfig
 from slots.worker.main import start_worker
-from tests.fuzz_requests import RPCS, Tally, accounting_problems, fuzz_case, send
+from tests.fuzz_requests import RPCS, Tally, accounting_problems, fuzz_case, holds, send
 
 FUZZ_EXAMPLES = 500
 
@@ -76,6 +78,59 @@ def test_every_rpc_is_fuzzed() -> None:
     assert {"slotsched.v1.Scheduler", "slotsched.v1.Workers", "slotsched.v1.Admin", "slotsched.v1.Worker",
             "externalscaler.ExternalScaler", "grpc.health.v1.Health"} <= names  # fmt: skip
     assert len(RPCS) >= 24
+
+
+def test_a_session_holds_its_lease_as_the_admin_service_lists_it() -> None:
+    """The Admin service lists the core id, the tenant reads the tagged one: the same lease. Any
+    other lease, an untagged id or another slot or epoch is not."""
+    keys = GrantKeyring.generate()
+    listed = common_pb2.Lease(lease_id="local-0/0#1", session_id="--workload", epoch=1)
+    listed.slot.worker_id, listed.slot.index = "local-0", 0
+
+    def session(lease_id: str, epoch: int = 1, index: int = 0) -> scheduler_pb2.SessionState:
+        out = scheduler_pb2.SessionState(session_id="--workload", state=scheduler_pb2.SESSION_PHASE_HOLDING)
+        out.lease.CopyFrom(listed)
+        out.lease.lease_id, out.lease.epoch, out.lease.slot.index = lease_id, epoch, index
+        return out
+
+    assert holds(session(keys.wire_lease_id("local-0/0#1")), listed)
+    assert not holds(session("local-0/0#1"), listed)  # a tenant is never shown an untagged id
+    assert not holds(session(keys.wire_lease_id("local-0/1#1")), listed)
+    assert not holds(session(keys.wire_lease_id("local-0/0#1"), epoch=2), listed)
+    assert not holds(session(keys.wire_lease_id("local-0/0#1"), index=1), listed)
+    assert not holds(scheduler_pb2.SessionState(session_id="--workload"), listed)
+
+
+def test_accounting_is_intact_while_a_fuzzed_session_holds_a_lease(env: _Env) -> None:
+    """A fuzzed Acquire that is granted leaves its lease held (for its TTL) when the stream goes:
+    the check afterwards must find its session holding it (the Admin service lists the core id,
+    GetSession the tagged one), then none once it is released."""
+
+    async def go() -> tuple[list[str], list[str]]:
+        stub: Any = scheduler_pb2_grpc.SchedulerStub(env.scheduler_channel)  # type: ignore[no-untyped-call]
+        md = (("x-slotsched-tenant", "sre"),)
+        call = stub.Acquire(
+            scheduler_pb2.AcquireRequest(session_id="--workload", qos=common_pb2.QOS_CLASS_BURSTABLE),
+            metadata=md,
+        )
+        try:
+            event = await call.read()
+        finally:
+            call.cancel()
+        assert event.WhichOneof("event") == "granted", event
+        lease = event.granted.lease
+        assert core_lease_id(lease.lease_id) != lease.lease_id
+        held = await accounting_problems(env.scheduler_channel)
+        await stub.Release(
+            scheduler_pb2.ReleaseRequest(session_id="--workload", lease_id=lease.lease_id, epoch=lease.epoch),
+            metadata=md,
+            timeout=5,
+        )
+        return held, await accounting_problems(env.scheduler_channel)
+
+    held, released = env.run(go())
+    assert held == []
+    assert released == []
 
 
 def test_fuzzed_requests_get_no_unknown_or_internal_and_leave_the_pool_intact(env: _Env) -> None:
