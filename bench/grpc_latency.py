@@ -485,9 +485,14 @@ def _c128_keys(rates: dict[str, list[float]], server: dict[str, list[float]], cl
         return ""
     ch, noop = statistics.median(rates["channel"]), statistics.median(rates["noop"])
     cpu_ch, cpu_noop = statistics.median(server["channel"]), statistics.median(server["noop"])
+    # What the server spent on one operation (CPU of all its threads): less noisy than the
+    # rates on a machine shared with other work, since the server's share of it varies.
+    us = {n: statistics.median(1e4 * c / r for r, c in zip(rates[n], server[n], strict=True)) for n in rates}
     print(
         f"c128 (several client processes): channel pairs/no-op calls {ch / noop:.2f} (>= 2.0);"
-        f" server cpu {cpu_ch:.0f}% (channel), {cpu_noop:.0f}% (noop); busiest client {max(clients):.0f}%"
+        f" server cpu {cpu_ch:.0f}% (channel), {cpu_noop:.0f}% (noop); busiest client {max(clients):.0f}%;"
+        f" server cpu per op {us['channel']:.0f} us a pair, {us['noop']:.0f} us a no-op call"
+        f" (ratio {us['noop'] / us['channel']:.2f})"
     )
     return (
         f" channel_pairs_ratio_c128={ch / noop:.2f} channel_pairs_per_s_c128={ch:.0f}"
