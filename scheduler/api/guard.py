@@ -165,7 +165,7 @@ def _too_long(path: str, value: str | bytes, limit: int) -> tuple[str, str] | No
 # A checker: the first (field path from the message, description) of a message over its
 # limits, or None. One is compiled per message type from its plan, once, so checking a request
 # costs a call per field it could hold (a oneof: one `WhichOneof`, then only the member set),
-# not an interpretation of the plan per field (bench/README.md: 2.4 -> 0.6 us a Channel command).
+# not an interpretation of the plan per field (2.4 -> 1.7 us a Channel command on a bench machine).
 _Bad = tuple[str, str] | None
 _Check = Callable[[Any], _Bad]
 _CHECKERS: dict[str, _Check] = {}
