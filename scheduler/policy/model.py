@@ -8,7 +8,7 @@ Plain frozen dataclasses with defaults; parsing and validation live in `validate
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
 # A role is a credential that speaks for no tenant. Admin: the Admin service (and Workers, so an
@@ -19,7 +19,39 @@ WORKER: Final = "worker"
 
 
 @dataclass(frozen=True)
+class AutoscalerSpec:
+    weight_guaranteed: float = 3.0
+    weight_burstable: float = 1.0
+    weight_best_effort: float = 0.5
+    tolerance: float = 0.1
+    scale_up_pods: int = 4
+    scale_up_percent: float = 100.0
+    scale_up_period_s: float = 15.0
+    scale_down_stabilization_s: float = 300.0
+    scale_up_cooldown_s: float = 0.0
+    scale_down_cooldown_s: float = 60.0
+    drain_timeout_s: float = 120.0
+    start_delay_s: float = 5.0
+
+
+DEFAULT_POOL: Final = "default"
+
+
+@dataclass(frozen=True)
 class PoolSpec:
+    """One pool of warm slots, a scheduling domain of its own (spec.pools[i], or spec.pool for a
+    policy of one pool named `default`): its floor, quotas, order of service, fair share,
+    preemption, queue caps and autoscaler are its own (docs/design.md, "Pools").
+
+    `labels` are free-form (template, cpuModel, gpu, tier, region…), for a request's selector;
+    `compatibility` names the label keys a snapshot taken here must find equal in the pool it
+    resumes on (a microVM snapshot cannot resume on another CPU model). `autoscaler` overrides
+    spec.autoscaler for this pool; `target` is what the actuator scales (a Deployment, a
+    StatefulSet, a KEDA ScaledObject's metadata), empty for the actuator's own default."""
+
+    name: str = DEFAULT_POOL
+    labels: tuple[tuple[str, str], ...] = ()
+    compatibility: tuple[str, ...] = ()
     slots_per_worker: int = 2
     workers: int = 4
     min_workers: int = 1
@@ -28,11 +60,29 @@ class PoolSpec:
     floor: int = 2
     floor_percent: float | None = None
 
+    autoscaler: AutoscalerSpec | None = None
+    target: str = ""
+
     def floor_slots(self, capacity: int) -> int:
         """The reserved floor in slots for a pool of `capacity` slots (never above capacity)."""
         if self.floor_percent is not None:
             return min(capacity, math.ceil(capacity * self.floor_percent / 100.0))
         return min(capacity, self.floor)
+
+    def label(self, key: str) -> str | None:
+        for k, v in self.labels:
+            if k == key:
+                return v
+        return None
+
+    def matches(self, selector: tuple[tuple[str, str], ...]) -> bool:
+        """Whether every key=value of `selector` is among this pool's labels (as a Kubernetes
+        equality selector; an empty selector matches every pool)."""
+        return all(self.label(k) == v for k, v in selector)
+
+    def compat_labels(self) -> tuple[tuple[str, str], ...]:
+        """The labels a snapshot taken on this pool records (its `compatibility` keys)."""
+        return tuple((k, self.label(k) or "") for k in self.compatibility)
 
 
 @dataclass(frozen=True)
@@ -85,22 +135,6 @@ class LimitsSpec:
 
 
 @dataclass(frozen=True)
-class AutoscalerSpec:
-    weight_guaranteed: float = 3.0
-    weight_burstable: float = 1.0
-    weight_best_effort: float = 0.5
-    tolerance: float = 0.1
-    scale_up_pods: int = 4
-    scale_up_percent: float = 100.0
-    scale_up_period_s: float = 15.0
-    scale_down_stabilization_s: float = 300.0
-    scale_up_cooldown_s: float = 0.0
-    scale_down_cooldown_s: float = 60.0
-    drain_timeout_s: float = 120.0
-    start_delay_s: float = 5.0
-
-
-@dataclass(frozen=True)
 class RateLimit:
     """A token bucket: `qps` tokens a second, at most `burst` saved up (one call costs one)."""
 
@@ -126,6 +160,25 @@ class RateLimitsSpec:
     worker: RateLimit | None = None
 
 
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+@dataclass(frozen=True)
+class TenantPoolQuota:
+    """A tenant's quotas in one pool (spec.tenants[i].pools[j]); a field left None keeps the
+    tenant-wide value, which applies to every pool no entry names."""
+
+    pool: str
+    guaranteed: int | None = None
+    burstable_nominal: int | None = None
+    burstable_limit: int | None = None
+    best_effort_limit: int | None = None
+    # best_effort_limit given as 0 differs from "not given": a separate flag, as the field's None
+    # already means "no cap" at the tenant level.
+    best_effort_limit_set: bool = False
+
+
 @dataclass(frozen=True)
 class TenantSpec:
     name: str
@@ -141,6 +194,24 @@ class TenantSpec:
     identities: tuple[str, ...] = ()
     # The tenant's own bucket for Acquire and GetSession; None: spec.rateLimits.tenant applies.
     rate_limit: RateLimit | None = None
+    # Quotas per pool, overriding the fields above in that pool.
+    pools: tuple[TenantPoolQuota, ...] = ()
+
+    def in_pool(self, pool: str) -> TenantSpec:
+        """This tenant as one pool sees it: its overrides for `pool` applied, no others."""
+        for q in self.pools:
+            if q.pool == pool:
+                return replace(
+                    self,
+                    guaranteed=_or(q.guaranteed, self.guaranteed),
+                    burstable_nominal=_or(q.burstable_nominal, self.burstable_nominal),
+                    burstable_limit=_or(q.burstable_limit, self.burstable_limit),
+                    best_effort_limit=(
+                        q.best_effort_limit if q.best_effort_limit_set else self.best_effort_limit
+                    ),
+                    pools=(),
+                )
+        return replace(self, pools=()) if self.pools else self
 
 
 @dataclass(frozen=True)
@@ -159,6 +230,14 @@ class WorkerAccess:
     worker_ids: tuple[str, ...] = ()
     worker_id_prefix: str | None = None
     max_slots: int = 1
+    # The pools its workers may join; empty: the policy's only pool (a policy of several pools
+    # requires every entry to name its pools).
+    pools: tuple[str, ...] = ()
+
+    def may_join(self, pool: str, policy_pools: tuple[str, ...]) -> bool:
+        if self.pools:
+            return pool in self.pools
+        return len(policy_pools) == 1 and pool == policy_pools[0]
 
     def allows(self, worker_id: str) -> bool:
         """Whether `worker_id` is in this entry's scope (a prefix needs a non-empty rest)."""
@@ -198,6 +277,38 @@ class Policy:
     rate_limits: RateLimitsSpec = field(default_factory=RateLimitsSpec)
     limits: LimitsSpec = field(default_factory=LimitsSpec)
     fairness: FairnessSpec = field(default_factory=FairnessSpec)
+    # spec.pools; empty: the one pool `pool` (named `default`). When set, `pool` is pools[0].
+    pools: tuple[PoolSpec, ...] = ()
+
+    def pool_specs(self) -> tuple[PoolSpec, ...]:
+        """Every pool, in the policy's order (the order a selector's matches are tried in)."""
+        return self.pools or (self.pool,)
+
+    def pool_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.pool_specs())
+
+    def pool_spec(self, name: str) -> PoolSpec | None:
+        for p in self.pool_specs():
+            if p.name == name:
+                return p
+        return None
+
+    def for_pool(self, name: str) -> Policy:
+        """The policy one pool's core runs under: `pool` is that pool, each tenant's quotas
+        are its quotas there, the autoscaler is the pool's own if it has one. KeyError: no
+        such pool."""
+        spec = self.pool_spec(name)
+        if spec is None:
+            raise KeyError(name)
+        if not self.pools and not any(t.pools for t in self.tenants):
+            return self
+        return replace(
+            self,
+            pool=spec,
+            pools=(),
+            tenants=tuple(t.in_pool(name) for t in self.tenants),
+            autoscaler=spec.autoscaler or self.autoscaler,
+        )
 
     def tenant(self, name: str) -> TenantSpec | None:
         for t in self.tenants:
