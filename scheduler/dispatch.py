@@ -47,13 +47,26 @@ def ref_to_doc(ref: SnapshotRef | None) -> Doc | None:
     snapshots (state_write.py)."""
     if ref is None:
         return None
-    return {"uri": ref.uri, "size_bytes": ref.size_bytes, "sha256": ref.sha256, "created": ref.created}
+    doc: Doc = {"uri": ref.uri, "size_bytes": ref.size_bytes, "sha256": ref.sha256, "created": ref.created}
+    if ref.pool:  # a ref of before pools has neither key, and reads back the same
+        doc["pool"] = ref.pool
+    if ref.labels:
+        doc["labels"] = [[k, v] for k, v in ref.labels]
+    return doc
 
 
 def ref_from_doc(doc: Any) -> SnapshotRef | None:
     if doc is None:
         return None
-    return SnapshotRef(str(doc["uri"]), int(doc["size_bytes"]), str(doc["sha256"]), float(doc["created"]))
+    labels = tuple((str(k), str(v)) for k, v in doc.get("labels") or ())
+    return SnapshotRef(
+        str(doc["uri"]),
+        int(doc["size_bytes"]),
+        str(doc["sha256"]),
+        float(doc["created"]),
+        str(doc.get("pool", "")),
+        labels,
+    )
 
 
 class Books(Protocol):
@@ -90,11 +103,25 @@ def _enc_acquire(e: Acquire, doc: Doc, x: Extras) -> None:
     doc.update(session=e.session, tenant=e.tenant, qos=e.qos.value, resume_from=ref_to_doc(e.resume_from))
     if x.wait_timeout_s is not None:
         doc["wait_timeout_s"] = x.wait_timeout_s
+    if e.pool:  # where it asked to go; replayed, placement picks the same pool again
+        doc["pool"] = e.pool
+    if e.selector:
+        doc["selector"] = [[k, v] for k, v in e.selector]
+    if e.fallback:
+        doc["fallback"] = list(e.fallback)
 
 
 def _dec_acquire(doc: Doc) -> tuple[Acquire, Extras]:
     session, tenant = SessionId(doc["session"]), TenantName(doc["tenant"])
-    e = Acquire(session, tenant, QoS(doc["qos"]), ref_from_doc(doc.get("resume_from")))
+    e = Acquire(
+        session,
+        tenant,
+        QoS(doc["qos"]),
+        ref_from_doc(doc.get("resume_from")),
+        str(doc.get("pool", "")),
+        tuple((str(k), str(v)) for k, v in doc.get("selector") or ()),
+        tuple(str(p) for p in doc.get("fallback") or ()),
+    )
     wt = doc.get("wait_timeout_s")
     return e, Extras(wait_timeout_s=None if wt is None else float(wt))
 
@@ -156,6 +183,8 @@ def _resumed_after(b: Books, e: Resumed, now: float) -> None:
 
 def _enc_worker_added(e: WorkerAdded, doc: Doc, x: Extras) -> None:
     doc.update(worker=e.worker, slots=e.slots, address=e.address)
+    if e.pool:
+        doc["pool"] = e.pool
     if e.epochs:  # replayed, it raises the counters as it did on the leader
         doc["epochs"] = [[i, epoch] for i, epoch in e.epochs]
     if x.labels:
@@ -166,7 +195,9 @@ def _enc_worker_added(e: WorkerAdded, doc: Doc, x: Extras) -> None:
 
 def _dec_worker_added(doc: Doc) -> tuple[WorkerAdded, Extras]:
     epochs = tuple((int(i), int(epoch)) for i, epoch in doc.get("epochs") or ())
-    e = WorkerAdded(WorkerId(doc["worker"]), int(doc["slots"]), str(doc["address"]), epochs)
+    e = WorkerAdded(
+        WorkerId(doc["worker"]), int(doc["slots"]), str(doc["address"]), epochs, str(doc.get("pool", ""))
+    )
     labels = {str(k): str(v) for k, v in (doc.get("labels") or {}).items()}
     return e, Extras(labels=labels, static=bool(doc.get("static", False)))
 

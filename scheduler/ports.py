@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from scheduler.core.engine import Core
+from scheduler.core.pools import Pools
 from scheduler.core.types import (
     Decision,
     EndReason,
@@ -74,7 +74,7 @@ class EndedSession:
 class LoopState:
     """The core and the server-side bookkeeping a recovered server needs (streams excluded)."""
 
-    core: Core
+    core: Pools
     addresses: dict[WorkerId, str]
     yields: dict[LeaseId, YieldRequested]
     waited: dict[SessionId, float]

@@ -14,6 +14,10 @@ class SnapshotRef:
     size_bytes: int = 0
     sha256: str = ""
     created: float = 0.0
+    # The pool it was taken on and that pool's compatibility labels (say cpuModel): it resumes
+    # only on a pool whose labels match them. Empty: taken before pools, resumes anywhere asked.
+    pool: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 __all__ = ["SnapshotRef"]

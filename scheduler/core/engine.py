@@ -210,6 +210,7 @@ class Core(Ledger):
                 0.0,
                 rec.lease.resume_from,
                 rec.lease.granted_at,
+                self._pool_name,
             )
         req = self._requests.get(session)
         if req is None:
@@ -225,6 +226,8 @@ class Core(Ledger):
             self._estimate(pos),
             req.resume_from,
             req.enqueued_at,
+            self._pool_name,
+            self._blocked(req).value,
         )
 
     def leases(self) -> Iterator[tuple[Lease, LeaseState]]:
@@ -259,21 +262,7 @@ class Core(Ledger):
             )
             for w in self._workers.values()
         )
-        tenants = tuple(
-            TenantView(
-                t.name,
-                t.spec.weight,
-                (t.held[0], t.held[1], t.held[2]),
-                (t.waiting[0], t.waiting[1], t.waiting[2]),
-                t.borrowed_effective(),
-                t.share(),
-                t.spec.guaranteed,
-                t.spec.burstable_nominal,
-                t.spec.burstable_limit,
-                t.spec.best_effort_limit,
-            )
-            for t in self._tenants.values()
-        )
+        tenants = tuple(t.view() for t in self._tenants.values())
         oldest = [0.0, 0.0, 0.0]
         for r in self._requests.values():
             oldest[r.cls] = max(oldest[r.cls], now - r.enqueued_at)
@@ -295,6 +284,7 @@ class Core(Ledger):
             tenants,
             (oldest[0], oldest[1], oldest[2]),
             self._mean_hold,
+            self._pool_name,
         )
 
     # ------------------------------------------------------------------ step 1: timers
@@ -355,7 +345,8 @@ class Core(Ledger):
             return False
         cls = CLASS_INDEX[ev.qos]
         if not t.class_allowed(cls):
-            out.append(Refused(s, RefuseReason.NO_QUOTA, f"tenant {t.name!r} has no {ev.qos.value} quota"))
+            msg = f"tenant {t.name!r} has no {ev.qos.value} quota in pool {self._pool_name!r}"
+            out.append(Refused(s, RefuseReason.NO_QUOTA, msg, pool=self._pool_name))
             return False
         if self._free_ready == 0:
             refusal = self._cap_refusal(s, t, cls)
@@ -382,7 +373,8 @@ class Core(Ledger):
         frac = q.best_effort_fraction if cls == BE else 1.0
         pending = sum(self._waiting_cls)
         if pending >= q.max_pending * frac:
-            reason, msg = RefuseReason.QUEUE_FULL, f"pool queue holds {pending} of {q.max_pending}"
+            reason = RefuseReason.QUEUE_FULL
+            msg = f"pool queue holds {pending} of {q.max_pending} (pool {self._pool_name!r})"
         elif t.pending() >= q.max_pending_per_tenant * frac:
             reason = RefuseReason.TENANT_QUEUE_FULL
             msg = f"tenant {t.name!r} has {t.pending()} queued of {q.max_pending_per_tenant}"
@@ -394,7 +386,7 @@ class Core(Ledger):
         # Come back when about half the queue ahead has drained, within sane bounds (and soon
         # when there is no estimate yet).
         retry = min(60.0, max(1.0, est / 2)) if est is not None else _RETRY_UNKNOWN_S
-        return Refused(s, reason, msg, retry_after_s=retry, estimated_wait_s=est)
+        return Refused(s, reason, msg, retry_after_s=retry, estimated_wait_s=est, pool=self._pool_name)
 
     def _release(self, ev: Release, now: float, out: list[Decision]) -> None:
         if ev.lease_id is None:

@@ -15,13 +15,15 @@ from scheduler.core.indexes import Fenwick
 from scheduler.core.lifecycle import LeaseState, WorkerState, check_lease
 from scheduler.core.model import LeaseRec, Request, WorkerRec
 from scheduler.core.order import TIER_NOMINAL, TIER_SHARED, ServiceOrder
-from scheduler.core.tenants import BE, CLASSES, B, G, TenantState
+from scheduler.core.tenants import BE, CLASS_INDEX, CLASSES, B, G, TenantState
 from scheduler.core.timers import Timers
 from scheduler.core.types import (
+    BlockedReason,
     Decision,
     Granted,
     Lease,
     LeaseId,
+    QoS,
     Queued,
     Revoked,
     RevokeReason,
@@ -46,6 +48,7 @@ class Ledger:
     def __init__(self, policy: Policy) -> None:
         # Every field of the core's state; `Core` (engine.py) decides, this class keeps accounts.
         self._policy = policy
+        self._pool_name = policy.pool.name  # stamped on its leases and Queued
         self._ttl = policy.timing.lease_ttl_s  # read on every grant: kept at hand
         self._min_runtime = policy.timing.min_runtime_s
         self._tenants: dict[str, TenantState] = {}
@@ -110,6 +113,33 @@ class Ledger:
             if epoch > self._epochs.get(slot, 0):
                 self._epochs[slot] = epoch
 
+    # ------------------------------------------------------------------ what pools.py asks
+
+    def stamp_pool(self) -> None:
+        """Every lease names this core's pool (records hold no pool: the document's part does)."""
+        for rec in self._leases.values():
+            if rec.lease.pool != self._pool_name:
+                rec.lease = rec.lease._replace(pool=self._pool_name)
+
+    def has_session(self, session: SessionId) -> bool:
+        return session in self._requests or session in self._holders
+
+    def session_ids(self) -> list[SessionId]:
+        return [*self._requests, *self._holders]
+
+    def worker_ids(self) -> list[WorkerId]:
+        return list(self._workers)
+
+    def room_for(self, tenant: str, qos: QoS) -> bool:
+        """Whether a request of `tenant` in class `qos` would find a slot free for it here now:
+        a ready slot free and the tenant below its limit for the class."""
+        t = self._tenants.get(tenant)
+        if self._free_ready == 0 or t is None or tenant in self._retired:
+            return False
+        cls = CLASS_INDEX[qos]
+        limit = t.quota(cls)
+        return limit is None or t.held[cls] + t.waiting[cls] < limit
+
     # ------------------------------------------------------------------ leases and the queue
 
     def _grant(
@@ -131,6 +161,7 @@ class Ledger:
             now,
             now + self._ttl,
             req.resume_from,
+            self._pool_name,
         )
         w = self._workers[slot.worker]
         # A Burstable lease within nominal is unpreemptible, so it is one only if the floor still
@@ -296,7 +327,19 @@ class Ledger:
     def _report_queued(self, req: Request, out: list[Decision]) -> None:
         if self._requests.get(req.session) is req:
             pos = self._position(req)
-            out.append(Queued(req.session, pos, self._estimate(pos)))
+            out.append(Queued(req.session, pos, self._estimate(pos), self._pool_name, self._blocked(req)))
+
+    def _blocked(self, req: Request) -> BlockedReason:
+        """Why `req` waits (docs/design.md, "Why a session waits"), first that applies."""
+        t, cls = req.tenant, req.cls
+        limit = t.quota(cls)
+        if limit is not None and t.held[cls] >= limit:
+            return BlockedReason.TENANT_LIMIT
+        if req.earmark is not None:
+            return BlockedReason.YIELD_PENDING
+        if cls == BE or (cls == B and t.b_nominal_held() >= t.spec.burstable_nominal):
+            return BlockedReason.TENANT_QUOTA
+        return BlockedReason.POOL_EXHAUSTED
 
     def _enqueue(self, req: Request) -> None:
         t = req.tenant

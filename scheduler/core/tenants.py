@@ -16,6 +16,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from scheduler.core.types import LeaseId, QoS, SessionId
+from scheduler.core.views import TenantView
 from scheduler.policy.model import TenantSpec
 
 G, B, BE = 0, 1, 2
@@ -90,6 +91,20 @@ class TenantState:
     def class_allowed(self, cls: int) -> bool:
         q = self.quota(cls)
         return q is None or q > 0
+
+    def view(self) -> TenantView:
+        return TenantView(
+            self.name,
+            self.spec.weight,
+            (self.held[0], self.held[1], self.held[2]),
+            (self.waiting[0], self.waiting[1], self.waiting[2]),
+            self.borrowed_effective(),
+            self.share(),
+            self.spec.guaranteed,
+            self.spec.burstable_nominal,
+            self.spec.burstable_limit,
+            self.spec.best_effort_limit,
+        )
 
     def preemptible(self) -> int:
         """Leases of this tenant that can be taken back (counted by the floor invariant)."""

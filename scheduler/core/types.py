@@ -49,6 +49,18 @@ class RefuseReason(enum.StrEnum):
     TENANT_QUEUE_FULL = "tenant_queue_full"  # per-tenant pending cap
     DUPLICATE_SESSION = "duplicate_session"  # the session already holds a lease or waits
     SHUTTING_DOWN = "shutting_down"
+    UNKNOWN_POOL = "unknown_pool"  # the request names a pool the policy does not have
+    NO_ELIGIBLE_POOL = "no_eligible_pool"  # no pool matches its selector (or its snapshot)
+    NO_POOL_NAMED = "no_pool_named"  # several pools, none named `default`, and none asked for
+
+
+class BlockedReason(enum.StrEnum):
+    """Why a queued request waits (`Queued.reason`, `SessionView.reason`)."""
+
+    TENANT_LIMIT = "tenant_limit"  # the tenant holds its limit for the class (its own must end)
+    YIELD_PENDING = "yield_pending"  # a lease is yielding for it
+    TENANT_QUOTA = "tenant_quota"  # beyond the tenant's quota: waits for a free slot or its share
+    POOL_EXHAUSTED = "pool_exhausted"  # within quota, but no slot is free in its pool yet
 
 
 class RevokeReason(enum.StrEnum):
@@ -82,6 +94,7 @@ class WorkerAdded:
     # (slot index, the highest epoch the worker has seen on it): each slot's next grant is above
     # it, so a core that lost its state (a restart in memory) never fences backwards.
     epochs: tuple[tuple[int, int], ...] = ()
+    pool: str = ""  # the pool it joins; "": the policy's only pool (or the one named default)
 
 
 @dataclass(frozen=True)
@@ -98,10 +111,18 @@ class WorkerRemoved:
 
 @dataclass(frozen=True)
 class Acquire:
+    """A session asks for a slot. Where: `pool` by name, or every pool `selector` matches (in the
+    policy's order), then the `fallback` pools in their order; none of them: the only pool, or
+    the one named `default` (docs/design.md, "Pools": granted in the first of them with a slot
+    free for it, otherwise queued in the first)."""
+
     session: SessionId
     tenant: TenantName
     qos: QoS
     resume_from: SnapshotRef | None = None
+    pool: str = ""
+    selector: tuple[tuple[str, str], ...] = ()
+    fallback: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -163,6 +184,7 @@ class Lease(NamedTuple):
     granted_at: float
     expires_at: float
     resume_from: SnapshotRef | None = None
+    pool: str = "default"
 
 
 class Granted(NamedTuple):
@@ -174,6 +196,8 @@ class Queued(NamedTuple):
     session: SessionId
     position: int  # 0 = next to be served in its class
     estimated_wait_s: float | None  # None until a hold has been observed: no basis for a guess
+    pool: str = "default"
+    reason: BlockedReason = BlockedReason.POOL_EXHAUSTED
 
 
 @dataclass(frozen=True)
@@ -226,6 +250,7 @@ class Refused:
     message: str
     retry_after_s: float = 0.0
     estimated_wait_s: float | None = None
+    pool: str = ""  # the pool it names, when the refusal is one pool's
 
 
 class ErrorCode(enum.StrEnum):

@@ -23,6 +23,8 @@ class SessionView:
     estimated_wait_s: float | None
     resume_from: SnapshotRef | None
     waiting_since: float
+    pool: str = "default"
+    reason: str = ""  # a queued session's BlockedReason
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class PoolView:
     tenants: tuple[TenantView, ...]
     oldest_wait_s: tuple[float, float, float]
     mean_hold_s: float
+    name: str = "default"
 
 
 __all__ = ["PoolView", "SessionView", "TenantView", "WorkerView"]

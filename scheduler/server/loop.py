@@ -31,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from scheduler.core.engine import Core
+from scheduler.core.pools import Pools
 from scheduler.core.types import (
     Acquire,
     Decision,
@@ -76,7 +76,7 @@ class SchedulerLoop:
     def __init__(
         self, policy: Policy, metrics: Metrics | None = None, clock: Callable[[], float] = time.time
     ) -> None:
-        self.core = Core(policy)
+        self.core = Pools(policy)
         self.metrics = metrics
         self.observers: list[Observer] = []
         self.shutting_down = False

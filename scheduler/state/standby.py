@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from scheduler.core.engine import Core
+from scheduler.core.pools import Pools
 from scheduler.core.types import Decision
 from scheduler.dispatch import spec_of
 from scheduler.policy.model import Policy
@@ -122,7 +122,7 @@ class Standby:
                     ) from e
                 log.warning("%s: replaying the whole journal instead", e)
         if state is None:
-            empty = LoopState(Core(self.policy), {}, {}, {}, {}, {}, OrderedDict())
+            empty = LoopState(Pools(self.policy), {}, {}, {}, {}, {}, OrderedDict())
             state = State(empty, {}, float("-inf"))
         self.loop.load_state(state.loop)
         self.registry.workers = state.workers

@@ -25,8 +25,8 @@ from typing import Any, cast
 
 import orjson
 
-from scheduler.core.engine import Core
 from scheduler.core.lifecycle import LeaseState, WorkerState
+from scheduler.core.pools import Pools, PoolsRecords
 from scheduler.core.records import CoreRecords, LeaseRecord, RequestRecord, TenantUsage, Timer, WorkerRecord
 from scheduler.core.types import (
     EndReason,
@@ -42,7 +42,7 @@ from scheduler.core.types import (
 )
 from scheduler.dispatch import ref_from_doc
 from scheduler.policy.errors import PolicyError
-from scheduler.policy.model import TenantSpec
+from scheduler.policy.model import DEFAULT_POOL, TenantSpec
 from scheduler.policy.yaml_io import parse_policy
 from scheduler.ports import EndedSession, LoopState, WorkerEntry
 from scheduler.state.state_write import (
@@ -106,7 +106,10 @@ def _read(data: bytes, written_by: str | None) -> State:
 
 def _read_v2(doc: Doc) -> State:
     policy, _ = parse_policy(str(doc["policy"]))
-    core = Core.from_records(policy, core_records(doc["core"]))
+    first = str(doc.get("core_pool") or policy.pool_names()[0])
+    parts = [(first, core_records(doc["core"]))]
+    parts += [(str(name), core_records(part)) for name, part in (doc.get("pools") or {}).items()]
+    core = Pools.from_records(policy, PoolsRecords(tuple(parts)))
     ld = doc["loop"]
     yields: dict[LeaseId, YieldRequested] = {}
     for y in ld["yields"]:
@@ -191,6 +194,7 @@ def lease_of(d: Doc) -> Lease:
         float(d["granted_at"]),
         float(d["expires_at"]),
         ref_from_doc(d["resume_from"]),
+        str(d.get("pool", DEFAULT_POOL)),
     )
 
 

@@ -63,11 +63,12 @@ from typing import Any
 
 import orjson
 
+from scheduler.core.pools import PoolsCapture
 from scheduler.core.records import CoreRecords, LeaseRecord
-from scheduler.core.restore import Capture, records_of
+from scheduler.core.restore import records_of
 from scheduler.core.types import Lease, QoS, SessionId, WorkerId, YieldRequested
 from scheduler.dispatch import ref_to_doc
-from scheduler.policy.model import Policy, TenantSpec
+from scheduler.policy.model import DEFAULT_POOL, Policy, TenantSpec
 from scheduler.policy.yaml_io import policy_to_yaml
 from scheduler.ports import EndedSession, LoopState, WorkerEntry
 
@@ -105,7 +106,7 @@ class State:
 class Captured:
     """A consistent copy of a `State` (`capture`), never written after: write it anywhere."""
 
-    core: Capture
+    core: PoolsCapture
     policy: Policy
     addresses: dict[WorkerId, str]
     yields: tuple[YieldRequested, ...]
@@ -199,7 +200,7 @@ def _write(c: Captured) -> bytes:
             "format": SNAPSHOT_FORMAT,
             "last_now": time_doc(c.last_now),
             "policy": policy_to_yaml(c.policy),
-            "core": core_doc(records_of(c.core)),
+            "core": core_doc(records_of(c.core.pools[0][1])),
             "loop": {
                 "addresses": c.addresses,
                 "yields": [
@@ -232,8 +233,12 @@ def _write(c: Captured) -> bytes:
                 for w in c.workers
             ],
         }
+        if len(c.core.pools) > 1:  # the first pool's part is "core" (a document of one pool is as before)
+            doc["core_pool"] = c.core.pools[0][0]
+            doc["pools"] = {name: core_doc(records_of(part)) for name, part in c.core.pools[1:]}
         data = _dump(doc)
-        for rows in (doc["core"]["leases"], doc["core"]["requests"]):
+        parts = [doc["core"], *doc.get("pools", {}).values()]
+        for rows in [p[k] for p in parts for k in ("leases", "requests")]:
             while rows:  # freed a chunk at a time, not in one GIL-holding cascade at return
                 del rows[-_CHUNK:]
         return data
@@ -268,7 +273,7 @@ def time_doc(x: float) -> float | None:
 
 def lease_doc(lease: Lease) -> Doc:
     """A lease as JSON: the one form, for the loop's pending yields (the core's are rows)."""
-    return {
+    doc: Doc = {
         "lease_id": lease.lease_id,
         "session": lease.session,
         "tenant": lease.tenant,
@@ -280,6 +285,9 @@ def lease_doc(lease: Lease) -> Doc:
         "expires_at": lease.expires_at,
         "resume_from": ref_to_doc(lease.resume_from),
     }
+    if lease.pool != DEFAULT_POOL:
+        doc["pool"] = lease.pool
+    return doc
 
 
 def _spec(spec: TenantSpec) -> Doc:
