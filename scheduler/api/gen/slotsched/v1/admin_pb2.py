@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from scheduler.api.gen.slotsched.v1 import common_pb2 as slotsched_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18slotsched/v1/admin.proto\x12\x0cslotsched.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19slotsched/v1/common.proto\"\x12\n\x10GetPolicyRequest\"/\n\x11GetPolicyResponse\x12\x0c\n\x04yaml\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"3\n\x12\x41pplyPolicyRequest\x12\x0c\n\x04yaml\x18\x01 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\"8\n\x13\x41pplyPolicyResponse\x12\x10\n\x08warnings\x18\x01 \x03(\t\x12\x0f\n\x07\x61pplied\x18\x02 \x01(\x08\"\x15\n\x13\x44\x65scribePoolRequest\"\x90\x02\n\nWorkerInfo\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05slots\x18\x03 \x01(\r\x12\x0c\n\x04\x62usy\x18\x04 \x01(\r\x12(\n\x05state\x18\x05 \x01(\x0e\x32\x19.slotsched.v1.WorkerState\x12\x34\n\x06labels\x18\x06 \x03(\x0b\x32$.slotsched.v1.WorkerInfo.LabelsEntry\x12\x32\n\x0elast_heartbeat\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"b\n\nClassStats\x12#\n\x03qos\x18\x01 \x01(\x0e\x32\x16.slotsched.v1.QosClass\x12\x0c\n\x04held\x18\x02 \x01(\r\x12\x0f\n\x07pending\x18\x03 \x01(\r\x12\x10\n\x08yielding\x18\x04 \x01(\r\"I\n\x0b\x43lassCounts\x12\x12\n\nguaranteed\x18\x01 \x01(\r\x12\x11\n\tburstable\x18\x02 \x01(\r\x12\x13\n\x0b\x62\x65st_effort\x18\x03 \x01(\r\"\xac\x02\n\x0bTenantStats\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06weight\x18\x02 \x01(\x01\x12\'\n\x04held\x18\x03 \x01(\x0b\x32\x19.slotsched.v1.ClassCounts\x12*\n\x07pending\x18\x04 \x01(\x0b\x32\x19.slotsched.v1.ClassCounts\x12\x10\n\x08\x62orrowed\x18\x05 \x01(\r\x12\x12\n\nfair_share\x18\x06 \x01(\x01\x12\x18\n\x10guaranteed_quota\x18\x07 \x01(\r\x12\x19\n\x11\x62urstable_nominal\x18\x08 \x01(\r\x12\x17\n\x0f\x62urstable_limit\x18\t \x01(\r\x12\x1e\n\x11\x62\x65st_effort_limit\x18\n \x01(\rH\x00\x88\x01\x01\x42\x14\n\x12_best_effort_limit\"\xef\x01\n\x14\x44\x65scribePoolResponse\x12\x10\n\x08\x63\x61pacity\x18\x01 \x01(\r\x12\x0c\n\x04\x66ree\x18\x02 \x01(\r\x12\r\n\x05\x66loor\x18\x03 \x01(\r\x12)\n\x07workers\x18\x04 \x03(\x0b\x32\x18.slotsched.v1.WorkerInfo\x12)\n\x07\x63lasses\x18\x05 \x03(\x0b\x32\x18.slotsched.v1.ClassStats\x12*\n\x07tenants\x18\x06 \x03(\x0b\x32\x19.slotsched.v1.TenantStats\x12&\n\x02\x61t\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"o\n\x11ListLeasesRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12#\n\x03qos\x18\x02 \x01(\x0e\x32\x16.slotsched.v1.QosClass\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x12\n\npage_token\x18\x04 \x01(\t\"R\n\x12ListLeasesResponse\x12#\n\x06leases\x18\x01 \x03(\x0b\x32\x13.slotsched.v1.Lease\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"n\n\x10ListQueueRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12#\n\x03qos\x18\x02 \x01(\x0e\x32\x16.slotsched.v1.QosClass\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x12\n\npage_token\x18\x04 \x01(\t\"\xf6\x01\n\x0bQueuedEntry\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12#\n\x03qos\x18\x03 \x01(\x0e\x32\x16.slotsched.v1.QosClass\x12\x10\n\x08position\x18\x04 \x01(\r\x12)\n\x06waited\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0bresume_from\x18\x06 \x01(\x0b\x32\x19.slotsched.v1.SnapshotRef\x12\x31\n\x0e\x65stimated_wait\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\"X\n\x11ListQueueResponse\x12*\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x19.slotsched.v1.QueuedEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*_\n\x0bWorkerState\x12\x1c\n\x18WORKER_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13WORKER_STATE_ACTIVE\x10\x01\x12\x19\n\x15WORKER_STATE_DRAINING\x10\x02\x32\x9f\x03\n\x05\x41\x64min\x12L\n\tGetPolicy\x12\x1e.slotsched.v1.GetPolicyRequest\x1a\x1f.slotsched.v1.GetPolicyResponse\x12R\n\x0b\x41pplyPolicy\x12 .slotsched.v1.ApplyPolicyRequest\x1a!.slotsched.v1.ApplyPolicyResponse\x12U\n\x0c\x44\x65scribePool\x12!.slotsched.v1.DescribePoolRequest\x1a\".slotsched.v1.DescribePoolResponse\x12O\n\nListLeases\x12\x1f.slotsched.v1.ListLeasesRequest\x1a .slotsched.v1.ListLeasesResponse\x12L\n\tListQueue\x12\x1e.slotsched.v1.ListQueueRequest\x1a\x1f.slotsched.v1.ListQueueResponseB`\n\x10\x64\x65v.slotsched.v1B\nAdminProtoP\x01Z>github.com/slotsched/slotsched/gen/go/slotsched/v1;slotschedv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18slotsched/v1/admin.proto\x12\x0cslotsched.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19slotsched/v1/common.proto\"\x12\n\x10GetPolicyRequest\"/\n\x11GetPolicyResponse\x12\x0c\n\x04yaml\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"3\n\x12\x41pplyPolicyRequest\x12\x0c\n\x04yaml\x18\x01 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\"8\n\x13\x41pplyPolicyResponse\x12\x10\n\x08warnings\x18\x01 \x03(\t\x12\x0f\n\x07\x61pplied\x18\x02 \x01(\x08\"#\n\x13\x44\x65scribePoolRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\"\x90\x02\n\nWorkerInfo\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05slots\x18\x03 \x01(\r\x12\x0c\n\x04\x62usy\x18\x04 \x01(\r\x12(\n\x05state\x18\x05 \x01(\x0e\x32\x19.slotsched.v1.WorkerState\x12\x34\n\x06labels\x18\x06 \x03(\x0b\x32$.slotsched.v1.WorkerInfo.LabelsEntry\x12\x32\n\x0elast_heartbeat\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"b\n\nClassStats\x12#\n\x03qos\x18\x01 \x01(\x0e\x32\x16.slotsched.v1.QosClass\x12\x0c\n\x04held\x18\x02 \x01(\r\x12\x0f\n\x07pending\x18\x03 \x01(\r\x12\x10\n\x08yielding\x18\x04 \x01(\r\"I\n\x0b\x43lassCounts\x12\x12\n\nguaranteed\x18\x01 \x01(\r\x12\x11\n\tburstable\x18\x02 \x01(\r\x12\x13\n\x0b\x62\x65st_effort\x18\x03 \x01(\r\"\xac\x02\n\x0bTenantStats\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06weight\x18\x02 \x01(\x01\x12\'\n\x04held\x18\x03 \x01(\x0b\x32\x19.slotsched.v1.ClassCounts\x12*\n\x07pending\x18\x04 \x01(\x0b\x32\x19.slotsched.v1.ClassCounts\x12\x10\n\x08\x62orrowed\x18\x05 \x01(\r\x12\x12\n\nfair_share\x18\x06 \x01(\x01\x12\x18\n\x10guaranteed_quota\x18\x07 \x01(\r\x12\x19\n\x11\x62urstable_nominal\x18\x08 \x01(\r\x12\x17\n\x0f\x62urstable_limit\x18\t \x01(\r\x12\x1e\n\x11\x62\x65st_effort_limit\x18\n \x01(\rH\x00\x88\x01\x01\x42\x14\n\x12_best_effort_limit\"\xfb\x02\n\x14\x44\x65scribePoolResponse\x12\x10\n\x08\x63\x61pacity\x18\x01 \x01(\r\x12\x0c\n\x04\x66ree\x18\x02 \x01(\r\x12\r\n\x05\x66loor\x18\x03 \x01(\r\x12)\n\x07workers\x18\x04 \x03(\x0b\x32\x18.slotsched.v1.WorkerInfo\x12)\n\x07\x63lasses\x18\x05 \x03(\x0b\x32\x18.slotsched.v1.ClassStats\x12*\n\x07tenants\x18\x06 \x03(\x0b\x32\x19.slotsched.v1.TenantStats\x12&\n\x02\x61t\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04pool\x18\x08 \x01(\t\x12\r\n\x05pools\x18\t \x03(\t\x12>\n\x06labels\x18\n \x03(\x0b\x32..slotsched.v1.DescribePoolResponse.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"o\n\x11ListLeasesRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12#\n\x03qos\x18\x02 \x01(\x0e\x32\x16.slotsched.v1.QosClass\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x12\n\npage_token\x18\x04 \x01(\t\"R\n\x12ListLeasesResponse\x12#\n\x06leases\x18\x01 \x03(\x0b\x32\x13.slotsched.v1.Lease\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"n\n\x10ListQueueRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12#\n\x03qos\x18\x02 \x01(\x0e\x32\x16.slotsched.v1.QosClass\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x12\n\npage_token\x18\x04 \x01(\t\"\x94\x02\n\x0bQueuedEntry\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12#\n\x03qos\x18\x03 \x01(\x0e\x32\x16.slotsched.v1.QosClass\x12\x10\n\x08position\x18\x04 \x01(\r\x12)\n\x06waited\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0bresume_from\x18\x06 \x01(\x0b\x32\x19.slotsched.v1.SnapshotRef\x12\x31\n\x0e\x65stimated_wait\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04pool\x18\x08 \x01(\t\x12\x0e\n\x06reason\x18\t \x01(\t\"X\n\x11ListQueueResponse\x12*\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x19.slotsched.v1.QueuedEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*_\n\x0bWorkerState\x12\x1c\n\x18WORKER_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13WORKER_STATE_ACTIVE\x10\x01\x12\x19\n\x15WORKER_STATE_DRAINING\x10\x02\x32\x9f\x03\n\x05\x41\x64min\x12L\n\tGetPolicy\x12\x1e.slotsched.v1.GetPolicyRequest\x1a\x1f.slotsched.v1.GetPolicyResponse\x12R\n\x0b\x41pplyPolicy\x12 .slotsched.v1.ApplyPolicyRequest\x1a!.slotsched.v1.ApplyPolicyResponse\x12U\n\x0c\x44\x65scribePool\x12!.slotsched.v1.DescribePoolRequest\x1a\".slotsched.v1.DescribePoolResponse\x12O\n\nListLeases\x12\x1f.slotsched.v1.ListLeasesRequest\x1a .slotsched.v1.ListLeasesResponse\x12L\n\tListQueue\x12\x1e.slotsched.v1.ListQueueRequest\x1a\x1f.slotsched.v1.ListQueueResponseB`\n\x10\x64\x65v.slotsched.v1B\nAdminProtoP\x01Z>github.com/slotsched/slotsched/gen/go/slotsched/v1;slotschedv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,8 +37,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\020dev.slotsched.v1B\nAdminProtoP\001Z>github.com/slotsched/slotsched/gen/go/slotsched/v1;slotschedv1'
   _globals['_WORKERINFO_LABELSENTRY']._loaded_options = None
   _globals['_WORKERINFO_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_WORKERSTATE']._serialized_start=1980
-  _globals['_WORKERSTATE']._serialized_end=2075
+  _globals['_DESCRIBEPOOLRESPONSE_LABELSENTRY']._loaded_options = None
+  _globals['_DESCRIBEPOOLRESPONSE_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_WORKERSTATE']._serialized_start=2164
+  _globals['_WORKERSTATE']._serialized_end=2259
   _globals['_GETPOLICYREQUEST']._serialized_start=134
   _globals['_GETPOLICYREQUEST']._serialized_end=152
   _globals['_GETPOLICYRESPONSE']._serialized_start=154
@@ -48,29 +50,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_APPLYPOLICYRESPONSE']._serialized_start=256
   _globals['_APPLYPOLICYRESPONSE']._serialized_end=312
   _globals['_DESCRIBEPOOLREQUEST']._serialized_start=314
-  _globals['_DESCRIBEPOOLREQUEST']._serialized_end=335
-  _globals['_WORKERINFO']._serialized_start=338
-  _globals['_WORKERINFO']._serialized_end=610
-  _globals['_WORKERINFO_LABELSENTRY']._serialized_start=565
-  _globals['_WORKERINFO_LABELSENTRY']._serialized_end=610
-  _globals['_CLASSSTATS']._serialized_start=612
-  _globals['_CLASSSTATS']._serialized_end=710
-  _globals['_CLASSCOUNTS']._serialized_start=712
-  _globals['_CLASSCOUNTS']._serialized_end=785
-  _globals['_TENANTSTATS']._serialized_start=788
-  _globals['_TENANTSTATS']._serialized_end=1088
-  _globals['_DESCRIBEPOOLRESPONSE']._serialized_start=1091
-  _globals['_DESCRIBEPOOLRESPONSE']._serialized_end=1330
-  _globals['_LISTLEASESREQUEST']._serialized_start=1332
-  _globals['_LISTLEASESREQUEST']._serialized_end=1443
-  _globals['_LISTLEASESRESPONSE']._serialized_start=1445
-  _globals['_LISTLEASESRESPONSE']._serialized_end=1527
-  _globals['_LISTQUEUEREQUEST']._serialized_start=1529
-  _globals['_LISTQUEUEREQUEST']._serialized_end=1639
-  _globals['_QUEUEDENTRY']._serialized_start=1642
-  _globals['_QUEUEDENTRY']._serialized_end=1888
-  _globals['_LISTQUEUERESPONSE']._serialized_start=1890
-  _globals['_LISTQUEUERESPONSE']._serialized_end=1978
-  _globals['_ADMIN']._serialized_start=2078
-  _globals['_ADMIN']._serialized_end=2493
+  _globals['_DESCRIBEPOOLREQUEST']._serialized_end=349
+  _globals['_WORKERINFO']._serialized_start=352
+  _globals['_WORKERINFO']._serialized_end=624
+  _globals['_WORKERINFO_LABELSENTRY']._serialized_start=579
+  _globals['_WORKERINFO_LABELSENTRY']._serialized_end=624
+  _globals['_CLASSSTATS']._serialized_start=626
+  _globals['_CLASSSTATS']._serialized_end=724
+  _globals['_CLASSCOUNTS']._serialized_start=726
+  _globals['_CLASSCOUNTS']._serialized_end=799
+  _globals['_TENANTSTATS']._serialized_start=802
+  _globals['_TENANTSTATS']._serialized_end=1102
+  _globals['_DESCRIBEPOOLRESPONSE']._serialized_start=1105
+  _globals['_DESCRIBEPOOLRESPONSE']._serialized_end=1484
+  _globals['_DESCRIBEPOOLRESPONSE_LABELSENTRY']._serialized_start=579
+  _globals['_DESCRIBEPOOLRESPONSE_LABELSENTRY']._serialized_end=624
+  _globals['_LISTLEASESREQUEST']._serialized_start=1486
+  _globals['_LISTLEASESREQUEST']._serialized_end=1597
+  _globals['_LISTLEASESRESPONSE']._serialized_start=1599
+  _globals['_LISTLEASESRESPONSE']._serialized_end=1681
+  _globals['_LISTQUEUEREQUEST']._serialized_start=1683
+  _globals['_LISTQUEUEREQUEST']._serialized_end=1793
+  _globals['_QUEUEDENTRY']._serialized_start=1796
+  _globals['_QUEUEDENTRY']._serialized_end=2072
+  _globals['_LISTQUEUERESPONSE']._serialized_start=2074
+  _globals['_LISTQUEUERESPONSE']._serialized_end=2162
+  _globals['_ADMIN']._serialized_start=2262
+  _globals['_ADMIN']._serialized_end=2677
 # @@protoc_insertion_point(module_scope)

@@ -50,8 +50,10 @@ class ApplyPolicyResponse(_message.Message):
     def __init__(self, warnings: _Optional[_Iterable[str]] = ..., applied: _Optional[bool] = ...) -> None: ...
 
 class DescribePoolRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("pool",)
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    def __init__(self, pool: _Optional[str] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
     __slots__ = ("worker_id", "address", "slots", "busy", "state", "labels", "last_heartbeat")
@@ -125,7 +127,14 @@ class TenantStats(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., weight: _Optional[float] = ..., held: _Optional[_Union[ClassCounts, _Mapping]] = ..., pending: _Optional[_Union[ClassCounts, _Mapping]] = ..., borrowed: _Optional[int] = ..., fair_share: _Optional[float] = ..., guaranteed_quota: _Optional[int] = ..., burstable_nominal: _Optional[int] = ..., burstable_limit: _Optional[int] = ..., best_effort_limit: _Optional[int] = ...) -> None: ...
 
 class DescribePoolResponse(_message.Message):
-    __slots__ = ("capacity", "free", "floor", "workers", "classes", "tenants", "at")
+    __slots__ = ("capacity", "free", "floor", "workers", "classes", "tenants", "at", "pool", "pools", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     FREE_FIELD_NUMBER: _ClassVar[int]
     FLOOR_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +142,9 @@ class DescribePoolResponse(_message.Message):
     CLASSES_FIELD_NUMBER: _ClassVar[int]
     TENANTS_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    POOLS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     capacity: int
     free: int
     floor: int
@@ -140,7 +152,10 @@ class DescribePoolResponse(_message.Message):
     classes: _containers.RepeatedCompositeFieldContainer[ClassStats]
     tenants: _containers.RepeatedCompositeFieldContainer[TenantStats]
     at: _timestamp_pb2.Timestamp
-    def __init__(self, capacity: _Optional[int] = ..., free: _Optional[int] = ..., floor: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., classes: _Optional[_Iterable[_Union[ClassStats, _Mapping]]] = ..., tenants: _Optional[_Iterable[_Union[TenantStats, _Mapping]]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    pool: str
+    pools: _containers.RepeatedScalarFieldContainer[str]
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, capacity: _Optional[int] = ..., free: _Optional[int] = ..., floor: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., classes: _Optional[_Iterable[_Union[ClassStats, _Mapping]]] = ..., tenants: _Optional[_Iterable[_Union[TenantStats, _Mapping]]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pool: _Optional[str] = ..., pools: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListLeasesRequest(_message.Message):
     __slots__ = ("tenant", "qos", "page_size", "page_token")
@@ -175,7 +190,7 @@ class ListQueueRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class QueuedEntry(_message.Message):
-    __slots__ = ("session_id", "tenant", "qos", "position", "waited", "resume_from", "estimated_wait")
+    __slots__ = ("session_id", "tenant", "qos", "position", "waited", "resume_from", "estimated_wait", "pool", "reason")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     QOS_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +198,8 @@ class QueuedEntry(_message.Message):
     WAITED_FIELD_NUMBER: _ClassVar[int]
     RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
     ESTIMATED_WAIT_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     tenant: str
     qos: _common_pb2.QosClass
@@ -190,7 +207,9 @@ class QueuedEntry(_message.Message):
     waited: _duration_pb2.Duration
     resume_from: _common_pb2.SnapshotRef
     estimated_wait: _duration_pb2.Duration
-    def __init__(self, session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., position: _Optional[int] = ..., waited: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resume_from: _Optional[_Union[_common_pb2.SnapshotRef, _Mapping]] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    pool: str
+    reason: str
+    def __init__(self, session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., position: _Optional[int] = ..., waited: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resume_from: _Optional[_Union[_common_pb2.SnapshotRef, _Mapping]] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., pool: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ListQueueResponse(_message.Message):
     __slots__ = ("entries", "next_page_token")

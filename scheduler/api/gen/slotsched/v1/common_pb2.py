@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19slotsched/v1/common.proto\x12\x0cslotsched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"k\n\x0bSnapshotRef\x12\x0b\n\x03uri\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12+\n\x07\x63reated\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"(\n\x04Slot\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\"\x98\x03\n\x05Lease\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12 \n\x04slot\x18\x03 \x01(\x0b\x32\x12.slotsched.v1.Slot\x12\x16\n\x0eworker_address\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12.\n\nexpires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\x0bresume_from\x18\x07 \x01(\x0b\x32\x19.slotsched.v1.SnapshotRef\x12#\n\x03qos\x18\x08 \x01(\x0e\x32\x16.slotsched.v1.QosClass\x12\x0e\n\x06tenant\x18\t \x01(\t\x12.\n\ngranted_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x05state\x18\x0b \x01(\x0e\x32\x18.slotsched.v1.LeaseState\x12\x32\n\x0eyield_deadline\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp*s\n\x08QosClass\x12\x19\n\x15QOS_CLASS_UNSPECIFIED\x10\x00\x12\x18\n\x14QOS_CLASS_GUARANTEED\x10\x01\x12\x17\n\x13QOS_CLASS_BURSTABLE\x10\x02\x12\x19\n\x15QOS_CLASS_BEST_EFFORT\x10\x03*[\n\nLeaseState\x12\x1b\n\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12LEASE_STATE_ACTIVE\x10\x01\x12\x18\n\x14LEASE_STATE_YIELDING\x10\x02\x42\x61\n\x10\x64\x65v.slotsched.v1B\x0b\x43ommonProtoP\x01Z>github.com/slotsched/slotsched/gen/go/slotsched/v1;slotschedv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19slotsched/v1/common.proto\x12\x0cslotsched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdf\x01\n\x0bSnapshotRef\x12\x0b\n\x03uri\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12+\n\x07\x63reated\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04pool\x18\x05 \x01(\t\x12\x35\n\x06labels\x18\x06 \x03(\x0b\x32%.slotsched.v1.SnapshotRef.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"(\n\x04Slot\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\"\xa6\x03\n\x05Lease\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12 \n\x04slot\x18\x03 \x01(\x0b\x32\x12.slotsched.v1.Slot\x12\x16\n\x0eworker_address\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12.\n\nexpires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\x0bresume_from\x18\x07 \x01(\x0b\x32\x19.slotsched.v1.SnapshotRef\x12#\n\x03qos\x18\x08 \x01(\x0e\x32\x16.slotsched.v1.QosClass\x12\x0e\n\x06tenant\x18\t \x01(\t\x12.\n\ngranted_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x05state\x18\x0b \x01(\x0e\x32\x18.slotsched.v1.LeaseState\x12\x32\n\x0eyield_deadline\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04pool\x18\r \x01(\t*s\n\x08QosClass\x12\x19\n\x15QOS_CLASS_UNSPECIFIED\x10\x00\x12\x18\n\x14QOS_CLASS_GUARANTEED\x10\x01\x12\x17\n\x13QOS_CLASS_BURSTABLE\x10\x02\x12\x19\n\x15QOS_CLASS_BEST_EFFORT\x10\x03*[\n\nLeaseState\x12\x1b\n\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12LEASE_STATE_ACTIVE\x10\x01\x12\x18\n\x14LEASE_STATE_YIELDING\x10\x02\x42\x61\n\x10\x64\x65v.slotsched.v1B\x0b\x43ommonProtoP\x01Z>github.com/slotsched/slotsched/gen/go/slotsched/v1;slotschedv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,14 +33,18 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'slotsched.v1.common_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\020dev.slotsched.v1B\013CommonProtoP\001Z>github.com/slotsched/slotsched/gen/go/slotsched/v1;slotschedv1'
-  _globals['_QOSCLASS']._serialized_start=638
-  _globals['_QOSCLASS']._serialized_end=753
-  _globals['_LEASESTATE']._serialized_start=755
-  _globals['_LEASESTATE']._serialized_end=846
-  _globals['_SNAPSHOTREF']._serialized_start=76
-  _globals['_SNAPSHOTREF']._serialized_end=183
-  _globals['_SLOT']._serialized_start=185
-  _globals['_SLOT']._serialized_end=225
-  _globals['_LEASE']._serialized_start=228
-  _globals['_LEASE']._serialized_end=636
+  _globals['_SNAPSHOTREF_LABELSENTRY']._loaded_options = None
+  _globals['_SNAPSHOTREF_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_QOSCLASS']._serialized_start=769
+  _globals['_QOSCLASS']._serialized_end=884
+  _globals['_LEASESTATE']._serialized_start=886
+  _globals['_LEASESTATE']._serialized_end=977
+  _globals['_SNAPSHOTREF']._serialized_start=77
+  _globals['_SNAPSHOTREF']._serialized_end=300
+  _globals['_SNAPSHOTREF_LABELSENTRY']._serialized_start=255
+  _globals['_SNAPSHOTREF_LABELSENTRY']._serialized_end=300
+  _globals['_SLOT']._serialized_start=302
+  _globals['_SLOT']._serialized_end=342
+  _globals['_LEASE']._serialized_start=345
+  _globals['_LEASE']._serialized_end=767
 # @@protoc_insertion_point(module_scope)

@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -30,16 +31,27 @@ LEASE_STATE_ACTIVE: LeaseState
 LEASE_STATE_YIELDING: LeaseState
 
 class SnapshotRef(_message.Message):
-    __slots__ = ("uri", "size_bytes", "sha256", "created")
+    __slots__ = ("uri", "size_bytes", "sha256", "created", "pool", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     URI_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     uri: str
     size_bytes: int
     sha256: str
     created: _timestamp_pb2.Timestamp
-    def __init__(self, uri: _Optional[str] = ..., size_bytes: _Optional[int] = ..., sha256: _Optional[str] = ..., created: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    pool: str
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, uri: _Optional[str] = ..., size_bytes: _Optional[int] = ..., sha256: _Optional[str] = ..., created: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pool: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Slot(_message.Message):
     __slots__ = ("worker_id", "index")
@@ -50,7 +62,7 @@ class Slot(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., index: _Optional[int] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("lease_id", "session_id", "slot", "worker_address", "epoch", "expires_at", "resume_from", "qos", "tenant", "granted_at", "state", "yield_deadline")
+    __slots__ = ("lease_id", "session_id", "slot", "worker_address", "epoch", "expires_at", "resume_from", "qos", "tenant", "granted_at", "state", "yield_deadline", "pool")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +75,7 @@ class Lease(_message.Message):
     GRANTED_AT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     YIELD_DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     session_id: str
     slot: Slot
@@ -75,4 +88,5 @@ class Lease(_message.Message):
     granted_at: _timestamp_pb2.Timestamp
     state: LeaseState
     yield_deadline: _timestamp_pb2.Timestamp
-    def __init__(self, lease_id: _Optional[str] = ..., session_id: _Optional[str] = ..., slot: _Optional[_Union[Slot, _Mapping]] = ..., worker_address: _Optional[str] = ..., epoch: _Optional[int] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resume_from: _Optional[_Union[SnapshotRef, _Mapping]] = ..., qos: _Optional[_Union[QosClass, str]] = ..., tenant: _Optional[str] = ..., granted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[LeaseState, str]] = ..., yield_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    pool: str
+    def __init__(self, lease_id: _Optional[str] = ..., session_id: _Optional[str] = ..., slot: _Optional[_Union[Slot, _Mapping]] = ..., worker_address: _Optional[str] = ..., epoch: _Optional[int] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resume_from: _Optional[_Union[SnapshotRef, _Mapping]] = ..., qos: _Optional[_Union[QosClass, str]] = ..., tenant: _Optional[str] = ..., granted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[LeaseState, str]] = ..., yield_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pool: _Optional[str] = ...) -> None: ...

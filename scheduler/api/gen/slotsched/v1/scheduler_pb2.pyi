@@ -66,16 +66,29 @@ SESSION_PHASE_YIELDING: SessionPhase
 SESSION_PHASE_ENDED: SessionPhase
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("session_id", "qos", "resume_from", "wait_timeout")
+    __slots__ = ("session_id", "qos", "resume_from", "wait_timeout", "pool", "selector", "fallback_pools")
+    class SelectorEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     QOS_FIELD_NUMBER: _ClassVar[int]
     RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
     WAIT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_POOLS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     qos: _common_pb2.QosClass
     resume_from: _common_pb2.SnapshotRef
     wait_timeout: _duration_pb2.Duration
-    def __init__(self, session_id: _Optional[str] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., resume_from: _Optional[_Union[_common_pb2.SnapshotRef, _Mapping]] = ..., wait_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    pool: str
+    selector: _containers.ScalarMap[str, str]
+    fallback_pools: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., resume_from: _Optional[_Union[_common_pb2.SnapshotRef, _Mapping]] = ..., wait_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., pool: _Optional[str] = ..., selector: _Optional[_Mapping[str, str]] = ..., fallback_pools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LeaseEvent(_message.Message):
     __slots__ = ("queued", "granted", "yield_requested", "revoked", "ended", "yield_cancelled", "at")
@@ -96,12 +109,16 @@ class LeaseEvent(_message.Message):
     def __init__(self, queued: _Optional[_Union[Queued, _Mapping]] = ..., granted: _Optional[_Union[Granted, _Mapping]] = ..., yield_requested: _Optional[_Union[YieldRequested, _Mapping]] = ..., revoked: _Optional[_Union[Revoked, _Mapping]] = ..., ended: _Optional[_Union[Ended, _Mapping]] = ..., yield_cancelled: _Optional[_Union[YieldCancelled, _Mapping]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Queued(_message.Message):
-    __slots__ = ("position", "estimated_wait")
+    __slots__ = ("position", "estimated_wait", "pool", "reason")
     POSITION_FIELD_NUMBER: _ClassVar[int]
     ESTIMATED_WAIT_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     position: int
     estimated_wait: _duration_pb2.Duration
-    def __init__(self, position: _Optional[int] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    pool: str
+    reason: str
+    def __init__(self, position: _Optional[int] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., pool: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Granted(_message.Message):
     __slots__ = ("lease", "waited", "grant")
@@ -222,7 +239,7 @@ class GetSessionRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class SessionState(_message.Message):
-    __slots__ = ("session_id", "state", "lease", "position", "estimated_wait", "last_snapshot", "qos", "tenant", "queued_since", "end_reason", "grant")
+    __slots__ = ("session_id", "state", "lease", "position", "estimated_wait", "last_snapshot", "qos", "tenant", "queued_since", "end_reason", "grant", "pool", "wait_reason")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -234,6 +251,8 @@ class SessionState(_message.Message):
     QUEUED_SINCE_FIELD_NUMBER: _ClassVar[int]
     END_REASON_FIELD_NUMBER: _ClassVar[int]
     GRANT_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    WAIT_REASON_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     state: SessionPhase
     lease: _common_pb2.Lease
@@ -245,7 +264,9 @@ class SessionState(_message.Message):
     queued_since: _timestamp_pb2.Timestamp
     end_reason: EndReason
     grant: str
-    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[_Union[SessionPhase, str]] = ..., lease: _Optional[_Union[_common_pb2.Lease, _Mapping]] = ..., position: _Optional[int] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., last_snapshot: _Optional[_Union[_common_pb2.SnapshotRef, _Mapping]] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., tenant: _Optional[str] = ..., queued_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_reason: _Optional[_Union[EndReason, str]] = ..., grant: _Optional[str] = ...) -> None: ...
+    pool: str
+    wait_reason: str
+    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[_Union[SessionPhase, str]] = ..., lease: _Optional[_Union[_common_pb2.Lease, _Mapping]] = ..., position: _Optional[int] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., last_snapshot: _Optional[_Union[_common_pb2.SnapshotRef, _Mapping]] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., tenant: _Optional[str] = ..., queued_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_reason: _Optional[_Union[EndReason, str]] = ..., grant: _Optional[str] = ..., pool: _Optional[str] = ..., wait_reason: _Optional[str] = ...) -> None: ...
 
 class ChannelRequest(_message.Message):
     __slots__ = ("commands",)

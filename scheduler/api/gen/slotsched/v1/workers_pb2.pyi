@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "address", "slots", "labels", "slot_epochs")
+    __slots__ = ("worker_id", "address", "slots", "labels", "slot_epochs", "pool")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -31,20 +31,33 @@ class RegisterRequest(_message.Message):
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     SLOT_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     address: str
     slots: int
     labels: _containers.ScalarMap[str, str]
     slot_epochs: _containers.ScalarMap[int, int]
-    def __init__(self, worker_id: _Optional[str] = ..., address: _Optional[str] = ..., slots: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., slot_epochs: _Optional[_Mapping[int, int]] = ...) -> None: ...
+    pool: str
+    def __init__(self, worker_id: _Optional[str] = ..., address: _Optional[str] = ..., slots: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., slot_epochs: _Optional[_Mapping[int, int]] = ..., pool: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("heartbeat_interval", "grant_keys")
+    __slots__ = ("heartbeat_interval", "grant_keys", "pool", "compatibility_labels")
+    class CompatibilityLabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     GRANT_KEYS_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    COMPATIBILITY_LABELS_FIELD_NUMBER: _ClassVar[int]
     heartbeat_interval: _duration_pb2.Duration
     grant_keys: _containers.RepeatedCompositeFieldContainer[GrantKey]
-    def __init__(self, heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., grant_keys: _Optional[_Iterable[_Union[GrantKey, _Mapping]]] = ...) -> None: ...
+    pool: str
+    compatibility_labels: _containers.ScalarMap[str, str]
+    def __init__(self, heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., grant_keys: _Optional[_Iterable[_Union[GrantKey, _Mapping]]] = ..., pool: _Optional[str] = ..., compatibility_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class GrantKey(_message.Message):
     __slots__ = ("key_id", "key")
