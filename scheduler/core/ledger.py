@@ -127,6 +127,9 @@ class Ledger:
     def session_ids(self) -> list[SessionId]:
         return [*self._requests, *self._holders]
 
+    def has_worker(self, worker: WorkerId) -> bool:
+        return worker in self._workers
+
     def worker_ids(self) -> list[WorkerId]:
         return list(self._workers)
 

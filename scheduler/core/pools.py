@@ -189,6 +189,12 @@ class Pools:
         core = self._core_of(lease_id)
         return None if core is None else core.lease(lease_id)
 
+    def worker_pool(self, worker: WorkerId) -> str | None:
+        """The pool `worker` joined (None: not registered)."""
+        if self._single is not None:
+            return next(iter(self._cores)) if self._single.has_worker(worker) else None
+        return self._worker_pool.get(worker)
+
     def describe(self, pool: str | None = None) -> PoolView:
         """One pool's view: `pool`, or the first (the only one, in a policy of one pool)."""
         return self._cores[pool or self._first()].describe()

@@ -90,15 +90,17 @@ def from_dur(d: Duration) -> float:
 
 
 def snapshot_to_pb(ref: SnapshotRef) -> common_pb2.SnapshotRef:
-    pb = common_pb2.SnapshotRef(uri=ref.uri, size_bytes=ref.size_bytes, sha256=ref.sha256)
+    pb = common_pb2.SnapshotRef(uri=ref.uri, size_bytes=ref.size_bytes, sha256=ref.sha256, pool=ref.pool)
     if ref.created:
         pb.created.CopyFrom(ts(ref.created))
+    for k, v in ref.labels:
+        pb.labels[k] = v
     return pb
 
 
 def snapshot_from_pb(pb: common_pb2.SnapshotRef) -> SnapshotRef:
     created = from_ts(pb.created) if pb.HasField("created") else 0.0
-    return SnapshotRef(pb.uri, pb.size_bytes, pb.sha256, created)
+    return SnapshotRef(pb.uri, pb.size_bytes, pb.sha256, created, pb.pool, tuple(sorted(pb.labels.items())))
 
 
 def _set_ts(msg: Timestamp, t: float) -> None:
@@ -120,6 +122,7 @@ def fill_lease(pb: common_pb2.Lease, lease: Lease, address: str, yielding: Yield
     pb.qos = QOS_TO_PB[lease.qos]
     pb.tenant = lease.tenant
     _set_ts(pb.granted_at, lease.granted_at)
+    pb.pool = lease.pool
     if lease.resume_from is not None:
         pb.resume_from.CopyFrom(snapshot_to_pb(lease.resume_from))
     if yielding is None:
@@ -140,9 +143,18 @@ def lease_to_pb(lease: Lease, address: str, yielding: YieldRequested | None) -> 
 # ChannelEvent, so the Channel's writer builds nothing to copy), or into a new one.
 
 
-def _queued_into(ev: scheduler_pb2.LeaseEvent, position: int, estimate_s: float | None, at: float) -> None:
+def _queued_into(
+    ev: scheduler_pb2.LeaseEvent,
+    position: int,
+    estimate_s: float | None,
+    at: float,
+    pool: str = "",
+    reason: str = "",
+) -> None:
     q = ev.queued
     q.position = position
+    q.pool = pool
+    q.reason = reason
     if estimate_s is not None:  # unset = no estimate yet
         q.estimated_wait.CopyFrom(dur(estimate_s))
     _set_ts(ev.at, at)
@@ -257,7 +269,7 @@ def _granted(ev: scheduler_pb2.LeaseEvent, n: Notice) -> None:
 
 def _queued(ev: scheduler_pb2.LeaseEvent, n: Notice) -> None:
     d: Queued = n.decision  # type: ignore[assignment]
-    _queued_into(ev, d.position, d.estimated_wait_s, n.at)
+    _queued_into(ev, d.position, d.estimated_wait_s, n.at, d.pool, d.reason)
 
 
 def _ended(ev: scheduler_pb2.LeaseEvent, n: Notice) -> None:

@@ -52,6 +52,10 @@ PRECONDITION = Reason.PRECONDITION
 RATE_LIMITED = Reason.RATE_LIMITED
 CHANNEL_FULL = Reason.CHANNEL_FULL
 NOT_LEADER = Reason.NOT_LEADER
+UNKNOWN_POOL = Reason.UNKNOWN_POOL
+NO_POOL_NAMED = Reason.NO_POOL_NAMED
+NO_ELIGIBLE_POOL = Reason.NO_ELIGIBLE_POOL
+WORKER_POOL_DENIED = Reason.WORKER_POOL_DENIED
 # Every failure with one of these codes carries an ErrorInfo; a builder without a reason gets these.
 DEFAULT_REASONS = wire.DEFAULT_REASONS
 
@@ -280,7 +284,18 @@ def from_refused(r: Refused, tenant: str) -> RpcFailure:
         info = {} if scope == "pool" else {"tenant": tenant}
         return RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED, r.message, [quota], md, reason, info)
     if r.reason is RefuseReason.NO_QUOTA:
-        return permission_denied(r.message, NO_QUOTA, tenant=tenant)
+        return permission_denied(r.message, NO_QUOTA, tenant=tenant, pool=r.pool)
+    if r.reason in (RefuseReason.UNKNOWN_POOL, RefuseReason.NO_POOL_NAMED):
+        field = (
+            "fallback_pools" if r.message.startswith("unknown fallback") else "pool"
+        )  # placement.py's words
+        bad = invalid_argument(field, r.message)
+        reason = UNKNOWN_POOL if r.reason is RefuseReason.UNKNOWN_POOL else NO_POOL_NAMED
+        return RpcFailure(
+            grpc.StatusCode.INVALID_ARGUMENT, r.message, bad.details, (), reason, {"pool": r.pool}
+        )
+    if r.reason is RefuseReason.NO_ELIGIBLE_POOL:
+        return failed_precondition(r.message, NO_ELIGIBLE_POOL)
     if r.reason is RefuseReason.UNKNOWN_TENANT:
         return permission_denied(r.message, UNKNOWN_TENANT, tenant=tenant)
     if r.reason is RefuseReason.SHUTTING_DOWN:
@@ -363,6 +378,27 @@ def worker_slots_over_bound(slots: int, key: str, max_slots: int) -> RpcFailure:
     return permission_denied(
         f"slots {slots} is more than this credential may register: {key} is {max_slots}",
         WORKER_SLOTS_OVER_BOUND,
+    )
+
+
+def unknown_pool(name: str, pools: Sequence[str]) -> RpcFailure:
+    """A Register (or an Admin call) naming a pool the policy lacks, or none of several."""
+    known = ", ".join(repr(p) for p in pools)
+    if name:
+        msg, reason = f"pool: unknown pool {_quote(name)}; the policy's pools are {known}", UNKNOWN_POOL
+    else:
+        msg, reason = f"pool: required: the policy has pools {known} and none named 'default'", NO_POOL_NAMED
+    bad = error_details_pb2.BadRequest(
+        field_violations=[error_details_pb2.BadRequest.FieldViolation(field="pool", description=msg)]
+    )
+    return RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, msg, [bad], (), reason, {"pool": name[:64]})
+
+
+def worker_pool_denied(pool: str, key: str, allowed: Sequence[str]) -> RpcFailure:
+    """A worker joining a pool its credential's entry does not list."""
+    listed = ", ".join(repr(p) for p in allowed) or "only the policy's one pool (it lists none)"
+    return permission_denied(
+        f"this credential may not join pool {pool!r}: {key}.pools is {listed}", WORKER_POOL_DENIED, pool=pool
     )
 
 

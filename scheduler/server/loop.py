@@ -70,6 +70,11 @@ _ENDED_KEEP = 10_000  # recently ended sessions remembered for GetSession
 POSITION_REFRESH_S = 0.2
 
 
+# Where an Acquire asks to go: (pool, selector, fallback), as `Acquire`'s fields.
+Placement = tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]
+NO_PLACEMENT: Placement = ("", (), ())
+
+
 class SchedulerLoop:
     """Owns the Core on the running asyncio loop. Create and use it from that loop only."""
 
@@ -142,12 +147,13 @@ class SchedulerLoop:
         resume_from: SnapshotRef | None,
         wait_timeout_s: float | None,
         make: Callable[[SessionId], LeaseStream] = LeaseStream,
+        where: Placement = NO_PLACEMENT,
     ) -> tuple[LeaseStream | None, Refused | None]:
         """Attach a stream (`make(key)`), then ask the core. On a refusal nothing stays attached."""
         stream = self._attach(key, make)
         extras = NO_EXTRAS if wait_timeout_s is None else Extras(wait_timeout_s=wait_timeout_s)
         # The session's bookkeeping is the table's (scheduler/dispatch.py): replay does the same.
-        decisions = self.submit(Acquire(key, TenantName(tenant), qos, resume_from), extras)
+        decisions = self.submit(Acquire(key, TenantName(tenant), qos, resume_from, *where), extras)
         for d in decisions:
             if isinstance(d, Refused) and d.session == key:
                 if self._streams.get(key) is stream:

@@ -39,6 +39,7 @@ class WorkerRegistry:
         *,
         replace: bool = False,
         epochs: tuple[tuple[int, int], ...] = (),
+        pool: str = "",
     ) -> None:
         """Add a worker, or re-register a live one: idempotent at the same address and slots;
         elsewhere (or with other slots) only with `replace` (the caller is the same identity:
@@ -48,7 +49,8 @@ class WorkerRegistry:
         now = self.loop.now()
         w = self.workers.get(worker_id)
         if w is not None:
-            if w.address == address and w.slots == slots:
+            same_pool = not pool or self.loop.core.worker_pool(worker_id) in (pool, None)
+            if w.address == address and w.slots == slots and same_pool:
                 w.labels = labels  # idempotent re-register (e.g. after a scheduler restart)
                 w.last_heartbeat = now
                 return
@@ -66,7 +68,7 @@ class WorkerRegistry:
             self.deregister(worker_id)
         # The journal keeps labels and static beside the event: recovery rebuilds this entry.
         extras = Extras(labels=labels, static=static)
-        decisions = self.loop.submit(WorkerAdded(worker_id, slots, address, epochs), extras)
+        decisions = self.loop.submit(WorkerAdded(worker_id, slots, address, epochs, pool), extras)
         errors.raise_for(decisions)
         self.workers[worker_id] = WorkerEntry(worker_id, address, slots, now, labels, static=static)
 

@@ -37,7 +37,7 @@ from scheduler.core.types import (
 )
 from scheduler.grants import GrantKeyring
 from scheduler.server import convert, errors
-from scheduler.server.loop import SchedulerLoop
+from scheduler.server.loop import NO_PLACEMENT, Placement, SchedulerLoop
 from scheduler.server.stream import LeaseStream
 
 MAX_SESSION_ID_BYTES = MAX_STRING_BYTES
@@ -70,6 +70,17 @@ def snapshot_of(msg: Any, field: str) -> SnapshotRef | None:
     if not ref.uri:
         raise errors.invalid_argument(f"{field}.uri", "required when a snapshot is given")
     return convert.snapshot_from_pb(ref)
+
+
+def placement_of(request: scheduler_pb2.AcquireRequest) -> Placement:
+    """The request's pool, selector and fallback (their sizes are the wire guard's to bound)."""
+    if not (request.pool or request.selector or request.fallback_pools):
+        return NO_PLACEMENT
+    if request.pool and request.selector:
+        raise errors.invalid_argument("selector", "give a pool or a selector, not both")
+    if "" in request.selector:
+        raise errors.invalid_argument("selector", "a label key must not be empty")
+    return request.pool, tuple(sorted(request.selector.items())), tuple(request.fallback_pools)
 
 
 class SessionOps:
@@ -115,7 +126,8 @@ class SessionOps:
         stream = self.loop.reattach(key, make)
         if stream is not None:
             return stream
-        stream, refusal = self.loop.acquire(key, tenant, qos, resume, wait_timeout, make)
+        where = placement_of(request)
+        stream, refusal = self.loop.acquire(key, tenant, qos, resume, wait_timeout, make, where)
         if refusal is not None or stream is None:
             raise errors.from_refused(refusal, tenant) if refusal else errors.unavailable()
         return stream
@@ -215,6 +227,8 @@ class SessionOps:
         if view is not None:
             out.state = _PHASES[view.phase]
             out.qos = convert.QOS_TO_PB[QoS(view.qos)]
+            out.pool = view.pool
+            out.wait_reason = view.reason
             if view.resume_from is not None:
                 out.last_snapshot.CopyFrom(convert.snapshot_to_pb(view.resume_from))
             if view.lease is not None:

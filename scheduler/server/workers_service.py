@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.api.gen.slotsched.v1 import workers_pb2, workers_pb2_grpc
+from scheduler.core.placement import default_pool
 from scheduler.core.types import Revoked, WorkerId
 from scheduler.grants import GrantKeyring
 from scheduler.policy.identities import Identity
@@ -113,14 +114,32 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
                     "slot_epochs", f"slot {index} epoch {epoch}: slots 0 to {request.slots - 1}, epochs "
                     f"at most {MAX_REPORTED_EPOCH}"
                 )  # fmt: skip
+        policy = self._loop.core.policy
+        pool = request.pool or default_pool(policy)
+        spec = policy.pool_spec(pool) if pool else None
+        if spec is None:
+            raise errors.unknown_pool(request.pool, policy.pool_names())
+        if w is not None and not w.may_join(spec.name, policy.pool_names()):
+            raise errors.worker_pool_denied(spec.name, identity.key, w.pools)
         # The entry whose scope holds the id is its one identity: a restart of the same worker.
         same_identity = identity.role == WORKER
         self._registry.register(
-            wid, request.address, request.slots, dict(request.labels), replace=same_identity, epochs=epochs
+            wid,
+            request.address,
+            request.slots,
+            dict(request.labels),
+            replace=same_identity,
+            epochs=epochs,
+            pool=request.pool,
         )
         await self._loop.durable()
         interval = convert.dur(self._registry.heartbeat_interval_s)
-        return workers_pb2.RegisterResponse(heartbeat_interval=interval, grant_keys=self._grant_keys(wid))
+        return workers_pb2.RegisterResponse(
+            heartbeat_interval=interval,
+            grant_keys=self._grant_keys(wid),
+            pool=spec.name,
+            compatibility_labels=dict(spec.compat_labels()),
+        )
 
     @errors.unary
     async def Heartbeat(
