@@ -32,18 +32,30 @@ def validate_main(path: str, out: TextIO | None = None) -> int:
         return 1
     for w in warnings:
         print(f"warning: {w}", file=stream)
-    cap = policy.pool.workers * policy.pool.slots_per_worker
+    pools = policy.pool_specs()
+    caps = [p.workers * p.slots_per_worker for p in pools]
     n = len(policy.tenants)
     roles = "".join(
         f", {k} {role} token{'s' if k != 1 else ''}"
         for role, k in ((ADMIN, len(policy.access.admins)), (WORKER, len(policy.access.workers)))
         if k
     )
+    several = f"{len(pools)} pools, " if len(pools) > 1 else ""
+    floor = sum(spec.floor_slots(cap) for spec, cap in zip(pools, caps, strict=True))
     print(
-        f"policy {policy.name} is valid: {n} tenant{'s' if n != 1 else ''}, capacity {cap} slots, "
-        f"floor {policy.pool.floor_slots(cap)}{roles}",
+        f"policy {policy.name} is valid: {n} tenant{'s' if n != 1 else ''}, {several}capacity {sum(caps)} "
+        f"slots, floor {floor}{roles}",
         file=stream,
     )
+    if len(pools) > 1:
+        for spec, cap in zip(pools, caps, strict=True):
+            labels = ", ".join(f"{k}={v}" for k, v in spec.labels) or "none"
+            compat = f"; compatibility {', '.join(spec.compatibility)}" if spec.compatibility else ""
+            print(
+                f"  pool {spec.name}: labels {labels}{compat}; capacity {cap} slots "
+                f"({spec.workers} workers x {spec.slots_per_worker}), floor {spec.floor_slots(cap)}",
+                file=stream,
+            )
     return 0
 
 

@@ -8,7 +8,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler.policy.errors import DOCUMENT, Problem
-from scheduler.policy.schema import Num, fmt_number
+from scheduler.policy.schema import (
+    POOL_NAME_MAX_LEN,
+    POOL_NAME_RE,
+    TARGET_MAX_LEN,
+    TARGET_RE,
+    Num,
+    fmt_number,
+    label_key_problem,
+    label_value_problem,
+)
 
 
 def join(path: str, key: str) -> str:
@@ -130,3 +139,88 @@ class Checker:
             self.error(join(path, key), f"expected a string, got {describe(v)}")
             return None
         return v
+
+
+# --- the fields of a pool among several (spec.pools[i]) ---------------------------------------
+
+
+def check_pool_name(c: Checker, m: Mapping[str, object], path: str) -> str | None:
+    np = join(path, "name")
+    if "name" not in m:
+        c.error(np, "required: the pool's name (lowercase letters, digits and '-')")
+        return None
+    name = c.string(m, "name", path)
+    if name is not None and (not POOL_NAME_RE.match(name) or len(name) > POOL_NAME_MAX_LEN):
+        c.error(
+            np,
+            f"{name!r} is not a valid pool name: at most {POOL_NAME_MAX_LEN} lowercase letters, digits "
+            "and '-', starting and ending with a letter or digit",
+        )
+        return None
+    return name
+
+
+def pool_labels(c: Checker, value: object, path: str) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        c.error(path, f"expected a mapping of label keys to values, got {describe(value)}")
+        return ()
+    out: list[tuple[str, str]] = []
+    for k, v in value.items():
+        if not isinstance(k, str):
+            c.error(path, f"label keys must be strings, got {describe(k)}")
+            continue
+        kp = join(path, k)
+        key_problem = label_key_problem(k)
+        if key_problem is not None:
+            c.error(kp, f"{k!r} is not a valid label key: {key_problem}")
+        elif not isinstance(v, str):
+            c.error(kp, f"expected a string value, got {describe(v)} (quote it)")
+        elif (value_problem := label_value_problem(v)) is not None:
+            c.error(kp, f"{v!r} is not a valid label value: {value_problem}")
+        else:
+            out.append((k, v))
+    return tuple(out)
+
+
+def compatibility_keys(
+    c: Checker, value: object, path: str, labels: tuple[tuple[str, str], ...], labels_path: str
+) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        c.error(path, f"expected a list of label keys of this pool, got {describe(value)}")
+        return ()
+    keys = [k for k, _ in labels]
+    seen: dict[str, str] = {}
+    for j, k in enumerate(value):
+        p = f"{path}[{j}]"
+        if not isinstance(k, str):
+            c.error(p, f"expected a label key (a string), got {describe(k)}")
+        elif k in seen:
+            c.error(p, f"duplicate key {k!r} (also at {seen[k]})")
+        elif k not in keys and c.ok(labels_path):
+            have = ", ".join(keys) if keys else "none"
+            c.error(
+                p,
+                f"{k!r} is not a label of this pool (its labels: {have}): a snapshot taken here "
+                "resumes only on a pool with the same value of each compatibility key",
+            )
+        else:
+            seen[k] = p
+    return tuple(seen)
+
+
+def actuator_target(c: Checker, m: Mapping[str, object], path: str) -> str:
+    target = c.string(m, "target", path)
+    if target is None:
+        return ""
+    if len(target) > TARGET_MAX_LEN or not TARGET_RE.match(target):
+        c.error(
+            join(path, "target"),
+            f"{describe(target)} is not an actuator target: Deployment/NAME, StatefulSet/NAME or "
+            f"PLURAL.GROUP/VERSION/KIND/NAME (no spaces, at most {TARGET_MAX_LEN} characters)",
+        )
+        return ""
+    return target

@@ -35,11 +35,16 @@ from scheduler.policy.schema import (
     POLICY_NAME_MAX_LEN,
     POLICY_NAME_RE,
     POOL_FIELDS,
+    POOL_NAME_MAX_LEN,
+    POOL_NAME_RE,
     QUEUE_FIELDS,
     RATE_LIMITS_KEYS,
     SCALE_UP_FIELDS,
+    TARGET_MAX_LEN,
+    TARGET_RE,
     TENANT_NAME_MAX_LEN,
     TENANT_NAME_RE,
+    TENANT_POOL_FIELDS,
     TIMING_FIELDS,
     TOKEN_HASH_RE,
     WEIGHT_FIELDS,
@@ -130,6 +135,60 @@ def _pool() -> Schema:
     )
 
 
+def _pools_entry(autoscaler: Schema) -> Schema:
+    """An entry of spec.pools: spec.pool's keys (without its CEL rules: the scheduler checks a
+    pool's bounds and floor, and reports them in status) and a pool's own."""
+    props: dict[str, Schema] = {
+        "name": {"type": "string", "maxLength": POOL_NAME_MAX_LEN, "pattern": POOL_NAME_RE.pattern},
+        # A string map; structural schemas here keep no additionalProperties, so the scheduler
+        # checks the label syntax.
+        "labels": {
+            "type": "object",
+            "description": "Free-form labels (template, cpuModel, gpu, tier, region...) a selector matches.",
+            "x-kubernetes-preserve-unknown-fields": True,
+        },
+        "compatibility": {
+            "type": "array",
+            "description": "Label keys a snapshot taken here must find equal in the pool it resumes on.",
+            "x-kubernetes-list-type": "set",
+            "items": {"type": "string", "minLength": 1},
+        },
+        **_pool()["properties"],
+        "autoscaler": {**autoscaler, "description": "This pool's overrides of spec.autoscaler."},
+        "target": {
+            "type": "string",
+            "description": "What the actuator scales: Deployment/NAME, StatefulSet/NAME or "
+            "PLURAL.GROUP/VERSION/KIND/NAME.",
+            "maxLength": TARGET_MAX_LEN,
+            "pattern": TARGET_RE.pattern,
+        },
+    }
+    return _obj(props, "One pool: a scheduling domain of its own.", required=["name"])
+
+
+def _tenant_pool() -> Schema:
+    props = _nums(TENANT_POOL_FIELDS)
+    props["bestEffortLimit"] = {**_num(Num("bestEffortLimit", "", True)), "nullable": True}
+    return _obj(
+        {
+            "pool": {"type": "string", "maxLength": POOL_NAME_MAX_LEN, "pattern": POOL_NAME_RE.pattern},
+            **props,
+        },
+        "The tenant's quotas in one pool (absent keys: the tenant-wide value).",
+        required=["pool"],
+    )
+
+
+def _pool_names(description: str) -> Schema:
+    return {
+        "type": "array",
+        "description": description,
+        "x-kubernetes-list-type": "set",
+        "minItems": 1,
+        "items": {"type": "string", "maxLength": POOL_NAME_MAX_LEN, "pattern": POOL_NAME_RE.pattern},
+    }
+
+
 def _names(description: str) -> Schema:
     """Certificate identities (SAN URIs or DNS names): checked in full by the scheduler."""
     return {
@@ -164,6 +223,7 @@ def _worker_entry() -> Schema:
             },
             "workerIdPrefix": {"type": "string", "minLength": 1, "maxLength": WORKER_ID_MAX_LEN - 1},
             "maxSlots": {"type": "integer", "minimum": 1, "maximum": MAX_WORKER_SLOTS},
+            "pools": _pool_names("The pools this entry's workers may join (required with several pools)."),
         },
         "A worker credential bound to the worker ids it may act as.",
         **{
@@ -206,6 +266,13 @@ def _tenant() -> Schema:
             "tokens": _tokens("sha256 hashes of this tenant's bearer tokens (never the tokens)."),
             "identities": _names("Certificate names (SAN) that authenticate as this tenant."),
             "rateLimit": _rate_limit("This tenant's token bucket (Acquire and other calls)."),
+            "pools": {
+                "type": "array",
+                "description": "Quotas per pool, overriding the tenant-wide ones in the pools named.",
+                "x-kubernetes-list-type": "map",  # one entry per pool
+                "x-kubernetes-list-map-keys": ["pool"],
+                "items": _tenant_pool(),
+            },
         },
         required=["name"],
     )
@@ -213,19 +280,28 @@ def _tenant() -> Schema:
 
 def policy_schema() -> Schema:
     """The openAPIV3Schema of a SchedulingPolicy object (spec as in the policy file, plus status)."""
+    autoscaler = _obj(
+        {
+            "weights": _obj(_nums(WEIGHT_FIELDS), "Demand weight per QoS class."),
+            "scaleUp": _obj(_nums(SCALE_UP_FIELDS), "How fast the pool may grow."),
+            **_nums(AUTOSCALER_FIELDS),
+        },
+        "The companion autoscaler's tuning.",
+    )
     spec = _obj(
         {
             "pool": _pool(),
+            "pools": {
+                "type": "array",
+                "description": "Several pools, each a scheduling domain (instead of spec.pool).",
+                "x-kubernetes-list-type": "map",  # unique names
+                "x-kubernetes-list-map-keys": ["name"],
+                "minItems": 1,
+                "items": _pools_entry(autoscaler),
+            },
             "timing": _obj(_nums(TIMING_FIELDS), "Yield grace, lease TTL and minimum runtime, in seconds."),
             "queue": _obj(_nums(QUEUE_FIELDS), "Caps on waiting requests."),
-            "autoscaler": _obj(
-                {
-                    "weights": _obj(_nums(WEIGHT_FIELDS), "Demand weight per QoS class."),
-                    "scaleUp": _obj(_nums(SCALE_UP_FIELDS), "How fast the pool may grow."),
-                    **_nums(AUTOSCALER_FIELDS),
-                },
-                "The companion autoscaler's tuning.",
-            ),
+            "autoscaler": autoscaler,
             "tenants": {
                 "type": "array",
                 "description": "Who may acquire slots, with weights and per-class quotas.",

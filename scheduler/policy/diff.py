@@ -1,5 +1,7 @@
-"""What changes between two policies: tenants added and removed, and every other value that moved,
-named by its key path in the policy file's shape (`pool.workers`, `tenants[acme].guaranteed`).
+"""What changes between two policies: pools and tenants added and removed, and every other value
+that moved, named by its key path in the policy file's shape (`pool.workers`,
+`tenants[acme].guaranteed`; with several pools `pools[gpu].workers` and a tenant's quota in one
+pool `tenants[acme].pools[gpu].guaranteed`).
 
 Pure: `slotsched policy apply` prints it (against the server's GetPolicy), and the server logs
 its one-line `summary` for every policy put in force. Both sides are compared in the canonical
@@ -36,27 +38,38 @@ class PolicyDiff:
     added: tuple[str, ...]  # tenants new in the second policy
     removed: tuple[str, ...]  # tenants it no longer has
     changes: tuple[Change, ...]  # every other value that differs, by key path
+    pools_added: tuple[str, ...] = ()  # pools new in the second policy (either has spec.pools)
+    pools_removed: tuple[str, ...] = ()  # pools it no longer has
 
     @property
     def empty(self) -> bool:
-        return not (self.added or self.removed or self.changes)
+        return not (self.added or self.removed or self.changes or self.pools_added or self.pools_removed)
+
+
+def _new_and_gone(old: list[str], new: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return tuple(n for n in new if n not in old), tuple(n for n in old if n not in new)
 
 
 def diff_policies(old: Policy, new: Policy) -> PolicyDiff:
-    before, after = _flat(old), _flat(new)
-    old_names = [t.name for t in old.tenants]
-    new_names = [t.name for t in new.tenants]
-    added = tuple(n for n in new_names if n not in old_names)
-    removed = tuple(n for n in old_names if n not in new_names)
-    # An added or removed tenant is one line, not one per field.
+    # Pools by name as soon as either policy has spec.pools (the one pool of the other is `default`).
+    by_name = bool(old.pools or new.pools)
+    before, after = _flat(old, by_name), _flat(new, by_name)
+    added, removed = _new_and_gone([t.name for t in old.tenants], [t.name for t in new.tenants])
+    pools_added, pools_removed = (
+        _new_and_gone(list(old.pool_names()), list(new.pool_names())) if by_name else ((), ())
+    )
+    # An added or removed tenant or pool is one line, not one per field; so are the quotas of a
+    # pool removed (they went with it).
     gone = tuple(f"tenants[{n}]." for n in added + removed)
+    gone += tuple(f"pools[{n}]." for n in pools_added + pools_removed)
+    gone += tuple(f"tenants[{t.name}].pools[{n}]." for t in old.tenants for n in pools_removed)
     changes = []
     for path in sorted(before.keys() | after.keys(), key=_order(before, after)):
         a, b = before.get(path), after.get(path)
         if a != b and not path.startswith(gone):
             empty = () if isinstance(a, tuple) or isinstance(b, tuple) else None  # a list left out
             changes.append(Change(path, _show(empty if a is None else a), _show(empty if b is None else b)))
-    return PolicyDiff(added, removed, tuple(changes))
+    return PolicyDiff(added, removed, tuple(changes), pools_added, pools_removed)
 
 
 def summary(d: PolicyDiff) -> str:
@@ -64,6 +77,10 @@ def summary(d: PolicyDiff) -> str:
     if d.empty:
         return "no change"
     parts = []
+    if d.pools_added:
+        parts.append("pools added: " + ", ".join(d.pools_added))
+    if d.pools_removed:
+        parts.append("pools removed: " + ", ".join(d.pools_removed))
     if d.added:
         parts.append("tenants added: " + ", ".join(d.added))
     if d.removed:
@@ -76,26 +93,41 @@ def summary(d: PolicyDiff) -> str:
 
 
 def diff_lines(d: PolicyDiff) -> list[str]:
-    """One line per tenant added or removed and per value changed ("+", "-", "~")."""
+    """One line per pool and tenant added or removed and per value changed ("+", "-", "~")."""
     return (
-        [f"+ tenant {n}" for n in d.added]
+        [f"+ pool {n}" for n in d.pools_added]
+        + [f"- pool {n}" for n in d.pools_removed]
+        + [f"+ tenant {n}" for n in d.added]
         + [f"- tenant {n}" for n in d.removed]
         + [f"~ {c}" for c in d.changes]
     )
 
 
-def _flat(policy: Policy) -> dict[str, Any]:
-    """The policy's values by key path (without the `spec.` prefix); tenants keyed by name."""
+def _flat(policy: Policy, by_name: bool = False) -> dict[str, Any]:
+    """The policy's values by key path (without the `spec.` prefix); tenants keyed by name, and so
+    are pools (`pools[NAME]`, the one pool of spec.pool as `default` when `by_name`) and a
+    tenant's quotas per pool."""
     doc = policy_to_dict(policy)
     out: dict[str, Any] = {"name": doc["metadata"]["name"]}
     for key, value in doc["spec"].items():
-        if key != "tenants":
+        if key == "pool" and by_name:
+            _walk(value, f"pools[{policy.pool.name}]", out)
+        elif key == "pools":
+            for pool in value:
+                _walk({k: v for k, v in pool.items() if k != "name"}, f"pools[{pool['name']}]", out)
+        elif key == "tenants":
+            for tenant in value:
+                path = f"tenants[{tenant['name']}]"
+                _walk({k: v for k, v in tenant.items() if k not in ("name", "pools")}, path, out)
+                for q in tenant.get("pools", ()):
+                    _walk({k: v for k, v in q.items() if k != "pool"}, f"{path}.pools[{q['pool']}]", out)
+        else:
             _walk(value, key, out)
-            continue
-        for tenant in value:
-            fields = {k: v for k, v in tenant.items() if k != "name"}
-            _walk(fields, f"tenants[{tenant['name']}]", out)
     return out
+
+
+# Lists of names, shown as they are (other lists hold credentials: shown by their length only).
+_NAMES = (".compatibility", ".pools")
 
 
 def _walk(value: Any, path: str, out: dict[str, Any]) -> None:
@@ -105,6 +137,8 @@ def _walk(value: Any, path: str, out: dict[str, Any]) -> None:
     elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         for i, v in enumerate(value):  # entries of spec.access.workers: by position
             _walk(v, f"{path}[{i}]", out)
+    elif isinstance(value, list) and value and path.endswith(_NAMES):
+        out[path] = "[" + ", ".join(sorted(map(str, value))) + "]"
     elif isinstance(value, list) and value:
         # Credentials and names: the same set in another order is no change.
         out[path] = tuple(sorted(map(repr, value)))

@@ -28,6 +28,18 @@ WORKER_ID_MAX_LEN: Final = 253
 # The global cap on the slots one worker may register, whatever the credential (an admin too):
 # a registered worker's slots are capacity every tenant's grants are placed on.
 MAX_WORKER_SLOTS: Final = 256
+# Pool names end up in metric labels, journal keys and the ScaledObject's metadata: a DNS label.
+POOL_NAME_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+POOL_NAME_MAX_LEN: Final = 63
+# Pool labels follow Kubernetes label syntax: a key is an optional DNS-subdomain prefix and '/',
+# then a name of at most 63 characters; a value is empty or such a name.
+LABEL_NAME_RE: Final = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+LABEL_NAME_MAX_LEN: Final = 63
+LABEL_PREFIX_MAX_LEN: Final = 253
+# What a pool's actuator scales (Deployment/NAME, StatefulSet/NAME, PLURAL.GROUP/VERSION/KIND/NAME):
+# read by the actuator, so here only a bounded string without spaces.
+TARGET_RE: Final = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.:/]*$")
+TARGET_MAX_LEN: Final = 512
 # "25%", "12.5%"; the exponent form is what repr() writes for tiny floats ("1e-05%").
 PERCENT_RE: Final = re.compile(r"^(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)%$")
 
@@ -94,6 +106,7 @@ TOP_KEYS: Final = ("apiVersion", "kind", "metadata", "spec")
 METADATA_KEYS: Final = ("name", "labels", "annotations")
 SPEC_KEYS: Final = (
     "pool",
+    "pools",
     "timing",
     "queue",
     "autoscaler",
@@ -104,21 +117,54 @@ SPEC_KEYS: Final = (
     "fairness",
 )
 POOL_KEYS: Final = tuple(f.key for f in POOL_FIELDS) + ("floor",)
+# An entry of spec.pools: spec.pool's keys and what a pool among several has.
+POOLS_ENTRY_KEYS: Final = ("name", "labels", "compatibility") + POOL_KEYS + ("autoscaler", "target")
 AUTOSCALER_KEYS: Final = ("weights", "scaleUp") + tuple(f.key for f in AUTOSCALER_FIELDS)
 TENANT_KEYS: Final = (
-    "name", "weight", "guaranteed", "burstable", "bestEffort", "tokens", "identities", "rateLimit"
+    "name", "weight", "guaranteed", "burstable", "bestEffort", "tokens", "identities", "rateLimit",
+    "pools",
 )  # fmt: skip
+# spec.tenants[i].pools[j]: the tenant's quotas in one pool (absent keys: the tenant-wide value).
+TENANT_POOL_FIELDS: Final = (
+    Num("guaranteed", "guaranteed", True),
+    Num("burstableNominal", "burstable_nominal", True),
+    Num("burstableLimit", "burstable_limit", True),
+)
+TENANT_POOL_KEYS: Final = ("pool",) + tuple(f.key for f in TENANT_POOL_FIELDS) + ("bestEffortLimit",)
 BURSTABLE_KEYS: Final = ("nominal", "limit")
 BEST_EFFORT_KEYS: Final = ("limit",)
 ACCESS_KEYS: Final = ("admins", "workers")
 ADMIN_ENTRY_KEYS: Final = ("token", "identity")
-WORKER_ENTRY_KEYS: Final = ("tokens", "identities", "workerIds", "workerIdPrefix", "maxSlots")
+WORKER_ENTRY_KEYS: Final = ("tokens", "identities", "workerIds", "workerIdPrefix", "maxSlots", "pools")
 RATE_LIMIT_KEYS: Final = ("qps", "burst")
 RATE_LIMITS_KEYS: Final = ("tenant", "renewals", "admin", "worker")
 # The shape a worker entry takes, for the error a plain string gets.
 WORKER_ENTRY_SHAPE: Final = (
     '{tokens: ["sha256:<hex>"], workerIds: [...] or workerIdPrefix: "...", maxSlots: N}'
 )
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why `key` is not a Kubernetes label key, or None."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (len(prefix) > LABEL_PREFIX_MAX_LEN or not DNS_NAME_RE.match(prefix)):
+        return "its prefix (before '/') must be a lowercase DNS subdomain"
+    if not LABEL_NAME_RE.match(name) or len(name) > LABEL_NAME_MAX_LEN:
+        return (
+            f"a label name is at most {LABEL_NAME_MAX_LEN} letters, digits, '-', '_' and '.', "
+            "starting and ending with a letter or digit"
+        )
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    """Why `value` is not a Kubernetes label value (empty is one), or None."""
+    if value and (not LABEL_NAME_RE.match(value) or len(value) > LABEL_NAME_MAX_LEN):
+        return (
+            f"a label value is empty or at most {LABEL_NAME_MAX_LEN} letters, digits, '-', '_' and '.', "
+            "starting and ending with a letter or digit"
+        )
+    return None
 
 
 def fmt_number(x: float) -> str:

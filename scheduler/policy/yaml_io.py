@@ -13,7 +13,16 @@ from typing import Any
 import yaml
 
 from scheduler.policy.errors import DOCUMENT, PolicyError, Problem
-from scheduler.policy.model import AccessSpec, FairnessSpec, LimitsSpec, Policy, RateLimit
+from scheduler.policy.model import (
+    AccessSpec,
+    AutoscalerSpec,
+    FairnessSpec,
+    LimitsSpec,
+    Policy,
+    PoolSpec,
+    RateLimit,
+    TenantPoolQuota,
+)
 from scheduler.policy.schema import (
     API_VERSION,
     AUTOSCALER_FIELDS,
@@ -23,6 +32,7 @@ from scheduler.policy.schema import (
     POOL_FIELDS,
     QUEUE_FIELDS,
     SCALE_UP_FIELDS,
+    TENANT_POOL_FIELDS,
     TIMING_FIELDS,
     WEIGHT_FIELDS,
     Num,
@@ -104,16 +114,69 @@ def _numbers_to_dict(spec: object, fields: Sequence[Num]) -> dict[str, Any]:
     return {f.key: getattr(spec, f.attr) for f in fields}
 
 
-def policy_to_dict(policy: Policy) -> dict[str, Any]:
-    """The policy in its YAML shape (camelCase keys); policy_from_dict(policy_to_dict(p)) == p."""
-    pool = policy.pool
+def _pool_to_dict(pool: PoolSpec) -> dict[str, Any]:
+    """A pool's size, bounds and floor: spec.pool, or those keys of a spec.pools entry."""
     pool_d = _numbers_to_dict(pool, POOL_FIELDS)
     pool_d["floor"] = f"{fmt_number(pool.floor_percent)}%" if pool.floor_percent is not None else pool.floor
-    autoscaler_d = {
-        "weights": _numbers_to_dict(policy.autoscaler, WEIGHT_FIELDS),
-        "scaleUp": _numbers_to_dict(policy.autoscaler, SCALE_UP_FIELDS),
-        **_numbers_to_dict(policy.autoscaler, AUTOSCALER_FIELDS),
+    return pool_d
+
+
+def _autoscaler_to_dict(a: AutoscalerSpec) -> dict[str, Any]:
+    return {
+        "weights": _numbers_to_dict(a, WEIGHT_FIELDS),
+        "scaleUp": _numbers_to_dict(a, SCALE_UP_FIELDS),
+        **_numbers_to_dict(a, AUTOSCALER_FIELDS),
     }
+
+
+def _only_changed(own: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """The keys of `own` whose values differ from `base`'s (nested mappings likewise)."""
+    out: dict[str, Any] = {}
+    for k, v in own.items():
+        if isinstance(v, dict):
+            sub = _only_changed(v, base.get(k, {}))
+            if sub:
+                out[k] = sub
+        elif base.get(k) != v:
+            out[k] = v
+    return out
+
+
+def _pools_entry(pool: PoolSpec, autoscaler: AutoscalerSpec) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": pool.name}
+    if pool.labels:
+        entry["labels"] = dict(pool.labels)
+    if pool.compatibility:
+        entry["compatibility"] = list(pool.compatibility)
+    entry |= _pool_to_dict(pool)
+    if pool.autoscaler is not None:
+        # What the pool's own autoscaler changes of spec.autoscaler's (the reader starts from it).
+        entry["autoscaler"] = _only_changed(
+            _autoscaler_to_dict(pool.autoscaler), _autoscaler_to_dict(autoscaler)
+        )
+    if pool.target:
+        entry["target"] = pool.target
+    return entry
+
+
+def _tenant_pool_to_dict(q: TenantPoolQuota) -> dict[str, Any]:
+    out: dict[str, Any] = {"pool": q.pool}
+    out |= {f.key: getattr(q, f.attr) for f in TENANT_POOL_FIELDS if getattr(q, f.attr) is not None}
+    if q.best_effort_limit_set:
+        out["bestEffortLimit"] = q.best_effort_limit
+    return out
+
+
+def policy_to_dict(policy: Policy) -> dict[str, Any]:
+    """The policy in its YAML shape (camelCase keys); policy_from_dict(policy_to_dict(p)) == p.
+    A policy of one pool (no spec.pools) writes `pool:` as it always has; one with spec.pools
+    writes `pools:`."""
+    pools: dict[str, Any]
+    if policy.pools:
+        pools = {"pools": [_pools_entry(p, policy.autoscaler) for p in policy.pools]}
+    else:
+        pools = {"pool": _pool_to_dict(policy.pool)}
+    autoscaler_d = _autoscaler_to_dict(policy.autoscaler)
     tenants = []
     for t in policy.tenants:
         be: dict[str, Any] = {} if t.best_effort_limit is None else {"limit": t.best_effort_limit}
@@ -129,13 +192,15 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
             tenant["identities"] = list(t.identities)
         if t.rate_limit is not None:
             tenant["rateLimit"] = _rate_limit_to_dict(t.rate_limit)
+        if t.pools:
+            tenant["pools"] = [_tenant_pool_to_dict(q) for q in t.pools]
         tenants.append(tenant)
     doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"name": policy.name},
         "spec": {
-            "pool": pool_d,
+            **pools,
             "timing": _numbers_to_dict(policy.timing, TIMING_FIELDS),
             "queue": _numbers_to_dict(policy.queue, QUEUE_FIELDS),
             "autoscaler": autoscaler_d,
@@ -180,6 +245,8 @@ def _access_to_dict(access: AccessSpec) -> dict[str, Any]:
         else:
             entry["workerIds"] = list(w.worker_ids)
         entry["maxSlots"] = w.max_slots
+        if w.pools:
+            entry["pools"] = list(w.pools)
         workers.append(entry)
     return {"admins": admins, "workers": workers}
 
