@@ -202,7 +202,10 @@ class Pools:
     def describe_all(self) -> dict[str, PoolView]:
         return {name: core.describe() for name, core in self._cores.items()}
 
-    def export_records(self) -> PoolsRecords:
+    def export_records(self) -> CoreRecords | PoolsRecords:
+        """The records of every pool; of one pool, its core's records (as before pools)."""
+        if self._single is not None:
+            return self._single.export_records()
         return PoolsRecords(tuple((name, core.export_records()) for name, core in self._cores.items()))
 
     def capture(self) -> PoolsCapture:

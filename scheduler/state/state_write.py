@@ -169,8 +169,11 @@ def capture(state: State) -> Captured:
         )
         for w in state.workers.values()
     )
+    core = loop.core.capture()
+    if not isinstance(core, PoolsCapture):  # a bare Core (tests, tools): its one pool
+        core = PoolsCapture(((loop.core.policy.pool.name, core),))
     return Captured(
-        loop.core.capture(),
+        core,
         loop.core.policy,
         dict(loop.addresses),
         tuple(loop.yields.values()),
