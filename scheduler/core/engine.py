@@ -249,8 +249,9 @@ class Core(Ledger):
         rec = self._leases.get(lease_id)
         return None if rec is None else rec.lease
 
-    def describe(self) -> PoolView:
-        now = self._now
+    def describe(self, now: float | None = None) -> PoolView:
+        """The pool now (`now`: a later time than its last event, for ages and waits)."""
+        now = self._now if now is None else max(self._now, now)
         workers = tuple(
             WorkerView(
                 w.worker_id,

@@ -102,6 +102,7 @@ class Pools:
         self._worker_pool: dict[WorkerId, str] = {}
         self._due: dict[str, float] = {}
         self._heap: list[tuple[float, str]] = []
+        self._now = float("-inf")
         self._reindex()
 
     # ------------------------------------------------------------------ the surface of Core
@@ -122,6 +123,7 @@ class Pools:
         single = self._single
         if single is not None and not _names_a_pool(event):
             return single.handle(event, now)
+        self._now = max(self._now, now)  # a pool's views are as of the latest event of any
         out = self._fire_due(now)
         if isinstance(event, Acquire):
             out += self._acquire(event, now)
@@ -197,10 +199,10 @@ class Pools:
 
     def describe(self, pool: str | None = None) -> PoolView:
         """One pool's view: `pool`, or the first (the only one, in a policy of one pool)."""
-        return self._cores[pool or self._first()].describe()
+        return self._cores[pool or self._first()].describe(self._now)
 
     def describe_all(self) -> dict[str, PoolView]:
-        return {name: core.describe() for name, core in self._cores.items()}
+        return {name: core.describe(self._now) for name, core in self._cores.items()}
 
     def export_records(self) -> CoreRecords | PoolsRecords:
         """The records of every pool; of one pool, its core's records (as before pools)."""
@@ -227,6 +229,7 @@ class Pools:
                 sub = replace(base, pool=replace(base.pool, name=name))
             pools._cores[name] = core = Core.from_records(sub, recs)
             core.stamp_pool()
+            pools._now = max(pools._now, recs.now)
         pools._reindex()
         return pools
 
