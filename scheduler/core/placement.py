@@ -11,9 +11,25 @@ granted in the first with a slot free for it, otherwise it queues in the first a
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from scheduler.core.types import Acquire, QoS, Refused, RefuseReason, SnapshotRef
 from scheduler.policy.model import DEFAULT_POOL, Policy, PoolSpec, TenantSpec
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """A policy's pools, indexed once per policy (an Acquire must not cost a scan of them)."""
+
+    policy: Policy
+    names: tuple[str, ...]
+    specs: dict[str, PoolSpec]
+    default: str | None
+
+    @classmethod
+    def of(cls, policy: Policy) -> Catalog:
+        specs = {p.name: p for p in policy.pool_specs()}
+        return cls(policy, tuple(specs), specs, default_pool(policy))
 
 
 def selector_text(selector: tuple[tuple[str, str], ...]) -> str:
@@ -54,28 +70,30 @@ def _allowed(tenant: TenantSpec, pool: str, qos: QoS) -> bool:
     return quota is None or quota > 0
 
 
-def candidates(policy: Policy, ev: Acquire) -> list[str] | Refused:
+def candidates(policy: Policy | Catalog, ev: Acquire) -> list[str] | Refused:
     """The pools `ev` may go to, in the order tried; a Refused naming what is wrong if none."""
+    cat = policy if isinstance(policy, Catalog) else Catalog.of(policy)
+    policy = cat.policy
     s = ev.session
-    known = policy.pool_names()
+    known = cat.names
     if ev.pool:
-        if ev.pool not in known:
+        if ev.pool not in cat.specs:
             msg = f"unknown pool {ev.pool!r}; the policy's pools are {_names(known)}"
             return Refused(s, RefuseReason.UNKNOWN_POOL, msg, pool=ev.pool)
         cands = [ev.pool]
     elif ev.selector:
-        cands = [p.name for p in policy.pool_specs() if p.matches(ev.selector)]
+        cands = [name for name, spec in cat.specs.items() if spec.matches(ev.selector)]
         if not cands and not ev.fallback:
             msg = f"no pool matches selector {selector_text(ev.selector)!r}"
             return Refused(s, RefuseReason.NO_ELIGIBLE_POOL, msg)
     else:
-        first = default_pool(policy)
+        first = cat.default
         if first is None:
             msg = f"the policy has pools {_names(known)}, none named {DEFAULT_POOL!r}: name one or a selector"
             return Refused(s, RefuseReason.NO_POOL_NAMED, msg)
         cands = [first]
     for name in ev.fallback:
-        if name not in known:
+        if name not in cat.specs:
             msg = f"unknown fallback pool {name!r}; the policy's pools are {_names(known)}"
             return Refused(s, RefuseReason.UNKNOWN_POOL, msg, pool=name)
         if name not in cands:
@@ -83,7 +101,7 @@ def candidates(policy: Policy, ev: Acquire) -> list[str] | Refused:
     if ev.resume_from is not None:
         need = snapshot_labels(policy, ev.resume_from)
         if need:
-            fit = [p for p in cands if compatible(policy.pool_spec(p) or PoolSpec(name=p), need)]
+            fit = [p for p in cands if compatible(cat.specs[p], need)]
             if not fit:
                 msg = (
                     f"snapshot taken on pool {ev.resume_from.pool!r} needs {selector_text(need)!r}, "
@@ -102,7 +120,7 @@ def candidates(policy: Policy, ev: Acquire) -> list[str] | Refused:
     return cands
 
 
-def place(policy: Policy, ev: Acquire, room: Callable[[str], bool]) -> str | Refused:
+def place(policy: Policy | Catalog, ev: Acquire, room: Callable[[str], bool]) -> str | Refused:
     """The pool `ev` goes to: the first candidate `room` says has a slot free for it, else the
     first candidate (where it queues)."""
     cands = candidates(policy, ev)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from scheduler.core import restore
 from scheduler.core.engine import Core
 from scheduler.core.lifecycle import LeaseState
-from scheduler.core.placement import default_pool, place
+from scheduler.core.placement import Catalog, place
 from scheduler.core.records import CoreRecords
 from scheduler.core.types import (
     Acquire,
@@ -96,6 +96,7 @@ class Pools:
 
     def __init__(self, policy: Policy) -> None:
         self._policy = policy
+        self._catalog = Catalog.of(policy)
         self._cores: dict[str, Core] = {name: Core(policy.for_pool(name)) for name in policy.pool_names()}
         self._single: Core | None = None
         self._where: dict[SessionId, str] = {}  # session -> its pool (several pools only)
@@ -148,6 +149,7 @@ class Pools:
         """Swap in a new policy: every pool's core gets its projection, a new pool a core, a pool
         gone is retired (it drains). Leases over a lowered quota finish normally."""
         self._policy = policy
+        self._catalog = Catalog.of(policy)
         out: list[Decision] = []
         for name in policy.pool_names():
             core = self._cores.get(name)
@@ -236,7 +238,7 @@ class Pools:
     # ------------------------------------------------------------------ routing
 
     def _first(self) -> str:
-        return default_pool(self._policy) or next(iter(self._cores))
+        return self._catalog.default or next(iter(self._cores))
 
     def _core_of(self, lease_id: LeaseId) -> Core | None:
         if self._single is not None:
@@ -260,7 +262,7 @@ class Pools:
         if prior is not None:
             msg = f"session {ev.session} already holds or waits (in pool {prior!r})"
             return [Refused(ev.session, RefuseReason.DUPLICATE_SESSION, msg, pool=prior)]
-        placed = place(self._policy, ev, lambda name: self._cores[name].room_for(ev.tenant, ev.qos))
+        placed = place(self._catalog, ev, lambda name: self._cores[name].room_for(ev.tenant, ev.qos))
         if isinstance(placed, Refused):
             return [placed]
         if self._single is None:
@@ -268,9 +270,9 @@ class Pools:
         return self._in(placed, ev, now)
 
     def _worker_added(self, ev: WorkerAdded, now: float) -> list[Decision]:
-        names = self._policy.pool_names()
-        name = ev.pool or default_pool(self._policy)
-        if name is None or name not in names:
+        names = self._catalog.names
+        name = ev.pool or self._catalog.default
+        if name is None or name not in self._catalog.specs:
             why = f"unknown pool {ev.pool!r}" if ev.pool else "a worker must name its pool"
             return [
                 Rejected(None, ErrorCode.INVALID, f"worker {ev.worker}: {why}; the policy's pools: {names}")
@@ -322,7 +324,9 @@ class Pools:
         return out
 
     def _drop_retired(self) -> None:
-        live = self._policy.pool_names()
+        live = self._catalog.specs
+        if len(self._cores) == len(live):
+            return  # nothing retired (the cores are a superset of the policy's pools)
         for name in [n for n in self._cores if n not in live]:
             core = self._cores[name]
             if not core.session_ids() and not core.worker_ids():
