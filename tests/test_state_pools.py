@@ -75,8 +75,9 @@ def test_replaying_the_journal_places_every_request_in_the_same_pool() -> None:
     pools = {lease.session: lease.pool for lease, _ in live.leases()}
     assert set(pools.values()) == {"cpu", "gpu"}  # both pools are busy in this run
     for raw, want in zip(journal, decided, strict=True):
-        ev, at, _ = codec.decode(raw)
-        assert replayed.handle(ev, at) == want  # type: ignore[arg-type]
+        rec, at, _ = codec.decode(raw)
+        assert not isinstance(rec, codec.PolicyRecord)
+        assert replayed.handle(rec, at) == want
 
 
 def _state(core: Pools, now: float) -> state_write.State:
@@ -99,11 +100,12 @@ def test_a_snapshot_holds_every_pool_and_reads_back() -> None:
     assert {lease.pool for lease, _ in back.leases()} == {"cpu", "gpu"}
     assert list(back.queue()) == list(live.queue())
     # Both go on alike, in either pool.
-    for ev in [
+    later: list[Event] = [
         Tick(),
         Acquire(SessionId("acme/new"), TenantName("acme"), QoS.GUARANTEED, pool="cpu"),
         Tick(),
-    ]:
+    ]
+    for ev in later:
         now += 31
         assert back.handle(ev, now) == live.handle(ev, now)
 
