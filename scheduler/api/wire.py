@@ -65,8 +65,6 @@ class Reason(StrEnum):
     INVALID_EVENT = "INVALID_EVENT"
     PRECONDITION = "PRECONDITION"  # any other precondition: the message says which
     NOT_LEADER = "NOT_LEADER"  # a standby: ErrorInfo metadata `leader`, trailing `LEADER`
-    UNKNOWN_POOL = "UNKNOWN_POOL"  # a request or a worker names a pool the policy lacks
-    NO_POOL_NAMED = "NO_POOL_NAMED"  # several pools, none `default`, and the request named none
     NO_ELIGIBLE_POOL = "NO_ELIGIBLE_POOL"  # no pool matches the selector (or the snapshot)
     WORKER_POOL_DENIED = "WORKER_POOL_DENIED"  # a worker joining a pool its entry does not list
 
@@ -91,8 +89,6 @@ _CODES: Final[Mapping[Reason, grpc.StatusCode]] = MappingProxyType(
         Reason.INVALID_EVENT: grpc.StatusCode.FAILED_PRECONDITION,
         Reason.PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
         Reason.NOT_LEADER: grpc.StatusCode.UNAVAILABLE,
-        Reason.UNKNOWN_POOL: grpc.StatusCode.INVALID_ARGUMENT,
-        Reason.NO_POOL_NAMED: grpc.StatusCode.INVALID_ARGUMENT,
         Reason.NO_ELIGIBLE_POOL: grpc.StatusCode.FAILED_PRECONDITION,
         Reason.WORKER_POOL_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     }

@@ -26,6 +26,7 @@ from scheduler.api.gen.slotsched.v1 import scheduler_pb2
 from scheduler.api.wire import Reason
 from scheduler.core.types import Decision, ErrorCode, Refused, RefuseReason, Rejected
 from scheduler.policy.errors import PolicyError
+from scheduler.policy.model import DEFAULT_POOL
 from scheduler.ports import NOT_LEADER as NOT_LEADER_MESSAGE
 from scheduler.ports import StateUnavailable
 from scheduler.server.stream import StreamClosed
@@ -52,8 +53,6 @@ PRECONDITION = Reason.PRECONDITION
 RATE_LIMITED = Reason.RATE_LIMITED
 CHANNEL_FULL = Reason.CHANNEL_FULL
 NOT_LEADER = Reason.NOT_LEADER
-UNKNOWN_POOL = Reason.UNKNOWN_POOL
-NO_POOL_NAMED = Reason.NO_POOL_NAMED
 NO_ELIGIBLE_POOL = Reason.NO_ELIGIBLE_POOL
 WORKER_POOL_DENIED = Reason.WORKER_POOL_DENIED
 # Every failure with one of these codes carries an ErrorInfo; a builder without a reason gets these.
@@ -284,16 +283,13 @@ def from_refused(r: Refused, tenant: str) -> RpcFailure:
         info = {} if scope == "pool" else {"tenant": tenant}
         return RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED, r.message, [quota], md, reason, info)
     if r.reason is RefuseReason.NO_QUOTA:
-        return permission_denied(r.message, NO_QUOTA, tenant=tenant, pool=r.pool)
+        # ErrorInfo names the pool when there are several (a policy of one pool names `default`).
+        where = {"pool": r.pool} if r.pool and r.pool != DEFAULT_POOL else {}
+        return permission_denied(r.message, NO_QUOTA, tenant=tenant, **where)
     if r.reason in (RefuseReason.UNKNOWN_POOL, RefuseReason.NO_POOL_NAMED):
-        field = (
-            "fallback_pools" if r.message.startswith("unknown fallback") else "pool"
-        )  # placement.py's words
-        bad = invalid_argument(field, r.message)
-        reason = UNKNOWN_POOL if r.reason is RefuseReason.UNKNOWN_POOL else NO_POOL_NAMED
-        return RpcFailure(
-            grpc.StatusCode.INVALID_ARGUMENT, r.message, bad.details, (), reason, {"pool": r.pool}
-        )
+        # INVALID_ARGUMENT carries the field (BadRequest), as every malformed request does.
+        unknown_fallback = r.message.startswith("unknown fallback")  # placement.py's words
+        return invalid_argument("fallback_pools" if unknown_fallback else "pool", r.message)
     if r.reason is RefuseReason.NO_ELIGIBLE_POOL:
         return failed_precondition(r.message, NO_ELIGIBLE_POOL)
     if r.reason is RefuseReason.UNKNOWN_TENANT:
@@ -385,13 +381,8 @@ def unknown_pool(name: str, pools: Sequence[str]) -> RpcFailure:
     """A Register (or an Admin call) naming a pool the policy lacks, or none of several."""
     known = ", ".join(repr(p) for p in pools)
     if name:
-        msg, reason = f"pool: unknown pool {_quote(name)}; the policy's pools are {known}", UNKNOWN_POOL
-    else:
-        msg, reason = f"pool: required: the policy has pools {known} and none named 'default'", NO_POOL_NAMED
-    bad = error_details_pb2.BadRequest(
-        field_violations=[error_details_pb2.BadRequest.FieldViolation(field="pool", description=msg)]
-    )
-    return RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, msg, [bad], (), reason, {"pool": name[:64]})
+        return invalid_argument("pool", f"unknown pool {_quote(name)}; the policy's pools are {known}")
+    return invalid_argument("pool", f"required: the policy has pools {known} and none named 'default'")
 
 
 def worker_pool_denied(pool: str, key: str, allowed: Sequence[str]) -> RpcFailure:
