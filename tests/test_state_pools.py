@@ -26,9 +26,10 @@ from scheduler.server.loop import LoopState
 from scheduler.state import codec, state_read, state_write
 
 CPU = PoolSpec(
-    name="cpu", labels=(("kind", "cpu"), ("cpuModel", "icelake")), compatibility=("cpuModel",), floor=1
+    name="cpu", labels=(("cpuModel", "icelake"), ("kind", "cpu")), compatibility=("cpuModel",), floor=1
 )
-GPU = PoolSpec(name="gpu", labels=(("gpu", "a100"), ("cpuModel", "icelake")), floor=0)
+GPU = PoolSpec(name="gpu", labels=(("cpuModel", "icelake"), ("gpu", "a100")), floor=0)
+# Labels in key order, as the policy reader gives them (a read-back policy compares equal).
 POLICY = Policy(
     pool=CPU,
     pools=(CPU, GPU),

@@ -189,10 +189,7 @@ class Core(Ledger):
     def next_deadline(self) -> float | None:
         """The earliest time at which a Tick would change something (timers, and the next usage
         sample while a fairness waiter could gain from it), if any."""
-        at = self._timers.next_deadline(self._order.fairness_waiter)
-        if self._usage_next != float("inf") and self._order.fairness_waiter():
-            return self._usage_next if at is None else min(at, self._usage_next)
-        return at
+        return self._timers.next_deadline(self._order.fairness_waiter, self._usage_next)
 
     # ------------------------------------------------------------------ views
 

@@ -73,7 +73,7 @@ class Fenwick:
 
     __slots__ = ("_tree", "_counts", "_size")
 
-    def __init__(self, size: int = 1024) -> None:
+    def __init__(self, size: int = 64) -> None:  # small: a core per pool, and it doubles
         self._size = size
         self._tree = [0] * (size + 1)
         self._counts = [0] * (size + 1)

@@ -54,6 +54,9 @@ from scheduler.core.types import (
 from scheduler.core.views import PoolView, SessionView
 from scheduler.policy.model import Policy
 
+_LEAVES_BY_SESSION: frozenset[type] = frozenset({Ended, Refused})  # decisions a session may leave by
+_LEAVES_BY_LEASE: frozenset[type] = frozenset({Expired, Revoked})
+
 
 def _names_a_pool(event: Event) -> bool:
     """Whether one pool's core could not take `event` as it is (it names or selects pools)."""
@@ -290,10 +293,11 @@ class Pools:
         """Forget the pool of each session that left it in `out`."""
         where = self._where
         for d in out:
-            if isinstance(d, Ended | Refused):
-                s = d.session
-            elif isinstance(d, Expired | Revoked):
-                s = d.lease.session
+            kind = type(d)
+            if kind in _LEAVES_BY_SESSION:
+                s: SessionId = d.session  # type: ignore[union-attr,assignment]
+            elif kind in _LEAVES_BY_LEASE:
+                s = d.lease.session  # type: ignore[union-attr]
             else:
                 continue
             if where.get(s) == name and not core.has_session(s):

@@ -10,6 +10,7 @@ only found, in time order.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from collections.abc import Callable, Iterator
 
@@ -54,17 +55,22 @@ class Timers:
             at = self.expiries[0][0]
         return at if at <= now else None
 
-    def next_deadline(self, fairness_waiter: Callable[[], bool]) -> float | None:
-        """The earliest time at which a timer would change something; maturity counts only if
-        `fairness_waiter()` (a waiter that a mature victim could serve)."""
-        times = []
+    def next_deadline(self, fairness_waiter: Callable[[], bool], sample: float = math.inf) -> float | None:
+        """The earliest time at which a timer would change something; maturity and the next
+        usage `sample` count only if `fairness_waiter()` (a waiter that a mature victim could
+        serve), which is asked only when one of them is the earliest: after every event of every
+        pool (pools.py), so comparisons, not lists."""
+        at = math.inf
         if self.deadlines:
-            times.append(self.deadlines[0][0])
-        if self.expiries:
-            times.append(self.expiries[0][0])
-        if self.maturing and fairness_waiter():
-            times.append(self.maturing[0][0])
-        return min(times) if times else None
+            at = self.deadlines[0][0]
+        if self.expiries and self.expiries[0][0] < at:
+            at = self.expiries[0][0]
+        lower = self.maturing[0][0] if self.maturing else math.inf
+        if sample < lower:
+            lower = sample
+        if lower < at and fairness_waiter():
+            at = lower
+        return None if at == math.inf else at
 
     def deadline_due(self, at: float) -> bool:
         return bool(self.deadlines) and self.deadlines[0][0] <= at
