@@ -181,7 +181,7 @@ def pool_labels(c: Checker, value: object, path: str) -> tuple[tuple[str, str], 
             c.error(kp, f"{v!r} is not a valid label value: {value_problem}")
         else:
             out.append((k, v))
-    return tuple(out)
+    return tuple(sorted(out))  # by key: the same labels in another order are the same pool
 
 
 def compatibility_keys(

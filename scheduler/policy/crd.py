@@ -9,11 +9,16 @@ Kubernetes can say it:
   prunes unknown fields, and kubectl's default strict field validation turns that into an error;
 * cross-field rules as CEL (`x-kubernetes-validations`): minWorkers <= workers <= maxWorkers, an
   absolute floor within workers x slotsPerWorker, burstable nominal <= limit;
-* unique tenant names (a list keyed by name) and unique tokens within one list (a set).
+* unique tenant names (a list keyed by name) and unique tokens within one list (a set);
+* unique pool names in spec.pools, one quota entry per pool in a tenant's `pools`.
 
 Not expressible here, checked by the scheduler and reported in the object's status (condition
 Valid=False with the validator's message): a percent floor above 100%, one token hash listed
-twice across tenants and roles, and the warnings (an over-committed floor). Pure: no I/O.
+twice across tenants and roles, and the warnings (an over-committed floor). Nor, for spec.pools:
+spec.pool and spec.pools together, a pool entry's bounds and floor (spec.pool's CEL rules are not
+repeated on its entries), the label syntax (labels are a free map), a compatibility key that is
+not one of the pool's labels, and a tenant's or worker entry's pool that the policy lacks (or,
+with several pools, a worker entry naming none). Pure: no I/O.
 """
 
 from __future__ import annotations
