@@ -288,7 +288,11 @@ def test_rbac_grants_what_the_policy_watcher_calls(overlay: str) -> None:
 def test_the_flat_manifests_are_gone() -> None:
     # `kubectl apply -f deploy/` must not apply a half deploy: the manifests live in base/ and
     # components/, the operator's path is `kubectl apply -k deploy/overlays/<name>`.
-    assert sorted(p.name for p in DEPLOY.glob("*.yaml")) == ["policy-example.yaml"]
+    # Only the example policies (issue 24 ships deploy/policy-pools-example.yaml by that path).
+    assert sorted(p.name for p in DEPLOY.glob("*.yaml")) == [
+        "policy-example.yaml",
+        "policy-pools-example.yaml",
+    ]
     assert {p.name for p in (DEPLOY / "overlays").iterdir()} == set(OVERLAYS)
 
 
