@@ -34,7 +34,7 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 from grpc_health.v1 import health
 
-from scheduler.core.types import WorkerId
+from scheduler.autoscale_wiring import pool_autoscalers, register_static_workers
 from scheduler.grants import GrantKeyError, GrantKeyring
 from scheduler.listen import (
     ListenError,
@@ -55,10 +55,8 @@ from scheduler.server.loop import SchedulerLoop
 from scheduler.server.metrics import Metrics
 from scheduler.server.policy_log import PolicyLog
 from scheduler.server.registry import WorkerRegistry
-from slots.actuators.base import Actuator
-from slots.actuators.factory import actuator_from_env
-from slots.autoscaler.demand import CoreDemand, weighted_demand_of_pool
 from slots.autoscaler.loop import Autoscaler
+from slots.autoscaler.pools import PoolAutoscalers, PoolsDemand
 from snapshots.extras import needs_extra
 
 if TYPE_CHECKING:  # redis and kubernetes are imported only when --state / --policy-source ask
@@ -98,8 +96,8 @@ class RunningServer:
     server: grpc.aio.Server
     health: health.aio.HealthServicer
     _httpd: WSGIServer | None = None
-    autoscaler: Autoscaler | None = None
-    _actuator: Actuator | None = None
+    autoscaler: Autoscaler | None = None  # the first pool's loop (the only one, of one pool)
+    autoscalers: PoolAutoscalers | None = None  # every pool's loop, by pool
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _stopped: bool = False
     replica: Replica | None = None  # redis mode
@@ -132,11 +130,10 @@ class RunningServer:
         # Let them run their `finally` (a watcher's stop, a leader's task list) before the loop
         # closes; an exception of a task that had already failed is dropped here, not leaked.
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        close = getattr(self._actuator, "close", None)
-        if close is not None:
+        if self.autoscalers is not None:
             # The local actuator stops the worker processes it started, waiting for each to exit:
             # off the event loop.
-            await asyncio.to_thread(close)
+            await asyncio.to_thread(self.autoscalers.close)
         self.loop.close()
 
 
@@ -219,16 +216,18 @@ async def start_server(
     auth = Authenticator(secure, lambda: loop.core.policy)
     registry = WorkerRegistry(loop, heartbeat_interval_s)
 
-    def register_static_pool() -> None:
-        for i in range(policy.pool.workers):
-            registry.register(WorkerId(f"local-{i}"), "local", policy.pool.slots_per_worker, {}, static=True)
+    def register_static_pool() -> None:  # local-N; of several pools local-<pool>-N, each in its pool
+        register_static_workers(registry, policy)
 
-    def demand() -> float:
+    def serving() -> None:
         # A standby's (or a stepped-down leader's) core is stale: end KEDA's stream so it
         # reconnects through the Service to the leader, rather than read frozen demand.
         if loop.shutting_down:
             raise RuntimeError("this replica is not serving")
-        return weighted_demand_of_pool(loop.core.describe(), loop.core.policy)
+
+    demand = PoolsDemand(
+        lambda name: loop.core.describe(name), lambda: loop.core.policy, serving
+    )  # by the trigger's pool
 
     leadership: _Leadership | None = None
     if redis_url is None:
@@ -294,8 +293,8 @@ async def start_server(
         running._tasks.append(asyncio.create_task(watcher.run()))
     if leadership is None:
         running._tasks.append(asyncio.create_task(registry.run_reaper()))
-        if running.autoscaler is not None:
-            running._tasks.append(asyncio.create_task(running.autoscaler.run()))
+        if running.autoscalers is not None:
+            running._tasks.append(asyncio.create_task(running.autoscalers.run()))
     else:
         await leadership.start(running, grpc_server)
     policy_log.started()
@@ -351,25 +350,14 @@ def _add_autoscaler(
     autoscaler_env: Mapping[str, str] | None,
     period_s: float,
 ) -> None:
-    """The companion autoscaler, if SLOTSCHED_AUTOSCALER names an actuator (not started here)."""
+    """The companion autoscaler, if SLOTSCHED_AUTOSCALER names an actuator (not started here):
+    one loop per pool, each with its own actuator (scheduler/autoscale_wiring.py)."""
     env = os.environ if autoscaler_env is None else autoscaler_env
     reach = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    slots = running.policy.pool.slots_per_worker
-    actuator = actuator_from_env(env, scheduler=f"{reach}:{running.port}", slots=slots)
-    if actuator is None:
-        return
-    loop = running.loop
-    running._actuator = actuator
-    running.autoscaler = Autoscaler(
-        CoreDemand(lambda: loop.core.describe(), lambda: loop.core.policy),
-        running.registry,
-        actuator,
-        lambda: loop.core.policy,
-        clock=loop.now,
-        registry=metrics.registry,
-        period_s=period_s,
-    )
-    log.info("autoscaler on: %s actuator, every %.0f s", env.get("SLOTSCHED_AUTOSCALER"), period_s)
+    where = f"{reach}:{running.port}"
+    loops = pool_autoscalers(running.loop, running.registry, env, where, metrics.registry, period_s)
+    if loops is not None:
+        running.autoscalers, running.autoscaler = loops, loops.first
 
 
 class _Leadership:
@@ -462,8 +450,8 @@ class _Leadership:
         if not self.replica.serving:
             return  # stepped down meanwhile (its first batch failed): no reaper, autoscaler or SERVING
         self._tasks.append(asyncio.create_task(self._registry.run_reaper()))
-        if self._running.autoscaler is not None:
-            self._tasks.append(asyncio.create_task(self._running.autoscaler.run()))
+        if self._running.autoscalers is not None:
+            self._tasks.append(asyncio.create_task(self._running.autoscalers.run()))
         await self._grpc.set_serving(True)
 
     async def _on_store(self, down: str | None) -> None:

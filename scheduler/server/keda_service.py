@@ -14,6 +14,12 @@ The servicer only translates: `demand_fn` returns the weighted demand in slots (
 pending + floor headroom) and `slots_per_worker_fn` the target size; both are called on the
 server's event loop, the only place the core may be read.
 
+Many pools: the trigger's metadata names the pool (`pool: gpu`), one ScaledObject per pool's
+worker Deployment; the metric is that pool's demand, its target that pool's slots per worker. A
+pool the policy lacks is INVALID_ARGUMENT naming it; no `pool` is the default pool (as before
+pools). The per-pool answers come from a `PoolDemand` given as `demand_fn` (it is also callable
+with no argument: the default pool's demand).
+
 Who may call: the endpoint reveals demand (how busy the pool is), so with a policy it needs the
 worker or the admin role (`authorize`, set by app.py). KEDA's external scaler sends no
 `authorization` header, so the credential may also come as `token` in the trigger's metadata
@@ -29,17 +35,29 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import grpc
 
 from scheduler.api.gen.externalscaler import externalscaler_pb2 as pb
 from scheduler.api.gen.externalscaler import externalscaler_pb2_grpc as pb_grpc
+from scheduler.policy.model import DEFAULT_POOL
 from scheduler.server import errors
 
 METRIC_NAME = "slotsched_weighted_demand_slots"
 _EPS = 1e-9  # 2.0000000000000004 slots is 2 slots, as in the decision
+
+
+@runtime_checkable
+class PoolDemand(Protocol):
+    """Weighted demand and slots per worker of each pool (`pool` None: the default pool)."""
+
+    def __call__(self, pool: str | None = None) -> float: ...
+
+    def slots_per_worker(self, pool: str | None = None) -> int: ...
+
+    def pool_names(self) -> Sequence[str]: ...
 
 
 class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
@@ -53,6 +71,7 @@ class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
         admit: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._demand = demand_fn
+        self._pools = demand_fn if isinstance(demand_fn, PoolDemand) else None
         self._admit = admit  # the fair admission gate's KEDA flow (fairness.py)
         self._slots = slots_per_worker_fn
         self.poll_interval_s = poll_interval_s
@@ -72,8 +91,24 @@ class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
         except errors.RpcFailure as f:
             await errors.abort(context, f)
 
-    async def _read(self, context: grpc.aio.ServicerContext[object, object]) -> float:
+    async def _pool(
+        self, context: grpc.aio.ServicerContext[object, object], ref: pb.ScaledObjectRef
+    ) -> str | None:
+        """The pool the trigger's metadata names (None: absent, the default pool)."""
+        name = ref.scalerMetadata.get("pool") or None
+        if name is None:
+            return None
+        known = list(self._pools.pool_names()) if self._pools is not None else [DEFAULT_POOL]
+        if name not in known:
+            await errors.abort(context, errors.unknown_pool(name, known))
+        return name
+
+    async def _read(
+        self, context: grpc.aio.ServicerContext[object, object], pool: str | None = None
+    ) -> float:
         try:
+            if self._pools is not None:
+                return float(self._pools(pool))
             return float(self._demand())
         except Exception as e:  # the scheduler cannot answer now; KEDA retries on its interval
             await errors.abort(context, errors.unavailable(f"weighted demand unavailable: {e}"))
@@ -83,16 +118,18 @@ class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
         self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.IsActiveResponse:
         await self._allow(context, request)
-        return pb.IsActiveResponse(result=await self._read(context) > _EPS)
+        pool = await self._pool(context, request)
+        return pb.IsActiveResponse(result=await self._read(context, pool) > _EPS)
 
     async def StreamIsActive(
         self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[object, object]
     ) -> AsyncIterator[pb.IsActiveResponse]:
         """Push the activity once at once, then on every change (polled every second)."""
         await self._allow(context, request)
+        pool = await self._pool(context, request)
         last: bool | None = None
         while True:
-            active = await self._read(context) > _EPS
+            active = await self._read(context, pool) > _EPS
             if active != last:
                 last = active
                 yield pb.IsActiveResponse(result=active)
@@ -102,7 +139,9 @@ class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
         self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.GetMetricSpecResponse:
         await self._allow(context, request)
-        size = max(1, int(self._slots()))
+        pool = await self._pool(context, request)
+        slots = self._pools.slots_per_worker(pool) if self._pools is not None else self._slots()
+        size = max(1, int(slots))
         spec = pb.MetricSpec(metricName=METRIC_NAME, targetSize=size, targetSizeFloat=float(size))
         return pb.GetMetricSpecResponse(metricSpecs=[spec])
 
@@ -110,7 +149,8 @@ class KedaExternalScaler(pb_grpc.ExternalScalerServicer):
         self, request: pb.GetMetricsRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.GetMetricsResponse:
         await self._allow(context, request.scaledObjectRef)
-        demand = await self._read(context)
+        pool = await self._pool(context, request.scaledObjectRef)
+        demand = await self._read(context, pool)
         value = pb.MetricValue(
             metricName=request.metricName or METRIC_NAME,
             metricValue=max(0, math.ceil(demand - _EPS)),

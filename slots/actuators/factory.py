@@ -12,7 +12,12 @@ into an object, and every error about it, lives here. `BUILDERS` is the one list
                                        for a Deployment or StatefulSet: read from its scale)
     POD_NAMESPACE                      kubernetes: the target's namespace (default "default")
     SLOTSCHED_WORKER_COMMAND           local: the worker command line (shell words), with
-                                       {worker_id} {slots} {scheduler}; default `slotsched worker`
+                                       {worker_id} {slots} {scheduler} {pool}; default `slotsched worker`
+
+Many pools: `actuator_from_env(..., pool=NAME, target=TEXT)` builds one pool's actuator: the
+kubernetes one scales the pool's own target (its `PoolSpec.target`; with several pools each
+needs one), the local one starts workers that join that pool (`--pool NAME`, ids
+`worker-NAME-N`).
 """
 
 from __future__ import annotations
@@ -67,7 +72,14 @@ def _dry_run(env: Mapping[str, str], scheduler: str, slots: int) -> Actuator:
 def _local(env: Mapping[str, str], scheduler: str, slots: int) -> Actuator:
     command = env.get("SLOTSCHED_WORKER_COMMAND")
     argv = shlex.split(command) if command else DEFAULT_WORKER_COMMAND
-    return LocalActuator(scheduler=scheduler, slots=slots, command=argv)
+    pool = env.get(_POOL, "")
+    if not pool:
+        return LocalActuator(scheduler=scheduler, slots=slots, command=argv)
+    if not command:
+        argv = (*argv, "--pool", "{pool}")
+    return LocalActuator(
+        scheduler=scheduler, slots=slots, command=argv, pool=pool, id_prefix=f"worker-{pool}"
+    )
 
 
 def _kubernetes(env: Mapping[str, str], scheduler: str, slots: int) -> Actuator:
@@ -75,6 +87,11 @@ def _kubernetes(env: Mapping[str, str], scheduler: str, slots: int) -> Actuator:
         from slots.actuators.kubernetes import KubernetesActuator
 
     text = env.get("SLOTSCHED_AUTOSCALER_TARGET", "")
+    if not text and env.get(_POOL):
+        raise ValueError(
+            f"pool {env[_POOL]!r} has no autoscaler target (spec.pools[].target): "
+            "with several pools each names its own"
+        )
     if not text:
         raise ValueError("SLOTSCHED_AUTOSCALER=kubernetes needs SLOTSCHED_AUTOSCALER_TARGET")
     target = parse_target(text, env.get("POD_NAMESPACE", "default"))
@@ -84,10 +101,20 @@ def _kubernetes(env: Mapping[str, str], scheduler: str, slots: int) -> Actuator:
 #: Every actuator kind, in the order `--help` shows them: the one list (cli/serve.py reads it).
 BUILDERS: dict[str, Builder] = {"off": _off, "local": _local, "kubernetes": _kubernetes, "dry-run": _dry_run}
 KINDS = tuple(BUILDERS)
+_POOL = "SLOTSCHED_AUTOSCALER_POOL"  # set by actuator_from_env for one pool of several
 
 
-def actuator_from_env(env: Mapping[str, str], *, scheduler: str, slots: int) -> Actuator | None:
-    """The actuator the environment asks for, or None for `off`. Raises ValueError on bad config."""
+def actuator_from_env(
+    env: Mapping[str, str], *, scheduler: str, slots: int, pool: str = "", target: str = ""
+) -> Actuator | None:
+    """The actuator the environment asks for, or None for `off`. Raises ValueError on bad config.
+    `pool` (one pool of several) and its `target` (overriding SLOTSCHED_AUTOSCALER_TARGET)."""
+    if pool or target:
+        env = {**env, _POOL: pool}
+        if pool:
+            env.pop("SLOTSCHED_AUTOSCALER_TARGET", None)  # one target cannot size several pools
+        if target:
+            env["SLOTSCHED_AUTOSCALER_TARGET"] = target
     kind = env.get("SLOTSCHED_AUTOSCALER", "off").strip().lower() or "off"
     build = BUILDERS.get(kind)
     if build is None:

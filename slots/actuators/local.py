@@ -2,7 +2,8 @@
 
 Why a command template and not an import: the actuator only starts and stops processes; what a
 worker is (the reference `slotsched worker`, or anything else that registers with the scheduler)
-is configuration. Each argument may use `{worker_id}`, `{slots}` and `{scheduler}`; they are
+is configuration. Each argument may use `{worker_id}`, `{slots}`, `{scheduler}` and `{pool}` (the
+pool its workers join, of several; empty otherwise); they are
 replaced textually, so other braces (JSON, shell) pass through untouched.
 
 Stopping never blocks the loop: `remove` sends SIGTERM (the worker deregisters and exits) and
@@ -70,6 +71,7 @@ class LocalActuator:
         env: Mapping[str, str] | None = None,
         log_dir: str | Path | None = None,
         stop_grace_s: float = 10.0,
+        pool: str = "",
     ) -> None:
         if not command:
             raise ValueError("the worker command must not be empty")
@@ -77,6 +79,7 @@ class LocalActuator:
         self.slots = slots
         self.command = tuple(command)
         self.id_prefix = id_prefix
+        self.pool = pool
         self.env = dict(os.environ if env is None else env)
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.stop_grace_s = stop_grace_s
@@ -86,7 +89,12 @@ class LocalActuator:
         self._lock = threading.Lock()  # the loop calls from a worker thread; close() from anywhere
 
     def argv(self, worker_id: str) -> builtins.list[str]:
-        values = {"{worker_id}": worker_id, "{slots}": str(self.slots), "{scheduler}": self.scheduler}
+        values = {
+            "{worker_id}": worker_id,
+            "{slots}": str(self.slots),
+            "{scheduler}": self.scheduler,
+            "{pool}": self.pool,
+        }
         out = []
         for arg in self.command:
             for key, value in values.items():

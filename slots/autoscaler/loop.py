@@ -98,7 +98,11 @@ class Autoscaler:
         period_s: float = 15.0,
         reap_every_s: float = 1.0,
         start_timeout_s: float = 300.0,
+        metrics: AutoscalerMetrics | None = None,
+        pool: str | None = None,
     ) -> None:
+        """`pool` names the one pool this loop sizes (slots/autoscaler/pools.py: one loop per
+        pool, `metrics` shared by them); None: the policy's only pool, as before pools."""
         self.source = source
         self.membership = membership
         self.actuator = actuator
@@ -111,7 +115,8 @@ class Autoscaler:
         self.last: TickReport | None = None
         self._policy = policy
         self._clock = clock
-        self._metrics = AutoscalerMetrics(registry) if registry is not None else None
+        self.pool = pool
+        self._metrics = metrics or (AutoscalerMetrics(registry) if registry is not None else None)
         self._draining_since: dict[str, float] = {}
         self._unregistered_since: dict[str, float] = {}  # listed by the actuator, unknown to the core
         self._to_stop: set[str] = set()  # drained workers the core dropped on its own
@@ -310,11 +315,12 @@ class Autoscaler:
         self.actions += (1 if done.asked_for else 0) + (1 if plan.drained else 0)
         if self._metrics is not None:
             if d is not None and plan.inp is not None:
-                self._metrics.observe(d, _direction(d, plan.inp))
+                self._metrics.observe(d, _direction(d, plan.inp), self.pool)
             if errors:
-                self._metrics.actuator_errors.inc(len(errors))
+                self._metrics.count_errors(len(errors), self.pool)
+        where = f" (pool {self.pool})" if self.pool else ""
         for message in errors:
-            log.warning("autoscaler: %s", message)
+            log.warning("autoscaler%s: %s", where, message)
             self.errors.append((now, message))
         report = TickReport(now, d, done.asked_for, tuple(plan.drained), tuple(done.removed), tuple(errors))
         if d is not None:

@@ -1,0 +1,74 @@
+"""Wiring of the supply side per pool, for the wiring root (serve.py): the static local workers
+and the companion autoscaler, one loop and one actuator per pool.
+
+Why apart from serve.py: the wiring root composes; what each pool gets is decided here once. With
+one pool everything is as before pools (workers `local-N`, one loop, the environment's target);
+with several, each pool gets its own `local-<pool>-N` workers (registered into it), and its own
+autoscaler loop whose actuator scales that pool's `PoolSpec.target` (kubernetes) or starts
+workers that join it (local): a pool's demand sizes that pool only (slots/autoscaler/pools.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry
+
+from scheduler.core.types import WorkerId
+from scheduler.policy.model import Policy, PoolSpec
+from scheduler.server.loop import SchedulerLoop
+from scheduler.server.registry import WorkerRegistry
+from slots.actuators.base import Actuator
+from slots.actuators.factory import actuator_from_env
+from slots.autoscaler.pools import PoolAutoscalers
+
+log = logging.getLogger("slotsched.server")
+
+
+def static_workers(policy: Policy) -> list[tuple[WorkerId, int, str]]:
+    """The in-process pool's workers: (id, slots, pool); pool "" for a policy of one pool."""
+    specs = policy.pool_specs()
+    if len(specs) == 1:
+        return [(WorkerId(f"local-{i}"), specs[0].slots_per_worker, "") for i in range(specs[0].workers)]
+    return [
+        (WorkerId(f"local-{p.name}-{i}"), p.slots_per_worker, p.name) for p in specs for i in range(p.workers)
+    ]
+
+
+def register_static_workers(registry: WorkerRegistry, policy: Policy) -> None:
+    for wid, slots, pool in static_workers(policy):
+        registry.register(wid, "local", slots, {}, static=True, pool=pool)
+
+
+def pool_autoscalers(
+    loop: SchedulerLoop,
+    registry: WorkerRegistry,
+    env: Mapping[str, str],
+    scheduler: str,
+    metrics: CollectorRegistry,
+    period_s: float,
+) -> PoolAutoscalers | None:
+    """Every pool's autoscaler loop (not started), or None when SLOTSCHED_AUTOSCALER is off.
+    `scheduler` is the address local workers register at; `metrics` the Prometheus registry."""
+
+    def actuator(spec: PoolSpec, several: bool) -> Actuator | None:
+        pool = spec.name if several else ""
+        return actuator_from_env(
+            env, scheduler=scheduler, slots=spec.slots_per_worker, pool=pool, target=spec.target
+        )
+
+    loops = PoolAutoscalers.build(
+        lambda: loop.core.policy,
+        lambda name: loop.core.describe(name),
+        registry,
+        actuator,
+        clock=loop.now,
+        registry=metrics,
+        period_s=period_s,
+    )
+    if not loops.loops:
+        return None
+    kind = env.get("SLOTSCHED_AUTOSCALER")
+    log.info("autoscaler on: %s actuator, every %.0f s, pools %s", kind, period_s, ", ".join(loops.loops))
+    return loops
