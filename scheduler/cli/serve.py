@@ -67,12 +67,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--autoscaler",
         choices=KINDS,  # the factory's one list of actuator kinds
         default=None,
-        help="companion autoscaler actuator (default: $SLOTSCHED_AUTOSCALER or off); see deploy/",
+        help="companion autoscaler actuator (default: $SLOTSCHED_AUTOSCALER or off), one loop per "
+        "pool: kubernetes scales each pool's spec.pools[].target, local starts workers that join "
+        "their pool; see deploy/",
     )
     s.add_argument(
         "--no-static-pool",
         action="store_true",
-        help="register no local-N workers: workers join with `slotsched worker` (or the autoscaler)",
+        help="register no local-N workers (of several pools: local-POOL-N, each in its pool): workers "
+        "join with `slotsched worker` (or the autoscaler)",
     )
     s.add_argument(
         "--state",
