@@ -144,6 +144,7 @@ def test_simulate_cli_json_has_exactly_the_documented_keys(tmp_path: Path) -> No
         "completed",
         "unfinished",
         "stopped",
+        "pools",  # issue 24: per-pool figures beside the totals
     }
     assert result["stopped"] is None
     assert set(result["classes"]) == {"guaranteed", "burstable", "besteffort"}

@@ -20,3 +20,18 @@ class Decider(Protocol):
     def describe(self) -> PoolView: ...
 
     def leases(self) -> Iterator[tuple[Lease, LeaseState]]: ...
+
+
+def views(decider: Decider) -> dict[str, PoolView]:
+    """Every pool's view by name: `describe_all` when the decider has pools, else its one view."""
+    every = getattr(decider, "describe_all", None)
+    if every is not None:
+        out: dict[str, PoolView] = every()
+        return out
+    view = decider.describe()
+    return {view.name: view}
+
+
+def capacity(decider: Decider) -> int:
+    """Slots over every pool."""
+    return sum(v.capacity for v in views(decider).values())

@@ -6,8 +6,13 @@ up to the request, and it resumes the rest when granted again. A `YieldCancelled
 left) before the checkpoint is done calls the yield off: the holder runs on. A holder with
 `crash_after_s` lives like any other (renews, answers yields) until that long after its grant,
 then dies: it renews, checkpoints and releases no more, and its lease expires one TTL after its
-last renewal. Nothing here decides anything: every decision comes from `Core` (or from a baseline
-built on the same `Decider` seam, for comparisons).
+last renewal. Nothing here decides anything: every decision comes from `Pools` (one `Core` per
+pool of the policy; with one pool, exactly that pool's core) or from a baseline built on the same
+`Decider` seam, for comparisons (`baselines/per_pool.py` runs one per pool).
+
+Pools: each of `policy.pool_specs()` starts with its `workers` (ids `w000`… with one pool, as
+always; `<pool>-w000`… with several, each `WorkerAdded` naming its pool), and a session asks with
+its plan's `pool` and `fallback` (workload.py).
 
 With `until_s`, a run cut off with work left counts what is still held up to `until_s`.
 
@@ -27,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from scheduler.core.engine import Core
+from scheduler.core.pools import Pools
 from scheduler.core.types import (
     Acquire,
     Decision,
@@ -55,7 +60,7 @@ from scheduler.core.types import (
     YieldRequested,
 )
 from scheduler.policy.model import Policy
-from scheduler.sim.decider import Decider
+from scheduler.sim.decider import Decider, views
 from scheduler.sim.guard import RunGuard
 from scheduler.sim.stats import SimStats
 from scheduler.sim.workload import SessionPlan
@@ -106,7 +111,7 @@ class Simulator:
     plans: list[SessionPlan]
     config: SimConfig = field(default_factory=SimConfig)
     hook: PoolHook | None = None
-    decider: Callable[[Policy], Decider] = Core
+    decider: Callable[[Policy], Decider] = Pools
 
     def __post_init__(self) -> None:
         self.core: Decider = self.decider(self.policy)
@@ -149,9 +154,11 @@ class Simulator:
         if self.hook is not None:
             self.hook.start(self)
         else:
-            pool = self.policy.pool
-            for i in range(pool.workers):
-                self.add_worker(WorkerId(f"w{i:03d}"), pool.slots_per_worker)
+            specs = self.policy.pool_specs()
+            for spec in specs:
+                prefix, name = ("", "") if len(specs) == 1 else (f"{spec.name}-", spec.name)
+                for i in range(spec.workers):
+                    self.add_worker(WorkerId(f"{prefix}w{i:03d}"), spec.slots_per_worker, name)
         for p in self.plans:
             self.at(p.arrival_s, _ARRIVE, p.session_id)
         if self.config.sample_every_s:
@@ -184,16 +191,30 @@ class Simulator:
             s.stop_note = self.guard.note(self.now, s.unfinished, s.revocations, s.work_lost)
         return self.stats
 
-    def add_worker(self, worker: WorkerId, slots: int) -> None:
-        self.apply(WorkerAdded(worker, slots))
-        self.stats.capacity_changed(self.now, self.core.describe().capacity)
+    def add_worker(self, worker: WorkerId, slots: int, pool: str = "") -> None:
+        self.apply(WorkerAdded(worker, slots, pool=pool))
+        self.capacity_changed()
+
+    def capacity_changed(self) -> None:
+        """The pools' capacity may have changed (a worker came, drains or left): count it."""
+        every = views(self.core)
+        self.stats.capacity_changed(self.now, sum(v.capacity for v in every.values()))
+        self.stats.pool_capacity_changed(self.now, {n: v.capacity for n, v in every.items()})
+
+    def acquire(self, lv: _Live, snapshot: SnapshotRef | None = None) -> Acquire:
+        p = lv.plan
+        return Acquire(SessionId(p.session_id), TenantName(p.tenant), p.qos, snapshot, p.pool, (), p.fallback)
 
     def _sample(self) -> None:
         """A point of the time series. A holder in a retry loop waits for a slot as surely as a
         queued one, so it counts as pending (a rejecting decider queues nothing itself); and
         `waiting_by_tenant[i]` is sample i's waiting sessions per tenant, queued or retrying."""
         self.stats.sample(self.now, self.core)
-        waiting = {t.name: sum(t.pending) for t in self.core.describe().tenants if sum(t.pending)}
+        waiting: dict[str, int] = {}
+        for view in views(self.core).values():
+            for t in view.tenants:
+                if sum(t.pending):
+                    waiting[t.name] = waiting.get(t.name, 0) + sum(t.pending)
         for lv in self._retrying():
             waiting[lv.plan.tenant] = waiting.get(lv.plan.tenant, 0) + 1
         self.stats.samples[-1].pending += sum(self.retrying())
@@ -238,15 +259,11 @@ class Simulator:
             lv.remaining = period.hold_s
             self._wait_starts(lv)
             self.stats.arrived(lv.plan.tenant, self.now)  # per-tenant first_grant_s counts from it
-            self.apply(Acquire(SessionId(lv.plan.session_id), TenantName(lv.plan.tenant), lv.plan.qos))
+            self.apply(self.acquire(lv))
         elif kind == _RETRY:
             lv = self._live[str(payload)]
             if lv.lease is None and not lv.finished:
-                self.apply(
-                    Acquire(
-                        SessionId(lv.plan.session_id), TenantName(lv.plan.tenant), lv.plan.qos, lv.snapshot
-                    )
-                )
+                self.apply(self.acquire(lv, lv.snapshot))
         elif kind == _TICK:
             self._tick_at = math.inf
             self.apply(Tick())

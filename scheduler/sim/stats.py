@@ -11,6 +11,11 @@ Per tenant (issue 23), what a platform team asks: how long after its first reque
 first got a slot (`first_grant_s`; the first request is the driver's `arrived`, else the start of
 the tenant's earliest granted wait), and its waits overall and per class, each wait counted as
 above (a re-queue after a yield or a revoke is a further wait, measured from the re-queue).
+
+Per pool (issue 24), `pools.<name>` of `simulate --json`, beside the totals: the sessions granted
+there, grants and waits (p50, p99) per class, preemptions, refusals naming the pool, busy and
+capacity slot-seconds, utilisation, and the pool's capacity at the end and at its peak. Every
+figure is by the pool of the lease (or of the refusal), as the decider stamps it.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from scheduler.core.types import (
     YieldRequested,
 )
 from scheduler.policy.model import Policy
-from scheduler.sim.decider import Decider
+from scheduler.sim.decider import Decider, views
 
 CLASS_KEYS = ("guaranteed", "burstable", "besteffort")
 
@@ -101,8 +106,78 @@ class SimStats:
     stop_note: str = ""
     _cap_at: float = 0.0
     _cap: int = 0
+    # Per pool (see the module docstring): waits by class, sessions granted, counters, slot-seconds.
+    pool_waits: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    pool_sessions: dict[str, set[str]] = field(default_factory=dict)
+    pool_counts: dict[str, Counter[str]] = field(default_factory=dict)
+    pool_busy: dict[str, float] = field(default_factory=dict)
+    pool_capacity_s: dict[str, float] = field(default_factory=dict)
+    pool_peak: dict[str, int] = field(default_factory=dict)
+    _pool_cap: dict[str, int] = field(default_factory=dict)
+    _pool_cap_at: float = 0.0
+
+    def _pool(self, name: str) -> Counter[str]:
+        if name not in self.pool_counts:
+            self.pool_counts[name] = Counter()
+            self.pool_waits[name] = {k: [] for k in CLASS_KEYS}
+            self.pool_sessions[name] = set()
+            self.pool_busy.setdefault(name, 0.0)
+            self.pool_capacity_s.setdefault(name, 0.0)
+        return self.pool_counts[name]
+
+    def _record_pool(self, d: Decision) -> None:
+        if isinstance(d, Granted):
+            n = self._pool(d.lease.pool)
+            n["grants"] += 1
+            self.pool_waits[d.lease.pool][d.lease.qos.value].append(d.waited_s)
+            self.pool_sessions[d.lease.pool].add(d.lease.session)
+        elif isinstance(d, YieldRequested) and d.cause is not YieldCause.DRAIN:
+            self._pool(d.lease.pool)["preemptions"] += 1
+        elif isinstance(d, YieldCancelled):
+            self._pool(d.lease.pool)["preemptions"] -= 1
+        elif isinstance(d, Revoked):
+            self._pool(d.lease.pool)["revocations"] += 1
+        elif isinstance(d, Refused) and d.pool:
+            self._pool(d.pool)["refusals"] += 1
+
+    def pool_capacity_changed(self, now: float, caps: dict[str, int]) -> None:
+        """Each pool's capacity from now on (integrated into its capacity slot-seconds)."""
+        for name, cap in self._pool_cap.items():
+            self._pool(name)
+            self.pool_capacity_s[name] += cap * max(0.0, now - self._pool_cap_at)
+        self._pool_cap_at, self._pool_cap = now, dict(caps)
+        for name, cap in caps.items():
+            self._pool(name)
+            self.pool_peak[name] = max(self.pool_peak.get(name, 0), cap)
+
+    def pools_json(self) -> dict[str, Any]:
+        """`pools.<name>`: sessions, grants and waits per class, utilisation, preemptions, capacity."""
+        out: dict[str, Any] = {}
+        for name in self.pool_counts:
+            n, waits = self.pool_counts[name], self.pool_waits[name]
+            cap_s = self.pool_capacity_s[name]
+            out[name] = {
+                "sessions": len(self.pool_sessions[name]),
+                "grants": {k: len(waits[k]) for k in CLASS_KEYS},
+                "waits": {
+                    k: {
+                        "p50": round(percentile(w, 50), 3) if w else None,
+                        "p99": round(percentile(w, 99), 3) if w else None,
+                    }
+                    for k, w in waits.items()
+                },
+                "preemptions": n["preemptions"],
+                "revocations": n["revocations"],
+                "refusals": n["refusals"],
+                "busy_slot_seconds": round(self.pool_busy[name], 3),
+                "capacity_slot_seconds": round(cap_s, 3),
+                "utilization": round(self.pool_busy[name] / cap_s, 4) if cap_s else 0.0,
+                "capacity": {"end": self._pool_cap.get(name, 0), "peak": self.pool_peak.get(name, 0)},
+            }
+        return out
 
     def record(self, d: Decision, now: float) -> None:
+        self._record_pool(d)
         if isinstance(d, Granted):
             self.waits[d.lease.qos.value].append(d.waited_s)
             tenant = d.lease.tenant
@@ -175,20 +250,26 @@ class SimStats:
         secs = max(0.0, end - lease.granted_at)
         self.slot_seconds[lease.tenant][lease.qos.value] += secs
         self.busy_slot_seconds += secs
+        self._pool(lease.pool)
+        self.pool_busy[lease.pool] += secs
 
     def capacity_changed(self, now: float, capacity: int) -> None:
         self.capacity_slot_seconds += self._cap * (now - self._cap_at)
         self._cap_at, self._cap = now, capacity
 
     def sample(self, now: float, core: Decider) -> None:
-        view = core.describe()
+        every = list(views(core).values())
+        held: dict[str, int] = {}
+        for view in every:
+            for t in view.tenants:
+                held[t.name] = held.get(t.name, 0) + sum(t.held)
         self.samples.append(
             Sample(
                 now,
-                view.capacity,
-                sum(view.held),
-                sum(view.pending),
-                {t.name: sum(t.held) for t in view.tenants},
+                sum(v.capacity for v in every),
+                sum(sum(v.held) for v in every),
+                sum(sum(v.pending) for v in every),
+                held,
             )
         )
 
@@ -197,6 +278,7 @@ class SimStats:
         for lease, _state in list(core.leases()):
             self._held(lease, end)  # still held at the end: count its time so far
         self.capacity_changed(end, self._cap)
+        self.pool_capacity_changed(end, self._pool_cap)
         self.completed, self.unfinished = counts
 
     @property
@@ -236,4 +318,5 @@ class SimStats:
             "stopped": None
             if self.stopped_at_s is None
             else {"at_s": round(self.stopped_at_s, 3), "reason": self.stop_note},
+            "pools": self.pools_json(),
         }

@@ -8,6 +8,9 @@ CSV columns: `arrival_s,session_id,tenant,qos_class,hold_s` and optionally `snap
   active period. The first row arrives at `arrival_s`; each later row with a `think_s` value
   starts `think_s` after the previous period ended — a session delayed in the queue runs later,
   as a real agent does. A later row with an empty `think_s` arrives at its own `arrival_s`.
+- `pool` (optional): the pool the session asks for (`Acquire.pool`); `gpu|cpu` names fallbacks
+  after the first, in order. `fallback` (optional): more fallback pools, `|`-separated. Empty:
+  the policy's only pool (or the one named `default`). Every row of a session names the same.
 - `crash_after_s`: the holder dies that long after its grant. Until then it renews and answers
   yields like any holder; then it stops renewing and never releases (the lease expires one TTL
   after its last renewal).
@@ -23,7 +26,8 @@ from pathlib import Path
 from scheduler.core.types import QoS
 
 REQUIRED = ("arrival_s", "session_id", "tenant", "qos_class", "hold_s")
-OPTIONAL = ("snapshot_bytes", "think_s", "crash_after_s")
+OPTIONAL = ("snapshot_bytes", "think_s", "crash_after_s", "pool", "fallback")
+POOL_COLUMNS = ("pool", "fallback")
 
 
 class WorkloadError(ValueError):
@@ -45,6 +49,13 @@ class SessionPlan:
     tenant: str
     qos: QoS
     periods: list[Period] = field(default_factory=list)
+    pool: str = ""  # the pool asked for ("": the policy's only pool, or `default`)
+    fallback: tuple[str, ...] = ()  # then these, in order (Acquire.fallback)
+
+    @property
+    def pools(self) -> tuple[str, ...]:
+        """Every pool the session may land in, in the order asked ("" first: the default one)."""
+        return (self.pool, *self.fallback)
 
     @property
     def arrival_s(self) -> float:
@@ -68,6 +79,21 @@ def _num(row: dict[str, str], key: str, line: int, required: bool = True) -> flo
     if value < 0:
         raise WorkloadError(f"line {line}: column {key} must be >= 0, not {value}")
     return value
+
+
+def _pools(row: dict[str, str], line: int) -> tuple[str, tuple[str, ...]]:
+    """`pool` (`a|b`: a, then b) and `fallback` (`c|d`) -> (pool, fallbacks in order, no repeats)."""
+    names = [n.strip() for n in (row.get("pool") or "").split("|")]
+    more = [n.strip() for n in (row.get("fallback") or "").split("|")]
+    if any(not n for n in names[1:]) or (row.get("fallback") or "").strip() and any(not n for n in more):
+        raise WorkloadError(f"line {line}: an empty pool name in pool/fallback")
+    if not names[0] and len(names) + len([n for n in more if n]) > 1:
+        raise WorkloadError(f"line {line}: fallback pools need a first pool in column pool")
+    fallback: list[str] = []
+    for n in names[1:] + [n for n in more if n]:
+        if n != names[0] and n not in fallback:
+            fallback.append(n)
+    return names[0], tuple(fallback)
 
 
 def parse_rows(rows: Iterable[dict[str, str]], header: Iterable[str]) -> list[SessionPlan]:
@@ -95,14 +121,17 @@ def parse_rows(rows: Iterable[dict[str, str]], header: Iterable[str]) -> list[Se
         snap = _num(row, "snapshot_bytes", line, required=False)
         think = _num(row, "think_s", line, required=False)
         crash = _num(row, "crash_after_s", line, required=False)
+        pool, fallback = _pools(row, line)
         plan = plans.get(sid)
         if plan is None:
             if arrival is None:
                 raise WorkloadError(f"line {line}: the first row of session {sid} needs arrival_s")
-            plan = plans[sid] = SessionPlan(sid, tenant, qos)
+            plan = plans[sid] = SessionPlan(sid, tenant, qos, pool=pool, fallback=fallback)
             think = None
         elif plan.tenant != tenant or plan.qos != qos:
             raise WorkloadError(f"line {line}: session {sid} changes tenant or class between rows")
+        elif (plan.pool, plan.fallback) != (pool, fallback):
+            raise WorkloadError(f"line {line}: session {sid} changes pool or fallback between rows")
         elif think is None and arrival is None:
             raise WorkloadError(f"line {line}: a later row of session {sid} needs think_s or arrival_s")
         assert hold is not None
@@ -140,11 +169,15 @@ def describe_tenants(counts: dict[str, int]) -> str:
 
 
 def write_workload(path: str | Path, plans: Iterable[SessionPlan]) -> None:
-    """Write plans back in the same format (closed-loop periods as think_s rows)."""
+    """Write plans back in the same format (closed-loop periods as think_s rows); the pool columns
+    only when some plan names a pool."""
+    plans = list(plans)
+    pooled = any(p.pool for p in plans)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(REQUIRED + OPTIONAL)
+        w.writerow(REQUIRED + OPTIONAL if pooled else REQUIRED + OPTIONAL[:3])
         for p in plans:
+            extra = [p.pool, "|".join(p.fallback)] if pooled else []
             for i, per in enumerate(p.periods):
                 w.writerow(
                     [
@@ -156,5 +189,6 @@ def write_workload(path: str | Path, plans: Iterable[SessionPlan]) -> None:
                         per.snapshot_bytes or "",
                         "" if per.think_s is None else f"{per.think_s:.3f}",
                         "" if per.crash_after_s is None else f"{per.crash_after_s:.3f}",
+                        *extra,
                     ]
                 )
