@@ -34,6 +34,7 @@ SIMULATE_KEYS = {
     "completed",
     "unfinished",
     "stopped",
+    "pools",  # issue 24: per-pool figures beside the totals
 }
 
 

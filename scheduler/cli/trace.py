@@ -44,6 +44,14 @@ def _import(args: argparse.Namespace) -> int:
             zipf_s=args.zipf,
         )
         plans = import_files(args.sessions, args.arrivals, cfg)
+        if args.pool_rule:
+            from scheduler.sim.traces.pools import PoolRule, PoolRuleError, spread
+
+            try:
+                plans = spread(plans, PoolRule.parse(args.pool_rule, args.pool_by))
+            except PoolRuleError as e:
+                print(f"error: argument --pool-rule: {e}", file=sys.stderr)
+                return 2
         for out in (args.out, args.policy_out):
             if out:
                 Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -156,6 +164,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     im.add_argument("--rate", type=float, default=None, help="session starts per second (sets the window)")
     im.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of tenant sizes (default 1.1)")
+    im.add_argument(
+        "--pool-rule",
+        default=None,
+        help="spread sessions over pools: comma-separated POOL[|FALLBACK...][:PERCENT%%], e.g. "
+        "'gpu:10%%,cpu' or 'gpu|cpu:25%%,cpu'; each session falls in one entry by a stable hash "
+        "(sha256) of its session id (--pool-by tenant: of its tenant), entries without a percent "
+        "share the rest evenly; it asks for the entry's first pool, then the others as fallbacks "
+        "(writes the workload's pool and fallback columns). Default: no pool column",
+    )
+    im.add_argument(
+        "--pool-by",
+        choices=("session", "tenant"),
+        default="session",
+        help="what --pool-rule hashes (tenant: all of a tenant's sessions in one pool)",
+    )
     im.add_argument("--out", required=True, help="workload CSV to write")
     im.add_argument("--policy-out", default=None, help="also write a SchedulingPolicy sized to the workload")
     im.add_argument("--workers", type=int, default=16, help="pool workers of --policy-out (default 16)")

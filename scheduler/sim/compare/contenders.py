@@ -7,6 +7,9 @@ shrink it and are compared among themselves: slotsched's autoscaler and the base
 Every elastic contender drives the same slotsched core and starts from the policy's `workers`,
 within `minWorkers` and `maxWorkers` (KEDA: down to zero), so the group compares only how the pool
 is sized and how workers leave; static contenders are not compared with them.
+
+With several pools slotsched runs `Pools` and each baseline one instance per pool
+(`baselines/per_pool.py`), each session in the pool it asked for first.
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scheduler.core.engine import Core
+from scheduler.core.pools import Pools as Core  # one Core per pool; with one pool, that core
 from scheduler.policy.model import Policy
 from scheduler.sim.autoscalers import Hpa, Keda, Polling, QueueStep, WeightedFormula
 from scheduler.sim.baselines.fifo import Fifo
 from scheduler.sim.baselines.kueue_classic import KueueClassic
+from scheduler.sim.baselines.per_pool import per_pool
 from scheduler.sim.baselines.priority_kill import PriorityKill
 from scheduler.sim.baselines.reject_retry import RejectRetry
 from scheduler.sim.baselines.strict_priority import StrictPriority
@@ -45,14 +49,21 @@ STATIC: tuple[Contender, ...] = (
         SLOTSCHED, Core, "slotsched", "classes, floor, quotas, weighted fair share, checkpoint-and-yield"
     ),
     Contender(
-        "reject-retry", RejectRetry, "no-queue", "no queue: refused when full, clients retry after 1.5-3 s"
+        "reject-retry",
+        per_pool(RejectRetry),
+        "no-queue",
+        "no queue: refused when full, clients retry after 1.5-3 s",
     ),
-    Contender("fifo", Fifo, "fifo", "one FIFO queue, no classes, no preemption"),
-    Contender("strict-priority", StrictPriority, "priority", "G > B > BE, FIFO within, no preemption"),
-    Contender("priority-kill", PriorityKill, "kill", "strict priority, kills the newest lower-class lease"),
+    Contender("fifo", per_pool(Fifo), "fifo", "one FIFO queue, no classes, no preemption"),
+    Contender(
+        "strict-priority", per_pool(StrictPriority), "priority", "G > B > BE, FIFO within, no preemption"
+    ),
+    Contender(
+        "priority-kill", per_pool(PriorityKill), "kill", "strict priority, kills the newest lower-class lease"
+    ),
     Contender(
         "kueue-classic",
-        KueueClassic,
+        per_pool(KueueClassic),
         "kill",
         "per-tenant nominal quotas, priority, evicts without checkpoint",
     ),
