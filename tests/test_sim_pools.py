@@ -174,3 +174,62 @@ def test_the_pool_sample_runs() -> None:
         text=True,
     ).stdout
     assert "pools-cpu-gpu.csv" in listed and "pools-cpu-gpu-policy.yaml" in listed
+
+
+def test_compare_report_has_a_per_pool_table(tmp_path: Path) -> None:
+    out = tmp_path / "rep"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scheduler.cli",
+            "simulate",
+            "--compare",
+            "--policy",
+            str(SAMPLES / "pools-cpu-gpu-policy.yaml"),
+            "--workload",
+            str(SAMPLES / "pools-cpu-gpu.csv"),
+            "--until",
+            "1200",
+            "--out",
+            str(out),
+            "--json",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    report = (out / "report.md").read_text()
+    assert "## Per pool" in report
+    assert "| fifo | gpu |" in report and "| slotsched | cpu |" in report
+
+
+def test_trace_import_pool_rule(tmp_path: Path) -> None:
+    wl = tmp_path / "w.csv"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scheduler.cli",
+            "trace",
+            "import",
+            "--sessions",
+            str(SAMPLES / "claude_code_agent_sessions_sample.csv"),
+            "--arrivals",
+            str(SAMPLES / "azure_llm_conv_2023_sample.csv"),
+            "--limit",
+            "40",
+            "--pool-rule",
+            "gpu|cpu:30%,cpu",
+            "--out",
+            str(wl),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    plans = load_workload(wl)
+    assert {p.pool for p in plans} == {"gpu", "cpu"}
+    assert all(p.fallback == (("cpu",) if p.pool == "gpu" else ()) for p in plans)

@@ -84,6 +84,7 @@ class RunFigures:
     tenants: dict[str, dict[str, Any]] = field(default_factory=dict)
     share_spread: float = 1.0  # max / min of slot-seconds / weight over them (inf: one got none)
     first_grant_max: float | None = None  # the latest first grant (inf: one never granted)
+    pools: dict[str, dict[str, Any]] = field(default_factory=dict)  # `SimStats.pools_json()`
 
     def granted(self, cls: str) -> bool:
         """Did the class get any grant? (Unknown when built without `grants`: assume it did.)"""
@@ -207,6 +208,7 @@ def figures(
         tenants=per_tenant,
         share_spread=spread(shares),
         first_grant_max=latest_first_grant(per_tenant),
+        pools=stats.pools_json(),
     )
 
 

@@ -501,6 +501,39 @@ def _na_note(figs: Sequence[RunFigures]) -> list[str]:
     ]
 
 
+def _pw(w: dict[str, float | None]) -> str:
+    p50, p99 = w["p50"], w["p99"]
+    return NONE if p50 is None or p99 is None else f"{p50:.1f} / {p99:.1f}"
+
+
+def pool_table(figs: Sequence[RunFigures]) -> list[str]:
+    """`## Per pool` (a policy of several pools): each contender's figures in each pool."""
+    if not any(len(f.pools) > 1 for f in figs):
+        return []
+    lines = [
+        "## Per pool",
+        "",
+        "Waits p50 / p99 (s) by class, in the pool the session was granted in; every contender runs "
+        "each pool on its own (a baseline: one instance per pool, each session in the pool it asked "
+        "for first).",
+        "",
+        "| contender | pool | sessions | grants G/B/BE | G | B | BE | preemptions | utilization "
+        "| slots (peak) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for f in figs:
+        for name, p in f.pools.items():
+            g = p["grants"]
+            w = p["waits"]
+            lines.append(
+                f"| {f.name} | {name} | {p['sessions']} | "
+                f"{g['guaranteed']}/{g['burstable']}/{g['besteffort']} | "
+                f"{_pw(w['guaranteed'])} | {_pw(w['burstable'])} | {_pw(w['besteffort'])} | "
+                f"{p['preemptions']} | {p['utilization']:.1%} | {p['capacity']['peak']} |"
+            )
+    return [*lines, ""]
+
+
 def render(
     contenders: Sequence[Contender],
     figs: Sequence[RunFigures],
@@ -531,6 +564,7 @@ def render(
         "",
         *_na_note(figs),
         *tenant_tables(figs),
+        *pool_table(figs),
         *unfinished(figs),
         "## Contenders",
         "",

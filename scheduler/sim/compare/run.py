@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from scheduler.policy.model import Policy
-from scheduler.sim.compare.contenders import Contender, roster
+from scheduler.sim.compare.contenders import STATIC, Contender, roster
 from scheduler.sim.compare.metrics import RunFigures, figures, json_entry, sla_target
 from scheduler.sim.compare.report import render
 from scheduler.sim.simulator import SimConfig, Simulator
@@ -96,6 +96,13 @@ def compare(
 ) -> list[tuple[Contender, SimStats, RunFigures]]:
     """Run every contender; returns each with its stats and figures, in roster order. `refused`:
     sessions left out of `plans` (their tenant is unknown) that every contender counts as refused."""
+    if contenders is None and len(policy.pool_names()) > 1:
+        # The elastic pool hooks size one pool: with several, only the static group runs.
+        print(
+            "note: several pools: the elastic contenders (autoscalers) are left out",
+            file=stream or sys.stderr,
+        )
+        contenders = STATIC
     cs = list(contenders or roster())
     bar = Progress(len(cs), stream)
     out = []
