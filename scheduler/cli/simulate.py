@@ -76,7 +76,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sim = sub.add_parser("simulate", help="run the policy core in virtual time on a workload CSV")
     sim.add_argument("--policy", help="SchedulingPolicy YAML (default: the built-in policy)")
     sim.add_argument(
-        "--workload", required=True, help="CSV: arrival_s,session_id,tenant,qos_class,hold_s[,…]"
+        "--workload",
+        required=True,
+        help="CSV: arrival_s,session_id,tenant,qos_class,hold_s[,…][,pool,fallback] "
+        "(pool gpu|cpu: gpu, falling back to cpu)",
     )
     sim.add_argument("--checkpoint-seconds", type=non_negative, default=2.0, help="holder's checkpoint time")
     sim.add_argument(
