@@ -58,36 +58,93 @@ def test_tenant_labelled_series_quotas_and_build_info() -> None:
                 assert (await next_event(b1)).WhichOneof("event") == "yield_requested"
 
                 m = scrape(server.metrics_url)
-                assert m[("slotsched_grants_total", (("class", "besteffort"), ("tenant", "batch")))] == 1
-                assert m[("slotsched_grants_total", (("class", "burstable"), ("tenant", "acme")))] == 1
                 assert (
                     m[
                         (
-                            "slotsched_time_to_slot_seconds_count",
-                            (("class", "besteffort"), ("tenant", "batch")),
+                            "slotsched_grants_total",
+                            (("class", "besteffort"), ("pool", "default"), ("tenant", "batch")),
                         )
                     ]
                     == 1
                 )
-                assert m[("slotsched_refusals_total", (("reason", "no_quota"), ("tenant", "globex")))] == 1
-                assert m[("slotsched_refusals_total", (("reason", "no_quota"), ("tenant", "acme")))] == 0
-                pre = (("cause", "guaranteed"), ("preemptor_tenant", "acme"), ("victim_tenant", "batch"))
+                assert (
+                    m[
+                        (
+                            "slotsched_grants_total",
+                            (("class", "burstable"), ("pool", "default"), ("tenant", "acme")),
+                        )
+                    ]
+                    == 1
+                )
+                assert (
+                    m[
+                        (
+                            "slotsched_time_to_slot_seconds_count",
+                            (("class", "besteffort"), ("pool", "default"), ("tenant", "batch")),
+                        )
+                    ]
+                    == 1
+                )
+                assert (
+                    m[
+                        (
+                            "slotsched_refusals_total",
+                            (("pool", "default"), ("reason", "no_quota"), ("tenant", "globex")),
+                        )
+                    ]
+                    == 1
+                )
+                assert (
+                    m[
+                        (
+                            "slotsched_refusals_total",
+                            (("pool", "default"), ("reason", "no_quota"), ("tenant", "acme")),
+                        )
+                    ]
+                    == 0
+                )
+                pre = (
+                    ("cause", "guaranteed"),
+                    ("pool", "default"),
+                    ("preemptor_tenant", "acme"),
+                    ("victim_tenant", "batch"),
+                )
                 assert m[("slotsched_preemptions_total", pre)] == 1
                 # Bounded: the policy's tenants (its spelling) and `_other`, nothing else.
                 for name in TENANT_SERIES:
                     assert tenants_in(m, name, "tenant") == {"acme", "globex", "batch", "_other"}, name
                 # Quotas, as the policy says.
-                assert m[("slotsched_tenant_guaranteed_quota_slots", (("tenant", "acme"),))] == 1
-                assert m[("slotsched_tenant_nominal_quota_slots", (("tenant", "globex"),))] == 1
-                assert m[("slotsched_tenant_limit_slots", (("class", "burstable"), ("tenant", "acme")))] == 2
                 assert (
-                    m[("slotsched_tenant_limit_slots", (("class", "besteffort"), ("tenant", "globex")))] == 0
+                    m[("slotsched_tenant_guaranteed_quota_slots", (("pool", "default"), ("tenant", "acme")))]
+                    == 1
+                )
+                assert (
+                    m[("slotsched_tenant_nominal_quota_slots", (("pool", "default"), ("tenant", "globex")))]
+                    == 1
+                )
+                assert (
+                    m[
+                        (
+                            "slotsched_tenant_limit_slots",
+                            (("class", "burstable"), ("pool", "default"), ("tenant", "acme")),
+                        )
+                    ]
+                    == 2
+                )
+                assert (
+                    m[
+                        (
+                            "slotsched_tenant_limit_slots",
+                            (("class", "besteffort"), ("pool", "default"), ("tenant", "globex")),
+                        )
+                    ]
+                    == 0
                 )
                 assert (
                     "slotsched_tenant_limit_slots",
-                    (("class", "besteffort"), ("tenant", "acme")),
+                    (("class", "besteffort"), ("pool", "default"), ("tenant", "acme")),
                 ) not in m
-                assert m[("slotsched_tenant_weight", (("tenant", "batch"),))] == 1
+                assert m[("slotsched_tenant_weight", (("pool", "default"), ("tenant", "batch")))] == 1
                 # build_info and the process.
                 (info,) = [labels for n, labels in m if n == "slotsched_build_info"]
                 info_d = dict(info)
@@ -105,7 +162,15 @@ def test_tenant_labelled_series_quotas_and_build_info() -> None:
                 for name in (*TENANT_SERIES, "slotsched_tenant_guaranteed_quota_slots"):
                     assert "globex" not in tenants_in(m, name, "tenant"), name
                 assert "globex" not in tenants_in(m, "slotsched_preemptions_total", "preemptor_tenant")
-                assert m[("slotsched_grants_total", (("class", "burstable"), ("tenant", "acme")))] == 1
+                assert (
+                    m[
+                        (
+                            "slotsched_grants_total",
+                            (("class", "burstable"), ("pool", "default"), ("tenant", "acme")),
+                        )
+                    ]
+                    == 1
+                )
                 assert m[("slotsched_preemptions_total", pre)] == 1
                 for call in (a1, b1, g1):
                     call.cancel()
@@ -132,5 +197,5 @@ def test_a_tenant_the_policy_lacks_is_counted_as_other() -> None:
     m = Metrics()
     event = Acquire(SessionId("s"), TenantName("nobody"), QoS.BURSTABLE)
     m.observe([Refused(SessionId("s"), RefuseReason.UNKNOWN_TENANT, "unknown")], 1e-6, event, Core())
-    assert m.refusals[("_other", RefuseReason.UNKNOWN_TENANT)] == 1
-    assert {t for t, _ in m.refusals} == {"acme", "globex", "batch", "_other"}
+    assert m.refusals[("default", "_other", RefuseReason.UNKNOWN_TENANT)] == 1
+    assert {t for _, t, _ in m.refusals} == {"acme", "globex", "batch", "_other"}

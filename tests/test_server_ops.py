@@ -80,25 +80,100 @@ def test_metrics_scraped_over_http_match_the_scenario(server: ServerThread) -> N
             assert (await status_of(refused))[0] == grpc.StatusCode.PERMISSION_DENIED
 
             m = scrape(server.metrics_url)
-            assert m[("slotsched_grants_total", (("class", "burstable"), ("tenant", "acme")))] == 1
-            assert m[("slotsched_grants_total", (("class", "besteffort"), ("tenant", "batch")))] == 1
-            assert m[("slotsched_grants_total", (("class", "guaranteed"), ("tenant", "acme")))] == 0
             assert (
-                m[("slotsched_time_to_slot_seconds_count", (("class", "burstable"), ("tenant", "acme")))] == 1
+                m[
+                    (
+                        "slotsched_grants_total",
+                        (("class", "burstable"), ("pool", "default"), ("tenant", "acme")),
+                    )
+                ]
+                == 1
             )
-            assert m[("slotsched_pending_sessions", (("class", "besteffort"), ("tenant", "batch")))] == 1
-            assert m[("slotsched_pending_sessions", (("class", "burstable"), ("tenant", "acme")))] == 0
-            assert m[("slotsched_held_leases", (("class", "burstable"), ("tenant", "acme")))] == 1
-            assert m[("slotsched_held_leases", (("class", "besteffort"), ("tenant", "batch")))] == 1
-            assert m[("slotsched_fair_share", (("tenant", "batch"),))] == 1.0
-            assert m[("slotsched_fair_share", (("tenant", "acme"),))] == 0.0
-            assert m[("slotsched_capacity_slots", ())] == 2
-            assert m[("slotsched_floor_slots", ())] == 1
-            assert m[("slotsched_refusals_total", (("reason", "no_quota"), ("tenant", "globex")))] == 1
+            assert (
+                m[
+                    (
+                        "slotsched_grants_total",
+                        (("class", "besteffort"), ("pool", "default"), ("tenant", "batch")),
+                    )
+                ]
+                == 1
+            )
+            assert (
+                m[
+                    (
+                        "slotsched_grants_total",
+                        (("class", "guaranteed"), ("pool", "default"), ("tenant", "acme")),
+                    )
+                ]
+                == 0
+            )
+            assert (
+                m[
+                    (
+                        "slotsched_time_to_slot_seconds_count",
+                        (("class", "burstable"), ("pool", "default"), ("tenant", "acme")),
+                    )
+                ]
+                == 1
+            )
+            assert (
+                m[
+                    (
+                        "slotsched_pending_sessions",
+                        (("class", "besteffort"), ("pool", "default"), ("tenant", "batch")),
+                    )
+                ]
+                == 1
+            )
+            assert (
+                m[
+                    (
+                        "slotsched_pending_sessions",
+                        (("class", "burstable"), ("pool", "default"), ("tenant", "acme")),
+                    )
+                ]
+                == 0
+            )
+            assert (
+                m[
+                    (
+                        "slotsched_held_leases",
+                        (("class", "burstable"), ("pool", "default"), ("tenant", "acme")),
+                    )
+                ]
+                == 1
+            )
+            assert (
+                m[
+                    (
+                        "slotsched_held_leases",
+                        (("class", "besteffort"), ("pool", "default"), ("tenant", "batch")),
+                    )
+                ]
+                == 1
+            )
+            assert m[("slotsched_fair_share", (("pool", "default"), ("tenant", "batch")))] == 1.0
+            assert m[("slotsched_fair_share", (("pool", "default"), ("tenant", "acme")))] == 0.0
+            assert m[("slotsched_capacity_slots", (("pool", "default"),))] == 2
+            assert m[("slotsched_floor_slots", (("pool", "default"),))] == 1
+            assert (
+                m[
+                    (
+                        "slotsched_refusals_total",
+                        (("pool", "default"), ("reason", "no_quota"), ("tenant", "globex")),
+                    )
+                ]
+                == 1
+            )
             assert m[("slotsched_decision_latency_seconds_count", ())] >= 5
             preempted = (
                 "slotsched_preemptions_total",
-                (("cause", "guaranteed"), ("preemptor_tenant", "acme"), ("victim_tenant", "batch")),
+                (
+                    ("cause", "guaranteed"),
+                    ("pool", "default"),
+                    ("preemptor_tenant", "acme"),
+                    ("victim_tenant", "batch"),
+                ),
             )
             assert m[preempted] == 0
 
@@ -107,7 +182,15 @@ def test_metrics_scraped_over_http_match_the_scenario(server: ServerThread) -> N
             assert (await next_event(b1)).WhichOneof("event") == "yield_requested"
             m = scrape(server.metrics_url)
             assert m[preempted] == 1
-            assert m[("slotsched_pending_sessions", (("class", "guaranteed"), ("tenant", "acme")))] == 1
+            assert (
+                m[
+                    (
+                        "slotsched_pending_sessions",
+                        (("class", "guaranteed"), ("pool", "default"), ("tenant", "acme")),
+                    )
+                ]
+                == 1
+            )
             assert m[("slotsched_yields_total", ())] == 0
             assert m[("slotsched_work_lost_slot_seconds_total", ())] == 0
             for call in (a1, b1, b2, g1):

@@ -1,4 +1,9 @@
-"""The Admin service: the policy in force, and read-only views of pool, leases and queue.
+"""The Admin service: the policy in force, and read-only views of pools, leases and queue.
+
+DescribePool describes one pool (empty: the default one, `loop.core.describe()`'s) and names
+every pool, so a client asks for each; ListLeases and ListQueue list every pool's, each entry
+naming its pool (a queued one also why it waits), or one pool's with `pool`. An unknown pool is
+INVALID_ARGUMENT naming it (errors.unknown_pool).
 
 Translation only. Listings page with opaque cursor tokens (the last key returned, base64 JSON
 tagged with the listing it belongs to), so a page is stable when leases come and go between calls
@@ -26,6 +31,7 @@ from typing import Any
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from scheduler.core.lifecycle import LeaseState, WorkerState
+from scheduler.core.pools import Pools
 from scheduler.core.types import QoS
 from scheduler.policy.errors import PolicyError
 from scheduler.policy.identities import hash_token
@@ -78,6 +84,16 @@ def _qos_filter(value: int) -> QoS | None:
     if qos is None:
         raise errors.invalid_argument("qos", "unknown QoS class")
     return qos
+
+
+def _pool_filter(core: Pools, name: str) -> str | None:
+    """The pool a request names (None: every pool); unknown: INVALID_ARGUMENT naming it."""
+    if not name:
+        return None
+    names = core.names()
+    if name not in names:
+        raise errors.unknown_pool(name, names)
+    return name
 
 
 def _worker_tokens(policy: Policy) -> set[str]:
@@ -165,9 +181,16 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.DescribePoolRequest, context: Any
     ) -> admin_pb2.DescribePoolResponse:
         await self._guard(context, "DescribePool")
-        view = self._loop.core.describe()
+        core = self._loop.core
+        name = _pool_filter(core, request.pool)
+        view = core.describe(name)
         at = convert.ts(self._loop.now())
-        out = admin_pb2.DescribePoolResponse(free=view.free, floor=view.floor, at=at)
+        out = admin_pb2.DescribePoolResponse(
+            free=view.free, floor=view.floor, at=at, pool=view.name, pools=core.names()
+        )
+        spec = core.policy.pool_spec(view.name)  # None: a retired pool, still draining
+        if spec is not None:
+            out.labels.update(dict(spec.labels))
         for w in view.workers:
             entry = self._registry.workers.get(w.worker_id)
             info = out.workers.add(
@@ -185,8 +208,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 if entry.last_heartbeat is not None:
                     info.last_heartbeat.CopyFrom(convert.ts(entry.last_heartbeat))
         yielding = dict.fromkeys(CLASS_ORDER, 0)
-        for lease, state in self._loop.core.leases():
-            if state is LeaseState.YIELDING:
+        for lease, state in core.leases():
+            if state is LeaseState.YIELDING and lease.pool == view.name:
                 yielding[lease.qos] += 1
         for i, q in enumerate(CLASS_ORDER):
             out.classes.add(
@@ -218,6 +241,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         await self._guard(context, "ListLeases")
         size = _page_size(request.page_size)
         qos = _qos_filter(request.qos)
+        pool = _pool_filter(self._loop.core, request.pool)
         after = _decode_token("leases", request.page_token, ((int, float), str))
         rows = sorted(
             (
@@ -225,6 +249,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 for lease, _ in self._loop.core.leases()
                 if (not request.tenant or lease.tenant == request.tenant)
                 and (qos is None or lease.qos is qos)
+                and (pool is None or lease.pool == pool)
             ),
             key=lambda r: (r[0], r[1]),
         )
@@ -247,11 +272,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         await self._guard(context, "ListQueue")
         size = _page_size(request.page_size)
         qos = _qos_filter(request.qos)
+        pool = _pool_filter(self._loop.core, request.pool)
         after = _decode_token("queue", request.page_token, (int, int, str))
         rows = []
         for v in self._loop.core.queue():
             q = QoS(v.qos)
             if (request.tenant and v.tenant != request.tenant) or (qos is not None and q is not qos):
+                continue
+            if pool is not None and v.pool != pool:
                 continue
             rows.append((CLASS_ORDER.index(q), v.position, str(v.session), v))
         rows.sort(key=lambda r: (r[0], r[1], r[2]))
@@ -266,6 +294,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 qos=convert.QOS_TO_PB[QoS(v.qos)],
                 position=v.position,
                 waited=convert.dur(now - v.waiting_since),
+                pool=v.pool,
+                reason=v.reason,
             )
             if v.estimated_wait_s is not None:  # unset until a hold has been observed
                 entry.estimated_wait.CopyFrom(convert.dur(v.estimated_wait_s))

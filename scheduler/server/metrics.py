@@ -7,9 +7,15 @@ a custom collector turns them into metric families when /metrics is scraped, on 
 thread (reading ints another thread writes is safe under the GIL; a scrape may see a histogram
 one observation behind, never a torn value).
 
-Gauges (pending, held, fair share, quotas, capacity, floor) come from `core.describe()` at scrape
-time. Only the event loop may touch the core, so the collector asks the loop for the view
-(`describe_threadsafe`). Each server has its own CollectorRegistry: tests run several servers.
+Gauges (pending, held, fair share, quotas, capacity, floor) come from `core.describe_all()` at
+scrape time, one series per pool (`pool` label). Only the event loop may touch the core, so the
+collector asks the loop for the views (run there, as `describe_threadsafe` runs `describe()`).
+Each server has its own CollectorRegistry: tests run several servers.
+
+Per-pool series: every gauge, and the counters of decisions that say their pool (grants and time
+to slot: the lease's; preemptions: the victim lease's; refusals: `Refused.pool`, none named: the
+default pool; waits: `Queued.pool`) carry `pool`, bounded by the pools of the core (the policy's,
+and retired ones still draining). A server of one pool exports `pool="default"`.
 
 Per-tenant series, as Kueue labels per queue: grants, time to slot, refusals and preemptions (victim
 and preemptor) carry `tenant` labels, bounded by the policy's tenants, spelt as in the policy. A
@@ -20,9 +26,12 @@ a policy change) has `preemptor_tenant=""`.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import platform
+import threading
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib import metadata
 from typing import Any, Final, Protocol
 
@@ -32,12 +41,14 @@ from prometheus_client.registry import Collector
 
 from scheduler.core.types import (
     Acquire,
+    BlockedReason,
     Decision,
     Ended,
     EndReason,
     Expired,
     Granted,
     QoS,
+    Queued,
     Refused,
     RefuseReason,
     Revoked,
@@ -57,6 +68,8 @@ TIME_TO_SLOT_BUCKETS = (
 LATENCY_BUCKETS = (5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2)
 
 Describe = Callable[[], "PoolView | None"]
+DescribeAll = Callable[[], "Mapping[str, PoolView] | None"]
+DEFAULT_POOL: Final = "default"  # the one pool of a policy without spec.pools
 
 OTHER_TENANT: Final = "_other"  # a tenant the policy does not list
 NO_TENANT: Final = ""  # a preemption no waiter asked for
@@ -69,6 +82,8 @@ class CoreLike(Protocol):
     def policy(self) -> Policy: ...
 
     def session(self, session: Any) -> SessionView | None: ...
+
+    def names(self) -> tuple[str, ...]: ...
 
 
 def _version(package: str) -> str:
@@ -107,13 +122,18 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        # Keyed by (tenant, ...): the tenants of the policy in force, each with every label value.
-        self.grants: dict[tuple[str, QoS], int] = {}
-        self.time_to_slot: dict[tuple[str, QoS], _Histogram] = {}
-        self.refusals: dict[tuple[str, RefuseReason], int] = {}
-        self.preemptions: dict[tuple[YieldCause, str, str], int] = {}  # cause, victim, preemptor
+        # Keyed by (pool, tenant, ...): the core's pools and the policy's tenants, each with every
+        # label value.
+        self.grants: dict[tuple[str, str, QoS], int] = {}
+        self.time_to_slot: dict[tuple[str, str, QoS], _Histogram] = {}
+        self.refusals: dict[tuple[str, str, RefuseReason], int] = {}
+        # pool, cause, victim, preemptor
+        self.preemptions: dict[tuple[str, YieldCause, str, str], int] = {}
+        self.waits: dict[tuple[str, BlockedReason], int] = {}  # pool, reason
         self.revocations = dict.fromkeys(RevokeReason, 0)
         self.tenants: tuple[str, ...] = ()
+        self.pools: tuple[str, ...] = (DEFAULT_POOL,)
+        self._default_pool: str = DEFAULT_POOL
         self._known: frozenset[str] = frozenset()
         self._policy: Policy | None = None
         self.yields = 0
@@ -129,27 +149,50 @@ class Metrics:
         self.flow_queued: dict[str, int] = {}
         self.flow_refused: dict[tuple[str, str], int] = {}
         self.describe: Describe = lambda: None
+        self.describe_all: DescribeAll = lambda: None
         self._set_tenants(())
         self.registry.register(_Collector(self))
         self.registry.register(_BuildInfo())
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, resident memory, fds
         PlatformCollector(registry=self.registry)  # python_info
 
-    def _set_tenants(self, names: Iterable[str]) -> None:
-        """Series for exactly these tenants (and OTHER_TENANT): counts of those kept, the rest dropped."""
+    def _set_tenants(self, names: Iterable[str], pools: Sequence[str] | None = None) -> None:
+        """Series for exactly these tenants (and OTHER_TENANT) in these pools (None: as before):
+        counts of those kept, the rest dropped."""
         names = tuple(dict.fromkeys((*names, OTHER_TENANT)))
         peers = (*names, NO_TENANT)
+        if pools:
+            self.pools = tuple(dict.fromkeys(pools))
+            self._default_pool = DEFAULT_POOL if DEFAULT_POOL in self.pools else self.pools[0]
+        ps = self.pools
         self.tenants, self._known = names, frozenset(names)
-        self.grants = {(t, q): self.grants.get((t, q), 0) for t in names for q in QoS}
+        self.grants = {(o, t, q): self.grants.get((o, t, q), 0) for o in ps for t in names for q in QoS}
         self.time_to_slot = {
-            (t, q): self.time_to_slot.get((t, q)) or _Histogram(TIME_TO_SLOT_BUCKETS)
+            (o, t, q): self.time_to_slot.get((o, t, q)) or _Histogram(TIME_TO_SLOT_BUCKETS)
+            for o in ps
             for t in names
             for q in QoS
         }
-        self.refusals = {(t, r): self.refusals.get((t, r), 0) for t in names for r in RefuseReason}
-        self.preemptions = {
-            (c, v, p): self.preemptions.get((c, v, p), 0) for c in YieldCause for v in names for p in peers
+        self.refusals = {
+            (o, t, r): self.refusals.get((o, t, r), 0) for o in ps for t in names for r in RefuseReason
         }
+        self.preemptions = {
+            (o, c, v, p): self.preemptions.get((o, c, v, p), 0)
+            for o in ps
+            for c in YieldCause
+            for v in names
+            for p in peers
+        }
+        self.waits = {(o, r): self.waits.get((o, r), 0) for o in ps for r in BlockedReason}
+
+    def _pool(self, name: str) -> str:
+        """A decision's pool as a label value: none named (a refusal before placement), the default."""
+        if name in self.pools:
+            return name
+        if not name:
+            return self._default_pool
+        self._set_tenants((t for t in self.tenants if t != OTHER_TENANT), (*self.pools, name))
+        return name  # a pool the core added since the policy was seen: series of its own
 
     def policy_tenants(self) -> frozenset[str] | None:
         """The policy's tenant names (None before the first event showed the policy)."""
@@ -158,9 +201,12 @@ class Metrics:
     def _tenant(self, name: str | None) -> str:
         return name if name is not None and name in self._known else OTHER_TENANT
 
-    def bind(self, describe: Describe) -> None:
-        """Where the pool gauges come from (the loop's thread-safe describe)."""
+    def bind(self, describe: Describe, describe_all: DescribeAll | None = None) -> None:
+        """Where the pool gauges come from: the loop's thread-safe describe, and every pool's views
+        (`describe_all`; unset: `core.describe_all()` of describe's owner, run on the event loop
+        bind is called on, as describe runs; no such owner: describe's one pool)."""
         self.describe = describe
+        self.describe_all = describe_all or _describe_all_of(describe)
 
     def count_rate_limited(self, tenant: str, rpc: str) -> None:
         key = (tenant, rpc)
@@ -187,13 +233,17 @@ class Metrics:
         """Count one handled event's decisions; `event` and `core` (on the loop) name the tenants."""
         self.latency.observe(latency_s)
         if core is not None and core.policy is not self._policy:
-            self._policy = core.policy  # an ApplyPolicy: series follow its tenants
-            self._set_tenants(t.name for t in core.policy.tenants)
+            self._policy = core.policy  # an ApplyPolicy: series follow its tenants and pools
+            names = getattr(core, "names", None)
+            pools = names() if callable(names) else core.policy.pool_names()
+            self._set_tenants((t.name for t in core.policy.tenants), pools)
         for d in decisions:
             if isinstance(d, Granted):
-                key = (self._tenant(d.lease.tenant), d.lease.qos)
+                key = (self._pool(d.lease.pool), self._tenant(d.lease.tenant), d.lease.qos)
                 self.grants[key] += 1
                 self.time_to_slot[key].observe(d.waited_s)
+            elif isinstance(d, Queued):
+                self.waits[(self._pool(d.pool), d.reason)] += 1
             elif isinstance(d, YieldRequested):
                 preemptor = NO_TENANT
                 if d.for_session is not None:
@@ -202,7 +252,8 @@ class Metrics:
                     else:
                         view = core.session(d.for_session) if core is not None else None
                         preemptor = self._tenant(view.tenant if view is not None else None)
-                self.preemptions[(d.cause, self._tenant(d.lease.tenant), preemptor)] += 1
+                key4 = (self._pool(d.lease.pool), d.cause, self._tenant(d.lease.tenant), preemptor)
+                self.preemptions[key4] += 1
             elif isinstance(d, YieldCancelled):
                 self.yields_cancelled += 1
             elif isinstance(d, Ended):
@@ -216,7 +267,7 @@ class Metrics:
                 self.work_lost += d.lost_slot_seconds
             elif isinstance(d, Refused):
                 tenant = event.tenant if isinstance(event, Acquire) and event.session == d.session else None
-                self.refusals[(self._tenant(tenant), d.reason)] += 1
+                self.refusals[(self._pool(d.pool), self._tenant(tenant), d.reason)] += 1
 
 
 class _BuildInfo(Collector):
@@ -242,27 +293,37 @@ class _Collector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         m = self.m
-        grants = CounterMetricFamily("slotsched_grants", "Leases granted.", labels=["class", "tenant"])
-        for (t, q), n in list(m.grants.items()):
-            grants.add_metric([q.value, t], n)
+        grants = CounterMetricFamily(
+            "slotsched_grants", "Leases granted.", labels=["pool", "class", "tenant"]
+        )
+        for (o, t, q), n in list(m.grants.items()):
+            grants.add_metric([o, q.value, t], n)
         yield grants
         tts = HistogramMetricFamily(
             "slotsched_time_to_slot_seconds",
             "Wait from entering the queue (or re-queue) to a grant.",
-            labels=["class", "tenant"],
+            labels=["pool", "class", "tenant"],
         )
-        for (t, q), h in list(m.time_to_slot.items()):
+        for (o, t, q), h in list(m.time_to_slot.items()):
             buckets, total = h.family_samples()
-            tts.add_metric([q.value, t], buckets, total)
+            tts.add_metric([o, q.value, t], buckets, total)
         yield tts
         pre = CounterMetricFamily(
             "slotsched_preemptions",
-            "Holders asked to yield, by cause, the holder's tenant and the waiter's (if any).",
-            labels=["cause", "victim_tenant", "preemptor_tenant"],
+            "Holders asked to yield, by pool, cause, the holder's tenant and the waiter's (if any).",
+            labels=["pool", "cause", "victim_tenant", "preemptor_tenant"],
         )
-        for (c, v, p), n in list(m.preemptions.items()):
-            pre.add_metric([c.value, v, p], n)
+        for (o, c, v, p), n in list(m.preemptions.items()):
+            pre.add_metric([o, c.value, v, p], n)
         yield pre
+        waits = CounterMetricFamily(
+            "slotsched_waits",
+            "Requests queued (entering or re-entering a pool's queue), by pool and why they wait.",
+            labels=["pool", "reason"],
+        )
+        for (o, why), n in list(m.waits.items()):
+            waits.add_metric([o, why.value], n)
+        yield waits
         yield CounterMetricFamily("slotsched_yields", "Leases given up by Yield.", value=m.yields)
         yield CounterMetricFamily(
             "slotsched_yields_cancelled",
@@ -276,9 +337,11 @@ class _Collector(Collector):
             m.revocations,
         )
         yield CounterMetricFamily("slotsched_expiries", "Leases expired (not renewed).", value=m.expiries)
-        refusals = CounterMetricFamily("slotsched_refusals", "Acquires refused.", labels=["reason", "tenant"])
-        for (t, r), n in list(m.refusals.items()):
-            refusals.add_metric([r.value, t], n)
+        refusals = CounterMetricFamily(
+            "slotsched_refusals", "Acquires refused.", labels=["pool", "reason", "tenant"]
+        )
+        for (o, t, r), n in list(m.refusals.items()):
+            refusals.add_metric([o, r.value, t], n)
         yield refusals
         limited = CounterMetricFamily(
             "slotsched_rate_limited",
@@ -300,7 +363,7 @@ class _Collector(Collector):
         buckets, total = m.latency.family_samples()
         lat.add_metric([], buckets, total)
         yield lat
-        yield from _pool_gauges(m.describe(), m.policy_tenants())
+        yield from _pool_gauges(m.describe_all() or {}, m.policy_tenants())
 
 
 def _flow_metrics(m: Metrics) -> Iterator[Metric]:
@@ -340,49 +403,94 @@ def _counter(name: str, doc: str, label: str, values: dict[Any, int]) -> Counter
     return family
 
 
-def _pool_gauges(view: PoolView | None, policy_tenants: frozenset[str] | None) -> Iterator[Metric]:
-    if view is None:
+def _describe_all_of(describe: Describe) -> DescribeAll:
+    """Every pool's views, from the owner of `describe` (the loop: its `core.describe_all()`,
+    run on the event loop this is called on, as `describe_threadsafe` runs `describe()`). An
+    owner without one (or no running loop here): describe's one pool."""
+    owner: Any = getattr(describe, "__self__", None)
+    try:
+        aloop = asyncio.get_running_loop()
+    except RuntimeError:
+        aloop = None
+    if aloop is None or not callable(getattr(getattr(owner, "core", None), "describe_all", None)):
+
+        def one() -> Mapping[str, PoolView] | None:
+            view = describe()
+            return None if view is None else {view.name: view}
+
+        return one
+    thread = threading.get_ident()
+
+    def every(timeout: float = 2.0) -> Mapping[str, PoolView] | None:
+        if getattr(owner, "shutting_down", False):
+            return None  # a standby's or stopping server's core is not the pools' state
+        if threading.get_ident() == thread:
+            views: Mapping[str, PoolView] = owner.core.describe_all()
+            return views
+        fut: concurrent.futures.Future[Mapping[str, PoolView]] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(owner.core.describe_all())
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+                fut.set_exception(e)
+
+        try:
+            aloop.call_soon_threadsafe(run)
+            return fut.result(timeout)
+        except (RuntimeError, concurrent.futures.TimeoutError):
+            return None  # loop closed or stuck: export no pool gauges rather than hang a scrape
+
+    return every
+
+
+def _pool_gauges(views: Mapping[str, PoolView], policy_tenants: frozenset[str] | None) -> Iterator[Metric]:
+    if not views:
         return
     pending = GaugeMetricFamily(
-        "slotsched_pending_sessions", "Requests waiting for a slot.", labels=["class", "tenant"]
+        "slotsched_pending_sessions", "Requests waiting for a slot.", labels=["pool", "class", "tenant"]
     )
     held = GaugeMetricFamily(
-        "slotsched_held_leases", "Leases held (incl. yielding).", labels=["class", "tenant"]
+        "slotsched_held_leases", "Leases held (incl. yielding).", labels=["pool", "class", "tenant"]
     )
     share = GaugeMetricFamily(
-        "slotsched_fair_share", "Borrowed capacity / weight, per tenant.", labels=["tenant"]
+        "slotsched_fair_share", "Borrowed capacity / weight, per tenant.", labels=["pool", "tenant"]
     )
     # The policy's quotas, as Kueue's nominal quota / borrowing limit gauges.
-    weight = GaugeMetricFamily("slotsched_tenant_weight", "Fair-share weight.", labels=["tenant"])
+    weight = GaugeMetricFamily("slotsched_tenant_weight", "Fair-share weight.", labels=["pool", "tenant"])
     guaranteed = GaugeMetricFamily(
         "slotsched_tenant_guaranteed_quota_slots",
         "Guaranteed quota: most Guaranteed leases held.",
-        labels=["tenant"],
+        labels=["pool", "tenant"],
     )
     nominal = GaugeMetricFamily(
         "slotsched_tenant_nominal_quota_slots",
         "Burstable nominal: Burstable leases it can count on.",
-        labels=["tenant"],
+        labels=["pool", "tenant"],
     )
     limit = GaugeMetricFamily(
         "slotsched_tenant_limit_slots",
         "Most leases of a class, borrowing included (best_effort: absent when uncapped).",
-        labels=["class", "tenant"],
+        labels=["pool", "class", "tenant"],
     )
-    for t in view.tenants:
-        for i, q in enumerate(CLASS_ORDER):
-            pending.add_metric([q.value, t.name], t.pending[i])
-            held.add_metric([q.value, t.name], t.held[i])
-        share.add_metric([t.name], t.share)
-        if policy_tenants is not None and t.name not in policy_tenants:
-            continue  # removed by ApplyPolicy, still draining: no quota any more
-        weight.add_metric([t.name], t.weight)
-        guaranteed.add_metric([t.name], t.guaranteed)
-        nominal.add_metric([t.name], t.burstable_nominal)
-        limit.add_metric([QoS.BURSTABLE.value, t.name], t.burstable_limit)
-        if t.best_effort_limit is not None:
-            limit.add_metric([QoS.BEST_EFFORT.value, t.name], t.best_effort_limit)
-    yield from (pending, held, share, weight, guaranteed, nominal, limit)
-    yield GaugeMetricFamily("slotsched_capacity_slots", "Slots on ready workers.", value=view.capacity)
-    yield GaugeMetricFamily("slotsched_floor_slots", "The reserved floor, in slots.", value=view.floor)
-    yield GaugeMetricFamily("slotsched_free_slots", "Slots free for a grant now.", value=view.free)
+    capacity = GaugeMetricFamily("slotsched_capacity_slots", "Slots on ready workers.", labels=["pool"])
+    floor = GaugeMetricFamily("slotsched_floor_slots", "The reserved floor, in slots.", labels=["pool"])
+    free = GaugeMetricFamily("slotsched_free_slots", "Slots free for a grant now.", labels=["pool"])
+    for pool, view in views.items():
+        for t in view.tenants:
+            for i, q in enumerate(CLASS_ORDER):
+                pending.add_metric([pool, q.value, t.name], t.pending[i])
+                held.add_metric([pool, q.value, t.name], t.held[i])
+            share.add_metric([pool, t.name], t.share)
+            if policy_tenants is not None and t.name not in policy_tenants:
+                continue  # removed by ApplyPolicy, still draining: no quota any more
+            weight.add_metric([pool, t.name], t.weight)
+            guaranteed.add_metric([pool, t.name], t.guaranteed)
+            nominal.add_metric([pool, t.name], t.burstable_nominal)
+            limit.add_metric([pool, QoS.BURSTABLE.value, t.name], t.burstable_limit)
+            if t.best_effort_limit is not None:
+                limit.add_metric([pool, QoS.BEST_EFFORT.value, t.name], t.best_effort_limit)
+        capacity.add_metric([pool], view.capacity)
+        floor.add_metric([pool], view.floor)
+        free.add_metric([pool], view.free)
+    yield from (pending, held, share, weight, guaranteed, nominal, limit, capacity, floor, free)

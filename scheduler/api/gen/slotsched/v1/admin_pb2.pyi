@@ -158,16 +158,18 @@ class DescribePoolResponse(_message.Message):
     def __init__(self, capacity: _Optional[int] = ..., free: _Optional[int] = ..., floor: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., classes: _Optional[_Iterable[_Union[ClassStats, _Mapping]]] = ..., tenants: _Optional[_Iterable[_Union[TenantStats, _Mapping]]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pool: _Optional[str] = ..., pools: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListLeasesRequest(_message.Message):
-    __slots__ = ("tenant", "qos", "page_size", "page_token")
+    __slots__ = ("tenant", "qos", "page_size", "page_token", "pool")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     QOS_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     qos: _common_pb2.QosClass
     page_size: int
     page_token: str
-    def __init__(self, tenant: _Optional[str] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    pool: str
+    def __init__(self, tenant: _Optional[str] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., pool: _Optional[str] = ...) -> None: ...
 
 class ListLeasesResponse(_message.Message):
     __slots__ = ("leases", "next_page_token")
@@ -178,16 +180,18 @@ class ListLeasesResponse(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[_common_pb2.Lease, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListQueueRequest(_message.Message):
-    __slots__ = ("tenant", "qos", "page_size", "page_token")
+    __slots__ = ("tenant", "qos", "page_size", "page_token", "pool")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     QOS_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     qos: _common_pb2.QosClass
     page_size: int
     page_token: str
-    def __init__(self, tenant: _Optional[str] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    pool: str
+    def __init__(self, tenant: _Optional[str] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., pool: _Optional[str] = ...) -> None: ...
 
 class QueuedEntry(_message.Message):
     __slots__ = ("session_id", "tenant", "qos", "position", "waited", "resume_from", "estimated_wait", "pool", "reason")
