@@ -17,10 +17,15 @@ def _status(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     st = sub.add_parser(
-        "status", help="show pool, workers (state, leases), floor, classes, tenants and queue"
+        "status",
+        help="show each pool (labels, capacity, floor, workers), classes, tenants, and each waiter's reason",
     )
     add_admin_client_flags(st)
-    st.add_argument("--json", action="store_true", help="print the pool description as JSON")
+    st.add_argument(
+        "--json",
+        action="store_true",
+        help='print the pool description as JSON (several pools: each under "pools")',
+    )
     st.add_argument(
         "--tenant", default=None, help="x-slotsched-tenant header (dev mode; Admin needs none there)"
     )

@@ -2,8 +2,10 @@
 
 A client of the Admin API, not part of the server: it reads statuses, it does not choose them.
 
-A thin client of Admin.DescribePool (and Admin.ListLeases for the leases on each worker in the
-table), so an operator reads exactly what the API says. Against a
+A thin client of Admin.DescribePool (one call per pool the first answer names), Admin.ListLeases
+(the leases on each worker in the table) and Admin.ListQueue (each waiter's pool and why it
+waits), so an operator reads exactly what the API says. A scheduler of one pool shows it as
+before pools; of several, each pool's block is headed by its name and labels. Against a
 scheduler in secure mode it needs an admin token (`--token`, its hash listed under
 `spec.access.admins`): tenant and worker tokens are refused, as for every Admin call.
 """
@@ -81,14 +83,63 @@ def _worker_rows(
     return rows
 
 
-def render(pool: admin_pb2.DescribePoolResponse, leases: Sequence[common_pb2.Lease] | None = None) -> str:
-    """The pool as aligned tables; `leases` (every live lease, Admin.ListLeases) names each
-    worker's leases (None: they could not be listed)."""
-    lines = [
-        f"pool: capacity {pool.capacity} slots, free {pool.free}, floor {pool.floor}, "
-        f"{len(pool.workers)} workers",
-        "",
+def _pool_title(pool: admin_pb2.DescribePoolResponse, named: bool) -> str:
+    figures = (
+        f"capacity {pool.capacity} slots, free {pool.free}, floor {pool.floor}, {len(pool.workers)} workers"
+    )
+    if not named:
+        return f"pool: {figures}"
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(pool.labels.items()))
+    busy = sum(c.held for c in pool.classes)
+    queued = sum(c.pending for c in pool.classes)
+    return (
+        f"pool {pool.pool}" + (f" ({labels})" if labels else "") + f": {figures}, busy {busy}, queue {queued}"
+    )
+
+
+def render_queue(entries: Sequence[admin_pb2.QueuedEntry]) -> list[str]:
+    """The waiters (Admin.ListQueue): each one's pool and why it waits."""
+    if not entries:
+        return []
+    rows = [
+        (
+            e.session_id,
+            e.tenant,
+            _CLASS_NAMES.get(e.qos, str(e.qos)),
+            e.pool,
+            e.reason or "-",
+            e.position,
+            f"{e.waited.ToTimedelta().total_seconds():.0f}s",
+        )
+        for e in entries
     ]
+    return _table(
+        ("session", "tenant", "class", "pool", "reason", "position", "waited"), rows, left=(0, 1, 2, 3, 4)
+    )
+
+
+def render_pools(
+    pools: Sequence[admin_pb2.DescribePoolResponse],
+    leases: Sequence[common_pb2.Lease] | None = None,
+    queue: Sequence[admin_pb2.QueuedEntry] | None = None,
+) -> str:
+    """Every pool (one: as `render`), then the waiters with their pool and reason."""
+    named = len(pools) > 1
+    blocks = [render(p, leases, named=named) for p in pools]
+    text = "\n\n".join(blocks)
+    waiters = render_queue(queue or ())
+    return text + ("\n\n" + "\n".join(waiters) if waiters else "")
+
+
+def render(
+    pool: admin_pb2.DescribePoolResponse,
+    leases: Sequence[common_pb2.Lease] | None = None,
+    named: bool = False,
+) -> str:
+    """The pool as aligned tables; `leases` (every live lease, Admin.ListLeases) names each
+    worker's leases (None: they could not be listed); `named`: headed by its name and labels
+    (a scheduler of several pools)."""
+    lines = [_pool_title(pool, named), ""]
     if pool.workers:
         lines += _table(
             ("worker", "state", "busy/slots", "heartbeat", "address", "leases"),
@@ -152,6 +203,24 @@ def _list_leases(stub: Any, metadata: Sequence[tuple[str, str]]) -> list[common_
         return None
 
 
+def _list_queue(stub: Any, metadata: Sequence[tuple[str, str]]) -> list[admin_pb2.QueuedEntry] | None:
+    """Every waiter, page by page; None if the listing fails (the table then shows counts)."""
+    entries: list[admin_pb2.QueuedEntry] = []
+    token = ""
+    try:
+        while True:
+            page = stub.ListQueue(
+                admin_pb2.ListQueueRequest(page_size=1000, page_token=token), metadata=metadata, timeout=10
+            )
+            entries.extend(page.entries)
+            token = page.next_page_token
+            if not token:
+                return entries
+    except grpc.RpcError as e:
+        print(f"slotsched status: cannot list the queue: {e.code().name}: {e.details()}", file=sys.stderr)
+        return None
+
+
 def status_main(
     target: str,
     as_json: bool,
@@ -168,18 +237,30 @@ def status_main(
         return 2
     metadata = call_metadata(token, tenant)
     leases: list[common_pb2.Lease] | None = None
+    queue: list[admin_pb2.QueuedEntry] | None = None
     try:
         with channel:
             stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
             pool = stub.DescribePool(admin_pb2.DescribePoolRequest(), metadata=metadata, timeout=10)
+            pools = [pool]
+            for name in pool.pools:
+                if name != pool.pool:
+                    pools.append(
+                        stub.DescribePool(
+                            admin_pb2.DescribePoolRequest(pool=name), metadata=metadata, timeout=10
+                        )
+                    )
             if not as_json:
                 leases = _list_leases(stub, metadata)
+                queue = _list_queue(stub, metadata)
     except grpc.RpcError as e:
         for line in failure_lines(e, target, token, "status"):
             print(f"slotsched status: {line}", file=sys.stderr)
         return 1
     if as_json:
-        print(json.dumps(MessageToDict(pool, always_print_fields_with_no_presence=True), indent=2))
+        docs = [MessageToDict(p, always_print_fields_with_no_presence=True) for p in pools]
+        # One pool: its description, as before pools; several: each under "pools".
+        print(json.dumps(docs[0] if len(docs) == 1 else {"pools": docs}, indent=2))
     else:
-        print(render(pool, leases))
+        print(render_pools(pools, leases, queue))
     return 0
