@@ -94,6 +94,7 @@ def _worker(args: argparse.Namespace) -> int:
             args.snapshots,
             token=token,
             tenant=args.tenant,
+            pool=args.pool,
             advertise=args.advertise,
             actor_config=config,
             accept_token_hashes=tuple(args.accept_token_hash or ()),
@@ -122,6 +123,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     w.add_argument("--worker-id", required=True, help="unique id of this worker in the pool")
     w.add_argument("--slots", type=int, default=2, help="actors it runs at once (default %(default)s)")
+    w.add_argument(
+        "--pool",
+        default="",
+        help="the pool it joins (spec.pools[].name; its credential's spec.access.workers entry must list "
+        "it); default: the policy's only pool, or the one named default",
+    )
     w.add_argument("--listen", default="127.0.0.1:0", help="Worker service HOST:PORT (default %(default)s)")
     w.add_argument("--advertise", default=None, help="HOST:PORT clients dial (default: the listen address)")
     w.add_argument(

@@ -130,6 +130,7 @@ class WorkerAgent:
         token: str | None = None,
         tenant: str | None = None,
         labels: dict[str, str] | None = None,
+        pool: str = "",
         channel_options: Sequence[tuple[str, Any]] = (),
         credentials: grpc.ChannelCredentials | None = None,
         rpc_timeout_s: float = 5.0,
@@ -142,6 +143,7 @@ class WorkerAgent:
         self.address = address
         self.host = host
         self.labels = dict(labels or {})
+        self.pool = pool  # the pool it joins ("": the policy's only pool, or default)
         self.rpc_timeout_s = rpc_timeout_s
         self.drain_yield_s = drain_yield_s
         self.drain_timeout_s = drain_timeout_s
@@ -184,6 +186,7 @@ class WorkerAgent:
                 slots=self.host.slots,
                 labels=self.labels,
                 slot_epochs=seen,
+                pool=self.pool,
             )
             try:
                 resp = await self._stub.Register(req, metadata=self.metadata, timeout=self.rpc_timeout_s)
