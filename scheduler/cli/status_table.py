@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Any
 
 import grpc
@@ -185,40 +185,34 @@ def render(
     return "\n".join(lines)
 
 
-def _list_leases(stub: Any, metadata: Sequence[tuple[str, str]]) -> list[common_pb2.Lease] | None:
-    """Every live lease, page by page; None if the listing fails (the table then shows counts)."""
-    leases: list[common_pb2.Lease] = []
+def _list_all(
+    rpc: Callable[..., Any],
+    request: Callable[..., Any],
+    field: str,
+    what: str,
+    metadata: Sequence[tuple[str, str]],
+) -> list[Any] | None:
+    """Every entry of a paged Admin listing; None if it fails (the table then shows counts)."""
+    entries: list[Any] = []
     token = ""
     try:
         while True:
-            page = stub.ListLeases(
-                admin_pb2.ListLeasesRequest(page_size=1000, page_token=token), metadata=metadata, timeout=10
-            )
-            leases.extend(page.leases)
-            token = page.next_page_token
-            if not token:
-                return leases
-    except grpc.RpcError as e:
-        print(f"slotsched status: cannot list leases: {e.code().name}: {e.details()}", file=sys.stderr)
-        return None
-
-
-def _list_queue(stub: Any, metadata: Sequence[tuple[str, str]]) -> list[admin_pb2.QueuedEntry] | None:
-    """Every waiter, page by page; None if the listing fails (the table then shows counts)."""
-    entries: list[admin_pb2.QueuedEntry] = []
-    token = ""
-    try:
-        while True:
-            page = stub.ListQueue(
-                admin_pb2.ListQueueRequest(page_size=1000, page_token=token), metadata=metadata, timeout=10
-            )
-            entries.extend(page.entries)
+            page = rpc(request(page_size=1000, page_token=token), metadata=metadata, timeout=10)
+            entries.extend(getattr(page, field))
             token = page.next_page_token
             if not token:
                 return entries
     except grpc.RpcError as e:
-        print(f"slotsched status: cannot list the queue: {e.code().name}: {e.details()}", file=sys.stderr)
+        print(f"slotsched status: cannot list {what}: {e.code().name}: {e.details()}", file=sys.stderr)
         return None
+
+
+def _list_leases(stub: Any, metadata: Sequence[tuple[str, str]]) -> list[common_pb2.Lease] | None:
+    return _list_all(stub.ListLeases, admin_pb2.ListLeasesRequest, "leases", "leases", metadata)
+
+
+def _list_queue(stub: Any, metadata: Sequence[tuple[str, str]]) -> list[admin_pb2.QueuedEntry] | None:
+    return _list_all(stub.ListQueue, admin_pb2.ListQueueRequest, "entries", "the queue", metadata)
 
 
 def status_main(
