@@ -62,6 +62,7 @@ TOKENS = {"acme": "acme-secret-token", "globex": "globex-secret-token", "batch":
 # Role tokens (spec.access): an operator for the Admin service, a worker agent for Workers.
 ADMIN_TOKEN = "admin-secret-token"
 WORKER_TOKEN = "worker-secret-token"
+WORKER_B_TOKEN = "worker-b-secret-token"  # pools_policy_yaml's second worker entry (pool cpu-b)
 # The scope of WORKER_TOKEN (spec.access.workers[0]): worker ids starting with "w", 8 slots each.
 WORKER_PREFIX = "w"
 WORKER_MAX_SLOTS = 8
@@ -130,6 +131,79 @@ def policy_yaml(
     }
     if rate_limits is not None:
         doc["spec"]["rateLimits"] = rate_limits
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def pools_policy_yaml(*, workers_per_pool: int = 1, lease_ttl_s: float = 30) -> str:
+    """A platform of three pools, the test tenants' tokens and the role tokens of `policy_yaml`:
+
+    - `cpu-a` (kind=cpu, cpuModel=icelake, 2 slots a worker) and `cpu-b` (kind=cpu,
+      cpuModel=sapphire, 1 slot a worker), both with `compatibility: [cpuModel]`, so a snapshot
+      taken on one does not resume on the other;
+    - `gpu` (kind=gpu, gpu=a100, cpuModel=sapphire, 1 slot a worker, no compatibility keys).
+
+    acme has Burstable nominal 1 / limit 2 and BestEffort in every pool; globex has Burstable in
+    the CPU pools but none in `gpu` (its per-pool override); batch only BestEffort. The worker
+    token's entry may join `cpu-a` and `gpu` (not `cpu-b`: a second entry, WORKER_B_TOKEN, may).
+    Floors are 0; `workers_per_pool` static workers each (0 for none)."""
+    doc: dict[str, Any] = yaml.safe_load(policy_yaml(floor=0, lease_ttl_s=lease_ttl_s))
+    spec = doc["spec"]
+    del spec["pool"]
+
+    def pool(name: str, labels: dict[str, str], slots: int, compat: list[str]) -> dict[str, Any]:
+        entry: dict[str, Any] = {"name": name, "labels": labels}
+        if compat:
+            entry["compatibility"] = compat
+        entry.update(
+            slotsPerWorker=slots,
+            workers=workers_per_pool,
+            minWorkers=0,
+            maxWorkers=max(workers_per_pool, 4),
+            floor=0,
+        )
+        return entry
+
+    spec["pools"] = [
+        pool("cpu-a", {"kind": "cpu", "cpuModel": "icelake"}, 2, ["cpuModel"]),
+        pool("cpu-b", {"kind": "cpu", "cpuModel": "sapphire"}, 1, ["cpuModel"]),
+        pool("gpu", {"kind": "gpu", "gpu": "a100", "cpuModel": "sapphire"}, 1, []),
+    ]
+    spec["tenants"] = [
+        {
+            "name": "acme",
+            "guaranteed": 0,
+            "burstable": {"nominal": 1, "limit": 2},
+            "tokens": [hash_token(TOKENS["acme"])],
+        },
+        {
+            "name": "globex",
+            "guaranteed": 0,
+            "burstable": {"nominal": 1, "limit": 2},
+            "bestEffort": {"limit": 0},
+            "tokens": [hash_token(TOKENS["globex"])],
+            "pools": [{"pool": "gpu", "burstableNominal": 0, "burstableLimit": 0}],
+        },
+        {
+            "name": "batch",
+            "guaranteed": 0,
+            "burstable": {"nominal": 0, "limit": 0},
+            "tokens": [hash_token(TOKENS["batch"])],
+        },
+    ]
+    spec["access"]["workers"] = [
+        {
+            "tokens": [hash_token(WORKER_TOKEN)],
+            "workerIdPrefix": WORKER_PREFIX,
+            "maxSlots": WORKER_MAX_SLOTS,
+            "pools": ["cpu-a", "gpu"],
+        },
+        {
+            "tokens": [hash_token(WORKER_B_TOKEN)],
+            "workerIdPrefix": "b",
+            "maxSlots": WORKER_MAX_SLOTS,
+            "pools": ["cpu-b"],
+        },
+    ]
     return yaml.safe_dump(doc, sort_keys=False)
 
 
