@@ -667,7 +667,9 @@ def test_sync_client_basic_flow() -> None:
                 waiter = client.session("sync-2", QoS.BURSTABLE)
                 waiter.start()
                 waiter.wait_until(lambda s: s.queue is not None, 5)
-                assert waiter.queue == QueueInfo(0, waiter.queue.estimated_wait_s)
+                q = waiter.queue
+                # One pool: it waits in `default`, beyond its nominal (acme holds its one).
+                assert q == QueueInfo(0, q.estimated_wait_s, "default", "tenant_quota")
             assert lease.ended.is_set() and lease.end_reason == "released"
             got = waiter.wait_granted(5)
             assert got.session_id == "sync-2" and waiter.phase is Phase.HOLDING

@@ -18,7 +18,12 @@ says what to do on a grant (start the actor) and on a yield request (checkpoint 
 
 Threaded code uses `Client` the same way (`with client.session(...) as lease:`). Refusals are
 raised from entering the session as typed errors (`QueueFull`, `RateLimited`, `NoQuota`,
-`PermissionDenied`, `Unauthenticated`, `AcquireTimeout`, ...).
+`PermissionDenied`, `NoEligiblePool`, `Unauthenticated`, `AcquireTimeout`, ...).
+
+With several pools in the policy a session says where it may run:
+`client.session("s1", pool="gpu-a100")`, or `selector={"kind": "cpu"}`, and `fallback=[...]`
+pools to be granted in when the first is full (docs/design.md "Pools"); `session.pool` is where
+it holds or waits, `session.queue.reason` why it waits.
 
 `QoS` and `SnapshotRef` are the SDK's own (`ClientQoS`, `ClientSnapshotRef` inside it), distinct
 from the scheduler's `scheduler.core.types.QoS` and `snapshots.ref.SnapshotRef`: `types.py` says
@@ -30,6 +35,7 @@ from scheduler.client.errors import (
     AcquireTimeout,
     GrantFailed,
     InvalidArgument,
+    NoEligiblePool,
     NoQuota,
     NotFound,
     PermissionDenied,
@@ -58,6 +64,7 @@ __all__ = [
     "GrantFailed",
     "InvalidArgument",
     "LeaseInfo",
+    "NoEligiblePool",
     "NoQuota",
     "NotFound",
     "OnGrant",

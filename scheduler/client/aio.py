@@ -9,7 +9,7 @@ module before it was split are re-exported here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -180,15 +180,35 @@ class AsyncClient:
         resume_from: SnapshotRef | None = None,
         wait_timeout_s: float | None = None,
         on_yield_cancelled: OnYieldCancelled | None = None,
+        *,
+        pool: str = "",
+        selector: Mapping[str, str] | None = None,
+        fallback: Sequence[str] = (),
     ) -> AsyncSession:
         """A session handle; `async with` it to acquire (see `AsyncSession`).
 
+        Where it may run (docs/design.md "Pools"): `pool` names one, or `selector` matches pools
+        by their labels (the policy's order decides among them), and `fallback` lists pools to
+        be granted in, in order, when the first has no room; the session waits in the first. It
+        never lands in a pool it did not name or match. With one pool in the policy, give none.
+
         Raises InvalidArgument at once for a session id the scheduler would refuse (empty, or
-        longer than 256 bytes), rather than as the session's error after a round trip."""
+        longer than 256 bytes), or both a pool and a selector, rather than as the session's
+        error after a round trip."""
         size = len(session_id.encode())
         if not 0 < size <= MAX_SESSION_ID_BYTES:
             raise InvalidArgument(
                 f"session_id: 1 to {MAX_SESSION_ID_BYTES} bytes (got {size})",
+                grpc.StatusCode.INVALID_ARGUMENT,
+            )
+        if pool and selector:
+            raise InvalidArgument(
+                f"selector: give a pool or a selector, not both (pool {pool!r}, selector {dict(selector)!r})",
+                grpc.StatusCode.INVALID_ARGUMENT,
+            )
+        if isinstance(fallback, str):  # a lone name would be split into letters
+            raise InvalidArgument(
+                f"fallback: a list of pool names, not one string ({fallback!r})",
                 grpc.StatusCode.INVALID_ARGUMENT,
             )
         return AsyncSession(
@@ -200,6 +220,9 @@ class AsyncClient:
             resume_from=resume_from,
             wait_timeout_s=wait_timeout_s,
             on_yield_cancelled=on_yield_cancelled,
+            pool=pool,
+            selector=tuple(sorted((selector or {}).items())),
+            fallback=tuple(fallback),
         )
 
     async def get_session(self, session_id: str) -> SessionInfo:

@@ -38,7 +38,13 @@ class StreamAttacher:
 
     def _request(self) -> scheduler_pb2.AcquireRequest:
         state, spec = self._state, self._state.spec
-        req = scheduler_pb2.AcquireRequest(session_id=spec.session_id, qos=spec.qos.to_proto())
+        req = scheduler_pb2.AcquireRequest(
+            session_id=spec.session_id,
+            qos=spec.qos.to_proto(),
+            pool=spec.pool,
+            selector=dict(spec.selector),
+            fallback_pools=spec.fallback,
+        )
         # On a re-attach the server ignores these; if it lost the session they start it afresh
         # from the latest snapshot we know of.
         if state.resume_from is not None:

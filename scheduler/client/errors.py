@@ -88,6 +88,12 @@ class StaleLease(SlotschedError):
     not this session's, or a session id live under another tenant."""
 
 
+class NoEligiblePool(SlotschedError):
+    """FAILED_PRECONDITION, reason NO_ELIGIBLE_POOL: no pool of the policy matches the session's
+    selector (or the labels its snapshot must resume on); the message names them. A matter of
+    the request or the policy: sending it again will not help."""
+
+
 class NotFound(SlotschedError):
     """NOT_FOUND: no such session or lease (e.g. it already expired)."""
 

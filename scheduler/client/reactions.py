@@ -25,6 +25,7 @@ from scheduler.api.wire import Reason
 from scheduler.client.errors import (
     AcquireTimeout,
     InvalidArgument,
+    NoEligiblePool,
     NoQuota,
     NotFound,
     PermissionDenied,
@@ -131,6 +132,8 @@ STATUS_TABLE: Mapping[tuple[grpc.StatusCode, str], Rule] = {
          Rule(RateLimited,      REATTACH,  WAIT,      SKIP,    RETRY,    RETRY),
     (_S.RESOURCE_EXHAUSTED, ANY):
          Rule(QueueFull,        REATTACH,  WAIT,      SKIP,    RETRY,    RETRY),
+    (_S.FAILED_PRECONDITION, Reason.NO_ELIGIBLE_POOL):
+         Rule(NoEligiblePool,   FAIL,      FAIL,      SKIP,    FAIL,     FAIL),
     (_S.FAILED_PRECONDITION, ANY):
          Rule(StaleLease,       REATTACH,  FAIL,      LOST,    RECHECK,  RECHECK),
     (_S.NOT_FOUND, ANY):

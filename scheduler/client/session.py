@@ -117,6 +117,9 @@ class AsyncSession:
         resume_from: SnapshotRef | None = None,
         wait_timeout_s: float | None = None,
         on_yield_cancelled: OnYieldCancelled | None = None,
+        pool: str = "",
+        selector: tuple[tuple[str, str], ...] = (),
+        fallback: tuple[str, ...] = (),
     ) -> None:
         self.session_id = session_id
         self.qos = qos
@@ -128,6 +131,9 @@ class AsyncSession:
             on_yield_cancelled=on_yield_cancelled,
             resume_from=resume_from,
             wait_timeout_s=wait_timeout_s,
+            pool=pool,
+            selector=selector,
+            fallback=fallback,
         )
         # The parts, each with the shared state and only the peers it calls.
         state = self._state = SessionState(spec)
@@ -166,6 +172,8 @@ class AsyncSession:
     epoch = Forward[int | None]("_state")
     worker_address = Forward[str | None]("_state")
     slot = Forward[Slot | None]("_state")
+    #: The pool of the lease, or of the queue it waits in (None before the server says).
+    pool = Forward[str | None]("_state")
 
     @property
     def _attached(self) -> bool:

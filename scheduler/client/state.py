@@ -36,6 +36,11 @@ class SessionSpec:
     on_yield_cancelled: OnYieldCancelled | None = None
     resume_from: ClientSnapshotRef | None = None
     wait_timeout_s: float | None = None
+    #: Where it may run (docs/design.md "Pools"): a pool by name, or a label selector (sorted
+    #: pairs), and the pools to try after it, in order. All empty: the policy's only pool.
+    pool: str = ""
+    selector: tuple[tuple[str, str], ...] = ()
+    fallback: tuple[str, ...] = ()
 
 
 def _nothing() -> None:
@@ -140,6 +145,13 @@ class SessionState:
     @property
     def slot(self) -> Slot | None:
         return None if self.lease is None else self.lease.slot
+
+    @property
+    def pool(self) -> str | None:
+        """The pool the session holds its lease in, or waits in (None before the server says)."""
+        if self.lease is not None:
+            return self.lease.pool
+        return None if self.queue is None else self.queue.pool
 
     def is_current(self, lease_id: str, epoch: int) -> bool:
         return self.lease is not None and self.lease.key == lease_key(lease_id, epoch)

@@ -19,7 +19,7 @@ import asyncio
 import concurrent.futures
 import inspect
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -121,9 +121,14 @@ class Client:
         resume_from: SnapshotRef | None = None,
         wait_timeout_s: float | None = None,
         on_yield_cancelled: OnYieldCancelled | None = None,
+        *,
+        pool: str = "",
+        selector: Mapping[str, str] | None = None,
+        fallback: Sequence[str] = (),
     ) -> Session:
         """A session handle; `with` it to acquire (see `Session`). `on_yield_cancelled` runs on
-        the client's loop thread and must not block (see `scheduler.client.session`)."""
+        the client's loop thread and must not block (see `scheduler.client.session`). `pool`,
+        `selector` and `fallback` say where it may run (see `AsyncClient.session`)."""
 
         async def make() -> AsyncSession:
             return self._aclient.session(
@@ -134,6 +139,9 @@ class Client:
                 resume_from=resume_from,
                 wait_timeout_s=wait_timeout_s,
                 on_yield_cancelled=on_yield_cancelled,
+                pool=pool,
+                selector=selector,
+                fallback=fallback,
             )
 
         return Session(self, self.run(make()))
@@ -213,6 +221,8 @@ class Session:
     epoch = Forward[int | None]("aio")
     worker_address = Forward[str | None]("aio")
     slot = Forward[Slot | None]("aio")
+    #: The pool of the lease, or of the queue it waits in (None before the server says).
+    pool = Forward[str | None]("aio")
 
     @property
     def callback_errors(self) -> list[BaseException]:

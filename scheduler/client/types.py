@@ -24,6 +24,7 @@ that meets both, like the reference worker) they are `ClientQoS` and `ClientSnap
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -108,10 +109,16 @@ class ClientSnapshotRef:
     size_bytes: int = 0
     sha256: str = ""
     created: datetime | None = None
+    #: The pool the snapshot was taken on and that pool's compatibility labels (cpuModel, ...):
+    #: a session resuming from it goes only to a pool whose labels match. The worker and the
+    #: scheduler stamp them; a ref made by hand may leave them empty (no constraint of its own).
+    pool: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not self.uri:
             raise ValueError("SnapshotRef.uri must not be empty")
+        object.__setattr__(self, "labels", dict(self.labels))  # a copy: the ref stays as made
         # The scheduler's wire limits (scheduler/api/wire.py, enforced by its guard.py): over them,
         # the Acquire or Yield that quotes this ref is refused; say so here, where it is made.
         for name, value, limit in (
@@ -120,9 +127,14 @@ class ClientSnapshotRef:
         ):
             if len(value.encode()) > limit:
                 raise ValueError(f"SnapshotRef.{name} is {len(value.encode())} bytes: at most {limit}")
+        for key, value in self.labels.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise ValueError(f"SnapshotRef.labels: keys and values are strings (got {key!r}: {value!r})")
 
     def to_proto(self) -> common_pb2.SnapshotRef:
-        msg = common_pb2.SnapshotRef(uri=self.uri, size_bytes=self.size_bytes, sha256=self.sha256)
+        msg = common_pb2.SnapshotRef(
+            uri=self.uri, size_bytes=self.size_bytes, sha256=self.sha256, pool=self.pool, labels=self.labels
+        )
         if self.created is not None:
             msg.created.FromDatetime(self.created)
         return msg
@@ -134,6 +146,8 @@ class ClientSnapshotRef:
             size_bytes=msg.size_bytes,
             sha256=msg.sha256,
             created=_opt_ts(msg, "created"),
+            pool=msg.pool,
+            labels=dict(msg.labels),
         )
 
     @classmethod
@@ -195,6 +209,8 @@ class LeaseInfo:
     #: The scheduler's signed grant (`Granted.grant`, refreshed by every Renew): what the Worker
     #: service's Start, Checkpoint and Stop require. Opaque; kept out of repr (it is a credential).
     grant: str = field(default="", repr=False)
+    #: The pool the lease is in (the one it named, or the one its selector or fallback chose).
+    pool: str = ""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -209,6 +225,7 @@ class LeaseInfo:
             worker_address=self.worker_address,
             epoch=self.epoch,
             tenant=self.tenant,
+            pool=self.pool,
         )
         if self.qos is not None:
             msg.qos = self.qos.to_proto()
@@ -239,25 +256,30 @@ class LeaseInfo:
             granted_at=_opt_ts(msg, "granted_at"),
             yield_deadline=_opt_ts(msg, "yield_deadline"),
             grant=grant,
+            pool=msg.pool,
         )
 
 
 @dataclass(frozen=True)
 class QueueInfo:
-    """Where a queued request stands: position 0 is next; the estimate is a guess (None = none yet)."""
+    """Where a queued request stands: position 0 is next; the estimate is a guess (None = none
+    yet); the pool it waits in and why it waits there (`pool_exhausted`, `tenant_quota`,
+    `tenant_limit`, `yield_pending`; see the proto's Queued.reason)."""
 
     position: int
     estimated_wait_s: float | None = None
+    pool: str = ""
+    reason: str = ""
 
     def to_proto(self) -> scheduler_pb2.Queued:
-        msg = scheduler_pb2.Queued(position=self.position)
+        msg = scheduler_pb2.Queued(position=self.position, pool=self.pool, reason=self.reason)
         if self.estimated_wait_s is not None:
             msg.estimated_wait.FromNanoseconds(round(self.estimated_wait_s * 1e9))
         return msg
 
     @classmethod
     def from_proto(cls, msg: scheduler_pb2.Queued) -> QueueInfo:
-        return cls(position=msg.position, estimated_wait_s=_opt_seconds(msg, "estimated_wait"))
+        return cls(msg.position, _opt_seconds(msg, "estimated_wait"), msg.pool, msg.reason)
 
 
 def end_reason_name(value: int) -> str:
@@ -281,13 +303,17 @@ class SessionInfo:
     qos: QoS | None
     tenant: str
     end_reason: str | None
+    #: The pool the session is in (holding or waiting), and why it waits ("" unless queued).
+    pool: str = ""
+    wait_reason: str = ""
 
     @classmethod
     def from_proto(cls, msg: scheduler_pb2.SessionState) -> SessionInfo:
         phase = Phase.from_proto(int(msg.state))
         queue = None
         if phase is Phase.QUEUED:
-            queue = QueueInfo(position=msg.position, estimated_wait_s=_opt_seconds(msg, "estimated_wait"))
+            wait = _opt_seconds(msg, "estimated_wait")
+            queue = QueueInfo(msg.position, wait, msg.pool, msg.wait_reason)
         return cls(
             session_id=msg.session_id,
             phase=phase,
@@ -297,4 +323,6 @@ class SessionInfo:
             qos=_QOS_FROM_PROTO.get(int(msg.qos)),
             tenant=msg.tenant,
             end_reason=end_reason_name(int(msg.end_reason)) if phase is Phase.ENDED else None,
+            pool=msg.pool,
+            wait_reason=msg.wait_reason,
         )
