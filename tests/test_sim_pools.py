@@ -233,3 +233,36 @@ def test_trace_import_pool_rule(tmp_path: Path) -> None:
     plans = load_workload(wl)
     assert {p.pool for p in plans} == {"gpu", "cpu"}
     assert all(p.fallback == (("cpu",) if p.pool == "gpu" else ()) for p in plans)
+
+
+def test_the_text_report_has_a_line_per_pool() -> None:
+    """Plain `simulate` prints each pool's figures (one pool's are the totals: no table)."""
+    from scheduler.sim.render import render_text
+
+    waits = {"guaranteed": {"p50": 0.0, "p99": 2.0}, "burstable": {"p50": 1.0, "p99": 40.5}}
+    pool = {
+        "sessions": 3,
+        "utilization": 0.5,
+        "preemptions": 4,
+        "waits": waits,
+        "capacity": {"end": 8, "peak": 9},
+    }
+    base = {
+        "classes": {},
+        "tenants": {},
+        "preemptions": 4,
+        "revocations": 0,
+        "expiries": 0,
+        "refusals": 0,
+        "work_lost_slot_seconds": 0.0,
+        "utilization": 0.5,
+        "completed": 1,
+        "unfinished": 0,
+    }
+    text = render_text({**base, "pools": {"cpu": pool, "gpu": {**pool, "sessions": 7}}})
+    rows = [
+        line.split() for line in text.splitlines() if line.startswith("  cpu") or line.startswith("  gpu")
+    ]
+    assert [r[0] for r in rows] == ["cpu", "gpu"] and [r[1] for r in rows] == ["3", "7"]
+    assert rows[0][4:9] == ["2.0", "/", "40.5", "/", "—"] and rows[0][-1] == "8/9"
+    assert "by pool" not in render_text({**base, "pools": {"default": pool}})
