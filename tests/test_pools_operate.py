@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -428,3 +429,45 @@ def test_the_pools_overlay_has_a_worker_deployment_and_a_scaled_object_per_pool(
         assert so["spec"]["minReplicaCount"] == spec.min_workers
     for entry in policy.access.workers:
         assert set(entry.pools) == {"cpu", "gpu"}
+
+
+def test_a_pool_added_live_gets_its_autoscaler_and_a_removed_one_loses_it() -> None:
+    w = World(two_pools())
+    closed: list[str] = []
+    for name, a in w.actuators.items():
+        a.close = lambda n=name: closed.append(n)  # type: ignore[attr-defined]
+    tpu = PoolSpec(name="tpu", labels=(("tpu", "v5"),), slots_per_worker=4, workers=0, max_workers=3, floor=0)
+    cpu = w.policy.pool_specs()[0]
+    w.core.apply_policy(replace(w.policy, pools=(cpu, tpu)), w.now)
+    assert list(w.auto.loops) == ["cpu", "gpu"]  # until the next reconcile (each period)
+    assert w.auto.reconcile() == (["tpu"], ["gpu"])
+    assert list(w.auto.loops) == ["cpu", "tpu"] and closed == ["gpu"]
+    w.acquire("tpu", "t1", "t2", "t3", "t4", "t5")  # 5 slots of demand: 2 tpu workers of 4
+    w.auto.tick(1.0)
+    tpu_loop = w.auto.loops["tpu"].last
+    assert tpu_loop is not None and tpu_loop.decision is not None and tpu_loop.decision.desired == 2
+    assert ("scale_to", 2) in w.actuators["tpu"].calls
+    assert {w.core.worker_pool(WorkerId(x)) for x in w.states("tpu")} == {"tpu"}
+    assert w.registry.get_sample_value("slotsched_autoscaler_desired_workers", {"pool": "tpu"}) == 2.0
+    assert w.auto.reconcile() == ([], [])
+
+
+def test_run_starts_the_loop_of_a_pool_added_live() -> None:
+    w = World(two_pools())
+    w.auto.period_s = 0.01
+    tpu = PoolSpec(name="tpu", slots_per_worker=4, workers=0, max_workers=3, floor=0)
+
+    async def go() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(w.auto.run(stop))
+        await asyncio.sleep(0.05)
+        w.core.apply_policy(replace(w.policy, pools=(*w.policy.pool_specs(), tpu)), w.now)
+        for _ in range(200):
+            if w.auto.loops.get("tpu") is not None and w.auto.loops["tpu"].last is not None:
+                break
+            await asyncio.sleep(0.01)
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(go())
+    assert w.auto.loops["tpu"].last is not None  # its loop ran a tick

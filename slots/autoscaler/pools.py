@@ -14,9 +14,10 @@ never drains a GPU worker. A policy of one pool is one loop, exactly as before p
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
@@ -28,6 +29,8 @@ from slots.autoscaler.loop import Autoscaler
 from slots.autoscaler.metrics import AutoscalerMetrics
 
 __all__ = ["PoolAutoscalers", "PoolsDemand", "default_pool_name"]
+
+log = logging.getLogger("slotsched.autoscaler")
 
 
 def default_pool_name(policy: Policy) -> str:
@@ -65,12 +68,39 @@ class PoolsDemand:
         return self._policy().pool_names()
 
 
-@dataclass
 class PoolAutoscalers:
-    """Every pool's autoscaler, by pool name, in the policy's order."""
+    """Every pool's autoscaler, by pool name, in the policy's order; pools added by a live
+    policy change get theirs at the next `reconcile` (which `run` calls every period)."""
 
-    loops: dict[str, Autoscaler]
-    actuators: dict[str, Actuator]
+    def __init__(
+        self,
+        policy: Callable[[], Policy],
+        describe: Callable[[str | None], PoolView],
+        membership: Membership,
+        make_actuator: Callable[[PoolSpec, bool], Actuator | None],
+        *,
+        clock: Callable[[], float] = time.time,
+        registry: CollectorRegistry | None = None,
+        period_s: float = 15.0,
+    ) -> None:
+        self._policy = policy
+        self._describe = describe
+        self._membership = membership
+        self._make_actuator = make_actuator
+        self._clock = clock
+        self._registry = registry
+        self.period_s = period_s
+        # Whether pools are labelled is fixed at start: one pool's metrics stay as before
+        # pools, and a series does not change its labels under a running Prometheus.
+        self.several = len(policy().pool_specs()) > 1
+        several = self.several
+        self._metrics = AutoscalerMetrics(registry, pooled=True) if registry is not None and several else None
+        self.loops: dict[str, Autoscaler] = {}
+        self.actuators: dict[str, Actuator] = {}
+        self._declined: set[str] = set()  # pools make_actuator gave no actuator for
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stops: dict[str, asyncio.Event] = {}
+        self.reconcile()
 
     @classmethod
     def build(
@@ -86,29 +116,52 @@ class PoolAutoscalers:
     ) -> PoolAutoscalers:
         """One loop per pool `make_actuator(spec, several)` gives an actuator for (None: that
         pool is not autoscaled). With one pool, the loop and its metrics are as before pools."""
-        specs = policy().pool_specs()
-        several = len(specs) > 1
-        metrics = AutoscalerMetrics(registry, pooled=True) if registry is not None and several else None
-        loops: dict[str, Autoscaler] = {}
-        actuators: dict[str, Actuator] = {}
+        return cls(
+            policy, describe, membership, make_actuator, clock=clock, registry=registry, period_s=period_s
+        )
+
+    def reconcile(self) -> tuple[list[str], list[str]]:
+        """Give each pool of the policy in force its loop, and drop the loops of pools it no
+        longer has: (added, removed). A removed pool is retired by the core (it drains); its
+        workers stay with its actuator's target, which the operator removes with the pool."""
+        specs = self._policy().pool_specs()
+        names = {spec.name for spec in specs}
+        added: list[str] = []
         for spec in specs:
-            actuator = make_actuator(spec, several)
-            if actuator is None:
-                continue
             name = spec.name
-            actuators[name] = actuator
-            loops[name] = Autoscaler(
-                CoreDemand(_bound(describe, name), _projected(policy, name)),
-                membership,
+            if name in self.loops or name in self._declined:
+                continue
+            actuator = self._make_actuator(spec, self.several)
+            if actuator is None:
+                self._declined.add(name)
+                continue
+            if self.loops and not self.several:
+                log.warning(
+                    "pool %s added live: autoscaled, its autoscaler metrics unlabelled until restart", name
+                )
+            self.actuators[name] = actuator
+            self.loops[name] = Autoscaler(
+                CoreDemand(_bound(self._describe, name), _projected(self._policy, name)),
+                self._membership,
                 actuator,
-                _projected(policy, name),
-                clock=clock,
-                registry=None if several else registry,
-                metrics=metrics,
-                pool=name if several else None,
-                period_s=period_s,
+                _projected(self._policy, name),
+                clock=self._clock,
+                registry=None if self.several or self.loops else self._registry,
+                metrics=self._metrics,
+                pool=name if self.several else None,
+                period_s=self.period_s,
             )
-        return cls(loops, actuators)
+            added.append(name)
+        removed = [name for name in self.loops if name not in names]
+        for name in removed:
+            del self.loops[name]
+            self._close(self.actuators.pop(name))
+            stop = self._stops.pop(name, None)
+            if stop is not None:
+                stop.set()
+            self._tasks.pop(name, None)
+        self._declined &= names
+        return added, removed
 
     @property
     def first(self) -> Autoscaler | None:
@@ -119,14 +172,35 @@ class PoolAutoscalers:
         return {name: a.tick(now) for name, a in self.loops.items()}
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Every pool's loop, side by side, until `stop` (or cancelled)."""
-        await asyncio.gather(*(a.run(stop) for a in self.loops.values()))
+        """Every pool's loop, side by side, until `stop` (or cancelled); each period the pools
+        are reconciled with the policy in force (a pool added live starts autoscaling)."""
+        stop = stop or asyncio.Event()
+        try:
+            while not stop.is_set():
+                self.reconcile()
+                for name, auto in self.loops.items():
+                    if name not in self._tasks:
+                        self._stops[name] = own = asyncio.Event()
+                        self._tasks[name] = asyncio.create_task(auto.run(own), name=f"autoscaler-{name}")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.period_s)
+        finally:
+            for own in self._stops.values():
+                own.set()
+            tasks = list(self._tasks.values())
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._tasks.clear()
+            self._stops.clear()
 
     def close(self) -> None:
         for actuator in self.actuators.values():
-            close = getattr(actuator, "close", None)
-            if close is not None:
-                close()
+            self._close(actuator)
+
+    @staticmethod
+    def _close(actuator: Actuator) -> None:
+        close = getattr(actuator, "close", None)
+        if close is not None:
+            close()
 
 
 def _bound(describe: Callable[[str | None], PoolView], name: str) -> Callable[[], PoolView]:
