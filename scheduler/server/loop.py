@@ -28,8 +28,9 @@ import concurrent.futures
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
+from typing import TypeVar
 
 from scheduler.core.pools import Pools
 from scheduler.core.types import (
@@ -60,6 +61,8 @@ from scheduler.policy.model import Policy
 from scheduler.ports import NO_EXTRAS, EndedSession, Extras, Journal, LoopState, Observer, PolicyApplied
 from scheduler.server.metrics import Metrics
 from scheduler.server.stream import FINAL, GRANTED, OTHER, QUEUED, LeaseStream, Notice, StreamClosed
+
+_R = TypeVar("_R")
 
 # Kept importable from here: the records moved to scheduler/ports.py, which the state store shares.
 __all__ = ["EndedSession", "LoopState", "PolicyApplied", "SchedulerLoop"]
@@ -102,7 +105,7 @@ class SchedulerLoop:
         self._done: asyncio.Future[None] = self._aloop.create_future()
         self._done.set_result(None)
         if metrics is not None:
-            metrics.bind(self.describe_threadsafe)
+            metrics.bind(self.describe_threadsafe, self.describe_all_threadsafe)
 
     # ------------------------------------------------------------------ events in
 
@@ -314,15 +317,22 @@ class SchedulerLoop:
         """core.describe() run on the loop, callable from any thread (the metrics scraper). None
         while not serving: a standby's (or a stopping server's) core is not the pool's state, and
         exporting it would show frozen gauges beside the leader's."""
+        return self._read_threadsafe(self.core.describe, timeout)
+
+    def describe_all_threadsafe(self, timeout: float = 2.0) -> Mapping[str, PoolView] | None:
+        """Every pool's views (core.describe_all()), as `describe_threadsafe`."""
+        return self._read_threadsafe(self.core.describe_all, timeout)
+
+    def _read_threadsafe(self, read: Callable[[], _R], timeout: float) -> _R | None:
         if self.shutting_down:
             return None
         if threading.get_ident() == self._thread:
-            return self.core.describe()
-        fut: concurrent.futures.Future[PoolView] = concurrent.futures.Future()
+            return read()
+        fut: concurrent.futures.Future[_R] = concurrent.futures.Future()
 
         def run() -> None:
             try:
-                fut.set_result(self.core.describe())
+                fut.set_result(read())
             except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
                 fut.set_exception(e)
 

@@ -26,10 +26,7 @@ a policy change) has `preemptor_tenant=""`.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import platform
-import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib import metadata
@@ -203,10 +200,9 @@ class Metrics:
 
     def bind(self, describe: Describe, describe_all: DescribeAll | None = None) -> None:
         """Where the pool gauges come from: the loop's thread-safe describe, and every pool's views
-        (`describe_all`; unset: `core.describe_all()` of describe's owner, run on the event loop
-        bind is called on, as describe runs; no such owner: describe's one pool)."""
+        (`describe_all`; unset: describe's one pool)."""
         self.describe = describe
-        self.describe_all = describe_all or _describe_all_of(describe)
+        self.describe_all = describe_all or _one_pool(describe)
 
     def count_rate_limited(self, tenant: str, rpc: str) -> None:
         key = (tenant, rpc)
@@ -403,45 +399,12 @@ def _counter(name: str, doc: str, label: str, values: dict[Any, int]) -> Counter
     return family
 
 
-def _describe_all_of(describe: Describe) -> DescribeAll:
-    """Every pool's views, from the owner of `describe` (the loop: its `core.describe_all()`,
-    run on the event loop this is called on, as `describe_threadsafe` runs `describe()`). An
-    owner without one (or no running loop here): describe's one pool."""
-    owner: Any = getattr(describe, "__self__", None)
-    try:
-        aloop = asyncio.get_running_loop()
-    except RuntimeError:
-        aloop = None
-    if aloop is None or not callable(getattr(getattr(owner, "core", None), "describe_all", None)):
+def _one_pool(describe: Describe) -> DescribeAll:
+    def one() -> Mapping[str, PoolView] | None:
+        view = describe()
+        return None if view is None else {view.name: view}
 
-        def one() -> Mapping[str, PoolView] | None:
-            view = describe()
-            return None if view is None else {view.name: view}
-
-        return one
-    thread = threading.get_ident()
-
-    def every(timeout: float = 2.0) -> Mapping[str, PoolView] | None:
-        if getattr(owner, "shutting_down", False):
-            return None  # a standby's or stopping server's core is not the pools' state
-        if threading.get_ident() == thread:
-            views: Mapping[str, PoolView] = owner.core.describe_all()
-            return views
-        fut: concurrent.futures.Future[Mapping[str, PoolView]] = concurrent.futures.Future()
-
-        def run() -> None:
-            try:
-                fut.set_result(owner.core.describe_all())
-            except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
-                fut.set_exception(e)
-
-        try:
-            aloop.call_soon_threadsafe(run)
-            return fut.result(timeout)
-        except (RuntimeError, concurrent.futures.TimeoutError):
-            return None  # loop closed or stuck: export no pool gauges rather than hang a scrape
-
-    return every
+    return one
 
 
 def _pool_gauges(views: Mapping[str, PoolView], policy_tenants: frozenset[str] | None) -> Iterator[Metric]:
