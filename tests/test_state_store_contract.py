@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 
+from scheduler.state.members import Member, Members
+from scheduler.state.redis_members import RedisMembers
 from scheduler.state.redis_store import RedisStore
 from scheduler.state.store import (
     START,
@@ -37,8 +39,10 @@ pytestmark = needs_redis
 
 #: `(pool prefix, replica id) -> StateStore`: one replica's view of a pool of a running store.
 Open = Callable[[str, str], StateStore]
-#: A running store: its stores, and stores of the same kind where nothing answers.
-Topology = tuple[Open, Open]
+#: `prefix -> Members`: the replicas' membership (members.py) in a running store.
+OpenMembers = Callable[[str], Members]
+#: A running store: its stores, stores of the same kind where nothing answers, its membership.
+Topology = tuple[Open, Open, OpenMembers]
 
 
 def _redis_stores(url: str, timeout_s: float) -> Open:
@@ -46,7 +50,7 @@ def _redis_stores(url: str, timeout_s: float) -> Open:
 
 
 def _redis_topology(live: str, dead: str) -> Topology:
-    return _redis_stores(live, 2.0), _redis_stores(dead, 0.3)
+    return _redis_stores(live, 2.0), _redis_stores(dead, 0.3), lambda prefix: RedisMembers(live, prefix, 2.0)
 
 
 @contextlib.contextmanager
@@ -308,5 +312,44 @@ def test_a_store_that_does_not_answer_raises_store_unavailable(topology: Topolog
         finally:
             with contextlib.suppress(StoreUnavailable):
                 await store.close()
+
+    asyncio.run(go())
+
+
+# ---------------------------------------------------------------- the replicas' membership
+
+
+def test_a_member_is_live_from_its_beat_until_its_ttl_by_the_stores_clock(topology: Topology) -> None:
+    async def go() -> None:
+        members = topology[2](f"m{uuid.uuid4().hex[:8]}")
+        try:
+            assert await members.live() == []
+            assert await members.beat("r1", "10.0.0.1:50051", 0.5) == [Member("r1", "10.0.0.1:50051")]
+            both = await members.beat("r2", "10.0.0.2:50051", 5.0)
+            assert both == [Member("r1", "10.0.0.1:50051"), Member("r2", "10.0.0.2:50051")]
+            await asyncio.sleep(0.7)  # r1 did not beat again: it lapsed
+            assert await members.live() == [Member("r2", "10.0.0.2:50051")]
+            assert await members.beat("r1", "10.0.0.9:50051", 5.0) == [  # back, at its new address
+                Member("r1", "10.0.0.9:50051"),
+                Member("r2", "10.0.0.2:50051"),
+            ]
+            await members.leave("r2")  # a graceful exit: gone at once
+            assert await members.live() == [Member("r1", "10.0.0.9:50051")]
+        finally:
+            await members.close()
+
+    asyncio.run(go())
+
+
+def test_a_membership_that_does_not_answer_raises_store_unavailable() -> None:
+    async def go() -> None:
+        members = RedisMembers(f"redis://127.0.0.1:{free_port()}/0", "dead", 0.3)
+        try:
+            for call in (lambda: members.beat("r", "x", 1.0), members.live, lambda: members.leave("r")):
+                with pytest.raises(StoreUnavailable):
+                    await call()
+        finally:
+            with contextlib.suppress(StoreUnavailable):
+                await members.close()
 
     asyncio.run(go())

@@ -69,7 +69,7 @@ from scheduler.state.store import (
     Tail,
 )
 
-__all__ = ["RedisStore", "ReplicasBehind", "StateConfigError", "id_key", "key_prefix", "parse_state"]
+__all__ = ["RedisStore", "ReplicasBehind", "StateConfigError", "id_key", "key_prefix", "parse_state", "seam"]
 
 _APPEND = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('NOTLEADER') end
@@ -158,7 +158,7 @@ def _unavailable(e: BaseException) -> BaseException:
 
 
 @contextlib.contextmanager
-def _seam() -> Iterator[None]:
+def seam() -> Iterator[None]:
     """Raise a client's failure as StoreUnavailable: the replica names no Redis type."""
     try:
         yield
@@ -232,7 +232,7 @@ class RedisStore:
         return f"{self.key_prefix}:{name}"
 
     async def close(self) -> None:
-        with _seam():
+        with seam():
             if self._fast is not None:
                 await self._fast.close()
             await self.redis.aclose()
@@ -243,7 +243,7 @@ class RedisStore:
         """Win a new term: the key is free, or still holds our own previous term's token."""
         ms = max(1, int(ttl_s * 1000))
         token = f"{self.replica_id}:{secrets.token_hex(6)}"
-        with _seam():
+        with seam():
             won = bool(await self.redis.set(self.k_leader, token, nx=True, px=ms)) or bool(
                 await self._swap(keys=[self.k_leader], args=[self.token, token, ms])
             )
@@ -254,23 +254,23 @@ class RedisStore:
     async def extend_lead(self, ttl_s: float, now: float) -> bool:
         """Keep the lease; record `now` (our clock) as the last time this leader was known alive."""
         ms = max(1, int(ttl_s * 1000))
-        with _seam():
+        with seam():
             return bool(
                 await self._extend(keys=[self.k_leader, self.k_alive], args=[self.token, ms, repr(now)])
             )
 
     async def alive(self) -> float | None:
         """When the last leader last renewed its lease (its clock), if one ever did."""
-        with _seam():
+        with seam():
             v = await self.redis.get(self.k_alive)
         return None if v is None else float(v)
 
     async def resign(self) -> None:
-        with _seam():
+        with seam():
             await self._resign(keys=[self.k_leader], args=[self.token])
 
     async def leader(self) -> str | None:
-        with _seam():
+        with seam():
             v = await self.redis.get(self.k_leader)
         return None if v is None else v.decode()
 
@@ -280,7 +280,7 @@ class RedisStore:
         """Append records in one script fenced by the term `token`; the id of the last. Raises
         StaleTerm."""
         keys = [self.k_leader, self.k_journal]
-        with _seam():
+        with seam():
             try:
                 if self._fast is not None:
                     last = await self._append_fast(records, token)
@@ -394,7 +394,7 @@ class RedisStore:
         """Journal entries after `after` (START: all), in chunks."""
         start = f"({_sid(after)}"
         while True:
-            with _seam():
+            with seam():
                 rows = await self.redis.xrange(self.k_journal, min=start, max="+", count=chunk)
             if not rows:
                 return
@@ -403,7 +403,7 @@ class RedisStore:
             start = f"({out[-1][0]}"
 
     async def trimmed(self) -> bool:
-        with _seam():
+        with seam():
             return bool(await self.redis.exists(self.k_trimmed))
 
     # ------------------------------------------------------------------ snapshots
@@ -416,7 +416,7 @@ class RedisStore:
         keys = [self.k_leader, self.k_snapshot, self.k_journal, self.k_trimmed]
         sid = _sid(covers)
         args: list[str | bytes] = [token, fingerprint, sid, repr(at), data, _next_id(sid)]
-        with _seam():
+        with seam():
             try:
                 await self._snapshot(keys=keys, args=args)
             except ResponseError as e:
@@ -425,7 +425,7 @@ class RedisStore:
                 raise
 
     async def load_snapshot(self) -> StoredSnapshot | None:
-        with _seam():
+        with seam():
             doc: dict[bytes, Any] = await self.redis.hgetall(self.k_snapshot)
         if not doc:
             return None
@@ -445,13 +445,13 @@ class RedisStore:
     async def publish_address(self, address: str, token: str) -> bool:
         """Record `address` as the leader's for the term `token` (fenced: False if not ours)."""
         script = self.redis.register_script(_PUBLISH_ADDR)
-        with _seam():
+        with seam():
             return bool(await script(keys=[self.k_leader, self.k_leader_addr], args=[token, address]))
 
     async def leader_address(self) -> str | None:
         """The address the current leader published, or None (no leader, or the one that holds
         the lease has not published yet: never a previous term's address)."""
-        with _seam():
+        with seam():
             token, rec = await self.redis.mget(self.k_leader, self.k_leader_addr)
         if token is None or rec is None:
             return None
@@ -463,7 +463,7 @@ class RedisStore:
         id the stored snapshot covers, read after them (in one pipeline: Redis runs the HGET once
         the XREAD returned). A snapshot id past `after` whose entries did not come means the
         leader trimmed what the standby had not read (`gap`): it must reload the snapshot."""
-        with _seam():
+        with seam():
             pipe = self.redis.pipeline(transaction=False)
             pipe.xread({self.k_journal: _sid(after)}, count=count, block=max(1, block_ms))
             pipe.hget(self.k_snapshot, "stream_id")
@@ -480,7 +480,7 @@ class RedisStore:
 
     async def trimmed_past(self, after: Position) -> bool:
         """The stored snapshot covers entries after `after`: those were trimmed with it."""
-        with _seam():
+        with seam():
             v = await self.redis.hget(self.k_snapshot, "stream_id")
         return v is not None and id_key(_text(v)) > id_key(_sid(after))
 
