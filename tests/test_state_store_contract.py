@@ -353,3 +353,19 @@ def test_a_membership_that_does_not_answer_raises_store_unavailable() -> None:
                 await members.close()
 
     asyncio.run(go())
+
+
+def test_the_owners_table_is_written_by_compare_and_set(topology: Topology) -> None:
+    async def go() -> None:
+        members = topology[2](f"m{uuid.uuid4().hex[:8]}")
+        try:
+            assert await members.owners() == (0, {})
+            assert await members.set_owners(0, {"cpu": "r1", "gpu": "r2"})
+            assert not await members.set_owners(0, {"cpu": "r3"})  # a stale version: nothing written
+            assert await members.owners() == (1, {"cpu": "r1", "gpu": "r2"})
+            assert await members.set_owners(1, {"cpu": "r2"})  # the whole table: gpu is gone
+            assert await members.owners() == (2, {"cpu": "r2"})
+        finally:
+            await members.close()
+
+    asyncio.run(go())

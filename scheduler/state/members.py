@@ -9,7 +9,16 @@ What a membership guarantees (tests/test_state_members.py, against every Redis t
   differ), or until it `leave`s;
 * `beat` answers the live set as of that beat, the beating replica included, with each
   member's advertised address (what a NOT_LEADER names for the pools it leads);
+* the **owners table** (pool -> replica, what `pool_owners.assign` decided) has a version;
+  `set_owners(version, table)` writes only if the version is still the one read (a
+  compare-and-set), so two replicas seeing the same change write one table, not two;
 * whatever stops a call is `StoreUnavailable` (store.py), as for the state store.
+
+Why a table and not each replica's own `assign` from who leads now: assignment is sticky, so
+it depends on where pools are; computed from the leaders of the moment it would flap while a
+pool is handed over (leaderless for an instant, it could be placed back). The table is the one
+place pools are said to be: replicas campaign for the pools it gives them, leaders hand over
+those it gives to another, and a change is written once.
 
 A replica frozen (SIGSTOP) or cut from the store stops beating and drops out after `ttl_s`; its
 pools are then assigned to the others, while the per-pool leader leases and their fencing (the
@@ -37,6 +46,14 @@ class Members(Protocol):
 
     async def live(self) -> list[Member]:
         """The live members, by replica id."""
+        ...
+
+    async def owners(self) -> tuple[int, dict[str, str]]:
+        """The owners table and its version (0 and empty: never written)."""
+        ...
+
+    async def set_owners(self, version: int, owners: dict[str, str]) -> bool:
+        """Write the table (version + 1) if it is still at `version`; False if another was."""
         ...
 
     async def leave(self, replica_id: str) -> None:

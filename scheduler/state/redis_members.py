@@ -4,7 +4,9 @@ replica's clock matters), and a hash of their addresses. Both keys share the pre
 so the script runs within one slot of a Cluster.
 
 Keys under the prefix P (as redis_store.py's, a hash tag `{P}` in a Cluster):
-`P:members` (zset: replica id -> lapse ms) and `P:member_addr` (hash: replica id -> address).
+`P:members` (zset: replica id -> lapse ms), `P:member_addr` (hash: replica id -> address) and
+`P:owners` (hash: pool -> replica id, and the table's version under the field `\x00version`,
+which no pool name can be: a DNS label).
 """
 
 from __future__ import annotations
@@ -50,6 +52,18 @@ return out
 """
 
 
+# KEYS: owners. ARGV: expected version, then pool, replica pairs. The compare-and-set.
+_SET_OWNERS = """
+local v = tonumber(redis.call('HGET', KEYS[1], '\\0version') or '0')
+if v ~= tonumber(ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[1])
+for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], '\\0version', v + 1)
+return 1
+"""
+VERSION = "\x00version"
+
+
 def _members(reply: list[Any]) -> list[Member]:
     pairs = zip(reply[::2], reply[1::2], strict=True)
     return sorted(Member(_text(rid), _text(addr)) for rid, addr in pairs)
@@ -66,9 +80,11 @@ class RedisMembers:
         target = parse_target(url)
         p = key_prefix(prefix, target.mode)
         self.keys = [f"{p}:members", f"{p}:member_addr"]
+        self.k_owners = f"{p}:owners"
         self.redis: Any = connect(target, timeout_s)
         self._beat = self.redis.register_script(_BEAT)
         self._live = self.redis.register_script(_LIVE)
+        self._set_owners = self.redis.register_script(_SET_OWNERS)
 
     async def beat(self, replica_id: str, address: str, ttl_s: float) -> list[Member]:
         ms = max(1, int(ttl_s * 1000))
@@ -78,6 +94,20 @@ class RedisMembers:
     async def live(self) -> list[Member]:
         with seam():
             return _members(await self._live(keys=self.keys, args=[]))
+
+    async def owners(self) -> tuple[int, dict[str, str]]:
+        with seam():
+            raw = await self.redis.hgetall(self.k_owners)
+        table = {_text(k): _text(v) for k, v in raw.items()}
+        version = int(table.pop(VERSION, "0"))
+        return version, table
+
+    async def set_owners(self, version: int, owners: dict[str, str]) -> bool:
+        args: list[object] = [version]
+        for pool, replica in sorted(owners.items()):
+            args += [pool, replica]
+        with seam():
+            return bool(await self._set_owners(keys=[self.k_owners], args=args))
 
     async def leave(self, replica_id: str) -> None:
         with seam():

@@ -1,0 +1,110 @@
+"""One replica's part in spreading pools over replicas (issue 25): beat into the membership,
+keep the owners table true (`pool_owners.assign` over the live replicas, written by
+compare-and-set), and say which pools this replica should lead now.
+
+Each pool's own leader lease and fencing term (the pool's `StateStore`) decide who *does*
+lead it; this table only says who should *try*. So a wrong or stale table can cost a pool time,
+never safety: two replicas believing they own a pool still meet at its lease, and a replica that
+lost it can append nothing (fenced). A pool's `Replica` asks `should_lead(pool)` before each
+campaign, and a leader of a pool the table gives another hands it over (it makes its state
+durable, resigns the lease, follows again); the new owner, a hot standby of the pool, wins within
+a campaign interval.
+
+Timing. `beat_interval_s` (default 250 ms) and `member_ttl_s` (default 1 s, as the leader
+lease): a replica frozen or cut from the store drops out of the membership within a TTL, the
+next beat of any other replica rewrites the table, and the new owners campaign for its pools,
+whose leases lapse within their own TTL. A replica that cannot reach the store claims nothing:
+`should_lead` is false for every pool until a beat succeeds again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+
+from scheduler.state.members import Member, Members
+from scheduler.state.pool_owners import assign
+from scheduler.state.store import StoreUnavailable
+
+__all__ = ["Ownership"]
+
+log = logging.getLogger("slotsched.state")
+
+
+class Ownership:
+    """This replica's view of the owners table; `step` once per beat (`run` loops it)."""
+
+    def __init__(
+        self,
+        members: Members,
+        replica_id: str,
+        address: str,
+        pools: Callable[[], Iterable[str]],
+        *,
+        member_ttl_s: float = 1.0,
+        beat_interval_s: float = 0.25,
+    ) -> None:
+        self.members = members
+        self.replica_id = replica_id
+        self.address = address
+        self._pools = pools
+        self.member_ttl_s = member_ttl_s
+        self.beat_interval_s = beat_interval_s
+        self.live: list[Member] = []
+        self.table: dict[str, str] = {}
+        self.version = 0
+        self.reachable = False
+        self.writes = 0  # tables this replica wrote (a change seen by several is written once)
+
+    def should_lead(self, pool: str) -> bool:
+        return self.reachable and self.table.get(pool) == self.replica_id
+
+    def mine(self) -> tuple[str, ...]:
+        return tuple(sorted(p for p, r in self.table.items() if r == self.replica_id and self.reachable))
+
+    def address_of(self, pool: str) -> str | None:
+        """Where the pool's owner serves (what a NOT_LEADER for the pool names), if known."""
+        owner = self.table.get(pool)
+        return next((m.address for m in self.live if m.replica_id == owner), None)
+
+    async def step(self) -> None:
+        """Beat; if the table is not what the live replicas and the pools call for, write it."""
+        try:
+            self.live = await self.members.beat(self.replica_id, self.address, self.member_ttl_s)
+            version, table = await self.members.owners()
+            want = assign(self._pools(), [m.replica_id for m in self.live], table)
+            if dict(want.owners) != table:
+                if await self.members.set_owners(version, dict(want.owners)):
+                    self.writes += 1
+                    log.info(
+                        "pools: owners table v%d by %s, %d moved: %s",
+                        version + 1,
+                        self.replica_id,
+                        len(want.moved),
+                        ", ".join(want.moved[:10]) + (" ..." if len(want.moved) > 10 else ""),
+                    )
+                    version, table = version + 1, dict(want.owners)
+                else:  # another replica wrote first: take what it wrote
+                    version, table = await self.members.owners()
+        except StoreUnavailable as e:
+            if self.reachable:
+                log.warning("pools: membership unreachable (%s): claiming no pool until it answers", e)
+            self.reachable = False
+            return
+        self.version, self.table, self.reachable = version, table, True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.step()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.beat_interval_s)
+
+    async def leave(self) -> None:
+        """A graceful exit: out of the membership at once (the others take its pools)."""
+        self.reachable = False
+        try:
+            await self.members.leave(self.replica_id)
+        except StoreUnavailable as e:
+            log.warning("pools: could not leave the membership (%s): it lapses by itself", e)

@@ -1,0 +1,161 @@
+"""Pools spread over replicas through the owners table (scheduler/state/ownership.py) on a real
+Redis: three replicas split 30 pools 10/10/10, a fourth takes about 30/4 and nothing else moves,
+a replica that stops beating loses its pools to the rest within the membership TTL, one that
+cannot reach Redis claims nothing, and replicas stepping together write one table."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from scheduler.state.ownership import Ownership
+from scheduler.state.redis_members import RedisMembers
+from tests.test_state_redis import RedisProc, free_port
+from tests.test_state_redis import pytestmark as needs_redis
+
+pytestmark = needs_redis
+
+POOLS = [f"pool-{i:02d}" for i in range(30)]
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    with tempfile.TemporaryDirectory(prefix="slotsched-owners-") as d:
+        r = RedisProc(d).start()
+        try:
+            yield r.url
+        finally:
+            r.kill()
+
+
+def replicas(url: str, names: list[str], prefix: str, ttl_s: float = 1.0) -> dict[str, Ownership]:
+    return {
+        n: Ownership(RedisMembers(url, prefix), n, f"{n}.svc:50051", lambda: POOLS, member_ttl_s=ttl_s)
+        for n in names
+    }
+
+
+async def settle(group: dict[str, Ownership], rounds: int = 3) -> None:
+    for _ in range(rounds):
+        for o in group.values():
+            await o.step()
+
+
+def led(group: dict[str, Ownership]) -> dict[str, tuple[str, ...]]:
+    return {n: o.mine() for n, o in group.items()}
+
+
+async def close(group: dict[str, Ownership]) -> None:
+    for o in group.values():
+        await o.members.close()
+
+
+def test_pools_spread_evenly_and_a_joiner_takes_its_share_only(redis_url: str) -> None:
+    async def go() -> None:
+        prefix = f"o{uuid.uuid4().hex[:8]}"
+        group = replicas(redis_url, ["r1", "r2", "r3"], prefix)
+        try:
+            await settle(group)
+            before = led(group)
+            assert sorted(len(v) for v in before.values()) == [10, 10, 10]
+            assert sorted(p for v in before.values() for p in v) == POOLS  # each pool once
+            assert sum(o.writes for o in group.values()) <= 3  # not a write per step
+            # Every replica sees the same table, and where each pool's owner serves.
+            tables = {tuple(sorted(o.table.items())) for o in group.values()}
+            assert len(tables) == 1
+            owner = group["r1"].table["pool-00"]
+            assert group["r2"].address_of("pool-00") == f"{owner}.svc:50051"
+            group |= replicas(redis_url, ["r4"], prefix)
+            await settle(group)
+            after = led(group)
+            assert sorted(len(v) for v in after.values()) == [7, 7, 8, 8]
+            moved = [p for p in POOLS if group["r1"].table[p] != _owner(before, p)]
+            assert len(moved) in (7, 8) and all(group["r1"].table[p] == "r4" for p in moved)
+        finally:
+            await close(group)
+
+    asyncio.run(go())
+
+
+def _owner(led: dict[str, tuple[str, ...]], pool: str) -> str:
+    return next(n for n, pools in led.items() if pool in pools)
+
+
+def test_a_replica_that_stops_beating_loses_only_its_pools(redis_url: str) -> None:
+    async def go() -> None:
+        prefix = f"o{uuid.uuid4().hex[:8]}"
+        group = replicas(redis_url, ["r1", "r2", "r3"], prefix, ttl_s=0.4)
+        try:
+            await settle(group)
+            before = led(group)
+            dead = group.pop("r2")  # frozen: it beats no more, the others go on beating
+            for _ in range(8):
+                await settle(group, rounds=1)
+                await asyncio.sleep(0.1)
+            after = led(group)
+            assert sorted(len(v) for v in after.values()) == [15, 15]
+            for n in ("r1", "r3"):
+                assert set(before[n]) <= set(after[n])  # the survivors keep what they had
+            # Thawed, it still believes its old table until it beats; its beat rejoins it.
+            assert dead.mine() == before["r2"]
+            await dead.step()
+            group["r2"] = dead
+            await settle(group)
+            assert sorted(len(v) for v in led(group).values()) == [10, 10, 10]
+        finally:
+            await close(group | {"r2": dead})
+
+    asyncio.run(go())
+
+
+def test_a_graceful_leave_hands_its_pools_on_at_once(redis_url: str) -> None:
+    async def go() -> None:
+        prefix = f"o{uuid.uuid4().hex[:8]}"
+        group = replicas(redis_url, ["r1", "r2"], prefix, ttl_s=30)
+        try:
+            await settle(group)
+            await group["r2"].leave()
+            assert group["r2"].mine() == ()
+            await group["r1"].step()
+            assert len(group["r1"].mine()) == 30  # no TTL to wait out
+        finally:
+            await close(group)
+
+    asyncio.run(go())
+
+
+def test_a_replica_cut_from_redis_claims_no_pool(redis_url: str) -> None:
+    async def go() -> None:
+        cut = Ownership(
+            RedisMembers(f"redis://127.0.0.1:{free_port()}/0", "x", 0.2), "r9", "a", lambda: POOLS
+        )
+        try:
+            await cut.step()
+            assert not cut.reachable and cut.mine() == () and not cut.should_lead("pool-00")
+        finally:
+            await cut.members.close()
+
+    asyncio.run(go())
+
+
+def test_replicas_stepping_together_write_one_table(redis_url: str) -> None:
+    async def go() -> None:
+        prefix = f"o{uuid.uuid4().hex[:8]}"
+        group = replicas(redis_url, ["a", "b", "c"], prefix)
+        try:
+            for o in group.values():  # all live first, so each computes the same table
+                await o.members.beat(o.replica_id, o.address, 5.0)
+            await asyncio.gather(*(o.step() for o in group.values()))
+            assert sum(o.writes for o in group.values()) == 1  # the compare-and-set let one in
+            assert len({tuple(sorted(o.table.items())) for o in group.values()}) == 1
+            owners = Counter(group["a"].table.values())
+            assert sorted(owners.values()) == [10, 10, 10]
+        finally:
+            await close(group)
+
+    asyncio.run(go())
