@@ -159,3 +159,82 @@ def test_replicas_stepping_together_write_one_table(redis_url: str) -> None:
             await close(group)
 
     asyncio.run(go())
+
+
+# ------------------------------------------------------------------ a pool's lease follows the table
+
+
+def test_a_leader_hands_its_pool_to_the_new_owner_with_every_lease(redis_url: str) -> None:
+    """Two replicas of one pool over real Redis: the owner leads; when the table gives the pool
+    to the other, the leader makes its state durable, resigns, and the other (a hot standby)
+    takes over at its next campaign with every lease; the old one campaigns no more."""
+    from prometheus_client import CollectorRegistry
+
+    from scheduler.core.types import Acquire, Granted, QoS, SessionId, TenantName, WorkerId
+    from scheduler.policy.model import Policy, PoolSpec, TenantSpec
+    from scheduler.server.loop import SchedulerLoop
+    from scheduler.server.registry import WorkerRegistry
+    from scheduler.state.metrics import StateMetrics
+    from scheduler.state.redis_store import RedisStore
+    from scheduler.state.replica import Replica
+    from scheduler.state.roles import Role
+
+    policy = Policy(
+        pool=PoolSpec(slots_per_worker=4, workers=0, floor=0),
+        tenants=(TenantSpec("a", burstable_nominal=4, burstable_limit=4),),
+    )
+    owner = {"pool": "a"}
+
+    async def go() -> None:
+        prefix = f"h{uuid.uuid4().hex[:8]}"
+        replicas: dict[str, Replica] = {}
+        loops: dict[str, SchedulerLoop] = {}
+        registries: dict[str, WorkerRegistry] = {}
+
+        async def nothing(*_: object) -> None:
+            return None
+
+        for name in ("a", "b"):
+            loop = SchedulerLoop(policy)
+            registry = WorkerRegistry(loop, 30.0)
+            r = Replica(
+                RedisStore(redis_url, prefix, name),
+                loop,
+                registry,
+                policy,
+                StateMetrics(CollectorRegistry()),
+                on_lead=nothing,
+                on_step_down=nothing,
+                leader_ttl_s=1.0,
+                campaign_interval_s=0.05,
+                may_lead=lambda n=name: owner["pool"] == n,
+            )
+            loop.journal = r
+            replicas[name], loops[name], registries[name] = r, loop, registry
+        try:
+            await replicas["a"].start()
+            await replicas["b"].start()
+            a, b = replicas["a"], replicas["b"]
+            assert a.role is Role.LEADER and b.role is Role.STANDBY  # b may not lead: it never tried
+            registries["a"].register(WorkerId("w1"), "h1:1", 4, {})
+            got = loops["a"].submit(Acquire(SessionId("s1"), TenantName("a"), QoS.BURSTABLE))
+            grants = [d.lease for d in got if isinstance(d, Granted)]
+            assert grants, got
+            lease = grants[0]
+            await loops["a"].durable()
+            owner["pool"] = "b"  # the table moved the pool
+            for _ in range(100):
+                if b.role is Role.LEADER:
+                    break
+                await asyncio.sleep(0.05)
+            assert b.role is Role.LEADER and a.role is Role.STANDBY
+            assert b.last_takeover is not None and b.last_takeover.hot  # a hot standby: no reload
+            held = {held_lease.lease_id: held_lease.session for held_lease, _ in loops["b"].core.leases()}
+            assert held == {lease.lease_id: SessionId("s1")}  # the lease came along
+            await asyncio.sleep(0.3)
+            assert a.role is Role.STANDBY  # it does not campaign back
+        finally:
+            for r in replicas.values():
+                await r.stop()
+
+    asyncio.run(go())

@@ -67,6 +67,7 @@ token), so a paused leader can never journal after a successor took over.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -128,9 +129,12 @@ class Replica(Compaction, Standby):
         snapshot_ratio: float = SNAPSHOT_RATIO,
         where: str = "",
         on_store: Callable[[str | None], Awaitable[None]] | None = None,
+        may_lead: Callable[[], bool] | None = None,
     ) -> None:
         """`where` names the store in messages (its URL, password masked); `on_store` is told
-        when the store stops or starts answering (StoreReach)."""
+        when the store stops or starts answering (StoreReach). `may_lead` (a pool's replica
+        among many, ownership.py): campaign only while it says yes, and hand the lease over
+        when it says no while leading; None: always (one pool, as before)."""
         self.store = store
         self.reach = StoreReach(where or store.where, on_store)
         self.loop = loop
@@ -180,6 +184,7 @@ class Replica(Compaction, Standby):
         self._follow_task: asyncio.Task[None] | None = None
         self._follow_broken = False
         self._first_load = asyncio.Event()
+        self.may_lead = may_lead
 
     @property
     def serving(self) -> bool:
@@ -351,6 +356,9 @@ class Replica(Compaction, Standby):
             try:
                 if DUTIES[self.role].renews:
                     await asyncio.sleep(max(0.0, self._renew_at - time.monotonic()))
+                    if self.may_lead is not None and not self.may_lead():
+                        await self.hand_over("another replica owns this pool now")
+                        continue
                     await self._renew()
                 else:
                     # Jitter: standbys that saw the lease lapse together do not campaign in step.
@@ -412,7 +420,7 @@ class Replica(Compaction, Standby):
         if not DUTIES[self.role].campaigns or (self._pos is None and not self._follow_broken):
             return
         t0 = time.monotonic()
-        won = await self.store.try_lead(self.leader_ttl_s)
+        won = (self.may_lead is None or self.may_lead()) and await self.store.try_lead(self.leader_ttl_s)
         if self.reach.ok is not True:
             await self.reach.answered()
         if won:
@@ -492,13 +500,30 @@ class Replica(Compaction, Standby):
         else:
             self._ensure_following()
 
-    def _stop_serving(self, why: str) -> bool:
+    async def hand_over(self, why: str) -> None:
+        """Give the lease up for another replica to take (its pool moved, ownership.py): what
+        was applied is made durable first (a reply already being built is not lost), then
+        serving stops, the lease is resigned and this replica follows as a standby. Clients
+        are told NOT_LEADER and re-attach to the new leader; no lease is lost."""
+        if self.role is not Role.LEADER:
+            return
+        with contextlib.suppress(StateUnavailable):  # failed: its step-down is under way
+            await self.loop.durable()
+        if not self._stop_serving(f"handing over: {why}", Trigger.HAND_OVER):
+            return
+        try:
+            await self.store.resign()
+        except StoreUnavailable as e:
+            log.warning("could not resign the leader lease (%s): it lapses by itself", e)
+        await self._stepped_down()
+
+    def _stop_serving(self, why: str, trigger: Trigger = Trigger.LOST) -> bool:
         """The synchronous half of a step-down: from here on nothing is told durable and every
         call is refused. False if this replica was not leading."""
         if self.role is not Role.LEADER:
             return False
         log.warning("stepping down: %s", why)
-        self._become(Trigger.LOST)
+        self._become(trigger)
         self._deadline = float("-inf")
         self.metrics.leader.set(0)
         failure = unavailable(f"stepped down ({why}): retry")

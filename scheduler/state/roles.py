@@ -2,7 +2,7 @@
 what each role does (`DUTIES`), and every move with why it exists (`TRANSITIONS`). Replica and
 Standby ask the table; a move not in it is a bug, so it raises.
 
-    STANDBY ──won──► CANDIDATE ──serving──► LEADER ──lost──► STEPPING_DOWN ──stepped_down──► STANDBY
+    STANDBY ──won──► CANDIDATE ──serving──► LEADER ──lost│hand_over──► STEPPING_DOWN ──stepped_down──► STANDBY
                          └──failed──► STANDBY
     any ──stop──► STOPPED
 """
@@ -29,6 +29,7 @@ class Trigger(enum.StrEnum):
     LOST = "lost"  # a failed append or renewal, a lost lease, the store unreachable
     STEPPED_DOWN = "stepped_down"  # the server was told (on_step_down)
     STOP = "stop"  # Replica.stop
+    HAND_OVER = "hand_over"  # the pool is another replica's now (ownership.py): durable, resign
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ TRANSITIONS: Mapping[tuple[Role, Trigger], Role] = {
     # Its core may be half caught up: it reloads and follows; the lease lapses for another.
     (Role.CANDIDATE, Trigger.FAILED): Role.STANDBY,
     (Role.LEADER, Trigger.LOST): Role.STEPPING_DOWN,
+    # As a loss, but asked for: everything applied is durable first, and the lease resigned, so
+    # the new owner (a hot standby) wins at its next campaign, not after the lease lapses.
+    (Role.LEADER, Trigger.HAND_OVER): Role.STEPPING_DOWN,
     (Role.STEPPING_DOWN, Trigger.STEPPED_DOWN): Role.STANDBY,
     **{(role, Trigger.STOP): Role.STOPPED for role in Role},
     # Work in flight at stop() (a take-over, a step-down's task) ends into nothing.
