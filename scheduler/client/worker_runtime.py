@@ -52,7 +52,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypedDict
@@ -485,11 +485,22 @@ async def actor_session(
     tenant: str | None = None,
     resume_from: SnapshotRef | None = None,
     wait_timeout_s: float | None = None,
+    pool: str = "",
+    selector: Mapping[str, str] | None = None,
+    fallback: Sequence[str] = (),
 ) -> AsyncIterator[AsyncSession]:
-    """`client.session(...)` with an actor on the granted worker, stopped before the release."""
+    """`client.session(...)` with an actor on the granted worker, stopped before the release;
+    `pool`, `selector` and `fallback` say where it may run (`AsyncClient.session`)."""
     runtime = workers if isinstance(workers, ActorRuntime) else ActorRuntime(workers, tenant)
     session = client.session(
-        session_id, qos, resume_from=resume_from, wait_timeout_s=wait_timeout_s, **runtime.callbacks()
+        session_id,
+        qos,
+        resume_from=resume_from,
+        wait_timeout_s=wait_timeout_s,
+        pool=pool,
+        selector=selector,
+        fallback=fallback,
+        **runtime.callbacks(),
     )
     async with session as s:
         try:

@@ -24,7 +24,7 @@ decides whether a Start matches one of them:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
 
@@ -192,7 +192,7 @@ def check_start(view: LeaseView, claim: StartClaim) -> Accepted | LeaseCheckFail
                 f"resume_from.sha256 {ref.sha256!r} does not match lease {g.lease_id!r} "
                 f"(sha256 {g.resume_sha256!r})",
             )
-        ref = SnapshotRef(ref.uri, ref.size_bytes, g.resume_sha256, ref.created)
+        ref = replace(ref, sha256=g.resume_sha256)  # keeps its pool and labels
     return Accepted(g, ref)
 
 

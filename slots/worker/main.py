@@ -195,6 +195,7 @@ async def start_worker(
         drain_timeout_s=drain_timeout_s,
         credentials=channel_credentials,
     )
+    agent.on_pool = service.join_pool  # its snapshots record the pool and its labels
     if verify_leases:
         service.leases = agent
     if grants is not None:

@@ -48,7 +48,7 @@ import hmac
 import logging
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 import grpc
@@ -120,14 +120,21 @@ async def refuse_request(context: Any, field: str, description: str) -> None:
 
 def ref_from_pb(pb: common_pb2.SnapshotRef) -> SnapshotRef:
     created = pb.created.ToNanoseconds() / 1e9 if pb.HasField("created") else 0.0
-    return SnapshotRef(pb.uri, pb.size_bytes, pb.sha256, created)
+    labels = tuple(sorted(pb.labels.items()))
+    return SnapshotRef(pb.uri, pb.size_bytes, pb.sha256, created, pb.pool, labels)
 
 
 def ref_to_pb(ref: SnapshotRef) -> common_pb2.SnapshotRef:
-    pb = common_pb2.SnapshotRef(uri=ref.uri, size_bytes=ref.size_bytes, sha256=ref.sha256)
+    pb = common_pb2.SnapshotRef(
+        uri=ref.uri, size_bytes=ref.size_bytes, sha256=ref.sha256, pool=ref.pool, labels=dict(ref.labels)
+    )
     if ref.created:
         pb.created.FromNanoseconds(round(ref.created * 1e9))
     return pb
+
+
+def _labels_text(labels: tuple[tuple[str, str], ...]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in labels) or "no compatibility labels"
 
 
 class WorkerService(worker_pb2_grpc.WorkerServicer):
@@ -154,6 +161,30 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             callers[h] = Caller(admin=True)
         self._callers = tuple((h.encode("ascii"), c) for h, c in callers.items())
         self.shutting_down = False
+        #: The pool this worker registered into and that pool's compatibility labels (from the
+        #: scheduler's RegisterResponse, `join_pool`): stamped into every snapshot it takes, and
+        #: checked against every snapshot it is asked to resume ("" and (): not registered).
+        self.pool = ""
+        self.pool_labels: tuple[tuple[str, str], ...] = ()
+
+    def join_pool(self, pool: str, labels: tuple[tuple[str, str], ...]) -> None:
+        """The pool the scheduler registered this worker into (again after a failover)."""
+        if (pool, labels) != (self.pool, self.pool_labels):
+            log.info("worker %s is in pool %s (%s)", self.host.worker_id, pool or "-", _labels_text(labels))
+        self.pool, self.pool_labels = pool, labels
+
+    def incompatible(self, ref: SnapshotRef) -> str | None:
+        """Why this worker must not resume `ref` (a compatibility label of the snapshot's that
+        this pool has with another value), or None. The scheduler places by the same rule; this
+        is the worker's own check, so a misrouted resume fails here, not inside the actor."""
+        mine = dict(self.pool_labels)
+        bad = [(k, v) for k, v in ref.labels if k in mine and mine[k] != v]
+        if not bad:
+            return None
+        return (
+            f"resume_from {ref.uri!r} was taken on pool {ref.pool or '?'!r} ({_labels_text(ref.labels)}); "
+            f"this worker is in pool {self.pool!r} ({_labels_text(self.pool_labels)})"
+        )
 
     def install_grant_keys(self, keys: tuple[tuple[str, bytes], ...]) -> None:
         """This worker's grant keys (kid, key), from a Register or Heartbeat answer."""
@@ -257,6 +288,9 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                     "resume_from.uri: required when a snapshot is given",
                 )
             resume = ref_from_pb(request.resume_from)
+            why = self.incompatible(resume)
+            if why is not None:
+                await self._abort(context, grpc.StatusCode.FAILED_PRECONDITION, why)
         if self.leases is not None or self.grants is not None or caller.tenant is not None:
             try:
                 self.host.validate_start(
@@ -370,6 +404,8 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             ref = await self.host.checkpoint(request.session_id, tenant, lease_id, request.epoch)
         except HostError as e:
             await self._fail(context, e)
+        if self.pool:  # where it was taken: it resumes only where these labels match
+            ref = replace(ref, pool=self.pool, labels=self.pool_labels)
         return ref_to_pb(ref)
 
     async def Stop(self, request: worker_pb2.StopRequest, context: Any) -> worker_pb2.StopResponse:
