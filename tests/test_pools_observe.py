@@ -175,3 +175,19 @@ def test_one_pool_is_observed_as_before_pools(capsys: pytest.CaptureFixture[str]
         assert {dict(labels)["pool"] for name, labels in m if name == "slotsched_grants_total"} == {"default"}
     out = capsys.readouterr().out
     assert out.startswith("pool: capacity 2 slots, free 2, floor 1, 2 workers\n")
+
+
+def test_refusals_naming_unknown_pools_share_one_label_value() -> None:
+    """A caller naming random pools must not grow the metrics' label set (found by the Node
+    client: the per-session Acquire of an unknown pool failed with UNKNOWN in the metrics)."""
+    from scheduler.core.types import Acquire, QoS, Refused, RefuseReason, SessionId, TenantName
+    from scheduler.server.metrics import UNKNOWN_POOL_LABEL, Metrics
+
+    m = Metrics()
+    m._set_tenants(["acme"], ["cpu", "gpu"])
+    for i in range(50):
+        ev = Acquire(SessionId(f"s{i}"), TenantName("acme"), QoS.BURSTABLE, pool=f"random-{i}")
+        m.observe([Refused(ev.session, RefuseReason.UNKNOWN_POOL, "unknown pool", pool=ev.pool)], 0.0, ev)
+    assert m.pools == ("cpu", "gpu")
+    assert m.refusals[(UNKNOWN_POOL_LABEL, "acme", RefuseReason.UNKNOWN_POOL)] == 50
+    assert not any(key[0].startswith("random-") for key in m.refusals)

@@ -69,6 +69,9 @@ DescribeAll = Callable[[], "Mapping[str, PoolView] | None"]
 DEFAULT_POOL: Final = "default"  # the one pool of a policy without spec.pools
 
 OTHER_TENANT: Final = "_other"  # a tenant the policy does not list
+#: The pool label of a refusal naming a pool the policy does not have: one value, so a caller
+#: naming random pools cannot grow the label set (every such name is one series).
+UNKNOWN_POOL_LABEL: Final = "_unknown"
 NO_TENANT: Final = ""  # a preemption no waiter asked for
 
 
@@ -263,7 +266,9 @@ class Metrics:
                 self.work_lost += d.lost_slot_seconds
             elif isinstance(d, Refused):
                 tenant = event.tenant if isinstance(event, Acquire) and event.session == d.session else None
-                self.refusals[(self._pool(d.pool), self._tenant(tenant), d.reason)] += 1
+                pool = UNKNOWN_POOL_LABEL if d.reason is RefuseReason.UNKNOWN_POOL else self._pool(d.pool)
+                key = (pool, self._tenant(tenant), d.reason)
+                self.refusals[key] = self.refusals.get(key, 0) + 1
 
 
 class _BuildInfo(Collector):
