@@ -79,7 +79,7 @@ def candidates(policy: Policy | Catalog, ev: Acquire) -> list[str] | Refused:
     if ev.pool:
         if ev.pool not in cat.specs:
             msg = f"unknown pool {ev.pool!r}; the policy's pools are {_names(known)}"
-            return Refused(s, RefuseReason.UNKNOWN_POOL, msg, pool=ev.pool)
+            return Refused(s, RefuseReason.UNKNOWN_POOL, msg, pool=ev.pool, field="pool")
         cands = [ev.pool]
     elif ev.selector:
         cands = [name for name, spec in cat.specs.items() if spec.matches(ev.selector)]
@@ -95,7 +95,7 @@ def candidates(policy: Policy | Catalog, ev: Acquire) -> list[str] | Refused:
     for name in ev.fallback:
         if name not in cat.specs:
             msg = f"unknown fallback pool {name!r}; the policy's pools are {_names(known)}"
-            return Refused(s, RefuseReason.UNKNOWN_POOL, msg, pool=name)
+            return Refused(s, RefuseReason.UNKNOWN_POOL, msg, pool=name, field="fallback_pools")
         if name not in cands:
             cands.append(name)
     if ev.resume_from is not None:

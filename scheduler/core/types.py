@@ -251,6 +251,7 @@ class Refused:
     retry_after_s: float = 0.0
     estimated_wait_s: float | None = None
     pool: str = ""  # the pool it names, when the refusal is one pool's
+    field: str = ""  # the request field it is about, when it is one (INVALID_ARGUMENT's BadRequest)
 
 
 class ErrorCode(enum.StrEnum):

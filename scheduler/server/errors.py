@@ -288,8 +288,7 @@ def from_refused(r: Refused, tenant: str) -> RpcFailure:
         return permission_denied(r.message, NO_QUOTA, tenant=tenant, **where)
     if r.reason in (RefuseReason.UNKNOWN_POOL, RefuseReason.NO_POOL_NAMED):
         # INVALID_ARGUMENT carries the field (BadRequest), as every malformed request does.
-        unknown_fallback = r.message.startswith("unknown fallback")  # placement.py's words
-        return invalid_argument("fallback_pools" if unknown_fallback else "pool", r.message)
+        return invalid_argument(r.field or "pool", r.message)
     if r.reason is RefuseReason.NO_ELIGIBLE_POOL:
         return failed_precondition(r.message, NO_ELIGIBLE_POOL)
     if r.reason is RefuseReason.UNKNOWN_TENANT:

@@ -267,8 +267,8 @@ class Metrics:
             elif isinstance(d, Refused):
                 tenant = event.tenant if isinstance(event, Acquire) and event.session == d.session else None
                 pool = UNKNOWN_POOL_LABEL if d.reason is RefuseReason.UNKNOWN_POOL else self._pool(d.pool)
-                key = (pool, self._tenant(tenant), d.reason)
-                self.refusals[key] = self.refusals.get(key, 0) + 1
+                refused = (pool, self._tenant(tenant), d.reason)
+                self.refusals[refused] = self.refusals.get(refused, 0) + 1
 
 
 class _BuildInfo(Collector):

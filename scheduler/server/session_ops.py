@@ -80,6 +80,13 @@ def placement_of(request: scheduler_pb2.AcquireRequest) -> Placement:
         raise errors.invalid_argument("selector", "give a pool or a selector, not both")
     if "" in request.selector:
         raise errors.invalid_argument("selector", "a label key must not be empty")
+    fallback = tuple(request.fallback_pools)
+    if "" in fallback:
+        raise errors.invalid_argument(
+            "fallback_pools", f"entry {fallback.index('')}: a pool name must not be empty"
+        )
+    if len(set(fallback)) < len(fallback):
+        raise errors.invalid_argument("fallback_pools", "a pool is listed twice")
     return request.pool, tuple(sorted(request.selector.items())), tuple(request.fallback_pools)
 
 
