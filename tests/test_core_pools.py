@@ -36,6 +36,7 @@ from scheduler.core.types import (
     WorkerAdded,
     WorkerId,
     WorkerRemoved,
+    Yield,
 )
 from scheduler.policy.model import Policy, PoolSpec, TenantPoolQuota, TenantSpec
 
@@ -357,3 +358,17 @@ def test_lease_ids_route_by_worker() -> None:
     g = _only(p.handle(Acquire(SessionId("a"), TenantName("acme"), QoS.BURSTABLE, pool="gpu"), 1), Granted)
     assert p.lease(g.lease.lease_id) == g.lease
     assert p.lease(LeaseId("nobody/0#1")) is None
+
+
+def test_a_yielded_snapshot_records_the_pool_it_was_taken_in_whatever_the_client_said() -> None:
+    """The server knows where the lease was: a client claiming its snapshot came from another
+    pool (or with no labels) must not widen where the session may resume."""
+    p = _pools({"old": 1, "cpu": 1})
+    lease = _only(p.handle(_acq(pool="old"), 1), Granted).lease
+    claim = SnapshotRef("file:///s/1", pool="cpu", labels=(("cpuModel", "icelake"),))
+    p.handle(Yield(lease.session, lease.lease_id, lease.epoch, claim), 2)
+    view = p.session(lease.session)
+    assert view is not None and view.pool == "old"
+    stored = view.resume_from
+    assert stored is not None and stored.uri == "file:///s/1"
+    assert (stored.pool, stored.labels) == ("old", (("cpuModel", "skylake"),))

@@ -44,6 +44,7 @@ from scheduler.core.types import (
     Resumed,
     Revoked,
     SessionId,
+    SnapshotRef,
     Tick,
     WorkerAdded,
     WorkerDraining,
@@ -132,7 +133,10 @@ class Pools:
         if isinstance(event, Acquire):
             out += self._acquire(event, now)
         elif isinstance(event, Release | Renew | Yield):
-            out += self._in(self._where.get(event.session) or self._first(), event, now)
+            name = self._where.get(event.session) or self._first()
+            if isinstance(event, Yield) and event.snapshot is not None:
+                event = replace(event, snapshot=self._stamped(name, event.snapshot))
+            out += self._in(name, event, now)
         elif isinstance(event, WorkerAdded):
             out += self._worker_added(event, now)
         elif isinstance(event, WorkerDraining | WorkerRemoved):
@@ -256,6 +260,15 @@ class Pools:
             self._track(name, core, out)
             self._set_due(name)
         return out
+
+    def _stamped(self, name: str, ref: SnapshotRef) -> SnapshotRef:
+        """A yielded snapshot as taken in pool `name`: that pool and its compatibility labels,
+        whatever the client said (its claim must not widen where the session may resume)."""
+        spec = self._catalog.specs.get(name)
+        labels = spec.compat_labels() if spec is not None else ref.labels
+        if ref.pool == name and ref.labels == labels:
+            return ref
+        return replace(ref, pool=name, labels=labels)
 
     def _acquire(self, ev: Acquire, now: float) -> list[Decision]:
         prior = self._where.get(ev.session)
