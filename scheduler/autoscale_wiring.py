@@ -58,7 +58,7 @@ def pool_autoscalers(
             env, scheduler=scheduler, slots=spec.slots_per_worker, pool=pool, target=spec.target
         )
 
-    loops = PoolAutoscalers.build(
+    loops = PoolAutoscalers(
         lambda: loop.core.policy,
         lambda name: loop.core.describe(name),
         registry,

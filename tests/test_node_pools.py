@@ -29,6 +29,8 @@ def test_a_node_client_acquires_in_named_pools() -> None:
     assert seen["named"]["pool"] == "gpu" and seen["named"]["worker"].startswith("local-gpu-")
     assert seen["selected"] == {"pool": "cpu-a"}  # the selector's first match in the policy's order
     assert seen["queued"] == {"pool": "gpu", "reason": "tenant_quota"}  # beyond acme's nominal 1 there
+    assert seen["after_release"] == {"pool": "gpu"}  # granted where it waited
+    assert seen["ended"] == ["END_REASON_RELEASED", "END_REASON_RELEASED"]
     unknown = seen["unknown"]
     assert unknown["code"] == 3 and unknown["fields"] == ["pool"] and "nowhere" in unknown["message"]
     no_match = seen["no_match"]

@@ -105,7 +105,7 @@ class World:
             self.actuators[spec.name] = a
             return a
 
-        self.auto = PoolAutoscalers.build(
+        self.auto = PoolAutoscalers(
             lambda: self.core.policy,
             self.core.describe,
             CoreMembership(self.submit),
@@ -195,9 +195,7 @@ def test_one_pool_is_one_loop_with_the_metrics_of_before_pools() -> None:
         made.append(several)
         return PoolActuator("", 2, lambda wid, s, p: None)
 
-    auto = PoolAutoscalers.build(
-        lambda: pol, core.describe, CoreMembership(lambda e: []), make, registry=registry
-    )
+    auto = PoolAutoscalers(lambda: pol, core.describe, CoreMembership(lambda e: []), make, registry=registry)
     assert list(auto.loops) == ["default"] and made == [False] and auto.first is auto.loops["default"]
     assert auto.first.pool is None
     auto.tick(0.0)

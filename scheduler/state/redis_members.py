@@ -19,38 +19,34 @@ from scheduler.state.redis_store import key_prefix, seam
 
 __all__ = ["RedisMembers"]
 
-# KEYS: members, addresses. ARGV: replica id, ttl ms, address.
-# Beat, forget members lapsed a minute ago (a replica gone for good), answer the live ones.
-_BEAT = """
+# KEYS: members, addresses. The live members: id, address, id, address... by Redis's clock.
+_NOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+_ANSWER_LIVE = """
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+local out = {}
+for _, id in ipairs(live) do
+  table.insert(out, id)
+  table.insert(out, redis.call('HGET', KEYS[2], id) or '')
+end
+return out
+"""
+_LIVE = _NOW + _ANSWER_LIVE
+# ARGV: replica id, ttl ms, address. Beat, forget members lapsed a minute ago (a replica gone
+# for good), answer the live ones.
+_BEAT = (
+    _NOW
+    + """
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - 60000)
 for _, id in ipairs(gone) do redis.call('HDEL', KEYS[2], id) end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 60000)
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
-local out = {}
-for _, id in ipairs(live) do
-  table.insert(out, id)
-  table.insert(out, redis.call('HGET', KEYS[2], id) or '')
-end
-return out
 """
-
-# KEYS: members, addresses. The live members, as _BEAT answers them.
-_LIVE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
-local out = {}
-for _, id in ipairs(live) do
-  table.insert(out, id)
-  table.insert(out, redis.call('HGET', KEYS[2], id) or '')
-end
-return out
-"""
-
+    + _ANSWER_LIVE
+)
 
 # KEYS: owners. ARGV: expected version, then pool, replica pairs. The compare-and-set.
 _SET_OWNERS = """

@@ -69,8 +69,10 @@ class PoolsDemand:
 
 
 class PoolAutoscalers:
-    """Every pool's autoscaler, by pool name, in the policy's order; pools added by a live
-    policy change get theirs at the next `reconcile` (which `run` calls every period)."""
+    """Every pool's autoscaler, by pool name, in the policy's order: one loop per pool
+    `make_actuator(spec, several)` gives an actuator for (None: that pool is not autoscaled);
+    with one pool, the loop and its metrics are as before pools. Pools added by a live policy
+    change get theirs at the next `reconcile` (which `run` calls every period)."""
 
     def __init__(
         self,
@@ -101,24 +103,6 @@ class PoolAutoscalers:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stops: dict[str, asyncio.Event] = {}
         self.reconcile()
-
-    @classmethod
-    def build(
-        cls,
-        policy: Callable[[], Policy],
-        describe: Callable[[str | None], PoolView],
-        membership: Membership,
-        make_actuator: Callable[[PoolSpec, bool], Actuator | None],
-        *,
-        clock: Callable[[], float] = time.time,
-        registry: CollectorRegistry | None = None,
-        period_s: float = 15.0,
-    ) -> PoolAutoscalers:
-        """One loop per pool `make_actuator(spec, several)` gives an actuator for (None: that
-        pool is not autoscaled). With one pool, the loop and its metrics are as before pools."""
-        return cls(
-            policy, describe, membership, make_actuator, clock=clock, registry=registry, period_s=period_s
-        )
 
     def reconcile(self) -> tuple[list[str], list[str]]:
         """Give each pool of the policy in force its loop, and drop the loops of pools it no

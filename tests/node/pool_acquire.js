@@ -82,7 +82,28 @@ async function main() {
   seen.unknown = (await acquire(acmeToken, { session_id: "u1", pool: "nowhere" })).error;
   seen.no_match = (await acquire(acmeToken, { session_id: "u2", selector: { kind: "tpu" } })).error;
   seen.no_quota = (await acquire(globexToken, { session_id: "x1", pool: "gpu" })).error;
-  for (const c of [g1, c1, g2]) c.call.cancel();
+  // g1 released: g2, waiting in gpu, is granted there; then both end RELEASED.
+  const next = (c) => new Promise((resolve) => c.call.once("data", resolve));
+  const ended = (c) =>
+    new Promise((resolve) => {
+      const on = (ev) => (ev.ended ? resolve(ev.ended.reason) : c.call.once("data", on));
+      c.call.once("data", on);
+    });
+  const release = (lease, token) =>
+    new Promise((resolve, reject) =>
+      acme.Release({ session_id: lease.session_id, lease_id: lease.lease_id, epoch: lease.epoch }, metadata(token), (e) =>
+        e ? reject(e) : resolve()
+      )
+    );
+  const g1Ended = ended(g1);
+  const g2Next = next(g2);
+  await release(g1.event.granted.lease, acmeToken);
+  const regrant = await g2Next;
+  seen.after_release = regrant.granted ? { pool: regrant.granted.lease.pool } : regrant;
+  const g2Ended = ended(g2);
+  await release(regrant.granted.lease, acmeToken);
+  seen.ended = [await g1Ended, await g2Ended];
+  c1.call.cancel();
   console.log(JSON.stringify(seen));
   process.exit(0);
 }
