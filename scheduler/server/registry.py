@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from scheduler.core.placement import default_pool
 from scheduler.core.types import Decision, Rejected, WorkerAdded, WorkerDraining, WorkerId, WorkerRemoved
 from scheduler.ports import Extras, WorkerEntry
 from scheduler.server import errors
@@ -49,7 +50,10 @@ class WorkerRegistry:
         now = self.loop.now()
         w = self.workers.get(worker_id)
         if w is not None:
-            same_pool = not pool or self.loop.core.worker_pool(worker_id) in (pool, None)
+            # Compared with the pool `pool` resolves to (unset: the only pool or `default`), not
+            # the raw request: an unset pool must not keep a worker where it no longer asked.
+            resolved = pool or default_pool(self.loop.core.policy)
+            same_pool = resolved is None or self.loop.core.worker_pool(worker_id) in (resolved, None)
             if w.address == address and w.slots == slots and same_pool:
                 w.labels = labels  # idempotent re-register (e.g. after a scheduler restart)
                 w.last_heartbeat = now
