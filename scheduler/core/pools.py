@@ -133,7 +133,14 @@ class Pools:
         if isinstance(event, Acquire):
             out += self._acquire(event, now)
         elif isinstance(event, Release | Renew | Yield):
-            name = self._where.get(event.session) or self._first()
+            # A session no pool holds (it just ended) goes where its lease was, to be refused
+            # there: another pool's core must not see it (its clock and usage would move).
+            lease_id = event.lease_id  # None: a withdrawal of a queued request
+            name = (
+                self._where.get(event.session)
+                or (lease_id is not None and self._worker_pool.get(_worker_of(lease_id)))
+                or self._first()
+            )
             if isinstance(event, Yield) and event.snapshot is not None:
                 event = replace(event, snapshot=self._stamped(name, event.snapshot))
             out += self._in(name, event, now)
