@@ -95,8 +95,9 @@ class PoolAutoscalers:
         # Whether pools are labelled is fixed at start: one pool's metrics stay as before
         # pools, and a series does not change its labels under a running Prometheus.
         self.several = len(policy().pool_specs()) > 1
-        pooled = registry is not None and self.several
-        self._metrics = AutoscalerMetrics(registry, pooled=True) if pooled else None
+        self._metrics = (
+            AutoscalerMetrics(registry, pooled=True) if registry is not None and self.several else None
+        )
         self.loops: dict[str, Autoscaler] = {}
         self.actuators: dict[str, Actuator] = {}
         self._declined: set[str] = set()  # pools make_actuator gave no actuator for
