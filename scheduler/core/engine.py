@@ -191,6 +191,10 @@ class Core(Ledger):
         sample while a fairness waiter could gain from it), if any."""
         return self._timers.next_deadline(self._order.fairness_waiter, self._usage_next)
 
+    def deadline_bound(self) -> float | None:
+        """No later than `next_deadline` (None only if that is None), and cheaper: no flush."""
+        return self._timers.lower_bound(self._usage_next)
+
     # ------------------------------------------------------------------ views
 
     def session(self, session: SessionId) -> SessionView | None:

@@ -105,7 +105,7 @@ class Pools:
         self._single: Core | None = None
         self._where: dict[SessionId, str] = {}  # session -> its pool (several pools only)
         self._worker_pool: dict[WorkerId, str] = {}
-        self._due: dict[str, float] = {}
+        self._due: dict[str, tuple[float, bool]] = {}  # pool -> (deadline or lower bound, exact)
         self._heap: list[tuple[float, str]] = []
         self._now = float("-inf")
         self._reindex()
@@ -128,8 +128,10 @@ class Pools:
         single = self._single
         if single is not None and not _names_a_pool(event):
             return single.handle(event, now)
-        self._now = max(self._now, now)  # a pool's views are as of the latest event of any
-        out = self._fire_due(now)
+        if now > self._now:
+            self._now = now  # a pool's views are as of the latest event of any
+        heap = self._heap
+        out = self._fire_due(now) if heap and heap[0][0] <= now else []
         if isinstance(event, Acquire):
             out += self._acquire(event, now)
         elif isinstance(event, Release | Renew | Yield):
@@ -156,7 +158,8 @@ class Pools:
                 out += self._in(name, event, now)
         elif not isinstance(event, Tick):
             raise TypeError(f"not an event: {event!r}")
-        self._drop_retired()
+        if len(self._cores) != len(self._catalog.specs):
+            self._drop_retired()
         return out
 
     def apply_policy(self, policy: Policy, now: float) -> list[Decision]:
@@ -182,7 +185,7 @@ class Pools:
     def next_deadline(self) -> float | None:
         if self._single is not None:
             return self._single.next_deadline()
-        top = self._top()
+        top = self._top(float("inf"))
         return None if top is None else top[0]
 
     def session(self, session: SessionId) -> SessionView | None:
@@ -265,7 +268,7 @@ class Pools:
         out = core.handle(event, now)
         if self._single is None:
             self._track(name, core, out)
-            self._set_due(name)
+            self._keep(name, core.deadline_bound(), exact=False)
         return out
 
     def _stamped(self, name: str, ref: SnapshotRef) -> SnapshotRef:
@@ -285,7 +288,11 @@ class Pools:
         if prior is not None:
             msg = f"session {ev.session} already holds or waits (in pool {prior!r})"
             return [Refused(ev.session, RefuseReason.DUPLICATE_SESSION, msg, pool=prior)]
-        placed = place(self._catalog, ev, lambda name: self._cores[name].room_for(ev.tenant, ev.qos))
+        pool = ev.pool
+        if pool and not ev.fallback and ev.resume_from is None and pool in self._catalog.specs:
+            placed: str | Refused = pool  # one known pool named: the only candidate (placement.py)
+        else:
+            placed = place(self._catalog, ev, lambda name: self._cores[name].room_for(ev.tenant, ev.qos))
         if isinstance(placed, Refused):
             return [placed]
         if self._single is None:
@@ -326,31 +333,51 @@ class Pools:
     # ------------------------------------------------------------------ deadlines and indexes
 
     def _set_due(self, name: str) -> None:
-        at = self._cores[name].next_deadline()
+        """After an event in pool `name`: keep a lower bound of its next deadline (cheap), made
+        exact only if it reaches the top of the heap by the time asked about (`_top`)."""
+        self._keep(name, self._cores[name].deadline_bound(), exact=False)
+
+    def _keep(self, name: str, at: float | None, exact: bool) -> None:
         if at is None:
             self._due.pop(name, None)
-        elif self._due.get(name) != at:
-            self._due[name] = at
+            return
+        old = self._due.get(name)
+        self._due[name] = (at, exact)
+        if old is None or old[0] != at:
             heapq.heappush(self._heap, (at, name))
 
-    def _top(self) -> tuple[float, str] | None:
+    def _top(self, upto: float) -> tuple[float, str] | None:
+        """The earliest deadline of any pool; a lower bound at or before `upto` is made exact
+        first (a pool's exact deadline moves only with its own events, so it can wait)."""
         heap, due = self._heap, self._due
-        while heap and due.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)  # stale: that pool's deadline moved
-        return heap[0] if heap else None
+        while heap:
+            at, name = heap[0]
+            entry = due.get(name)
+            if entry is None or entry[0] != at:
+                heapq.heappop(heap)  # stale: that pool's deadline moved
+            elif entry[1] or at > upto:
+                return heap[0]
+            else:
+                heapq.heappop(heap)
+                del due[name]
+                self._keep(name, self._cores[name].next_deadline(), exact=True)
+        return None
 
     def _fire_due(self, now: float) -> list[Decision]:
         out: list[Decision] = []
-        while (top := self._top()) is not None and top[0] <= now:
-            out += self._in(top[1], Tick(), now)
-            if self._due.get(top[1]) == top[0]:  # a deadline that does not move: do not spin
-                del self._due[top[1]]
+        while (top := self._top(now)) is not None and top[0] <= now:
+            at, name = top
+            core = self._cores[name]
+            fired = core.handle(Tick(), now)
+            self._track(name, core, fired)
+            out += fired
+            nxt = core.next_deadline()
+            # A deadline that does not move would spin: drop it until the pool's next event.
+            self._keep(name, None if nxt == at else nxt, exact=True)
         return out
 
     def _drop_retired(self) -> None:
-        live = self._catalog.specs
-        if len(self._cores) == len(live):
-            return  # nothing retired (the cores are a superset of the policy's pools)
+        live = self._catalog.specs  # the cores are a superset of the policy's pools
         for name in [n for n in self._cores if n not in live]:
             core = self._cores[name]
             if not core.session_ids() and not core.worker_ids():

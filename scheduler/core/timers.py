@@ -72,6 +72,18 @@ class Timers:
             at = lower
         return None if at == math.inf else at
 
+    def lower_bound(self, sample: float = math.inf) -> float | None:
+        """A time no later than `next_deadline`, without asking about fairness waiters (whose
+        answer costs a flush of the service order): what pools.py keeps for every pool."""
+        at = sample
+        if self.deadlines and self.deadlines[0][0] < at:
+            at = self.deadlines[0][0]
+        if self.expiries and self.expiries[0][0] < at:
+            at = self.expiries[0][0]
+        if self.maturing and self.maturing[0][0] < at:
+            at = self.maturing[0][0]
+        return None if at == math.inf else at
+
     def deadline_due(self, at: float) -> bool:
         return bool(self.deadlines) and self.deadlines[0][0] <= at
 
