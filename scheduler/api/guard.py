@@ -211,7 +211,13 @@ def _step(name: str, kind: str, limit: int, extra: Any, is_set: bool = False) ->
             return _bad_time(name, getattr(msg, name), extra)
 
         return one_time
-    return lambda msg: _entries(getattr(msg, name), name, kind, limit, extra)
+
+    def entries(msg: Any) -> _Bad:
+        value = getattr(msg, name)
+        # most requests leave their maps and lists empty (an Acquire's selector, fallback_pools)
+        return _entries(value, name, kind, limit, extra) if value else None
+
+    return entries
 
 
 def _entries(value: Any, path: str, kind: str, limit: int, extra: Any) -> _Bad:
