@@ -105,6 +105,22 @@ def test_accepted_resume_carries_the_lease_sha256() -> None:
     assert isinstance(fresh, Accepted) and fresh.resume_from is None
 
 
+def test_accepted_resume_carries_the_pool_and_labels_the_scheduler_recorded() -> None:
+    # A caller that strips (or rewrites) the snapshot's compatibility labels in its Start does
+    # not get past the worker's resume check: the lease's record is what is checked.
+    icelake = (("cpuModel", "icelake"),)
+    lease = Grant("w0/0#3", "s1", "acme", "w0", 0, 3, URI, SHA, "cpu-a", icelake)
+    view = LeaseView.of([lease], as_of=0.0)
+    for pool, labels in [("", ()), ("cpu-b", (("cpuModel", "sapphire"),))]:
+        verdict = check_start(view, claim(resume_from=SnapshotRef(URI, 10, SHA, pool=pool, labels=labels)))
+        assert isinstance(verdict, Accepted) and verdict.resume_from is not None
+        assert (verdict.resume_from.pool, verdict.resume_from.labels) == ("cpu-a", icelake)
+    # A lease of before pools records neither: the caller's ref stands as it was.
+    verdict = check_start(VIEW, claim(resume_from=SnapshotRef(URI, 10, SHA, pool="p", labels=icelake)))
+    assert isinstance(verdict, Accepted) and verdict.resume_from is not None
+    assert (verdict.resume_from.pool, verdict.resume_from.labels) == ("p", icelake)
+
+
 def test_messages_name_what_did_not_match() -> None:
     v = check_start(VIEW, claim(tenant="globex"))
     assert isinstance(v, LeaseCheckFailed) and "tenant 'globex'" in v.message
@@ -121,6 +137,10 @@ def test_grant_from_lease_proto() -> None:
     assert Grant.from_pb(pb) == Grant("w0/1#7", "s", "t", "w0", 1, 7)
     pb.resume_from.CopyFrom(common_pb2.SnapshotRef(uri="file:///a", sha256="ff"))
     assert Grant.from_pb(pb).resume_uri == "file:///a" and Grant.from_pb(pb).resume_sha256 == "ff"
+    pb.resume_from.pool = "cpu-a"
+    pb.resume_from.labels["cpuModel"] = "icelake"
+    g = Grant.from_pb(pb)
+    assert (g.resume_pool, g.resume_labels) == ("cpu-a", (("cpuModel", "icelake"),))
 
 
 # ------------------------------------------------------------------------------- end to end

@@ -78,14 +78,18 @@ def test_a_snapshot_records_the_pool_and_resumes_only_where_its_labels_hold(tmp_
                 ) as s2:
                     assert s2.lease is not None and s2.lease.pool == "cpu-a"
                 # A resume misrouted to the cpu-b worker (by hand, past the scheduler) is refused
-                # by the worker, naming both pools' labels.
+                # by the worker: its lease there resumes from no snapshot.
                 async with client.session("s3", QoS.BURSTABLE, pool="cpu-b") as s3:
                     assert s3.lease is not None and s3.lease.slot.worker_id == "b1"
                     moved = replace(s3.lease, resume_from=snap)
-                    with pytest.raises(WorkerCallError, match="icelake") as refused:
+                    with pytest.raises(WorkerCallError, match="resumes from no snapshot") as refused:
                         await workers(s3.lease.worker_address).start(moved, "acme")
-                    assert "sapphire" in str(refused.value) and refused.value.code is not None
-                    assert refused.value.code.name == "FAILED_PRECONDITION"
+                    assert refused.value.code is not None and refused.value.code.name == "PERMISSION_DENIED"
+                # The lease records the snapshot's labels: what the worker checks a Start against,
+                # whatever labels the caller's Start carries (test_worker_leases.py).
+                async with actor_session(client, "s4", QoS.BURSTABLE, rt, pool="cpu-a", resume_from=snap) as s4:
+                    assert s4.lease is not None and s4.lease.resume_from is not None
+                    assert dict(s4.lease.resume_from.labels) == {"cpuModel": "icelake"}
             # A worker credential may not join a pool its entry does not list.
             bad = await worker("w9", "cpu-b", WORKER_TOKEN)
             try:

@@ -71,6 +71,10 @@ class Grant:
     epoch: int
     resume_uri: str = ""
     resume_sha256: str = ""
+    # The pool and compatibility labels the scheduler recorded for the snapshot: a caller's
+    # Start must not drop them to get past the worker's resume check.
+    resume_pool: str = ""
+    resume_labels: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_pb(cls, pb: common_pb2.Lease) -> Grant:
@@ -83,6 +87,8 @@ class Grant:
             pb.epoch,
             pb.resume_from.uri if pb.HasField("resume_from") else "",
             pb.resume_from.sha256 if pb.HasField("resume_from") else "",
+            pb.resume_from.pool if pb.HasField("resume_from") else "",
+            tuple(sorted(pb.resume_from.labels.items())) if pb.HasField("resume_from") else (),
         )
 
 
@@ -193,6 +199,8 @@ def check_start(view: LeaseView, claim: StartClaim) -> Accepted | LeaseCheckFail
                 f"(sha256 {g.resume_sha256!r})",
             )
         ref = replace(ref, sha256=g.resume_sha256)  # keeps its pool and labels
+    if g.resume_pool or g.resume_labels:
+        ref = replace(ref, pool=g.resume_pool, labels=g.resume_labels)  # the scheduler's record
     return Accepted(g, ref)
 
 

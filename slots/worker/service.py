@@ -288,9 +288,6 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                     "resume_from.uri: required when a snapshot is given",
                 )
             resume = ref_from_pb(request.resume_from)
-            why = self.incompatible(resume)
-            if why is not None:
-                await self._abort(context, grpc.StatusCode.FAILED_PRECONDITION, why)
         if self.leases is not None or self.grants is not None or caller.tenant is not None:
             try:
                 self.host.validate_start(
@@ -321,7 +318,10 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             )
             if isinstance(verdict, LeaseCheckFailed):
                 await self._abort(context, _CODES[verdict.code], verdict.message)
-            resume = verdict.resume_from
+            resume = verdict.resume_from  # with the pool and labels the scheduler recorded
+        why = None if resume is None else self.incompatible(resume)
+        if why is not None:
+            await self._abort(context, grpc.StatusCode.FAILED_PRECONDITION, why)
         try:
             result = await self.host.start(
                 request.session_id,
