@@ -87,7 +87,9 @@ def test_a_snapshot_records_the_pool_and_resumes_only_where_its_labels_hold(tmp_
                     assert refused.value.code is not None and refused.value.code.name == "PERMISSION_DENIED"
                 # The lease records the snapshot's labels: what the worker checks a Start against,
                 # whatever labels the caller's Start carries (test_worker_leases.py).
-                async with actor_session(client, "s4", QoS.BURSTABLE, rt, pool="cpu-a", resume_from=snap) as s4:
+                async with actor_session(
+                    client, "s4", QoS.BURSTABLE, rt, pool="cpu-a", resume_from=snap
+                ) as s4:
                     assert s4.lease is not None and s4.lease.resume_from is not None
                     assert dict(s4.lease.resume_from.labels) == {"cpuModel": "icelake"}
             # A worker credential may not join a pool its entry does not list.
