@@ -122,7 +122,8 @@ def fill_lease(pb: common_pb2.Lease, lease: Lease, address: str, yielding: Yield
     pb.qos = QOS_TO_PB[lease.qos]
     pb.tenant = lease.tenant
     _set_ts(pb.granted_at, lease.granted_at)
-    pb.pool = lease.pool
+    if lease.pool:  # a fresh message's pool is already "" (setting it costs a call per Lease)
+        pb.pool = lease.pool
     if lease.resume_from is not None:
         pb.resume_from.CopyFrom(snapshot_to_pb(lease.resume_from))
     if yielding is None:
@@ -153,8 +154,10 @@ def _queued_into(
 ) -> None:
     q = ev.queued
     q.position = position
-    q.pool = pool
-    q.reason = reason
+    if pool:  # fresh messages: unset is already ""
+        q.pool = pool
+    if reason:
+        q.reason = reason
     if estimate_s is not None:  # unset = no estimate yet
         q.estimated_wait.CopyFrom(dur(estimate_s))
     _set_ts(ev.at, at)
