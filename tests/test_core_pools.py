@@ -323,8 +323,10 @@ def test_each_pool_decides_as_it_would_alone(script: list[tuple[str, int]]) -> N
         ticked = {n: _tick_if_due(alone[n], now) for n in _NAMES}
         if isinstance(ev, Tick):
             assert sorted(map(repr, got)) == sorted(repr(d) for n in _NAMES for d in ticked[n])
+            _same_next_deadline(pools, alone, now)
             continue
         want = ticked[name] + alone[name].handle(lone_ev, now)  # type: ignore[arg-type]
+        _same_next_deadline(pools, alone, now)
         mine = [d for d in got if _pool_of(d) in (name, None)]
         assert [d for d in mine if not isinstance(d, Rejected)] == [
             d for d in want if not isinstance(d, Rejected)
@@ -339,6 +341,15 @@ def test_each_pool_decides_as_it_would_alone(script: list[tuple[str, int]]) -> N
                 del asked[d.session]
     for n in _NAMES:
         assert pools.describe(n) == alone[n].describe(applied)
+
+
+def _same_next_deadline(pools: Pools, alone: dict[str, Core], now: float) -> None:
+    """Pools' next deadline (kept as lower bounds, made exact when asked) is the earliest of the
+    lone cores'. Checked when none is already due: a due deadline that does not move is dropped
+    by Pools until its pool's next event (it must not spin), which a lone core does not model."""
+    ats = [a for a in (c.next_deadline() for c in alone.values()) if a is not None]
+    if all(a > now for a in ats):
+        assert pools.next_deadline() == min(ats, default=None)
 
 
 def _tick_if_due(core: Core, now: float) -> list[Decision]:
