@@ -10,7 +10,8 @@ one attribute test).
 Routing: an Acquire goes where placement.py puts it; a Release, Renew or Yield to the pool its
 session is in; a worker's events to the pool it joined; Resumed and a policy to every pool. Before
 any event, every pool's timers due by then fire (as one core fires all its timers first), found
-through a heap of each pool's next deadline, so an event costs O(log pools) beyond its pool's.
+through a heap of each pool's next deadline, so an event costs O(log pools) beyond its pool's
+(the heap holds a cheap lower bound after a pool's event, made exact when it is reached).
 
 A pool the policy no longer has is retired: it takes no new request and no new worker, its leases
 and waiters go on under the last policy it had, and it is dropped once it holds nothing.
