@@ -64,6 +64,7 @@ def test_workers_join_only_their_pools_and_act_only_as_themselves() -> None:
                 assert (got.pool, dict(got.compatibility_labels)) == ("cpu-a", {"cpuModel": "icelake"})
                 got = await w.workers.Register(register("w-g", "gpu"), metadata=w.md)
                 assert (got.pool, dict(got.compatibility_labels)) == ("gpu", {})  # gpu keeps none
+                assert dict(got.labels) == {"kind": "gpu", "gpu": "a100", "cpuModel": "sapphire"}
 
                 # cpu-b's credential cannot act for cpu-a's worker, nor the other way round.
                 for client, other in ((b, "w-a"), (w, "b-1")):

@@ -63,6 +63,14 @@ def test_a_snapshot_records_the_pool_and_resumes_only_where_its_labels_hold(tmp_
             await asyncio.wait_for(b.agent.registered.wait(), 5)
             assert (a.service.pool, a.service.pool_labels) == ("cpu-a", (("cpuModel", "icelake"),))
             assert (b.service.pool, b.service.pool_labels) == ("cpu-b", (("cpuModel", "sapphire"),))
+            assert dict(a.service.pool_all_labels) == {"kind": "cpu", "cpuModel": "icelake"}
+            # The worker checks a snapshot's labels as placement does: each must be its pool's,
+            # a key its pool's compatibility does not name included.
+            gpu_snap = StoreRef("file:///s/g", 1, "", 0.0, "gpu", (("gpu", "a100"),))
+            assert a.service.incompatible(gpu_snap) is not None
+            own = StoreRef("file:///s/a", 1, "", 0.0, "cpu-a", (("cpuModel", "icelake"),))
+            assert a.service.incompatible(own) is None
+            assert b.service.incompatible(own) is not None
             async with AsyncClient(listen, token=TOKENS["acme"]) as client:
                 async with actor_session(client, "s1", QoS.BURSTABLE, rt, pool="cpu-a") as s:
                     lease = s.lease

@@ -139,6 +139,7 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
             grant_keys=self._grant_keys(wid),
             pool=spec.name,
             compatibility_labels=dict(spec.compat_labels()),
+            labels=dict(spec.labels),
         )
 
     @errors.unary

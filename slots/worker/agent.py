@@ -51,6 +51,7 @@ from slots.worker.host import ActorHost
 from slots.worker.leases import Grant, LeaseView
 
 log = logging.getLogger("slotsched.worker")
+Labels = tuple[tuple[str, str], ...]  # (key, value) pairs, sorted by key
 
 DRAINED = "drained"
 STOPPED = "stopped"
@@ -166,9 +167,9 @@ class WorkerAgent:
         self._stub: Any = None
         #: Called with (kid, key) pairs, the current key first, from every answer that lists any.
         self.on_grant_keys: Callable[[tuple[tuple[str, bytes], ...]], None] | None = None
-        #: Told the pool the scheduler registered this worker into and its compatibility labels
-        #: (the Worker service's `join_pool`), at every registration.
-        self.on_pool: Callable[[str, tuple[tuple[str, str], ...]], None] | None = None
+        #: Told the pool the scheduler registered this worker into, its compatibility labels
+        #: and all its labels (the Worker service's `join_pool`), at every registration.
+        self.on_pool: Callable[[str, Labels, Labels], None] | None = None
 
     def _grant_keys(self, keys: Sequence[workers_pb2.GrantKey]) -> None:
         # An empty list is a scheduler that hands out no keys (an older one): keep what we have.
@@ -206,7 +207,8 @@ class WorkerAgent:
                 raise _refused(what, e) from e
             self._grant_keys(resp.grant_keys)
             if self.on_pool is not None:
-                self.on_pool(resp.pool, tuple(sorted(resp.compatibility_labels.items())))
+                compat = tuple(sorted(resp.compatibility_labels.items()))
+                self.on_pool(resp.pool, compat, tuple(sorted(resp.labels.items())))
             if resp.HasField("heartbeat_interval"):
                 self.heartbeat_interval_s = max(0.05, resp.heartbeat_interval.ToNanoseconds() / 1e9)
             log.info(

@@ -166,19 +166,26 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         #: checked against every snapshot it is asked to resume ("" and (): not registered).
         self.pool = ""
         self.pool_labels: tuple[tuple[str, str], ...] = ()
+        self.pool_all_labels: tuple[tuple[str, str], ...] = ()  # every label of the pool
 
-    def join_pool(self, pool: str, labels: tuple[tuple[str, str], ...]) -> None:
+    def join_pool(
+        self, pool: str, labels: tuple[tuple[str, str], ...], all_labels: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         """The pool the scheduler registered this worker into (again after a failover)."""
         if (pool, labels) != (self.pool, self.pool_labels):
             log.info("worker %s is in pool %s (%s)", self.host.worker_id, pool or "-", _labels_text(labels))
-        self.pool, self.pool_labels = pool, labels
+        self.pool, self.pool_labels, self.pool_all_labels = pool, labels, all_labels
 
     def incompatible(self, ref: SnapshotRef) -> str | None:
         """Why this worker must not resume `ref` (a compatibility label of the snapshot's that
         this pool has with another value), or None. The scheduler places by the same rule; this
         is the worker's own check, so a misrouted resume fails here, not inside the actor."""
-        mine = dict(self.pool_labels)
-        bad = [(k, v) for k, v in ref.labels if k in mine and mine[k] != v]
+        if self.pool_all_labels:  # the scheduler's rule: each of the snapshot's labels is the pool's
+            have = dict(self.pool_all_labels)
+            bad = [(k, v) for k, v in ref.labels if have.get(k) != v]
+        else:  # only the compatibility keys are known here
+            mine = dict(self.pool_labels)
+            bad = [(k, v) for k, v in ref.labels if k in mine and mine[k] != v]
         if not bad:
             return None
         return (

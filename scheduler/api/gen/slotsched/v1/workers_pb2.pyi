@@ -41,8 +41,15 @@ class RegisterRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., address: _Optional[str] = ..., slots: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., slot_epochs: _Optional[_Mapping[int, int]] = ..., pool: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("heartbeat_interval", "grant_keys", "pool", "compatibility_labels")
+    __slots__ = ("heartbeat_interval", "grant_keys", "pool", "compatibility_labels", "labels")
     class CompatibilityLabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -53,11 +60,13 @@ class RegisterResponse(_message.Message):
     GRANT_KEYS_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     COMPATIBILITY_LABELS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     heartbeat_interval: _duration_pb2.Duration
     grant_keys: _containers.RepeatedCompositeFieldContainer[GrantKey]
     pool: str
     compatibility_labels: _containers.ScalarMap[str, str]
-    def __init__(self, heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., grant_keys: _Optional[_Iterable[_Union[GrantKey, _Mapping]]] = ..., pool: _Optional[str] = ..., compatibility_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., grant_keys: _Optional[_Iterable[_Union[GrantKey, _Mapping]]] = ..., pool: _Optional[str] = ..., compatibility_labels: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class GrantKey(_message.Message):
     __slots__ = ("key_id", "key")
