@@ -33,6 +33,9 @@ RETRY_AFTER_MS: Final = "retry-after-ms"
 ESTIMATED_WAIT_MS: Final = "estimated-wait-ms"
 #: Trailing, on NOT_LEADER: the leader's HOST:PORT, when the replica knows it (the SDK follows it).
 LEADER: Final = "x-slotsched-leader"
+#: Trailing, on NOT_LEADER with per-pool leadership (`serve --leadership pool`): the pool whose
+#: leader `LEADER` names; the SDK follows that leader for that pool's sessions only.
+POOL: Final = "x-slotsched-pool"
 #: Trailing: the call's google.rpc.Status with its rich details (grpc_status's key).
 DETAILS: Final = "grpc-status-details-bin"
 #: Trailing on Admin.GetPolicy / ApplyPolicy: the policy generation, the state store
@@ -96,6 +99,8 @@ _CODES: Final[Mapping[Reason, grpc.StatusCode]] = MappingProxyType(
 
 #: ErrorInfo metadata key naming the leader on NOT_LEADER (the same address as `LEADER`).
 LEADER_INFO: Final = "leader"
+#: ErrorInfo metadata key naming the pool on a per-pool NOT_LEADER (the same name as `POOL`).
+POOL_INFO: Final = "pool"
 #: The codes every failure carries an ErrorInfo with, and the reason when none more specific.
 DEFAULT_REASONS: Final[Mapping[grpc.StatusCode, Reason]] = MappingProxyType(
     {
@@ -133,6 +138,8 @@ __all__ = [
     "ESTIMATED_WAIT_MS",
     "LEADER",
     "LEADER_INFO",
+    "POOL",
+    "POOL_INFO",
     "MAX_CHANNEL_COMMANDS",
     "MAX_CHANNEL_SESSIONS",
     "MAX_STATUS_GRANTS",

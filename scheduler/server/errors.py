@@ -210,6 +210,21 @@ def not_leader(leader: str | None = None, store_down: str | None = None) -> RpcF
     return RpcFailure(grpc.StatusCode.UNAVAILABLE, message, metadata=md, reason=NOT_LEADER, info=info)
 
 
+def pool_not_led(pool: str, leader: str | None) -> RpcFailure:
+    """Per-pool leadership (`serve --leadership pool`): this replica does not lead `pool`.
+    UNAVAILABLE NOT_LEADER as above, naming the pool (ErrorInfo `pool`, trailing
+    `x-slotsched-pool`) beside its leader, so a client follows that leader for that pool's
+    sessions only; without a leader known (a take-over under way), retry shortly."""
+    if leader:
+        message = f"not the leader of pool {pool!r}: its leader is at {leader}"
+        md: tuple[tuple[str, str], ...] = ((RETRY_AFTER_KEY, "0"), (LEADER_KEY, leader), (wire.POOL, pool))
+        info = {wire.LEADER_INFO: leader, wire.POOL_INFO: pool}
+    else:
+        message = f"not the leader of pool {pool!r}: its leader is being elected"
+        md, info = ((RETRY_AFTER_KEY, "200"), (wire.POOL, pool)), {wire.POOL_INFO: pool}
+    return RpcFailure(grpc.StatusCode.UNAVAILABLE, message, metadata=md, reason=NOT_LEADER, info=info)
+
+
 _CLOSED = {
     StreamClosed.SUPERSEDED: (grpc.StatusCode.ABORTED, "a newer Acquire stream attached to this session"),
     StreamClosed.SHUTTING_DOWN: (
@@ -450,6 +465,7 @@ __all__ = [
     "ESTIMATED_WAIT_KEY",
     "LEADER_KEY",
     "NOT_LEADER",
+    "pool_not_led",
     "RETRY_AFTER_KEY",
     "RpcFailure",
     "aborted",
