@@ -1,0 +1,113 @@
+"""Per-pool leadership (issue 25, not wired into serve.py yet): which of a replica's pool units
+a call goes to, or the NOT_LEADER that sends the caller to the pool's leader.
+
+With per-pool leadership a replica holds one unit per pool of the policy: a `SchedulerLoop`
+over `Policy.for_pool(pool)` (and, once wired, its own `Replica` and store under the pool's
+prefix). A unit either leads its pool here (its loop serves) or follows the pool's journal as a
+hot standby (its loop is `shutting_down`), so every replica knows every pool's sessions as of
+its journal. The rules (docs/design.md, "Pools across replicas"):
+
+* a call about a live session goes to the unit whose core holds it, wherever the request says
+  it should go (as a re-attach ignores placement today);
+* a new Acquire goes to its **first candidate** (`placement.candidates` over the whole policy:
+  its pool, else the first pool its selector matches, else the default; resume compatibility and
+  quota applied): the same pool on every replica, from the policy alone, so two replicas never
+  send a caller back and forth. The request is rewritten to name that pool only: the unit's core
+  knows no other. Deviation: fallback across pools is not tried under per-pool leadership (a
+  free slot in a pool led elsewhere is known only as of that pool's journal);
+* a unit that does not lead here answers `errors.pool_not_led(pool, its leader)`;
+* a call about no live session goes to the first unit leading here (it answers NOT_FOUND as
+  today), else to the first unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from scheduler.api.gen.slotsched.v1 import scheduler_pb2
+from scheduler.core.placement import Catalog, candidates
+from scheduler.core.types import Acquire, Refused, TenantName
+from scheduler.policy.model import Policy
+from scheduler.server import convert, errors
+from scheduler.server.loop import NO_PLACEMENT, SchedulerLoop
+from scheduler.server.session_ops import placement_of, snapshot_of
+
+__all__ = ["PoolRoutes", "PoolUnit"]
+
+
+@dataclass
+class PoolUnit:
+    """One pool's part of a replica: its loop, and where its leader is when not here."""
+
+    pool: str
+    loop: SchedulerLoop
+    leader: Callable[[], str | None] = lambda: None
+
+    @property
+    def leads(self) -> bool:
+        return not self.loop.shutting_down
+
+
+class PoolRoutes:
+    """The units of one replica, by pool, in the policy's order."""
+
+    def __init__(self, units: Mapping[str, PoolUnit], policy: Callable[[], Policy]) -> None:
+        if not units:
+            raise ValueError("no pool unit")
+        self.units = dict(units)
+        self._policy = policy
+        self._catalog: Catalog | None = None
+
+    def _cat(self) -> Catalog:
+        policy = self._policy()
+        if self._catalog is None or self._catalog.policy is not policy:
+            self._catalog = Catalog.of(policy)  # once per policy, not per call
+        return self._catalog
+
+    def _served(self, unit: PoolUnit) -> PoolUnit:
+        if not unit.leads:
+            raise errors.pool_not_led(unit.pool, unit.leader())
+        return unit
+
+    def holding(self, tenant: str, session_id: str) -> PoolUnit | None:
+        """The unit whose core holds the session (leading or following), if any."""
+        key = convert.session_key(tenant, session_id)
+        for unit in self.units.values():
+            if unit.loop.core.session(key) is not None:
+                return unit
+        return None
+
+    def for_session(self, tenant: str, session_id: str) -> PoolUnit:
+        """Where a Renew, Release, Yield, GetSession or Withdraw goes."""
+        unit = self.holding(tenant, session_id)
+        if unit is not None:
+            return self._served(unit)
+        here = next((u for u in self.units.values() if u.leads), None)
+        return here if here is not None else self._served(next(iter(self.units.values())))
+
+    def for_acquire(self, tenant: str, request: scheduler_pb2.AcquireRequest) -> PoolUnit:
+        """Where an Acquire goes; a new one is rewritten to name its pool. RpcFailure: the
+        placement's refusal (unknown pool, no eligible pool, no quota), or NOT_LEADER."""
+        unit = self.holding(tenant, request.session_id)
+        if unit is not None:
+            return self._served(unit)
+        where = placement_of(request)  # INVALID_ARGUMENT for a malformed placement
+        if where is NO_PLACEMENT and len(self.units) == 1:
+            return self._served(next(iter(self.units.values())))
+        qos = convert.PB_TO_QOS.get(request.qos)
+        if qos is None:
+            raise errors.invalid_argument("qos", "must be GUARANTEED, BURSTABLE or BEST_EFFORT")
+        key = convert.session_key(tenant, request.session_id)
+        ev = Acquire(key, TenantName(tenant), qos, snapshot_of(request, "resume_from"), *where)
+        cands = candidates(self._cat(), ev)
+        if isinstance(cands, Refused):
+            raise errors.from_refused(cands, tenant)
+        pool = cands[0]
+        unit = self.units.get(pool)
+        if unit is None:  # the policy names a pool this replica has no unit for yet (a change in flight)
+            raise errors.pool_not_led(pool, None)
+        request.pool = pool
+        request.selector.clear()
+        del request.fallback_pools[:]
+        return self._served(unit)
