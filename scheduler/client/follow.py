@@ -10,6 +10,11 @@ yields, the channel multiplexer) keeps calling `client.stub()` and never learns 
 A leader a NOT_LEADER names may be no configured target (on Kubernetes, a pod IP that changes with
 every restart), so a long-lived client would gain a channel per failover: the channel of an address
 that is neither a target nor the leader is closed once no call or stream is in flight on it.
+
+Per-pool leadership (`serve --leadership pool`): each pool has its own leader, and a refusal names
+the pool too (trailing `x-slotsched-pool`). A client routes its sessions by pool (`route`): each
+route has its own leader, all of them share the client's channels (one per replica), and a
+refusal naming a pool moves only the route of that pool.
 """
 
 from __future__ import annotations
@@ -78,13 +83,22 @@ def as_unavailable(err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
     )
 
 
-def leader_named(err: grpc.aio.AioRpcError) -> str | None:
-    """The leader's address a NOT_LEADER refusal names, if any."""
+def _trailer(err: grpc.aio.AioRpcError, name: str) -> str | None:
     for key, value in err.trailing_metadata() or ():
-        if key == LEADER_KEY:
+        if key == name:
             text = value.decode() if isinstance(value, bytes) else str(value)
             return text.strip() or None
     return None
+
+
+def leader_named(err: grpc.aio.AioRpcError) -> str | None:
+    """The leader's address a NOT_LEADER refusal names, if any."""
+    return _trailer(err, LEADER_KEY)
+
+
+def pool_named(err: grpc.aio.AioRpcError) -> str | None:
+    """The pool a per-pool NOT_LEADER refusal is about (its leader: `leader_named`), if any."""
+    return _trailer(err, wire.POOL)
 
 
 class Follower:
@@ -95,6 +109,10 @@ class Follower:
     channel is kept, so going back and forth costs no handshake; the channel of any other address
     (a leader named once) is closed as soon as that address is not the leader and no call opened
     through `track` is in flight on it: at most one channel per target, plus the leader's.
+
+    `route(key)` is a follower for one pool's (or selector's) sessions sharing these channels: its
+    own `current`, the same channels, stubs, calls in flight and suspects; a channel is closed
+    only when no route's leader is its address. The root (key "") is the default route.
     """
 
     def __init__(
@@ -118,6 +136,20 @@ class Follower:
         self._in_flight: dict[str, int] = {}  # address -> calls on its channel not done yet
         self._closing: set[asyncio.Task[None]] = set()
         self.switches = 0
+        self.key = ""
+        self.routes: dict[str, Follower] = {"": self}  # shared by every route of the client
+
+    def route(self, key: str) -> Follower:
+        """The follower of route `key` (module doc), made on first use, starting where the
+        default route goes now; "" is the default route itself."""
+        found = self.routes.get(key)
+        if found is not None:
+            return found
+        child = object.__new__(Follower)
+        child.__dict__.update(self.routes[""].__dict__)  # the same dicts: channels, stubs, ...
+        child.key, child.switches = key, 0
+        self.routes[key] = child
+        return child
 
     def stub(self, stub_cls: type, address: str | None = None) -> Any:
         address = address or self.current
@@ -163,7 +195,9 @@ class Follower:
             del self._suspect[address]
 
     def _unused(self, address: str) -> bool:
-        return address != self.current and address not in self.targets and not self._in_flight.get(address)
+        if address in self.targets or self._in_flight.get(address):
+            return False
+        return all(r.current != address for r in self.routes.values())
 
     def failed(self, address: str, err: grpc.aio.AioRpcError) -> float | None:
         """`address` answered `err`: move on if the connection was lost (`connection_lost`).
@@ -172,6 +206,14 @@ class Follower:
         UNAVAILABLE; or one target, down or shutting down, and no standby pointing elsewhere:
         the caller's own backoff and timeouts apply)."""
         if not self.follow or not connection_lost(err):
+            return None
+        pool = pool_named(err)
+        if pool is not None and self.key and not self.key.startswith("selector:") and pool != self.key:
+            # About another pool's leader: that route moves, not this one (the pool's own).
+            other = self.route(pool)
+            named_other = leader_named(err)
+            if named_other is not None and named_other != other.current:
+                other._move(named_other)
             return None
         now = time.monotonic()
         named = leader_named(err)
@@ -210,7 +252,10 @@ class Follower:
         return others[0] if others and not stay else address
 
     async def close(self) -> None:
-        channels, self._channels, self._stubs = self._channels, {}, {}
+        """Close every channel of the client (all routes share them)."""
+        channels = dict(self._channels)
+        self._channels.clear()
+        self._stubs.clear()
         for channel in channels.values():
             await channel.close()
         for task in list(self._closing):
