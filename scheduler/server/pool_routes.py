@@ -31,7 +31,7 @@ from scheduler.core.types import Acquire, Refused, TenantName
 from scheduler.policy.model import Policy
 from scheduler.server import convert, errors
 from scheduler.server.loop import NO_PLACEMENT, SchedulerLoop
-from scheduler.server.session_ops import placement_of, snapshot_of
+from scheduler.server.session_ops import placement_of, qos_of, snapshot_of
 
 __all__ = ["PoolRoutes", "PoolUnit"]
 
@@ -95,11 +95,8 @@ class PoolRoutes:
         where = placement_of(request)  # INVALID_ARGUMENT for a malformed placement
         if where is NO_PLACEMENT and len(self.units) == 1:
             return self._served(next(iter(self.units.values())))
-        qos = convert.PB_TO_QOS.get(request.qos)
-        if qos is None:
-            raise errors.invalid_argument("qos", "must be GUARANTEED, BURSTABLE or BEST_EFFORT")
         key = convert.session_key(tenant, request.session_id)
-        ev = Acquire(key, TenantName(tenant), qos, snapshot_of(request, "resume_from"), *where)
+        ev = Acquire(key, TenantName(tenant), qos_of(request), snapshot_of(request, "resume_from"), *where)
         cands = candidates(self._cat(), ev)
         if isinstance(cands, Refused):
             raise errors.from_refused(cands, tenant)

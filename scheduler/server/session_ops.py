@@ -63,6 +63,13 @@ def check_session_id(value: str) -> None:
         raise errors.invalid_argument("session_id", f"longer than {MAX_SESSION_ID_BYTES} bytes")
 
 
+def qos_of(request: scheduler_pb2.AcquireRequest) -> QoS:
+    qos = convert.PB_TO_QOS.get(request.qos)
+    if qos is None:
+        raise errors.invalid_argument("qos", "must be GUARANTEED, BURSTABLE or BEST_EFFORT")
+    return qos
+
+
 def snapshot_of(msg: Any, field: str) -> SnapshotRef | None:
     if not msg.HasField(field):
         return None
@@ -120,9 +127,7 @@ class SessionOps:
         """Validate, then re-attach to a live session or ask the core for a new one; the stream
         is `make(key)` (the channel's streams feed its shared outbox)."""
         check_session_id(request.session_id)
-        qos = convert.PB_TO_QOS.get(request.qos)
-        if qos is None:
-            raise errors.invalid_argument("qos", "must be GUARANTEED, BURSTABLE or BEST_EFFORT")
+        qos = qos_of(request)
         resume = snapshot_of(request, "resume_from")
         wait_timeout = None
         if request.HasField("wait_timeout"):
