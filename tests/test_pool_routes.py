@@ -19,11 +19,13 @@ from scheduler.policy.yaml_io import parse_policy
 from scheduler.server import errors
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.pool_routes import PoolRoutes, PoolUnit
+from scheduler.server.registry import WorkerRegistry
 from scheduler.server.session_ops import SessionOps
 from tests.grpc_fixtures import pools_policy_yaml
 
 B = common_pb2.QOS_CLASS_BURSTABLE
 ELSEWHERE = "10.0.0.2:50051"
+KEYS = GrantKeyring.generate()
 
 
 def _policy() -> Policy:
@@ -38,7 +40,8 @@ async def _routes(led: set[str]) -> tuple[PoolRoutes, Policy]:
         loop = SchedulerLoop(policy.for_pool(name))
         loop.submit(WorkerAdded(WorkerId(f"w-{name}"), 1, pool=name))
         loop.shutting_down = name not in led  # a hot standby of the pool
-        units[name] = PoolUnit(name, loop, leader=lambda: ELSEWHERE)
+        registry = WorkerRegistry(loop, 5.0)
+        units[name] = PoolUnit(name, loop, SessionOps(loop, KEYS), registry, leader=lambda: ELSEWHERE)
     return PoolRoutes(units, lambda: policy), policy
 
 
@@ -70,7 +73,7 @@ def test_a_new_acquire_goes_to_its_first_candidate_named_alone(
         assert unit.pool == pool
         assert (req.pool, dict(req.selector), list(req.fallback_pools)) == (pool, {}, [])
         # The unit's own core takes the rewritten request: granted there, in that pool.
-        stream = SessionOps(unit.loop, GrantKeyring.generate()).open("acme", req)
+        stream = unit.ops.open("acme", req)
         view = unit.loop.session(stream.key)
         assert view is not None and view.lease is not None and view.lease.pool == pool
 
@@ -96,7 +99,7 @@ def test_a_live_session_is_routed_to_the_unit_holding_it_whatever_the_request_na
         routes, _ = await _routes(led={"cpu-a", "gpu"})
         req = _acquire("s1", pool="gpu")
         unit = routes.for_acquire("acme", req)
-        SessionOps(unit.loop, GrantKeyring.generate()).open("acme", req)
+        unit.ops.open("acme", req)
         assert routes.for_session("acme", "s1").pool == "gpu"
         assert routes.for_acquire("acme", _acquire("s1", pool="cpu-a")).pool == "gpu"  # a re-attach
         # Another tenant's session of the same id is not that one: no unit holds it.
@@ -136,7 +139,7 @@ def test_a_tenant_without_quota_in_the_pool_is_refused_naming_pool_and_class() -
         req = _acquire("s1", pool="gpu")
         unit = routes.for_acquire("globex", req)  # one candidate: the unit's core refuses
         with pytest.raises(errors.RpcFailure) as e:
-            SessionOps(unit.loop, GrantKeyring.generate()).open("globex", req)
+            unit.ops.open("globex", req)
         assert e.value.code is grpc.StatusCode.PERMISSION_DENIED and "gpu" in e.value.message
 
     asyncio.run(main())

@@ -1,11 +1,12 @@
-"""Per-pool leadership (issue 25, not wired into serve.py yet): which of a replica's pool units
-a call goes to, or the NOT_LEADER that sends the caller to the pool's leader.
+"""Per-pool leadership (issue 25, `serve --leadership pool`, wired by scheduler/pool_leadership.py):
+which of a replica's pool units a call goes to, or the NOT_LEADER that sends the caller to the
+pool's leader.
 
 With per-pool leadership a replica holds one unit per pool of the policy: a `SchedulerLoop`
-over `Policy.for_pool(pool)` (and, once wired, its own `Replica` and store under the pool's
-prefix). A unit either leads its pool here (its loop serves) or follows the pool's journal as a
-hot standby (its loop is `shutting_down`), so every replica knows every pool's sessions as of
-its journal. The rules (docs/design.md, "Pools across replicas"):
+over `Policy.for_pool(pool)`, its `SessionOps` and `WorkerRegistry`, and its own `Replica` and
+store under the pool's prefix. A unit either leads its pool here (its loop serves) or follows
+the pool's journal as a hot standby (its loop is `shutting_down`), so every replica knows every
+pool's sessions as of its journal. The rules (docs/design.md, "Pools across replicas"):
 
 * a call about a live session goes to the unit whose core holds it, wherever the request says
   it should go (as a re-attach ignores placement today);
@@ -17,7 +18,8 @@ its journal. The rules (docs/design.md, "Pools across replicas"):
   free slot in a pool led elsewhere is known only as of that pool's journal);
 * a unit that does not lead here answers `errors.pool_not_led(pool, its leader)`;
 * a call about no live session goes to the first unit leading here (it answers NOT_FOUND as
-  today), else to the first unit.
+  today), else to the first unit;
+* a worker's call goes to the unit whose registry holds it (Register: the pool it names).
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2
-from scheduler.core.placement import Catalog, candidates
+from scheduler.core.placement import Catalog, candidates, default_pool
 from scheduler.core.types import Acquire, Refused, TenantName
 from scheduler.policy.model import Policy
 from scheduler.server import convert, errors
 from scheduler.server.loop import NO_PLACEMENT, SchedulerLoop
-from scheduler.server.session_ops import placement_of, qos_of, snapshot_of
+from scheduler.server.registry import WorkerRegistry
+from scheduler.server.session_ops import SessionOps, placement_of, qos_of, snapshot_of
 
 __all__ = ["PoolRoutes", "PoolUnit"]
 
@@ -42,11 +45,17 @@ class PoolUnit:
 
     pool: str
     loop: SchedulerLoop
+    ops: SessionOps
+    registry: WorkerRegistry | None = None  # None: a single loop's Scheduler service (no workers here)
     leader: Callable[[], str | None] = lambda: None
 
     @property
     def leads(self) -> bool:
         return not self.loop.shutting_down
+
+    def refusal(self) -> errors.RpcFailure:
+        """What a call to this pool gets here while another replica leads it."""
+        return errors.pool_not_led(self.pool, self.leader())
 
 
 class PoolRoutes:
@@ -67,8 +76,26 @@ class PoolRoutes:
 
     def _served(self, unit: PoolUnit) -> PoolUnit:
         if not unit.leads:
-            raise errors.pool_not_led(unit.pool, unit.leader())
+            raise unit.refusal()
         return unit
+
+    def first(self) -> PoolUnit:
+        return next(iter(self.units.values()))
+
+    def for_pool(self, name: str) -> PoolUnit:
+        """The unit of the pool a request names (none: `default_pool`), leading here or not;
+        INVALID_ARGUMENT for a pool the policy does not have."""
+        unit = self.units.get(name or default_pool(self._policy()) or "")
+        if unit is None:
+            raise errors.unknown_pool(name, tuple(self.units))
+        return unit
+
+    def for_worker(self, worker_id: str) -> PoolUnit | None:
+        """The unit whose registry holds the worker (every replica follows every pool's)."""
+        for unit in self.units.values():
+            if unit.registry is not None and worker_id in unit.registry.workers:
+                return unit
+        return None
 
     def holding(self, tenant: str, session_id: str) -> PoolUnit | None:
         """The unit whose core holds the session (leading or following), if any."""
@@ -84,7 +111,7 @@ class PoolRoutes:
         if unit is not None:
             return self._served(unit)
         here = next((u for u in self.units.values() if u.leads), None)
-        return here if here is not None else self._served(next(iter(self.units.values())))
+        return here if here is not None else self._served(self.first())
 
     def for_acquire(self, tenant: str, request: scheduler_pb2.AcquireRequest) -> PoolUnit:
         """Where an Acquire goes; a new one is rewritten to name its pool. RpcFailure: the
@@ -94,7 +121,7 @@ class PoolRoutes:
             return self._served(unit)
         where = placement_of(request)  # INVALID_ARGUMENT for a malformed placement
         if where is NO_PLACEMENT and len(self.units) == 1:
-            return self._served(next(iter(self.units.values())))
+            return self._served(self.first())
         key = convert.session_key(tenant, request.session_id)
         ev = Acquire(key, TenantName(tenant), qos_of(request), snapshot_of(request, "resume_from"), *where)
         cands = candidates(self._cat(), ev)

@@ -8,6 +8,11 @@ it relays the session's `LeaseStream` and hands it the caller's gRPC deadline, w
 `wait_timeout`, withdraws a request still queued when it passes (the stream keeps that timer:
 stream.py). A stream that breaks otherwise changes nothing in the core: the caller re-attaches,
 the lease TTL reclaims the dead.
+
+Under per-pool leadership (`routes`: pool_routes.py) each call goes to the pool unit its
+session is in (a new Acquire: its first candidate pool), whose loop and operations serve it; a
+pool led by another replica answers NOT_LEADER naming the pool and its leader. With one loop
+(every other mode) the route is that loop, looked up once.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from scheduler.ports import StateUnavailable
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
 from scheduler.server.loop import SchedulerLoop
+from scheduler.server.pool_routes import PoolRoutes, PoolUnit
 from scheduler.server.session_channel import ChannelService
 from scheduler.server.session_ops import UNARY_OPS, SessionOps
 from scheduler.server.stream import FINAL, StreamClosed
@@ -36,17 +42,37 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     """`keys` sign grants and tag lease ids (grants.py); None = a key generated for this server.
     The unary rpcs are set below the class, one per row of the command table."""
 
-    def __init__(self, loop: SchedulerLoop, auth: Authenticator, keys: GrantKeyring | None = None) -> None:
-        self._loop = loop
+    def __init__(
+        self,
+        loop: SchedulerLoop | None,
+        auth: Authenticator,
+        keys: GrantKeyring | None = None,
+        routes: PoolRoutes | None = None,
+    ) -> None:
         self._auth = auth
         self._keys = keys if keys is not None else GrantKeyring.generate()
-        self._ops = SessionOps(loop, self._keys)
-        self._channels = ChannelService(loop, auth, self._ops)
+        self._routes = routes
+        if routes is None:
+            assert loop is not None
+            self._unit: PoolUnit | None = PoolUnit("", loop, SessionOps(loop, self._keys))
+        else:
+            self._unit = None
+        self._channels = ChannelService(auth, self._keys, self._unit, routes)
 
     def _tenant(self, context: Any, command: Command) -> str:
-        if self._loop.shutting_down:
+        if self._unit is not None and self._unit.loop.shutting_down:
             raise errors.unavailable()
         return self._auth.tenant(context, command)  # charged to the command's flow (rate limits)
+
+    def _route(self, tenant: str, request: Any) -> PoolUnit:
+        """The unit serving a call about `request.session_id` (RpcFailure: NOT_LEADER)."""
+        unit = self._unit
+        if unit is None:
+            assert self._routes is not None
+            return self._routes.for_session(tenant, request.session_id)
+        if unit.loop.shutting_down:
+            raise errors.unavailable()
+        return unit
 
     # ------------------------------------------------------------------ Acquire
 
@@ -71,15 +97,19 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     async def _run_acquire(self, request: scheduler_pb2.AcquireRequest, context: Any, tenant: str) -> None:
         try:
             await self._auth.gate.admit(tenant)  # fair admission in the tenant's flow
-            if self._loop.shutting_down:
-                raise errors.unavailable()
-            stream = self._ops.open(tenant, request)
+            if self._unit is None:
+                assert self._routes is not None
+                unit = self._routes.for_acquire(tenant, request)
+            else:
+                unit = self._route(tenant, request)
+            loop = unit.loop
+            stream = unit.ops.open(tenant, request)
         except errors.RpcFailure as f:
             await errors.abort(context, f)
             return
         left = context.time_remaining()
         if left is not None:  # the caller's patience too, while queued (the stream's timer)
-            stream.give_up_at(self._loop.now() + left, "the caller's deadline")
+            stream.give_up_at(loop.now() + left, "the caller's deadline")
         items = stream.items
         write = context.write
         keys = self._keys
@@ -91,12 +121,12 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                     # CLOSE (a newer stream attached, shutdown, a step-down): what is still queued
                     # is stale, e.g. a grant of a term whose state a step-down threw away.
                     reason = stream.close_reason or StreamClosed.SHUTTING_DOWN
-                    await errors.abort(context, errors.from_closed(reason))
+                    await errors.abort(context, _closed(unit, reason))
                     return
                 # Built (and signed) while the journal append is in flight; written only after:
                 # never tell what a crash could take back.
                 message = seal(keys, lease_event(notice))
-                await self._loop.durable()
+                await loop.durable()
                 if stream.closed:
                     continue  # closed while we waited: the check above ends the stream
                 await write(message)
@@ -105,21 +135,29 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                         await errors.abort(context, errors.withdrawn(stream.withdrawn))
                     return
         except StateUnavailable as e:  # the state store could not make it durable
-            await errors.abort(context, errors.from_state(e))
+            await errors.abort(context, errors.from_state(e) if self._unit else unit.refusal())
         except asyncio.CancelledError:
             # Client gone or its deadline passed. Only the deadline withdraws a queued request
             # (cancelled before the stream's own timer: the same withdrawal).
             if stream.queued_since is not None and not stream.withdrawn:
                 left = context.time_remaining()
                 if left is not None and left <= _DEADLINE_SLACK_S:
-                    self._loop.withdraw_queued(stream.key)
+                    loop.withdraw_queued(stream.key)
             raise
         finally:
-            self._loop.detach(stream)
+            loop.detach(stream)
 
     async def Channel(self, requests: Any, context: Any) -> None:
         """Many sessions on one bidirectional stream (session_channel.py)."""
         await self._channels.serve(context)
+
+
+def _closed(unit: PoolUnit, reason: StreamClosed) -> errors.RpcFailure:
+    """How a stream the loop closed ends; a pool unit stepping down (its pool moved, or lost
+    its lease) sends the caller to the pool's leader."""
+    if reason is StreamClosed.SHUTTING_DOWN and unit.pool:
+        return unit.refusal()
+    return errors.from_closed(reason)
 
 
 # ---------------------------------------------------------------- unary rpcs, from the table
@@ -133,10 +171,9 @@ def _unary_rpc(command: Command) -> Callable[[SchedulerService, Any, Any], Await
     async def rpc(self: SchedulerService, request: Any, context: Any) -> Any:
         tenant = self._tenant(context, command)
         await self._auth.gate.admit(tenant)  # fair admission in the tenant's flow (fairness.py)
-        if self._loop.shutting_down:
-            raise errors.unavailable()
-        outcome = op(self._ops, tenant, request)
-        await self._loop.durable()
+        unit = self._route(tenant, request)
+        outcome = op(unit.ops, tenant, request)
+        await unit.loop.durable()
         if isinstance(outcome, errors.RpcFailure):
             raise outcome
         return outcome

@@ -45,10 +45,12 @@ from scheduler.api import commands, guard
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2
 from scheduler.api.wire import MAX_CHANNEL_SESSIONS
 from scheduler.core.types import SessionId
+from scheduler.grants import GrantKeyring
 from scheduler.ports import StateUnavailable
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
 from scheduler.server.loop import SchedulerLoop
+from scheduler.server.pool_routes import PoolRoutes, PoolUnit
 from scheduler.server.session_ops import UNARY_OPS, Outcome, SessionOps
 from scheduler.server.stream import CLOSE, FINAL, Item, LeaseStream, StreamClosed
 
@@ -117,16 +119,20 @@ class ChannelStream(LeaseStream):
 
 
 class ChannelService:
-    """Serves Channel calls for the Scheduler servicer (one `_Channel` per call)."""
+    """Serves Channel calls for the Scheduler servicer (one `_Channel` per call): on `unit`'s
+    loop, or (per-pool leadership, `routes`) on the unit of the channel's first command."""
 
-    def __init__(self, loop: SchedulerLoop, auth: Authenticator, ops: SessionOps) -> None:
-        self.loop = loop
+    def __init__(
+        self, auth: Authenticator, keys: GrantKeyring, unit: PoolUnit | None, routes: PoolRoutes | None = None
+    ) -> None:
         self.auth = auth
-        self.ops = ops
+        self.keys = keys
+        self.unit = unit
+        self.routes = routes
 
     async def serve(self, context: Any) -> None:
         try:
-            if self.loop.shutting_down:
+            if self.unit is not None and self.unit.loop.shutting_down:
                 raise errors.unavailable()
             tenant = self.auth.tenant(context)
             held = self.auth.streams.open_channel(tenant, context)  # spec.limits.channelsPer*
@@ -142,10 +148,14 @@ class ChannelService:
 
 class _Channel:
     def __init__(self, service: ChannelService, context: Any, tenant: str) -> None:
-        self.loop = service.loop
+        self.routes = service.routes
+        self.unit = service.unit
+        self.loop: SchedulerLoop
+        self.ops: SessionOps
+        if self.unit is not None:  # else bound at the first command (_bind)
+            self.loop, self.ops = self.unit.loop, self.unit.ops
         self.auth = service.auth
-        self.ops = service.ops
-        self.keys = service.ops.keys
+        self.keys = service.keys
         self.context = context
         self.tenant = tenant
         self.sessions: dict[str, ChannelStream] = {}
@@ -158,6 +168,40 @@ class _Channel:
         self.failed = asyncio.Event()
         self.reading_done = False
         self.limited_n = 0  # commands of the message being applied that their bucket refused
+
+    def _down(self) -> errors.RpcFailure:
+        """How the channel ends when its loop stops serving: a pool unit stepping down sends
+        the caller to the pool's leader."""
+        unit = self.unit
+        if unit is not None and unit.pool:
+            return unit.refusal()
+        return errors.from_closed(StreamClosed.SHUTTING_DOWN)
+
+    def _route(self, command: commands.Command | None, req: Any) -> PoolUnit:
+        """Per-pool leadership: the unit a command belongs to (a new acquire's is rewritten to
+        name its pool); RpcFailure: NOT_LEADER for a pool led elsewhere."""
+        assert self.routes is not None
+        if command is commands.ACQUIRE:
+            return self.routes.for_acquire(self.tenant, req)
+        return self.routes.for_session(self.tenant, req.session_id if req is not None else "")
+
+    def _bind(self, cmd: scheduler_pb2.ChannelCommand) -> None:
+        """A channel of per-pool leadership serves the pool of its first command (the SDK keeps
+        one per pool); a pool led elsewhere ends it NOT_LEADER, naming that pool's leader."""
+        field = cmd.WhichOneof("command")
+        command = commands.BY_FIELD.get(field) if field else None
+        self.unit = self._route(command, getattr(cmd, field) if field else None)
+        self.loop, self.ops = self.unit.loop, self.unit.ops
+
+    def _same_unit(self, command: commands.Command, req: Any) -> None:
+        """A command of a bound channel for another pool: NOT_LEADER if another replica leads
+        it, else FAILED_PRECONDITION (open a Channel for that pool)."""
+        unit = self._route(command, req)
+        if unit is not self.unit:
+            assert self.unit is not None
+            raise errors.failed_precondition(
+                f"this Channel serves pool {self.unit.pool!r}; open another Channel for pool {unit.pool!r}"
+            )
 
     def push(self, entry: OutboxEntry) -> None:
         outbox = self.outbox
@@ -199,6 +243,8 @@ class _Channel:
             self._detach_all()
 
     def _detach_all(self) -> None:
+        if self.unit is None:
+            return  # never bound: nothing attached
         for s in self.sessions.values():
             self.loop.detach(s)  # its wait_timeout timer too
         self.sessions.clear()
@@ -223,9 +269,13 @@ class _Channel:
             # Same authentication as every rpc, per message: a credential ApplyPolicy removed
             # stops working here too (cached: one digest and a lookup).
             self.auth.tenant(self.context)
-            if self.loop.shutting_down:
-                raise errors.unavailable()
             cmds = req.commands
+            if self.unit is None:
+                if not cmds:
+                    continue
+                self._bind(cmds[0])
+            if self.loop.shutting_down:
+                raise self._down()
             limited: dict[commands.Flow, errors.RpcFailure] = {}
             self.limited_n = 0
             # Fair admission (fairness.py): the message is applied in chunks of at most
@@ -243,7 +293,7 @@ class _Channel:
                         break
                     await gate.wait(self.tenant, admitted)
                     if self.loop.shutting_down:
-                        raise errors.unavailable()
+                        raise self._down()
                 for k in range(i, j):
                     cmd = cmds[k]
                     bad = refused.get(k) if refused else None
@@ -292,6 +342,8 @@ class _Channel:
             req = getattr(cmd, field)
             sid = req.session_id
             self._charge(command, limited)
+            if self.routes is not None:
+                self._same_unit(command, req)
             if command is commands.ACQUIRE:
                 self._acquire(req)  # its answer is its lease events
                 return
@@ -363,7 +415,6 @@ class _Channel:
         outbox = self.outbox
         wake = self.wake
         write = self.context.write
-        durable = self.loop.durable
         gate = self.auth.gate
         while True:
             if not outbox and self.failure is None:
@@ -401,9 +452,9 @@ class _Channel:
                     ended = True
             if len(outbox) < SOFT_LIMIT:
                 self.drained.set()
-            await durable()
+            await self.loop.durable()  # bound by now: the outbox holds what its commands caused
             if self.loop.shutting_down:
-                raise errors.from_closed(StreamClosed.SHUTTING_DOWN)
+                raise self._down()
             if events:
                 await write(resp)
             if ended:
@@ -416,7 +467,7 @@ class _Channel:
             if self.sessions.get(s.session_id) is s:
                 del self.sessions[s.session_id]
             if s.close_reason is StreamClosed.SHUTTING_DOWN:
-                raise errors.from_closed(StreamClosed.SHUTTING_DOWN)
+                raise self._down()
             if not s.silent:
                 ev = events.add(session_id=s.session_id)
                 ev.error.CopyFrom(errors.from_closed(StreamClosed.SUPERSEDED).session_error())
