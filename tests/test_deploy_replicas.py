@@ -109,7 +109,7 @@ def check_readiness_on_health_service_empty(objs: Objs) -> None:
     probe = c.get("readinessProbe", {})
     assert set(probe) & {"grpc", "tcpSocket", "httpGet", "exec"} == {"grpc"}, "readiness must be gRPC health"
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert probe["grpc"]["port"] == ports["grpc"]
+    assert probe["grpc"]["port"] == ports["grpc"], f"readiness probes port {probe['grpc']['port']}"
     service = probe["grpc"].get("service", "")
     assert service == "", f"readiness probes health service {service!r}, not '' (every live replica serves)"
 
@@ -164,8 +164,10 @@ def check_several_pools(objs: Objs) -> None:
 def check_base_security_context(objs: Objs) -> None:
     base = render("redis-sentinel")
     want_pod = deployment(base)["spec"]["template"]["spec"]["securityContext"]
-    assert deployment(objs)["spec"]["template"]["spec"].get("securityContext") == want_pod
-    assert scheduler(objs).get("securityContext") == scheduler(base)["securityContext"]
+    got_pod = deployment(objs)["spec"]["template"]["spec"].get("securityContext")
+    assert got_pod == want_pod, f"pod securityContext {got_pod}, not base's"
+    got = scheduler(objs).get("securityContext")
+    assert got == scheduler(base)["securityContext"], f"container securityContext {got}, not base's"
     assert want_pod["runAsNonRoot"] is True
 
 
@@ -331,11 +333,44 @@ def test_each_check_catches_a_broken_render(name: str) -> None:
     check, breaking = BREAKS[name]
     objs = copy.deepcopy(render(OVERLAY))
     breaking(objs)
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match=CAUGHT_AS[name]):
         check(objs)
 
 
+# What each check says about each broken copy: it fails for the reason it is there for.
+CAUGHT_AS = {
+    "two replicas": "want 3 replicas",
+    "replicas left to the default": "want 3 replicas",
+    "no --leadership": "--leadership is None, not pool",
+    "--leadership single": "--leadership is 'single', not pool",
+    "plain redis:// state": "'redis://.*not Sentinel",
+    "memory state": "--state is None, not Sentinel",
+    "two sentinels named": "not the three sentinels",
+    "no POD_IP": "POD_IP must be",
+    "POD_IP is the node's": "POD_IP must be",
+    "a fixed --advertise": "--advertise 10.0.0.1:50051 is not this pod's address",
+    "listening on loopback": "--listen 127.0.0.1:50051",
+    "readiness on a pool's health": "health service 'slotsched.pool/cpu', not ''",
+    "readiness on a TCP socket": "readiness must be gRPC health",
+    "readiness on the metrics port": "readiness probes port 9464",
+    "Recreate": "strategy {'type': 'Recreate'}",
+    "maxUnavailable 1": "maxUnavailable 1, not 0",
+    "maxSurge 25%": "maxSurge '25%', not 1",
+    "budget maxUnavailable 2": "^budget .*'maxUnavailable': 2",
+    "budget minAvailable": "^budget .*'minAvailable': 2",
+    "budget selecting other pods": "covered by 0 budgets",
+    "no scheduler budget": "covered by 0 budgets",
+    "no anti-affinity": "no preferred podAntiAffinity",
+    "spread over zones only": "no preferred podAntiAffinity",
+    "anti-affinity to the workers": "no preferred podAntiAffinity",
+    "one pool": r"pools \('cpu',\): nothing to spread",
+    "pod securityContext dropped": "pod securityContext None",
+    "container may escalate": "container securityContext .*'allowPrivilegeEscalation': True",
+}
+
+
 def test_every_check_is_broken_at_least_once() -> None:
+    assert set(CAUGHT_AS) == set(BREAKS)
     assert {check for check, _ in BREAKS.values()} == set(CHECKS)
 
 
