@@ -293,8 +293,9 @@ def test_the_flat_manifests_are_gone() -> None:
         "policy-example.yaml",
         "policy-pools-example.yaml",
     ]
-    # pools has two worker Deployments (one per pool): tests/test_pools_operate.py validates it.
-    assert {p.name for p in (DEPLOY / "overlays").iterdir()} == {*OVERLAYS, "pools"}
+    # pools has two worker Deployments (one per pool): tests/test_pools_operate.py validates it;
+    # replicas (per-pool leadership over three replicas): tests/test_deploy_replicas.py.
+    assert {p.name for p in (DEPLOY / "overlays").iterdir()} == {*OVERLAYS, "pools", "replicas"}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
