@@ -34,7 +34,7 @@ import socket
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,3 +223,14 @@ def close_metrics_http(httpd: Any) -> None:
     """Stop a server `start_metrics_http` started (waits out its 0.5 s poll: call it off the loop)."""
     httpd.shutdown()
     httpd.server_close()
+
+
+def default_advertise(host: str, port: int, env: Mapping[str, str] | None = None) -> str:
+    """The address clients reach this replica at: the listen host, unless it listens on all
+    interfaces; then $POD_IP (Kubernetes' downward API), else the hostname."""
+    env = os.environ if env is None else env
+    if host in ("0.0.0.0", "::", "[::]", ""):
+        host = env.get("POD_IP") or socket.gethostname()
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 literal
+    return f"{host}:{port}"

@@ -23,10 +23,9 @@ import gc
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIServer
@@ -45,11 +44,14 @@ from scheduler.listen import (
     split_hostport,
     start_metrics_http,
 )
+from scheduler.listen import default_advertise as default_advertise  # kept importable from here
 from scheduler.policy.defaults import default_policy
 from scheduler.policy.errors import PolicyError, Problem
 from scheduler.policy.model import Policy
 from scheduler.policy.yaml_io import load_policy
-from scheduler.server.app import DEFAULT_LISTEN, DEFAULT_METRICS_LISTEN, GrpcServer, assemble
+from scheduler.pool_leadership import PoolLeadership, pool_leadership
+from scheduler.replica_leadership import ReplicaLeadership
+from scheduler.server.app import DEFAULT_LISTEN, DEFAULT_METRICS_LISTEN, assemble, assemble_pools
 from scheduler.server.auth import TENANT_HEADER, Authenticator
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.metrics import Metrics
@@ -82,6 +84,9 @@ class StateOptions:
     #: HOST:PORT clients are sent to while this replica leads (NOT_LEADER names it); default the
     #: listen address, or $POD_IP / the hostname with the bound port when listening on all.
     advertise: str | None = None
+    #: "replica": one leader runs every pool; "pool": each pool its own leader, the pools spread
+    #: over the replicas (scheduler/pool_leadership.py).
+    leadership: str = "replica"
 
 
 @dataclass
@@ -104,6 +109,9 @@ class RunningServer:
     #: Makes grants and tags lease ids; workers get their keys from it in Register and Heartbeat.
     grant_keys: GrantKeyring = field(default_factory=GrantKeyring.generate)
     transport: str = "plaintext"  # TlsFiles.describe() of the gRPC port
+    pools: PoolLeadership | None = (
+        None  # --leadership pool: every pool's unit and replica (loop: the first's)
+    )
 
     @property
     def target(self) -> str:
@@ -113,6 +121,8 @@ class RunningServer:
         """Health NOT_SERVING, new calls UNAVAILABLE, open streams ended with UNAVAILABLE."""
         await self.health.enter_graceful_shutdown()
         self.loop.begin_shutdown()
+        if self.pools is not None:
+            self.pools.begin_shutdown()
 
     async def stop(self, grace: float | None = 1.0) -> None:
         if self._stopped:
@@ -121,6 +131,8 @@ class RunningServer:
         await self.begin_shutdown()
         if self.replica is not None:
             await self.replica.stop()  # resign at once: a standby takes over without waiting a TTL
+        if self.pools is not None:
+            await self.pools.stop()
         if self._httpd is not None:
             # shutdown() waits out serve_forever's 0.5 s poll; nothing needs to wait for it.
             threading.Thread(target=close_metrics_http, args=(self._httpd,), daemon=True).start()
@@ -135,6 +147,8 @@ class RunningServer:
             # off the event loop.
             await asyncio.to_thread(self.autoscalers.close)
         self.loop.close()
+        if self.pools is not None:
+            self.pools.close()
 
 
 def _load(policy_path: str | None, watcher: PolicyWatcher | None = None) -> tuple[Policy, bool]:
@@ -209,11 +223,14 @@ async def start_server(
         policy, secure = await asyncio.to_thread(_load, None, watcher)  # a blocking GET
     keys = grant_keys if grant_keys is not None else GrantKeyring.generate()
     metrics = Metrics()
-    loop = SchedulerLoop(policy, metrics)
+    pools = pool_leadership(
+        redis_url, state, policy, metrics, keys, watcher, heartbeat_interval_s, static_pool
+    )
+    loop = pools.routes.first().loop if pools is not None else SchedulerLoop(policy, metrics)
     policy_log = PolicyLog(policy_source or policy_path, durable=redis_url is not None)
     if watcher is not None:
         _bind_policy_watcher(watcher, loop, secure, policy_log)
-    auth = Authenticator(secure, lambda: loop.core.policy)
+    auth = Authenticator(secure, (lambda: policy) if pools is not None else (lambda: loop.core.policy))
     registry = WorkerRegistry(loop, heartbeat_interval_s)
 
     def register_static_pool() -> None:  # local-N; of several pools local-<pool>-N, each in its pool
@@ -229,14 +246,20 @@ async def start_server(
         lambda name: loop.core.describe(name), lambda: loop.core.policy, serving
     )  # by the trigger's pool
 
-    leadership: _Leadership | None = None
-    if redis_url is None:
+    leadership: ReplicaLeadership | None = None
+    if pools is not None:  # any replica answers each pool's demand from that pool's core here
+        routes = pools.routes
+        demand = PoolsDemand(
+            lambda name: routes.for_pool(name or "").loop.core.describe(name), lambda: policy
+        )
+        grpc_server = assemble_pools(routes, auth, demand, keys, policy_log)
+    elif redis_url is None:
         if static_pool:
             register_static_pool()  # redis mode: on a fresh store only (the journal has them otherwise)
         grpc_server = assemble(loop, registry, auth, demand, grant_keys=keys, policy_log=policy_log)
     else:
         static = register_static_pool if static_pool else None
-        leadership = _Leadership(redis_url, state, loop, registry, policy, metrics, static, watcher)
+        leadership = ReplicaLeadership(redis_url, state, loop, registry, policy, metrics, static, watcher)
         grpc_server = assemble(
             loop,
             registry,
@@ -288,10 +311,20 @@ async def start_server(
     )
     running.grant_keys = keys
     running.transport = tls.describe() if tls is not None else "plaintext"
-    _add_autoscaler(running, metrics, host, autoscaler_env, autoscale_period_s)
+    if pools is None:
+        _add_autoscaler(running, metrics, host, autoscaler_env, autoscale_period_s)
+    elif (autoscaler_env if autoscaler_env is not None else os.environ).get("SLOTSCHED_AUTOSCALER"):
+        log.warning("--leadership pool: the companion autoscaler is not run in this mode; scale with KEDA")
     if watcher is not None:
         running._tasks.append(asyncio.create_task(watcher.run()))
-    if leadership is None:
+    if pools is not None:
+        running.pools = pools
+        try:
+            await pools.start(grpc_server, host, port)
+        except BaseException:
+            await running.stop(0)
+            raise
+    elif leadership is None:
         running._tasks.append(asyncio.create_task(registry.run_reaper()))
         if running.autoscalers is not None:
             running._tasks.append(asyncio.create_task(running.autoscalers.run()))
@@ -358,132 +391,6 @@ def _add_autoscaler(
     loops = pool_autoscalers(running.loop, running.registry, env, where, metrics.registry, period_s)
     if loops is not None:
         running.autoscalers, running.autoscaler = loops, loops.first
-
-
-class _Leadership:
-    """Redis mode: the replica (journal, recovery, election) and what runs only on the leader.
-
-    The gRPC server sees only `serving` (its leader gate); the replica calls `on_lead` and
-    `on_step_down`, which start and stop the reaper and the autoscaler and flip health."""
-
-    def __init__(
-        self,
-        redis_url: str,
-        state: StateOptions,
-        loop: SchedulerLoop,
-        registry: WorkerRegistry,
-        policy: Policy,
-        metrics: Metrics,
-        register_static_pool: Callable[[], None] | None,
-        watcher: PolicyWatcher | None = None,
-    ) -> None:
-        from scheduler.state.redis_connect import redact
-        from scheduler.state.redis_store import RedisStore
-        from scheduler.state.replica import Replica, StateMetrics
-
-        loop.shutting_down = True  # nothing runs on the core until this replica leads
-        store = RedisStore(
-            redis_url,
-            state.prefix,
-            state.replica_id or f"{os.uname().nodename}-{os.getpid()}",
-            # One slow call must not outlast the leader lease it is meant to keep.
-            timeout_s=min(1.0, state.leader_ttl_s / 3),
-        )
-        self._loop = loop
-        self._registry = registry
-        self._policy = policy
-        self._register_static_pool = register_static_pool
-        self._watcher = watcher
-        self._running: RunningServer | None = None
-        self._grpc: GrpcServer | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self.replica = Replica(
-            store,
-            loop,
-            registry,
-            policy,
-            StateMetrics(metrics.registry),
-            on_lead=self._on_lead,
-            on_step_down=self._on_step_down,
-            leader_ttl_s=state.leader_ttl_s,
-            snapshot_every=state.snapshot_every,
-            snapshot_interval_s=state.snapshot_interval_s,
-            campaign_interval_s=state.campaign_interval_s,
-            where=redact(redis_url),
-            on_store=self._on_store,
-        )
-        self._advertise = state.advertise
-        loop.journal = self.replica
-
-    def serving(self) -> bool:
-        return self.replica.leading()
-
-    def leader(self) -> str | None:
-        """Where the leader is, as a standby last read it (for NOT_LEADER); None while this
-        replica leads but refuses (its renewal is late): it must not send clients to itself."""
-        return None if self.replica.serving else self.replica.leader_address
-
-    async def start(self, running: RunningServer, grpc_server: GrpcServer) -> None:
-        self._running, self._grpc = running, grpc_server
-        running.replica = self.replica
-        self.replica.advertise = self._advertise or default_advertise(running.host, running.port)
-        running._tasks.append(asyncio.create_task(_cancel_on_exit(self._tasks)))
-        try:
-            await self.replica.start()
-        except BaseException:
-            await running.stop(0)
-            raise
-        if self.replica.fatal is not None:
-            await running.stop(0)
-            raise RuntimeError(f"cannot recover the state: {self.replica.fatal}")
-
-    async def _on_lead(self, fresh: bool) -> None:
-        assert self._running is not None and self._grpc is not None
-        if fresh:
-            self._loop.apply_policy(self._policy)  # journaled first: replay never depends on today's file
-            if self._register_static_pool is not None:
-                self._register_static_pool()
-        if self._watcher is not None:
-            # The object is the truth, not the journal: the new leader applies its latest version
-            # (journaled like any ApplyPolicy) and reports it in the object's status.
-            await self._watcher.resync()
-        if not self.replica.serving:
-            return  # stepped down meanwhile (its first batch failed): no reaper, autoscaler or SERVING
-        self._tasks.append(asyncio.create_task(self._registry.run_reaper()))
-        if self._running.autoscalers is not None:
-            self._tasks.append(asyncio.create_task(self._running.autoscalers.run()))
-        await self._grpc.set_serving(True)
-
-    async def _on_store(self, down: str | None) -> None:
-        if self._grpc is not None:
-            await self._grpc.set_store(down is None)
-
-    async def _on_step_down(self) -> None:
-        assert self._grpc is not None
-        for t in self._tasks:
-            t.cancel()
-        self._tasks.clear()
-        await self._grpc.set_serving(False)
-
-
-def default_advertise(host: str, port: int, env: Mapping[str, str] | None = None) -> str:
-    """The address clients reach this replica at: the listen host, unless it listens on all
-    interfaces; then $POD_IP (Kubernetes' downward API), else the hostname."""
-    env = os.environ if env is None else env
-    if host in ("0.0.0.0", "::", "[::]", ""):
-        host = env.get("POD_IP") or socket.gethostname()
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"  # an IPv6 literal
-    return f"{host}:{port}"
-
-
-async def _cancel_on_exit(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancels the leader-only tasks when the server's own tasks are cancelled (stop)."""
-    try:
-        await asyncio.Event().wait()
-    finally:
-        for t in tasks:
-            t.cancel()
 
 
 async def serve_forever(
@@ -560,6 +467,13 @@ async def serve_forever(
         down = replica.reach.down()  # not a standby: it cannot lead until the store answers
         role = f"{down}; retrying" if down else "leader" if replica.serving else "standby"
         print(f"slotsched state: redis ({role}, replica {replica.store.replica_id})", flush=True)
+    if running.pools is not None:
+        led = running.pools.led_here()
+        print(
+            f"slotsched state: redis, per-pool leadership (replica {running.pools.replica_id}, "
+            f"leading {len(led)} of {len(running.pools.units)} pools: {', '.join(led) or 'none yet'})",
+            flush=True,
+        )
 
     stop = asyncio.Event()
     aloop = asyncio.get_running_loop()
@@ -569,10 +483,12 @@ async def serve_forever(
     waits = [asyncio.create_task(stop.wait())]
     if replica is not None:
         waits.append(asyncio.create_task(replica.fatal_event.wait()))
+    if running.pools is not None:
+        waits.append(asyncio.create_task(running.pools.fatal_event.wait()))
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for w in waits:
         w.cancel()
-    fatal = replica.fatal if replica is not None else None
+    fatal = replica.fatal if replica is not None else running.pools.fatal if running.pools else None
     print("slotsched shutting down", flush=True)
     await running.stop(grace_s)
     print("slotsched stopped", flush=True)

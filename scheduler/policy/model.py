@@ -310,6 +310,23 @@ class Policy:
             autoscaler=spec.autoscaler or self.autoscaler,
         )
 
+    def only_pool(self, name: str) -> Policy:
+        """This policy with one pool only, for a replica's unit of that pool under per-pool
+        leadership: still a whole policy (it is journaled and snapshotted as YAML and must load
+        back as the same pool), unlike `for_pool`'s projection. Each tenant keeps its overrides
+        for that pool only; worker entries that may not join it are dropped (authorization
+        reads the whole policy, not this). KeyError: no such pool."""
+        spec = self.pool_spec(name)
+        if spec is None:
+            raise KeyError(name)
+        if not self.pools:
+            return self
+        tenants = tuple(replace(t, pools=tuple(q for q in t.pools if q.pool == name)) for t in self.tenants)
+        workers = tuple(replace(w, pools=(name,)) for w in self.access.workers if name in w.pools)
+        return replace(
+            self, pool=spec, pools=(spec,), tenants=tenants, access=replace(self.access, workers=workers)
+        )
+
     def tenant(self, name: str) -> TenantSpec | None:
         for t in self.tenants:
             if t.name == name:

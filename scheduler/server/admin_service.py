@@ -19,6 +19,12 @@ tenant or worker token is PERMISSION_DENIED. In insecure dev mode anyone.
 
 GetPolicy and ApplyPolicy answer with trailing metadata (policy_log.py): the policy generation,
 and whether the state outlives a restart. Every policy applied is logged with who applied it.
+
+Per-pool leadership (`routes`, pool_routes.py): any replica answers the reads for every pool,
+each pool from its unit's core, led here or followed as a hot standby (as of that pool's journal,
+milliseconds behind its leader); ApplyPolicy is refused FAILED_PRECONDITION, since a policy
+applied to one replica's pools would not reach the others' (docs/design.md, "Pools across
+replicas": the policy comes from its source, which every replica reads).
 """
 
 from __future__ import annotations
@@ -31,7 +37,6 @@ from typing import Any
 
 from scheduler.api.gen.slotsched.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from scheduler.core.lifecycle import LeaseState, WorkerState
-from scheduler.core.pools import Pools
 from scheduler.core.types import QoS
 from scheduler.policy.errors import PolicyError
 from scheduler.policy.identities import hash_token
@@ -40,8 +45,10 @@ from scheduler.policy.yaml_io import policy_to_yaml
 from scheduler.server import convert, errors
 from scheduler.server.auth import AUTH_HEADER, Authenticator, certificate_names
 from scheduler.server.fairness import ADMIN_FLOW
+from scheduler.server.loop import SchedulerLoop
 from scheduler.server.metrics import CLASS_ORDER
 from scheduler.server.policy_log import PolicyLog
+from scheduler.server.pool_routes import PoolRoutes
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.validate import parse_policy_limited
 
@@ -86,11 +93,10 @@ def _qos_filter(value: int) -> QoS | None:
     return qos
 
 
-def _pool_filter(core: Pools, name: str) -> str | None:
+def _pool_filter(names: tuple[str, ...], name: str) -> str | None:
     """The pool a request names (None: every pool); unknown: INVALID_ARGUMENT naming it."""
     if not name:
         return None
-    names = core.names()
     if name not in names:
         raise errors.unknown_pool(name, names)
     return name
@@ -114,26 +120,50 @@ def _caller(context: Any, secure: bool) -> str:
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):
+    """Over one loop and its registry, or (`routes`) every pool unit of a replica."""
+
     def __init__(
-        self, registry: WorkerRegistry, auth: Authenticator, policy_log: PolicyLog | None = None
+        self,
+        registry: WorkerRegistry | None,
+        auth: Authenticator,
+        policy_log: PolicyLog | None = None,
+        routes: PoolRoutes | None = None,
     ) -> None:
-        self._registry = registry
-        self._loop = registry.loop
+        self._routes = routes
+        if routes is None:
+            assert registry is not None
+            self._units: tuple[tuple[SchedulerLoop, WorkerRegistry], ...] = ((registry.loop, registry),)
+        else:
+            self._units = tuple((u.loop, u.registry) for u in routes.units.values() if u.registry)
+        self._loop, self._registry = self._units[0]
         self._auth = auth
         self._policy_log = policy_log or PolicyLog(None, durable=False)
 
     async def _guard(self, context: Any, rpc: str) -> None:
-        if self._loop.shutting_down:
+        if self._routes is None and self._loop.shutting_down:
             raise errors.unavailable()
         self._auth.require_admin(context, rpc)  # charged to the admins' flow (rate limits)
         await self._auth.gate.admit(ADMIN_FLOW)  # and admitted in it (fairness.py)
+
+    def _policy(self) -> Policy:
+        return self._loop.core.policy if self._routes is None else self._routes.policy()
+
+    def _names(self) -> tuple[str, ...]:
+        return self._loop.core.names() if self._routes is None else tuple(self._routes.units)
+
+    async def _settled(self, loops: tuple[SchedulerLoop, ...]) -> None:
+        """What was read may still be in flight to the store: wait for it where it is led here
+        (a hot standby's core holds only what its pool's journal does)."""
+        for loop in loops:
+            if self._routes is None or not loop.shutting_down:
+                await loop.durable()
 
     @errors.unary
     async def GetPolicy(
         self, request: admin_pb2.GetPolicyRequest, context: Any
     ) -> admin_pb2.GetPolicyResponse:
         await self._guard(context, "GetPolicy")
-        policy = self._loop.core.policy
+        policy = self._policy()
         context.set_trailing_metadata(self._policy_log.metadata())
         return admin_pb2.GetPolicyResponse(yaml=policy_to_yaml(policy), name=policy.name)
 
@@ -142,6 +172,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.ApplyPolicyRequest, context: Any
     ) -> admin_pb2.ApplyPolicyResponse:
         await self._guard(context, "ApplyPolicy")
+        if self._routes is not None:
+            raise errors.failed_precondition(
+                "per-pool leadership: each pool is led by its own replica, so apply the policy at "
+                "its source (the --policy file on every replica, or the --policy-source object)"
+            )
         if not request.yaml.strip():
             raise errors.invalid_argument("yaml", "required")
         try:
@@ -181,18 +216,23 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.DescribePoolRequest, context: Any
     ) -> admin_pb2.DescribePoolResponse:
         await self._guard(context, "DescribePool")
-        core = self._loop.core
-        name = _pool_filter(core, request.pool)
+        loop, registry = self._loop, self._registry
+        if self._routes is not None:
+            # No pool named: the first, as `Pools.describe(None)` answers with one leader.
+            unit = self._routes.for_pool(request.pool) if request.pool else self._routes.first()
+            loop, registry = unit.loop, unit.registry or registry
+        core = loop.core
+        name = _pool_filter(self._names(), request.pool)
         view = core.describe(name)
-        at = convert.ts(self._loop.now())
+        at = convert.ts(loop.now())
         out = admin_pb2.DescribePoolResponse(
-            free=view.free, floor=view.floor, at=at, pool=view.name, pools=core.names()
+            free=view.free, floor=view.floor, at=at, pool=view.name, pools=self._names()
         )
         spec = core.policy.pool_spec(view.name)  # None: a retired pool, still draining
         if spec is not None:
             out.labels.update(dict(spec.labels))
         for w in view.workers:
-            entry = self._registry.workers.get(w.worker_id)
+            entry = registry.workers.get(w.worker_id)
             info = out.workers.add(
                 worker_id=w.worker_id,
                 address=w.address,
@@ -231,7 +271,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             )
             if t.best_effort_limit is not None:
                 stats.best_effort_limit = t.best_effort_limit
-        await self._loop.durable()  # what was read may still be in flight to the store
+        await self._settled((loop,))
         return out
 
     @errors.unary
@@ -241,12 +281,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         await self._guard(context, "ListLeases")
         size = _page_size(request.page_size)
         qos = _qos_filter(request.qos)
-        pool = _pool_filter(self._loop.core, request.pool)
+        pool = _pool_filter(self._names(), request.pool)
         after = _decode_token("leases", request.page_token, ((int, float), str))
+        loops = tuple(loop for loop, _ in self._units)
         rows = sorted(
             (
-                (lease.granted_at, lease.lease_id, lease)
-                for lease, _ in self._loop.core.leases()
+                (lease.granted_at, lease.lease_id, lease, loop)
+                for loop in loops
+                for lease, _ in loop.core.leases()
                 if (not request.tenant or lease.tenant == request.tenant)
                 and (qos is None or lease.qos is qos)
                 and (pool is None or lease.pool == pool)
@@ -256,13 +298,13 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         if after is not None:
             rows = [r for r in rows if (r[0], r[1]) > (after[0], after[1])]
         out = admin_pb2.ListLeasesResponse()
-        for _, _, lease in rows[:size]:
-            y = self._loop.yielding(lease.lease_id)
-            out.leases.append(convert.lease_to_pb(lease, self._loop.address(lease.slot.worker), y))
+        for _, _, lease, loop in rows[:size]:
+            y = loop.yielding(lease.lease_id)
+            out.leases.append(convert.lease_to_pb(lease, loop.address(lease.slot.worker), y))
         if len(rows) > size:
             last = rows[size - 1]
             out.next_page_token = _encode_token("leases", [last[0], last[1]])
-        await self._loop.durable()  # what was read may still be in flight to the store
+        await self._settled(loops)
         return out
 
     @errors.unary
@@ -272,10 +314,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         await self._guard(context, "ListQueue")
         size = _page_size(request.page_size)
         qos = _qos_filter(request.qos)
-        pool = _pool_filter(self._loop.core, request.pool)
+        pool = _pool_filter(self._names(), request.pool)
         after = _decode_token("queue", request.page_token, (int, int, str))
+        loops = tuple(loop for loop, _ in self._units)
         rows = []
-        for v in self._loop.core.queue():
+        for v in (v for loop in loops for v in loop.core.queue()):
             q = QoS(v.qos)
             if (request.tenant and v.tenant != request.tenant) or (qos is not None and q is not qos):
                 continue
@@ -304,5 +347,5 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         if len(rows) > size:
             last = rows[size - 1]
             out.next_page_token = _encode_token("queue", [last[0], last[1], last[2]])
-        await self._loop.durable()  # what was read may still be in flight to the store
+        await self._settled(loops)
         return out

@@ -9,6 +9,11 @@ health SERVING / NOT_SERVING to match (Kubernetes' readiness: the Service routes
 Health also answers for STATE_HEALTH, the state store: NOT_SERVING while it is unreachable
 (`set_store`), so a probe tells a replica that cannot reach Redis from a healthy standby, which
 both are NOT_SERVING for the services.
+
+Per-pool leadership (`assemble_pools`): no leader gate, every replica serves, and each call
+goes to its pool's unit (pool_routes.py), which answers NOT_LEADER naming the pool's leader for
+a pool led elsewhere. Health "" (and each service) is SERVING while the replica is a member of
+the replicas' membership, and `pool_health(pool)` is SERVING on the replica leading that pool.
 """
 
 from __future__ import annotations
@@ -36,13 +41,14 @@ from scheduler.server import errors, reflection_v1
 from scheduler.server.admin_service import AdminService
 from scheduler.server.auth import AUTH_HEADER, Authenticator
 from scheduler.server.fairness import KEDA_FLOW
-from scheduler.server.keda_service import add_keda_servicer
+from scheduler.server.keda_service import PoolDemand, add_keda_servicer
 from scheduler.server.leader_gate import GatedRegistrar
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.policy_log import PolicyLog
+from scheduler.server.pool_routes import PoolRoutes
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.scheduler_service import SchedulerService
-from scheduler.server.workers_service import WorkersService
+from scheduler.server.workers_service import PoolWorkersService, WorkersService
 
 SERVICE_NAMES = (
     scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name,
@@ -54,6 +60,11 @@ DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"  # the port deploy/ scrapes
 #: The health entry of the state store: SERVING while it answers (always, with in-memory state).
 STATE_HEALTH = "slotsched.state"
+
+
+def pool_health(pool: str) -> str:
+    """The health entry SERVING on the replica that leads `pool` (per-pool leadership)."""
+    return f"slotsched.pool/{pool}"
 
 
 class _Health(health.aio.HealthServicer):  # type: ignore[misc]
@@ -93,8 +104,14 @@ class GrpcServer:
             await self.health.set(name, status)
 
     async def set_store(self, reachable: bool) -> None:
-        ok, down = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
-        await self.health.set(STATE_HEALTH, ok if reachable else down)
+        await self.health.set(STATE_HEALTH, _status(reachable))
+
+    async def set_pool(self, pool: str, leading: bool) -> None:
+        await self.health.set(pool_health(pool), _status(leading))
+
+
+def _status(ok: bool) -> Any:
+    return health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 def assemble(
@@ -114,6 +131,54 @@ def assemble(
     reach); `grant_keys` make the Scheduler service's grants and the Workers service hands each
     worker its own keys (None: a generated key);
     `policy_log` counts and logs the policies Admin.ApplyPolicy puts in force."""
+    keys = grant_keys if grant_keys is not None else GrantKeyring.generate()  # one for both services
+    return _build(
+        SchedulerService(loop, auth, keys),
+        WorkersService(registry, auth, keys),
+        AdminService(registry, auth, policy_log),
+        auth,
+        demand,
+        lambda: loop.core.policy.pool.slots_per_worker,
+        serving,
+        leader,
+        store_down,
+    )
+
+
+def assemble_pools(
+    routes: PoolRoutes,
+    auth: Authenticator,
+    demand: PoolDemand,
+    grant_keys: GrantKeyring,
+    policy_log: PolicyLog | None = None,
+) -> GrpcServer:
+    """`assemble` for per-pool leadership: every service routes by pool (module doc)."""
+    workers = {
+        name: WorkersService(unit.registry, auth, grant_keys)
+        for name, unit in routes.units.items()
+        if unit.registry is not None
+    }
+    return _build(
+        SchedulerService(None, auth, grant_keys, routes),
+        PoolWorkersService(routes, workers),
+        AdminService(None, auth, policy_log, routes),
+        auth,
+        demand,
+        demand.slots_per_worker,
+    )
+
+
+def _build(
+    scheduler: Any,
+    workers: Any,
+    admin: Any,
+    auth: Authenticator,
+    demand: Callable[[], float],
+    slots_per_worker: Callable[[], int],
+    serving: Callable[[], bool] | None = None,
+    leader: Callable[[], str | None] = lambda: None,
+    store_down: Callable[[], str | None] = lambda: None,
+) -> GrpcServer:
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *KEEPALIVE_OPTIONS, *FLOW_CONTROL_OPTIONS])
     # Every servicer is registered through the wire guard: undecodable or over-long requests are
     # INVALID_ARGUMENT before a servicer sees them (scheduler/api/guard.py); a replicated server's
@@ -122,16 +187,11 @@ def assemble(
     if serving is not None:
         reg = GatedRegistrar(server, SERVICE_NAMES, serving, leader, store_down)  # wraps the guard's
     reg = guard.GuardedRegistrar(reg, errors.refuse_request)
-    keys = grant_keys if grant_keys is not None else GrantKeyring.generate()  # one for both services
-    scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(loop, auth, keys), reg)  # type: ignore[no-untyped-call]
-    workers_pb2_grpc.add_WorkersServicer_to_server(WorkersService(registry, auth, keys), reg)  # type: ignore[no-untyped-call]
-    admin_pb2_grpc.add_AdminServicer_to_server(AdminService(registry, auth, policy_log), reg)  # type: ignore[no-untyped-call]
+    scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, reg)  # type: ignore[no-untyped-call]
+    workers_pb2_grpc.add_WorkersServicer_to_server(workers, reg)  # type: ignore[no-untyped-call]
+    admin_pb2_grpc.add_AdminServicer_to_server(admin, reg)  # type: ignore[no-untyped-call]
     add_keda_servicer(
-        reg,
-        demand,
-        lambda: loop.core.policy.pool.slots_per_worker,
-        _keda_guard(auth),
-        admit=lambda: auth.gate.admit(KEDA_FLOW),
+        reg, demand, slots_per_worker, _keda_guard(auth), admit=lambda: auth.gate.admit(KEDA_FLOW)
     )
     health_servicer = _Health()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, reg)

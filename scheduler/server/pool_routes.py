@@ -68,6 +68,10 @@ class PoolRoutes:
         self._policy = policy
         self._catalog: Catalog | None = None
 
+    def policy(self) -> Policy:
+        """The whole policy (each unit's core runs under its pool's projection)."""
+        return self._policy()
+
     def _cat(self) -> Catalog:
         policy = self._policy()
         if self._catalog is None or self._catalog.policy is not policy:

@@ -46,6 +46,7 @@ from scheduler.policy.schema import MAX_WORKER_SLOTS, WORKER_ID_MAX_LEN
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
 from scheduler.server.fairness import ADMIN_FLOW, WORKER_FLOW
+from scheduler.server.pool_routes import PoolRoutes, PoolUnit
 from scheduler.server.registry import WorkerRegistry
 
 MAX_SLOTS = MAX_WORKER_SLOTS
@@ -180,3 +181,54 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
         decisions = self._registry.deregister(wid)
         await self._loop.durable()
         return workers_pb2.DeregisterResponse(revoked=sum(1 for d in decisions if isinstance(d, Revoked)))
+
+
+class PoolWorkersService(workers_pb2_grpc.WorkersServicer):
+    """Per-pool leadership: each call goes to the Workers service of the pool unit it is about
+    (Register: the pool it names; the others: the unit whose registry holds the worker, as
+    every replica follows every pool's journal), which serves it where this replica leads that
+    pool; elsewhere it is NOT_LEADER naming the pool's leader, which the worker follows."""
+
+    def __init__(self, routes: PoolRoutes, services: dict[str, WorkersService]) -> None:
+        self._routes = routes
+        self._services = services
+
+    def _served(self, unit: PoolUnit) -> WorkersService:
+        if not unit.leads:
+            raise unit.refusal()
+        return self._services[unit.pool]
+
+    def _of_worker(self, worker_id: str) -> WorkersService:
+        unit = self._routes.for_worker(worker_id)
+        if unit is None:  # unknown everywhere: a unit led here answers (NOT_FOUND), as with one pool
+            unit = next((u for u in self._routes.units.values() if u.leads), self._routes.first())
+        return self._served(unit)
+
+    @errors.unary
+    async def Register(
+        self, request: workers_pb2.RegisterRequest, context: Any
+    ) -> workers_pb2.RegisterResponse:
+        live = self._routes.for_worker(request.worker_id)
+        unit = self._routes.for_pool(request.pool)
+        if live is not None and live is not unit:
+            # Ids are one worker's everywhere: a re-register into another pool deregisters first.
+            raise errors.failed_precondition(
+                f"worker {request.worker_id!r} is registered in pool {live.pool!r}: Deregister first"
+            )
+        return await self._served(unit).Register(request, context)
+
+    @errors.unary
+    async def Heartbeat(
+        self, request: workers_pb2.HeartbeatRequest, context: Any
+    ) -> workers_pb2.HeartbeatResponse:
+        return await self._of_worker(request.worker_id).Heartbeat(request, context)
+
+    @errors.unary
+    async def Drain(self, request: workers_pb2.DrainRequest, context: Any) -> workers_pb2.DrainResponse:
+        return await self._of_worker(request.worker_id).Drain(request, context)
+
+    @errors.unary
+    async def Deregister(
+        self, request: workers_pb2.DeregisterRequest, context: Any
+    ) -> workers_pb2.DeregisterResponse:
+        return await self._of_worker(request.worker_id).Deregister(request, context)

@@ -1,0 +1,241 @@
+"""Per-pool leadership (`slotsched serve --leadership pool`, issue 25): the wiring of a replica
+that holds one unit per pool of the policy, each led by whichever replica the owners table
+gives it, so the pools' decisions spread over the replicas and a dead replica costs only its
+own pools a take-over.
+
+What a unit is: a `SchedulerLoop` over `Policy.only_pool(pool)`, its `WorkerRegistry` and
+`SessionOps` (scheduler/server/pool_routes.py's `PoolUnit`), and a `Replica` over a
+`RedisStore` under the pool's own prefix `PREFIX:POOL` (in a Cluster the hash tag
+`{PREFIX:POOL}`: each pool's leader lease, fencing term, journal and snapshot in one slot, so
+pools spread over the shards). Each unit's replica is exactly today's single-leader replica:
+nothing is told before it is durable, a paused old leader can append nothing (fenced), a
+take-over applies `Resumed(since)`, and every replica follows every pool's journal as a hot
+standby. What decides who *tries* to lead a pool is `Ownership` (scheduler/state/ownership.py):
+a membership of replicas in Redis and an owners table spreading the pools evenly
+(scheduler/state/pool_owners.py); a replica campaigns only for its pools and hands over a pool
+the table gives another (docs/design.md, "Pools across replicas").
+
+The gRPC server (scheduler/server/app.py `assemble_pools`) routes each call to its pool's unit;
+a unit not leading here answers NOT_LEADER naming the pool and its leader. Health "" is SERVING
+while this replica is a member (it reaches Redis); `slotsched.pool/<name>` while it leads that
+pool. Left for later (said in docs/design.md): the companion autoscaler in this mode (KEDA is
+served: any replica answers each pool's demand from its hot-standby core), and live policy
+changes (the policy file is read at start by every replica; ApplyPolicy is refused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from functools import partial
+from typing import TYPE_CHECKING
+
+from scheduler.autoscale_wiring import static_workers
+from scheduler.grants import GrantKeyring
+from scheduler.policy.model import Policy
+from scheduler.server.app import GrpcServer
+from scheduler.server.loop import SchedulerLoop
+from scheduler.server.metrics import Metrics
+from scheduler.server.pool_routes import PoolRoutes, PoolUnit
+from scheduler.server.registry import WorkerRegistry
+from scheduler.server.session_ops import SessionOps
+
+if TYPE_CHECKING:
+    from scheduler.serve import StateOptions
+    from scheduler.state.ownership import Ownership
+    from scheduler.state.replica import Replica
+
+log = logging.getLogger("slotsched.server")
+
+
+class PoolLeadership:
+    """Every pool unit of this replica, their replicas and the ownership that places them."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        state: StateOptions,
+        policy: Policy,
+        metrics: Metrics,
+        keys: GrantKeyring,
+        *,
+        heartbeat_interval_s: float,
+        static_pool: bool,
+    ) -> None:
+        from scheduler.state.metrics import StateMetrics
+        from scheduler.state.ownership import Ownership
+        from scheduler.state.redis_connect import redact
+        from scheduler.state.redis_members import RedisMembers
+        from scheduler.state.redis_store import RedisStore
+        from scheduler.state.replica import Replica
+
+        self.policy = policy
+        self.replica_id = state.replica_id or f"{os.uname().nodename}-{os.getpid()}"
+        timeout_s = min(1.0, state.leader_ttl_s / 3)  # one slow call must not outlast a lease
+        self.ownership: Ownership = Ownership(
+            RedisMembers(redis_url, state.prefix, timeout_s),
+            self.replica_id,
+            "",  # the advertised address, once the port is bound (`start`)
+            policy.pool_names,
+            member_ttl_s=state.leader_ttl_s,
+            beat_interval_s=state.leader_ttl_s / 4,
+        )
+        self._advertise = state.advertise
+        self._static_pool = static_pool
+        self._grpc: GrpcServer | None = None
+        self._tasks: dict[str, list[asyncio.Task[None]]] = {}
+        self._beat: asyncio.Task[None] | None = None
+        self.fatal_event = asyncio.Event()
+        self.fatal: BaseException | None = None
+        self.units: dict[str, PoolUnit] = {}
+        self.replicas: dict[str, Replica] = {}
+        state_metrics = StateMetrics(metrics.registry, pools=True)
+        for name in policy.pool_names():
+            own = policy.only_pool(name)  # a whole policy of one pool: it round-trips the journal
+            loop = SchedulerLoop(own, metrics)
+            loop.shutting_down = True  # nothing runs on a pool's core until this replica leads it
+            registry = WorkerRegistry(loop, heartbeat_interval_s)
+            store = RedisStore(redis_url, f"{state.prefix}:{name}", self.replica_id, timeout_s=timeout_s)
+            replica = Replica(
+                store,
+                loop,
+                registry,
+                own,
+                state_metrics.for_pool(name),
+                on_lead=partial(self._on_lead, name),
+                on_step_down=partial(self._on_step_down, name),
+                leader_ttl_s=state.leader_ttl_s,
+                snapshot_every=state.snapshot_every,
+                snapshot_interval_s=state.snapshot_interval_s,
+                campaign_interval_s=state.campaign_interval_s,
+                where=redact(redis_url),
+                may_lead=partial(self.ownership.should_lead, name),
+            )
+            loop.journal = replica
+            self.replicas[name] = replica
+            self.units[name] = PoolUnit(
+                name, loop, SessionOps(loop, keys), registry, partial(self.leader_of, name)
+            )
+            self._tasks[name] = []
+        self.routes = PoolRoutes(self.units, lambda: self.policy)
+
+    def leader_of(self, pool: str) -> str | None:
+        """Where the pool's leader serves, as this replica knows it (None: being elected)."""
+        replica = self.replicas[pool]
+        if replica.serving:
+            return None  # leading here but refusing (a late renewal): never send clients to itself
+        return replica.leader_address or self.ownership.address_of(pool)
+
+    def led_here(self) -> tuple[str, ...]:
+        return tuple(name for name, r in self.replicas.items() if r.serving)
+
+    async def start(self, grpc_server: GrpcServer, host: str, port: int) -> None:
+        """Join the membership, then start every pool's replica (each loads its pool and
+        follows it, and leads it if the owners table gives it here)."""
+        from scheduler.listen import default_advertise
+
+        self._grpc = grpc_server
+        address = self._advertise or default_advertise(host, port)
+        self.ownership.address = address
+        for replica in self.replicas.values():
+            replica.advertise = address
+        await self._step()  # the table names this replica before its pools campaign
+        await asyncio.gather(*(r.start() for r in self.replicas.values()))
+        fatal = next((r.fatal for r in self.replicas.values() if r.fatal is not None), None)
+        if fatal is not None:
+            raise RuntimeError(f"cannot recover the state: {fatal}")
+        self._beat = asyncio.get_running_loop().create_task(self._beat_loop())
+
+    async def _step(self) -> None:
+        was = self.ownership.reachable
+        await self.ownership.step()
+        if self._grpc is not None and self.ownership.reachable != was:
+            await self._grpc.set_serving(self.ownership.reachable)
+            await self._grpc.set_store(self.ownership.reachable)
+
+    async def _beat_loop(self) -> None:
+        while True:
+            await self._step()
+            for name, replica in self.replicas.items():
+                if replica.fatal is not None and self.fatal is None:
+                    log.error("pool %s: cannot recover the state: %s", name, replica.fatal)
+                    self.fatal = replica.fatal
+                    self.fatal_event.set()
+            await asyncio.sleep(self.ownership.beat_interval_s)
+
+    async def _on_lead(self, pool: str, fresh: bool) -> None:
+        unit, replica = self.units[pool], self.replicas[pool]
+        if fresh:
+            unit.loop.apply_policy(self.policy.only_pool(pool))  # journaled first, as one leader does
+            if self._static_pool:
+                for wid, slots, in_pool in static_workers(self.policy):
+                    if in_pool == pool:
+                        unit.registry.register(wid, "local", slots, {}, static=True, pool=in_pool)  # type: ignore[union-attr]
+        if not replica.serving:
+            return  # stepped down meanwhile (its first batch failed)
+        assert unit.registry is not None
+        self._tasks[pool].append(asyncio.get_running_loop().create_task(unit.registry.run_reaper()))
+        if self._grpc is not None:
+            await self._grpc.set_pool(pool, True)
+
+    async def _on_step_down(self, pool: str) -> None:
+        for t in self._tasks[pool]:
+            t.cancel()
+        self._tasks[pool].clear()
+        if self._grpc is not None:
+            await self._grpc.set_pool(pool, False)
+
+    def begin_shutdown(self) -> None:
+        for unit in self.units.values():
+            unit.loop.begin_shutdown()
+
+    async def stop(self) -> None:
+        """Leave the membership first (the others take the pools at once), then resign each
+        pool's lease: a standby wins it within a campaign interval."""
+        if self._beat is not None:
+            self._beat.cancel()
+            with contextlib.suppress(BaseException):
+                await self._beat
+        await self.ownership.leave()
+        await asyncio.gather(*(r.stop() for r in self.replicas.values()), return_exceptions=True)
+        for tasks in self._tasks.values():
+            for t in tasks:
+                t.cancel()
+        with contextlib.suppress(Exception):
+            await self.ownership.members.close()
+
+    def close(self) -> None:
+        for unit in self.units.values():
+            unit.loop.close()
+
+
+def pool_leadership(
+    redis_url: str | None,
+    state: StateOptions,
+    policy: Policy,
+    metrics: Metrics,
+    keys: GrantKeyring,
+    watcher: object | None,
+    heartbeat_interval_s: float,
+    static_pool: bool,
+) -> PoolLeadership | None:
+    """`--leadership pool`'s units (scheduler/pool_leadership.py); None for one leader."""
+    if state.leadership == "replica":
+        return None
+    if state.leadership != "pool":
+        raise ValueError(f"--leadership {state.leadership!r}: replica or pool")
+    if redis_url is None:
+        raise ValueError("--leadership pool needs --state redis…: each pool's leader lease lives there")
+    if watcher is not None:
+        raise ValueError("--leadership pool reads the policy from --policy (not --policy-source yet)")
+    return PoolLeadership(
+        redis_url,
+        state,
+        policy,
+        metrics,
+        keys,
+        heartbeat_interval_s=heartbeat_interval_s,
+        static_pool=static_pool,
+    )

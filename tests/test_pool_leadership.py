@@ -1,0 +1,212 @@
+"""Per-pool leadership (issue 25, `serve --leadership pool`) over a real redis-server and real
+gRPC: two in-process replicas of a three-pool policy.
+
+* the pools spread over the replicas, each led by exactly one; health says who leads which;
+* a call for a pool led elsewhere is UNAVAILABLE NOT_LEADER naming the pool and its leader
+  (Acquire, Channel, a worker's Register); the leader grants it in that pool;
+* every replica follows every pool: Admin reads any pool from any replica;
+* a replica that stops hands its pools to the other, whose hot standby of each keeps the
+  leases (same lease id, same epoch); a replica joining takes its share back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from scheduler.api import wire
+from scheduler.api.gen.slotsched.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+    workers_pb2,
+    workers_pb2_grpc,
+)
+from scheduler.client.follow import LEADER_KEY
+from scheduler.grants import GrantKeyring
+from scheduler.serve import RunningServer, StateOptions, start_server
+from tests.grpc_fixtures import ADMIN_TOKEN, TOKENS, WORKER_TOKEN, B, pools_policy_yaml, write_policy
+from tests.test_state_redis import REDIS_BIN, RedisProc
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(REDIS_BIN) and not os.environ.get("CI"), reason="redis-server not installed"
+)
+
+POOLS = ("cpu-a", "cpu-b", "gpu")
+ACME = (("authorization", f"Bearer {TOKENS['acme']}"),)
+ADMIN = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
+WORKER = (("authorization", f"Bearer {WORKER_TOKEN}"),)
+
+
+@contextlib.asynccontextmanager
+async def cluster(n: int = 2) -> AsyncIterator[tuple[str, str, list[RunningServer], GrantKeyring]]:
+    with tempfile.TemporaryDirectory(prefix="slotsched-pools-") as d:
+        r = RedisProc(d).start()
+        policy = write_policy(d, pools_policy_yaml(workers_per_pool=1, lease_ttl_s=30))
+        keys = GrantKeyring.generate()
+        servers: list[RunningServer] = []
+        try:
+            for i in range(n):
+                servers.append(await start(policy, r.url, f"r{i}", keys))
+            yield policy, r.url, servers, keys
+        finally:
+            for s in servers:
+                await s.stop(0)
+            r.kill()
+
+
+async def start(policy: str, url: str, rid: str, keys: GrantKeyring) -> RunningServer:
+    state = StateOptions(state=url, replica_id=rid, leadership="pool", leader_ttl_s=1.0)
+    return await start_server(policy, "127.0.0.1:0", None, state=state, grant_keys=keys)
+
+
+def leaders(servers: list[RunningServer]) -> dict[str, list[str]]:
+    """pool -> the replicas leading it now (by target)."""
+    out: dict[str, list[str]] = {p: [] for p in POOLS}
+    for s in servers:
+        assert s.pools is not None
+        for p in s.pools.led_here():
+            out[p].append(s.target)
+    return out
+
+
+async def until(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def spread(servers: list[RunningServer]) -> Callable[[], dict[str, str] | None]:
+    """Every pool led by exactly one replica, and every replica leading at least one."""
+
+    def check() -> dict[str, str] | None:
+        now = leaders(servers)
+        if any(len(v) != 1 for v in now.values()):
+            return None
+        if {v[0] for v in now.values()} != {s.target for s in servers}:
+            return None
+        return {p: v[0] for p, v in now.items()}
+
+    return check
+
+
+def trailers(err: grpc.aio.AioRpcError) -> dict[str, str]:
+    return {k: v for k, v in (err.trailing_metadata() or ()) if isinstance(v, str)}
+
+
+async def health(target: str, service: str) -> int:
+    async with grpc.aio.insecure_channel(target) as ch:
+        resp = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service))
+        return int(resp.status)
+
+
+async def granted(target: str, sid: str, pool: str) -> scheduler_pb2.LeaseEvent:
+    async with grpc.aio.insecure_channel(target) as ch:
+        call = scheduler_pb2_grpc.SchedulerStub(ch).Acquire(
+            scheduler_pb2.AcquireRequest(session_id=sid, qos=B, pool=pool), metadata=ACME
+        )
+        async for ev in call:
+            if ev.WhichOneof("event") == "granted":
+                call.cancel()
+                return ev
+    raise AssertionError("no grant")
+
+
+def test_pools_spread_route_follow_and_move() -> None:
+    asyncio.run(_spread_route_follow_and_move())
+
+
+async def _spread_route_follow_and_move() -> None:
+    async with cluster(2) as (policy, url, servers, keys):
+        owner = await until("the pools to spread over both replicas", spread(servers))
+        by_target = {s.target: s for s in servers}
+        pool = "gpu"
+        lead = owner[pool]
+        other = next(t for t in by_target if t != lead)
+        serving = health_pb2.HealthCheckResponse.SERVING
+        # Health: both replicas serve; the pool's entry only where it is led.
+        assert await health(lead, "") == serving and await health(other, "") == serving
+        assert await health(lead, f"slotsched.pool/{pool}") == serving
+        assert await health(other, f"slotsched.pool/{pool}") != serving
+
+        # A replica that does not lead the pool sends the caller to the one that does.
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await granted(other, "s1", pool)
+        assert e.value.code() is grpc.StatusCode.UNAVAILABLE
+        md = trailers(e.value)
+        assert md.get(wire.POOL) == pool and md.get(LEADER_KEY) == lead, md
+        ev = await granted(lead, "s1", pool)
+        assert ev.granted.lease.pool == pool
+        lease_id, epoch = ev.granted.lease.lease_id, ev.granted.lease.epoch
+
+        # A Channel binds to its first command's pool: elsewhere it ends NOT_LEADER for it.
+        async with grpc.aio.insecure_channel(other) as ch:
+            call = scheduler_pb2_grpc.SchedulerStub(ch).Channel(metadata=ACME)
+            acq = scheduler_pb2.AcquireRequest(session_id="c1", qos=B, pool=pool)
+            await call.write(scheduler_pb2.ChannelRequest(commands=[scheduler_pb2.ChannelCommand(acquire=acq)]))
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                async for _ in call:
+                    pass
+            assert e.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert trailers(e.value).get(wire.POOL) == pool
+
+        # A worker joining the pool is sent to its leader too.
+        async with grpc.aio.insecure_channel(other) as ch:
+            reg = workers_pb2.RegisterRequest(worker_id="w-9", address="127.0.0.1:1", slots=1, pool=pool)
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await workers_pb2_grpc.WorkersStub(ch).Register(reg, metadata=WORKER)
+            assert trailers(e.value).get(wire.POOL) == pool
+
+        # Every replica follows every pool: the lease is listed from the other replica.
+        async def listed() -> list[str]:
+            async with grpc.aio.insecure_channel(other) as ch:
+                resp = await admin_pb2_grpc.AdminStub(ch).ListLeases(
+                    admin_pb2.ListLeasesRequest(pool=pool), metadata=ADMIN
+                )
+                return [lease.session_id for lease in resp.leases]
+
+        deadline = time.monotonic() + 5
+        while "s1" not in await listed():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        async with grpc.aio.insecure_channel(other) as ch:
+            desc = await admin_pb2_grpc.AdminStub(ch).DescribePool(admin_pb2.DescribePoolRequest(), metadata=ADMIN)
+            assert set(desc.pools) == set(POOLS)
+
+        # The pool's leader stops: the other replica leads every pool, the lease kept.
+        leaving = by_target[lead]
+        await leaving.stop(0)
+        servers.remove(leaving)
+        await until("the survivor to lead every pool", lambda: all(leaders(servers)[p] == [other] for p in POOLS))
+        async with grpc.aio.insecure_channel(other) as ch:
+            view = await scheduler_pb2_grpc.SchedulerStub(ch).GetSession(
+                scheduler_pb2.GetSessionRequest(session_id="s1"), metadata=ACME
+            )
+            assert view.lease.lease_id == lease_id and view.lease.epoch == epoch, view
+            renewed = await scheduler_pb2_grpc.SchedulerStub(ch).Renew(
+                scheduler_pb2.RenewRequest(session_id="s1", lease_id=lease_id, epoch=epoch), metadata=ACME
+            )
+            assert renewed.expires_at.seconds > 0  # renewed on the new leader
+
+        # A replica joining takes its share, and the lease moves with its pool, kept.
+        servers.append(await start(policy, url, "r9", keys))
+        owner = await until("the pools to spread again", spread(servers))
+        async with grpc.aio.insecure_channel(owner[pool]) as ch:
+            view = await scheduler_pb2_grpc.SchedulerStub(ch).GetSession(
+                scheduler_pb2.GetSessionRequest(session_id="s1"), metadata=ACME
+            )
+            assert view.lease.lease_id == lease_id, view
