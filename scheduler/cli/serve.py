@@ -27,6 +27,7 @@ def _serve(args: argparse.Namespace) -> int:
         advertise=args.advertise,
         snapshot_every=args.snapshot_every,
         snapshot_interval_s=args.snapshot_interval,
+        leadership=args.leadership,
     )
     try:
         tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_ca)
@@ -91,6 +92,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--state-prefix",
         default="slotsched",
         help="Redis key namespace (default %(default)s; with redis+cluster the keys are {PREFIX}:...)",
+    )
+    s.add_argument(
+        "--leadership",
+        choices=("replica", "pool"),
+        default="replica",
+        help="with --state redis…: replica (default) = one leader runs every pool, the others are hot "
+        "standbys; pool = each pool has its own leader lease in Redis, the pools spread evenly over the "
+        "live replicas (all serve; a call for a pool led elsewhere is NOT_LEADER naming that pool's "
+        "leader; health slotsched.pool/NAME is SERVING where it is led)",
     )
     s.add_argument(
         "--replica-id", default=None, help="this replica's name in the leader key (default host-pid)"
