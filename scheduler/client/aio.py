@@ -22,6 +22,7 @@ from scheduler.client.callbacks import OnGrant, OnYield, OnYieldCancelled
 from scheduler.client.channel import (
     DEFAULT_CHANNEL_OPTIONS,
     DEFAULT_CONNECT_TIMEOUT_S,
+    ClientLink,
     PemSource,
     call_metadata,
     merged_options,
@@ -32,6 +33,7 @@ from scheduler.client.follow import DEFAULT_FAILOVER_TIMEOUT_S, Follower, Follow
 from scheduler.client.mux import SessionMux
 from scheduler.client.reactions import from_rpc_error
 from scheduler.client.retry import RetryPolicy
+from scheduler.client.routes import PoolRoute, route_key
 from scheduler.client.session import AsyncSession
 from scheduler.client.types import QoS, SessionInfo, SnapshotRef
 from scheduler.client.wake import Wake
@@ -81,6 +83,12 @@ class AsyncClient:
     `multiplex` (default True): every session of this client travels on one `Scheduler.Channel`
     stream (`mux.py`), batched, instead of an Acquire stream and unary calls per session; the
     sessions behave the same. A server without Channel is served the per-session way.
+
+    Per-pool leadership (`serve --leadership pool`: each pool led by one replica): the client
+    keeps a route per pool (`routes.py`): a session naming a pool (or a selector) has its calls
+    and its Channel stream go to that pool's leader, moved only by a refusal naming that pool;
+    all routes share one gRPC channel per replica. `leader_of(pool)` says where a pool's calls
+    go now. Sessions naming neither are the default route, the client itself.
     """
 
     def __init__(
@@ -133,6 +141,9 @@ class AsyncClient:
         #: The client's live sessions, released by `close()`.
         self.sessions: set[AsyncSession] = set()
         self._closed = False
+        self._multiplex = multiplex
+        # The routes of sessions naming a pool or a selector (routes.py); "" is this client.
+        self._routes: dict[str, PoolRoute] = {}
         # Every session on one Scheduler.Channel stream (mux.py); False: one Acquire per session.
         self._mux: SessionMux | None = SessionMux(self) if multiplex else None
 
@@ -152,9 +163,30 @@ class AsyncClient:
         """The address calls go to now (the leader, as far as this client knows)."""
         return self._follower.current
 
+    def leader_of(self, pool: str) -> str:
+        """The address the calls of `pool`'s sessions go to now (that pool's leader, as far as
+        this client knows; where the default route goes for a pool not heard of yet)."""
+        return self._follower.routes.get(pool, self._follower).current
+
     @property
     def targets(self) -> list[str]:
         return list(self._follower.targets)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _link(self, key: str) -> ClientLink:
+        """The link of route `key` (made on first use); "" is this client itself."""
+        if not key:
+            return self
+        route = self._routes.get(key)
+        if route is None:
+            if self._closed:
+                raise RuntimeError("AsyncClient is closed")
+            follower = self._follower.route(key)
+            route = self._routes[key] = PoolRoute(self, key, follower, multiplex=self._multiplex)
+        return route
 
     def session_stub(self) -> Any:
         """What sessions call Acquire, Renew, Yield and Release on: the client's channel
@@ -211,8 +243,9 @@ class AsyncClient:
                 f"fallback: a list of pool names, not one string ({fallback!r})",
                 grpc.StatusCode.INVALID_ARGUMENT,
             )
+        sel = tuple(sorted((selector or {}).items()))
         return AsyncSession(
-            self,
+            self._link(route_key(pool, sel)),
             session_id,
             QoS.parse(qos),
             on_yield=on_yield,
@@ -221,17 +254,22 @@ class AsyncClient:
             wait_timeout_s=wait_timeout_s,
             on_yield_cancelled=on_yield_cancelled,
             pool=pool,
-            selector=tuple(sorted((selector or {}).items())),
+            selector=sel,
             fallback=tuple(fallback),
         )
 
-    async def get_session(self, session_id: str) -> SessionInfo:
-        """Read a session's state without attaching to it (GetSession)."""
+    async def get_session(self, session_id: str, *, pool: str = "") -> SessionInfo:
+        """Read a session's state without attaching to it (GetSession). `pool`: the session's
+        pool, whose leader is asked (per-pool leadership; any replica is asked otherwise)."""
         try:
-            msg = await self.stub().GetSession(
-                scheduler_pb2.GetSessionRequest(session_id=session_id),
-                metadata=self.metadata,
-                timeout=self.rpc_timeout_s,
+            msg = (
+                await self._link(pool)
+                .stub()
+                .GetSession(
+                    scheduler_pb2.GetSessionRequest(session_id=session_id),
+                    metadata=self.metadata,
+                    timeout=self.rpc_timeout_s,
+                )
             )
         except grpc.aio.AioRpcError as e:
             raise from_rpc_error(e) from e
@@ -246,6 +284,8 @@ class AsyncClient:
         self._closed = True
         if self._mux is not None:
             await self._mux.close()
+        for route in self._routes.values():
+            await route.close()
         await self._follower.close()
         self._stub = self._direct = None
 

@@ -130,7 +130,8 @@ def open_channel(
 
 
 class ClientLink(Protocol):
-    """What a session reads of its client (`AsyncClient` is the one implementation)."""
+    """What a session reads of its client: `AsyncClient` itself (its default route), or the
+    `routes.PoolRoute` of the session's pool."""
 
     target: str
     metadata: tuple[tuple[str, str], ...]

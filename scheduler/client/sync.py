@@ -146,9 +146,10 @@ class Client:
 
         return Session(self, self.run(make()))
 
-    def get_session(self, session_id: str) -> SessionInfo:
-        """Read a session's state without attaching to it (GetSession)."""
-        return self.run(self._aclient.get_session(session_id))
+    def get_session(self, session_id: str, *, pool: str = "") -> SessionInfo:
+        """Read a session's state without attaching to it (GetSession; `pool`: as
+        `AsyncClient.get_session`)."""
+        return self.run(self._aclient.get_session(session_id, pool=pool))
 
     def close(self) -> None:
         """Release every live session (best effort), close the channel and stop the loop thread."""

@@ -1,0 +1,100 @@
+"""A client's routes: the sessions of one pool (or one selector) and where their calls go.
+
+Why: under per-pool leadership (`serve --leadership pool`) each pool has its own leader, and a
+`Scheduler.Channel` stream is bound to the pool of its first command. So a client keeps one route
+per pool: its own follower (`Follower.route`: moved only by a NOT_LEADER naming its pool), its own
+stubs and its own channel multiplexer (a Channel stream per pool), all over the client's channels,
+one per replica. A session is given its route as its `ClientLink`; the settings, the wake-up and
+the set of live sessions are the client's own.
+
+The default route ("": sessions naming no pool and no selector) is the client itself, so a
+single-pool client is exactly what it was before routes: no route object, nothing more per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from scheduler.api.gen.slotsched.v1 import scheduler_pb2_grpc
+from scheduler.client.follow import FollowingStub
+from scheduler.client.forward import Forward
+from scheduler.client.mux import SessionMux
+from scheduler.client.retry import RetryPolicy
+from scheduler.client.wake import Wake
+
+if TYPE_CHECKING:  # aio imports this module
+    from scheduler.client.aio import AsyncClient
+
+#: The prefix of a selector's route key (follow.py: such a route follows any pool it is told of,
+#: the selector's first candidate being chosen by the server).
+SELECTOR = "selector:"
+
+
+def route_key(pool: str, selector: Sequence[tuple[str, str]]) -> str:
+    """The route of a session: its pool; else its selector's sorted `k=v`; else "" (default)."""
+    if pool:
+        return pool
+    if selector:
+        return SELECTOR + ",".join(f"{k}={v}" for k, v in sorted(selector))
+    return ""
+
+
+class PoolRoute:
+    """The `ClientLink` of one route's sessions (module doc): the client's settings, read live,
+    over this route's follower, stubs and multiplexer."""
+
+    target = Forward[str]("client")
+    metadata = Forward[tuple[tuple[str, str], ...]]("client")
+    rpc_timeout_s = Forward[float]("client")
+    reattach_timeout_s = Forward[float]("client")
+    connect_timeout_s = Forward[float]("client")
+    renew_interval_s = Forward[float | None]("client")
+    reattach = Forward[RetryPolicy]("client")
+    command_backoff = Forward[RetryPolicy]("client")
+    follow_leader = Forward[bool]("client")
+    failover_timeout_s = Forward[float]("client")
+    wake = Forward[Wake]("client")
+    sessions = Forward[set[Any]]("client")
+
+    def __init__(self, client: AsyncClient, key: str, follower: Any, *, multiplex: bool) -> None:
+        self.client = client
+        self.key = key
+        self.follower = follower
+        self._stub: Any = None
+        self._direct: Any = None
+        self.mux: SessionMux | None = SessionMux(self) if multiplex else None
+
+    @property
+    def leader(self) -> str:
+        """Where this route's calls go now."""
+        current: str = self.follower.current
+        return current
+
+    def _check_open(self) -> None:
+        if self.client.closed:
+            raise RuntimeError("AsyncClient is closed")
+
+    def stub(self) -> scheduler_pb2_grpc.SchedulerStub:
+        """The Scheduler stub of this route's leader (as `AsyncClient.stub`)."""
+        self._check_open()
+        if self._stub is None:
+            self._stub = FollowingStub(self.follower, scheduler_pb2_grpc.SchedulerStub)
+        stub: scheduler_pb2_grpc.SchedulerStub = self._stub
+        return stub
+
+    def session_stub(self) -> Any:
+        """This route's multiplexer, or its per-session rpcs (as `AsyncClient.session_stub`)."""
+        mux = self.mux
+        if mux is not None and not mux.unsupported:
+            return mux.stub
+        self._check_open()
+        if self._direct is None:
+            self._direct = FollowingStub(self.follower, scheduler_pb2_grpc.SchedulerStub, retry=False)
+        return self._direct
+
+    async def close(self) -> None:
+        """Close this route's Channel streams (the gRPC channels are the client's)."""
+        if self.mux is not None:
+            await self.mux.close()
+        self._stub = self._direct = None
