@@ -260,16 +260,13 @@ class AsyncClient:
 
     async def get_session(self, session_id: str, *, pool: str = "") -> SessionInfo:
         """Read a session's state without attaching to it (GetSession). `pool`: the session's
-        pool, whose leader is asked (per-pool leadership; any replica is asked otherwise)."""
+        pool, whose leader is asked (per-pool leadership); without it, the default route's."""
+        stub = self._link(pool).stub()
         try:
-            msg = (
-                await self._link(pool)
-                .stub()
-                .GetSession(
-                    scheduler_pb2.GetSessionRequest(session_id=session_id),
-                    metadata=self.metadata,
-                    timeout=self.rpc_timeout_s,
-                )
+            msg = await stub.GetSession(
+                scheduler_pb2.GetSessionRequest(session_id=session_id),
+                metadata=self.metadata,
+                timeout=self.rpc_timeout_s,
             )
         except grpc.aio.AioRpcError as e:
             raise from_rpc_error(e) from e
