@@ -115,8 +115,9 @@ class PoolLeadership:
             )
             loop.journal = replica
             self.replicas[name] = replica
+            ops = SessionOps(loop, keys)
             self.units[name] = PoolUnit(
-                name, loop, SessionOps(loop, keys), registry, partial(self.leader_of, name)
+                name, loop, ops, registry, partial(self.leader_of, name), replica.leading
             )
             self._tasks[name] = []
         self.routes = PoolRoutes(self.units, lambda: self.policy)

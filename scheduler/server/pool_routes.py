@@ -48,10 +48,14 @@ class PoolUnit:
     ops: SessionOps
     registry: WorkerRegistry | None = None  # None: a single loop's Scheduler service (no workers here)
     leader: Callable[[], str | None] = lambda: None
+    #: The pool's leader lease still holds here (the replica's `leading`: within the local
+    #: deadline of its last renewal), so a leader frozen past it answers nothing from its stale
+    #: core, reads included, before it even notices.
+    lease_holds: Callable[[], bool] = lambda: True
 
     @property
     def leads(self) -> bool:
-        return not self.loop.shutting_down
+        return not self.loop.shutting_down and self.lease_holds()
 
     def refusal(self) -> errors.RpcFailure:
         """What a call to this pool gets here while another replica leads it."""
