@@ -104,7 +104,9 @@ def pools_policy(pools: list[str]) -> str:
 
 
 class Replica:
-    def __init__(self, name: str, root: str, policy: str, state: str, keys: str) -> None:
+    def __init__(
+        self, name: str, root: str, policy: str, state: str, keys: str, prefix: str = "slotsched"
+    ) -> None:
         self.name, self.port = name, free_port()
         self.target = f"127.0.0.1:{self.port}"
         self.log = os.path.join(root, f"{name}.log")
@@ -112,18 +114,21 @@ class Replica:
             sys.executable, "-m", "scheduler.cli", "serve", "--policy", policy, "--state", state,
             "--leadership", "pool", "--replica-id", name, "--listen", self.target,
             "--advertise", self.target, "--metrics-listen", "", "--grant-key-file", keys,
+            "--state-prefix", prefix,
         ]  # fmt: skip
+        self._logged = 0
         self.proc: subprocess.Popen[str] | None = None
 
     def spawn(self) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self._logged = os.path.getsize(self.log) if os.path.exists(self.log) else 0
         with open(self.log, "a") as out:
             self.proc = subprocess.Popen(self.args, cwd=ROOT, env=env, stdout=out, stderr=out, text=True)
 
     async def wait_listening(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if "per-pool leadership" in Path(self.log).read_text():
+            if "per-pool leadership" in Path(self.log).read_text()[self._logged :]:
                 return
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"replica {self.name} exited: see {self.log}")
@@ -366,8 +371,11 @@ async def pairs_per_s(net: Net, pools: list[str], seconds: float, tag: str) -> f
 
         await call.write(scheduler_pb2.ChannelRequest(commands=[acquire(i) for i in range(32)]))
         n = 32
-        while time.monotonic() < stop:
-            resp = await call.read()
+        while (left := stop - time.monotonic()) > 0:
+            try:
+                resp = await asyncio.wait_for(call.read(), left)
+            except TimeoutError:
+                break
             if resp is grpc.aio.EOF:
                 return
             cmds = []
@@ -391,23 +399,31 @@ async def pairs_per_s(net: Net, pools: list[str], seconds: float, tag: str) -> f
     return done / (time.monotonic() - t0)
 
 
-async def decisions(net: Net, replicas: list[Replica], pools: list[str], figures: dict[str, float]) -> None:
-    """decisions_per_s_1 and _3 (module doc), each replica's and the driver's CPU beside."""
-    for r in replicas[1:]:
-        if r.proc is not None:
+async def decisions(
+    net: Net, replicas: list[Replica], pools: list[str], figures: dict[str, float], root: str, state: str
+) -> None:
+    """decisions_per_s_1 and _3 (module doc), on a fresh state (the bench's sessions fill the
+    pools), each replica's and the driver's CPU beside."""
+    for r in replicas:
+        if r.proc is not None and r.proc.poll() is None:
             r.proc.kill()
             r.proc.wait()
+    policy, keys = os.path.join(root, "policy.yaml"), os.path.join(root, "grant-keys")
     for n in (1, 3):
-        live = replicas[:n]
+        live = [Replica(f"d{n}-{i}", root, policy, state, keys, prefix=f"decide{n}") for i in range(n)]
+        replicas += live  # stopped with the others
         for r in live:
-            if r.proc is None or r.proc.poll() is not None:
-                r.spawn()
+            r.spawn()
         await asyncio.gather(*(r.wait_listening() for r in live))
         await settled(net, live, pools)
         c0, s0 = _cpu_self(), [r.cpu_s() for r in live]
         figures[f"decisions_per_s_{n}"] = rate = await pairs_per_s(net, pools, 5.0, f"d{n}")
         cpu = ", ".join(f"{r.name} {r.cpu_s() - s:.1f}" for r, s in zip(live, s0, strict=True))
         log(f"{n} replica(s): {rate:.0f} pairs/s; CPU s in 5 s: driver {_cpu_self() - c0:.1f}, {cpu}")
+        for r in live:
+            assert r.proc is not None
+            r.proc.kill()
+            r.proc.wait()
 
 
 def _cpu_self() -> float:
@@ -522,7 +538,7 @@ async def run(
         log(f"{topology}: a fourth replica took {figures['pools_moved_on_join']:.0f} pools")
 
         if topology == "single":
-            await decisions(net, replicas, pools, figures)
+            await decisions(net, replicas, pools, figures, root, state)
     finally:
         await net.close()
         stop_all([r.proc for r in replicas if r.proc is not None and r.proc.poll() is None], grace_s=5)

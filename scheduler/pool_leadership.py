@@ -133,8 +133,10 @@ class PoolLeadership:
         return tuple(name for name, r in self.replicas.items() if r.serving)
 
     async def start(self, grpc_server: GrpcServer, host: str, port: int) -> None:
-        """Join the membership, then start every pool's replica (each loads its pool and
-        follows it, and leads it if the owners table gives it here)."""
+        """Start every pool's replica (each loads its pool and follows it), then join the
+        membership, so the table gives pools only to a replica that can take them at once: a
+        replica beating while it loads (busy for seconds with a large state) would miss beats,
+        drop out and make its pools move twice."""
         from scheduler.listen import default_advertise
 
         self._grpc = grpc_server
@@ -142,11 +144,11 @@ class PoolLeadership:
         self.ownership.address = address
         for replica in self.replicas.values():
             replica.advertise = address
-        await self._step()  # the table names this replica before its pools campaign
-        await asyncio.gather(*(r.start() for r in self.replicas.values()))
+        await asyncio.gather(*(r.start() for r in self.replicas.values()))  # none campaigns yet
         fatal = next((r.fatal for r in self.replicas.values() if r.fatal is not None), None)
         if fatal is not None:
             raise RuntimeError(f"cannot recover the state: {fatal}")
+        await self._step()  # a member now: its pools' replicas campaign from their next interval
         self._beat = asyncio.get_running_loop().create_task(self._beat_loop())
 
     async def _step(self) -> None:
