@@ -11,16 +11,18 @@ workers that join it (local): a pool's demand sizes that pool only (slots/autosc
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry
 
 from scheduler.core.types import WorkerId
+from scheduler.core.views import PoolView
 from scheduler.policy.model import Policy, PoolSpec
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
 from slots.actuators.base import Actuator
 from slots.actuators.factory import actuator_from_env
+from slots.autoscaler.demand import Membership
 from slots.autoscaler.pools import PoolAutoscalers
 
 log = logging.getLogger("slotsched.server")
@@ -51,6 +53,32 @@ def pool_autoscalers(
 ) -> PoolAutoscalers | None:
     """Every pool's autoscaler loop (not started), or None when SLOTSCHED_AUTOSCALER is off.
     `scheduler` is the address local workers register at; `metrics` the Prometheus registry."""
+    return autoscalers(
+        lambda: loop.core.policy,
+        lambda name: loop.core.describe(name),  # the core is replaced at a recovery: read it each time
+        registry,
+        loop.now,
+        env,
+        scheduler,
+        metrics,
+        period_s,
+    )
+
+
+def autoscalers(
+    policy: Callable[[], Policy],
+    describe: Callable[[str | None], PoolView],
+    membership: Membership,
+    clock: Callable[[], float],
+    env: Mapping[str, str],
+    scheduler: str,
+    metrics: CollectorRegistry,
+    period_s: float,
+    active: Callable[[str], bool] | None = None,
+) -> PoolAutoscalers | None:
+    """`pool_autoscalers` over any view of the pools: per-pool leadership reads each pool from
+    its unit, drains through the unit holding the worker, and runs a pool's loop only where it
+    is led (`active`)."""
 
     def actuator(spec: PoolSpec, several: bool) -> Actuator | None:
         pool = spec.name if several else ""
@@ -59,13 +87,14 @@ def pool_autoscalers(
         )
 
     loops = PoolAutoscalers(
-        lambda: loop.core.policy,
-        lambda name: loop.core.describe(name),
-        registry,
+        policy,
+        describe,
+        membership,
         actuator,
-        clock=loop.now,
+        clock=clock,
         registry=metrics,
         period_s=period_s,
+        active=active,
     )
     if not loops.loops:
         return None

@@ -18,9 +18,10 @@ the table gives another (docs/design.md, "Pools across replicas").
 The gRPC server (scheduler/server/app.py `assemble_pools`) routes each call to its pool's unit;
 a unit not leading here answers NOT_LEADER naming the pool and its leader. Health "" is SERVING
 while this replica is a member (it reaches Redis); `slotsched.pool/<name>` while it leads that
-pool. Left for later (said in docs/design.md): the companion autoscaler in this mode (KEDA is
-served: any replica answers each pool's demand from its hot-standby core), and live policy
-changes (the policy file is read at start by every replica; ApplyPolicy is refused).
+pool. The companion autoscaler runs each pool's loop on that pool's leader (`autoscalers`); KEDA
+is answered by any replica, each pool's demand from its unit's core. Left for later (said in
+docs/design.md): live policy changes (the policy file is read at start by every replica;
+ApplyPolicy is refused).
 """
 
 from __future__ import annotations
@@ -29,10 +30,14 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
-from scheduler.autoscale_wiring import static_workers
+from prometheus_client import CollectorRegistry
+
+from scheduler.autoscale_wiring import autoscalers, static_workers
+from scheduler.core.types import WorkerId
 from scheduler.grants import GrantKeyring
 from scheduler.policy.model import Policy
 from scheduler.server.app import GrpcServer
@@ -41,6 +46,8 @@ from scheduler.server.metrics import Metrics
 from scheduler.server.pool_routes import PoolRoutes, PoolUnit
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.session_ops import SessionOps
+from slots.autoscaler.demand import MembershipError
+from slots.autoscaler.pools import PoolAutoscalers
 
 if TYPE_CHECKING:
     from scheduler.serve import StateOptions
@@ -190,6 +197,25 @@ class PoolLeadership:
         if self._grpc is not None:
             await self._grpc.set_pool(pool, False)
 
+    def autoscalers(
+        self, env: Mapping[str, str], scheduler: str, metrics: CollectorRegistry, period_s: float
+    ) -> PoolAutoscalers | None:
+        """The companion autoscaler of every pool (SLOTSCHED_AUTOSCALER), each pool's loop run
+        only while this replica leads it, reading that pool's unit and draining through the
+        unit that holds the worker."""
+        units = self.units
+        return autoscalers(
+            lambda: self.policy,
+            lambda name: self.routes.for_pool(name or "").loop.core.describe(name),
+            _RoutedMembership(self.routes),
+            self.routes.first().loop.now,
+            env,
+            scheduler,
+            metrics,
+            period_s,
+            active=lambda name: name in units and units[name].leads,
+        )
+
     def begin_shutdown(self) -> None:
         for unit in self.units.values():
             unit.loop.begin_shutdown()
@@ -212,6 +238,25 @@ class PoolLeadership:
     def close(self) -> None:
         for unit in self.units.values():
             unit.loop.close()
+
+
+class _RoutedMembership:
+    """The autoscaler's drains and removals, each on the registry of the unit holding the worker."""
+
+    def __init__(self, routes: PoolRoutes) -> None:
+        self._routes = routes
+
+    def _registry(self, worker_id: WorkerId) -> WorkerRegistry:
+        unit = self._routes.for_worker(worker_id)
+        if unit is None or unit.registry is None:
+            raise MembershipError(f"worker {worker_id} is in no pool here")
+        return unit.registry
+
+    def drain(self, worker_id: WorkerId, yield_within_s: float | None) -> object:
+        return self._registry(worker_id).drain(worker_id, yield_within_s)
+
+    def deregister(self, worker_id: WorkerId) -> object:
+        return self._registry(worker_id).deregister(worker_id)
 
 
 def pool_leadership(

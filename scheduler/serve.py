@@ -311,19 +311,18 @@ async def start_server(
     )
     running.grant_keys = keys
     running.transport = tls.describe() if tls is not None else "plaintext"
-    if pools is None:
-        _add_autoscaler(running, metrics, host, autoscaler_env, autoscale_period_s)
-    elif (autoscaler_env if autoscaler_env is not None else os.environ).get("SLOTSCHED_AUTOSCALER"):
-        log.warning("--leadership pool: the companion autoscaler is not run in this mode; scale with KEDA")
+    running.pools = pools
+    _add_autoscaler(running, metrics, host, autoscaler_env, autoscale_period_s)
     if watcher is not None:
         running._tasks.append(asyncio.create_task(watcher.run()))
     if pools is not None:
-        running.pools = pools
         try:
             await pools.start(grpc_server, host, port)
         except BaseException:
             await running.stop(0)
             raise
+        if running.autoscalers is not None:  # gated per pool: a pool's loop runs where it is led
+            running._tasks.append(asyncio.create_task(running.autoscalers.run()))
     elif leadership is None:
         running._tasks.append(asyncio.create_task(registry.run_reaper()))
         if running.autoscalers is not None:
@@ -388,7 +387,10 @@ def _add_autoscaler(
     env = os.environ if autoscaler_env is None else autoscaler_env
     reach = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     where = f"{reach}:{running.port}"
-    loops = pool_autoscalers(running.loop, running.registry, env, where, metrics.registry, period_s)
+    if running.pools is not None:  # each pool's loop runs where the pool is led
+        loops = running.pools.autoscalers(env, where, metrics.registry, period_s)
+    else:
+        loops = pool_autoscalers(running.loop, running.registry, env, where, metrics.registry, period_s)
     if loops is not None:
         running.autoscalers, running.autoscaler = loops, loops.first
 

@@ -213,3 +213,48 @@ async def _spread_route_follow_and_move() -> None:
                 scheduler_pb2.GetSessionRequest(session_id="s1"), metadata=ACME
             )
             assert view.lease.lease_id == lease_id, view
+
+
+def test_each_pools_autoscaler_runs_on_its_leader_only() -> None:
+    """The companion autoscaler (dry-run actuator) runs a pool's loop where the pool is led,
+    and moves with the pool."""
+
+    async def body() -> None:
+        with tempfile.TemporaryDirectory(prefix="slotsched-pools-auto-") as d:
+            r = RedisProc(d).start()
+            policy = write_policy(d, pools_policy_yaml(workers_per_pool=1))
+            keys = GrantKeyring.generate()
+            env = {"SLOTSCHED_AUTOSCALER": "dry-run"}
+            servers: list[RunningServer] = []
+            try:
+                for i in range(2):
+                    state = StateOptions(state=r.url, replica_id=f"a{i}", leadership="pool")
+                    servers.append(
+                        await start_server(
+                            policy, "127.0.0.1:0", None, state=state, grant_keys=keys, autoscaler_env=env
+                        )
+                    )
+
+                def running_where_led() -> bool:
+                    for s in servers:
+                        assert s.pools is not None and s.autoscalers is not None
+                        if set(s.autoscalers._tasks) != set(s.pools.led_here()):
+                            return False
+                    return bool(spread(servers)())
+
+                await until("each pool's loop on its leader", running_where_led)
+                assert all(set(s.autoscalers._tasks) for s in servers)  # type: ignore[union-attr]
+                await servers[0].stop(0)
+                survivor = servers.pop(1)
+                servers.clear()
+                servers.append(survivor)
+                await until(
+                    "every loop on the survivor",
+                    lambda: set(survivor.autoscalers._tasks) == set(POOLS),  # type: ignore[union-attr]
+                )
+            finally:
+                for s in servers:
+                    await s.stop(0)
+                r.kill()
+
+    asyncio.run(body())

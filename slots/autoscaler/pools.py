@@ -68,11 +68,18 @@ class PoolsDemand:
         return self._policy().pool_names()
 
 
+#: How often `PoolAutoscalers.run` checks which pools it leads (per-pool leadership).
+ACTIVE_POLL_S = 1.0
+
+
 class PoolAutoscalers:
     """Every pool's autoscaler, by pool name, in the policy's order: one loop per pool
     `make_actuator(spec, several)` gives an actuator for (None: that pool is not autoscaled);
     with one pool, the loop and its metrics are as before pools. Pools added by a live policy
-    change get theirs at the next `reconcile` (which `run` calls every period)."""
+    change get theirs at the next `reconcile` (which `run` calls every period).
+
+    `active(pool)` (per-pool leadership: this replica leads the pool) runs a pool's loop only
+    while it says yes, checked every `ACTIVE_POLL_S`: a pool's size is set by its leader alone."""
 
     def __init__(
         self,
@@ -84,7 +91,9 @@ class PoolAutoscalers:
         clock: Callable[[], float] = time.time,
         registry: CollectorRegistry | None = None,
         period_s: float = 15.0,
+        active: Callable[[str], bool] | None = None,
     ) -> None:
+        self._active = active
         self._policy = policy
         self._describe = describe
         self._membership = membership
@@ -164,11 +173,16 @@ class PoolAutoscalers:
             while not stop.is_set():
                 self.reconcile()
                 for name, auto in self.loops.items():
-                    if name not in self._tasks:
+                    on = self._active is None or self._active(name)
+                    if on and name not in self._tasks:
                         self._stops[name] = own = asyncio.Event()
                         self._tasks[name] = asyncio.create_task(auto.run(own), name=f"autoscaler-{name}")
+                    elif not on and name in self._tasks:  # the pool is led elsewhere now
+                        self._stops.pop(name).set()
+                        self._tasks.pop(name)
+                wait = self.period_s if self._active is None else min(self.period_s, ACTIVE_POLL_S)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.period_s)
+                    await asyncio.wait_for(stop.wait(), wait)
         finally:
             for own in self._stops.values():
                 own.set()
