@@ -20,8 +20,10 @@ a unit not leading here answers NOT_LEADER naming the pool and its leader. Healt
 while this replica is a member (it reaches Redis); `slotsched.pool/<name>` while it leads that
 pool. The companion autoscaler runs each pool's loop on that pool's leader (`autoscalers`); KEDA
 is answered by any replica, each pool's demand from its unit's core. Left for later (said in
-docs/design.md): live policy changes (the policy file is read at start by every replica;
-ApplyPolicy is refused).
+docs/design.md): pools added or removed live (units are made at start), and Admin.ApplyPolicy
+(a policy applied to one replica would reach only its pools: it is refused); the policy comes
+from the file every replica reads, or from `--policy-source`'s object, which every replica
+watches and applies to the pools it leads (`bind_watcher`).
 """
 
 from __future__ import annotations
@@ -39,10 +41,12 @@ from prometheus_client import CollectorRegistry
 from scheduler.autoscale_wiring import autoscalers, static_workers
 from scheduler.core.types import WorkerId
 from scheduler.grants import GrantKeyring
+from scheduler.policy.errors import Problem
 from scheduler.policy.model import Policy
 from scheduler.server.app import GrpcServer
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.metrics import Metrics
+from scheduler.server.policy_log import PolicyLog
 from scheduler.server.pool_routes import PoolRoutes, PoolUnit
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.session_ops import SessionOps
@@ -50,6 +54,7 @@ from slots.autoscaler.demand import MembershipError
 from slots.autoscaler.pools import PoolAutoscalers
 
 if TYPE_CHECKING:
+    from scheduler.kube.policy_watch import Outcome, PolicyWatcher
     from scheduler.serve import StateOptions
     from scheduler.state.ownership import Ownership
     from scheduler.state.replica import Replica
@@ -92,6 +97,7 @@ class PoolLeadership:
         self._advertise = state.advertise
         self._static_pool = static_pool
         self._grpc: GrpcServer | None = None
+        self._watcher: PolicyWatcher | None = None
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
         self._beat: asyncio.Task[None] | None = None
         self.fatal_event = asyncio.Event()
@@ -183,6 +189,10 @@ class PoolLeadership:
                 for wid, slots, in_pool in static_workers(self.policy):
                     if in_pool == pool:
                         unit.registry.register(wid, "local", slots, {}, static=True, pool=in_pool)  # type: ignore[union-attr]
+        if self._watcher is not None and not fresh:
+            # The object is the truth, not the journal: the pool's new leader applies the latest
+            # version every replica's watcher has seen (journaled like any policy change).
+            unit.loop.apply_policy(self.policy.only_pool(pool))
         if not replica.serving:
             return  # stepped down meanwhile (its first batch failed)
         assert unit.registry is not None
@@ -215,6 +225,43 @@ class PoolLeadership:
             period_s,
             active=lambda name: name in units and units[name].leads,
         )
+
+    def bind_watcher(self, watcher: PolicyWatcher, secure: bool, plog: PolicyLog) -> None:
+        """`--policy-source`: every new version of the SchedulingPolicy object is applied by
+        every replica to the pools it leads (each pool's leader applies it to its pool, and
+        every replica authenticates by it). The replica leading the first pool writes the
+        object's status. Pools added or removed need the replicas restarted (their units are
+        made at start): such a version is refused, the policy in force unchanged."""
+        from scheduler.kube.policy_watch import Outcome
+
+        self._watcher = watcher
+        first = next(iter(self.units))
+
+        async def apply(policy: Policy, warnings: list[Problem]) -> Outcome:
+            report = self.units[first].leads
+            if secure and not policy.access.admins:  # Admin.ApplyPolicy's refusal, for the same reason
+                return Outcome(
+                    False, "NoAdmins", "spec.access.admins is empty: the policy in force is unchanged", report
+                )
+            if set(policy.pool_names()) != set(self.units):
+                return Outcome(
+                    False,
+                    "PoolsChanged",
+                    "--leadership pool: pools are added or removed by restarting the replicas one at "
+                    "a time with the new policy; the policy in force is unchanged",
+                    report,
+                )
+            old, self.policy = self.policy, policy
+            generation = plog.next_generation()
+            led = [u for u in self.units.values() if u.leads]
+            for unit in led:
+                unit.loop.apply_policy(policy.only_pool(unit.pool))
+            for unit in led:
+                await unit.loop.durable()
+            plog.applied(generation, old, policy, f"the object {watcher.ref}")
+            return Outcome(True, "Applied", f"policy {policy.name} in force on {len(led)} pools here", report)
+
+        watcher.bind(apply, reporting=lambda: self.units[first].leads)
 
     def begin_shutdown(self) -> None:
         for unit in self.units.values():
@@ -265,7 +312,7 @@ def pool_leadership(
     policy: Policy,
     metrics: Metrics,
     keys: GrantKeyring,
-    watcher: object | None,
+    watcher: PolicyWatcher | None,
     heartbeat_interval_s: float,
     static_pool: bool,
 ) -> PoolLeadership | None:
@@ -276,8 +323,6 @@ def pool_leadership(
         raise ValueError(f"--leadership {state.leadership!r}: replica or pool")
     if redis_url is None:
         raise ValueError("--leadership pool needs --state redis…: each pool's leader lease lives there")
-    if watcher is not None:
-        raise ValueError("--leadership pool reads the policy from --policy (not --policy-source yet)")
     return PoolLeadership(
         redis_url,
         state,

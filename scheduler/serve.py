@@ -228,7 +228,9 @@ async def start_server(
     )
     loop = pools.routes.first().loop if pools is not None else SchedulerLoop(policy, metrics)
     policy_log = PolicyLog(policy_source or policy_path, durable=redis_url is not None)
-    if watcher is not None:
+    if watcher is not None and pools is not None:
+        pools.bind_watcher(watcher, secure, policy_log)
+    elif watcher is not None:
         _bind_policy_watcher(watcher, loop, secure, policy_log)
     auth = Authenticator(secure, (lambda: policy) if pools is not None else (lambda: loop.core.policy))
     registry = WorkerRegistry(loop, heartbeat_interval_s)

@@ -258,3 +258,80 @@ def test_each_pools_autoscaler_runs_on_its_leader_only() -> None:
                 r.kill()
 
     asyncio.run(body())
+
+
+def test_a_policy_object_change_is_applied_by_every_pools_leader() -> None:
+    """`--policy-source` under per-pool leadership: each replica watches the SchedulingPolicy
+    object and applies a new version to the pools it leads; a version adding a pool is refused
+    (status PoolsChanged), the policy in force unchanged. The real kubernetes client against
+    tests/fake_kube.py."""
+    import copy
+
+    import yaml
+
+    from scheduler.policy.crd import GROUP, PLURAL, VERSION
+    from tests.fake_kube import FakeObjectApi, serving
+
+    obj = yaml.safe_load(pools_policy_yaml(workers_per_pool=1))
+    obj["metadata"]["name"] = "cluster"
+    fake = FakeObjectApi(GROUP, VERSION, "slotsched", PLURAL)
+    fake.create(copy.deepcopy(obj))
+
+    async def nominal(target: str, pool: str) -> int:
+        async with grpc.aio.insecure_channel(target) as ch:
+            desc = await admin_pb2_grpc.AdminStub(ch).DescribePool(
+                admin_pb2.DescribePoolRequest(pool=pool), metadata=ADMIN, timeout=5
+            )
+        return next(t.burstable_nominal for t in desc.tenants if t.tenant == "acme")
+
+    async def body(api: Any) -> None:
+        with tempfile.TemporaryDirectory(prefix="slotsched-pools-watch-") as d:
+            r = RedisProc(d).start()
+            keys = GrantKeyring.generate()
+            servers: list[RunningServer] = []
+            try:
+                for i in range(2):
+                    state = StateOptions(state=r.url, replica_id=f"w{i}", leadership="pool")
+                    servers.append(
+                        await start_server(
+                            None,
+                            "127.0.0.1:0",
+                            None,
+                            state=state,
+                            grant_keys=keys,
+                            policy_source="kubernetes://slotsched/cluster",
+                            kube_api=api,
+                        )
+                    )
+                owner = await until("the pools to spread", spread(servers))
+                assert {p: await nominal(t, p) for p, t in owner.items()} == dict.fromkeys(POOLS, 1)
+                spec = copy.deepcopy(obj["spec"])
+                next(t for t in spec["tenants"] if t["name"] == "acme")["burstable"]["nominal"] = 2
+                fake.set_spec(spec)
+                await asyncio.to_thread(
+                    fake.wait_for, lambda: (fake.condition("Applied") or {}).get("observedGeneration") == 2
+                )
+
+                async def applied_everywhere() -> bool:
+                    return all([await nominal(t, p) == 2 for p, t in owner.items()])
+
+                deadline = time.monotonic() + 10
+                while not await applied_everywhere():
+                    assert time.monotonic() < deadline, "not applied by every pool's leader"
+                    await asyncio.sleep(0.1)
+                more = copy.deepcopy(spec)
+                more["pools"].append(dict(more["pools"][0], name="cpu-c"))
+                fake.set_spec(more)
+                await asyncio.to_thread(
+                    fake.wait_for, lambda: (fake.condition("Applied") or {}).get("observedGeneration") == 3
+                )
+                c = fake.condition("Applied")
+                assert c is not None and c["status"] == "False" and c["reason"] == "PoolsChanged", c
+                assert {p: await nominal(t, p) for p, t in owner.items()} == dict.fromkeys(POOLS, 2)
+            finally:
+                for s in servers:
+                    await s.stop(0)
+                r.kill()
+
+    with serving(fake) as api:
+        asyncio.run(body(api))
