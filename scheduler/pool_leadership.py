@@ -98,6 +98,7 @@ class PoolLeadership:
         self._static_pool = static_pool
         self._grpc: GrpcServer | None = None
         self._watcher: PolicyWatcher | None = None
+        self._told = False  # what health "" says now (NOT_SERVING until a member)
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
         self._beat: asyncio.Task[None] | None = None
         self.fatal_event = asyncio.Event()
@@ -165,11 +166,12 @@ class PoolLeadership:
         self._beat = asyncio.get_running_loop().create_task(self._beat_loop())
 
     async def _step(self) -> None:
-        was = self.ownership.reachable
         await self.ownership.step()
-        if self._grpc is not None and self.ownership.reachable != was:
-            await self._grpc.set_serving(self.ownership.reachable)
-            await self._grpc.set_store(self.ownership.reachable)
+        member = self.ownership.member
+        if self._grpc is not None and member != self._told:  # health "": a member, or not
+            self._told = member
+            await self._grpc.set_serving(member)
+            await self._grpc.set_store(member)
 
     async def _beat_loop(self) -> None:
         while True:

@@ -15,6 +15,7 @@ import pytest
 
 from scheduler.state.ownership import Ownership
 from scheduler.state.redis_members import RedisMembers
+from scheduler.state.store import StoreUnavailable
 from tests.test_state_redis import RedisProc, free_port
 from tests.test_state_redis import pytestmark as needs_redis
 
@@ -101,8 +102,8 @@ def test_a_replica_that_stops_beating_loses_only_its_pools(redis_url: str) -> No
             assert sorted(len(v) for v in after.values()) == [15, 15]
             for n in ("r1", "r3"):
                 assert set(before[n]) <= set(after[n])  # the survivors keep what they had
-            # Thawed, it still believes its old table until it beats; its beat rejoins it.
-            assert dead.mine() == before["r2"]
+            # Thawed past its membership, it claims nothing of its old table; its beat rejoins it.
+            assert dead.table and dead.mine() == () and not dead.should_lead(before["r2"][0])
             await dead.step()
             group["r2"] = dead
             await settle(group)
@@ -123,6 +124,33 @@ def test_a_graceful_leave_hands_its_pools_on_at_once(redis_url: str) -> None:
             assert group["r2"].mine() == ()
             await group["r1"].step()
             assert len(group["r1"].mine()) == 30  # no TTL to wait out
+        finally:
+            await close(group)
+
+    asyncio.run(go())
+
+
+def test_one_failed_beat_keeps_the_pools_until_the_membership_could_lapse(redis_url: str) -> None:
+    """A slow or failed beat must not hand every pool over (the others still see the replica
+    live): it keeps claiming until TTL - 10 % after its last good beat was sent, then nothing."""
+
+    async def go() -> None:
+        prefix = f"o{uuid.uuid4().hex[:8]}"
+        group = replicas(redis_url, ["r1", "r2"], prefix, ttl_s=1.0)
+        try:
+            await settle(group)
+            r2 = group["r2"]
+            mine = r2.mine()
+            assert mine
+
+            async def fail(*_: object) -> list[object]:
+                raise StoreUnavailable("a beat lost")
+
+            r2.members.beat = fail  # type: ignore[method-assign]
+            await r2.step()
+            assert not r2.reachable and r2.mine() == mine and r2.should_lead(mine[0])
+            await asyncio.sleep(1.0)
+            assert r2.mine() == () and not r2.should_lead(mine[0])
         finally:
             await close(group)
 

@@ -13,8 +13,12 @@ a campaign interval.
 Timing. `beat_interval_s` (default 250 ms) and `member_ttl_s` (default 1 s, as the leader
 lease): a replica frozen or cut from the store drops out of the membership within a TTL, the
 next beat of any other replica rewrites the table, and the new owners campaign for its pools,
-whose leases lapse within their own TTL. A replica that cannot reach the store claims nothing:
-`should_lead` is false for every pool until a beat succeeds again.
+whose leases lapse within their own TTL. A replica claims its pools only while its membership
+surely holds in the store: until TTL − 10 % after it *sent* its last successful beat, on its
+monotonic clock (the leader lease's rule, replica.py). So one slow or failed beat costs nothing
+(the others still see it live, and it keeps its pools), while a replica cut from the store,
+or frozen past that, claims nothing: `should_lead` is false for every pool until a beat
+succeeds again, before the others can have reassigned them.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 from scheduler.state.members import Member, Members
@@ -29,6 +34,10 @@ from scheduler.state.pool_owners import assign
 from scheduler.state.store import StoreUnavailable
 
 __all__ = ["Ownership"]
+
+#: A replica stops claiming its pools this fraction of the member TTL before its membership
+#: could lapse in the store (clock-rate drift, as the leader lease's MARGIN).
+MARGIN = 0.1
 
 log = logging.getLogger("slotsched.state")
 
@@ -55,14 +64,22 @@ class Ownership:
         self.live: list[Member] = []
         self.table: dict[str, str] = {}
         self.version = 0
-        self.reachable = False
+        self.reachable = False  # what the last beat found
         self.writes = 0  # tables this replica wrote (a change seen by several is written once)
+        self._claim_until = float("-inf")  # monotonic: see the module doc
+
+    @property
+    def member(self) -> bool:
+        """This replica's membership surely holds in the store now (module doc)."""
+        return time.monotonic() < self._claim_until
 
     def should_lead(self, pool: str) -> bool:
-        return self.reachable and self.table.get(pool) == self.replica_id
+        return self.table.get(pool) == self.replica_id and self.member
 
     def mine(self) -> tuple[str, ...]:
-        return tuple(sorted(p for p, r in self.table.items() if r == self.replica_id and self.reachable))
+        if not self.member:
+            return ()
+        return tuple(sorted(p for p, r in self.table.items() if r == self.replica_id))
 
     def address_of(self, pool: str) -> str | None:
         """Where the pool's owner serves (what a NOT_LEADER for the pool names), if known."""
@@ -71,8 +88,10 @@ class Ownership:
 
     async def step(self) -> None:
         """Beat; if the table is not what the live replicas and the pools call for, write it."""
+        t0 = time.monotonic()
         try:
             self.live = await self.members.beat(self.replica_id, self.address, self.member_ttl_s)
+            self._claim_until = t0 + self.member_ttl_s * (1 - MARGIN)
             version, table = await self.members.owners()
             want = assign(self._pools(), [m.replica_id for m in self.live], table)
             if dict(want.owners) != table:
@@ -90,7 +109,9 @@ class Ownership:
                     version, table = await self.members.owners()
         except StoreUnavailable as e:
             if self.reachable:
-                log.warning("pools: membership unreachable (%s): claiming no pool until it answers", e)
+                log.warning(
+                    "pools: membership unreachable (%s): its pools kept until its membership could lapse", e
+                )
             self.reachable = False
             return
         self.version, self.table, self.reachable = version, table, True
@@ -104,6 +125,7 @@ class Ownership:
     async def leave(self) -> None:
         """A graceful exit: out of the membership at once (the others take its pools)."""
         self.reachable = False
+        self._claim_until = float("-inf")
         try:
             await self.members.leave(self.replica_id)
         except StoreUnavailable as e:
