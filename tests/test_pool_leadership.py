@@ -35,6 +35,7 @@ from scheduler.api.gen.slotsched.v1 import (
 from scheduler.client.follow import LEADER_KEY
 from scheduler.grants import GrantKeyring
 from scheduler.serve import RunningServer, StateOptions, start_server
+from scheduler.server.keda_service import METRIC_NAME
 from tests.grpc_fixtures import ADMIN_TOKEN, TOKENS, WORKER_TOKEN, B, pools_policy_yaml, write_policy
 from tests.test_state_redis import REDIS_BIN, RedisProc
 
@@ -188,6 +189,21 @@ async def _spread_route_follow_and_move() -> None:
             admin = admin_pb2_grpc.AdminStub(ch)
             desc = await admin.DescribePool(admin_pb2.DescribePoolRequest(), metadata=ADMIN)
             assert set(desc.pools) == set(POOLS)
+
+        # KEDA's metric of the pool from either replica (a ScaledObject reaches any through the
+        # Service): the same demand, the held lease counted.
+        from scheduler.api.gen.externalscaler import externalscaler_pb2, externalscaler_pb2_grpc
+
+        async def demand(target: str) -> float:
+            ref = externalscaler_pb2.ScaledObjectRef(
+                name="workers", namespace="slots", scalerMetadata={"pool": pool, "token": ADMIN_TOKEN}
+            )
+            req = externalscaler_pb2.GetMetricsRequest(scaledObjectRef=ref, metricName=METRIC_NAME)
+            async with grpc.aio.insecure_channel(target) as ch:
+                got = await externalscaler_pb2_grpc.ExternalScalerStub(ch).GetMetrics(req, timeout=5)
+            return float(got.metricValues[0].metricValueFloat)
+
+        assert await demand(lead) >= 1.0 and await demand(other) == await demand(lead)
 
         # The pool's leader stops: the other replica leads every pool, the lease kept.
         leaving = by_target[lead]
