@@ -472,7 +472,23 @@ async def run(
         by_pool: dict[str, list[str]] = {p: [] for p in pools}
         for sid, p in where.items():
             by_pool[p].append(sid)
-        for got in await asyncio.gather(*(fill(net, p, by_pool[p]) for p in pools)):
+
+        async def fill_following(pool: str) -> dict[str, tuple[str, str, int] | None]:
+            # A pool moved meanwhile (NOT_LEADER naming its leader): acquire again there; an
+            # acquire of a live session re-attaches and tells its state, so nothing doubles.
+            for _ in range(10):
+                try:
+                    return await fill(net, pool, by_pool[pool])
+                except grpc.aio.AioRpcError as e:
+                    named = _trailers(e).get("x-slotsched-leader")
+                    log(f"{topology}: {pool} moved while filling ({e.details()}): following")
+                    if named:
+                        net.leader[pool] = named
+                    else:
+                        await asyncio.sleep(0.2)
+            raise RuntimeError(f"{pool}: could not fill")
+
+        for got in await asyncio.gather(*(fill_following(p) for p in pools)):
             start.update(got)
         queued = sum(1 for v in start.values() if v is None)
         log(f"{topology}: {len(start) - queued} granted, {queued} queued in {time.monotonic() - t0:.1f} s")
