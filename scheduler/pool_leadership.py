@@ -141,7 +141,13 @@ class PoolLeadership:
         replica = self.replicas[pool]
         if replica.serving:
             return None  # leading here but refusing (a late renewal): never send clients to itself
-        return replica.leader_address or self.ownership.address_of(pool)
+        me = self.ownership.address
+        # The address the pool's lease last published, unless it is this replica's own (stale:
+        # published when it led); then the owners table's choice; never itself.
+        for address in (replica.leader_address, self.ownership.address_of(pool)):
+            if address and address != me:
+                return address
+        return None
 
     def led_here(self) -> tuple[str, ...]:
         return tuple(name for name, r in self.replicas.items() if r.serving)
@@ -154,6 +160,8 @@ class PoolLeadership:
         from scheduler.listen import default_advertise
 
         self._grpc = grpc_server
+        for pool in self.units:  # a probe of a pool not led here: NOT_SERVING, not NOT_FOUND
+            await grpc_server.set_pool(pool, False)
         address = self._advertise or default_advertise(host, port)
         self.ownership.address = address
         for replica in self.replicas.values():

@@ -273,7 +273,7 @@ def test_each_pools_autoscaler_runs_on_its_leader_only() -> None:
                     await s.stop(0)
                 r.kill()
 
-    asyncio.run(body())
+    asyncio.run(asyncio.wait_for(body(), 90))  # a hang fails here, with where it waited
 
 
 def test_a_policy_object_change_is_applied_by_every_pools_leader() -> None:
