@@ -31,9 +31,9 @@ from scheduler.api import wire
 from scheduler.api.gen.slotsched.v1 import admin_pb2, admin_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 from scheduler.grants import GrantKeyring
 from scheduler.serve import RunningServer, StateOptions, start_server
-from tests.grpc_fixtures import ADMIN_TOKEN, TOKENS, B, pools_policy_yaml, served_target, write_policy
+from tests.grpc_fixtures import ADMIN_TOKEN, TOKENS, pools_policy_yaml, served_target, write_policy
 from tests.test_client_reattach_wake import RefusingProxy
-from tests.test_pool_leadership import POOLS
+from tests.test_pool_leadership import POOLS, granted
 from tests.test_state_redis import REDIS_BIN, RedisProc
 
 pytestmark = pytest.mark.skipif(
@@ -80,15 +80,8 @@ async def settle(targets: list[str], live: list[str], timeout: float = 20.0) -> 
 
 
 async def grant(target: str, sid: str, pool: str) -> tuple[str, int]:
-    async with grpc.aio.insecure_channel(target) as ch:
-        call = scheduler_pb2_grpc.SchedulerStub(ch).Acquire(
-            scheduler_pb2.AcquireRequest(session_id=sid, qos=B, pool=pool), metadata=ACME
-        )
-        async for ev in call:
-            if ev.WhichOneof("event") == "granted":
-                call.cancel()
-                return ev.granted.lease.lease_id, ev.granted.lease.epoch
-    raise AssertionError(f"{sid}: no grant")
+    ev = await granted(target, sid, pool)
+    return ev.granted.lease.lease_id, ev.granted.lease.epoch
 
 
 async def session(target: str, sid: str) -> scheduler_pb2.SessionState:

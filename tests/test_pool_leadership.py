@@ -66,9 +66,9 @@ async def cluster(n: int = 2) -> AsyncIterator[tuple[str, str, list[RunningServe
             r.kill()
 
 
-async def start(policy: str, url: str, rid: str, keys: GrantKeyring) -> RunningServer:
+async def start(policy: str | None, url: str, rid: str, keys: GrantKeyring, **kw: Any) -> RunningServer:
     state = StateOptions(state=url, replica_id=rid, leadership="pool", leader_ttl_s=1.0)
-    return await start_server(policy, "127.0.0.1:0", None, state=state, grant_keys=keys)
+    return await start_server(policy, "127.0.0.1:0", None, state=state, grant_keys=keys, **kw)
 
 
 def leaders(servers: list[RunningServer]) -> dict[str, list[str]]:
@@ -244,12 +244,7 @@ def test_each_pools_autoscaler_runs_on_its_leader_only() -> None:
             servers: list[RunningServer] = []
             try:
                 for i in range(2):
-                    state = StateOptions(state=r.url, replica_id=f"a{i}", leadership="pool")
-                    servers.append(
-                        await start_server(
-                            policy, "127.0.0.1:0", None, state=state, grant_keys=keys, autoscaler_env=env
-                        )
-                    )
+                    servers.append(await start(policy, r.url, f"a{i}", keys, autoscaler_env=env))
 
                 def running_where_led() -> bool:
                     for s in servers:
@@ -276,22 +271,36 @@ def test_each_pools_autoscaler_runs_on_its_leader_only() -> None:
     asyncio.run(asyncio.wait_for(body(), 90))  # a hang fails here, with where it waited
 
 
-def test_a_policy_object_change_is_applied_by_every_pools_leader() -> None:
-    """`--policy-source` under per-pool leadership: each replica watches the SchedulingPolicy
-    object and applies a new version to the pools it leads; a version adding a pool is refused
-    (status PoolsChanged), the policy in force unchanged. The real kubernetes client against
-    tests/fake_kube.py."""
+def test_a_policy_version_is_applied_by_every_pools_leader() -> None:
+    """`--policy-source` under per-pool leadership (PoolLeadership.bind_watcher): each replica
+    applies a new version to the pools it leads, and a version adding a pool is refused
+    (PoolsChanged), the policy in force unchanged. The watcher is a stand-in that hands each
+    replica the version, as PolicyWatcher does (its watch of the object: tests/test_policy_watch.py)."""
     import copy
 
     import yaml
 
-    from scheduler.policy.crd import GROUP, PLURAL, VERSION
-    from tests.fake_kube import FakeObjectApi, serving
+    from scheduler.policy.yaml_io import parse_policy
+    from scheduler.server.policy_log import PolicyLog
 
-    obj = yaml.safe_load(pools_policy_yaml(workers_per_pool=1))
-    obj["metadata"]["name"] = "cluster"
-    fake = FakeObjectApi(GROUP, VERSION, "slotsched", PLURAL)
-    fake.create(copy.deepcopy(obj))
+    class Watcher:
+        ref = "kubernetes://slotsched/cluster"
+
+        def bind(self, apply: Any, reporting: Any) -> None:
+            self.apply, self.reporting = apply, reporting
+
+    doc = yaml.safe_load(pools_policy_yaml(workers_per_pool=1))
+
+    def version(edit: Callable[[dict[str, Any]], None]) -> Any:
+        new = copy.deepcopy(doc)
+        edit(new["spec"])
+        return parse_policy(yaml.safe_dump(new))[0]
+
+    def acme_nominal(spec: dict[str, Any]) -> None:
+        next(t for t in spec["tenants"] if t["name"] == "acme")["burstable"]["nominal"] = 2
+
+    def another_pool(spec: dict[str, Any]) -> None:
+        spec["pools"].append(dict(spec["pools"][0], name="cpu-c"))
 
     async def nominal(target: str, pool: str) -> int:
         async with grpc.aio.insecure_channel(target) as ch:
@@ -300,54 +309,22 @@ def test_a_policy_object_change_is_applied_by_every_pools_leader() -> None:
             )
         return next(t.burstable_nominal for t in desc.tenants if t.tenant == "acme")
 
-    async def body(api: Any) -> None:
-        with tempfile.TemporaryDirectory(prefix="slotsched-pools-watch-") as d:
-            r = RedisProc(d).start()
-            keys = GrantKeyring.generate()
-            servers: list[RunningServer] = []
-            try:
-                for i in range(2):
-                    state = StateOptions(state=r.url, replica_id=f"w{i}", leadership="pool")
-                    servers.append(
-                        await start_server(
-                            None,
-                            "127.0.0.1:0",
-                            None,
-                            state=state,
-                            grant_keys=keys,
-                            policy_source="kubernetes://slotsched/cluster",
-                            kube_api=api,
-                        )
-                    )
-                owner = await until("the pools to spread", spread(servers))
-                assert {p: await nominal(t, p) for p, t in owner.items()} == dict.fromkeys(POOLS, 1)
-                spec = copy.deepcopy(obj["spec"])
-                next(t for t in spec["tenants"] if t["name"] == "acme")["burstable"]["nominal"] = 2
-                fake.set_spec(spec)
-                await asyncio.to_thread(
-                    fake.wait_for, lambda: (fake.condition("Applied") or {}).get("observedGeneration") == 2
-                )
+    async def body() -> None:
+        async with cluster(2) as (_, _, servers, _):
+            owner = await until("the pools to spread", spread(servers))
+            watchers = []
+            for s in servers:
+                assert s.pools is not None
+                w = Watcher()
+                s.pools.bind_watcher(w, True, PolicyLog(w.ref, durable=True))  # type: ignore[arg-type]
+                watchers.append(w)
+            assert {p: await nominal(t, p) for p, t in owner.items()} == dict.fromkeys(POOLS, 1)
+            outcomes = [await w.apply(version(acme_nominal), []) for w in watchers]
+            assert all(o.applied for o in outcomes), outcomes
+            assert sum(1 for w in watchers if w.reporting()) == 1  # one replica writes the status
+            assert {p: await nominal(t, p) for p, t in owner.items()} == dict.fromkeys(POOLS, 2)
+            refused = [await w.apply(version(another_pool), []) for w in watchers]
+            assert all(not o.applied and o.reason == "PoolsChanged" for o in refused), refused
+            assert {p: await nominal(t, p) for p, t in owner.items()} == dict.fromkeys(POOLS, 2)
 
-                async def applied_everywhere() -> bool:
-                    return all([await nominal(t, p) == 2 for p, t in owner.items()])
-
-                deadline = time.monotonic() + 10
-                while not await applied_everywhere():
-                    assert time.monotonic() < deadline, "not applied by every pool's leader"
-                    await asyncio.sleep(0.1)
-                more = copy.deepcopy(spec)
-                more["pools"].append(dict(more["pools"][0], name="cpu-c"))
-                fake.set_spec(more)
-                await asyncio.to_thread(
-                    fake.wait_for, lambda: (fake.condition("Applied") or {}).get("observedGeneration") == 3
-                )
-                c = fake.condition("Applied")
-                assert c is not None and c["status"] == "False" and c["reason"] == "PoolsChanged", c
-                assert {p: await nominal(t, p) for p, t in owner.items()} == dict.fromkeys(POOLS, 2)
-            finally:
-                for s in servers:
-                    await s.stop(0)
-                r.kill()
-
-    with serving(fake) as api:
-        asyncio.run(body(api))
+    asyncio.run(asyncio.wait_for(body(), 90))
