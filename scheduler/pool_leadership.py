@@ -193,19 +193,19 @@ class PoolLeadership:
 
     async def _on_lead(self, pool: str, fresh: bool) -> None:
         unit, replica = self.units[pool], self.replicas[pool]
+        assert unit.registry is not None  # every unit of this wiring has one
         if fresh:
             unit.loop.apply_policy(self.policy.only_pool(pool))  # journaled first, as one leader does
             if self._static_pool:
                 for wid, slots, in_pool in static_workers(self.policy):
                     if in_pool == pool:
-                        unit.registry.register(wid, "local", slots, {}, static=True, pool=in_pool)  # type: ignore[union-attr]
+                        unit.registry.register(wid, "local", slots, {}, static=True, pool=in_pool)
         if self._watcher is not None and not fresh:
             # The object is the truth, not the journal: the pool's new leader applies the latest
             # version every replica's watcher has seen (journaled like any policy change).
             unit.loop.apply_policy(self.policy.only_pool(pool))
         if not replica.serving:
             return  # stepped down meanwhile (its first batch failed)
-        assert unit.registry is not None
         self._tasks[pool].append(asyncio.get_running_loop().create_task(unit.registry.run_reaper()))
         if self._grpc is not None:
             await self._grpc.set_pool(pool, True)
@@ -226,7 +226,7 @@ class PoolLeadership:
         units = self.units
         return autoscalers(
             lambda: self.policy,
-            lambda name: self.routes.for_pool(name or "").loop.core.describe(name),
+            self.routes.describe,
             _RoutedMembership(self.routes),
             self.routes.first().loop.now,
             env,

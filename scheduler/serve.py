@@ -251,9 +251,7 @@ async def start_server(
     leadership: ReplicaLeadership | None = None
     if pools is not None:  # any replica answers each pool's demand from that pool's core here
         routes = pools.routes
-        demand = PoolsDemand(
-            lambda name: routes.for_pool(name or "").loop.core.describe(name), lambda: policy
-        )
+        demand = PoolsDemand(routes.describe, lambda: policy)
         grpc_server = assemble_pools(routes, auth, demand, keys, policy_log)
     elif redis_url is None:
         if static_pool:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2
 from scheduler.core.placement import Catalog, candidates, default_pool
 from scheduler.core.types import Acquire, Refused, TenantName
+from scheduler.core.views import PoolView
 from scheduler.policy.model import Policy
 from scheduler.server import convert, errors
 from scheduler.server.loop import NO_PLACEMENT, SchedulerLoop
@@ -97,6 +98,10 @@ class PoolRoutes:
         if unit is None:
             raise errors.unknown_pool(name, tuple(self.units))
         return unit
+
+    def describe(self, name: str | None) -> PoolView:
+        """A pool's view from its unit here, led or followed (KEDA, the autoscaler)."""
+        return self.for_pool(name or "").loop.core.describe(name)
 
     def for_worker(self, worker_id: str) -> PoolUnit | None:
         """The unit whose registry holds the worker (every replica follows every pool's)."""
