@@ -28,7 +28,6 @@ label values are bounded by the policy's tenants and the services' methods.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 
@@ -53,24 +52,29 @@ class RateLimiter:
 
     def charge(self, tenant: str, command: Command, count: bool = True) -> None:
         """Charge a tenant's session command to its flow (`command.flow`), labelled by its rpc."""
+        refusal = self.refusal(tenant, command, count)
+        if refusal is not None:
+            raise refusal
+
+    def refusal(self, tenant: str, command: Command, count: bool = True) -> errors.RpcFailure | None:
+        """`charge`, returning the refusal instead of raising it: a Channel answers it as one
+        outcome among a message's, and a raise per command would leave a traceback cycle (frames
+        holding the command) for the collector each time."""
         policy = self._policy()
         rpc = command.rpc
         if command.flow is Flow.RENEWALS:
             renewals = policy.rate_limits.renewals
-            self._charge(f"renewals:{tenant}", renewals, "spec.rateLimits.renewals", tenant, rpc, count)
-            return
+            return self._take(f"renewals:{tenant}", renewals, "spec.rateLimits.renewals", tenant, rpc, count)
         for i, t in enumerate(policy.tenants):
             if t.name == tenant and t.rate_limit is not None:
                 key = f"spec.tenants[{i}].rateLimit"
-                self._charge(f"tenant:{tenant}", t.rate_limit, key, tenant, rpc, count)
-                return
+                return self._take(f"tenant:{tenant}", t.rate_limit, key, tenant, rpc, count)
         key = "spec.rateLimits.tenant"
-        self._charge(f"tenant:{tenant}", policy.rate_limits.tenant, key, tenant, rpc, count)
+        return self._take(f"tenant:{tenant}", policy.rate_limits.tenant, key, tenant, rpc, count)
 
     def charge_quietly(self, tenant: str, command: Command) -> None:
         """Charge a command refused otherwise (its answer, and its count, are that refusal's)."""
-        with contextlib.suppress(errors.RpcFailure):
-            self.charge(tenant, command, count=False)
+        self.refusal(tenant, command, count=False)
 
     def count_refused(self, tenant: str, command: Command) -> None:
         """Count a command refused by its bucket without charging it again (its message's
@@ -83,16 +87,18 @@ class RateLimiter:
         has its own."""
         limits = self._policy().rate_limits
         if identity.role == ADMIN:
-            self._charge("admin", limits.admin, "spec.rateLimits.admin", "role:admin", rpc)
+            refusal = self._take("admin", limits.admin, "spec.rateLimits.admin", "role:admin", rpc)
         else:
             flow = f"worker:{identity.key}"
-            self._charge(flow, limits.worker, "spec.rateLimits.worker", "role:worker", rpc)
+            refusal = self._take(flow, limits.worker, "spec.rateLimits.worker", "role:worker", rpc)
+        if refusal is not None:
+            raise refusal
 
-    def _charge(
+    def _take(
         self, flow: str, limit: RateLimit | None, key: str, label: str, rpc: str, count: bool = True
-    ) -> None:
+    ) -> errors.RpcFailure | None:
         if limit is None:
-            return
+            return None
         now = self._clock()
         held = self._buckets.get(flow)
         if held is None or held[0] != limit:
@@ -102,4 +108,5 @@ class RateLimiter:
         if wait > 0:
             if self.metrics is not None and count:
                 self.metrics.count_rate_limited(label, rpc)
-            raise errors.rate_limited(label, rpc, key, limit.qps, limit.burst, wait)
+            return errors.rate_limited(label, rpc, key, limit.qps, limit.burst, wait)
+        return None

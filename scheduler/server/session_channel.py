@@ -311,21 +311,25 @@ class _Channel:
         self.reading_done = True
         self.push(_END)
 
-    def _charge(self, command: commands.Command, limited: dict[commands.Flow, errors.RpcFailure]) -> None:
-        """Charge one command to its flow's bucket, before any work; once a bucket refused one
-        command of this message, the message's later commands of that flow get the same refusal
-        (counted, not built again): a flood's excess is refused cheaply."""
+    def _charge(
+        self, command: commands.Command, limited: dict[commands.Flow, errors.RpcFailure]
+    ) -> errors.RpcFailure | None:
+        """Charge one command to its flow's bucket, before any work: its refusal, or None. Once a
+        bucket refused one command of this message, the message's later commands of that flow
+        get the same refusal (counted, not built again): a flood's excess is refused cheaply.
+        Returned, never raised: one shared refusal raised per command would grow its traceback
+        by a frame (holding the command) each time, and leave cycles for the collector, whose
+        full passes then stall the loop (measured: 100-150 ms each, several a second)."""
         failure = limited.get(command.flow)
         if failure is not None:
             self.auth.limits.count_refused(self.tenant, command)
             self.limited_n += 1
-            raise failure
-        try:
-            self.auth.limits.charge(self.tenant, command)
-        except errors.RpcFailure as f:
-            limited[command.flow] = f
+            return failure
+        failure = self.auth.limits.refusal(self.tenant, command)
+        if failure is not None:
+            limited[command.flow] = failure
             self.limited_n += 1
-            raise
+        return failure
 
     def _command(
         self, cmd: scheduler_pb2.ChannelCommand, limited: dict[commands.Flow, errors.RpcFailure]
@@ -337,19 +341,27 @@ class _Channel:
         out: Outcome
         try:
             if command is None:
-                self._charge(commands.ACQUIRE, limited)  # charged as a tenant's call
-                raise errors.invalid_argument("command", f"set one of {commands.FIELDS_TEXT}")
-            req = getattr(cmd, field)
-            sid = req.session_id
-            self._charge(command, limited)
-            if self.routes is not None:
-                self._same_unit(command, req)
-            if command is commands.ACQUIRE:
-                self._acquire(req)  # its answer is its lease events
-                return
-            out = UNARY_OPS[command](self.ops, tenant, req)
+                # Charged as a tenant's call; its answer is the bucket's refusal, or this one.
+                out = self._charge(commands.ACQUIRE, limited) or errors.invalid_argument(
+                    "command", f"set one of {commands.FIELDS_TEXT}"
+                )
+            else:
+                req = getattr(cmd, field)
+                sid = req.session_id
+                refused = self._charge(command, limited)
+                if refused is not None:
+                    out = refused
+                else:
+                    if self.routes is not None:
+                        self._same_unit(command, req)
+                    if command is commands.ACQUIRE:
+                        self._acquire(req)  # its answer is its lease events
+                        return
+                    out = UNARY_OPS[command](self.ops, tenant, req)
         except errors.RpcFailure as f:
-            out = f
+            # Kept as an answer: without its traceback, which would hold this frame (and the
+            # command) in a cycle until the collector's next pass.
+            out = f.with_traceback(None)
         self.push(AnswerEntry(sid, cmd.ref, out, command.answer if command is not None else None))
 
     def _refuse(
@@ -367,12 +379,8 @@ class _Channel:
         if len(sid.encode()) > _SID_BYTES:
             sid = ""  # the refused field itself: not echoed
         command = commands.BY_FIELD.get(kind) if kind else None
-        failure = errors.invalid_argument(bad.field, bad.description)
-        try:
-            self._charge(command if command is not None else commands.ACQUIRE, limited)
-        except errors.RpcFailure as f:
-            failure = f
-        self.push(AnswerEntry(sid, cmd.ref, failure))
+        failure = self._charge(command if command is not None else commands.ACQUIRE, limited)
+        self.push(AnswerEntry(sid, cmd.ref, failure or errors.invalid_argument(bad.field, bad.description)))
 
     def _refuse_all(self, cmds: Any, start: int, failure: errors.RpcFailure) -> None:
         """The rest of a message (from `start`) that the fair admission gate refused (its flow's
