@@ -60,21 +60,26 @@ class RateLimiter:
         """`charge`, returning the refusal instead of raising it: a Channel answers it as one
         outcome among a message's, and a raise per command would leave a traceback cycle (frames
         holding the command) for the collector each time."""
-        policy = self._policy()
-        rpc = command.rpc
-        if command.flow is Flow.RENEWALS:
-            renewals = policy.rate_limits.renewals
-            return self._take(f"renewals:{tenant}", renewals, "spec.rateLimits.renewals", tenant, rpc, count)
-        for i, t in enumerate(policy.tenants):
-            if t.name == tenant and t.rate_limit is not None:
-                key = f"spec.tenants[{i}].rateLimit"
-                return self._take(f"tenant:{tenant}", t.rate_limit, key, tenant, rpc, count)
-        key = "spec.rateLimits.tenant"
-        return self._take(f"tenant:{tenant}", policy.rate_limits.tenant, key, tenant, rpc, count)
+        flow, limit, key = self._bucket_of(tenant, command)
+        return self._take(flow, limit, key, tenant, command.rpc, count)
 
     def charge_quietly(self, tenant: str, command: Command) -> None:
-        """Charge a command refused otherwise (its answer, and its count, are that refusal's)."""
-        self.refusal(tenant, command, count=False)
+        """Charge a command refused otherwise (its answer, and its count, are that refusal's):
+        a token taken, no refusal built (a flood's whole messages are refused this way)."""
+        flow, limit, _ = self._bucket_of(tenant, command)
+        if limit is not None:
+            now = self._clock()
+            self._bucket(flow, limit, now).take(now)
+
+    def _bucket_of(self, tenant: str, command: Command) -> tuple[str, RateLimit | None, str]:
+        """The bucket a tenant's command is charged to: its flow's key, limit and policy key."""
+        policy = self._policy()
+        if command.flow is Flow.RENEWALS:
+            return f"renewals:{tenant}", policy.rate_limits.renewals, "spec.rateLimits.renewals"
+        for i, t in enumerate(policy.tenants):
+            if t.name == tenant and t.rate_limit is not None:
+                return f"tenant:{tenant}", t.rate_limit, f"spec.tenants[{i}].rateLimit"
+        return f"tenant:{tenant}", policy.rate_limits.tenant, "spec.rateLimits.tenant"
 
     def count_refused(self, tenant: str, command: Command) -> None:
         """Count a command refused by its bucket without charging it again (its message's
@@ -100,13 +105,16 @@ class RateLimiter:
         if limit is None:
             return None
         now = self._clock()
-        held = self._buckets.get(flow)
-        if held is None or held[0] != limit:
-            held = (limit, TokenBucket.full(limit.qps, limit.burst, now))
-            self._buckets[flow] = held
-        wait = held[1].take(now)
+        wait = self._bucket(flow, limit, now).take(now)
         if wait > 0:
             if self.metrics is not None and count:
                 self.metrics.count_rate_limited(label, rpc)
             return errors.rate_limited(label, rpc, key, limit.qps, limit.burst, wait)
         return None
+
+    def _bucket(self, flow: str, limit: RateLimit, now: float) -> TokenBucket:
+        held = self._buckets.get(flow)
+        if held is None or held[0] != limit:  # new, or resized by ApplyPolicy: starts full
+            held = (limit, TokenBucket.full(limit.qps, limit.burst, now))
+            self._buckets[flow] = held
+        return held[1]
