@@ -183,11 +183,69 @@ TABLE: list[tuple[str, int, int, list[Step]]] = [
 ]
 
 
+# With an overdraft: an item ahead of every waiting one in fair order is admitted at once, over
+# the seats by at most `overdraft` (the server's gate: as many again as the seats).
+OVERDRAFT_TABLE: list[tuple[str, int, int, list[Step]]] = [
+    (
+        "an-item-first-in-fair-order-goes-at-once-over-the-seats",
+        1,
+        8,
+        [
+            ("offer", "flood", 1, 1, A),
+            ("offer", "flood", 1, 1, Q),
+            ("offer", "flood", 1, 1, Q),
+            ("offer", "quiet", 1, 1, A),  # tag 1, the flood's head 2: it would be next anyway
+            ("release", []),  # one seat back: still at the seats (quiet took the overdraft)
+            ("release", ["flood"]),
+            ("release", ["flood"]),
+        ],
+    ),
+    (
+        "no-overdraft-at-a-tie-with-work-waiting-or-past-its-bound",
+        1,
+        8,
+        [
+            ("offer", "a", 1, 1, A),
+            ("offer", "a", 1, 1, Q),  # tag 2
+            ("offer", "b", 1, 1, A),  # tag 1: ahead, over the seats
+            ("offer", "b", 1, 1, Q),  # tag 2: a tie with a's head is not ahead
+            ("offer", "c", 1, 1, Q),  # tag 1, ahead, but the overdraft is used up
+            ("release", []),
+            ("release", ["c"]),
+            ("release", ["a"]),
+            ("release", ["b"]),
+        ],
+    ),
+    (
+        "nothing-waits: the seats bound as without an overdraft",
+        1,
+        8,
+        [("offer", "a", 1, 1, A), ("offer", "b", 1, 1, Q), ("release", ["b"])],
+    ),
+    (
+        "a-flow-with-a-backlog-never-jumps-its-own-queue",
+        1,
+        8,
+        [
+            ("offer", "x", 1, 1, A),
+            ("offer", "flood", 1, 1, Q),
+            ("offer", "flood", 1, 1, Q),
+            ("release", ["flood"]),
+            ("offer", "flood", 1, 1, Q),
+            ("release", ["flood"]),
+            ("release", ["flood"]),
+        ],
+    ),
+]
+
+
 @pytest.mark.parametrize(
-    ("seats", "bound", "steps"), [pytest.param(s, b, st_, id=i) for i, s, b, st_ in TABLE]
+    ("seats", "bound", "overdraft", "steps"),
+    [pytest.param(s, b, 0, st_, id=i) for i, s, b, st_ in TABLE]
+    + [pytest.param(s, b, s, st_, id=f"overdraft-{i}") for i, s, b, st_ in OVERDRAFT_TABLE],
 )
-def test_fair_queue_moves(seats: int, bound: int, steps: list[Step]) -> None:
-    fq: FairQueue[object] = FairQueue(seats, bound)
+def test_fair_queue_moves(seats: int, bound: int, overdraft: int, steps: list[Step]) -> None:
+    fq: FairQueue[object] = FairQueue(seats, bound, overdraft)
     offered: dict[str, list[object]] = {}
     for n, step in enumerate(steps):
         now = float(n)

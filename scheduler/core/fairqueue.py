@@ -4,7 +4,10 @@ requests into the API server, by flow, with a bounded number of seats.
 A flow is whoever the work is charged to (a tenant, or one flow for each of the admin, worker and
 KEDA roles). A work item asks for seats with a cost (a Channel message: its commands; an rpc: 1),
 taking as many seats as its cost (`width`: at least 1, at most all of them). While its seats are
-free and nothing waits, it is admitted at once; else it waits in its flow's queue,
+free and nothing waits, it is admitted at once; while others wait, it is admitted at once only if
+it is ahead of them all in fair order (then over the seats by at most `overdraft`: it would be
+the next admitted anyway, and need not wait a release for it; `overdraft`, 0 by default); else it
+waits in its flow's queue,
 bounded per flow (past the bound it is refused: on the flooding flow's side, never another's).
 When a seat frees, the waiting item with the smallest virtual finish tag is admitted (weighted
 fair queuing, start-time tags as in SFQ): an item's start is the later of the queue's virtual
@@ -61,10 +64,14 @@ class FairQueue(Generic[T]):
     """Seats, and one bounded queue per flow. `offer` an item; `release` a seat when an admitted
     item is done: it returns the items admitted into the seats freed (in order)."""
 
-    def __init__(self, seats: int, queued_per_flow: int) -> None:
-        if seats < 1 or queued_per_flow < 1:
-            raise ValueError(f"need seats >= 1 and queued_per_flow >= 1, got {seats}, {queued_per_flow}")
+    def __init__(self, seats: int, queued_per_flow: int, overdraft: int = 0) -> None:
+        if seats < 1 or queued_per_flow < 1 or overdraft < 0:
+            raise ValueError(
+                "need seats >= 1, queued_per_flow >= 1, overdraft >= 0; "
+                f"got {seats}, {queued_per_flow}, {overdraft}"
+            )
         self.seats = seats
+        self.overdraft = overdraft  # seats past `seats` an item first in fair order may take
         self.queued_per_flow = queued_per_flow
         self.in_use = 0
         self.virtual = 0.0
@@ -131,14 +138,24 @@ class FairQueue(Generic[T]):
             f = self._flows[flow] = _Flow(flow, weight)
         f.weight = weight if weight > 0 else 1.0
         width = self.width(cost)
-        if self.in_use + width <= self.seats and not self._waiting:
-            start = max(self.virtual, f.last_finish)
-            f.last_finish = start + cost / f.weight
-            self.virtual = start
-            self.in_use += width
-            self._admitted(cost, now)
-            return True
-        return False
+        start = max(self.virtual, f.last_finish)
+        finish = start + cost / f.weight
+        if self._waiting and self.in_use + width <= self.seats + self.overdraft:
+            # Items wait (for seats, or for the next release): this one goes now only if it is
+            # ahead of them all in fair order anyway (its flow has nothing waiting, its finish
+            # tag is the smallest), so it would be the next admitted; over the seats by at most
+            # `overdraft`. It then does not pay a release for another flow's backlog: the
+            # server's gate releases once a turn of the loop, so a quiet tenant's item under a
+            # flood starts in the turn it arrives in instead of two turns later.
+            if f.queue or finish >= self._heads[0][0]:
+                return False
+        elif self._waiting or self.in_use + width > self.seats:
+            return False
+        f.last_finish = finish
+        self.virtual = start
+        self.in_use += width
+        self._admitted(cost, now)
+        return True
 
     def width(self, cost: float) -> int:
         """The seats an item of `cost` takes: its cost, between 1 and all the seats (a Channel

@@ -68,7 +68,10 @@ class AdmissionGate:
         self._policy = policy
         self._clock = clock
         self._limits: LimitsSpec | None = None
-        self._queue: FairQueue[_Ticket] = FairQueue(LimitsSpec.seats, LimitsSpec.queued_per_flow)
+        # An item first in fair order may start over the turn's seats by another turn's worth
+        # (FairQueue.overdraft): a quiet flow's item then starts in the turn it arrives in.
+        seats = LimitsSpec.seats
+        self._queue: FairQueue[_Ticket] = FairQueue(seats, LimitsSpec.queued_per_flow, overdraft=seats)
         self._tickets: dict[asyncio.Future[None], _Ticket] = {}  # handed out by try_admit
         self._held = 0  # seats taken in this turn of the loop
         self._end_scheduled = False
@@ -78,7 +81,7 @@ class AdmissionGate:
         limits = self._policy().limits
         if limits is not self._limits:  # ApplyPolicy: new bounds, the waiting kept
             self._limits = limits
-            self._queue.seats = limits.seats
+            self._queue.seats = self._queue.overdraft = limits.seats
             self._queue.queued_per_flow = limits.queued_per_flow
         return self._queue
 
