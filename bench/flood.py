@@ -490,8 +490,9 @@ def run_setting(
             # A grant missed counts at the timeout (a lower bound).
             lat = [x * 1e3 for x in r["latencies"]] + [args.grant_timeout * 1e3] * r["missed"]
             r["p50"], r["p99"] = pct(lat, 50), pct(lat, 99)
-            say(f"[{limits}] {tag}: quiet p50 {r['p50']:.2f} ms p99 {r['p99']:.2f} ms,"
-                f" {len(r['latencies'])} granted, {r['missed']} missed; heartbeats missed {r['hb_missed']}"
+            say(f"[{limits}] {tag}: quiet p50 {r['p50']:.2f} p90 {pct(lat, 90):.2f} p99 {r['p99']:.2f} max"
+                f" {max(lat, default=0):.2f} ms, {len(r['latencies'])} granted, {r['missed']} missed;"
+                f" heartbeats missed {r['hb_missed']}"
                 f" (slowest {r['hb_max_ms']:.0f} ms); server cpu {r['server_cpu_s']:.1f} s,"
                 f" quiet cpu {r['cpu_s']:.1f} s")  # fmt: skip
             return r

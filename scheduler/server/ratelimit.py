@@ -60,21 +60,26 @@ class RateLimiter:
         """`charge`, returning the refusal instead of raising it: a Channel answers it as one
         outcome among a message's, and a raise per command would leave a traceback cycle (frames
         holding the command) for the collector each time."""
-        flow, limit, key = self._bucket_of(tenant, command)
+        flow, limit, key = self._limit_of(tenant, command.flow)
         return self._take(flow, limit, key, tenant, command.rpc, count)
 
     def charge_quietly(self, tenant: str, command: Command) -> None:
         """Charge a command refused otherwise (its answer, and its count, are that refusal's):
         a token taken, no refusal built (a flood's whole messages are refused this way)."""
-        flow, limit, _ = self._bucket_of(tenant, command)
+        flow, limit, _ = self._limit_of(tenant, command.flow)
         if limit is not None:
             now = self._clock()
             self._bucket(flow, limit, now).take(now)
 
-    def _bucket_of(self, tenant: str, command: Command) -> tuple[str, RateLimit | None, str]:
-        """The bucket a tenant's command is charged to: its flow's key, limit and policy key."""
+    def refill_s(self, tenant: str, flow: Flow, count: int) -> float:
+        """Seconds `tenant`'s bucket of `flow` takes to earn `count` tokens (0: no limit)."""
+        limit = self._limit_of(tenant, flow)[1]
+        return count / limit.qps if limit is not None else 0.0
+
+    def _limit_of(self, tenant: str, flow: Flow) -> tuple[str, RateLimit | None, str]:
+        """The bucket a tenant's commands of `flow` are charged to: its key, limit and policy key."""
         policy = self._policy()
-        if command.flow is Flow.RENEWALS:
+        if flow is Flow.RENEWALS:
             return f"renewals:{tenant}", policy.rate_limits.renewals, "spec.rateLimits.renewals"
         for i, t in enumerate(policy.tenants):
             if t.name == tenant and t.rate_limit is not None:

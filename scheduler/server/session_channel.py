@@ -167,7 +167,8 @@ class _Channel:
         self.failure: errors.RpcFailure | None = None
         self.failed = asyncio.Event()
         self.reading_done = False
-        self.limited_n = 0  # commands of the message being applied that their bucket refused
+        # Commands of the message being applied that their bucket refused, by flow.
+        self.limited_by: dict[commands.Flow, int] = {}
 
     def _down(self) -> errors.RpcFailure:
         """How the channel ends when its loop stops serving: a pool unit stepping down sends
@@ -277,7 +278,7 @@ class _Channel:
             if self.loop.shutting_down:
                 raise self._down()
             limited: dict[commands.Flow, errors.RpcFailure] = {}
-            self.limited_n = 0
+            self.limited_by = {}
             # Fair admission (fairness.py): the message is applied in chunks of at most
             # `spec.limits.seats` commands, each a work item of the tenant's flow costing its
             # commands, so a wide message cannot make one turn of the loop long; while a chunk
@@ -303,11 +304,11 @@ class _Channel:
                         self._refuse(cmd, bad, limited)
                 i = j
             else:
-                if n and self.limited_n == n:
-                    # Every command past its bucket: this channel reads its next message once the
-                    # bucket has room again (at most PAUSE_MAX_S on), so refusing a flood does not
-                    # take the loop either; gRPC's flow control holds the sender meanwhile.
-                    await asyncio.sleep(_pause(limited.values()))
+                if n and sum(self.limited_by.values()) == n:
+                    # Every command past its bucket: this channel reads its next message once its
+                    # buckets could take what this one asked (at most PAUSE_MAX_S on), so refusing
+                    # a flood does not take the loop either; gRPC's flow control holds the sender.
+                    await asyncio.sleep(self._refill_pause(limited))
         self.reading_done = True
         self.push(_END)
 
@@ -320,16 +321,27 @@ class _Channel:
         Returned, never raised: one shared refusal raised per command would grow its traceback
         by a frame (holding the command) each time, and leave cycles for the collector, whose
         full passes then stall the loop (measured: 100-150 ms each, several a second)."""
-        failure = limited.get(command.flow)
+        flow = command.flow
+        failure = limited.get(flow)
         if failure is not None:
             self.auth.limits.count_refused(self.tenant, command)
-            self.limited_n += 1
-            return failure
-        failure = self.auth.limits.refusal(self.tenant, command)
-        if failure is not None:
-            limited[command.flow] = failure
-            self.limited_n += 1
+        else:
+            failure = self.auth.limits.refusal(self.tenant, command)
+            if failure is None:
+                return None
+            limited[flow] = failure
+        self.limited_by[flow] = self.limited_by.get(flow, 0) + 1
         return failure
+
+    def _refill_pause(self, limited: dict[commands.Flow, errors.RpcFailure]) -> float:
+        """How long a channel whose whole message its buckets refused stops reading: until they
+        could take what it asked (refused commands / qps, per flow; at least the soonest
+        retry-after), at most PAUSE_MAX_S. Pausing only until the next token let 100 flooding
+        channels come back every few ms, each message refused whole again (~100,000 refusals a
+        second, the server's whole loop); now such a channel costs about one read a second."""
+        limits = self.auth.limits
+        refill = max(limits.refill_s(self.tenant, flow, k) for flow, k in self.limited_by.items())
+        return min(PAUSE_MAX_S, max(refill, _pause(limited.values())))
 
     def _command(
         self, cmd: scheduler_pb2.ChannelCommand, limited: dict[commands.Flow, errors.RpcFailure]
