@@ -11,7 +11,7 @@ import heapq
 import operator
 from collections import deque
 from collections.abc import Callable
-from itertools import accumulate, repeat
+from itertools import accumulate, compress, repeat
 from typing import Any
 
 Entry = tuple[Any, ...]
@@ -68,20 +68,27 @@ class VersionedHeap:
 class Fenwick:
     """Counts by position (a request's arrival sequence number) with prefix sums in O(log n).
 
-    Grows by doubling (an O(n) rebuild from the point counts), so positions need no bound.
+    Positions only grow, so the tree covers a window of them from `_base` (at or below the
+    lowest position counted) and is rebuilt when a position falls outside it: sized to the
+    span of what is counted, not to every position ever seen (an O(n) rebuild from the point
+    counts, after about n new positions). Sized to every position ever seen, it grew by
+    doubling without end under churn (a million acquires: 2 x 8 MiB, each doubling a 100 ms
+    stall of the loop and growing).
     """
 
-    __slots__ = ("_tree", "_counts", "_size")
+    __slots__ = ("_tree", "_counts", "_size", "_base")
 
     def __init__(self, size: int = 64) -> None:  # small: a core per pool, and it doubles
         self._size = size
+        self._base = 0  # the position held in slot 1
         self._tree = [0] * (size + 1)
         self._counts = [0] * (size + 1)
 
     def add(self, index: int, delta: int) -> None:
-        i = index + 1
-        if i > self._size:
-            self._grow(i)
+        i = index - self._base + 1
+        if i > self._size or i < 1:
+            self._rebuild(index)
+            i = index - self._base + 1
         self._counts[i] += delta
         tree = self._tree
         size = self._size
@@ -91,17 +98,15 @@ class Fenwick:
 
     def load(self, positions: list[int]) -> None:
         """Reset to a count of 1 at each of `positions` (distinct), in linear time (restore)."""
-        size = 1024
-        top = max(positions, default=0) + 1
-        while size < top:
-            size *= 2
+        base = min(positions, default=0)
+        size = _window(max(positions, default=0) - base + 1, 1024)
         counts = [0] * (size + 1)
-        deque(map(counts.__setitem__, map((1).__add__, positions), repeat(1)), maxlen=0)  # C speed
-        self._size, self._counts, self._tree = size, counts, _build(counts)
+        deque(map(counts.__setitem__, map((1 - base).__add__, positions), repeat(1)), maxlen=0)  # C speed
+        self._size, self._base, self._counts, self._tree = size, base, counts, _build(counts)
 
     def prefix(self, index: int) -> int:
         """Sum of counts at positions < index."""
-        i = min(index, self._size)
+        i = min(index - self._base, self._size)
         total = 0
         tree = self._tree
         while i > 0:
@@ -109,12 +114,25 @@ class Fenwick:
             i -= i & (-i)
         return total
 
-    def _grow(self, needed: int) -> None:
-        size = self._size
-        while size < needed:
-            size *= 2
-        counts = self._counts + [0] * (size - self._size)
-        self._size, self._counts, self._tree = size, counts, _build(counts)
+    def _rebuild(self, index: int) -> None:
+        """A window holding `index` and every position counted, from the lowest of them; twice
+        the span they need, so the next rebuild is about a span of new positions away."""
+        counts, base = self._counts, self._base
+        live = [k for k in compress(range(len(counts)), counts) if k]  # slots counted (k >= 1)
+        lo = min(index, base + live[0] - 1) if live else index
+        hi = max(index, base + live[-1] - 1) if live else index
+        size = _window(2 * (hi - lo + 1), 64)
+        fresh = [0] * (size + 1)
+        for k in live:
+            fresh[base + k - lo] = counts[k]
+        self._size, self._base, self._counts, self._tree = size, lo, fresh, _build(fresh)
+
+
+def _window(needed: int, least: int) -> int:
+    size = least
+    while size < needed:
+        size *= 2
+    return size
 
 
 def _build(counts: list[int]) -> list[int]:

@@ -283,16 +283,15 @@ class _Channel:
             # `spec.limits.seats` commands, each a work item of the tenant's flow costing its
             # commands, so a wide message cannot make one turn of the loop long; while a chunk
             # waits, nothing more is read from this channel (gRPC's flow control holds the sender).
+            # Never refused for the flow's queue bound: a channel has at most one item waiting
+            # (bounded by channelsPerTenant), and refusing cost a message's answers while the
+            # refused channels, paused alike, all came back in the same turn.
             n, i = len(cmds), 0
             while i < n:
                 j = min(n, i + gate.chunk())
-                admitted = gate.try_admit(self.tenant, j - i)
+                admitted = gate.try_admit(self.tenant, j - i, bounded=False)
                 if admitted is not None:
-                    if isinstance(admitted, errors.RpcFailure):
-                        self._refuse_all(cmds, i, admitted)
-                        await asyncio.sleep(_pause((admitted,)))  # on the flooder's side: read less
-                        break
-                    await gate.wait(self.tenant, admitted)
+                    await gate.wait(self.tenant, admitted)  # type: ignore[arg-type]
                     if self.loop.shutting_down:
                         raise self._down()
                 for k in range(i, j):
@@ -393,21 +392,6 @@ class _Channel:
         command = commands.BY_FIELD.get(kind) if kind else None
         failure = self._charge(command if command is not None else commands.ACQUIRE, limited)
         self.push(AnswerEntry(sid, cmd.ref, failure or errors.invalid_argument(bad.field, bad.description)))
-
-    def _refuse_all(self, cmds: Any, start: int, failure: errors.RpcFailure) -> None:
-        """The rest of a message (from `start`) that the fair admission gate refused (its flow's
-        queue is full): every command is charged to its bucket and answered with the one refusal
-        (retry-after), nothing decoded further, nothing applied."""
-        limits, tenant = self.auth.limits, self.tenant
-        for k in range(start, len(cmds)):
-            cmd = cmds[k]
-            kind = cmd.WhichOneof("command")
-            command = commands.BY_FIELD.get(kind) if kind else None
-            limits.charge_quietly(tenant, command if command is not None else commands.ACQUIRE)
-            sid = getattr(cmd, kind).session_id if kind else ""
-            if len(sid.encode()) > _SID_BYTES:
-                sid = ""
-            self.push(AnswerEntry(sid, cmd.ref, failure))
 
     def _acquire(self, req: scheduler_pb2.AcquireRequest) -> None:
         sid = req.session_id
