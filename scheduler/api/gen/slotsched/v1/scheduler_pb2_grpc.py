@@ -232,7 +232,7 @@ class SchedulerServicer:
         store: open a channel to the leader and re-acquire every session.
         - OK: the client half-closed its side and every answer was written.
 
-        Flow control: the server buffers at most 4096 events for a channel. While more are waiting it
+        Flow control: the server buffers at most 128 events for a channel. While more are waiting it
         stops reading commands (so a client that sends without reading is slowed down by gRPC's own
         flow control); if events still pile up past 65,536 (lease events of attached sessions keep
         coming) the channel ends RESOURCE_EXHAUSTED and its sessions wait, still held, for a
