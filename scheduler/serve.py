@@ -66,7 +66,7 @@ if TYPE_CHECKING:  # redis and kubernetes are imported only when --state / --pol
     from scheduler.state.replica import Replica
 
 log = logging.getLogger("slotsched.server")
-GC_THRESHOLDS = (20_000, 1_000, 1_000)  # gc.set_threshold while serving (the default: 700, 10, 10)
+GC_THRESHOLDS = (3_000, 100, 100)  # gc.set_threshold while serving (the default: 700, 10, 10)
 
 
 @dataclass(frozen=True)
@@ -450,9 +450,9 @@ async def serve_forever(
     # keep it out of the collector's full passes, which otherwise stall the loop now and then.
     gc.freeze()
     # Serving allocates no garbage cycles to speak of (a second of a flood: 6 objects), yet at
-    # the default thresholds the collector walks every young object about 80 times a second
-    # and the older ones every few: pauses of 5-30 ms that were a quiet tenant's p99 under a
-    # flood (bench/flood.py: p99 ~2x lower with these). Cycles are still collected, less often.
+    # the default thresholds the collector walked the young objects ~80 times a second and the
+    # older ones every few: pauses of 5-30 ms, a quiet tenant's p99 under a flood
+    # (bench/flood.py). Cycles are still collected, less often.
     gc.set_threshold(*GC_THRESHOLDS)
     print(f"slotsched serving gRPC on {running.target}", flush=True)  # the target last: scripts read it
     print(f"slotsched transport: {running.transport}", flush=True)

@@ -24,7 +24,7 @@ from scheduler.api.gen.slotsched.v1 import admin_pb2, scheduler_pb2_grpc, worker
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from scheduler.policy.model import LimitsSpec, Policy
 from scheduler.server.errors import RETRY_AFTER_KEY, RpcFailure
-from scheduler.server.fairness import AdmissionGate, StreamBounds
+from scheduler.server.fairness import AdmissionGate, MessagePermits, StreamBounds
 from scheduler.server.metrics import Metrics
 
 pytest.register_assert_rewrite("tests.grpc_fixtures")
@@ -459,3 +459,34 @@ def test_refused_commands_leave_no_garbage_cycles(renewals: dict[str, int], what
         found, last = asyncio.run(go())
     assert last.HasField("error"), last  # refused indeed: the test is about refusals
     assert found < n // 2, f"{found} unreachable objects after {n} commands {what}"
+
+
+def test_message_permits_bound_a_flows_messages_in_progress_and_pass_on_in_order() -> None:
+    """MessagePermits: at most `per_flow` of a flow's Channel messages in progress; the next
+    waits (in order) and gets the permit handed on; a waiter that leaves gives back nothing it
+    did not have; another flow is never held back by this one."""
+    permits = MessagePermits(per_flow=2)
+
+    async def go() -> list[str]:
+        log: list[str] = []
+        assert permits.try_acquire("flood") is None
+        assert permits.try_acquire("flood") is None
+        third = permits.try_acquire("flood")
+        fourth = permits.try_acquire("flood")
+        assert third is not None and fourth is not None
+        assert permits.contended("flood") and not permits.contended("quiet")
+        assert permits.try_acquire("quiet") is None  # its own permits
+        permits.cancelled("flood", third)  # the third channel closed while waiting
+        third.cancel()
+        permits.release("flood")  # handed on to the fourth, not the departed third
+        await asyncio.sleep(0)
+        log.append(f"fourth={fourth.done() and not fourth.cancelled()}")
+        assert not permits.contended("flood")
+        permits.release("flood")
+        permits.release("flood")  # the fourth's: all given back
+        assert permits.try_acquire("flood") is None
+        assert permits.try_acquire("flood") is None
+        assert permits.try_acquire("flood") is not None  # at the bound again: 2 held
+        return log
+
+    assert asyncio.run(go()) == ["fourth=True"]

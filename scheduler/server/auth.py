@@ -53,7 +53,7 @@ from scheduler.policy.identities import (
 )
 from scheduler.policy.model import ADMIN, WORKER, Policy, Role
 from scheduler.server import errors
-from scheduler.server.fairness import AdmissionGate, StreamBounds
+from scheduler.server.fairness import AdmissionGate, MessagePermits, StreamBounds
 from scheduler.server.ratelimit import RateLimiter
 
 __all__ = ["AUTH_HEADER", "TENANT_HEADER", "Authenticator", "Identity"]
@@ -107,6 +107,7 @@ class Authenticator:
         self.limits = RateLimiter(policy)
         self.gate = AdmissionGate(policy)  # fair admission of the server's work, per flow
         self.streams = StreamBounds(policy)  # open Channel and Acquire streams
+        self.permits = MessagePermits()  # a flow's Channel messages in progress
 
     # ------------------------------------------------------------------ per service
 

@@ -58,6 +58,7 @@ from scheduler.server.stream import CLOSE, FINAL, Item, LeaseStream, StreamClose
 # little accepted work waiting for its answers (64 channels at 4096: ~100,000 live entries the
 # collector walked, 10-30 ms a pass); a busy client's writer drains it every turn anyway.
 SOFT_LIMIT = 128
+LOW_WATER = 32  # outbox entries a contended message permit waits down to before it passes on
 HARD_LIMIT = 65_536  # outbox entries past which the channel ends RESOURCE_EXHAUSTED
 MAX_SESSIONS = MAX_CHANNEL_SESSIONS  # sessions attached to one channel
 # An answer or event built costs about a quarter of a command applied (bench/flood.py's profile):
@@ -167,6 +168,7 @@ class _Channel:
         self.wake = asyncio.Event()  # the writer has something to write
         self.drained = asyncio.Event()  # the outbox went below SOFT_LIMIT
         self.drained.set()
+        self.low = asyncio.Event()  # the outbox went down to LOW_WATER (a message permit's hand-on)
         self.failure: errors.RpcFailure | None = None
         self.failed = asyncio.Event()
         self.reading_done = False
@@ -257,7 +259,6 @@ class _Channel:
 
     async def _read(self) -> None:
         read = self.context.read
-        gate = self.auth.gate
         while True:
             if not self.drained.is_set():
                 await self.drained.wait()  # backpressure: the writer is behind
@@ -282,19 +283,41 @@ class _Channel:
                 raise self._down()
             limited: dict[commands.Flow, errors.RpcFailure] = {}
             self.limited_by = {}
-            # Fair admission (fairness.py): the message is applied in chunks of at most
-            # `spec.limits.seats` commands, each a work item of the tenant's flow costing its
-            # commands, so a wide message cannot make one turn of the loop long; while a chunk
-            # waits, nothing more is read from this channel (gRPC's flow control holds the sender).
-            # Never refused for the flow's queue bound: a channel has at most one item waiting
-            # (bounded by channelsPerTenant), and refusing cost a message's answers while the
-            # refused channels, paused alike, all came back in the same turn.
+            await self._apply(cmds, refused, limited)
+            if cmds and sum(self.limited_by.values()) == len(cmds):
+                # Every command past its bucket: this channel reads its next message once its
+                # buckets could take what this one asked (at most PAUSE_MAX_S on), so refusing a
+                # flood does not take the loop either; gRPC's flow control holds the sender.
+                await asyncio.sleep(self._refill_pause(limited))
+        self.reading_done = True
+        self.push(_END)
+
+    async def _apply(
+        self, cmds: Any, refused: dict[int, guard.Refused], limited: dict[commands.Flow, errors.RpcFailure]
+    ) -> None:
+        """Apply a message's commands, holding one of its flow's message permits (fairness.py:
+        at most a few of a tenant's channels mid-message; the others wait here, read but not
+        started), in chunks of fair admission: at most `spec.limits.seats` commands, each chunk
+        a work item of the tenant's flow costing its commands, so a wide message cannot make one
+        turn of the loop long; while a chunk waits, nothing more is read from this channel
+        (gRPC's flow control holds the sender). Never refused for the flow's queue bound: a
+        channel has at most one item waiting (bounded by channelsPerTenant), and refusing cost a
+        message's answers while the refused channels, paused alike, came back in one turn."""
+        gate, permits, tenant = self.auth.gate, self.auth.permits, self.tenant
+        waiting = permits.try_acquire(tenant)
+        if waiting is not None:
+            try:
+                await waiting
+            except asyncio.CancelledError:
+                permits.cancelled(tenant, waiting)
+                raise
+        try:
             n, i = len(cmds), 0
             while i < n:
                 j = min(n, i + gate.chunk())
-                admitted = gate.try_admit(self.tenant, j - i, bounded=False)
+                admitted = gate.try_admit(tenant, j - i, bounded=False)
                 if admitted is not None:
-                    await gate.wait(self.tenant, admitted)  # type: ignore[arg-type]
+                    await gate.wait(tenant, admitted)  # type: ignore[arg-type]
                     if self.loop.shutting_down:
                         raise self._down()
                 for k in range(i, j):
@@ -305,14 +328,11 @@ class _Channel:
                     else:
                         self._refuse(cmd, bad, limited)
                 i = j
-            else:
-                if n and sum(self.limited_by.values()) == n:
-                    # Every command past its bucket: this channel reads its next message once its
-                    # buckets could take what this one asked (at most PAUSE_MAX_S on), so refusing
-                    # a flood does not take the loop either; gRPC's flow control holds the sender.
-                    await asyncio.sleep(self._refill_pause(limited))
-        self.reading_done = True
-        self.push(_END)
+            if permits.contended(tenant) and len(self.outbox) > LOW_WATER:
+                self.low.clear()  # another channel of this tenant waits: once these answers are out
+                await self.low.wait()
+        finally:
+            permits.release(tenant)
 
     def _charge(
         self, command: commands.Command, limited: dict[commands.Flow, errors.RpcFailure]
@@ -459,6 +479,8 @@ class _Channel:
                     ended = True
             if len(outbox) < SOFT_LIMIT:
                 self.drained.set()
+                if len(outbox) <= LOW_WATER:
+                    self.low.set()
             await self.loop.durable()  # bound by now: the outbox holds what its commands caused
             if self.loop.shutting_down:
                 raise self._down()
