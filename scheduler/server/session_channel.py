@@ -59,6 +59,7 @@ from scheduler.server.stream import CLOSE, FINAL, Item, LeaseStream, StreamClose
 # collector walked, 10-30 ms a pass); a busy client's writer drains it every turn anyway.
 SOFT_LIMIT = 128
 LOW_WATER = 32  # outbox entries a contended message permit waits down to before it passes on
+LOW_WAIT_S = 0.5  # the longest it waits for that
 HARD_LIMIT = 65_536  # outbox entries past which the channel ends RESOURCE_EXHAUSTED
 MAX_SESSIONS = MAX_CHANNEL_SESSIONS  # sessions attached to one channel
 # An answer or event built costs about a quarter of a command applied (bench/flood.py's profile):
@@ -329,8 +330,11 @@ class _Channel:
                         self._refuse(cmd, bad, limited)
                 i = j
             if permits.contended(tenant) and len(self.outbox) > LOW_WATER:
-                self.low.clear()  # another channel of this tenant waits: once these answers are out
-                await self.low.wait()
+                # Another channel of this tenant waits: once these answers are out (or a while,
+                # so a client that does not read holds no permit for long).
+                self.low.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.low.wait(), LOW_WAIT_S)
         finally:
             permits.release(tenant)
 
