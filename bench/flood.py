@@ -454,7 +454,8 @@ def run_setting(
         banner = server.wait_for(lambda s: "serving gRPC on" in s, 30, "server start")
         address = banner.rsplit(" ", 1)[1]
         say(f"[{limits}] server pid {server.p.pid} on {address}")
-        worker = Proc([py, me, "--proc", "worker", json.dumps({"address": address})], tmp / "worker.log")
+        wlog = tmp / f"worker-{limits}.log"
+        worker = Proc([py, me, "--proc", "worker", json.dumps({"address": address})], wlog)
         procs.append(worker)
         worker.json_with("registered", 30, "worker register")
         interval = args.seconds / args.quiet_samples
