@@ -55,3 +55,27 @@ def test_a_long_churn_keeps_the_window_to_what_is_counted() -> None:
     assert tree.prefix(1_000_000) == 3
     assert tree.prefix(999_998) == 1
     assert tree._size <= 1024  # was 2**20: every position ever seen
+
+
+class _Counting(Fenwick):
+    rebuilds = 0
+
+    def _rebuild(self, index: int) -> None:
+        type(self).rebuilds += 1
+        super()._rebuild(index)
+
+
+def test_old_positions_coming_back_in_descending_order_rebuild_a_few_times_only() -> None:
+    """A worker removed revokes its leases, re-queued at their old places, possibly from the
+    newest down: the window grows below with room, so k of them cost O(log) rebuilds, not k."""
+    tree = _Counting()
+    for pos in range(200_000):  # churn pushes the window up
+        tree.add(pos, 1)
+        tree.add(pos, -1)
+    tree.add(200_000, 1)
+    _Counting.rebuilds = 0
+    for pos in range(199_000, -1, -1000):  # 200 old positions back, newest first
+        tree.add(pos, 1)
+    assert _Counting.rebuilds <= 12, _Counting.rebuilds
+    assert tree.prefix(200_001) == 201
+    assert tree.prefix(1000) == 1

@@ -240,11 +240,13 @@ def test_renewals_keep_their_latency_while_a_big_policy_is_parsed() -> None:
     assert apply_s > 0.3, f"the policy parsed in {apply_s:.3f} s: too small to show a stall"
     # Parsed on the loop (before), one renewal waited out the whole parse. Off the loop the
     # renewals go on; the parse thread still competes for the GIL (and, in a full test run, other
-    # processes for the CPU), so the worst is bounded loosely and the typical one tightly.
+    # processes for the CPU), so the worst is bounded loosely and the typical one less so: the
+    # parse holds the GIL in 5 ms switch intervals and a renewal needs a few of them (its median
+    # was 15-22 ms against a 0.39 s parse on an idle machine; /20 failed one run in two).
     figures = (apply_s, max(latencies), statistics.median(latencies), len(latencies))
     assert len(latencies) >= 10, figures
     assert max(latencies) < apply_s / 2, figures
-    assert statistics.median(latencies) < apply_s / 20, figures
+    assert statistics.median(latencies) < apply_s / 10, figures
 
 
 # ---------------------------------------------------------------- restore errors (real S3 API)

@@ -68,9 +68,10 @@ class VersionedHeap:
 class Fenwick:
     """Counts by position (a request's arrival sequence number) with prefix sums in O(log n).
 
-    Positions only grow, so the tree covers a window of them from `_base` (at or below the
-    lowest position counted) and is rebuilt when a position falls outside it: sized to the
-    span of what is counted, not to every position ever seen (an O(n) rebuild from the point
+    New positions only grow (an old one comes back when a revoked lease is re-queued at its
+    place), so the tree covers a window of them from `_base` (at or below the lowest position
+    counted) and is rebuilt when a position falls outside it, with room on that side: sized to
+    the span of what is counted, not to every position ever seen (an O(n) rebuild from the point
     counts, after about n new positions). Sized to every position ever seen, it grew by
     doubling without end under churn (a million acquires: 2 x 8 MiB, each doubling a 100 ms
     stall of the loop and growing).
@@ -121,6 +122,8 @@ class Fenwick:
         live = [k for k in compress(range(len(counts)), counts) if k]  # slots counted (k >= 1)
         lo = min(index, base + live[0] - 1) if live else index
         hi = max(index, base + live[-1] - 1) if live else index
+        if index < base:  # an old position back (a revoked lease re-queued at its place): room
+            lo -= hi - lo  # below as well, so the next ones below need no rebuild of their own
         size = _window(2 * (hi - lo + 1), 64)
         fresh = [0] * (size + 1)
         for k in live:

@@ -63,14 +63,6 @@ class RateLimiter:
         flow, limit, key = self._limit_of(tenant, command.flow)
         return self._take(flow, limit, key, tenant, command.rpc, count)
 
-    def charge_quietly(self, tenant: str, command: Command) -> None:
-        """Charge a command refused otherwise (its answer, and its count, are that refusal's):
-        a token taken, no refusal built (a flood's whole messages are refused this way)."""
-        flow, limit, _ = self._limit_of(tenant, command.flow)
-        if limit is not None:
-            now = self._clock()
-            self._bucket(flow, limit, now).take(now)
-
     def refill_s(self, tenant: str, flow: Flow, count: int) -> float:
         """Seconds `tenant`'s bucket of `flow` takes to earn `count` tokens (0: no limit)."""
         limit = self._limit_of(tenant, flow)[1]

@@ -313,6 +313,8 @@ class _Channel:
                 permits.cancelled(tenant, waiting)
                 raise
         try:
+            if self.loop.shutting_down:  # it stepped down while this message waited
+                raise self._down()
             n, i = len(cmds), 0
             while i < n:
                 j = min(n, i + gate.chunk())
@@ -333,8 +335,9 @@ class _Channel:
                 # Another channel of this tenant waits: once these answers are out (or a while,
                 # so a client that does not read holds no permit for long).
                 self.low.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.low.wait(), LOW_WAIT_S)
+                with contextlib.suppress(TimeoutError):  # asyncio.timeout: 3.11's wait_for can
+                    async with asyncio.timeout(LOW_WAIT_S):  # swallow a cancellation
+                        await self.low.wait()
         finally:
             permits.release(tenant)
 
