@@ -16,10 +16,14 @@ is applied in chunks of `seats` commands, and its answers built in such chunks; 
 its cost, at most all of them: a message of 200 commands takes 200), and when more ask, the rest
 wait in
 their flow's queue and are started, turn by turn, in fair order (virtual finish tags: a flow's
-share is its weight's, 1 each here). A waiting Channel reader reads nothing more, so gRPC's flow
-control slows the flooding sender. A flow with `spec.limits.queuedPerFlow` items waiting is
-refused (RESOURCE_EXHAUSTED, reason RATE_LIMITED, the flow and the bound named, with
-retry-after): on its own side.
+share is its weight's, 1 each here). An item ahead of every waiting one in that order (a quiet
+flow's, under a flood) starts at once, over the turn's seats by at most as many again
+(`FairQueue.overdraft`): it would be the next started anyway. A waiting Channel reader reads
+nothing more, so gRPC's flow control slows the flooding sender. A flow with
+`spec.limits.queuedPerFlow` items waiting is refused (RESOURCE_EXHAUSTED, reason RATE_LIMITED,
+the flow and the bound named, with retry-after): on its own side. A Channel's items are never
+refused so (a channel has at most one waiting); instead at most a few of a flow's Channel
+messages are in progress at once (`MessagePermits`).
 
 Open streams are bounded at their open (`StreamBounds`): Channel streams per tenant
 (`channelsPerTenant`) and per connection (`channelsPerConnection`, the caller's peer address,

@@ -70,13 +70,6 @@ _SID_BYTES = guard.limit_for("session_id")
 PAUSE_MAX_S = 1.0  # the longest a channel whose whole message was refused stops reading
 
 
-def _pause(failures: Any) -> float:
-    """How long a channel whose whole message was refused stops reading: the soonest
-    retry-after among the refusals, at most PAUSE_MAX_S."""
-    waits = [int(dict(f.metadata).get(errors.RETRY_AFTER_KEY, "0")) for f in failures]
-    return min(PAUSE_MAX_S, min(waits, default=0) / 1000.0)
-
-
 # ---------------------------------------------------------------- the outbox's entries
 
 
@@ -370,7 +363,8 @@ class _Channel:
         second, the server's whole loop); now such a channel costs about one read a second."""
         limits = self.auth.limits
         refill = max(limits.refill_s(self.tenant, flow, k) for flow, k in self.limited_by.items())
-        return min(PAUSE_MAX_S, max(refill, _pause(limited.values())))
+        soonest = min(int(dict(f.metadata).get(errors.RETRY_AFTER_KEY, "0")) for f in limited.values())
+        return min(PAUSE_MAX_S, max(refill, soonest / 1000.0))
 
     def _command(
         self, cmd: scheduler_pb2.ChannelCommand, limited: dict[commands.Flow, errors.RpcFailure]
