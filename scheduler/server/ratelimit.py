@@ -50,18 +50,18 @@ class RateLimiter:
         """Charge a tenant's call of the Scheduler rpc `rpc` to its flow."""
         self.charge(tenant, BY_RPC[rpc])
 
-    def charge(self, tenant: str, command: Command, count: bool = True) -> None:
+    def charge(self, tenant: str, command: Command) -> None:
         """Charge a tenant's session command to its flow (`command.flow`), labelled by its rpc."""
-        refusal = self.refusal(tenant, command, count)
+        refusal = self.refusal(tenant, command)
         if refusal is not None:
             raise refusal
 
-    def refusal(self, tenant: str, command: Command, count: bool = True) -> errors.RpcFailure | None:
+    def refusal(self, tenant: str, command: Command) -> errors.RpcFailure | None:
         """`charge`, returning the refusal instead of raising it: a Channel answers it as one
         outcome among a message's, and a raise per command would leave a traceback cycle (frames
         holding the command) for the collector each time."""
         flow, limit, key = self._limit_of(tenant, command.flow)
-        return self._take(flow, limit, key, tenant, command.rpc, count)
+        return self._take(flow, limit, key, tenant, command.rpc)
 
     def refill_s(self, tenant: str, flow: Flow, count: int) -> float:
         """Seconds `tenant`'s bucket of `flow` takes to earn `count` tokens (0: no limit)."""
@@ -97,14 +97,14 @@ class RateLimiter:
             raise refusal
 
     def _take(
-        self, flow: str, limit: RateLimit | None, key: str, label: str, rpc: str, count: bool = True
+        self, flow: str, limit: RateLimit | None, key: str, label: str, rpc: str
     ) -> errors.RpcFailure | None:
         if limit is None:
             return None
         now = self._clock()
         wait = self._bucket(flow, limit, now).take(now)
         if wait > 0:
-            if self.metrics is not None and count:
+            if self.metrics is not None:
                 self.metrics.count_rate_limited(label, rpc)
             return errors.rate_limited(label, rpc, key, limit.qps, limit.burst, wait)
         return None
