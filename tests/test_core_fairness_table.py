@@ -1,7 +1,7 @@
 """Decision table for the rules of issue 23 (docs/design.md, "Who gets the next free slot" and
 "Checkpoint-and-yield preemption"): class order below the nominal tiers, BestEffort's minimum
-share, usage over time, the share window, victim ties, no self-preemption. Each case fails on the rule it names
-being broken; the summaries are those of the last step (tests/core_script.py).
+share, usage over time, the share window, victim ties, no self-preemption. Each case fails on
+the rule it names being broken; the summaries are those of the last step (tests/core_script.py).
 """
 
 from __future__ import annotations
@@ -146,12 +146,22 @@ CASES: dict[str, Case] = {
     ),
     "beyond_the_window_the_older_request_goes_first_whatever_the_shares": Case(
         WINDOW,
-        [*HOLD_3_1, (1, "acquire", "x1", "x", "be"), (101, "acquire", "y1", "y", "be"), (102, "release", "z0")],
+        [
+            *HOLD_3_1,
+            (1, "acquire", "x1", "x", "be"),
+            (101, "acquire", "y1", "y", "be"),
+            (102, "release", "z0"),
+        ],
         ["ended z0 released", "granted x1 w0/3"],
     ),
     "without_a_window_the_share_alone_decides": Case(
         fair(WINDOW, share_window_s=0),
-        [*HOLD_3_1, (1, "acquire", "x1", "x", "be"), (900, "acquire", "y1", "y", "be"), (901, "release", "z0")],
+        [
+            *HOLD_3_1,
+            (1, "acquire", "x1", "x", "be"),
+            (900, "acquire", "y1", "y", "be"),
+            (901, "release", "z0"),
+        ],
         ["ended z0 released", "granted y1 w0/3"],
     ),
     # The same in tier 3 (Burstable beyond nominal): a holds one borrowed slot (share 1, so a1's

@@ -32,7 +32,7 @@ def _with(fairness: object) -> dict[str, Any]:
 def test_defaults_and_not_written_when_default() -> None:
     policy, _ = policy_from_dict(BASE)
     assert policy.fairness == FairnessSpec(
-        usage_half_life_s=600.0, usage_sampling_s=10.0, best_effort_min_share=0.1, share_window_s=300.0
+        usage_half_life_s=600.0, usage_sampling_s=10.0, best_effort_min_share=0.1, share_window_s=900.0
     )
     assert "fairness" not in policy_to_dict(policy)["spec"]
 
@@ -51,7 +51,11 @@ def test_round_trip_and_diff() -> None:
     assert parse_policy(policy_to_yaml(policy))[0] == policy
     before, _ = policy_from_dict(BASE)
     paths = {c.path for c in diff_policies(before, policy).changes}
-    assert {"fairness.usageHalfLifeSeconds", "fairness.bestEffortMinShare", "fairness.shareWindowSeconds"} <= paths
+    assert {
+        "fairness.usageHalfLifeSeconds",
+        "fairness.bestEffortMinShare",
+        "fairness.shareWindowSeconds",
+    } <= paths
 
 
 @pytest.mark.parametrize(
