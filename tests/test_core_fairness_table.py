@@ -1,7 +1,7 @@
 """Decision table for the rules of issue 23 (docs/design.md, "Who gets the next free slot" and
 "Checkpoint-and-yield preemption"): class order below the nominal tiers, BestEffort's minimum
-share, usage over time, victim ties, no self-preemption. Each case fails on the rule it names
-being broken; the summaries are those of the last step (tests/core_script.py).
+share, usage over time, the share window, victim ties, no self-preemption. Each case fails on
+the rule it names being broken; the summaries are those of the last step (tests/core_script.py).
 """
 
 from __future__ import annotations
@@ -29,6 +29,22 @@ SRE = tenant("sre", g=1)  # Guaranteed and BestEffort
 
 def fair(pol: Policy, **kw: Any) -> Policy:
     return dataclasses.replace(pol, fairness=dataclasses.replace(pol.fairness, **kw))
+
+
+# The share window's cases: x, y, z BestEffort; x holds w0/0-2, z holds w0/3. No preemption (min
+# runtime beyond the steps), no usage (the share is what is held), leases that do not expire.
+WINDOW = fair(
+    policy(tenant("x"), tenant("y"), tenant("z"), min_runtime=1000, ttl=1e6),
+    usage_half_life_s=0,
+    share_window_s=100,
+)
+HOLD_3_1: list[tuple[Any, ...]] = [
+    ("add", "w0", 4),
+    ("acquire", "x0", "x", "be"),
+    ("acquire", "x2", "x", "be"),
+    ("acquire", "x3", "x", "be"),
+    ("acquire", "z0", "z", "be"),
+]
 
 
 @dataclass
@@ -119,6 +135,61 @@ CASES: dict[str, Case] = {
         ],
         ["yield x0 fair_share", "queued y1"],
     ),
+    # The share window (spec.fairness.shareWindowSeconds W = 100; usage off, so the share is what
+    # is held). x holds 3 of 4 slots (share 3), y none (share 0); x1 waits from t=1, y1 arrives
+    # later; z's slot frees. x1's key is 1 + 100 * 3/4 = 76: y1 goes first only if it arrived
+    # before 76, never if it arrived W or more after x1, whatever the shares.
+    "within_the_window_a_lower_share_goes_ahead_of_an_older_request": Case(
+        WINDOW,
+        [*HOLD_3_1, (1, "acquire", "x1", "x", "be"), (60, "acquire", "y1", "y", "be"), (61, "release", "z0")],
+        ["ended z0 released", "granted y1 w0/3"],
+    ),
+    "beyond_the_window_the_older_request_goes_first_whatever_the_shares": Case(
+        WINDOW,
+        [
+            *HOLD_3_1,
+            (1, "acquire", "x1", "x", "be"),
+            (101, "acquire", "y1", "y", "be"),
+            (102, "release", "z0"),
+        ],
+        ["ended z0 released", "granted x1 w0/3"],
+    ),
+    "without_a_window_the_share_alone_decides": Case(
+        fair(WINDOW, share_window_s=0),
+        [
+            *HOLD_3_1,
+            (1, "acquire", "x1", "x", "be"),
+            (900, "acquire", "y1", "y", "be"),
+            (901, "release", "z0"),
+        ],
+        ["ended z0 released", "granted y1 w0/3"],
+    ),
+    # The same in tier 3 (Burstable beyond nominal): a holds one borrowed slot (share 1, so a1's
+    # key is 1 + 100 / 2 = 51), b none.
+    "tier_3_within_the_window_a_lower_share_goes_first": Case(
+        fair(policy(A, B_, tenant("z"), min_runtime=1000, ttl=1e6), usage_half_life_s=0, share_window_s=100),
+        [
+            ("add", "w0", 2),
+            ("acquire", "a0", "a", "b"),
+            ("acquire", "z0", "z", "be"),
+            (1, "acquire", "a1", "a", "b"),
+            (40, "acquire", "b1", "b", "b"),
+            (41, "release", "z0"),
+        ],
+        ["ended z0 released", "granted b1 w0/1"],
+    ),
+    "tier_3_beyond_the_window_the_older_request_goes_first": Case(
+        fair(policy(A, B_, tenant("z"), min_runtime=1000, ttl=1e6), usage_half_life_s=0, share_window_s=100),
+        [
+            ("add", "w0", 2),
+            ("acquire", "a0", "a", "b"),
+            ("acquire", "z0", "z", "be"),
+            (1, "acquire", "a1", "a", "b"),
+            (60, "acquire", "b1", "b", "b"),
+            (61, "release", "z0"),
+        ],
+        ["ended z0 released", "granted a1 w0/1"],
+    ),
     # a and b hold one slot each (equal shares); a was preempted before, so b yields this time.
     "a_victim_tie_goes_to_the_tenant_least_recently_preempted": Case(
         policy(tenant("a"), tenant("b"), OPS),
@@ -189,3 +260,12 @@ def test_a_state_without_usage_loads_with_usage_at_zero() -> None:
     assert [(type(o).__name__, o.lease.session) for o in out if isinstance(o, YieldRequested)] == [
         ("YieldRequested", "x0")
     ]
+
+
+def test_a_new_share_window_reorders_the_waiters_at_once() -> None:
+    """A policy change of `shareWindowSeconds` re-keys every waiter: y1 (share 0) was ahead of
+    the older x1 (share 3) in share order; under a window of 100 s it arrived too late for that."""
+    d = Driver(fair(WINDOW, share_window_s=0))
+    d.run([*HOLD_3_1, (1, "acquire", "x1", "x", "be"), (101, "acquire", "y1", "y", "be")])
+    assert d.core.apply_policy(WINDOW, 102) == []
+    assert d.run([(103, "release", "z0")]) == ["ended z0 released", "granted x1 w0/3"]

@@ -10,6 +10,8 @@ decisions.
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -61,9 +63,11 @@ SESSIONS = [SessionId(f"s{i}") for i in range(14)]
 
 
 class CoreMachine(RuleBasedStateMachine):
+    policy = POLICY
+
     def __init__(self) -> None:
         super().__init__()
-        self.core = Core(POLICY)
+        self.core = Core(self.policy)
         self.now = 0.0
         self.log: list[tuple[float, Event]] = []
         self.decisions: list[list[Decision]] = []
@@ -275,14 +279,14 @@ class CoreMachine(RuleBasedStateMachine):
         (Checked on a replay, so the core under test is not disturbed.)"""
         if not self.log:
             return
-        replay = Core(POLICY)
+        replay = Core(self.policy)
         for now, ev in self.log:
             replay.handle(ev, now)
         more = replay.handle(Tick(), self.log[-1][0])  # the instant of the last event: no timer due
         assert not [d for d in more if isinstance(d, Granted | YieldRequested)], more
 
     def teardown(self) -> None:
-        replay = Core(POLICY)
+        replay = Core(self.policy)
         for (now, ev), want in zip(self.log, self.decisions, strict=True):
             assert replay.handle(ev, now) == want, "replaying the same events gives the same decisions"
 
@@ -291,3 +295,16 @@ CoreMachine.TestCase.settings = settings(
     max_examples=150, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 TestCoreMachine = CoreMachine.TestCase
+
+
+class ShortWindowMachine(CoreMachine):
+    """The same invariants with a share window of 4 s (spec.fairness.shareWindowSeconds): steps of
+    up to 10 s make age, not share, order most waiters of tiers 3-4."""
+
+    policy = dataclasses.replace(POLICY, fairness=dataclasses.replace(POLICY.fairness, share_window_s=4.0))
+
+
+ShortWindowMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+TestShortWindowMachine = ShortWindowMachine.TestCase

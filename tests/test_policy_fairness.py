@@ -1,5 +1,5 @@
-"""spec.fairness (usage over time, BestEffort's minimum share): defaults, round trip, errors
-naming the key path, the CRD's schema for it, a live change."""
+"""spec.fairness (usage over time, BestEffort's minimum share, the share window): defaults,
+round trip, errors naming the key path, the CRD's schema for it, a live change."""
 
 from __future__ import annotations
 
@@ -32,21 +32,30 @@ def _with(fairness: object) -> dict[str, Any]:
 def test_defaults_and_not_written_when_default() -> None:
     policy, _ = policy_from_dict(BASE)
     assert policy.fairness == FairnessSpec(
-        usage_half_life_s=600.0, usage_sampling_s=10.0, best_effort_min_share=0.1
+        usage_half_life_s=600.0, usage_sampling_s=10.0, best_effort_min_share=0.1, share_window_s=900.0
     )
     assert "fairness" not in policy_to_dict(policy)["spec"]
 
 
 def test_round_trip_and_diff() -> None:
-    keys = {"usageHalfLifeSeconds": 0, "usageSamplingSeconds": 5, "bestEffortMinShare": 0.25}
+    keys = {
+        "usageHalfLifeSeconds": 0,
+        "usageSamplingSeconds": 5,
+        "bestEffortMinShare": 0.25,
+        "shareWindowSeconds": 0,
+    }
     policy, warnings = policy_from_dict(_with(keys))
     assert not warnings
-    assert policy.fairness == FairnessSpec(0.0, 5.0, 0.25)
+    assert policy.fairness == FairnessSpec(0.0, 5.0, 0.25, 0.0)
     assert policy_to_dict(policy)["spec"]["fairness"] == keys
     assert parse_policy(policy_to_yaml(policy))[0] == policy
     before, _ = policy_from_dict(BASE)
     paths = {c.path for c in diff_policies(before, policy).changes}
-    assert {"fairness.usageHalfLifeSeconds", "fairness.bestEffortMinShare"} <= paths
+    assert {
+        "fairness.usageHalfLifeSeconds",
+        "fairness.bestEffortMinShare",
+        "fairness.shareWindowSeconds",
+    } <= paths
 
 
 @pytest.mark.parametrize(
@@ -56,6 +65,9 @@ def test_round_trip_and_diff() -> None:
         ({"usageSamplingSeconds": 0}, "spec.fairness.usageSamplingSeconds"),
         ({"bestEffortMinShare": 1.5}, "spec.fairness.bestEffortMinShare"),
         ({"bestEffortMinShare": "some"}, "spec.fairness.bestEffortMinShare"),
+        ({"shareWindowSeconds": -1}, "spec.fairness.shareWindowSeconds"),
+        ({"shareWindowSeconds": "5m"}, "spec.fairness.shareWindowSeconds"),
+        ({"shareWindowSeconds": float("inf")}, "spec.fairness.shareWindowSeconds"),
         ({"halfLife": 3}, "spec.fairness.halfLife"),
         ("fair", "spec.fairness"),
     ],
@@ -68,5 +80,11 @@ def test_errors_name_the_key(fairness: object, path: str) -> None:
 
 def test_the_crd_knows_every_key() -> None:
     props = policy_schema()["properties"]["spec"]["properties"]["fairness"]["properties"]
-    assert set(props) == {"usageHalfLifeSeconds", "usageSamplingSeconds", "bestEffortMinShare"}
+    assert set(props) == {
+        "usageHalfLifeSeconds",
+        "usageSamplingSeconds",
+        "bestEffortMinShare",
+        "shareWindowSeconds",
+    }
     assert props["bestEffortMinShare"]["maximum"] == 1.0
+    assert props["shareWindowSeconds"]["minimum"] == 0

@@ -162,6 +162,7 @@ class Core(Ledger):
         self._ttl = policy.timing.lease_ttl_s
         self._min_runtime = policy.timing.min_runtime_s
         self._set_usage_policy(now)
+        self._order.window = policy.fairness.share_window_s  # every tenant is re-indexed below
         names = {t.name for t in policy.tenants}
         for spec in policy.tenants:
             t = self._tenants.get(spec.name)

@@ -96,7 +96,7 @@ class Ledger:
         self._usage_next = float("-inf")  # the next usage sample (spec.fairness)
         self._usage_last = float("-inf")  # the last one
 
-        self._order = ServiceOrder(self._tenants, self._requests)
+        self._order = ServiceOrder(self._tenants, self._requests, policy.fairness.share_window_s)
         self._victims = VictimIndex(self._tenants, self._leases)
         self._timers = Timers(self._leases)
         for spec in policy.tenants:

@@ -13,6 +13,10 @@ From docs/design.md, "Who gets the next free slot":
        already yielding + fairness yields in flight for it) / weight` [...]. Within a tenant its
        oldest such request goes first; ties between tenants go to the oldest request.
 
+    In tiers 3 and 4 the share is bounded by age (`spec.fairness.shareWindowSeconds` W > 0): a
+    request goes ahead of an older one by a lower share only if it arrived less than W seconds
+    after it (`fair_key`).
+
     A waiter with a victim already yielding for it ("earmarked") takes the first slot that frees
     ahead of the waiters of its own tier and the tiers after it, so a yield is not wasted on
     someone else. Ages are the original arrival time: a session that yielded keeps its place in line.
@@ -39,12 +43,26 @@ _SEQUENCE = ((TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED, TIER_BEST_EFFORT),
              (TIER_GUARANTEED, TIER_NOMINAL, TIER_BEST_EFFORT, TIER_SHARED))  # fmt: skip
 
 
+def fair_key(share: float, arrival: float, window: float) -> float:
+    """The key of a tenant's head in tiers 3-4 (lowest first): its weighted share alone without a
+    window; with a window W, `arrival + W * share / (share + 1)`, the arrival delayed by up to W
+    as the share grows (half of W at one slot of share per weight). Time-invariant, as a virtual
+    start time in weighted fair queueing: it orders waiters as `share' - age / W` would at every
+    instant, so it stays true in the heaps. A request is passed only by one that arrived less
+    than W * (its share term - the other's) < W seconds after it."""
+    if window <= 0:
+        return share
+    return arrival + window * share / (share + 1.0)
+
+
 class ServiceOrder:
     """The tiers' heaps and the earmarked waiters, over the core's requests (read, never owned)."""
 
-    __slots__ = ("tiers", "earmarked", "dirty", "_requests", "_tenants")
+    __slots__ = ("tiers", "earmarked", "dirty", "window", "_requests", "_tenants")
 
-    def __init__(self, tenants: dict[str, TenantState], requests: dict[SessionId, Request]) -> None:
+    def __init__(
+        self, tenants: dict[str, TenantState], requests: dict[SessionId, Request], window: float = 0.0
+    ) -> None:
         def current(name: str, version: int) -> bool:
             return tenants[name].version == version
 
@@ -53,6 +71,8 @@ class ServiceOrder:
         self.earmarked: list[EarmarkEntry] = []
         # Tenants whose entries are out of date (insertion-ordered, so flushing is deterministic).
         self.dirty: dict[TenantState, None] = {}
+        # spec.fairness.shareWindowSeconds (`fair_key`); a change re-indexes every tenant.
+        self.window = window
         self._requests = requests
         self._tenants = tenants
 
@@ -90,16 +110,19 @@ class ServiceOrder:
                 else:
                     shared = h
         # 3. Burstable beyond nominal: lowest weighted share, counting fairness yields in flight
-        #    for it; the tenant's oldest; ties by age. 4. Its BestEffort (within its limit) only
-        #    when it has no such Burstable waiter, in the same order.
+        #    for it, bounded by age (`fair_key`); the tenant's oldest; ties by age. 4. Its
+        #    BestEffort (within its limit) only when it has no such Burstable waiter, in the
+        #    same order.
         if shared is not None:
-            shared_tier.push((t.share(t.earmarked_fair), shared[0], shared[1], shared[2], name, v), n)
+            key = fair_key(t.share(t.earmarked_fair), shared[0], self.window)
+            shared_tier.push((key, shared[0], shared[1], shared[2], name, v), n)
             return
         be_limit = spec.best_effort_limit
         if waiting[BE] > ear[BE] and (be_limit is None or held[BE] + ear[BE] < be_limit):
             h = self._head(t, BE)
             if h is not None:
-                be_tier.push((t.share(t.earmarked_fair), h[0], h[1], h[2], name, v), n)
+                key = fair_key(t.share(t.earmarked_fair), h[0], self.window)
+                be_tier.push((key, h[0], h[1], h[2], name, v), n)
 
     def for_free_slot(self, be_first: bool) -> Request | None:
         """The waiter the next free slot goes to: an earmarked waiter goes ahead of its own tier
@@ -178,4 +201,5 @@ __all__ = [
     "TIER_SHARED",
     "EarmarkEntry",
     "ServiceOrder",
+    "fair_key",
 ]

@@ -340,7 +340,8 @@ def policy_schema() -> Schema:
             ),
             "fairness": _obj(
                 _nums(FAIRNESS_FIELDS),
-                "Fair share over time (usage half-life and sampling) and BestEffort's minimum share.",
+                "Fair share over time (usage half-life and sampling), BestEffort's minimum share and the "
+                "share window (the age past which share no longer orders requests).",
             ),
         },
         "The policy, exactly as in a policy file (see deploy/policy-example.yaml).",

@@ -82,6 +82,7 @@ FAIRNESS_FIELDS: Final = (
     Num("usageHalfLifeSeconds", "usage_half_life_s", False),
     Num("usageSamplingSeconds", "usage_sampling_s", False, exclusive=True),
     Num("bestEffortMinShare", "best_effort_min_share", False, maximum=1.0),
+    Num("shareWindowSeconds", "share_window_s", False),
 )
 AUTOSCALER_FIELDS: Final = (
     Num("tolerance", "tolerance", False),
