@@ -6,9 +6,8 @@
   reply comes after the next is due, and after each phase Admin.DescribePool must still list it;
 * the quiet tenant (own process, one Channel on its own connection): `--quiet-samples` sequential
   acquire → Granted → release, paced over `--seconds` (20/s by default, under the deploy's 50/s
-  tenant bucket); one refused or not granted within `--grant-timeout` is a *grant missed* (and
-  counts at the timeout in the percentiles); samples left when twice the span has passed are not
-  taken (`quiet_granted` says how many were);
+  tenant bucket); one refused or not granted within `--grant-timeout` is a *grant missed* (counted
+  at the timeout in the percentiles); samples left after twice the span: `quiet_granted` says;
 * the flooder: `--flood-procs` processes, `--connections` TCP connections, `--channels` Channel
   streams over them, each keeping `--window` messages of `--batch` commands in flight as fast as
   the server answers: `renew`, Renews of leases it does not hold; `churn`, acquire+withdraw pairs
@@ -72,7 +71,7 @@ def say(msg: str) -> None:
     print(f"[flood {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def policy_yaml(limits: str, seats: int | None = None) -> str:
+def policy_yaml(limits: str, seats: int | None = None, turn_ms: float | None = None) -> str:
     spec: dict[str, Any] = {
         "pool": {"slotsPerWorker": WORKER_SLOTS, "workers": 1, "minWorkers": 1, "maxWorkers": 1, "floor": 0},
         "timing": {"leaseTTLSeconds": 300},
@@ -84,7 +83,7 @@ def policy_yaml(limits: str, seats: int | None = None) -> str:
             "admins": [hash_token(ADMIN)],
             "workers": [{"tokens": [hash_token(WORKER)], "workerIds": [WORKER_ID], "maxSlots": WORKER_SLOTS}],
         },
-        **({"limits": {"seats": seats}} if seats is not None else {}),
+        "limits": {k: v for k, v in (("seats", seats), ("turnMillis", turn_ms)) if v is not None},
     }
     if limits == "deploy":
         spec["rateLimits"] = yaml.safe_load(DEPLOY_POLICY.read_text())["spec"]["rateLimits"]
@@ -444,7 +443,7 @@ def run_setting(
 ) -> dict[str, dict[str, Any]]:
     """One server with the setting's policy: the alone phase, then each flood mode."""
     policy = tmp / f"policy-{limits}.yaml"
-    policy.write_text(policy_yaml(limits, args.seats))
+    policy.write_text(policy_yaml(limits, args.seats, args.turn_millis))
     py = sys.executable
     procs: list[Proc] = []
     try:
@@ -571,7 +570,8 @@ def main() -> int:
     p.add_argument("--flood-procs", type=int, default=2, help="flooder processes")
     p.add_argument("--batch", type=int, default=100, help="commands per flood message")
     p.add_argument("--window", type=int, default=2, help="flood messages in flight per stream")
-    p.add_argument("--seats", type=int, help="spec.limits.seats (default: the policy's default)")
+    for flag, kind in (("--seats", int), ("--turn-millis", float)):  # spec.limits.seats, .turnMillis
+        p.add_argument(flag, type=kind, help="the policy's spec.limits key (default: its default)")
     p.add_argument("--ramp", type=float, default=1.0, help="seconds of flood before measuring")
     p.add_argument("--grant-timeout", type=float, default=5.0, help="a quiet grant later is missed")
     p.add_argument("--proc", nargs=2, metavar=("ROLE", "JSON"), help=argparse.SUPPRESS)

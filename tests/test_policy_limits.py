@@ -44,10 +44,11 @@ def test_round_trip() -> None:
         "channelsPerConnection": 2,
         "streamsPerTenant": 100,
         "streamsPerConnection": 50,
+        "turnMillis": 0.5,
     }
     policy, warnings = policy_from_dict(_with(keys))
     assert not warnings
-    assert policy.limits == LimitsSpec(4, 8, 3, 2, 100, 50)
+    assert policy.limits == LimitsSpec(4, 8, 3, 2, 100, 50, 0.5)
     assert policy_to_dict(policy)["spec"]["limits"] == keys
     assert parse_policy(policy_to_yaml(policy))[0] == policy
     partial, _ = policy_from_dict(_with({"seats": 2}))
@@ -61,6 +62,7 @@ def test_round_trip() -> None:
         ({"queuedPerFlow": -1}, "spec.limits.queuedPerFlow"),
         ({"channelsPerTenant": 1.5}, "spec.limits.channelsPerTenant"),
         ({"streamsPerConnection": "many"}, "spec.limits.streamsPerConnection"),
+        ({"turnMillis": -0.1}, "spec.limits.turnMillis"),
         ({"chanelsPerTenant": 3}, "spec.limits.chanelsPerTenant"),
         ("lots", "spec.limits"),
     ],
@@ -80,5 +82,8 @@ def test_the_crd_knows_every_key() -> None:
         "channelsPerConnection",
         "streamsPerTenant",
         "streamsPerConnection",
+        "turnMillis",
     }
-    assert all(p["type"] == "integer" and p["minimum"] == 1 for p in props.values())
+    counts = {k: p for k, p in props.items() if k != "turnMillis"}
+    assert all(p["type"] == "integer" and p["minimum"] == 1 for p in counts.values())
+    assert props["turnMillis"]["type"] == "number" and props["turnMillis"]["minimum"] == 0

@@ -490,3 +490,84 @@ def test_message_permits_bound_a_flows_messages_in_progress_and_pass_on_in_order
         return log
 
     assert asyncio.run(go()) == ["fourth=True"]
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(
+    ("turn_ms", "flows", "churn_chunk", "renew_chunk", "second_item_waits"),
+    [
+        # One flow alone: seats are commands, whatever they cost (a busy tenant's throughput).
+        (0.3, ["churn"], 32, 32, False),
+        # Two flows with work: a churn command measured at 40 us, 0.3 ms a turn -> 7 a chunk,
+        # charged ~30 of the 32 seats, so its next chunk waits for the next turn; a renewal
+        # measured at 5 us fits 60 -> all 32.
+        (0.3, ["churn", "renew"], 7, 32, True),
+        # turnMillis 0: seats only, even under contention.
+        (0.0, ["churn", "renew"], 32, 32, False),
+    ],
+)
+def test_contended_turns_are_bounded_by_measured_time(
+    turn_ms: float, flows: list[str], churn_chunk: int, renew_chunk: int, second_item_waits: bool
+) -> None:
+    from scheduler.server.fairness import COMMANDS
+
+    policy = Policy(limits=LimitsSpec(seats=32, turn_ms=turn_ms))
+    clock = _Clock()
+    gate = AdmissionGate(lambda: policy, clock=clock)
+
+    async def go() -> None:
+        gate.spent("churn", COMMANDS, 32, 32 * 40e-6)
+        gate.spent("renew", COMMANDS, 32, 32 * 5e-6)
+        for flow in flows:
+            await gate.admit(flow)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the turn's seats back
+        assert gate.chunk("churn", COMMANDS) == churn_chunk
+        assert gate.chunk("renew", COMMANDS) == renew_chunk
+        assert gate.chunk("churn", "") == 32  # unmeasured work: seats
+        # Two items of 7 churn commands in one turn: 7 seats each, or ~30 when charged by time.
+        first = gate.try_admit("churn", 7, bounded=False, kind=COMMANDS)
+        assert first is None
+        second = gate.try_admit("churn", 7, bounded=False, kind=COMMANDS)
+        assert (second is not None) is second_item_waits
+        if second is not None:
+            await asyncio.wait_for(gate.wait("churn", second), 1)  # the next turn
+
+    asyncio.run(go())
+
+
+def test_contention_ends_a_second_after_the_other_flow_went_quiet() -> None:
+    from scheduler.server.fairness import COMMANDS
+
+    policy = Policy(limits=LimitsSpec(seats=32, turn_ms=0.3))
+    clock = _Clock()
+    gate = AdmissionGate(lambda: policy, clock=clock)
+
+    async def turn(*flows: str) -> None:
+        for flow in flows:
+            await gate.admit(flow)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    async def go() -> list[bool]:
+        gate.spent("churn", COMMANDS, 10, 10 * 40e-6)
+        seen = []
+        await turn("churn", "quiet")
+        seen.append(gate.contended)
+        clock.now += 1.1  # a new second: both had work in the last one
+        await turn("churn")
+        seen.append(gate.contended)
+        clock.now += 1.1  # only churn in the last second
+        await turn("churn")
+        seen.append(gate.contended)
+        seen.append(gate.chunk("churn", COMMANDS) == 32)
+        return seen
+
+    assert asyncio.run(go()) == [True, True, False, True]

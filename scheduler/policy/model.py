@@ -126,7 +126,11 @@ class LimitsSpec:
     the event loop (`seats`: a Channel message takes as many as it has commands, a wider one is
     applied in chunks of `seats`, an rpc one), how many work items a flow may have waiting
     (`queued_per_flow`; past it that flow is refused, on its side), and how many Channel and
-    per-session Acquire streams a tenant, and one connection, may hold open."""
+    per-session Acquire streams a tenant, and one connection, may hold open. While two flows or
+    more have work (within a second), a turn's seats are also bounded by measured time
+    (`turn_ms`: what fits that many milliseconds at the measured cost of a seat, at least 4),
+    so another flow's next item waits about that long, whatever the commands cost; 0: seats
+    only."""
 
     seats: int = 32
     queued_per_flow: int = 64
@@ -136,6 +140,7 @@ class LimitsSpec:
     channels_per_connection: int = 64
     streams_per_tenant: int = 4096
     streams_per_connection: int = 1024
+    turn_ms: float = 0.3
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,7 @@ LIMITS_FIELDS: Final = (
     Num("channelsPerConnection", "channels_per_connection", True, minimum=1),
     Num("streamsPerTenant", "streams_per_tenant", True, minimum=1),
     Num("streamsPerConnection", "streams_per_connection", True, minimum=1),
+    Num("turnMillis", "turn_ms", False),
 )
 FAIRNESS_FIELDS: Final = (
     Num("usageHalfLifeSeconds", "usage_half_life_s", False),

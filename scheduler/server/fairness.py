@@ -25,6 +25,12 @@ the flow and the bound named, with retry-after): on its own side. A Channel's it
 refused so (a channel has at most one waiting); instead at most a few of a flow's Channel
 messages are in progress at once (`MessagePermits`).
 
+While two flows or more have work (within a second), a Channel chunk is charged its flow's
+measured time (`spent`: seconds per command, averaged) in seats of `spec.limits.turnMillis /
+seats`, never less than its commands, and carries at most what fits `turnMillis`: a turn then
+holds about that much work whatever the commands cost, and another flow's next item waits about
+that long. A flow alone keeps whole turns of `seats` commands.
+
 Open streams are bounded at their open (`StreamBounds`): Channel streams per tenant
 (`channelsPerTenant`) and per connection (`channelsPerConnection`, the caller's peer address,
 counted per tenant: tenants behind one proxy connection do not share a bound),
@@ -55,17 +61,23 @@ KEDA_FLOW: Final = "role:keda"
 QUEUE_FULL: Final = "queue_full"
 RATE_LIMITED: Final = "rate_limited"
 CHANNELS_PER_TENANT: Final = "channels_per_tenant"
+
+# The kind of measured work (AdmissionGate.spent): a Channel's commands applied.
+COMMANDS: Final = "commands"
+_COST_WEIGHT = 0.1  # how fast a flow's measured cost per unit follows the last item
+_ACTIVE_WINDOW_S = 1.0  # flows with work within this long count as contending
 CHANNELS_PER_CONNECTION: Final = "channels_per_connection"
 STREAMS_PER_TENANT: Final = "streams_per_tenant"
 STREAMS_PER_CONNECTION: Final = "streams_per_connection"
 
 
 class _Ticket:
-    __slots__ = ("cost", "future")
+    __slots__ = ("cost", "future", "seats")
 
-    def __init__(self, future: asyncio.Future[None], cost: int) -> None:
+    def __init__(self, future: asyncio.Future[None], cost: int, seats: float) -> None:
         self.future = future
-        self.cost = cost
+        self.cost = cost  # units of work (counted in the metrics)
+        self.seats = seats  # what it is charged in the fair queue
 
 
 class AdmissionGate:
@@ -81,6 +93,13 @@ class AdmissionGate:
         self._held = 0  # seats taken in this turn of the loop
         self._end_scheduled = False
         self.metrics: Metrics | None = None  # bound by the wiring
+        # Measured seconds per unit of work (a command applied, an answer built) by flow and
+        # kind (`spent`), and the flows with work in this second and the last: while two or
+        # more have, a seat is time (spec.limits.turnMillis / seats), not a command.
+        self._unit_s: dict[tuple[str, str], float] = {}
+        self._active: set[str] = set()
+        self._epoch = clock()
+        self.contended = False
 
     def _fq(self) -> FairQueue[_Ticket]:
         limits = self._policy().limits
@@ -93,17 +112,47 @@ class AdmissionGate:
     def queued(self, flow: str) -> int:
         return self._queue.queued(flow)
 
-    def chunk(self) -> int:
-        """The most commands one work item may carry: all the seats (a wider Channel message is
-        admitted in chunks of this many)."""
-        return self._fq().seats
+    def chunk(self, flow: str = "", kind: str = "") -> int:
+        """The most units (commands, answers) one work item of `flow` may carry: all the seats
+        (a wider Channel message is admitted in chunks of this many); under contention, as many
+        as fit one turn's time at their measured cost (at least one)."""
+        seats = self._fq().seats
+        turn_s = self._policy().limits.turn_ms / 1000.0
+        per = self._unit_s.get((flow, kind)) if self.contended else None
+        if per is None or per <= 0 or turn_s <= 0:
+            return seats
+        return max(1, min(seats, int(turn_s / per)))
 
-    async def admit(self, flow: str, cost: int = 1, bounded: bool = True) -> None:
+    def spent(self, flow: str, kind: str, units: int, seconds: float) -> None:
+        """What `units` of `flow`'s work of `kind` took to run (an exponential average per unit:
+        the cost its next items are charged in seats while flows contend)."""
+        if units <= 0:
+            return
+        key = (flow, kind)
+        per = seconds / units
+        old = self._unit_s.get(key)
+        self._unit_s[key] = per if old is None else old + _COST_WEIGHT * (per - old)
+
+    def _seats_for(self, flow: str, kind: str, cost: int) -> float:
+        """An item's seats: its units, or under contention its measured time in seats of
+        turnMillis / seats each if more (bench/flood.py: an acquire+withdraw ~4, a renewal 1)."""
+        units = float(max(1, cost))
+        if not self.contended or not kind:
+            return units
+        per = self._unit_s.get((flow, kind))
+        limits = self._limits
+        if per is None or limits is None or limits.turn_ms <= 0:
+            return units
+        # Never below its units: a cheap command still takes its seat (what is not measured,
+        # its answer's encoding and write, costs too), so a turn is never longer than seats.
+        return max(units, units * per * limits.seats * 1000.0 / limits.turn_ms)
+
+    async def admit(self, flow: str, cost: int = 1, bounded: bool = True, kind: str = "") -> None:
         """Return once `flow`'s work item of `cost` may run (at once when a seat is free and no
         one waits); raise RESOURCE_EXHAUSTED (RATE_LIMITED) when `flow`'s queue is full (never
         for an item not `bounded`: accepted work, as a Channel's answers). The seat is given back
         at the end of this turn of the loop."""
-        failure = self.try_admit(flow, cost, bounded)
+        failure = self.try_admit(flow, cost, bounded, kind)
         if failure is None:
             return
         if isinstance(failure, errors.RpcFailure):
@@ -111,18 +160,20 @@ class AdmissionGate:
         await self._wait(flow, failure)
 
     def try_admit(
-        self, flow: str, cost: int = 1, bounded: bool = True
+        self, flow: str, cost: int = 1, bounded: bool = True, kind: str = ""
     ) -> None | errors.RpcFailure | asyncio.Future[None]:
         """`admit` without awaiting: None (admitted), the refusal, or the future to await (then
-        call `wait` with it)."""
+        call `wait` with it). `cost`: the item's units of work (commands; answers); `kind` names
+        them when their time is measured (`spent`), so that under contention it is charged
+        that time."""
         fq = self._fq()
         now = self._clock()
-        units = float(max(1, cost))
+        units = self._seats_for(flow, kind, cost)
         if fq.admit_now(flow, now, units):  # the common case: no future, no ticket
             self._admitted(flow, cost, fq.width(units))
             return None
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        ticket = _Ticket(fut, cost)
+        ticket = _Ticket(fut, cost, units)
         offer = fq.offer(flow, ticket, now, units, bounded=bounded)
         if offer is Offer.ADMITTED:  # not reached: admit_now just said no
             self._admitted(flow, cost, fq.width(units))
@@ -149,8 +200,24 @@ class AdmissionGate:
 
     def _admitted(self, flow: str, cost: int, width: int) -> None:
         self._hold(width)
+        self._active_flow(flow)
         if self.metrics is not None:
             self.metrics.count_flow_admitted(flow, cost)
+
+    def _active_flow(self, flow: str) -> None:
+        active = self._active
+        if flow not in active:
+            active.add(flow)
+            if len(active) > 1:
+                self.contended = True
+
+    def _next_epoch(self, now: float) -> None:
+        """Once a second: contended while two flows or more had work in the last second."""
+        if now - self._epoch < _ACTIVE_WINDOW_S:
+            return
+        self._epoch = now
+        self.contended = len(self._active) > 1
+        self._active = set()
 
     def _hold(self, seats: int) -> None:
         """Keep `seats` until the end of this turn of the loop: one callback gives back every
@@ -165,9 +232,12 @@ class AdmissionGate:
         held, self._held = self._held, 0
         fq = self._queue
         woken = 0
-        for flow, ticket in fq.release(self._clock(), held):
+        now = self._clock()
+        self._next_epoch(now)
+        for flow, ticket in fq.release(now, held):
             self._set_queued(flow)
-            woken += fq.width(max(1, ticket.cost))  # a cancelled one's too: back next turn
+            self._active_flow(flow)
+            woken += fq.width(ticket.seats)  # a cancelled one's too: back next turn
             fut = ticket.future
             if fut.cancelled():
                 continue

@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 from collections import deque
 from dataclasses import dataclass
+from time import perf_counter
 from typing import Any
 
 import grpc
@@ -49,6 +50,7 @@ from scheduler.grants import GrantKeyring
 from scheduler.ports import StateUnavailable
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
+from scheduler.server.fairness import COMMANDS
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.pool_routes import PoolRoutes, PoolUnit
 from scheduler.server.session_ops import UNARY_OPS, Outcome, SessionOps
@@ -62,9 +64,6 @@ LOW_WATER = 32  # outbox entries a contended message permit waits down to before
 LOW_WAIT_S = 0.5  # the longest it waits for that
 HARD_LIMIT = 65_536  # outbox entries past which the channel ends RESOURCE_EXHAUSTED
 MAX_SESSIONS = MAX_CHANNEL_SESSIONS  # sessions attached to one channel
-# An answer or event built costs about a quarter of a command applied (bench/flood.py's profile):
-# the writer's work item takes one seat per this many entries.
-ANSWERS_PER_SEAT = 1
 MAX_EVENTS_PER_MESSAGE = 1024  # keeps one ChannelResponse well under gRPC's 4 MiB default
 _SID_BYTES = guard.limit_for("session_id")
 PAUSE_MAX_S = 1.0  # the longest a channel whose whole message was refused stops reading
@@ -310,12 +309,13 @@ class _Channel:
                 raise self._down()
             n, i = len(cmds), 0
             while i < n:
-                j = min(n, i + gate.chunk())
-                admitted = gate.try_admit(tenant, j - i, bounded=False)
+                j = min(n, i + gate.chunk(tenant, COMMANDS))
+                admitted = gate.try_admit(tenant, j - i, bounded=False, kind=COMMANDS)
                 if admitted is not None:
                     await gate.wait(tenant, admitted)  # type: ignore[arg-type]
                     if self.loop.shutting_down:
                         raise self._down()
+                started = perf_counter()
                 for k in range(i, j):
                     cmd = cmds[k]
                     bad = refused.get(k) if refused else None
@@ -323,6 +323,7 @@ class _Channel:
                         self._command(cmd, limited)
                     else:
                         self._refuse(cmd, bad, limited)
+                gate.spent(tenant, COMMANDS, j - i, perf_counter() - started)
                 i = j
             if permits.contended(tenant) and len(self.outbox) > LOW_WATER:
                 # Another channel of this tenant waits: once these answers are out (or a while,
@@ -452,9 +453,10 @@ class _Channel:
                 raise self.failure
             # Building the answers is the tenant's work too (a refused flood's answers cost as
             # much as the refusals): a work item of its flow, never refused (the commands were
-            # accepted), of ANSWERS_PER_SEAT entries a seat, so one turn builds a bounded number.
-            n = min(len(outbox), MAX_EVENTS_PER_MESSAGE, gate.chunk() * ANSWERS_PER_SEAT)
-            admitted = gate.try_admit(self.tenant, -(-n // ANSWERS_PER_SEAT), bounded=False)
+            # accepted), a seat an entry, so one turn builds a bounded number (by count: its
+            # encoding and write, most of its cost, happen outside and are not measured).
+            n = min(len(outbox), MAX_EVENTS_PER_MESSAGE, gate.chunk())
+            admitted = gate.try_admit(self.tenant, n, bounded=False)
             if admitted is not None:
                 await gate.wait(self.tenant, admitted)  # type: ignore[arg-type]
                 if self.failure is not None:
