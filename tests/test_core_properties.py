@@ -10,6 +10,8 @@ decisions.
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -267,6 +269,15 @@ class CoreMachine(RuleBasedStateMachine):
                 assert view is not None and view.lease is None, f"{lease.lease_id} yields for {waiter}"
                 # A yield for its own tenant's waiter is a checkpoint spent for nothing.
                 assert view.tenant != lease.tenant, f"{lease.lease_id} yields for {waiter} of its own tenant"
+
+    @invariant()
+    def the_earliest_timer_is_exact(self) -> None:
+        """`Timers.earliest`, all `next_due` reads on an event and what `deadline_bound` gives
+        pools.py, is the earliest timer entry between events: never later (a timer would not
+        fire), and not earlier either."""
+        timers = self.core._timers
+        heads = [q[0][0] for q in (timers.maturing, timers.deadlines, timers.expiries) if q]
+        assert timers.earliest == min(heads, default=math.inf), (timers.earliest, heads)
 
     @invariant()
     def quiescent(self) -> None:

@@ -34,6 +34,7 @@ holder re-queued in the same tier (`_landed`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from scheduler.core import restore
@@ -193,7 +194,10 @@ class Core(Ledger):
 
     def deadline_bound(self) -> float | None:
         """No later than `next_deadline` (None only if that is None), and cheaper: no flush."""
-        return self._timers.lower_bound(self._usage_next)
+        at = self._timers.earliest  # after every event of every pool (pools.py): no calls
+        if self._usage_next < at:
+            at = self._usage_next
+        return None if at == math.inf else at
 
     # ------------------------------------------------------------------ views
 

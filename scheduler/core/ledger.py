@@ -191,8 +191,8 @@ class Ledger:
             else:
                 self._held_be += 1
             add_candidate(rec, self._leases)
-            self._timers.maturing.append((now + self._min_runtime, lid, epoch))
-        heapq.heappush(self._timers.expiries, (lease.expires_at, lid, epoch))
+            self._timers.push_maturing(now + self._min_runtime, lid, epoch)
+        self._timers.push_expiry(lease.expires_at, lid, epoch)
         self._refresh(t)
         out.append(Granted(lease, now - req.enqueued_at))
 
@@ -393,7 +393,7 @@ class Ledger:
             del self._cancelled[lid]
         else:
             rec.yield_deadline = deadline
-            heapq.heappush(self._timers.deadlines, (deadline, lid, rec.lease.epoch))
+            self._timers.push_deadline(deadline, lid, rec.lease.epoch)
             out.append(YieldRequested(rec.lease, deadline, cause, for_session))
         self._refresh(t)
 

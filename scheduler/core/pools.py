@@ -58,6 +58,7 @@ from scheduler.policy.model import Policy
 
 _LEAVES_BY_SESSION: frozenset[type] = frozenset({Ended, Refused})  # decisions a session may leave by
 _LEAVES_BY_LEASE: frozenset[type] = frozenset({Expired, Revoked})
+_LEAVES = _LEAVES_BY_SESSION | _LEAVES_BY_LEASE
 
 
 def _names_a_pool(event: Event) -> bool:
@@ -268,8 +269,20 @@ class Pools:
         core = self._cores[name]
         out = core.handle(event, now)
         if self._single is None:
-            self._track(name, core, out)
-            self._keep(name, core.deadline_bound(), exact=False)
+            if out:
+                self._track(name, core, out)
+            # `_set_due(name)`, inline: this runs after every event of every pool.
+            at = core.deadline_bound()
+            due = self._due
+            old = due.get(name)
+            if at is None:
+                if old is not None:
+                    del due[name]
+            elif old is None or old[0] != at:
+                due[name] = (at, False)
+                heapq.heappush(self._heap, (at, name))
+            elif old[1]:
+                due[name] = (at, False)
         return out
 
     def _stamped(self, name: str, ref: SnapshotRef) -> SnapshotRef:
@@ -322,12 +335,12 @@ class Pools:
         where = self._where
         for d in out:
             kind = type(d)
+            if kind not in _LEAVES:  # most decisions (one set test for them)
+                continue
             if kind in _LEAVES_BY_SESSION:
                 s: SessionId = d.session  # type: ignore[union-attr,assignment]
-            elif kind in _LEAVES_BY_LEASE:
-                s = d.lease.session  # type: ignore[union-attr]
             else:
-                continue
+                s = d.lease.session  # type: ignore[union-attr]
             if where.get(s) == name and not core.has_session(s):
                 del where[s]
 
