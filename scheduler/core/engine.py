@@ -159,9 +159,7 @@ class Core(Ledger):
 
     def apply_policy(self, policy: Policy, now: float) -> list[Decision]:
         """Swap in a new policy. Leases over a lowered quota finish normally; none is cut short."""
-        self._policy = policy
-        self._ttl = policy.timing.lease_ttl_s
-        self._min_runtime = policy.timing.min_runtime_s
+        self._take_policy(policy)
         self._set_usage_policy(now)
         names = {t.name for t in policy.tenants}
         for spec in policy.tenants:
@@ -375,7 +373,7 @@ class Core(Ledger):
         return self._mature_n > 0  # a fairness preemption needs a victim that ran min_runtime
 
     def _cap_refusal(self, s: SessionId, t: TenantState, cls: int) -> Refused | None:
-        q = self._policy.queue
+        q = self._queue
         frac = q.best_effort_fraction if cls == BE else 1.0
         pending = sum(self._waiting_cls)
         if pending >= q.max_pending * frac:
@@ -548,9 +546,7 @@ class Core(Ledger):
     def _be_first(self) -> bool:
         """BestEffort waits and holds less than its minimum share of the borrowed slots: tier 4
         goes before tier 3 (and may take Burstable victims), so Burstable never starves it."""
-        return bool(self._waiting_cls[BE]) and (
-            self._held_be < self._policy.fairness.best_effort_min_share * self._preemptible
-        )
+        return bool(self._waiting_cls[BE]) and (self._held_be < self._be_min_share * self._preemptible)
 
     def _preempt_once(self, now: float, out: list[Decision]) -> bool:
         """Ask one victim to yield for the first waiter with a right to a slot; False if none."""

@@ -47,10 +47,8 @@ class Ledger:
 
     def __init__(self, policy: Policy) -> None:
         # Every field of the core's state; `Core` (engine.py) decides, this class keeps accounts.
-        self._policy = policy
         self._pool_name = policy.pool.name  # stamped on its leases and Queued
-        self._ttl = policy.timing.lease_ttl_s  # read on every grant: kept at hand
-        self._min_runtime = policy.timing.min_runtime_s
+        self._take_policy(policy)
         self._tenants: dict[str, TenantState] = {}
         self._retired: set[str] = set()
         self._workers: dict[WorkerId, WorkerRec] = {}
@@ -101,6 +99,15 @@ class Ledger:
         self._timers = Timers(self._leases)
         for spec in policy.tenants:
             self._tenants[spec.name] = TenantState(spec)
+
+    def _take_policy(self, policy: Policy) -> None:
+        """`policy`, and what every event reads of it kept at hand: with many pools each core's
+        policy is an object of its own, one more to fetch per event."""
+        self._policy = policy
+        self._ttl = policy.timing.lease_ttl_s
+        self._min_runtime = policy.timing.min_runtime_s
+        self._queue = policy.queue
+        self._be_min_share = policy.fairness.best_effort_min_share
 
     def _raise_epochs(self, worker: WorkerId, seen: tuple[tuple[int, int], ...]) -> None:
         """Each slot's epoch counter to at least what the worker reports having seen on it.
