@@ -124,7 +124,8 @@ class Core(Ledger):
         if self._orphans:
             self._adopt_orphans()  # before the timers: no deadline may revoke them now
         # The state is quiescent after every event (the pass ran to completion), so a pass is
-        # needed only when timers fired or the event can open a slot or a right to one.
+        # needed only when timers fired or the event can open a slot or a right to one: not for
+        # a Tick at which nothing fired (a stale timer's, as a cancelled yield's deadline).
         sampled = now >= self._usage_next and self._sample_usage(now)
         need_pass = self._advance(now, out) or bool(self._cancelled) or sampled
         if isinstance(event, Acquire):
@@ -137,14 +138,15 @@ class Core(Ledger):
         elif isinstance(event, Yield):
             self._yield(event, now, out)
         elif isinstance(event, Tick):
-            pass
+            need_pass = need_pass or self._pass_owed
+            self._pass_owed = False
         elif isinstance(event, WorkerAdded):
             self._worker_added(event, out)
         elif isinstance(event, WorkerDraining):
             self._worker_draining(event, now, out)
         elif isinstance(event, WorkerRemoved):
             self._worker_removed(event, now, out)
-        if need_pass or not isinstance(event, Acquire | Renew):
+        if need_pass or not isinstance(event, Acquire | Renew | Tick):
             self._schedule(now, out)
             if self._lent:
                 self._promote_lent()
@@ -183,6 +185,7 @@ class Core(Ledger):
             if req is not None and req.seq == seq and req.earmark is not None:
                 self._unearmark(req)
                 self._refresh_queue(req.tenant)
+        self._pass_owed = True  # the quotas changed: the state is not quiescent under them
         return self.handle(Tick(), now)
 
     def next_deadline(self) -> float | None:

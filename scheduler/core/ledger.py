@@ -84,6 +84,7 @@ class Ledger:
         self._mean_hold = _DEFAULT_MEAN_HOLD_S  # a prior for the autoscaler's drain time
         self._holds_seen = False  # until then, waits are not estimated (the prior is no evidence)
         self._to_report: list[Request] = []
+        self._pass_owed = False  # a change outside an event (a new policy): the next Tick's pass
         self._mature_n = 0  # mature candidates: none means no fairness preemption is possible
         self._held_be = 0  # BestEffort leases held (against its minimum share of the borrowed)
         self._preempt_seq = 0  # counts preemptions: victim ties go to the least recently preempted
