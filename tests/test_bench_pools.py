@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 KEYS = [
     *("many_pools_decisions_per_s", "one_pool_decisions_per_s", "bare_core_decisions_per_s"),
     *("many_cores_direct_decisions_per_s", "pools_cost_ratio", "pools_cost_ratio_rounds_min"),
-    *("pools_cost_ratio_rounds_max", "single_pool_overhead_ratio", "pools_routing_ratio"),
+    *("pools_cost_ratio_rounds_max", "pools_cost_ratio_best_rounds", "single_pool_overhead_ratio"),
+    "pools_routing_ratio",
     *("per_pool_cores_ratio", "memory_per_pool_kb", "restore_100_pools_s", "restore_1_pool_s"),
     *("state_bytes_100_pools", "state_bytes_1_pool", "seconds"),
 ]

@@ -14,7 +14,7 @@ import pytest
 
 from scheduler.core.types import SessionId
 from scheduler.policy.model import Policy
-from tests.core_script import Driver, policy, tenant
+from tests.core_script import Driver, policy, summary, tenant
 
 SRE = tenant("sre", g=2, nominal=1, limit=4)
 OPS = tenant("ops", g=1)
@@ -695,6 +695,15 @@ def test_a_quota_change_that_takes_the_waiters_right_cancels_its_yield() -> None
     d.run(BETA_HOLDS)
     assert d.core.apply_policy(policy(ALPHA, tenant("beta", nominal=0, limit=1)), 2.0) == []
     assert d.run([(11, "tick")])[:2] == ["revoked b1 yield_deadline", "granted a1 w0/0"]
+
+
+def test_a_quota_raised_by_a_policy_change_serves_its_waiters_at_once() -> None:
+    """A policy is applied between events: its Tick owes the pass, though no timer fires."""
+    d = Driver(policy(ALPHA, BETA))
+    d.run([("add", "w0", 2), ("acquire", "a1", "alpha", "b")])
+    assert d.run([("acquire", "a2", "alpha", "b")]) == ["queued a2"]  # at its limit, a slot free
+    out = d.core.apply_policy(policy(ALPHA2, BETA), 1.0)
+    assert [summary(x) for x in out] == ["granted a2 w0/1"], out
 
 
 def test_a_yield_cancelled_and_asked_again_keeps_only_the_new_deadline() -> None:

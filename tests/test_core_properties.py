@@ -11,6 +11,7 @@ decisions.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -44,7 +45,6 @@ from scheduler.core.types import (
     WorkerRemoved,
     Yield,
     YieldCancelled,
-    YieldRequested,
 )
 from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 
@@ -273,17 +273,32 @@ class CoreMachine(RuleBasedStateMachine):
                 assert view.tenant != lease.tenant, f"{lease.lease_id} yields for {waiter} of its own tenant"
 
     @invariant()
-    def quiescent(self) -> None:
-        """Every event leaves nothing undone: a pass at the same instant decides nothing more.
+    def the_earliest_timer_is_exact(self) -> None:
+        """`Timers.earliest`, all `next_due` reads on an event and what `deadline_bound` gives
+        pools.py, is the earliest timer entry between events: never later (a timer would not
+        fire), and not earlier either."""
+        timers = self.core._timers
+        heads = [q[0][0] for q in (timers.maturing, timers.deadlines, timers.expiries) if q]
+        assert timers.earliest == min(heads, default=math.inf), (timers.earliest, heads)
 
-        (Checked on a replay, so the core under test is not disturbed.)"""
+    @invariant()
+    def quiescent(self) -> None:
+        """Every event leaves nothing undone: a pass at the same instant decides nothing more and
+        changes nothing, so a Tick at which no timer fires skips it (engine.py).
+
+        (Checked on replays, so the core under test is not disturbed.)"""
         if not self.log:
             return
-        replay = Core(self.policy)
-        for now, ev in self.log:
-            replay.handle(ev, now)
-        more = replay.handle(Tick(), self.log[-1][0])  # the instant of the last event: no timer due
-        assert not [d for d in more if isinstance(d, Granted | YieldRequested)], more
+        after = []
+        for forced in (False, True):
+            replay = Core(self.policy)
+            for now, ev in self.log:
+                replay.handle(ev, now)
+            replay._pass_owed = forced  # True: the Tick runs the pass it would skip
+            more = replay.handle(Tick(), self.log[-1][0])  # the instant of the last event: no timer due
+            assert not more, more
+            after.append(replay.export_records())
+        assert after[0] == after[1], "a pass after the event's own changes nothing"
 
     def teardown(self) -> None:
         replay = Core(self.policy)

@@ -34,6 +34,7 @@ holder re-queued in the same tier (`_landed`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from scheduler.core import restore
@@ -123,7 +124,8 @@ class Core(Ledger):
         if self._orphans:
             self._adopt_orphans()  # before the timers: no deadline may revoke them now
         # The state is quiescent after every event (the pass ran to completion), so a pass is
-        # needed only when timers fired or the event can open a slot or a right to one.
+        # needed only when timers fired or the event can open a slot or a right to one: not for
+        # a Tick at which nothing fired (a stale timer's, as a cancelled yield's deadline).
         sampled = now >= self._usage_next and self._sample_usage(now)
         need_pass = self._advance(now, out) or bool(self._cancelled) or sampled
         if isinstance(event, Acquire):
@@ -136,14 +138,15 @@ class Core(Ledger):
         elif isinstance(event, Yield):
             self._yield(event, now, out)
         elif isinstance(event, Tick):
-            pass
+            need_pass = need_pass or self._pass_owed
+            self._pass_owed = False
         elif isinstance(event, WorkerAdded):
             self._worker_added(event, out)
         elif isinstance(event, WorkerDraining):
             self._worker_draining(event, now, out)
         elif isinstance(event, WorkerRemoved):
             self._worker_removed(event, now, out)
-        if need_pass or not isinstance(event, Acquire | Renew):
+        if need_pass or not isinstance(event, Acquire | Renew | Tick):
             self._schedule(now, out)
             if self._lent:
                 self._promote_lent()
@@ -158,9 +161,7 @@ class Core(Ledger):
 
     def apply_policy(self, policy: Policy, now: float) -> list[Decision]:
         """Swap in a new policy. Leases over a lowered quota finish normally; none is cut short."""
-        self._policy = policy
-        self._ttl = policy.timing.lease_ttl_s
-        self._min_runtime = policy.timing.min_runtime_s
+        self._take_policy(policy)
         self._set_usage_policy(now)
         self._order.window = policy.fairness.share_window_s  # every tenant is re-indexed below
         names = {t.name for t in policy.tenants}
@@ -185,6 +186,7 @@ class Core(Ledger):
             if req is not None and req.seq == seq and req.earmark is not None:
                 self._unearmark(req)
                 self._refresh_queue(req.tenant)
+        self._pass_owed = True  # the quotas changed: the state is not quiescent under them
         return self.handle(Tick(), now)
 
     def next_deadline(self) -> float | None:
@@ -194,7 +196,10 @@ class Core(Ledger):
 
     def deadline_bound(self) -> float | None:
         """No later than `next_deadline` (None only if that is None), and cheaper: no flush."""
-        return self._timers.lower_bound(self._usage_next)
+        at = self._timers.earliest  # after every event of every pool (pools.py): no calls
+        if self._usage_next < at:
+            at = self._usage_next
+        return None if at == math.inf else at
 
     # ------------------------------------------------------------------ views
 
@@ -372,7 +377,7 @@ class Core(Ledger):
         return self._mature_n > 0  # a fairness preemption needs a victim that ran min_runtime
 
     def _cap_refusal(self, s: SessionId, t: TenantState, cls: int) -> Refused | None:
-        q = self._policy.queue
+        q = self._queue
         frac = q.best_effort_fraction if cls == BE else 1.0
         pending = sum(self._waiting_cls)
         if pending >= q.max_pending * frac:
@@ -545,9 +550,7 @@ class Core(Ledger):
     def _be_first(self) -> bool:
         """BestEffort waits and holds less than its minimum share of the borrowed slots: tier 4
         goes before tier 3 (and may take Burstable victims), so Burstable never starves it."""
-        return bool(self._waiting_cls[BE]) and (
-            self._held_be < self._policy.fairness.best_effort_min_share * self._preemptible
-        )
+        return bool(self._waiting_cls[BE]) and (self._held_be < self._be_min_share * self._preemptible)
 
     def _preempt_once(self, now: float, out: list[Decision]) -> bool:
         """Ask one victim to yield for the first waiter with a right to a slot; False if none."""

@@ -47,10 +47,8 @@ class Ledger:
 
     def __init__(self, policy: Policy) -> None:
         # Every field of the core's state; `Core` (engine.py) decides, this class keeps accounts.
-        self._policy = policy
         self._pool_name = policy.pool.name  # stamped on its leases and Queued
-        self._ttl = policy.timing.lease_ttl_s  # read on every grant: kept at hand
-        self._min_runtime = policy.timing.min_runtime_s
+        self._take_policy(policy)
         self._tenants: dict[str, TenantState] = {}
         self._retired: set[str] = set()
         self._workers: dict[WorkerId, WorkerRec] = {}
@@ -86,6 +84,7 @@ class Ledger:
         self._mean_hold = _DEFAULT_MEAN_HOLD_S  # a prior for the autoscaler's drain time
         self._holds_seen = False  # until then, waits are not estimated (the prior is no evidence)
         self._to_report: list[Request] = []
+        self._pass_owed = False  # a change outside an event (a new policy): the next Tick's pass
         self._mature_n = 0  # mature candidates: none means no fairness preemption is possible
         self._held_be = 0  # BestEffort leases held (against its minimum share of the borrowed)
         self._preempt_seq = 0  # counts preemptions: victim ties go to the least recently preempted
@@ -101,6 +100,15 @@ class Ledger:
         self._timers = Timers(self._leases)
         for spec in policy.tenants:
             self._tenants[spec.name] = TenantState(spec)
+
+    def _take_policy(self, policy: Policy) -> None:
+        """`policy`, and what every event reads of it kept at hand: with many pools each core's
+        policy is an object of its own, one more to fetch per event."""
+        self._policy = policy
+        self._ttl = policy.timing.lease_ttl_s
+        self._min_runtime = policy.timing.min_runtime_s
+        self._queue = policy.queue
+        self._be_min_share = policy.fairness.best_effort_min_share
 
     def _raise_epochs(self, worker: WorkerId, seen: tuple[tuple[int, int], ...]) -> None:
         """Each slot's epoch counter to at least what the worker reports having seen on it.
@@ -191,8 +199,8 @@ class Ledger:
             else:
                 self._held_be += 1
             add_candidate(rec, self._leases)
-            self._timers.maturing.append((now + self._min_runtime, lid, epoch))
-        heapq.heappush(self._timers.expiries, (lease.expires_at, lid, epoch))
+            self._timers.push_maturing(now + self._min_runtime, lid, epoch)
+        self._timers.push_expiry(lease.expires_at, lid, epoch)
         self._refresh(t)
         out.append(Granted(lease, now - req.enqueued_at))
 
@@ -393,7 +401,7 @@ class Ledger:
             del self._cancelled[lid]
         else:
             rec.yield_deadline = deadline
-            heapq.heappush(self._timers.deadlines, (deadline, lid, rec.lease.epoch))
+            self._timers.push_deadline(deadline, lid, rec.lease.epoch)
             out.append(YieldRequested(rec.lease, deadline, cause, for_session))
         self._refresh(t)
 

@@ -58,6 +58,7 @@ from scheduler.policy.model import Policy
 
 _LEAVES_BY_SESSION: frozenset[type] = frozenset({Ended, Refused})  # decisions a session may leave by
 _LEAVES_BY_LEASE: frozenset[type] = frozenset({Expired, Revoked})
+_LEAVES = _LEAVES_BY_SESSION | _LEAVES_BY_LEASE
 
 
 def _names_a_pool(event: Event) -> bool:
@@ -108,6 +109,7 @@ class Pools:
         self._worker_pool: dict[WorkerId, str] = {}
         self._due: dict[str, tuple[float, bool]] = {}  # pool -> (deadline or lower bound, exact)
         self._heap: list[tuple[float, str]] = []
+        self._retired = False
         self._now = float("-inf")
         self._reindex()
 
@@ -159,7 +161,7 @@ class Pools:
                 out += self._in(name, event, now)
         elif not isinstance(event, Tick):
             raise TypeError(f"not an event: {event!r}")
-        if len(self._cores) != len(self._catalog.specs):
+        if self._retired:
             self._drop_retired()
         return out
 
@@ -268,8 +270,30 @@ class Pools:
         core = self._cores[name]
         out = core.handle(event, now)
         if self._single is None:
-            self._track(name, core, out)
-            self._keep(name, core.deadline_bound(), exact=False)
+            # After every event of every pool, so inline rather than calls: forget the pool of
+            # each session that left it, and keep a lower bound of the pool's next deadline.
+            where = self._where
+            for d in out:
+                kind = type(d)
+                if kind not in _LEAVES:  # most decisions: one set test
+                    continue
+                if kind in _LEAVES_BY_SESSION:
+                    s: SessionId = d.session  # type: ignore[union-attr,assignment]
+                else:
+                    s = d.lease.session  # type: ignore[union-attr]
+                if where.get(s) == name and not core.has_session(s):
+                    del where[s]
+            at = core.deadline_bound()
+            due = self._due
+            old = due.get(name)
+            if at is None:
+                if old is not None:
+                    del due[name]
+            elif old is None or old[0] != at:
+                due[name] = (at, False)
+                heapq.heappush(self._heap, (at, name))
+            elif old[1]:
+                due[name] = (at, False)
         return out
 
     def _stamped(self, name: str, ref: SnapshotRef) -> SnapshotRef:
@@ -317,20 +341,6 @@ class Pools:
             self._worker_pool[ev.worker] = name
         return out
 
-    def _track(self, name: str, core: Core, out: list[Decision]) -> None:
-        """Forget the pool of each session that left it in `out`."""
-        where = self._where
-        for d in out:
-            kind = type(d)
-            if kind in _LEAVES_BY_SESSION:
-                s: SessionId = d.session  # type: ignore[union-attr,assignment]
-            elif kind in _LEAVES_BY_LEASE:
-                s = d.lease.session  # type: ignore[union-attr]
-            else:
-                continue
-            if where.get(s) == name and not core.has_session(s):
-                del where[s]
-
     # ------------------------------------------------------------------ deadlines and indexes
 
     def _set_due(self, name: str) -> None:
@@ -368,11 +378,9 @@ class Pools:
         out: list[Decision] = []
         while (top := self._top(now)) is not None and top[0] <= now:
             at, name = top
-            core = self._cores[name]
-            fired = core.handle(Tick(), now)
-            self._track(name, core, fired)
+            fired = self._in(name, Tick(), now)
             out += fired
-            nxt = core.next_deadline()
+            nxt = self._cores[name].next_deadline()
             # A deadline that does not move would spin: drop it until the pool's next event.
             self._keep(name, None if nxt == at else nxt, exact=True)
         return out
@@ -384,10 +392,12 @@ class Pools:
             if not core.session_ids() and not core.worker_ids():
                 del self._cores[name]
                 self._due.pop(name, None)
+        self._retired = len(self._cores) != len(live)
 
     def _reindex(self) -> None:
         """The single-pool path, or the indexes of several (rebuilt from the cores)."""
         self._single = next(iter(self._cores.values())) if len(self._cores) == 1 else None
+        self._retired = len(self._cores) != len(self._catalog.specs)  # cores of pools gone, draining
         self._where.clear()
         self._worker_pool.clear()
         self._due.clear()

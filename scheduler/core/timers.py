@@ -22,13 +22,17 @@ TimerEntry = tuple[float, LeaseId, int]
 
 
 class Timers:
-    __slots__ = ("maturing", "deadlines", "expiries", "_leases")
+    __slots__ = ("maturing", "deadlines", "expiries", "earliest", "_leases")
 
     def __init__(self, leases: dict[LeaseId, LeaseRec]) -> None:
         # Every lease matures min_runtime after its grant, so grant order is time order: a deque.
         self.maturing: deque[TimerEntry] = deque()
         self.deadlines: list[TimerEntry] = []
         self.expiries: list[TimerEntry] = []
+        # The earliest entry of the three (inf: none), lowered by every push and found again
+        # after entries are popped: `next_due` runs on every event and mostly finds nothing due,
+        # so it is one comparison. Between events it is exact; it is never later than a head.
+        self.earliest = math.inf
         self._leases = leases
 
     def load(
@@ -43,16 +47,40 @@ class Timers:
         heapq.heapify(self.deadlines)
         self.expiries = list(expiries)
         heapq.heapify(self.expiries)
+        self._refind()
 
-    def next_due(self, now: float) -> float | None:
-        """The earliest instant <= `now` at which a timer is due, if any."""
-        at = now + 1.0  # runs on every event: comparisons, not min()
-        if self.maturing and self.maturing[0][0] < at:
+    def push_expiry(self, at: float, lease_id: LeaseId, epoch: int) -> None:
+        heapq.heappush(self.expiries, (at, lease_id, epoch))
+        if at < self.earliest:
+            self.earliest = at
+
+    def push_deadline(self, at: float, lease_id: LeaseId, epoch: int) -> None:
+        heapq.heappush(self.deadlines, (at, lease_id, epoch))
+        if at < self.earliest:
+            self.earliest = at
+
+    def push_maturing(self, at: float, lease_id: LeaseId, epoch: int) -> None:
+        """`at` is never before the last one pushed (grant time + the same min runtime)."""
+        self.maturing.append((at, lease_id, epoch))
+        if at < self.earliest:
+            self.earliest = at
+
+    def _refind(self) -> float:
+        at = math.inf
+        if self.maturing:
             at = self.maturing[0][0]
         if self.deadlines and self.deadlines[0][0] < at:
             at = self.deadlines[0][0]
         if self.expiries and self.expiries[0][0] < at:
             at = self.expiries[0][0]
+        self.earliest = at
+        return at
+
+    def next_due(self, now: float) -> float | None:
+        """The earliest instant <= `now` at which a timer is due, if any."""
+        if self.earliest > now:
+            return None
+        at = self._refind()  # entries may have been popped since it was last found
         return at if at <= now else None
 
     def next_deadline(self, fairness_waiter: Callable[[], bool], sample: float = math.inf) -> float | None:
@@ -72,18 +100,6 @@ class Timers:
             at = lower
         return None if at == math.inf else at
 
-    def lower_bound(self, sample: float = math.inf) -> float | None:
-        """A time no later than `next_deadline`, without asking about fairness waiters (whose
-        answer costs a flush of the service order): what pools.py keeps for every pool."""
-        at = sample
-        if self.deadlines and self.deadlines[0][0] < at:
-            at = self.deadlines[0][0]
-        if self.expiries and self.expiries[0][0] < at:
-            at = self.expiries[0][0]
-        if self.maturing and self.maturing[0][0] < at:
-            at = self.maturing[0][0]
-        return None if at == math.inf else at
-
     def deadline_due(self, at: float) -> bool:
         return bool(self.deadlines) and self.deadlines[0][0] <= at
 
@@ -99,7 +115,7 @@ class Timers:
             if rec is None or rec.lease.epoch != epoch:
                 continue
             if rec.lease.expires_at > at:
-                heapq.heappush(expiries, (rec.lease.expires_at, lid, epoch))  # renewed meanwhile
+                self.push_expiry(rec.lease.expires_at, lid, epoch)  # renewed meanwhile
                 continue
             yield rec
 
@@ -140,6 +156,7 @@ class Timers:
         if gap and self.deadlines:
             # The same shift for every entry keeps the heap order: no re-heapify needed.
             self.deadlines = [(d + gap, lid, epoch) for d, lid, epoch in self.deadlines]
+            self._refind()  # later now: `earliest` stays exact
 
 
 __all__ = ["TimerEntry", "Timers"]
