@@ -64,6 +64,10 @@ class TenantState:
     # the matching dict above.
     pick: list[list[tuple[int, int, LeaseId]]] = field(default_factory=lambda: [[], [], []])
     mpick: list[list[tuple[int, int, LeaseId]]] = field(default_factory=lambda: [[], [], []])
+    # Candidates added since the pick heap was last read, pushed into it only when it is: most
+    # leases end before any victim is picked from their tenant (`victims.add_candidate`).
+    staged: list[list[LeaseId]] = field(default_factory=lambda: [[], [], []])
+    mstaged: list[list[LeaseId]] = field(default_factory=lambda: [[], [], []])
     version: int = 0  # of its entries in the order-of-service heaps
     vversion: int = 0  # of its entries in the victim heaps
     preemptible_contrib: int = 0  # borrowed slots held (yielding included) since `usage_at`

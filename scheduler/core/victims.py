@@ -96,23 +96,47 @@ def may_take(requester: TenantState, rec: LeaseRec, fairness: bool, burstable: b
 
 def add_candidate(rec: LeaseRec, leases: dict[LeaseId, LeaseRec], mature: bool = False) -> None:
     """Make `rec` a candidate of its tenant (`mature`: a mature one), in both its dict (kept in
-    grant order: `insert_in_grant_order`) and its pick heap."""
+    grant order: `insert_in_grant_order`) and its pick heap (staged: pushed when next read)."""
     t, cls = rec.tenant, rec.cls
     d = t.mature[cls] if mature else t.candidates[cls]
-    heap = t.mpick[cls] if mature else t.pick[cls]
     insert_in_grant_order(d, rec, leases)
-    heapq.heappush(heap, session_key(rec))
-    if len(heap) > 2 * len(d) + 32:  # mostly entries of leases gone: rebuild from the dict
-        heap[:] = [session_key(leases[lid]) for lid in d]
-        heapq.heapify(heap)
+    _stage(t.mstaged[cls] if mature else t.staged[cls], rec.lease.lease_id, d)
+
+
+def add_granted(rec: LeaseRec) -> None:
+    """`add_candidate` for a lease just granted: the newest grant, so last in grant order."""
+    lid = rec.lease.lease_id
+    d = rec.tenant.candidates[rec.cls]
+    d[lid] = rec.lease.granted_at
+    _stage(rec.tenant.staged[rec.cls], lid, d)
+
+
+def _stage(staged: list[LeaseId], lid: LeaseId, d: dict[LeaseId, float]) -> None:
+    # Why staged, not pushed: a grant's entry would sift to the heap's top (the newest grant
+    # first), on every grant, for a heap read only by a preemption. Bounded like the heap.
+    staged.append(lid)
+    if len(staged) > 2 * len(d) + 32:  # mostly leases gone: keep those still candidates, once
+        staged[:] = [lid for lid in dict.fromkeys(staged) if lid in d]
 
 
 def first_pick(
-    d: dict[LeaseId, float], heap: list[PickEntry], leases: dict[LeaseId, LeaseRec]
+    d: dict[LeaseId, float],
+    heap: list[PickEntry],
+    leases: dict[LeaseId, LeaseRec],
+    staged: list[LeaseId] | None = None,
 ) -> LeaseId | None:
     """The tenant's first candidate in `session_key` order (entries whose lease left `d`, or
     whose key changed since, as when its session was asked to yield, are dropped as they
-    surface)."""
+    surface). `staged`: candidates added since the last read, pushed first (a lease's key does
+    not change while it is in `d`, so its key now is the one it was added with)."""
+    if staged:
+        for lid in staged:
+            if lid in d:
+                heapq.heappush(heap, session_key(leases[lid]))
+        staged.clear()
+        if len(heap) > 2 * len(d) + 32:  # mostly entries of leases gone: rebuild from the dict
+            heap[:] = [session_key(leases[lid]) for lid in d]
+            heapq.heapify(heap)
     while heap:
         top = heap[0]
         lid = top[2]
@@ -213,8 +237,10 @@ class VictimIndex:
         return None
 
     def _pick(self, t: TenantState, cls: int, mature: bool) -> LeaseRec:
-        d = t.mature[cls] if mature else t.candidates[cls]
-        lid = first_pick(d, t.mpick[cls] if mature else t.pick[cls], self._leases)
+        if mature:
+            lid = first_pick(t.mature[cls], t.mpick[cls], self._leases, t.mstaged[cls])
+        else:
+            lid = first_pick(t.candidates[cls], t.pick[cls], self._leases, t.staged[cls])
         assert lid is not None  # the tenant has an entry in the heap only with candidates
         return self._leases[lid]
 
@@ -234,6 +260,7 @@ __all__ = [
     "PickEntry",
     "VictimIndex",
     "add_candidate",
+    "add_granted",
     "first_pick",
     "session_key",
     "fair_burstable_victims",
