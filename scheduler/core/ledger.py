@@ -36,7 +36,7 @@ from scheduler.core.types import (
     YieldCause,
     YieldRequested,
 )
-from scheduler.core.victims import VictimIndex, add_candidate, add_granted
+from scheduler.core.victims import VictimIndex, add_candidate
 from scheduler.policy.model import Policy
 
 _DEFAULT_MEAN_HOLD_S = 60.0
@@ -190,7 +190,8 @@ class Ledger:
                 t.b_borrowing += 1
             else:
                 self._held_be += 1
-            add_granted(rec)
+            # The newest grant: last in grant order; its pick entry waits for a read (first_pick).
+            t.candidates[req.cls][lid] = now
             self._timers.maturing.append((now + self._min_runtime, lid, epoch))
         heapq.heappush(self._timers.expiries, (lease.expires_at, lid, epoch))
         self._refresh(t)

@@ -84,45 +84,67 @@ class ServiceOrder:
             self.dirty.clear()
 
     def reindex(self, t: TenantState) -> None:
-        """Push the tenant's heads under the keys of the four tiers (the rules quoted above)."""
-        t.version += 1
-        v = t.version
-        name = t.spec.name
-        n = len(self._tenants)
+        """Push the tenant's heads under the keys of the four tiers (the rules quoted above).
+
+        Why the signature: most re-indexes (a request queued behind the tenant's head, a lease
+        of a tenant with no waiter ending) leave its entries as they are; then the entries in the
+        heaps stay current and nothing is pushed (no stale entry to pop later either)."""
         spec = t.spec
         held, ear, waiting = t.held, t.earmarked, t.waiting
-        g, nominal, shared_tier, be_tier = self.tiers
 
         # 1. Guaranteed within quota (yields in flight count as held): oldest first.
+        gh: QueueEntry | None = None
         if waiting[G] > ear[G] and held[G] + ear[G] < spec.guaranteed:
-            h = self._head(t, G)
-            if h is not None:
-                g.push((h[0], h[1], h[2], name, v), n)
+            gh = self._head(t, G)
         # 2. Burstable below nominal: lowest (nominal held + yields in flight) / nominal, then
         #    oldest. At or above nominal (within limit) it competes in tier 3.
-        shared: QueueEntry | None = None
+        nh: QueueEntry | None = None
+        nkey = 0.0
+        fair = 0  # the tier of its entry in tiers 3-4, if any
+        fh: QueueEntry | None = None
         if waiting[B] > ear[B] and held[B] + ear[B] < spec.burstable_limit:
             h = self._head(t, B)
             if h is not None:
                 used = held[B] - t.b_borrowing + ear[B]
                 if used < spec.burstable_nominal:
-                    nominal.push((used / spec.burstable_nominal, h[0], h[1], h[2], name, v), n)
+                    nh, nkey = h, used / spec.burstable_nominal
                 else:
-                    shared = h
+                    fair, fh = TIER_SHARED, h
         # 3. Burstable beyond nominal: lowest weighted share, counting fairness yields in flight
         #    for it, bounded by age (`fair_key`); the tenant's oldest; ties by age. 4. Its
         #    BestEffort (within its limit) only when it has no such Burstable waiter, in the
         #    same order.
-        if shared is not None:
-            key = fair_key(t.share(t.earmarked_fair), shared[0], self.window)
-            shared_tier.push((key, shared[0], shared[1], shared[2], name, v), n)
+        if not fair:
+            be_limit = spec.best_effort_limit
+            if waiting[BE] > ear[BE] and (be_limit is None or held[BE] + ear[BE] < be_limit):
+                fh = self._head(t, BE)
+                if fh is not None:
+                    fair = TIER_BEST_EFFORT
+        fkey = 0.0
+        if fh is not None:
+            # `fair_key(t.share(t.earmarked_fair), arrival, window)` inlined (the hot path), term
+            # for term as `TenantState.share` adds them, so the floats are the same.
+            share = (
+                t.b_borrowing - t.b_borrowing_yielding + held[BE] - t.yielding[BE] + t.earmarked_fair
+                + t.usage_slots
+            ) / spec.weight  # fmt: skip
+            window = self.window
+            fkey = share if window <= 0 else fh[0] + window * share / (share + 1.0)
+        sig = (gh, nh, nkey, fair, fkey, fh)
+        if sig == t.indexed:
             return
-        be_limit = spec.best_effort_limit
-        if waiting[BE] > ear[BE] and (be_limit is None or held[BE] + ear[BE] < be_limit):
-            h = self._head(t, BE)
-            if h is not None:
-                key = fair_key(t.share(t.earmarked_fair), h[0], self.window)
-                be_tier.push((key, h[0], h[1], h[2], name, v), n)
+        t.indexed = sig
+        t.version += 1
+        v = t.version
+        name = spec.name
+        n = len(self._tenants)
+        g, nominal = self.tiers[0], self.tiers[1]
+        if gh is not None:
+            g.push((gh[0], gh[1], gh[2], name, v), n)
+        if nh is not None:
+            nominal.push((nkey, nh[0], nh[1], nh[2], name, v), n)
+        if fh is not None:
+            self.tiers[fair - 1].push((fkey, fh[0], fh[1], fh[2], name, v), n)
 
     def for_free_slot(self, be_first: bool) -> Request | None:
         """The waiter the next free slot goes to: an earmarked waiter goes ahead of its own tier

@@ -64,11 +64,12 @@ class TenantState:
     # the matching dict above.
     pick: list[list[tuple[int, int, LeaseId]]] = field(default_factory=lambda: [[], [], []])
     mpick: list[list[tuple[int, int, LeaseId]]] = field(default_factory=lambda: [[], [], []])
-    # Candidates added since the pick heap was last read, pushed into it only when it is: most
-    # leases end before any victim is picked from their tenant (`victims.add_candidate`).
-    staged: list[list[LeaseId]] = field(default_factory=lambda: [[], [], []])
-    mstaged: list[list[LeaseId]] = field(default_factory=lambda: [[], [], []])
+    # Per class, the grant seq up to which `candidates` have their entry in `pick`: the leases
+    # granted since are pushed when it is next read (`victims.first_pick`).
+    pushed: list[int] = field(default_factory=lambda: [0, 0, 0])
     version: int = 0  # of its entries in the order-of-service heaps
+    # What those entries were made of (`ServiceOrder.reindex`): the same again pushes nothing.
+    indexed: tuple[object, ...] = ()
     vversion: int = 0  # of its entries in the victim heaps
     preemptible_contrib: int = 0  # borrowed slots held (yielding included) since `usage_at`
     # Fair share over time (spec.fairness): borrowed slot-seconds decayed at each sample, the

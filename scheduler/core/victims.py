@@ -96,47 +96,45 @@ def may_take(requester: TenantState, rec: LeaseRec, fairness: bool, burstable: b
 
 def add_candidate(rec: LeaseRec, leases: dict[LeaseId, LeaseRec], mature: bool = False) -> None:
     """Make `rec` a candidate of its tenant (`mature`: a mature one), in both its dict (kept in
-    grant order: `insert_in_grant_order`) and its pick heap (staged: pushed when next read)."""
+    grant order: `insert_in_grant_order`) and its pick heap. (A lease just granted is only put
+    last in its dict, `Ledger._grant`: `first_pick` pushes it when the heap is next read.)"""
     t, cls = rec.tenant, rec.cls
     d = t.mature[cls] if mature else t.candidates[cls]
+    heap = t.mpick[cls] if mature else t.pick[cls]
     insert_in_grant_order(d, rec, leases)
-    _stage(t.mstaged[cls] if mature else t.staged[cls], rec.lease.lease_id, d)
-
-
-def add_granted(rec: LeaseRec) -> None:
-    """`add_candidate` for a lease just granted: the newest grant, so last in grant order."""
-    lid = rec.lease.lease_id
-    d = rec.tenant.candidates[rec.cls]
-    d[lid] = rec.lease.granted_at
-    _stage(rec.tenant.staged[rec.cls], lid, d)
-
-
-def _stage(staged: list[LeaseId], lid: LeaseId, d: dict[LeaseId, float]) -> None:
-    # Why staged, not pushed: a grant's entry would sift to the heap's top (the newest grant
-    # first), on every grant, for a heap read only by a preemption. Bounded like the heap.
-    staged.append(lid)
-    if len(staged) > 2 * len(d) + 32:  # mostly leases gone: keep those still candidates, once
-        staged[:] = [lid for lid in dict.fromkeys(staged) if lid in d]
+    heapq.heappush(heap, session_key(rec))
+    if len(heap) > 2 * len(d) + 32:  # mostly entries of leases gone: rebuild from the dict
+        heap[:] = [session_key(leases[lid]) for lid in d]
+        heapq.heapify(heap)
 
 
 def first_pick(
     d: dict[LeaseId, float],
     heap: list[PickEntry],
     leases: dict[LeaseId, LeaseRec],
-    staged: list[LeaseId] | None = None,
+    pushed: list[int] | None = None,
+    cls: int = 0,
 ) -> LeaseId | None:
     """The tenant's first candidate in `session_key` order (entries whose lease left `d`, or
     whose key changed since, as when its session was asked to yield, are dropped as they
-    surface). `staged`: candidates added since the last read, pushed first (a lease's key does
-    not change while it is in `d`, so its key now is the one it was added with)."""
-    if staged:
-        for lid in staged:
-            if lid in d:
-                heapq.heappush(heap, session_key(leases[lid]))
-        staged.clear()
-        if len(heap) > 2 * len(d) + 32:  # mostly entries of leases gone: rebuild from the dict
-            heap[:] = [session_key(leases[lid]) for lid in d]
-            heapq.heapify(heap)
+    surface).
+
+    `pushed[cls]`: the grant seq up to which `d`'s leases have their entry in `heap`. Leases
+    granted since are last in `d` (grant order) and pushed here first: a grant's entry would
+    sift to the top of the heap (the newest grant goes first) on every grant, for a heap read
+    only by a preemption. A lease's key does not change while it is in `d`."""
+    if pushed is not None and d:
+        newest = leases[next(reversed(d))].gseq
+        if newest > pushed[cls]:
+            for lid in reversed(d):
+                rec = leases[lid]
+                if rec.gseq <= pushed[cls]:
+                    break
+                heapq.heappush(heap, session_key(rec))
+            pushed[cls] = newest
+            if len(heap) > 2 * len(d) + 32:  # mostly entries of leases gone: rebuild
+                heap[:] = [session_key(leases[lid]) for lid in d]
+                heapq.heapify(heap)
     while heap:
         top = heap[0]
         lid = top[2]
@@ -238,9 +236,9 @@ class VictimIndex:
 
     def _pick(self, t: TenantState, cls: int, mature: bool) -> LeaseRec:
         if mature:
-            lid = first_pick(t.mature[cls], t.mpick[cls], self._leases, t.mstaged[cls])
+            lid = first_pick(t.mature[cls], t.mpick[cls], self._leases)
         else:
-            lid = first_pick(t.candidates[cls], t.pick[cls], self._leases, t.staged[cls])
+            lid = first_pick(t.candidates[cls], t.pick[cls], self._leases, t.pushed, cls)
         assert lid is not None  # the tenant has an entry in the heap only with candidates
         return self._leases[lid]
 
@@ -260,7 +258,6 @@ __all__ = [
     "PickEntry",
     "VictimIndex",
     "add_candidate",
-    "add_granted",
     "first_pick",
     "session_key",
     "fair_burstable_victims",
