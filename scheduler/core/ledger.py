@@ -336,12 +336,13 @@ class Ledger:
     def _blocked(self, req: Request) -> BlockedReason:
         """Why `req` waits (docs/design.md, "Why a session waits"), first that applies."""
         t, cls = req.tenant, req.cls
-        limit = t.quota(cls)
+        spec = t.spec  # `t.quota(cls)` and `t.b_nominal_held()` inline: one Queued an arrival
+        limit = spec.best_effort_limit if cls == BE else spec.burstable_limit if cls == B else spec.guaranteed
         if limit is not None and t.held[cls] >= limit:
             return BlockedReason.TENANT_LIMIT
         if req.earmark is not None:
             return BlockedReason.YIELD_PENDING
-        if cls == BE or (cls == B and t.b_nominal_held() >= t.spec.burstable_nominal):
+        if cls == BE or (cls == B and t.held[B] - t.b_borrowing >= spec.burstable_nominal):
             return BlockedReason.TENANT_QUOTA
         return BlockedReason.POOL_EXHAUSTED
 
@@ -511,18 +512,21 @@ class Ledger:
         The floor accounting is updated at once (the slack is read mid-pass); heap entries are
         pushed once per tenant when the heaps are next read (their `flush`), so an event that touches
         a tenant twice pays for one re-index."""
-        contrib = t.preemptible()
+        borrowing = t.b_borrowing
+        contrib = borrowing + t.held[BE]  # t.preemptible(), inline: twice an event
         old = t.preemptible_contrib
         if old and self._usage_on:  # the borrowed slot-seconds since the last change
             t.usage_acc += old * (self._now - t.usage_at)
         t.usage_at = self._now
-        self._preemptible += contrib - old
-        t.preemptible_contrib = contrib
+        if contrib != old:
+            self._preemptible += contrib - old
+            t.preemptible_contrib = contrib
         self._order.dirty[t] = None
         self._victims.dirty[t] = None
-        if t.b_borrowing and t.b_nominal_held() < t.spec.burstable_nominal:
+        # Lent: a borrowing Burstable lease below nominal (none without a nominal).
+        if borrowing and t.held[B] - borrowing < t.spec.burstable_nominal:
             self._lent[t] = None
-        elif t in self._lent:
+        elif self._lent and t in self._lent:
             del self._lent[t]
 
     def _refresh_queue(self, t: TenantState) -> None:

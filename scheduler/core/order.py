@@ -58,7 +58,7 @@ def fair_key(share: float, arrival: float, window: float) -> float:
 class ServiceOrder:
     """The tiers' heaps and the earmarked waiters, over the core's requests (read, never owned)."""
 
-    __slots__ = ("tiers", "earmarked", "dirty", "window", "_requests", "_tenants")
+    __slots__ = ("tiers", "earmarked", "dirty", "window", "_requests", "_tenants", "_served")
 
     def __init__(
         self, tenants: dict[str, TenantState], requests: dict[SessionId, Request], window: float = 0.0
@@ -68,6 +68,8 @@ class ServiceOrder:
 
         # Indexed by tier - 1.
         self.tiers = tuple(VersionedHeap(current) for _ in range(4))
+        # The tiers' heaps in the order they are served (`_SEQUENCE`), by `be_first`.
+        self._served = tuple(tuple(self.tiers[tier - 1] for tier in seq) for seq in _SEQUENCE)
         self.earmarked: list[EarmarkEntry] = []
         # Tenants whose entries are out of date (insertion-ordered, so flushing is deterministic).
         self.dirty: dict[TenantState, None] = {}
@@ -152,11 +154,9 @@ class ServiceOrder:
         self.flush()
         best = self._earmarked_head()
         sequence = _SEQUENCE[be_first]
-        at = sequence.index(best.earmark_tier) if best is not None else 9
-        for i, tier in enumerate(sequence):
-            if i >= at:
-                break
-            top = self.tiers[tier - 1].peek()
+        at = sequence.index(best.earmark_tier) if best is not None else 4
+        for heap in self._served[be_first][:at]:
+            top = heap.peek()
             if top is not None:
                 return self._requests[top[-3]]
         return best
