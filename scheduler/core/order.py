@@ -38,6 +38,7 @@ from scheduler.core.tenants import BE, B, G, QueueEntry, TenantState
 from scheduler.core.types import SessionId
 
 TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED, TIER_BEST_EFFORT = 1, 2, 3, 4
+_NO_ENTRIES = (None, None, 0.0, 0, 0.0, None)  # a tenant's signature with no head (`reindex`)
 # The tiers in the order they are served (`be_first`: BestEffort below its minimum share).
 _SEQUENCE = ((TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED, TIER_BEST_EFFORT),
              (TIER_GUARANTEED, TIER_NOMINAL, TIER_BEST_EFFORT, TIER_SHARED))  # fmt: skip
@@ -88,12 +89,16 @@ class ServiceOrder:
     def reindex(self, t: TenantState) -> None:
         """Push the tenant's heads under the keys of the four tiers (the rules quoted above).
 
-        Why the signature: most re-indexes (a request queued behind the tenant's head, a lease
+        Why the signature: many re-indexes (a request queued behind the tenant's head, a lease
         of a tenant with no waiter ending) leave its entries as they are; then the entries in the
         heaps stay current and nothing is pushed (no stale entry to pop later either)."""
-        spec = t.spec
         held, ear, waiting = t.held, t.earmarked, t.waiting
-
+        if waiting == ear:  # every waiter has a victim yielding for it, or none waits: no head
+            if t.indexed is not _NO_ENTRIES:
+                t.indexed = _NO_ENTRIES
+                t.version += 1
+            return
+        spec = t.spec
         # 1. Guaranteed within quota (yields in flight count as held): oldest first.
         gh: QueueEntry | None = None
         if waiting[G] > ear[G] and held[G] + ear[G] < spec.guaranteed:
@@ -140,11 +145,10 @@ class ServiceOrder:
         v = t.version
         name = spec.name
         n = len(self._tenants)
-        g, nominal = self.tiers[0], self.tiers[1]
         if gh is not None:
-            g.push((gh[0], gh[1], gh[2], name, v), n)
+            self.tiers[0].push((gh[0], gh[1], gh[2], name, v), n)
         if nh is not None:
-            nominal.push((nkey, nh[0], nh[1], nh[2], name, v), n)
+            self.tiers[1].push((nkey, nh[0], nh[1], nh[2], name, v), n)
         if fh is not None:
             self.tiers[fair - 1].push((fkey, fh[0], fh[1], fh[2], name, v), n)
 
