@@ -558,7 +558,7 @@ class Core(Ledger):
         rights = self._order.with_right(
             lambda: self._slack() - self._inflight_nominal >= 1, fairness, be_first
         )
-        return any(self._preempt_for(req, tier, be_first, now, out) for tier, req in rights)
+        return bool(rights) and any(self._preempt_for(req, tier, be_first, now, out) for tier, req in rights)
 
     def _preempt_for(self, req: Request, tier: int, be_first: bool, now: float, out: list[Decision]) -> bool:
         fairness = tier >= TIER_SHARED

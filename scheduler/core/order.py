@@ -29,7 +29,7 @@ tenant's entries are stamped with its version, so re-indexing it supersedes its 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from scheduler.core.indexes import VersionedHeap
 from scheduler.core.model import Request
@@ -167,27 +167,26 @@ class ServiceOrder:
 
     def with_right(
         self, nominal_room: Callable[[], bool], fairness: bool, be_first: bool
-    ) -> Iterator[tuple[int, Request]]:
+    ) -> tuple[tuple[int, Request], ...]:
         """The waiters with a right to a victim, in the order they are tried, with their tier:
         the head of tier 1 alone if there is one; else of tier 2 alone if the floor has room for
         one more nominal lease (`nominal_room()`); else, if a fairness preemption is possible at
-        all (`fairness`: a victim ran min_runtime), the heads of tiers 3 and 4 in their order."""
+        all (`fairness`: a victim ran min_runtime), the heads of tiers 3 and 4 in their order.
+        (A tuple, not a generator: trying one head changes no other, and most passes have none.)"""
         self.flush()
-        g, nominal, shared, best_effort = self.tiers
-        top = g.peek()
+        top = self.tiers[0].peek()
         if top is not None:
-            yield TIER_GUARANTEED, self._requests[top[-3]]
-            return
-        top = nominal.peek()
+            return ((TIER_GUARANTEED, self._requests[top[-3]]),)
+        top = self.tiers[1].peek()
         if top is not None and nominal_room():
-            yield TIER_NOMINAL, self._requests[top[-3]]
-            return
+            return ((TIER_NOMINAL, self._requests[top[-3]]),)
         if not fairness:
-            return
-        for tier in _SEQUENCE[be_first][2:]:
-            top = self.tiers[tier - 1].peek()
-            if top is not None:
-                yield tier, self._requests[top[-3]]
+            return ()
+        return tuple(
+            (tier, self._requests[top[-3]])
+            for tier in _SEQUENCE[be_first][2:]
+            if (top := self.tiers[tier - 1].peek()) is not None
+        )
 
     def fairness_waiter(self) -> bool:
         """A waiter a fairness preemption could serve (tiers 3-4)."""
