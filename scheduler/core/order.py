@@ -34,11 +34,11 @@ from collections.abc import Callable
 from scheduler.core.indexes import VersionedHeap
 from scheduler.core.model import Request
 from scheduler.core.records import EarmarkEntry
-from scheduler.core.tenants import BE, B, G, QueueEntry, TenantState
+from scheduler.core.tenants import BE, B, G, IndexSignature, QueueEntry, TenantState
 from scheduler.core.types import SessionId
 
 TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED, TIER_BEST_EFFORT = 1, 2, 3, 4
-_NO_ENTRIES = (None, None, 0.0, 0, 0.0, None)  # a tenant's signature with no head (`reindex`)
+_NO_ENTRIES: IndexSignature = (None, None, 0.0, 0, 0.0, None)  # a tenant's signature with no head (`reindex`)
 # The tiers in the order they are served (`be_first`: BestEffort below its minimum share).
 _SEQUENCE = ((TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED, TIER_BEST_EFFORT),
              (TIER_GUARANTEED, TIER_NOMINAL, TIER_BEST_EFFORT, TIER_SHARED))  # fmt: skip
@@ -137,7 +137,7 @@ class ServiceOrder:
             ) / spec.weight  # fmt: skip
             window = self.window
             fkey = share if window <= 0 else fh[0] + window * share / (share + 1.0)
-        sig = (gh, nh, nkey, fair, fkey, fh)
+        sig: IndexSignature = (gh, nh, nkey, fair, fkey, fh)
         if sig == t.indexed:
             return
         t.indexed = sig
@@ -151,6 +151,26 @@ class ServiceOrder:
             self.tiers[1].push((nkey, nh[0], nh[1], nh[2], name, v), n)
         if fh is not None:
             self.tiers[fair - 1].push((fkey, fh[0], fh[1], fh[2], name, v), n)
+
+    def queued(self, t: TenantState, cls: int, entry: QueueEntry) -> None:
+        """`t` has a new waiter of class `cls` (`entry` in its queue): mark it for re-indexing,
+        unless its entries stand as they are, the common case under load: the class has a head
+        older than it, or it is BestEffort while the tenant has a tier-3 Burstable head (its
+        BestEffort is not indexed then). What else a key counts does not change by a wait."""
+        sig = t.indexed
+        if sig and t not in self.dirty:
+            gh, nh, _, fair, _, fh = sig
+            if cls == G:
+                head = gh
+            elif cls == B:
+                head = nh if nh is not None else fh if fair == TIER_SHARED else None
+            elif fair == TIER_SHARED:
+                return
+            else:
+                head = fh if fair == TIER_BEST_EFFORT else None
+            if head is not None and head < entry:
+                return
+        self.dirty[t] = None
 
     def for_free_slot(self, be_first: bool) -> Request | None:
         """The waiter the next free slot goes to: an earmarked waiter goes ahead of its own tier
