@@ -352,9 +352,8 @@ class Ledger:
         t.waiting[req.cls] += 1
         self._waiting_cls[req.cls] += 1
         self._positions[req.cls].add(req.seq, 1)
-        entry = (req.arrival, req.seq, req.session)
-        t.push_request(req.cls, entry)
-        self._order.queued(t, req.cls, entry)  # re-indexed only if it can change its entries
+        t.push_request(req.cls, (req.arrival, req.seq, req.session))
+        self._refresh_queue(t)
 
     def _dequeue(self, req: Request, refresh: bool = True) -> None:
         t = req.tenant

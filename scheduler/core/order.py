@@ -34,11 +34,10 @@ from collections.abc import Callable
 from scheduler.core.indexes import VersionedHeap
 from scheduler.core.model import Request
 from scheduler.core.records import EarmarkEntry
-from scheduler.core.tenants import BE, B, G, IndexSignature, QueueEntry, TenantState
+from scheduler.core.tenants import BE, B, G, QueueEntry, TenantState
 from scheduler.core.types import SessionId
 
 TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED, TIER_BEST_EFFORT = 1, 2, 3, 4
-_NO_ENTRIES: IndexSignature = (None, None, 0.0, 0, 0.0, None)  # a tenant's signature with no head (`reindex`)
 # The tiers in the order they are served (`be_first`: BestEffort below its minimum share).
 _SEQUENCE = ((TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED, TIER_BEST_EFFORT),
              (TIER_GUARANTEED, TIER_NOMINAL, TIER_BEST_EFFORT, TIER_SHARED))  # fmt: skip
@@ -87,90 +86,52 @@ class ServiceOrder:
             self.dirty.clear()
 
     def reindex(self, t: TenantState) -> None:
-        """Push the tenant's heads under the keys of the four tiers (the rules quoted above).
-
-        Why the signature: many re-indexes (a request queued behind the tenant's head, a lease
-        of a tenant with no waiter ending) leave its entries as they are; then the entries in the
-        heaps stay current and nothing is pushed (no stale entry to pop later either)."""
+        """Push the tenant's heads under the keys of the four tiers (the rules quoted above)."""
+        t.version += 1
         held, ear, waiting = t.held, t.earmarked, t.waiting
         if waiting == ear:  # every waiter has a victim yielding for it, or none waits: no head
-            if t.indexed is not _NO_ENTRIES:
-                t.indexed = _NO_ENTRIES
-                t.version += 1
             return
+        v = t.version
         spec = t.spec
+        name = spec.name
+        n = len(self._tenants)
         # 1. Guaranteed within quota (yields in flight count as held): oldest first.
-        gh: QueueEntry | None = None
         if waiting[G] > ear[G] and held[G] + ear[G] < spec.guaranteed:
-            gh = self._head(t, G)
+            h = self._head(t, G)
+            if h is not None:
+                self.tiers[0].push((h[0], h[1], h[2], name, v), n)
         # 2. Burstable below nominal: lowest (nominal held + yields in flight) / nominal, then
         #    oldest. At or above nominal (within limit) it competes in tier 3.
-        nh: QueueEntry | None = None
-        nkey = 0.0
-        fair = 0  # the tier of its entry in tiers 3-4, if any
-        fh: QueueEntry | None = None
+        fair: QueueEntry | None = None
         if waiting[B] > ear[B] and held[B] + ear[B] < spec.burstable_limit:
             h = self._head(t, B)
             if h is not None:
                 used = held[B] - t.b_borrowing + ear[B]
                 if used < spec.burstable_nominal:
-                    nh, nkey = h, used / spec.burstable_nominal
+                    self.tiers[1].push((used / spec.burstable_nominal, h[0], h[1], h[2], name, v), n)
                 else:
-                    fair, fh = TIER_SHARED, h
+                    fair = h
         # 3. Burstable beyond nominal: lowest weighted share, counting fairness yields in flight
         #    for it, bounded by age (`fair_key`); the tenant's oldest; ties by age. 4. Its
         #    BestEffort (within its limit) only when it has no such Burstable waiter, in the
         #    same order.
-        if not fair:
+        tier = TIER_SHARED
+        if fair is None:
             be_limit = spec.best_effort_limit
             if waiting[BE] > ear[BE] and (be_limit is None or held[BE] + ear[BE] < be_limit):
-                fh = self._head(t, BE)
-                if fh is not None:
-                    fair = TIER_BEST_EFFORT
-        fkey = 0.0
-        if fh is not None:
-            # `fair_key(t.share(t.earmarked_fair), arrival, window)` inlined (the hot path), term
-            # for term as `TenantState.share` adds them, so the floats are the same.
-            share = (
-                t.b_borrowing - t.b_borrowing_yielding + held[BE] - t.yielding[BE] + t.earmarked_fair
-                + t.usage_slots
-            ) / spec.weight  # fmt: skip
-            window = self.window
-            fkey = share if window <= 0 else fh[0] + window * share / (share + 1.0)
-        sig: IndexSignature = (gh, nh, nkey, fair, fkey, fh)
-        if sig == t.indexed:
-            return
-        t.indexed = sig
-        t.version += 1
-        v = t.version
-        name = spec.name
-        n = len(self._tenants)
-        if gh is not None:
-            self.tiers[0].push((gh[0], gh[1], gh[2], name, v), n)
-        if nh is not None:
-            self.tiers[1].push((nkey, nh[0], nh[1], nh[2], name, v), n)
-        if fh is not None:
-            self.tiers[fair - 1].push((fkey, fh[0], fh[1], fh[2], name, v), n)
-
-    def queued(self, t: TenantState, cls: int, entry: QueueEntry) -> None:
-        """`t` has a new waiter of class `cls` (`entry` in its queue): mark it for re-indexing,
-        unless its entries stand as they are, the common case under load: the class has a head
-        older than it, or it is BestEffort while the tenant has a tier-3 Burstable head (its
-        BestEffort is not indexed then). What else a key counts does not change by a wait."""
-        sig = t.indexed
-        if sig and t not in self.dirty:
-            gh, nh, _, fair, _, fh = sig
-            if cls == G:
-                head = gh
-            elif cls == B:
-                head = nh if nh is not None else fh if fair == TIER_SHARED else None
-            elif fair == TIER_SHARED:
+                fair = self._head(t, BE)
+                tier = TIER_BEST_EFFORT
+            if fair is None:
                 return
-            else:
-                head = fh if fair == TIER_BEST_EFFORT else None
-            if head is not None and head < entry:
-                return
-        self.dirty[t] = None
+        # `fair_key(t.share(t.earmarked_fair), arrival, window)` inlined (the hot path), term for
+        # term as `TenantState.share` adds them, so the floats are the same.
+        share = (
+            t.b_borrowing - t.b_borrowing_yielding + held[BE] - t.yielding[BE] + t.earmarked_fair
+            + t.usage_slots
+        ) / spec.weight  # fmt: skip
+        window = self.window
+        key = share if window <= 0 else fair[0] + window * share / (share + 1.0)
+        self.tiers[tier - 1].push((key, fair[0], fair[1], fair[2], name, v), n)
 
     def for_free_slot(self, be_first: bool) -> Request | None:
         """The waiter the next free slot goes to: an earmarked waiter goes ahead of its own tier

@@ -25,9 +25,6 @@ CLASS_INDEX: dict[QoS, int] = {q: i for i, q in enumerate(CLASSES)}
 
 # A queue entry: (arrival, seq, session). Arrival is the original arrival, kept across yields.
 QueueEntry = tuple[float, int, SessionId]
-# What a tenant's entries in the order of service are made of (`ServiceOrder.reindex`): its
-# tier-1 head, tier-2 head and key, the tier (3 or 4, 0: none) of its fair entry, key and head.
-IndexSignature = tuple[QueueEntry | None, QueueEntry | None, float, int, float, QueueEntry | None]
 
 
 def weighted_share(borrowed: float, weight: float) -> float:
@@ -71,8 +68,6 @@ class TenantState:
     # granted since are pushed when it is next read (`victims.first_pick`).
     pushed: list[int] = field(default_factory=lambda: [0, 0, 0])
     version: int = 0  # of its entries in the order-of-service heaps
-    # What those entries were made of (`ServiceOrder.reindex`): the same again pushes nothing.
-    indexed: IndexSignature | None = None
     vversion: int = 0  # of its entries in the victim heaps
     preemptible_contrib: int = 0  # borrowed slots held (yielding included) since `usage_at`
     # Fair share over time (spec.fairness): borrowed slot-seconds decayed at each sample, the
