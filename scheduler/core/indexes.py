@@ -1,4 +1,5 @@
-"""Indexed structures that keep every decision logarithmic: versioned lazy heaps, a Fenwick tree.
+"""Indexed structures that keep every decision cheap: versioned lazy heaps, counts by position
+(`Fenwick`: the name stays; block sums now, not a Fenwick tree).
 
 A tenant's entries are pushed again whenever its state changes, stamped with its new version;
 older entries are skipped when they surface. The heap is rebuilt when stale entries outnumber
