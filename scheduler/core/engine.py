@@ -556,11 +556,12 @@ class Core(Ledger):
         """Ask one victim to yield for the first waiter with a right to a slot; False if none."""
         if self._lent:
             self._promote_lent()  # a lent lease the floor can spare is not a victim: promoted
-        be_first = self._be_first()
+        fairness = self._mature_n > 0
+        be_first = fairness and self._be_first()  # it only orders fairness rights (tiers 3-4)
         rights = self._order.with_right(
-            lambda: self._slack() - self._inflight_nominal >= 1, self._mature_n > 0, be_first
+            lambda: self._slack() - self._inflight_nominal >= 1, fairness, be_first
         )
-        return any(self._preempt_for(req, tier, be_first, now, out) for tier, req in rights)
+        return bool(rights) and any(self._preempt_for(req, tier, be_first, now, out) for tier, req in rights)
 
     def _preempt_for(self, req: Request, tier: int, be_first: bool, now: float, out: list[Decision]) -> bool:
         fairness = tier >= TIER_SHARED

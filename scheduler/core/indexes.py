@@ -1,4 +1,5 @@
-"""Indexed structures that keep every decision logarithmic: versioned lazy heaps, a Fenwick tree.
+"""Indexed structures that keep every decision cheap: versioned lazy heaps, counts by position
+(`Fenwick`: the name stays; block sums now, not a Fenwick tree).
 
 A tenant's entries are pushed again whenever its state changes, stamped with its new version;
 older entries are skipped when they surface. The heap is rebuilt when stale entries outnumber
@@ -8,10 +9,9 @@ live ones, so memory stays proportional to the tenants it indexes.
 from __future__ import annotations
 
 import heapq
-import operator
 from collections import deque
 from collections.abc import Callable
-from itertools import accumulate, compress, repeat
+from itertools import compress, repeat
 from typing import Any
 
 Entry = tuple[Any, ...]
@@ -66,24 +66,34 @@ class VersionedHeap:
 
 
 class Fenwick:
-    """Counts by position (a request's arrival sequence number) with prefix sums in O(log n).
+    """Counts by position (a request's arrival sequence number) with prefix sums.
+
+    Kept as counts with sums per block of 64 slots and per 4,096 (`_SHIFTS`): a change is three
+    increments and a prefix three sums of at most 64 (more in windows over 2**18) at C speed,
+    where a Fenwick tree's O(log n) loops ran in bytecode, one step per level (an arrival and a
+    grant each changed it: a tenth of the core's churn).
 
     New positions only grow (an old one comes back when a revoked lease is re-queued at its
-    place), so the tree covers a window of them from `_base` (at or below the lowest position
-    counted) and is rebuilt when a position falls outside it, with room on that side: sized to
+    place), so the counts cover a window of them from `_base` (at or below the lowest position
+    counted) and are rebuilt when a position falls outside it, with room on that side: sized to
     the span of what is counted, not to every position ever seen (an O(n) rebuild from the point
     counts, after about n new positions). Sized to every position ever seen, it grew by
     doubling without end under churn (a million acquires: 2 x 8 MiB, each doubling a 100 ms
     stall of the loop and growing).
     """
 
-    __slots__ = ("_tree", "_counts", "_size", "_base")
+    __slots__ = ("_counts", "_blocks", "_supers", "_size", "_base")
 
     def __init__(self, size: int = 64) -> None:  # small: a core per pool, and it doubles
         self._size = size
         self._base = 0  # the position held in slot 1
-        self._tree = [0] * (size + 1)
-        self._counts = [0] * (size + 1)
+        self._set([0] * (size + 1))
+
+    def _set(self, counts: list[int]) -> None:
+        """Counts by slot (slot 0 unused, always 0) and their block sums, in linear time."""
+        self._counts = counts
+        self._blocks = _sums(counts, 64)
+        self._supers = _sums(self._blocks, 64)
 
     def add(self, index: int, delta: int) -> None:
         i = index - self._base + 1
@@ -91,11 +101,8 @@ class Fenwick:
             self._rebuild(index)
             i = index - self._base + 1
         self._counts[i] += delta
-        tree = self._tree
-        size = self._size
-        while i <= size:
-            tree[i] += delta
-            i += i & (-i)
+        self._blocks[i >> 6] += delta
+        self._supers[i >> 12] += delta
 
     def load(self, positions: list[int]) -> None:
         """Reset to a count of 1 at each of `positions` (distinct), in linear time (restore)."""
@@ -103,17 +110,17 @@ class Fenwick:
         size = _window(max(positions, default=0) - base + 1, 1024)
         counts = [0] * (size + 1)
         deque(map(counts.__setitem__, map((1 - base).__add__, positions), repeat(1)), maxlen=0)  # C speed
-        self._size, self._base, self._counts, self._tree = size, base, counts, _build(counts)
+        self._size, self._base = size, base
+        self._set(counts)
 
     def prefix(self, index: int) -> int:
         """Sum of counts at positions < index."""
-        i = min(index - self._base, self._size)
-        total = 0
-        tree = self._tree
-        while i > 0:
-            total += tree[i]
-            i -= i & (-i)
-        return total
+        j = min(index - self._base, self._size) + 1  # slots [0, j)
+        if j <= 1:
+            return 0
+        b = j >> 6
+        s = j >> 12
+        return sum(self._supers[:s]) + sum(self._blocks[s << 6 : b]) + sum(self._counts[b << 6 : j])
 
     def _rebuild(self, index: int) -> None:
         """A window holding `index` and every position counted, from the lowest of them; twice
@@ -128,7 +135,13 @@ class Fenwick:
         fresh = [0] * (size + 1)
         for k in live:
             fresh[base + k - lo] = counts[k]
-        self._size, self._base, self._counts, self._tree = size, lo, fresh, _build(fresh)
+        self._size, self._base = size, lo
+        self._set(fresh)
+
+
+def _sums(values: list[int], width: int) -> list[int]:
+    """The sums of `values` by consecutive runs of `width` (the last one may be shorter)."""
+    return [sum(values[k : k + width]) for k in range(0, len(values), width)]
 
 
 def _window(needed: int, least: int) -> int:
@@ -136,16 +149,3 @@ def _window(needed: int, least: int) -> int:
     while size < needed:
         size *= 2
     return size
-
-
-def _build(counts: list[int]) -> list[int]:
-    """The Fenwick tree of `counts` (index 0 unused), in linear time and at C speed: node i sums
-    counts (i & (i - 1), i], a difference of two prefix sums."""
-    prefix = list(accumulate(counts))
-    n = len(counts)
-    return [
-        0,
-        *map(
-            operator.sub, prefix[1:], map(prefix.__getitem__, map(operator.and_, range(1, n), range(n - 1)))
-        ),
-    ]

@@ -29,7 +29,7 @@ tenant's entries are stamped with its version, so re-indexing it supersedes its 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from scheduler.core.indexes import VersionedHeap
 from scheduler.core.model import Request
@@ -58,7 +58,7 @@ def fair_key(share: float, arrival: float, window: float) -> float:
 class ServiceOrder:
     """The tiers' heaps and the earmarked waiters, over the core's requests (read, never owned)."""
 
-    __slots__ = ("tiers", "earmarked", "dirty", "window", "_requests", "_tenants")
+    __slots__ = ("tiers", "earmarked", "dirty", "window", "_requests", "_tenants", "_served")
 
     def __init__(
         self, tenants: dict[str, TenantState], requests: dict[SessionId, Request], window: float = 0.0
@@ -68,6 +68,8 @@ class ServiceOrder:
 
         # Indexed by tier - 1.
         self.tiers = tuple(VersionedHeap(current) for _ in range(4))
+        # The tiers' heaps in the order they are served (`_SEQUENCE`), by `be_first`.
+        self._served = tuple(tuple(self.tiers[tier - 1] for tier in seq) for seq in _SEQUENCE)
         self.earmarked: list[EarmarkEntry] = []
         # Tenants whose entries are out of date (insertion-ordered, so flushing is deterministic).
         self.dirty: dict[TenantState, None] = {}
@@ -86,43 +88,50 @@ class ServiceOrder:
     def reindex(self, t: TenantState) -> None:
         """Push the tenant's heads under the keys of the four tiers (the rules quoted above)."""
         t.version += 1
-        v = t.version
-        name = t.spec.name
-        n = len(self._tenants)
-        spec = t.spec
         held, ear, waiting = t.held, t.earmarked, t.waiting
-        g, nominal, shared_tier, be_tier = self.tiers
-
+        if waiting == ear:  # every waiter has a victim yielding for it, or none waits: no head
+            return
+        v = t.version
+        spec = t.spec
+        name = spec.name
+        n = len(self._tenants)
         # 1. Guaranteed within quota (yields in flight count as held): oldest first.
         if waiting[G] > ear[G] and held[G] + ear[G] < spec.guaranteed:
             h = self._head(t, G)
             if h is not None:
-                g.push((h[0], h[1], h[2], name, v), n)
+                self.tiers[0].push((h[0], h[1], h[2], name, v), n)
         # 2. Burstable below nominal: lowest (nominal held + yields in flight) / nominal, then
         #    oldest. At or above nominal (within limit) it competes in tier 3.
-        shared: QueueEntry | None = None
+        fair: QueueEntry | None = None
         if waiting[B] > ear[B] and held[B] + ear[B] < spec.burstable_limit:
             h = self._head(t, B)
             if h is not None:
                 used = held[B] - t.b_borrowing + ear[B]
                 if used < spec.burstable_nominal:
-                    nominal.push((used / spec.burstable_nominal, h[0], h[1], h[2], name, v), n)
+                    self.tiers[1].push((used / spec.burstable_nominal, h[0], h[1], h[2], name, v), n)
                 else:
-                    shared = h
+                    fair = h
         # 3. Burstable beyond nominal: lowest weighted share, counting fairness yields in flight
         #    for it, bounded by age (`fair_key`); the tenant's oldest; ties by age. 4. Its
         #    BestEffort (within its limit) only when it has no such Burstable waiter, in the
         #    same order.
-        if shared is not None:
-            key = fair_key(t.share(t.earmarked_fair), shared[0], self.window)
-            shared_tier.push((key, shared[0], shared[1], shared[2], name, v), n)
-            return
-        be_limit = spec.best_effort_limit
-        if waiting[BE] > ear[BE] and (be_limit is None or held[BE] + ear[BE] < be_limit):
-            h = self._head(t, BE)
-            if h is not None:
-                key = fair_key(t.share(t.earmarked_fair), h[0], self.window)
-                be_tier.push((key, h[0], h[1], h[2], name, v), n)
+        tier = TIER_SHARED
+        if fair is None:
+            be_limit = spec.best_effort_limit
+            if waiting[BE] > ear[BE] and (be_limit is None or held[BE] + ear[BE] < be_limit):
+                fair = self._head(t, BE)
+                tier = TIER_BEST_EFFORT
+            if fair is None:
+                return
+        # `fair_key(t.share(t.earmarked_fair), arrival, window)` inlined (the hot path), term for
+        # term as `TenantState.share` adds them, so the floats are the same.
+        share = (
+            t.b_borrowing - t.b_borrowing_yielding + held[BE] - t.yielding[BE] + t.earmarked_fair
+            + t.usage_slots
+        ) / spec.weight  # fmt: skip
+        window = self.window
+        key = share if window <= 0 else fair[0] + window * share / (share + 1.0)
+        self.tiers[tier - 1].push((key, fair[0], fair[1], fair[2], name, v), n)
 
     def for_free_slot(self, be_first: bool) -> Request | None:
         """The waiter the next free slot goes to: an earmarked waiter goes ahead of its own tier
@@ -130,38 +139,35 @@ class ServiceOrder:
         self.flush()
         best = self._earmarked_head()
         sequence = _SEQUENCE[be_first]
-        at = sequence.index(best.earmark_tier) if best is not None else 9
-        for i, tier in enumerate(sequence):
-            if i >= at:
-                break
-            top = self.tiers[tier - 1].peek()
+        at = sequence.index(best.earmark_tier) if best is not None else 4
+        for heap in self._served[be_first][:at]:
+            top = heap.peek()
             if top is not None:
                 return self._requests[top[-3]]
         return best
 
     def with_right(
         self, nominal_room: Callable[[], bool], fairness: bool, be_first: bool
-    ) -> Iterator[tuple[int, Request]]:
+    ) -> tuple[tuple[int, Request], ...]:
         """The waiters with a right to a victim, in the order they are tried, with their tier:
         the head of tier 1 alone if there is one; else of tier 2 alone if the floor has room for
         one more nominal lease (`nominal_room()`); else, if a fairness preemption is possible at
-        all (`fairness`: a victim ran min_runtime), the heads of tiers 3 and 4 in their order."""
+        all (`fairness`: a victim ran min_runtime), the heads of tiers 3 and 4 in their order.
+        (A tuple, not a generator: trying one head changes no other, and most passes have none.)"""
         self.flush()
-        g, nominal, shared, best_effort = self.tiers
-        top = g.peek()
+        top = self.tiers[0].peek()
         if top is not None:
-            yield TIER_GUARANTEED, self._requests[top[-3]]
-            return
-        top = nominal.peek()
+            return ((TIER_GUARANTEED, self._requests[top[-3]]),)
+        top = self.tiers[1].peek()
         if top is not None and nominal_room():
-            yield TIER_NOMINAL, self._requests[top[-3]]
-            return
+            return ((TIER_NOMINAL, self._requests[top[-3]]),)
         if not fairness:
-            return
-        for tier in _SEQUENCE[be_first][2:]:
-            top = self.tiers[tier - 1].peek()
-            if top is not None:
-                yield tier, self._requests[top[-3]]
+            return ()
+        return tuple(
+            (tier, self._requests[top[-3]])
+            for tier in _SEQUENCE[be_first][2:]
+            if (top := self.tiers[tier - 1].peek()) is not None
+        )
 
     def fairness_waiter(self) -> bool:
         """A waiter a fairness preemption could serve (tiers 3-4)."""

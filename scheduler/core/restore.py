@@ -339,6 +339,7 @@ def _load_fairness(core: Ledger, r: CoreRecords) -> None:
         for cls in range(3):
             t.pick[cls] = [session_key(core._leases[lid]) for lid in t.candidates[cls]]
             heapq.heapify(t.pick[cls])
+            t.pushed[cls] = core._gseq  # every candidate's entry is in the heap
             t.mpick[cls] = [session_key(core._leases[lid]) for lid in t.mature[cls]]
             heapq.heapify(t.mpick[cls])
 

@@ -64,6 +64,9 @@ class TenantState:
     # the matching dict above.
     pick: list[list[tuple[int, int, LeaseId]]] = field(default_factory=lambda: [[], [], []])
     mpick: list[list[tuple[int, int, LeaseId]]] = field(default_factory=lambda: [[], [], []])
+    # Per class, the grant seq up to which `candidates` have their entry in `pick`: the leases
+    # granted since are pushed when it is next read (`victims.first_pick`).
+    pushed: list[int] = field(default_factory=lambda: [0, 0, 0])
     version: int = 0  # of its entries in the order-of-service heaps
     vversion: int = 0  # of its entries in the victim heaps
     preemptible_contrib: int = 0  # borrowed slots held (yielding included) since `usage_at`

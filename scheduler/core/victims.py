@@ -96,7 +96,8 @@ def may_take(requester: TenantState, rec: LeaseRec, fairness: bool, burstable: b
 
 def add_candidate(rec: LeaseRec, leases: dict[LeaseId, LeaseRec], mature: bool = False) -> None:
     """Make `rec` a candidate of its tenant (`mature`: a mature one), in both its dict (kept in
-    grant order: `insert_in_grant_order`) and its pick heap."""
+    grant order: `insert_in_grant_order`) and its pick heap. (A lease just granted is only put
+    last in its dict, `Ledger._grant`: `first_pick` pushes it when the heap is next read.)"""
     t, cls = rec.tenant, rec.cls
     d = t.mature[cls] if mature else t.candidates[cls]
     heap = t.mpick[cls] if mature else t.pick[cls]
@@ -108,11 +109,32 @@ def add_candidate(rec: LeaseRec, leases: dict[LeaseId, LeaseRec], mature: bool =
 
 
 def first_pick(
-    d: dict[LeaseId, float], heap: list[PickEntry], leases: dict[LeaseId, LeaseRec]
+    d: dict[LeaseId, float],
+    heap: list[PickEntry],
+    leases: dict[LeaseId, LeaseRec],
+    pushed: list[int] | None = None,
+    cls: int = 0,
 ) -> LeaseId | None:
     """The tenant's first candidate in `session_key` order (entries whose lease left `d`, or
     whose key changed since, as when its session was asked to yield, are dropped as they
-    surface)."""
+    surface).
+
+    `pushed[cls]`: the grant seq up to which `d`'s leases have their entry in `heap`. Leases
+    granted since are last in `d` (grant order) and pushed here first: a grant's entry would
+    sift to the top of the heap (the newest grant goes first) on every grant, for a heap read
+    only by a preemption. A lease's key does not change while it is in `d`."""
+    if pushed is not None and d:
+        newest = leases[next(reversed(d))].gseq
+        if newest > pushed[cls]:
+            for lid in reversed(d):
+                rec = leases[lid]
+                if rec.gseq <= pushed[cls]:
+                    break
+                heapq.heappush(heap, session_key(rec))
+            pushed[cls] = newest
+            if len(heap) > 2 * len(d) + 32:  # mostly entries of leases gone: rebuild
+                heap[:] = [session_key(leases[lid]) for lid in d]
+                heapq.heapify(heap)
     while heap:
         top = heap[0]
         lid = top[2]
@@ -213,8 +235,10 @@ class VictimIndex:
         return None
 
     def _pick(self, t: TenantState, cls: int, mature: bool) -> LeaseRec:
-        d = t.mature[cls] if mature else t.candidates[cls]
-        lid = first_pick(d, t.mpick[cls] if mature else t.pick[cls], self._leases)
+        if mature:
+            lid = first_pick(t.mature[cls], t.mpick[cls], self._leases)
+        else:
+            lid = first_pick(t.candidates[cls], t.pick[cls], self._leases, t.pushed, cls)
         assert lid is not None  # the tenant has an entry in the heap only with candidates
         return self._leases[lid]
 
