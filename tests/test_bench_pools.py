@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = [
     *("many_pools_decisions_per_s", "one_pool_decisions_per_s", "bare_core_decisions_per_s"),
@@ -19,8 +21,9 @@ KEYS = [
 ]
 
 
-def test_pools_bench_quick_run() -> None:
-    cmd = [sys.executable, str(ROOT / "bench" / "pools.py"), "--quick"]
+@pytest.mark.parametrize("flags", [[], ["--no-nominal"]])
+def test_pools_bench_quick_run(flags: list[str]) -> None:
+    cmd = [sys.executable, str(ROOT / "bench" / "pools.py"), "--quick", *flags]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "round 2/2" in r.stderr, r.stderr  # progress, per round
