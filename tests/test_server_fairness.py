@@ -571,3 +571,44 @@ def test_contention_ends_a_second_after_the_other_flow_went_quiet() -> None:
         return seen
 
     assert asyncio.run(go()) == [True, True, False, True]
+
+
+def test_roles_do_not_contend_and_an_idle_spell_forgets_contention() -> None:
+    """The worker, admin and KEDA flows (single calls) never make a lone tenant contended; after
+    an idle spell the last busy second says nothing; a costly chunk raises the measured cost at
+    once, cheap ones lower it by a tenth each (mixing renewals in does not hide acquires)."""
+    from scheduler.server.fairness import ADMIN_FLOW, COMMANDS, KEDA_FLOW, WORKER_FLOW
+
+    policy = Policy(limits=LimitsSpec(seats=32, turn_ms=0.3))
+    clock = _Clock()
+    gate = AdmissionGate(lambda: policy, clock=clock)
+
+    async def turn(*flows: str) -> None:
+        for flow in flows:
+            await gate.admit(flow)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    async def go() -> list[object]:
+        seen: list[object] = []
+        gate.spent("t", COMMANDS, 10, 10 * 40e-6)
+        await turn("t", WORKER_FLOW, ADMIN_FLOW, KEDA_FLOW)
+        clock.now += 1.1
+        await turn("t", WORKER_FLOW)
+        seen.append(gate.contended)  # False: roles are not tenants
+        await turn("t", "u")
+        clock.now += 1.1
+        await turn("t")
+        seen.append(gate.contended)  # True: t and u had work in the last second
+        clock.now += 500.0  # idle
+        await turn("t")
+        seen.append(gate.contended)  # False: that second was long ago
+        seen.append(gate.chunk("t", COMMANDS))  # whole turns again
+        await turn("t", "u")  # contended again
+        gate.spent("t", COMMANDS, 10, 10 * 5e-6)  # cheap: 40 -> 36.5 us
+        seen.append(gate.chunk("t", COMMANDS))  # 0.3 ms / 36.5 us
+        gate.spent("t", COMMANDS, 10, 10 * 75e-6)  # costly: at once
+        seen.append(gate.chunk("t", COMMANDS))  # 0.3 ms / 75 us
+        return seen
+
+    assert asyncio.run(go()) == [False, True, False, 32, 8, 4]

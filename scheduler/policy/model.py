@@ -126,11 +126,11 @@ class LimitsSpec:
     the event loop (`seats`: a Channel message takes as many as it has commands, a wider one is
     applied in chunks of `seats`, an rpc one), how many work items a flow may have waiting
     (`queued_per_flow`; past it that flow is refused, on its side), and how many Channel and
-    per-session Acquire streams a tenant, and one connection, may hold open. While two flows or
-    more have work (within a second), a turn's seats are also bounded by measured time
-    (`turn_ms`: what fits that many milliseconds at the measured cost of a seat, at least 4),
-    so another flow's next item waits about that long, whatever the commands cost; 0: seats
-    only."""
+    per-session Acquire streams a tenant, and one connection, may hold open. While two
+    tenants or more have work (within a second), a Channel chunk is also bounded by measured time
+    (`turn_ms`: what fits that many milliseconds at its tenant's measured cost per command, at
+    least one command, and charged that time in seats), so another tenant's next item waits
+    about that long, whatever the commands cost; 0: seats only."""
 
     seats: int = 32
     queued_per_flow: int = 64

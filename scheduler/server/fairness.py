@@ -25,11 +25,13 @@ the flow and the bound named, with retry-after): on its own side. A Channel's it
 refused so (a channel has at most one waiting); instead at most a few of a flow's Channel
 messages are in progress at once (`MessagePermits`).
 
-While two flows or more have work (within a second), a Channel chunk is charged its flow's
-measured time (`spent`: seconds per command, averaged) in seats of `spec.limits.turnMillis /
-seats`, never less than its commands, and carries at most what fits `turnMillis`: a turn then
-holds about that much work whatever the commands cost, and another flow's next item waits about
-that long. A flow alone keeps whole turns of `seats` commands.
+While two tenants or more have work (within a second), a Channel chunk is charged its flow's
+measured time (`spent`: seconds per command; a costlier chunk raises it at once, cheaper ones
+lower it by a tenth each) in seats of `spec.limits.turnMillis / seats`, never less than its
+commands, and carries at most what fits `turnMillis`: a turn then holds about that much work
+whatever the commands cost, and another tenant's next item waits about that long. A tenant alone
+keeps whole turns of `seats` commands (the admin, worker and KEDA flows, single calls, do not
+count as contending).
 
 Open streams are bounded at their open (`StreamBounds`): Channel streams per tenant
 (`channelsPerTenant`) and per connection (`channelsPerConnection`, the caller's peer address,
@@ -53,6 +55,7 @@ from scheduler.policy.model import LimitsSpec, Policy
 from scheduler.server import errors
 from scheduler.server.metrics import Metrics
 
+_ROLE: Final = "role:"  # the flows of the admin, worker and KEDA roles (not tenants)
 ADMIN_FLOW: Final = "role:admin"
 WORKER_FLOW: Final = "role:worker"
 KEDA_FLOW: Final = "role:keda"
@@ -131,7 +134,8 @@ class AdmissionGate:
         key = (flow, kind)
         per = seconds / units
         old = self._unit_s.get(key)
-        self._unit_s[key] = per if old is None else old + _COST_WEIGHT * (per - old)
+        # Up at once, down slowly: cheap chunks mixed in must not hide the expensive ones.
+        self._unit_s[key] = per if old is None or per > old else old + _COST_WEIGHT * (per - old)
 
     def _seats_for(self, flow: str, kind: str, cost: int) -> float:
         """An item's seats: its units, or under contention its measured time in seats of
@@ -206,17 +210,19 @@ class AdmissionGate:
 
     def _active_flow(self, flow: str) -> None:
         active = self._active
-        if flow not in active:
+        if flow not in active and not flow.startswith(_ROLE):
             active.add(flow)
             if len(active) > 1:
                 self.contended = True
 
     def _next_epoch(self, now: float) -> None:
-        """Once a second: contended while two flows or more had work in the last second."""
-        if now - self._epoch < _ACTIVE_WINDOW_S:
+        """Once a second: contended while two tenants or more had work in the last second (an
+        epoch that ended longer ago, after an idle spell, says nothing)."""
+        since = now - self._epoch
+        if since < _ACTIVE_WINDOW_S:
             return
         self._epoch = now
-        self.contended = len(self._active) > 1
+        self.contended = len(self._active) > 1 and since < 2 * _ACTIVE_WINDOW_S
         self._active = set()
 
     def _hold(self, seats: int) -> None:
@@ -224,6 +230,7 @@ class AdmissionGate:
         seat taken in the turn (scheduled after the wake-ups of the items admitted in it)."""
         self._held += seats
         if not self._end_scheduled:
+            self._next_epoch(self._clock())  # a turn's first item: after an idle spell too
             self._end_scheduled = True
             asyncio.get_running_loop().call_soon(self._end_turn)
 
