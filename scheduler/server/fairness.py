@@ -25,7 +25,8 @@ the flow and the bound named, with retry-after): on its own side. A Channel's it
 refused so (a channel has at most one waiting); instead at most a few of a flow's Channel
 messages are in progress at once (`MessagePermits`).
 
-While two tenants or more have work (within a second), a Channel chunk is charged its flow's
+With `spec.limits.turnMillis` set (off by default), while two tenants or more have work (within
+a second), a Channel chunk is charged its flow's
 measured time (`spent`: seconds per command; a costlier chunk raises it at once, cheaper ones
 lower it by a tenth each) in seats of `spec.limits.turnMillis / seats`, never less than its
 commands, and carries at most what fits `turnMillis`: a turn then holds about that much work
