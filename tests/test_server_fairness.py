@@ -500,6 +500,14 @@ class _Clock:
         return self.now
 
 
+async def _turn(gate: AdmissionGate, *flows: str) -> None:
+    """One item of each flow admitted, then the turn's seats given back."""
+    for flow in flows:
+        await gate.admit(flow)
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+
+
 @pytest.mark.parametrize(
     ("turn_ms", "flows", "churn_chunk", "renew_chunk", "second_item_waits"),
     [
@@ -546,15 +554,11 @@ def test_contended_turns_are_bounded_by_measured_time(
 def test_contention_ends_a_second_after_the_other_flow_went_quiet() -> None:
     from scheduler.server.fairness import COMMANDS
 
-    policy = Policy(limits=LimitsSpec(seats=32, turn_ms=0.3))
     clock = _Clock()
-    gate = AdmissionGate(lambda: policy, clock=clock)
+    gate = AdmissionGate(lambda: Policy(limits=LimitsSpec(seats=32, turn_ms=0.3)), clock=clock)
 
     async def turn(*flows: str) -> None:
-        for flow in flows:
-            await gate.admit(flow)
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        await _turn(gate, *flows)
 
     async def go() -> list[bool]:
         gate.spent("churn", COMMANDS, 10, 10 * 40e-6)
@@ -579,15 +583,11 @@ def test_roles_do_not_contend_and_an_idle_spell_forgets_contention() -> None:
     once, cheap ones lower it by a tenth each (mixing renewals in does not hide acquires)."""
     from scheduler.server.fairness import ADMIN_FLOW, COMMANDS, KEDA_FLOW, WORKER_FLOW
 
-    policy = Policy(limits=LimitsSpec(seats=32, turn_ms=0.3))
     clock = _Clock()
-    gate = AdmissionGate(lambda: policy, clock=clock)
+    gate = AdmissionGate(lambda: Policy(limits=LimitsSpec(seats=32, turn_ms=0.3)), clock=clock)
 
     async def turn(*flows: str) -> None:
-        for flow in flows:
-            await gate.admit(flow)
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        await _turn(gate, *flows)
 
     async def go() -> list[object]:
         seen: list[object] = []
