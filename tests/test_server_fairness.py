@@ -524,26 +524,24 @@ async def _turn(gate: AdmissionGate, *flows: str) -> None:
 def test_contended_turns_are_bounded_by_measured_time(
     turn_ms: float, flows: list[str], churn_chunk: int, renew_chunk: int, second_item_waits: bool
 ) -> None:
-    from scheduler.server.fairness import COMMANDS
-
     policy = Policy(limits=LimitsSpec(seats=32, turn_ms=turn_ms))
     clock = _Clock()
     gate = AdmissionGate(lambda: policy, clock=clock)
 
     async def go() -> None:
-        gate.spent("churn", COMMANDS, 32, 32 * 40e-6)
-        gate.spent("renew", COMMANDS, 32, 32 * 5e-6)
+        gate.spent("churn", 32, 32 * 40e-6)
+        gate.spent("renew", 32, 32 * 5e-6)
         for flow in flows:
             await gate.admit(flow)
         await asyncio.sleep(0)
         await asyncio.sleep(0)  # the turn's seats back
-        assert gate.chunk("churn", COMMANDS) == churn_chunk
-        assert gate.chunk("renew", COMMANDS) == renew_chunk
-        assert gate.chunk("churn", "") == 32  # unmeasured work: seats
+        assert gate.chunk("churn") == churn_chunk
+        assert gate.chunk("renew") == renew_chunk
+        assert gate.chunk() == 32  # unmeasured work: seats
         # Two items of 7 churn commands in one turn: 7 seats each, or ~30 when charged by time.
-        first = gate.try_admit("churn", 7, bounded=False, kind=COMMANDS)
+        first = gate.try_admit("churn", 7, bounded=False, timed=True)
         assert first is None
-        second = gate.try_admit("churn", 7, bounded=False, kind=COMMANDS)
+        second = gate.try_admit("churn", 7, bounded=False, timed=True)
         assert (second is not None) is second_item_waits
         if second is not None:
             await asyncio.wait_for(gate.wait("churn", second), 1)  # the next turn
@@ -552,8 +550,6 @@ def test_contended_turns_are_bounded_by_measured_time(
 
 
 def test_contention_ends_a_second_after_the_other_flow_went_quiet() -> None:
-    from scheduler.server.fairness import COMMANDS
-
     clock = _Clock()
     gate = AdmissionGate(lambda: Policy(limits=LimitsSpec(seats=32, turn_ms=0.3)), clock=clock)
 
@@ -561,7 +557,7 @@ def test_contention_ends_a_second_after_the_other_flow_went_quiet() -> None:
         await _turn(gate, *flows)
 
     async def go() -> list[bool]:
-        gate.spent("churn", COMMANDS, 10, 10 * 40e-6)
+        gate.spent("churn", 10, 10 * 40e-6)
         seen = []
         await turn("churn", "quiet")
         seen.append(gate.contended)
@@ -571,7 +567,7 @@ def test_contention_ends_a_second_after_the_other_flow_went_quiet() -> None:
         clock.now += 1.1  # only churn in the last second
         await turn("churn")
         seen.append(gate.contended)
-        seen.append(gate.chunk("churn", COMMANDS) == 32)
+        seen.append(gate.chunk("churn") == 32)
         return seen
 
     assert asyncio.run(go()) == [True, True, False, True]
@@ -581,7 +577,7 @@ def test_roles_do_not_contend_and_an_idle_spell_forgets_contention() -> None:
     """The worker, admin and KEDA flows (single calls) never make a lone tenant contended; after
     an idle spell the last busy second says nothing; a costly chunk raises the measured cost at
     once, cheap ones lower it by a tenth each (mixing renewals in does not hide acquires)."""
-    from scheduler.server.fairness import ADMIN_FLOW, COMMANDS, KEDA_FLOW, WORKER_FLOW
+    from scheduler.server.fairness import ADMIN_FLOW, KEDA_FLOW, WORKER_FLOW
 
     clock = _Clock()
     gate = AdmissionGate(lambda: Policy(limits=LimitsSpec(seats=32, turn_ms=0.3)), clock=clock)
@@ -591,7 +587,7 @@ def test_roles_do_not_contend_and_an_idle_spell_forgets_contention() -> None:
 
     async def go() -> list[object]:
         seen: list[object] = []
-        gate.spent("t", COMMANDS, 10, 10 * 40e-6)
+        gate.spent("t", 10, 10 * 40e-6)
         await turn("t", WORKER_FLOW, ADMIN_FLOW, KEDA_FLOW)
         clock.now += 1.1
         await turn("t", WORKER_FLOW)
@@ -603,12 +599,12 @@ def test_roles_do_not_contend_and_an_idle_spell_forgets_contention() -> None:
         clock.now += 500.0  # idle
         await turn("t")
         seen.append(gate.contended)  # False: that second was long ago
-        seen.append(gate.chunk("t", COMMANDS))  # whole turns again
+        seen.append(gate.chunk("t"))  # whole turns again
         await turn("t", "u")  # contended again
-        gate.spent("t", COMMANDS, 10, 10 * 5e-6)  # cheap: 40 -> 36.5 us
-        seen.append(gate.chunk("t", COMMANDS))  # 0.3 ms / 36.5 us
-        gate.spent("t", COMMANDS, 10, 10 * 75e-6)  # costly: at once
-        seen.append(gate.chunk("t", COMMANDS))  # 0.3 ms / 75 us
+        gate.spent("t", 10, 10 * 5e-6)  # cheap: 40 -> 36.5 us
+        seen.append(gate.chunk("t"))  # 0.3 ms / 36.5 us
+        gate.spent("t", 10, 10 * 75e-6)  # costly: at once
+        seen.append(gate.chunk("t"))  # 0.3 ms / 75 us
         return seen
 
     assert asyncio.run(go()) == [False, True, False, 32, 8, 4]

@@ -26,13 +26,12 @@ refused so (a channel has at most one waiting); instead at most a few of a flow'
 messages are in progress at once (`MessagePermits`).
 
 With `spec.limits.turnMillis` set (off by default), while two tenants or more have work (within
-a second), a Channel chunk is charged its flow's
-measured time (`spent`: seconds per command; a costlier chunk raises it at once, cheaper ones
-lower it by a tenth each) in seats of `spec.limits.turnMillis / seats`, never less than its
-commands, and carries at most what fits `turnMillis`: a turn then holds about that much work
-whatever the commands cost, and another tenant's next item waits about that long. A tenant alone
-keeps whole turns of `seats` commands (the admin, worker and KEDA flows, single calls, do not
-count as contending).
+a second), a Channel chunk is charged its flow's measured time (`spent`: seconds per command; a
+costlier chunk raises it at once, cheaper ones lower it by a tenth each) in seats of `turnMillis
+/ seats`, never less than its commands, and carries at most what fits `turnMillis`: a turn then
+holds about that much work whatever the commands cost, and another tenant's next item waits
+about that long. A tenant alone keeps whole turns of `seats` commands (the admin, worker and KEDA
+flows, single calls, do not count as contending).
 
 Open streams are bounded at their open (`StreamBounds`): Channel streams per tenant
 (`channelsPerTenant`) and per connection (`channelsPerConnection`, the caller's peer address,
@@ -65,14 +64,12 @@ KEDA_FLOW: Final = "role:keda"
 QUEUE_FULL: Final = "queue_full"
 RATE_LIMITED: Final = "rate_limited"
 CHANNELS_PER_TENANT: Final = "channels_per_tenant"
-
-# The kind of measured work (AdmissionGate.spent): a Channel's commands applied.
-COMMANDS: Final = "commands"
-_COST_WEIGHT = 0.1  # how fast a flow's measured cost per unit follows the last item
-_ACTIVE_WINDOW_S = 1.0  # flows with work within this long count as contending
 CHANNELS_PER_CONNECTION: Final = "channels_per_connection"
 STREAMS_PER_TENANT: Final = "streams_per_tenant"
 STREAMS_PER_CONNECTION: Final = "streams_per_connection"
+
+_COST_WEIGHT = 0.1  # how fast a flow's measured cost per command falls towards a cheaper chunk
+_ACTIVE_WINDOW_S = 1.0  # tenants with work within this long count as contending
 
 
 class _Ticket:
@@ -97,10 +94,9 @@ class AdmissionGate:
         self._held = 0  # seats taken in this turn of the loop
         self._end_scheduled = False
         self.metrics: Metrics | None = None  # bound by the wiring
-        # Measured seconds per unit of work (a command applied, an answer built) by flow and
-        # kind (`spent`), and the flows with work in this second and the last: while two or
-        # more have, a seat is time (spec.limits.turnMillis / seats), not a command.
-        self._unit_s: dict[tuple[str, str], float] = {}
+        # Measured seconds per Channel command by flow (`spent`), and the tenants with work in
+        # this second: while two or more have, a seat is time (turnMillis / seats), not a command.
+        self._unit_s: dict[str, float] = {}
         self._active: set[str] = set()
         self._epoch = clock()
         self.contended = False
@@ -116,48 +112,54 @@ class AdmissionGate:
     def queued(self, flow: str) -> int:
         return self._queue.queued(flow)
 
-    def chunk(self, flow: str = "", kind: str = "") -> int:
-        """The most units (commands, answers) one work item of `flow` may carry: all the seats
-        (a wider Channel message is admitted in chunks of this many); under contention, as many
-        as fit one turn's time at their measured cost (at least one)."""
-        seats = self._fq().seats
-        turn_s = self._policy().limits.turn_ms / 1000.0
-        per = self._unit_s.get((flow, kind)) if self.contended else None
-        if per is None or per <= 0 or turn_s <= 0:
-            return seats
-        return max(1, min(seats, int(turn_s / per)))
+    def chunk(self, flow: str = "") -> int:
+        """The most commands one work item of `flow` may carry: all the seats (a wider Channel
+        message is admitted in chunks of this many); under contention, as many as fit one turn's
+        time at the flow's measured cost (at least one)."""
+        fq = self._fq()
+        per, limits = self._timed(flow), self._limits
+        if per is None or limits is None:
+            return fq.seats
+        return max(1, min(fq.seats, int(limits.turn_ms / 1000.0 / per)))
 
-    def spent(self, flow: str, kind: str, units: int, seconds: float) -> None:
-        """What `units` of `flow`'s work of `kind` took to run (an exponential average per unit:
-        the cost its next items are charged in seats while flows contend)."""
-        if units <= 0:
+    def spent(self, flow: str, commands: int, seconds: float) -> None:
+        """What `flow`'s `commands` took to apply (an average per command: what its next chunks
+        are charged in seats while tenants contend)."""
+        if commands <= 0:
             return
-        key = (flow, kind)
-        per = seconds / units
-        old = self._unit_s.get(key)
+        per = seconds / commands
+        old = self._unit_s.get(flow)
         # Up at once, down slowly: cheap chunks mixed in must not hide the expensive ones.
-        self._unit_s[key] = per if old is None or per > old else old + _COST_WEIGHT * (per - old)
+        self._unit_s[flow] = per if old is None or per > old else old + _COST_WEIGHT * (per - old)
 
-    def _seats_for(self, flow: str, kind: str, cost: int) -> float:
-        """An item's seats: its units, or under contention its measured time in seats of
-        turnMillis / seats each if more (bench/flood.py: an acquire+withdraw ~4, a renewal 1)."""
-        units = float(max(1, cost))
-        if not self.contended or not kind:
-            return units
-        per = self._unit_s.get((flow, kind))
+    def _timed(self, flow: str) -> float | None:
+        """`flow`'s measured seconds per command while turns are bounded by time (turnMillis
+        set, tenants contending, the flow measured), else None. Call after `_fq`."""
+        if not self.contended:
+            return None
         limits = self._limits
-        if per is None or limits is None or limits.turn_ms <= 0:
+        per = self._unit_s.get(flow)
+        if per is None or per <= 0 or limits is None or limits.turn_ms <= 0:
+            return None
+        return per
+
+    def _seats_for(self, flow: str, cost: int, timed: bool) -> float:
+        """An item's seats: its units, or for measured work under contention its time in seats
+        of turnMillis / seats each if more (bench/flood.py: an acquire+withdraw ~4, a renewal 1).
+        Never below its units: a cheap command still takes its seat (what is not measured, its
+        answer's encoding and write, costs too), so a turn is never longer than seats."""
+        units = float(max(1, cost))
+        per, limits = (self._timed(flow) if timed else None), self._limits
+        if per is None or limits is None:
             return units
-        # Never below its units: a cheap command still takes its seat (what is not measured,
-        # its answer's encoding and write, costs too), so a turn is never longer than seats.
         return max(units, units * per * limits.seats * 1000.0 / limits.turn_ms)
 
-    async def admit(self, flow: str, cost: int = 1, bounded: bool = True, kind: str = "") -> None:
+    async def admit(self, flow: str, cost: int = 1, bounded: bool = True, timed: bool = False) -> None:
         """Return once `flow`'s work item of `cost` may run (at once when a seat is free and no
         one waits); raise RESOURCE_EXHAUSTED (RATE_LIMITED) when `flow`'s queue is full (never
         for an item not `bounded`: accepted work, as a Channel's answers). The seat is given back
         at the end of this turn of the loop."""
-        failure = self.try_admit(flow, cost, bounded, kind)
+        failure = self.try_admit(flow, cost, bounded, timed)
         if failure is None:
             return
         if isinstance(failure, errors.RpcFailure):
@@ -165,15 +167,14 @@ class AdmissionGate:
         await self._wait(flow, failure)
 
     def try_admit(
-        self, flow: str, cost: int = 1, bounded: bool = True, kind: str = ""
+        self, flow: str, cost: int = 1, bounded: bool = True, timed: bool = False
     ) -> None | errors.RpcFailure | asyncio.Future[None]:
         """`admit` without awaiting: None (admitted), the refusal, or the future to await (then
-        call `wait` with it). `cost`: the item's units of work (commands; answers); `kind` names
-        them when their time is measured (`spent`), so that under contention it is charged
-        that time."""
+        call `wait` with it). `cost`: the item's units of work (commands, answers); `timed`: they
+        are Channel commands whose time `spent` measures, charged that time under contention."""
         fq = self._fq()
         now = self._clock()
-        units = self._seats_for(flow, kind, cost)
+        units = self._seats_for(flow, cost, timed)
         if fq.admit_now(flow, now, units):  # the common case: no future, no ticket
             self._admitted(flow, cost, fq.width(units))
             return None

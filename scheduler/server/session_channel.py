@@ -50,7 +50,6 @@ from scheduler.grants import GrantKeyring
 from scheduler.ports import StateUnavailable
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
-from scheduler.server.fairness import COMMANDS
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.pool_routes import PoolRoutes, PoolUnit
 from scheduler.server.session_ops import UNARY_OPS, Outcome, SessionOps
@@ -309,8 +308,8 @@ class _Channel:
                 raise self._down()
             n, i = len(cmds), 0
             while i < n:
-                j = min(n, i + gate.chunk(tenant, COMMANDS))
-                admitted = gate.try_admit(tenant, j - i, bounded=False, kind=COMMANDS)
+                j = min(n, i + gate.chunk(tenant))
+                admitted = gate.try_admit(tenant, j - i, bounded=False, timed=True)
                 if admitted is not None:
                     await gate.wait(tenant, admitted)  # type: ignore[arg-type]
                     if self.loop.shutting_down:
@@ -323,7 +322,7 @@ class _Channel:
                         self._command(cmd, limited)
                     else:
                         self._refuse(cmd, bad, limited)
-                gate.spent(tenant, COMMANDS, j - i, perf_counter() - started)
+                gate.spent(tenant, j - i, perf_counter() - started)
                 i = j
             if permits.contended(tenant) and len(self.outbox) > LOW_WATER:
                 # Another channel of this tenant waits: once these answers are out (or a while,
