@@ -270,8 +270,9 @@ class Pools:
         core = self._cores[name]
         out = core.handle(event, now)
         if self._single is None:
-            # After every event of every pool, so inline rather than calls: forget the pool of
-            # each session that left it, and keep a lower bound of the pool's next deadline.
+            # After every event of every pool: forget the pool of each session that left it
+            # (inline: one set test for most decisions), and keep a lower bound of the pool's
+            # next deadline.
             where = self._where
             for d in out:
                 kind = type(d)
@@ -283,17 +284,7 @@ class Pools:
                     s = d.lease.session  # type: ignore[union-attr]
                 if where.get(s) == name and not core.has_session(s):
                     del where[s]
-            at = core.deadline_bound()
-            due = self._due
-            old = due.get(name)
-            if at is None:
-                if old is not None:
-                    del due[name]
-            elif old is None or old[0] != at:
-                due[name] = (at, False)
-                heapq.heappush(self._heap, (at, name))
-            elif old[1]:
-                due[name] = (at, False)
+            self._keep(name, core.deadline_bound(), exact=False)
         return out
 
     def _stamped(self, name: str, ref: SnapshotRef) -> SnapshotRef:
