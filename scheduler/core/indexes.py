@@ -1,5 +1,5 @@
 """Indexed structures that keep every decision cheap: versioned lazy heaps, counts by position
-(`Fenwick`: the name stays; block sums now, not a Fenwick tree).
+with block sums (`PositionCounts`).
 
 A tenant's entries are pushed again whenever its state changes, stamped with its new version;
 older entries are skipped when they surface. The heap is rebuilt when stale entries outnumber
@@ -65,7 +65,7 @@ class VersionedHeap:
         return len(self._heap)
 
 
-class Fenwick:
+class PositionCounts:
     """Counts by position (a request's arrival sequence number) with prefix sums.
 
     Kept as counts with sums per block of 64 slots and per 4,096 (`_SHIFTS`): a change is three

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 
-from scheduler.core.indexes import Fenwick
+from scheduler.core.indexes import PositionCounts
 from scheduler.core.lifecycle import LeaseState, WorkerState, check_lease
 from scheduler.core.model import LeaseRec, Request, WorkerRec
 from scheduler.core.order import TIER_NOMINAL, TIER_SHARED, ServiceOrder
@@ -83,7 +83,7 @@ class Ledger:
         self._preemptible = 0
         self._inflight_nominal = 0
         self._waiting_cls = [0, 0, 0]
-        self._positions = (Fenwick(), Fenwick(), Fenwick())
+        self._positions = (PositionCounts(), PositionCounts(), PositionCounts())
         self._seq = 0
         self._now = float("-inf")
         self._mean_hold = _DEFAULT_MEAN_HOLD_S  # a prior for the autoscaler's drain time

@@ -2,8 +2,8 @@
 `Core.from_records`).
 
 What the core *knows*, not how it indexes it: tenants, workers, slot epochs, live leases, queued
-requests, counters and pending timers. The indexes (per-tenant accounting, queues, heaps, Fenwick
-trees, holder map, capacity, floor, free-slot count, preemptible total) are rebuilt from these.
+requests, counters and pending timers. The indexes (per-tenant accounting, queues, heaps, position
+counts, holder map, capacity, floor, free-slot count, preemptible total) are rebuilt from these.
 scheduler/state/state_write.py turns them into a JSON document, state_read.py back; nothing
 in the core knows JSON.
 

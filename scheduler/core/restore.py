@@ -14,7 +14,7 @@ changes after the capture. A queued `Request` changes after its creation only in
 earmarks of the requests that can have one: every earmarked request has an entry in the
 earmarked heap (entries are dropped only once stale), which the capture reads.
 
-`load_records` builds the indexes in bulk (each tenant queue heapified once, the Fenwick trees
+`load_records` builds the indexes in bulk (each tenant queue heapified once, the position counts
 built in linear time) and checks what a snapshot could get wrong (unknown tenant, worker or
 slot, two leases on a slot, a session queued twice or queued and holding) with set sizes.
 """
@@ -346,7 +346,7 @@ def _load_fairness(core: Ledger, r: CoreRecords) -> None:
 
 def _load_requests(core: Ledger, records: tuple[RequestRecord, ...]) -> None:
     """The queue, in bulk and a column at a time: the requests (queue order), the tenants' counts
-    and queue heaps (each heapified once), the Fenwick trees of positions (built in linear time)."""
+    and queue heaps (each heapified once), the counts of queue positions (built in linear time)."""
     if not records:
         return
     tenants, requests = core._tenants, core._requests

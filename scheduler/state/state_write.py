@@ -31,7 +31,7 @@ them), `retired`, `workers` (registration order), `epochs`, `free_slots`, `lease
 `earmark_order`, `timers` (`expiries`, `yield_deadlines`, `maturing`) and `fairness`
 (`preempt_seq`, `preempted` sessions, `usage_last`, per-tenant `usage` rows: absent from an
 older build's document, read as none, so usage starts at zero). Everything else
-(per-tenant accounting, queues, heaps, Fenwick trees, holder map, capacity, floor, free-slot
+(per-tenant accounting, queues, heaps, position counts, holder map, capacity, floor, free-slot
 count, preemptible total) is rebuilt from these when read. Order is part of the state and is
 kept by list order: leases in grant order (also each tenant's candidates' and each worker's
 leases' order), requests in queue order. Three lazily cleaned structures are kept entry by entry,

@@ -1,14 +1,14 @@
-"""The Fenwick tree of queue positions (scheduler/core/indexes.py): prefix sums agree with a plain
-count over any mix of arrivals, departures and re-queued old positions; and its window follows
-what is counted, so a churn of millions of positions keeps it small (it grew without end, each
-doubling a stall of the loop)."""
+"""The counts of queue positions (`PositionCounts` in scheduler/core/indexes.py): prefix sums
+agree with a plain count over any mix of arrivals, departures and re-queued old positions; and
+its window follows what is counted, so a churn of millions of positions keeps it small (it grew
+without end, each doubling a stall of the loop)."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.indexes import Fenwick
+from scheduler.core.indexes import PositionCounts
 
 # A move: (kind, amount): "arrive" a new position ahead of all, "leave" the k-th counted one,
 # "requeue" an old position again (a yielded session keeps its place), "load" the counted set.
@@ -21,7 +21,7 @@ moves = st.lists(
 @settings(max_examples=200, deadline=None)
 @given(moves)
 def test_prefix_sums_match_a_plain_count(script: list[tuple[str, int]]) -> None:
-    tree = Fenwick()
+    tree = PositionCounts()
     counted: set[int] = set()
     gone: list[int] = []
     top = 0
@@ -40,14 +40,14 @@ def test_prefix_sums_match_a_plain_count(script: list[tuple[str, int]]) -> None:
             tree.add(pos, 1)
             counted.add(pos)
         elif kind == "load":
-            tree = Fenwick()
+            tree = PositionCounts()
             tree.load(sorted(counted))
         for probe in {0, top + 1, *list(counted)[:5], k}:
             assert tree.prefix(probe) == sum(1 for p in counted if p < probe), (kind, probe)
 
 
 def test_a_long_churn_keeps_the_window_to_what_is_counted() -> None:
-    tree = Fenwick()
+    tree = PositionCounts()
     for pos in range(1_000_000):  # a session arrives and leaves; at most 3 wait at a time
         tree.add(pos, 1)
         if pos >= 3:
@@ -57,7 +57,7 @@ def test_a_long_churn_keeps_the_window_to_what_is_counted() -> None:
     assert tree._size <= 1024  # was 2**20: every position ever seen
 
 
-class _Counting(Fenwick):
+class _Counting(PositionCounts):
     rebuilds = 0
 
     def _rebuild(self, index: int) -> None:
