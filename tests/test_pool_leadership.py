@@ -144,11 +144,16 @@ async def _spread_route_follow_and_move() -> None:
         assert await health(lead, f"slotsched.pool/{pool}") == serving
         assert await health(other, f"slotsched.pool/{pool}") != serving
 
-        # A replica that does not lead the pool sends the caller to the one that does.
-        with pytest.raises(grpc.aio.AioRpcError) as e:
-            await granted(other, "s1", pool)
-        assert e.value.code() is grpc.StatusCode.UNAVAILABLE
-        md = trailers(e.value)
+        # A replica that does not lead the pool sends the caller to the one that does (until it
+        # has seen the leader's address it names none, with retry-after 200 ms: a client retries).
+        for _ in range(50):
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await granted(other, "s1", pool)
+            assert e.value.code() is grpc.StatusCode.UNAVAILABLE
+            md = trailers(e.value)
+            if LEADER_KEY in md:
+                break
+            await asyncio.sleep(int(md.get(wire.RETRY_AFTER_MS, "200")) / 1000)
         assert md.get(wire.POOL) == pool and md.get(LEADER_KEY) == lead, md
         ev = await granted(lead, "s1", pool)
         assert ev.granted.lease.pool == pool
