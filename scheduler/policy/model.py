@@ -116,7 +116,7 @@ class FairnessSpec:
     usage_half_life_s: float = 600.0
     usage_sampling_s: float = 10.0
     best_effort_min_share: float = 0.1
-    share_window_s: float = 900.0
+    share_window_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,13 @@ to everyone's demand at that sample (`entitlements`):
    limit, BestEffort within its limit), and within a tenant it goes to its Burstable work before
    its BestEffort work (the order a tenant's own classes are served in).
 
-A tenant is **backlogged** in a class at a sample when a request of that class waits. Its
+A tenant is **backlogged** in a class at a sample when it has work of that class in the system,
+held or waiting (as a flow is backlogged in generalized processor sharing while it has work queued
+or in service; counting only the samples where something waits would count a one-session tenant
+only while it holds nothing, whatever its wait). Its
 attainment in a class is the slots it held in that class summed over the samples where it was
 backlogged in that class, over its entitlement in that class summed over the same samples (`all`:
-over every class, at the samples where anything of it waited). 1 is exactly its share; below 1 it
+over every class, at the samples where it had any work). 1 is exactly its share; below 1 it
 got less while it waited; above 1 more (a heavy tenant served beyond its share). None when the
 entitlement over those samples is zero (never backlogged, or all its claim went to other classes).
 `attainment_min` is the lowest `all` over tenants: the tenant worst served against its share.
@@ -152,10 +155,10 @@ def attainment(points: Sequence[Point], quotas: Mapping[str, Quotas]) -> Attainm
             ent = entitled.setdefault(name, dict.fromkeys((*CLASS_KEYS, ALL), 0.0))
             e = fair[name]
             for i, cls in enumerate(CLASS_KEYS):
-                if waiting[i] > 0:
+                if held[i] + waiting[i] > 0:
                     rec[cls] += held[i]
                     ent[cls] += e[i]
-            if sum(waiting) > 0:
+            if sum(held) + sum(waiting) > 0:
                 rec[ALL] += sum(held)
                 ent[ALL] += sum(e)
     return Attainment(received, entitled)
