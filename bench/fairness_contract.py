@@ -74,7 +74,9 @@ def contract(s: RunFigures, sp: RunFigures, demand: dict[str, float]) -> dict[st
     """The contract figures of one sample: slotsched `s` against strict priority `sp`."""
     med = statistics.median(demand.values())
     light = sorted(t for t, d in demand.items() if d < med)
-    light_r = [r for t in light if (r := _ratio(_p99(s, t, "besteffort"), _p99(sp, t, "besteffort"))) is not None]
+    light_r = [
+        r for t in light if (r := _ratio(_p99(s, t, "besteffort"), _p99(sp, t, "besteffort"))) is not None
+    ]
     heavy_r = [
         r
         for t in demand
@@ -100,14 +102,21 @@ def contract(s: RunFigures, sp: RunFigures, demand: dict[str, float]) -> dict[st
 def _f(v: Any) -> str:
     if v is None:
         return "—"
-    return f"{v:.3f}" if isinstance(v, float) and abs(v) < 10 else (f"{v:,.0f}" if isinstance(v, float) else str(v))
+    return (
+        f"{v:.3f}"
+        if isinstance(v, float) and abs(v) < 10
+        else (f"{v:,.0f}" if isinstance(v, float) else str(v))
+    )
 
 
 def table(s: RunFigures, sp: RunFigures, demand: dict[str, float]) -> list[str]:
     """Per tenant (by demand, heaviest first) and class: p99 (s) and attainment, slotsched / strict."""
     lines = [
-        "| tenant | demand slot-s | " + " | ".join(f"{c[:2]} p99 s / strict" for c in CLASSES)
-        + " | " + " | ".join(f"{c[:2]} att / strict" for c in CLASSES) + " | all att / strict |",
+        "| tenant | demand slot-s | "
+        + " | ".join(f"{c[:2]} p99 s / strict" for c in CLASSES)
+        + " | "
+        + " | ".join(f"{c[:2]} att / strict" for c in CLASSES)
+        + " | all att / strict |",
         "|---" * 9 + "|",
     ]
     for t in sorted(demand, key=lambda n: -demand[n]):
@@ -121,7 +130,9 @@ def table(s: RunFigures, sp: RunFigures, demand: dict[str, float]) -> list[str]:
     return lines
 
 
-def run_sample(name: str, files: tuple[str, str, float], fairness: dict[str, float], jain_only: bool) -> tuple[dict[str, Any], list[str]]:
+def run_sample(
+    name: str, files: tuple[str, str, float], fairness: dict[str, float], jain_only: bool
+) -> tuple[dict[str, Any], list[str]]:
     pol_file, wl_file, until = files
     policy: Policy = load_policy(samples_dir() / pol_file)[0]
     if fairness:
@@ -134,7 +145,11 @@ def run_sample(name: str, files: tuple[str, str, float], fairness: dict[str, flo
     results = compare(policy, plans, config, cs, stream=sys.stderr)
     s = results[0][2]
     if jain_only:
-        return {"jain": s.jain_contended, "attainment_min": s.attainment_min, "preemptions": s.preemptions}, []
+        return {
+            "jain": s.jain_contended,
+            "attainment_min": s.attainment_min,
+            "preemptions": s.preemptions,
+        }, []
     sp = results[1][2]
     demand: dict[str, float] = {}
     for p in plans:
@@ -165,7 +180,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"## {name}: " + " ".join(f"{k}={_f(v)}" for k, v in figs.items()))
         if lines:
             print("\n".join(lines) + "\n")
-        last += [f"{name}_{k}={_f(figs[k])}" for k in ("attainment_min", "jain") + (() if args.jain_only else ("light_med", "light_max", "heavy_max"))]
+        last += [
+            f"{name}_{k}={_f(figs[k])}"
+            for k in ("attainment_min", "jain")
+            + (() if args.jain_only else ("light_med", "light_max", "heavy_max"))
+        ]
         sys.stdout.flush()
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))

@@ -127,7 +127,11 @@ CASES: dict[str, Case] = {
     # and has used them long (a big usage lead), y holds 1; y's waiter takes one slot (1 < 3),
     # then at 2 against 2 (after the swap) no more, whatever x's usage.
     "with_usage_a_preemption_never_takes_beyond_the_victims_holding": Case(
-        fair(policy(tenant("x"), tenant("y"), min_runtime=10, ttl=1e6), usage_half_life_s=600, usage_sampling_s=1),
+        fair(
+            policy(tenant("x"), tenant("y"), min_runtime=10, ttl=1e6),
+            usage_half_life_s=600,
+            usage_sampling_s=1,
+        ),
         [
             ("add", "w0", 4),
             ("acquire", "x0", "x", "be"),
@@ -143,7 +147,13 @@ CASES: dict[str, Case] = {
     # 2, y none: y may take one (1 against 1 after), as before.
     "without_usage_no_margin_a_two_to_none_split_still_preempts": Case(
         fair(policy(tenant("x"), tenant("y"), min_runtime=10, ttl=1e6), usage_half_life_s=0),
-        [("add", "w0", 2), ("acquire", "x0", "x", "be"), ("acquire", "x1", "x", "be"), ("acquire", "y0", "y", "be"), (11, "tick")],
+        [
+            ("add", "w0", 2),
+            ("acquire", "x0", "x", "be"),
+            ("acquire", "x1", "x", "be"),
+            ("acquire", "y0", "y", "be"),
+            (11, "tick"),
+        ],
         ["yield x1 fair_share"],
     ),
     "without_usage_over_time_a_share_below_one_slot_never_preempts": Case(

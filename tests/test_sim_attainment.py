@@ -30,7 +30,9 @@ W1 = Quotas(1.0, 0, 0, 100, None)  # weight 1, no Guaranteed, no nominal: everyt
         (5, {"a": 0, "b": 2}, {"a": 1, "b": 1}, {"a": 0, "b": 2}),
     ],
 )
-def test_water_fill(capacity: float, demands: dict[str, float], weights: dict[str, float], want: dict[str, float]) -> None:
+def test_water_fill(
+    capacity: float, demands: dict[str, float], weights: dict[str, float], want: dict[str, float]
+) -> None:
     got = water_fill(capacity, demands, weights)
     assert got == pytest.approx(want)
 
@@ -101,7 +103,9 @@ _tenant = st.tuples(
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 20), st.lists(_tenant, min_size=1, max_size=6))
-def test_served_exactly_fair_is_attainment_one(capacity: int, specs: list[tuple[float, int, int, int, int, int]]) -> None:
+def test_served_exactly_fair_is_attainment_one(
+    capacity: int, specs: list[tuple[float, int, int, int, int, int]]
+) -> None:
     """Water-filling is correct (no more than the capacity, nobody above its capped demand, the
     remainder all handed out unless every claim is met, and max-min: whoever got less than its
     claim has at least the level per weight of every other's shared part), and a tenant held at

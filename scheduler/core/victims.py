@@ -55,7 +55,9 @@ def tenant_key(tenant: TenantState) -> tuple[float, int, str]:
     return -tenant.share(), tenant.last_preempted, tenant.name
 
 
-def less_than_or_equal_to_final_share(requester: TenantState, victims: TenantState, margin: float = 0.0) -> bool:
+def less_than_or_equal_to_final_share(
+    requester: TenantState, victims: TenantState, margin: float = 0.0
+) -> bool:
     """May `requester` take a slot from a lease of `victims` for fairness (Kueue's
     LessThanOrEqualToFinalShare)? Only if its share after taking the slot (counting the fairness
     yields already in flight for it) is no larger than the victims' tenant's after losing it.

@@ -68,7 +68,9 @@ def quotas_of(policy: Policy) -> dict[str, Quotas]:
     }
 
 
-def water_fill(capacity: float, demands: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:
+def water_fill(
+    capacity: float, demands: Mapping[str, float], weights: Mapping[str, float]
+) -> dict[str, float]:
     """Weighted max-min fair allocation of `capacity` over `demands`: each gets
     `min(demand, level * weight)`, the level the highest at which the total fits (everyone's demand
     if it all fits). Tenants are filled in order of `demand / weight`, so it is exact (no search)."""

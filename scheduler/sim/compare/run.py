@@ -111,7 +111,9 @@ def compare(
         sim = run_one(c, policy, plans, config, bar.update)
         sim.stats.refusals += refused
         bar.finish()
-        fig = figures(c.name, sim.stats, policy, plans, config.checkpoint_s, sim.waiting_by_tenant, sim.points)
+        fig = figures(
+            c.name, sim.stats, policy, plans, config.checkpoint_s, sim.waiting_by_tenant, sim.points
+        )
         out.append((c, sim.stats, fig))
     return out
 
