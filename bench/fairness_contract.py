@@ -109,24 +109,38 @@ def _f(v: Any) -> str:
     )
 
 
-def table(s: RunFigures, sp: RunFigures, demand: dict[str, float]) -> list[str]:
-    """Per tenant (by demand, heaviest first) and class: p99 (s) and attainment, slotsched / strict."""
+def per_tenant(s: RunFigures, sp: RunFigures, demand: dict[str, float]) -> dict[str, Any]:
+    """Per tenant: demand, and p99 and attainment by class (attainment also `all`), for slotsched
+    and strict priority; what `table` prints and `--json` keeps."""
+    out = {}
+    for t in demand:
+        out[t] = {"demand": demand[t]}
+        for key, f in (("s", s), ("sp", sp)):
+            att = f.tenants.get(t, {}).get("attainment", {})
+            out[t][key] = {
+                "p99": {c: _p99(f, t, c) for c in CLASSES},
+                "att": {c: att.get(c) for c in (*CLASSES, "all")},
+            }
+    return out
+
+
+def table(rows: dict[str, Any], before: dict[str, Any] | None) -> list[str]:
+    """Per tenant (heaviest first) and class: p99 (s) and attainment, slotsched / strict priority,
+    or slotsched / the tree before (`--before`) / strict priority."""
+    cols = "now / before / strict" if before else "slotsched / strict"
     lines = [
-        "| tenant | demand slot-s | "
-        + " | ".join(f"{c[:2]} p99 s / strict" for c in CLASSES)
-        + " | "
-        + " | ".join(f"{c[:2]} att / strict" for c in CLASSES)
-        + " | all att / strict |",
-        "|---" * 9 + "|",
+        f"| tenant | demand slot-s | class | p99 s ({cols}) | attainment ({cols}) |",
+        "|---|---|---|---|---|",
     ]
-    for t in sorted(demand, key=lambda n: -demand[n]):
-        cells = [t, f"{demand[t]:,.0f}"]
-        cells += [f"{_f(_p99(s, t, c))} / {_f(_p99(sp, t, c))}" for c in CLASSES]
+    for t in sorted(rows, key=lambda n: -rows[n]["demand"]):
+        r, b = rows[t], (before or {}).get(t)
         for c in (*CLASSES, "all"):
-            a = s.tenants.get(t, {}).get("attainment", {}).get(c)
-            b = sp.tenants.get(t, {}).get("attainment", {}).get(c)
-            cells.append(f"{_f(a)} / {_f(b)}")
-        lines.append("| " + " | ".join(cells) + " |")
+            att = [r["s"]["att"][c], *([b["s"]["att"][c]] if b else []), r["sp"]["att"][c]]
+            p99 = [r["s"]["p99"].get(c), *([b["s"]["p99"].get(c)] if b else []), r["sp"]["p99"].get(c)]
+            if all(v is None for v in att + p99):
+                continue
+            p = " / ".join(_f(v) for v in p99) if c != "all" else ""
+            lines.append(f"| {t} | {r['demand']:,.0f} | {c} | {p} | {' / '.join(_f(v) for v in att)} |")
     return lines
 
 
@@ -154,7 +168,7 @@ def run_sample(
     demand: dict[str, float] = {}
     for p in plans:
         demand[p.tenant] = demand.get(p.tenant, 0.0) + p.total_hold_s
-    return contract(s, sp, demand), table(s, sp, demand)
+    return contract(s, sp, demand), per_tenant(s, sp, demand)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jain-only", action="store_true", help="the other shipped samples, Jain only")
     p.add_argument("--window", type=float, default=None, help="override spec.fairness.shareWindowSeconds")
     p.add_argument("--half-life", type=float, default=None, help="override usageHalfLifeSeconds")
-    p.add_argument("--json", default=None, help="also write every figure and table to this file")
+    p.add_argument("--json", default=None, help="also write every figure, per tenant too, to this file")
+    p.add_argument("--before", default=None, help="a --json file of another tree: its figures beside")
     args = p.parse_args(argv)
     fairness: dict[str, float] = {}
     if args.window is not None:
@@ -172,14 +187,17 @@ def main(argv: list[str] | None = None) -> int:
         fairness["usage_half_life_s"] = args.half_life
     every = OTHERS if args.jain_only else FAIRNESS
     names = list(every) if args.jain_only else args.samples.split(",")
+    before = json.loads(Path(args.before).read_text()) if args.before else {}
     out: dict[str, Any] = {}
     last = []
     for name in names:
-        figs, lines = run_sample(name, every[name], fairness, args.jain_only)
-        out[name] = {"figures": figs, "table": lines}
+        figs, rows = run_sample(name, every[name], fairness, args.jain_only)
+        out[name] = {"figures": figs, "tenants": rows}
         print(f"## {name}: " + " ".join(f"{k}={_f(v)}" for k, v in figs.items()))
-        if lines:
-            print("\n".join(lines) + "\n")
+        if name in before:
+            print("   before: " + " ".join(f"{k}={_f(v)}" for k, v in before[name]["figures"].items()))
+        if rows:
+            print("\n".join(table(rows, before.get(name, {}).get("tenants"))) + "\n")
         last += [
             f"{name}_{k}={_f(figs[k])}"
             for k in ("attainment_min", "jain")

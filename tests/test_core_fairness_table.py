@@ -56,9 +56,10 @@ class Case:
 
 CASES: dict[str, Case] = {
     # One shared tier: across tenants the share decides, not the class. a holds a slot (share 1),
-    # c nothing (share 0): c's BestEffort request goes before a's older Burstable one.
+    # c nothing (share 0): c's BestEffort request goes before a's older Burstable one (with no
+    # minimum share for BestEffort, which has nothing to do with it).
     "besteffort_of_a_lower_share_goes_before_another_tenants_burstable": Case(
-        fair(policy(A, C), usage_half_life_s=0),
+        fair(policy(A, C), usage_half_life_s=0, best_effort_min_share=0.0),
         [
             ("add", "w0", 2),
             ("acquire", "a0", "a", "b"),

@@ -18,7 +18,7 @@ from scheduler.core.types import QoS
 from scheduler.policy.model import FairnessSpec, Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 from scheduler.policy.yaml_io import policy_to_yaml
 from scheduler.sim.compare.contenders import STATIC
-from scheduler.sim.compare.metrics import figures, latest_first_grant, spread
+from scheduler.sim.compare.metrics import figures, json_entry, latest_first_grant, spread
 from scheduler.sim.compare.run import run_compare
 from scheduler.sim.compare.tenants import tenant_cell, tenant_tables
 from scheduler.sim.simulator import SimConfig, Simulator
@@ -211,7 +211,9 @@ def test_compare_report_json_and_stdout_have_the_per_tenant_figures(
     section = report.split("## Per tenant\n", 1)[1].split("\n## ", 1)[0]
     header = next(ln for ln in section.splitlines() if ln.startswith("tenant | "))
     assert header.split(" | ")[1:4] == ["**slotsched**", "reject-retry", "fifo"]
-    (a_row, _) = [ln for ln in section.splitlines() if ln.startswith("a | ")]
+    (a_row, _, _) = [
+        ln for ln in section.splitlines() if ln.startswith("a | ")
+    ]  # first grant, p99, attainment
     assert a_row.split(" | ")[1] == "0.0 · 15.0/29.7/30.0 · 102"  # slotsched: the hand figures
     assert "per tenant: first grant" in out and "a | 0.0 · 15.0/29.7/30.0 · 102" in out
     ns.json = True
@@ -242,3 +244,24 @@ def test_cli_simulate_json_has_the_per_tenant_keys(tmp_path: Path) -> None:
     assert doc["tenants"]["b"]["first_grant_s"] == 12.0
     assert doc["tenants"]["b"]["time_to_slot"]["p99"] == 120.8
     assert doc["tenants"]["idle"]["first_grant_s"] is None
+
+
+def test_attainment_reaches_the_figures_the_json_and_the_table() -> None:
+    """With the run's samples, `figures` carries each tenant's attainment (`tenants.<t>.attainment`
+    of the JSON) and its lowest (`attainment_min`), and the per-tenant section prints them."""
+    pol, plans = one_slot(), yielding_workload()
+    sim = Simulator(pol, plans, SimConfig(checkpoint_s=2.0, sample_every_s=1.0))
+    stats = sim.run()
+    fig = figures("slotsched", stats, pol, plans, 2.0, sim.waiting_by_tenant, sim.points)
+    a = fig.tenants["a"]["attainment"]
+    assert set(a) == {"guaranteed", "burstable", "besteffort", "all"}
+    assert a["besteffort"] is not None and a["guaranteed"] is None
+    lowest = min(fig.tenants[t]["attainment"]["all"] for t in ("a", "b"))
+    assert fig.attainment_min == pytest.approx(lowest, abs=1e-4)  # the per-tenant figures are rounded
+    entry = json_entry(stats, fig)
+    assert entry["tenants"]["a"]["attainment"] == a and entry["attainment_min"] == pytest.approx(
+        lowest, abs=1e-4
+    )
+    lines = tenant_tables([fig])
+    assert f"a | {a['all']:.2f} (— / — / {a['besteffort']:.2f})" in lines
+    assert f"*lowest (attainment_min)* | {lowest:.2f}" in lines
