@@ -71,8 +71,16 @@ def _defaults() -> dict[str, str]:
         (("spec.limits",), model.LimitsSpec, schema.LIMITS_FIELDS),
         (("spec.fairness",), model.FairnessSpec, schema.FAIRNESS_FIELDS),
         (("spec.autoscaler", "spec.pools[].autoscaler"), model.AutoscalerSpec, schema.AUTOSCALER_FIELDS),
-        (("spec.autoscaler.weights", "spec.pools[].autoscaler.weights"), model.AutoscalerSpec, schema.WEIGHT_FIELDS),
-        (("spec.autoscaler.scaleUp", "spec.pools[].autoscaler.scaleUp"), model.AutoscalerSpec, schema.SCALE_UP_FIELDS),
+        (
+            ("spec.autoscaler.weights", "spec.pools[].autoscaler.weights"),
+            model.AutoscalerSpec,
+            schema.WEIGHT_FIELDS,
+        ),
+        (
+            ("spec.autoscaler.scaleUp", "spec.pools[].autoscaler.scaleUp"),
+            model.AutoscalerSpec,
+            schema.SCALE_UP_FIELDS,
+        ),
     ]
     out: dict[str, str] = {}
     for prefixes, cls, fields in sections:
@@ -201,8 +209,7 @@ def _sources() -> list[tuple[str, str, Callable[[], Iterator[MetricRow]]]]:
         ),
         (
             "state",
-            "The scheduler with `--state redis…`. The `pool` label is there with "
-            "`--leadership pool` only.",
+            "The scheduler with `--state redis…`. The `pool` label is there with `--leadership pool` only.",
             lambda: _objects(StateMetrics(CollectorRegistry(), pools=True)),
         ),
         (
@@ -343,11 +350,11 @@ def regenerate(check: bool) -> list[str]:
     texts: dict[Path, str] = {}
     for name, (path, render) in BLOCKS.items():
         text = texts.get(path) or path.read_text(encoding="utf-8")
-        pattern = _block(name)
-        if not pattern.search(text):
+        m = _block(name).search(text)
+        if m is None:
             raise SystemExit(f"{path.relative_to(ROOT)}: no markers for the generated block {name!r}")
         body = render().rstrip("\n") + "\n"
-        new = pattern.sub(lambda m: m.group(1) + body + m.group(3), text, count=1)
+        new = text[: m.start(2)] + body + text[m.end(2) :]
         if new != text:
             stale.append(f"{path.relative_to(ROOT)}: {name}")
         texts[path] = new
