@@ -119,3 +119,28 @@ def test_every_relative_link_of_the_docs_leads_to_a_file() -> None:
             if not (path.parent / target).exists():
                 broken.append(f"{path.relative_to(ROOT)}: {target}")
     assert not broken, broken
+
+
+def test_the_sdk_guide_examples_run_against_a_server() -> None:
+    """docs/agent-runtimes.md's async and sync examples, as written, against `serve`'s defaults."""
+    import subprocess
+
+    from tests.grpc_fixtures import running_server
+
+    text = (DOCS / "agent-runtimes.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    runnable = [b for b in blocks if "asyncio.run(" in b or "with Client(" in b]
+    assert len(runnable) == 2, "the guide's async and sync examples"
+    with running_server() as server:  # no policy: dev mode, built-in policy, static pool
+        for code in runnable:
+            code = code.replace('"127.0.0.1:50051"', repr(server.target))
+            out = subprocess.run(
+                [sys.executable, "-c", code],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert out.returncode == 0, out.stderr
+            assert re.search(r"^holding \S+/\d+", out.stdout, flags=re.M), out.stdout
