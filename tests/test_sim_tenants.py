@@ -265,3 +265,20 @@ def test_attainment_reaches_the_figures_the_json_and_the_table() -> None:
     lines = tenant_tables([fig])
     assert f"a | {a['all']:.2f} (— / — / {a['besteffort']:.2f})" in lines
     assert f"*lowest (attainment_min)* | {lowest:.2f}" in lines
+
+
+def test_simulate_json_has_each_tenants_attainment(tmp_path: Path) -> None:
+    """`slotsched simulate --json` (no --compare) samples the run too: `tenants.<t>.attainment`
+    and `attainment_min` over the tenants with sessions, as a contender's entry has them."""
+    pol, plans = one_slot(), yielding_workload()
+    wl, pf = tmp_path / "w.csv", tmp_path / "p.yaml"
+    write_workload(wl, plans)
+    pf.write_text(policy_to_yaml(pol))
+    cmd = [sys.executable, "-m", "scheduler.cli", "simulate", "--policy", str(pf), "--workload", str(wl)]
+    doc = json.loads(
+        subprocess.run([*cmd, "--json"], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    )
+    a, b = doc["tenants"]["a"]["attainment"], doc["tenants"]["b"]["attainment"]
+    assert a["besteffort"] is not None and a["guaranteed"] is None and b["guaranteed"] is not None
+    assert doc["tenants"]["idle"]["attainment"]["all"] is None  # no sessions: nothing owed
+    assert doc["attainment_min"] == pytest.approx(min(a["all"], b["all"]), abs=1e-4)
