@@ -145,6 +145,7 @@ def test_simulate_cli_json_has_exactly_the_documented_keys(tmp_path: Path) -> No
         "unfinished",
         "stopped",
         "pools",  # issue 24: per-pool figures beside the totals
+        "attainment_min",  # the lowest fair-share attainment over tenants (tenants.<t>.attainment)
     }
     assert result["stopped"] is None
     assert set(result["classes"]) == {"guaranteed", "burstable", "besteffort"}
