@@ -421,9 +421,9 @@ class Replica(Compaction, Standby):
             return
         t0 = time.monotonic()
         won = (self.may_lead is None or self.may_lead()) and await self.store.try_lead(self.leader_ttl_s)
-        if self.reach.ok is not True:
-            await self.reach.answered()
         if won:
+            if self.reach.ok is not True:  # try_lead answered (a replica that may not lead never asked)
+                await self.reach.answered()
             self._become(Trigger.WON)
             self._deadline = t0 + self.leader_ttl_s - self.margin_s
             self._renew_at = t0 + self.renew_interval_s
@@ -439,6 +439,8 @@ class Replica(Compaction, Standby):
                 raise
         else:
             address = await self.store.leader_address()
+            if self.reach.ok is not True:  # only a real answer from the store says it is reachable
+                await self.reach.answered()
             if address != self.leader_address:
                 log.info("standby: the leader is at %s", address or "(not published yet)")
             self.leader_address = address
