@@ -60,7 +60,9 @@ def test_a_dry_run_serve_leaves_static_workers_and_capacity_as_they_are(
             assert isinstance(dry, DryRunActuator)
             assert ("drain", loop.last.would_drain) in dry.calls
             registry = running.loop.metrics.registry  # type: ignore[union-attr]
-            drains = registry.get_sample_value("slotsched_autoscaler_dry_run_actions_total", {"action": "drain"})
+            drains = registry.get_sample_value(
+                "slotsched_autoscaler_dry_run_actions_total", {"action": "drain"}
+            )
             assert drains is not None and drains >= 6
         finally:
             await running.stop(0)
@@ -87,8 +89,12 @@ def test_a_dry_run_loop_never_touches_the_membership() -> None:
     for i in range(3):
         core.handle(WorkerAdded(WorkerId(f"w{i}"), 2, f"w{i}:1"), 0.0)
     membership = Watching(lambda ev: core.handle(ev, 0.0))
-    auto = Autoscaler(CoreDemand(core.describe, lambda: core.policy), membership, DryRunActuator(), lambda: core.policy)
+    auto = Autoscaler(
+        CoreDemand(core.describe, lambda: core.policy), membership, DryRunActuator(), lambda: core.policy
+    )
     reports = [auto.tick(100.0 * i) for i in range(5)]
     assert calls == []
     assert any(r.would_drain for r in reports)
-    assert len(core.describe().workers) == 3 and all(w.state.value == "ready" for w in core.describe().workers)
+    assert len(core.describe().workers) == 3 and all(
+        w.state.value == "ready" for w in core.describe().workers
+    )

@@ -85,7 +85,11 @@ def test_an_oversize_policy_is_refused_alike_and_at_once(
 
     for name in ("load", "parse", "compose"):  # refused before parsing, so at once
         monkeypatch.setattr(yaml, name, parsed)
-    said = {"validate": _validate, "apply": _apply}[path_name](path) if path_name != "serve" else _serve(path, caplog)
+    said = (
+        {"validate": _validate, "apply": _apply}[path_name](path)
+        if path_name != "serve"
+        else _serve(path, caplog)
+    )
     assert f"(document): {SIZE} (got {path.stat().st_size}): the policy size limit" in said
     assert "is valid" not in said and "applied" not in said
 
@@ -94,7 +98,11 @@ def test_an_oversize_policy_is_refused_alike_and_at_once(
 def test_no_admins_is_warned_alike(path_name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "no-admins.yaml"
     path.write_text(_no_admins())
-    said = {"validate": _validate, "apply": _apply}[path_name](path) if path_name != "serve" else _serve(path, caplog)
+    said = (
+        {"validate": _validate, "apply": _apply}[path_name](path)
+        if path_name != "serve"
+        else _serve(path, caplog)
+    )
     assert NO_ADMINS in said
 
 

@@ -685,7 +685,11 @@ def _policy(*mutations: Mutation, doc: Doc | None = None) -> Policy:
 
 DIFF_CASES: list[tuple[str, list[Mutation], list[str]]] = [
     ("same", [], []),
-    ("pool-workers", [setter("spec.pools.1.workers", 3)], ["~ pools[gpu].workers: 2 -> 3" + f" (takes effect at restart: {RESTART_ONLY['workers']})"]),
+    (
+        "pool-workers",
+        [setter("spec.pools.1.workers", 3)],
+        ["~ pools[gpu].workers: 2 -> 3" + f" (takes effect at restart: {RESTART_ONLY['workers']})"],
+    ),
     ("pool-label", [setter("spec.pools.1.labels.gpu", "h100")], ["~ pools[gpu].labels.gpu: a100 -> h100"]),
     (
         "pool-label-added",
@@ -700,7 +704,10 @@ DIFF_CASES: list[tuple[str, list[Mutation], list[str]]] = [
     (
         "pool-target",
         [setter("spec.pools.1.target", "Deployment/gpu-2")],
-        ["~ pools[gpu].target: Deployment/worker-gpu -> Deployment/gpu-2" + f" (takes effect at restart: {RESTART_ONLY['target']})"],
+        [
+            "~ pools[gpu].target: Deployment/worker-gpu -> Deployment/gpu-2"
+            + f" (takes effect at restart: {RESTART_ONLY['target']})"
+        ],
     ),
     (
         "pool-autoscaler",
@@ -809,7 +816,9 @@ def test_diff_from_one_pool_to_several() -> None:
     assert diff_lines(d)[:3] == ["+ pool cpu", "+ pool gpu", "- pool default"]
     # Policies of one pool still diff as `pool.*`.
     d1 = diff_policies(old, _policy(setter("spec.pool.workers", 5), doc=single()))
-    assert diff_lines(d1) == ["~ pool.workers: 4 -> 5" + f" (takes effect at restart: {RESTART_ONLY['workers']})"]
+    assert diff_lines(d1) == [
+        "~ pool.workers: 4 -> 5" + f" (takes effect at restart: {RESTART_ONLY['workers']})"
+    ]
     assert summary(d1) == "pool.workers: 4 -> 5" + f" (takes effect at restart: {RESTART_ONLY['workers']})"
 
 

@@ -22,7 +22,15 @@ def _two_pools(**cpu: object) -> Policy:
     return Policy(
         pools=(
             PoolSpec(name="cpu", **spec),  # type: ignore[arg-type]
-            PoolSpec(name="gpu", labels=(("gpu", "true"),), slots_per_worker=1, workers=1, min_workers=1, max_workers=4, floor=0),
+            PoolSpec(
+                name="gpu",
+                labels=(("gpu", "true"),),
+                slots_per_worker=1,
+                workers=1,
+                min_workers=1,
+                max_workers=4,
+                floor=0,
+            ),
         ),
         tenants=(TenantSpec("t", burstable_nominal=4, burstable_limit=4),),
     )
@@ -32,8 +40,18 @@ def _two_pools(**cpu: object) -> Policy:
     ("old", "new", "path", "restart"),
     [
         (Policy(pool=PoolSpec(workers=2)), Policy(pool=PoolSpec(workers=3)), "pool.workers", True),
-        (Policy(pool=PoolSpec(slots_per_worker=4)), Policy(pool=PoolSpec(slots_per_worker=8)), "pool.slotsPerWorker", True),
-        (Policy(pool=PoolSpec(max_workers=4)), Policy(pool=PoolSpec(max_workers=8)), "pool.maxWorkers", False),
+        (
+            Policy(pool=PoolSpec(slots_per_worker=4)),
+            Policy(pool=PoolSpec(slots_per_worker=8)),
+            "pool.slotsPerWorker",
+            True,
+        ),
+        (
+            Policy(pool=PoolSpec(max_workers=4)),
+            Policy(pool=PoolSpec(max_workers=8)),
+            "pool.maxWorkers",
+            False,
+        ),
         (_two_pools(), _two_pools(workers=3), "pools[cpu].workers", True),
         (_two_pools(), _two_pools(target="Deployment/cpu"), "pools[cpu].target", True),
         (_two_pools(), _two_pools(min_workers=2), "pools[cpu].minWorkers", False),

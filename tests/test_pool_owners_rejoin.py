@@ -71,7 +71,9 @@ class _Paused(RedisMembers):
 def test_a_stale_membership_read_does_not_write_the_rejoiner_out(redis_url: str) -> None:  # noqa: F811
     async def go() -> None:
         prefix = f"rj{uuid.uuid4().hex[:8]}"
-        group = {n: Ownership(_Paused(redis_url, prefix), n, f"{n}:1", lambda: POOLS, member_ttl_s=30) for n in R}
+        group = {
+            n: Ownership(_Paused(redis_url, prefix), n, f"{n}:1", lambda: POOLS, member_ttl_s=30) for n in R
+        }
         try:
             for _ in range(2):
                 for o in group.values():

@@ -13,7 +13,15 @@ from collections.abc import Mapping, Sequence
 
 from scheduler.policy.checker import Checker, describe, join, keys_text, where
 from scheduler.policy.errors import Problem
-from scheduler.policy.model import AccessSpec, Policy, PoolSpec, RateLimit, RateLimitsSpec, TenantSpec, WorkerAccess
+from scheduler.policy.model import (
+    AccessSpec,
+    Policy,
+    PoolSpec,
+    RateLimit,
+    RateLimitsSpec,
+    TenantSpec,
+    WorkerAccess,
+)
 from scheduler.policy.schema import (
     ACCESS_KEYS,
     ADMIN_ENTRY_KEYS,
@@ -286,7 +294,9 @@ def serving_warnings(policy: Policy) -> list[Problem]:
     fine that the server then locks up: no tenant token, no admin, no way for a worker to register."""
     out: list[Problem] = []
     if not any(t.tokens for t in policy.tenants):
-        out.append(Problem(where("spec.tenants"), "no tenant lists a token: every Scheduler call will be refused"))
+        out.append(
+            Problem(where("spec.tenants"), "no tenant lists a token: every Scheduler call will be refused")
+        )
     if not policy.access.admins:
         out.append(
             Problem(

@@ -343,7 +343,13 @@ class Autoscaler:
             log.warning("autoscaler%s: %s", where, message)
             self.errors.append((now, message))
         report = TickReport(
-            now, d, done.asked_for, tuple(plan.drained), tuple(done.removed), tuple(errors), tuple(plan.would_drain)
+            now,
+            d,
+            done.asked_for,
+            tuple(plan.drained),
+            tuple(done.removed),
+            tuple(errors),
+            tuple(plan.would_drain),
         )
         if d is not None:
             self.last = report
