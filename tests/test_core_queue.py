@@ -88,3 +88,60 @@ def test_the_cap_refusal_with_a_slot_free_carries_retry_after() -> None:
     assert isinstance(refused, Refused) and refused.reason is RefuseReason.TENANT_QUEUE_FULL
     assert refused.retry_after_s >= 1.0 and refused.pool == "default"
     assert d.core.describe().free == 2 and d.core.describe().pending[1] == 8
+
+
+# ---------------------------------------------------------------- why a session waits
+
+SRE = tenant("sre", g=2, nominal=1, limit=4)
+PRODUCT = tenant("product", weight=2, nominal=2, limit=6)
+BATCH_BE = tenant("batch")
+# serve's defaults: 4 workers of 2 slots, floor 2; product's 6 and batch's 2 fill the 8 slots.
+FULL = (
+    [("add", f"w{i}", 2) for i in range(4)] + _acquires("product", "b", 1, 6) + _acquires("batch", "be", 1, 2)
+)
+SERVE = policy(SRE, PRODUCT, BATCH_BE, floor=2)
+
+# (steps, then the waiter asked about, its reason); the first reason that applies
+# (docs/design.md, "Why it waits").
+REASONS = {
+    "besteffort_beyond_quota": (FULL + [("acquire", "batch3", "batch", "be")], "batch3", "tenant_quota"),
+    "burstable_at_its_limit": (FULL + [("acquire", "product7", "product", "b")], "product7", "tenant_limit"),
+    "guaranteed_with_a_yield_for_it": (FULL + [("acquire", "g1", "sre", "g")], "g1", "yield_pending"),
+    "guaranteed_within_quota_no_victim_left": (
+        FULL + [("acquire", f"g{i}", "sre", "g") for i in range(1, 4)],
+        "g3",
+        "pool_exhausted",
+    ),
+    "burstable_below_nominal_no_slot": (
+        [("add", "w0", 1), ("acquire", "x", "sre", "g"), ("acquire", "s1", "sre", "b")],
+        "s1",
+        "pool_exhausted",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(REASONS))
+def test_one_reason_for_a_waiter(name: str) -> None:
+    steps, waiter, reason = REASONS[name]
+    d = Driver(SERVE)
+    d.run(steps)
+    q = d.core.queued(SessionId(waiter))
+    view = d.core.session(SessionId(waiter))
+    assert q is not None and view is not None
+    assert q.reason is BlockedReason(reason)
+    # the session view (GetSession) is the same answer, field for field
+    assert (view.position, view.estimated_wait_s, view.pool, view.reason) == (
+        q.position,
+        q.estimated_wait_s,
+        q.pool,
+        q.reason.value,
+    )
+
+
+def test_the_queued_decision_is_the_same_answer() -> None:
+    d = Driver(SERVE)
+    d.run(FULL)
+    (told,) = d.step(("acquire", "batch3", "batch", "be"))
+    assert isinstance(told, Queued) and told == d.core.queued(SessionId("batch3"))
+    assert summary(told) == "queued batch3"
+    assert d.core.queued(SessionId("product1")) is None  # holds: not a waiter

@@ -222,19 +222,19 @@ class Core(Ledger):
         req = self._requests.get(session)
         if req is None:
             return None
-        pos = self._position(req)
+        q = self._queued_of(req)  # the stream's Queued and this view: one answer
         return SessionView(
             session,
             TenantName(req.tenant.name),
             CLASSES[req.cls].value,
             "queued",
             None,
-            pos,
-            self._estimate(pos),
+            q.position,
+            q.estimated_wait_s,
             req.resume_from,
             req.enqueued_at,
-            self._pool_name,
-            self._blocked(req).value,
+            q.pool,
+            q.reason.value,
         )
 
     def leases(self) -> Iterator[tuple[Lease, LeaseState]]:

@@ -37,6 +37,7 @@ from scheduler.core.types import (
     Expired,
     Lease,
     LeaseId,
+    Queued,
     Refused,
     RefuseReason,
     Rejected,
@@ -196,6 +197,13 @@ class Pools:
             return self._single.session(session)
         name = self._where.get(session)
         return None if name is None else self._cores[name].session(session)
+
+    def queued(self, session: SessionId) -> Queued | None:
+        """What a waiter is told now: its pool's `Ledger.queued` (None: not waiting)."""
+        if self._single is not None:
+            return self._single.queued(session)
+        name = self._where.get(session)
+        return None if name is None else self._cores[name].queued(session)
 
     def leases(self) -> Iterator[tuple[Lease, LeaseState]]:
         for core in self._cores.values():
