@@ -321,7 +321,9 @@ class Pools:
             return [placed]
         if self._single is None:
             self._where[ev.session] = placed
-        return self._in(placed, ev, now)
+        out = self._in(placed, ev, now)
+        # A refusal by the pool's core (an unknown tenant, a duplicate) names the pool it was in.
+        return [replace(d, pool=placed) if type(d) is Refused and not d.pool else d for d in out]
 
     def _worker_added(self, ev: WorkerAdded, now: float) -> list[Decision]:
         names = self._catalog.names
