@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from scheduler.policy.checker import Checker, describe, join, keys_text
+from scheduler.policy.identities import SanType, policy_cert_name
 from scheduler.policy.model import AccessSpec, PoolSpec, RateLimit, RateLimitsSpec, TenantSpec, WorkerAccess
 from scheduler.policy.schema import (
     ACCESS_KEYS,
@@ -70,14 +71,16 @@ def token_hash(c: Checker, tok: object, path: str, seen: Seen) -> str | None:
 
 
 def identity_name(c: Checker, name: object, path: str, seen: Seen) -> str | None:
-    """One client-certificate name: a SPIFFE ID ("spiffe://trust-domain/path") or a DNS name."""
+    """One client-certificate name: a SPIFFE ID ("spiffe://trust-domain/path"), matched against
+    URI SANs only, or a DNS name, matched against DNS SANs only."""
     if not isinstance(name, str):
         c.error(path, f"expected a string, got {describe(name)}")
         return None
     if len(name) > IDENTITY_MAX_LEN:
         c.error(path, f"longer than {IDENTITY_MAX_LEN} characters")
         return None
-    ok = SPIFFE_RE.match(name) if name.startswith("spiffe://") else DNS_NAME_RE.match(name)
+    uri = policy_cert_name(name).type is SanType.URI  # the SAN type it will be matched against
+    ok = SPIFFE_RE.match(name) if uri else DNS_NAME_RE.match(name)
     if not ok:
         c.error(
             path,
