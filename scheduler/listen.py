@@ -20,8 +20,8 @@ only; with a CA as well it is mutual TLS: a client must present a certificate si
 or the handshake fails (the caller sees UNAVAILABLE) before any service, reflection, health or
 KEDA's endpoint is reached. The verified certificate is then in each call's
 `context.auth_context()` (`peer_uri` and `peer_dns`: its SANs by type; `x509_common_name`,
-`x509_pem_cert`), where scheduler/server/auth.py reads an identity from its typed SANs. The metrics port reuses the
-same files when asked (`--metrics-tls`).
+`x509_pem_cert`), where scheduler/server/auth.py reads an identity from its typed SANs. The
+metrics port reuses the same files when asked (`--metrics-tls`).
 """
 
 from __future__ import annotations
