@@ -142,3 +142,15 @@ def test_too_late_once_the_session_was_granted_again() -> None:
     assert _resumes_from(core, 15.5) == OLD
     (rejected,) = core.handle(_same(lease), 16.0)
     assert isinstance(rejected, Rejected) and rejected.code is ErrorCode.STALE_EPOCH
+
+
+def test_a_state_document_of_an_older_build_without_the_revoked_column_reads() -> None:
+    core, lease = _revoked()
+    doc = state_write.core_doc(core.export_records())
+    assert doc["request_fields"][-1] == "revoked" and doc["requests"][0][-1] == [lease.lease_id, lease.epoch]
+    doc["request_fields"] = doc["request_fields"][:-1]
+    doc["requests"] = [row[:-1] for row in doc["requests"]]
+    older = Core.from_records(core.policy, state_read.core_records(doc))
+    # What an older build knew: no revoked lease, so the late Yield is a stale call there.
+    (rejected, *_) = older.handle(_same(lease), 16.0)
+    assert isinstance(rejected, Rejected) and rejected.code is ErrorCode.STALE_EPOCH

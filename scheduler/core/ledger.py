@@ -334,19 +334,13 @@ class Ledger:
         slot = rec.lease.slot
         self._epochs[slot] = self._epochs.get(slot, 0) + 1  # fence: the old epoch is dead now
         out.append(Revoked(rec.lease, reason, now - rec.lease.granted_at))
-        self._requeue(rec, rec.lease.resume_from, now, out, revoked=(rec.lease.lease_id, rec.lease.epoch))
+        self._requeue(rec, rec.lease.resume_from, now, out)
+        req = self._requests.get(rec.lease.session)
+        if req is not None:  # set in the event that made it (a state capture comes between events)
+            req.revoked = (rec.lease.lease_id, rec.lease.epoch)
 
-    def _requeue(
-        self,
-        rec: LeaseRec,
-        snap: SnapshotRef | None,
-        now: float,
-        out: list[Decision],
-        revoked: tuple[LeaseId, int] | None = None,
-    ) -> None:
-        req = Request(
-            rec.lease.session, rec.tenant, rec.cls, rec.arrival, rec.seq, now, snap, revoked=revoked
-        )
+    def _requeue(self, rec: LeaseRec, snap: SnapshotRef | None, now: float, out: list[Decision]) -> None:
+        req = Request(rec.lease.session, rec.tenant, rec.cls, rec.arrival, rec.seq, now, snap)
         req.preempted = rec.preempted
         self._enqueue(req)
         self._to_report.append(req)
