@@ -66,7 +66,9 @@ def _redis() -> Iterator[Topology]:
 @contextlib.contextmanager
 def _sentinel() -> Iterator[Topology]:
     with tempfile.TemporaryDirectory(prefix="slotsched-contract-") as d:
-        s = SentinelSet(d, replicas=1, sentinels=1).start()
+        # No test here fails the primary over: a long down-after, so a slow PING on a loaded
+        # machine does not fail it over (or leave it "subjectively down": "No master found").
+        s = SentinelSet(d, replicas=1, sentinels=1, down_after_ms=10_000).start()
         try:
             yield _redis_topology(s.url(), f"redis+sentinel://127.0.0.1:{free_port()}/slotsched/0")
         finally:
