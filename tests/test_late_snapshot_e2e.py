@@ -12,7 +12,9 @@ snapshot's validity: the session resumes from the late snapshot, and no work is 
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -106,8 +108,10 @@ def test_a_snapshot_completed_after_the_deadline_is_the_one_the_session_resumes_
                 # The snapshot completes late and goes out as a late Yield.
                 await _until(lambda: metrics.late_snapshots == 1, "the late snapshot kept")
                 (late,) = [c.ref for c in rt.checkpoints if c.session_id == "be-1"]
-                assert late is not None and be.resume_from is not None
-                assert be.resume_from.sha256 == late.sha256
+                assert late is not None
+                # The SDK reads the Yield's answer after the scheduler counted it.
+                await _until(lambda: be.resume_from is not None, "the SDK told its late snapshot was kept")
+                assert be.resume_from is not None and be.resume_from.sha256 == late.sha256
                 leave.set()
                 await waiter  # the waiter left: be-1 is granted again, from the late snapshot
                 await be.wait_granted(BOUND_S)
@@ -115,6 +119,10 @@ def test_a_snapshot_completed_after_the_deadline_is_the_one_the_session_resumes_
                 assert started.resume_from is not None and started.resume_from.sha256 == late.sha256
                 assert started.state_sha256 == late.sha256 and not started.fell_back
             assert w.metrics.work_lost_total() == 0.0
+            body = await asyncio.to_thread(
+                lambda: urllib.request.urlopen(server.metrics_url, timeout=10).read()
+            )
+            assert re.search(rb"^slotsched_late_snapshots_total 1\.0$", body, re.M), body
             assert metrics.revocations  # it was a revocation, not a yield in time
             assert sum(metrics.revocations.values()) == 1 and metrics.yields == 0
         finally:
