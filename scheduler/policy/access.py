@@ -86,7 +86,7 @@ def identity_name(c: Checker, name: object, path: str, seen: Seen) -> str | None
             path,
             f"{describe(name)} is not a certificate name this server matches: a SPIFFE ID "
             '("spiffe://trust-domain/path") or a lowercase DNS name without wildcards, compared exactly '
-            "with the verified client certificate's subject alternative name",
+            "with the verified client certificate's subject alternative name of the same type (URI, DNS)",
         )
         return None
     return name if _claim(c, name, path, seen) else None
