@@ -424,6 +424,10 @@ class Core(Ledger):
         out.append(Renewed(rec.lease))
 
     def _yield(self, ev: Yield, now: float, out: list[Decision]) -> None:
+        req = self._requests.get(ev.session)
+        if req is not None and req.revoked == (ev.lease_id, ev.epoch):
+            self._late_snapshot(req, ev, out)  # revoked at its deadline: the snapshot still counts
+            return
         rec = self._check_call(ev.session, ev.lease_id, ev.epoch, out)
         if rec is None:
             return

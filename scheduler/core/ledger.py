@@ -9,6 +9,7 @@ methods from the steps of an event. export/restore of the state is restore.py's.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 
 from scheduler.core.indexes import PositionCounts
@@ -21,6 +22,7 @@ from scheduler.core.types import (
     BlockedReason,
     Decision,
     Granted,
+    LateSnapshot,
     Lease,
     LeaseId,
     QoS,
@@ -32,6 +34,7 @@ from scheduler.core.types import (
     SnapshotRef,
     TenantName,
     WorkerId,
+    Yield,
     YieldCancelled,
     YieldCause,
     YieldRequested,
@@ -332,12 +335,26 @@ class Ledger:
         self._epochs[slot] = self._epochs.get(slot, 0) + 1  # fence: the old epoch is dead now
         out.append(Revoked(rec.lease, reason, now - rec.lease.granted_at))
         self._requeue(rec, rec.lease.resume_from, now, out)
+        req = self._requests.get(rec.lease.session)
+        if req is not None:  # set in the event that made it (a state capture comes between events)
+            req.revoked = (rec.lease.lease_id, rec.lease.epoch)
 
     def _requeue(self, rec: LeaseRec, snap: SnapshotRef | None, now: float, out: list[Decision]) -> None:
         req = Request(rec.lease.session, rec.tenant, rec.cls, rec.arrival, rec.seq, now, snap)
         req.preempted = rec.preempted
         self._enqueue(req)
         self._to_report.append(req)
+
+    def _late_snapshot(self, req: Request, ev: Yield, out: list[Decision]) -> None:
+        """A Yield of the lease whose revocation queued `req` (docs/design.md, "Checkpoint-and-yield
+        preemption", step 4): its snapshot, if it brings one, is the one the session resumes from.
+        The request is replaced, not changed (a state capture may share it); it keeps its place."""
+        if ev.snapshot is not None:
+            late = dataclasses.replace(req, resume_from=ev.snapshot)
+            self._requests[req.session] = late
+            out.append(LateSnapshot(req.session, ev.lease_id, ev.epoch, ev.snapshot))
+            req = late
+        self._to_report.append(req)  # the caller is told its place in the queue
 
     def _report_queued(self, req: Request, out: list[Decision]) -> None:
         if self._requests.get(req.session) is req:

@@ -45,6 +45,7 @@ from scheduler.core.types import (
     EndReason,
     Expired,
     Granted,
+    LateSnapshot,
     QoS,
     Queued,
     Refused,
@@ -144,6 +145,7 @@ class Metrics:
         self._policy: Policy | None = None
         self.yields = 0
         self.yields_cancelled = 0
+        self.late_snapshots = 0  # Yields after their lease's revocation whose snapshot was kept
         self.expiries = 0
         self.work_lost = 0.0
         self.latency = _Histogram(LATENCY_BUCKETS)
@@ -268,6 +270,8 @@ class Metrics:
             elif isinstance(d, Ended):
                 if d.reason is EndReason.YIELDED:
                     self.yields += 1
+            elif isinstance(d, LateSnapshot):
+                self.late_snapshots += 1
             elif isinstance(d, Revoked):
                 self.revocations[d.reason] += 1
                 self.work_lost += d.lost_slot_seconds
@@ -345,6 +349,12 @@ class _Collector(Collector):
             "slotsched_yields_cancelled",
             "Yield requests called off: the waiter left and no other waiter had a right to the lease.",
             value=m.yields_cancelled,
+        )
+        yield CounterMetricFamily(
+            "slotsched_late_snapshots",
+            "Snapshots that came with a Yield after their lease was revoked at its yield deadline, "
+            "kept: the session resumes from them (the work counted lost at the revocation was not).",
+            value=m.late_snapshots,
         )
         yield _counter(
             "slotsched_revocations",
