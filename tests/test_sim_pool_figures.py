@@ -89,7 +89,7 @@ def test_an_unknown_pool_is_counted_as_a_refusal_with_its_reason_not_as_a_pool()
 
 
 def rows(*lines: str) -> list[SessionPlan]:
-    header = "arrival_s,session_id,tenant,qos_class,hold_s,pool,fallback,selector".split(",")
+    header = ["arrival_s", "session_id", "tenant", "qos_class", "hold_s", "pool", "fallback", "selector"]
     return parse_rows([dict(zip(header, ln.split(","), strict=True)) for ln in lines], header)
 
 
@@ -166,3 +166,20 @@ def test_per_pool_blocked_reasons_max_wait_and_tenants() -> None:
         "time_to_slot": {"count": 2, "p50": 4.5, "p99": 8.91, "max": 9.0},
     }
     assert doc["pools"]["a"]["max_wait_s"] is None and doc["pools"]["a"]["tenants"] == {}
+
+
+# ---------------------------------------------------------------- the report lists every pool
+
+
+def test_the_compare_header_lists_every_pool_with_its_own_size_and_floor() -> None:
+    from scheduler.sim.compare.run import pools_line
+
+    assert pools_line(policy()) == (
+        "Pools (2, 5 slots in all): `a` 1 workers x 4 slots, floor 0; `b` 1 workers x 1 slot, floor 0"
+    )
+    one = Policy()
+    spec = one.pool
+    assert pools_line(one) == (
+        f"Pool: {spec.workers} workers x {spec.slots_per_worker} slots, "
+        f"floor {spec.floor_slots(spec.workers * spec.slots_per_worker)}"
+    )

@@ -32,10 +32,10 @@ from typing import Any
 from scheduler.core.types import (
     Decision,
     Ended,
-    Queued,
     Expired,
     Granted,
     Lease,
+    Queued,
     Refused,
     Revoked,
     YieldCancelled,
@@ -77,6 +77,9 @@ class Sample:
     busy: int
     pending: int
     held_by_tenant: dict[str, int]
+    # With several pools, each pool's (capacity, held, pending): a slot idle in one pool is no
+    # room for a session waiting in another.
+    by_pool: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -318,6 +321,7 @@ class SimStats:
                 sum(sum(v.held) for v in every),
                 sum(sum(v.pending) for v in every),
                 held,
+                {v.name: (v.capacity, sum(v.held), sum(v.pending)) for v in every} if len(every) > 1 else {},
             )
         )
 
