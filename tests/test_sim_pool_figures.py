@@ -175,7 +175,7 @@ def test_the_compare_header_lists_every_pool_with_its_own_size_and_floor() -> No
     from scheduler.sim.compare.run import pools_line
 
     assert pools_line(policy()) == (
-        "Pools (2, 5 slots in all): `a` 1 workers x 4 slots, floor 0; `b` 1 workers x 1 slot, floor 0"
+        "Pools (2, 5 slots in all): `a` 1 worker x 4 slots, floor 0; `b` 1 worker x 1 slot, floor 0"
     )
     one = Policy()
     spec = one.pool

@@ -135,7 +135,8 @@ def pools_line(policy: Policy) -> str:
     def one(p: PoolSpec) -> str:
         slots = p.workers * p.slots_per_worker
         unit = "slot" if p.slots_per_worker == 1 else "slots"
-        return f"{p.workers} workers x {p.slots_per_worker} {unit}, floor {p.floor_slots(slots)}"
+        workers = "worker" if p.workers == 1 else "workers"
+        return f"{p.workers} {workers} x {p.slots_per_worker} {unit}, floor {p.floor_slots(slots)}"
 
     if len(specs) == 1:
         return f"Pool: {one(specs[0])}"
