@@ -186,7 +186,7 @@ def test_identical_and_near_curves_are_said_in_the_legend() -> None:
     from scheduler.sim.compare.plots import same_as, same_note
 
     base = {"besteffort": [0.0, 1799.0, 28790.0]}
-    near = {"besteffort": [0.0, 1790.0, 28799.5]}  # a retry loop's jitter: within 1 s or 1% each
+    near = {"besteffort": [0.0, 1790.0, 28799.5]}  # a retry loop's jitter: each within 1%
     runs = [
         ("slotsched", stats({"besteffort": [0.0, 200.0, 250.0]})),
         ("reject-retry", stats(near)),
@@ -209,6 +209,12 @@ def test_identical_and_near_curves_are_said_in_the_legend() -> None:
     # Same in one class, not in another: no shared curve in the legend.
     other = [("a", stats({"burstable": [1.0], "besteffort": [5.0]})), ("b", stats({"burstable": [1.0]}))]
     assert same_as(other) == {} and same_as(other, ["burstable"]) == {"b": "= a"}
+    # Short waits half a second apart are apart on the plot (linear below 1 s): not "≈".
+    short = [
+        ("polling", stats({"guaranteed": [0.0, 0.0, 0.5]})),
+        ("formula", stats({"guaranteed": [0.0, 0.5, 0.5]})),
+    ]
+    assert same_as(short) == {}
 
 
 def test_identical_panels_name_the_first_and_rows_share_their_top() -> None:

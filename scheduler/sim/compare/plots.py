@@ -6,7 +6,7 @@
   curve starts at 0 at its shortest wait, so a single grant is a visible step; few grants are
   also marked with dots. Contenders whose waits are identical share one curve: the later ones
   are drawn dashed over it, the panel names them ("same curve: …") and so does the contenders'
-  legend (`same_as`: "= fifo" for identical waits, "≈ fifo" for waits within 1 s or 1% each,
+  legend (`same_as`: "= fifo" for identical waits, "≈ fifo" for waits within 0.1 s or 1% each,
   which draw as one curve too). A class with no grant
   says so instead of leaving an empty frame. Guaranteed curves are the requests within quota,
   the waits the SLA target is about (as in the report's table); the panel says how many beyond
@@ -68,7 +68,7 @@ PALETTE = (
     "#bfef45", "#000075", "#469990", "#ffe119", "#800000", "#808000", "#fabed4", "#dcbeff",
 )  # fmt: skip
 TOP_TENANTS = len(PALETTE)
-NEAR_S, NEAR_REL = 1.0, 0.01  # waits this close (s, or share of the wait) draw as one curve
+NEAR_S, NEAR_REL = 0.1, 0.01  # waits this close (s, or share of the wait) draw as one curve
 MARK_BELOW = 25  # grants in a curve below which each one is marked with a dot
 OTHERS = "others"
 POOL = "pool size (ready slots)"
