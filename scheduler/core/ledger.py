@@ -341,11 +341,22 @@ class Ledger:
 
     def _report_queued(self, req: Request, out: list[Decision]) -> None:
         if self._requests.get(req.session) is req:
-            pos = self._position(req)
-            out.append(Queued(req.session, pos, self._estimate(pos), self._pool_name, self._blocked(req)))
+            out.append(self._queued_of(req))
+
+    def queued(self, session: SessionId) -> Queued | None:
+        """What a waiter is told now (None: not waiting here). The one answer to "where and why
+        do I wait": the Queued decisions, the session view (GetSession, ListQueue) and every
+        Queued the server sends later (a refresh, a re-attach) are all `_queued_of`'s."""
+        req = self._requests.get(session)
+        return None if req is None else self._queued_of(req)
+
+    def _queued_of(self, req: Request) -> Queued:
+        pos = self._position(req)
+        return Queued(req.session, pos, self._estimate(pos), self._pool_name, self._blocked(req))
 
     def _blocked(self, req: Request) -> BlockedReason:
-        """Why `req` waits (docs/design.md, "Why a session waits"), first that applies."""
+        """Why `req` waits (docs/design.md, "Why a session waits"), first that applies: the one
+        reason function (`_queued_of`)."""
         t, cls = req.tenant, req.cls
         spec = t.spec  # `t.quota(cls)` and `t.b_nominal_held()` inline: one Queued an arrival
         limit = spec.best_effort_limit if cls == BE else spec.burstable_limit if cls == B else spec.guaranteed
