@@ -14,17 +14,25 @@ single-pool client is exactly what it was before routes: no route object, nothin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2_grpc
+from scheduler.client.channel import ClientLink
 from scheduler.client.follow import FollowingStub
 from scheduler.client.forward import Forward
 from scheduler.client.mux import SessionMux
 from scheduler.client.retry import RetryPolicy
 from scheduler.client.wake import Wake
 
-if TYPE_CHECKING:  # aio imports this module
-    from scheduler.client.aio import AsyncClient
+
+class RouteOwner(ClientLink, Protocol):
+    """What a route reads of the client that owns it (`AsyncClient`): its settings, and whether
+    it is closed. A Protocol, so this module never imports `aio` (which imports it): the
+    import-linter contract "the SDK's client is above its routes" keeps it so."""
+
+    @property
+    def closed(self) -> bool: ...
+
 
 #: The prefix of a selector's route key (follow.py: such a route follows any pool it is told of,
 #: the selector's first candidate being chosen by the server).
@@ -57,7 +65,7 @@ class PoolRoute:
     wake = Forward[Wake]("client")
     sessions = Forward[set[Any]]("client")
 
-    def __init__(self, client: AsyncClient, key: str, follower: Any, *, multiplex: bool) -> None:
+    def __init__(self, client: RouteOwner, key: str, follower: Any, *, multiplex: bool) -> None:
         self.client = client
         self.key = key
         self.follower = follower
