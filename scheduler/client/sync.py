@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -158,6 +159,8 @@ class Client:
         try:
             self.run(self._aclient.close())
         finally:
+            with contextlib.suppress(Exception):  # e.g. interrupted: the loop stops all the same
+                self.run(_drain(), timeout=5.0)
             self._closed = True
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5.0)
@@ -174,6 +177,18 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+async def _drain() -> None:
+    """End what is left on the client's loop before it stops, as `asyncio.run` does: grpc's own
+    tasks (a call's status handler) outlive the channel's close by a turn of the loop, and a loop
+    stopped under them printed `Task was destroyed but it is pending!` at the script's exit."""
+    current = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not current]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
 
 
 class Session:
