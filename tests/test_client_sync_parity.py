@@ -59,3 +59,19 @@ def test_the_blocking_session_shows_every_view_of_the_async_one() -> None:
 def test_a_view_is_read_only(name: str) -> None:
     with pytest.raises(AttributeError):
         getattr(Session, name).__set__(object(), None)
+
+
+def test_both_clients_take_one_options_object_or_its_names_as_keywords() -> None:
+    from scheduler.client import ClientOptions
+
+    options = ClientOptions(token="t", rpc_timeout_s=3.0, multiplex=False)
+    with Client("127.0.0.1:1", options=options, follow_leader=False) as client:  # never dialled
+        aio = client.aio
+        assert aio.rpc_timeout_s == 3.0 and aio.follow_leader is False and aio._mux is None
+        assert aio.metadata == (("authorization", "Bearer t"),)
+    by_keywords = AsyncClient("127.0.0.1:1", "t", rpc_timeout_s=3.0, multiplex=False, follow_leader=False)
+    assert by_keywords.options == AsyncClient("127.0.0.1:1", options=options, follow_leader=False).options
+    with pytest.raises(TypeError, match="unknown client setting rpc_timeout: the settings are"):
+        AsyncClient("127.0.0.1:1", rpc_timeout=3.0)
+    with pytest.raises(ValueError, match="connect_timeout_s must be > 0"):
+        Client("127.0.0.1:1", connect_timeout_s=0)

@@ -18,38 +18,33 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import inspect
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-import grpc
-
 from scheduler.client.aio import (
-    DEFAULT_CONNECT_TIMEOUT_S,
     AsyncClient,
     AsyncSession,
     OnGrant,
     OnYield,
     OnYieldCancelled,
 )
-from scheduler.client.channel import PemSource, tls_credentials
+from scheduler.client.channel import tls_credentials
 from scheduler.client.errors import SlotschedError
-from scheduler.client.follow import DEFAULT_FAILOVER_TIMEOUT_S
 from scheduler.client.forward import Forward
+from scheduler.client.options import ClientOptions
 from scheduler.client.phases import Phase
 from scheduler.client.types import LeaseInfo, QoS, QueueInfo, SessionInfo, Slot, SnapshotRef
 
 T = TypeVar("T")
 
-#: The arguments of `AsyncClient`, which `Client` takes too (tests/test_client_sync_parity.py).
-_ASYNC_ARGS = frozenset(inspect.signature(AsyncClient).parameters)
-
 
 class Client:
     """A connection to the slotsched Scheduler for threaded code; the same arguments as
-    `AsyncClient` (a test compares the two signatures), passed on to the one it drives."""
+    `AsyncClient` (a `ClientOptions`, or its names as keyword arguments; a test compares the two
+    signatures), passed on to the one it drives."""
 
     def __init__(
         self,
@@ -58,33 +53,19 @@ class Client:
         tenant: str | None = None,
         channel_options: Sequence[tuple[str, Any]] | None = None,
         *,
-        credentials: grpc.ChannelCredentials | None = None,
-        tls_ca: PemSource | None = None,
-        tls_cert: PemSource | None = None,
-        tls_key: PemSource | None = None,
-        rpc_timeout_s: float = 10.0,
-        reattach_timeout_s: float = 30.0,
-        backoff_initial_s: float = 0.1,
-        backoff_max_s: float = 2.0,
-        renew_interval_s: float | None = None,
-        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-        follow_leader: bool = True,
-        failover_timeout_s: float = DEFAULT_FAILOVER_TIMEOUT_S,
-        multiplex: bool = True,
+        options: ClientOptions | None = None,
+        **settings: Any,
     ) -> None:
-        # Every argument goes on as given (read before any other local exists), so none is left
-        # behind when AsyncClient gains one.
-        args = {name: value for name, value in locals().items() if name in _ASYNC_ARGS}
-        if connect_timeout_s <= 0:  # before the loop thread starts: nothing to clean up
-            raise ValueError(f"connect_timeout_s must be > 0, not {connect_timeout_s!r}")
+        # Refused (a bad setting) before the loop thread starts: nothing to clean up.
+        o = ClientOptions.of(options, settings, token=token, tenant=tenant, channel_options=channel_options)
         # The files are read (or refused) here, in the caller's thread.
-        args.update(credentials=tls_credentials(tls_ca, tls_cert, tls_key, credentials))
-        args.update(tls_ca=None, tls_cert=None, tls_key=None)
+        credentials = tls_credentials(o.tls_ca, o.tls_cert, o.tls_key, o.credentials)
+        o = replace(o, credentials=credentials, tls_ca=None, tls_cert=None, tls_key=None)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="slotsched-client", daemon=True)
         self._thread.start()
         self._closed = False
-        self._aclient = AsyncClient(**args)
+        self._aclient = AsyncClient(target, options=o)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
