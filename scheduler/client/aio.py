@@ -35,6 +35,7 @@ from scheduler.client.reactions import from_rpc_error
 from scheduler.client.retry import RetryPolicy
 from scheduler.client.routes import PoolRoute, route_key
 from scheduler.client.session import AsyncSession
+from scheduler.client.transport import RpcTransport, SessionTransport
 from scheduler.client.types import QoS, SessionInfo, SnapshotRef
 from scheduler.client.wake import Wake
 
@@ -135,7 +136,7 @@ class AsyncClient:
             failover_timeout_s=o.failover_timeout_s,
         )
         self._stub: scheduler_pb2_grpc.SchedulerStub | None = None
-        self._direct: Any = None  # the per-session rpcs, tried once each (calls.py retries)
+        self._direct: RpcTransport | None = None  # the per-session rpcs, tried once each (calls.py retries)
         #: The client's live sessions, released by `close()`.
         self.sessions: set[AsyncSession] = set()
         self._closed = False
@@ -186,19 +187,21 @@ class AsyncClient:
             route = self._routes[key] = PoolRoute(self, key, follower, multiplex=self._multiplex)
         return route
 
-    def session_stub(self) -> Any:
-        """What sessions call Acquire, Renew, Yield and Release on: the client's channel
-        multiplexer, or the per-session rpcs (`multiplex=False`, or a server without Channel),
-        to the leader. Neither sends a command again: a session's `calls.py` does, the one
-        layer that retries (a Renew whose channel broke in a failover goes again, to the new
-        leader, within failover_timeout_s)."""
+    def transport(self) -> SessionTransport:
+        """What sessions send Acquire, Renew, Yield and Release through (`transport.py`): the
+        client's channel multiplexer, or the per-session rpcs (`multiplex=False`, or a server
+        without Channel), to the leader. Neither sends a command again: a session's `calls.py`
+        does, the one layer that retries (a Renew whose channel broke in a failover goes again,
+        to the new leader, within failover_timeout_s)."""
         mux = self._mux
         if mux is not None and not mux.unsupported:
-            return mux.stub
+            return mux
         if self._closed:
             raise RuntimeError("AsyncClient is closed")
         if self._direct is None:
-            self._direct = FollowingStub(self._follower, scheduler_pb2_grpc.SchedulerStub, retry=False)
+            self._direct = RpcTransport(
+                FollowingStub(self._follower, scheduler_pb2_grpc.SchedulerStub, retry=False)
+            )
         return self._direct
 
     def session(

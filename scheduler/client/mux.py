@@ -6,14 +6,14 @@ Release calls, and grpc.aio's per-call cost capped a runtime hosting many sessio
 message costs a fraction of a call, and commands (and events) ready at the same moment travel as
 one message.
 
-Transparent to the session code: `MuxStub` answers the four methods the session modules call on
-a Scheduler stub (`Acquire`, `Renew`, `Yield`, `Release`) in the same shapes: `Acquire` returns a
-call object whose async iterator yields the session's LeaseEvents and raises
-`grpc.aio.AioRpcError` as the per-session stream would (a per-session error event is turned
-into the same status, details and trailing metadata); the unary methods return the response or
-raise `AioRpcError`. So the session's state machine, its re-attach with backoff, its one retry
-layer (`calls.py`) and its error mapping (`reactions.py`) are the ones the per-session rpcs use;
-the multiplexer itself never sends a command again.
+Transparent to the session code: `SessionMux` is a `SessionTransport` (transport.py), as the
+per-session rpcs are: `attach` returns the session's stream, whose async iterator yields its
+LeaseEvents and raises `grpc.aio.AioRpcError` as the per-session stream would (a per-session
+error event is turned into the same status, details and trailing metadata); `send` sends a
+command by its row's Channel field and returns the answer or raises `AioRpcError`. So the
+session's state machine, its re-attach with backoff, its one retry layer (`calls.py`) and its
+error mapping (`reactions.py`) are the ones the per-session rpcs use; the multiplexer itself
+never sends a command again.
 
 A channel carries at most as many sessions as the server allows (10,000: an acquire past that is
 refused RESOURCE_EXHAUSTED, reason CHANNEL_FULL). Such an acquire is sent again on another channel
@@ -47,8 +47,10 @@ from typing import Any
 
 import grpc
 import grpc.aio
+from google.protobuf.message import Message
 
 from scheduler.api import commands, wire
+from scheduler.api.commands import Command
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from scheduler.client import channel
 from scheduler.client.channel import ClientLink
@@ -361,7 +363,6 @@ class SessionMux:
         self.unsupported = False
         self._ref = 0
         self._closing: set[asyncio.Task[None]] = set()
-        self.stub = MuxStub(self)
 
     def _room(self) -> _Conn:
         """The first channel with room for a new session (a new one if every one is full)."""
@@ -438,6 +439,18 @@ class SessionMux:
             conn.mux.idle(conn)
             raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
 
+    # ------------------------------------------------ SessionTransport (transport.py)
+
+    def attach(self, request: pb.AcquireRequest, metadata: Any = None) -> MuxCall:
+        """A session's place on a channel (the channel's credential is the client's)."""
+        return self.acquire(request)
+
+    async def send(self, command: Command, request: Message, metadata: Any, timeout: float) -> Any:
+        """A unary command, as its row's Channel field (`commands.py`)."""
+        if command.field is None or command.streaming:
+            raise ValueError(f"{command.name} is not a unary command sent on a Channel")
+        return await self.command(timeout, **{command.field: request})
+
     async def close(self) -> None:
         conns, self.conns = self.conns, []
         for conn in conns:
@@ -445,30 +458,6 @@ class SessionMux:
         for task in list(self._closing):
             with contextlib.suppress(BaseException):
                 await task
-
-
-class MuxStub:
-    """The Scheduler stub's session methods, over the client's channel (module doc): `Acquire`,
-    and each unary rpc `scheduler/api/commands.py` lists with a Channel field (Renew, Yield,
-    Release), sent as that command."""
-
-    def __init__(self, mux: SessionMux) -> None:
-        self._mux = mux
-
-    def Acquire(self, request: pb.AcquireRequest, metadata: Any = None) -> MuxCall:  # noqa: N802
-        return self._mux.acquire(request)
-
-    def __getattr__(self, rpc: str) -> Any:
-        command = commands.BY_RPC.get(rpc)
-        if command is None or command.field is None or command.streaming:
-            raise AttributeError(rpc)
-        field = command.field
-        mux = self._mux
-
-        async def call(request: Any, metadata: Any = None, timeout: float | None = None) -> Any:
-            return await mux.command(timeout, **{field: request})
-
-        return call
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:

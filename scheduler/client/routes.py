@@ -22,6 +22,7 @@ from scheduler.client.follow import FollowingStub
 from scheduler.client.forward import Forward
 from scheduler.client.mux import SessionMux
 from scheduler.client.retry import RetryPolicy
+from scheduler.client.transport import RpcTransport, SessionTransport
 from scheduler.client.wake import Wake
 
 
@@ -70,7 +71,7 @@ class PoolRoute:
         self.key = key
         self.follower = follower
         self._stub: Any = None
-        self._direct: Any = None
+        self._direct: RpcTransport | None = None
         self.mux: SessionMux | None = SessionMux(self) if multiplex else None
 
     @property
@@ -91,14 +92,15 @@ class PoolRoute:
         stub: scheduler_pb2_grpc.SchedulerStub = self._stub
         return stub
 
-    def session_stub(self) -> Any:
-        """This route's multiplexer, or its per-session rpcs (as `AsyncClient.session_stub`)."""
+    def transport(self) -> SessionTransport:
+        """This route's multiplexer, or its per-session rpcs (as `AsyncClient.transport`)."""
         mux = self.mux
         if mux is not None and not mux.unsupported:
-            return mux.stub
+            return mux
         self._check_open()
         if self._direct is None:
-            self._direct = FollowingStub(self.follower, scheduler_pb2_grpc.SchedulerStub, retry=False)
+            stub = FollowingStub(self.follower, scheduler_pb2_grpc.SchedulerStub, retry=False)
+            self._direct = RpcTransport(stub)
         return self._direct
 
     async def close(self) -> None:
