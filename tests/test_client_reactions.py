@@ -273,6 +273,9 @@ class _Bidi:
         self.closed.set()
         return True
 
+    def abandon(self, err: Any) -> None:
+        self.cancel()
+
 
 def test_a_channel_moved_before_it_answered_resends_its_acquires_and_hands_back_its_commands() -> None:
     async def body() -> None:
@@ -282,12 +285,8 @@ def test_a_channel_moved_before_it_answered_resends_its_acquires_and_hands_back_
             metadata: tuple[tuple[str, str], ...] = ()
             wake = Wake()
 
-            def stub(self) -> Any:
-                class Stub:
-                    def Channel(self, metadata: Any = None) -> _Bidi:  # noqa: N802
-                        return bidi
-
-                return Stub()
+            def open_channel(self) -> _Bidi:
+                return bidi
 
         m = mux.SessionMux(Client())  # type: ignore[arg-type]
         m.acquire(pb.AcquireRequest(session_id="s1"))

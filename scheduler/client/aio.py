@@ -35,7 +35,7 @@ from scheduler.client.reactions import from_rpc_error
 from scheduler.client.retry import RetryPolicy
 from scheduler.client.routes import PoolRoute, route_key
 from scheduler.client.session import AsyncSession
-from scheduler.client.transport import RpcTransport, SessionTransport
+from scheduler.client.transport import ChannelCall, RpcTransport, SessionTransport
 from scheduler.client.types import QoS, SessionInfo, SnapshotRef
 from scheduler.client.wake import Wake
 
@@ -186,6 +186,11 @@ class AsyncClient:
             follower = self._follower.route(key)
             route = self._routes[key] = PoolRoute(self, key, follower, multiplex=self._multiplex)
         return route
+
+    def open_channel(self) -> ChannelCall:
+        """A Channel stream to the leader (`ClientLink.open_channel`): the stub's following call."""
+        call: ChannelCall = self.stub().Channel(metadata=self.metadata)
+        return call
 
     def transport(self) -> SessionTransport:
         """What sessions send Acquire, Renew, Yield and Release through (`transport.py`): the

@@ -28,7 +28,7 @@ verdict on what the client sent: UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARG
 CHANNEL column of `reactions.py`), so each session re-attaches as after a broken Acquire stream
 and its commands in flight are sent again (by `calls.py`):
 its next `Acquire` goes on a channel that works (a new one if none, opened through
-`client.stub()` taken afresh, so a client that follows the leader reaches the new one). A channel
+`client.open_channel()` afresh, so a client that follows the leader reaches the new one). A channel
 is left the same way, its replica counted as lost by the client's follower, when the replica
 answers nothing for `SILENCE_S` while a command or an acquire waits on it (frozen, or hung: its
 connection stays open), or refuses a command NOT_LEADER (a leader that stepped down under its
@@ -55,6 +55,7 @@ from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from scheduler.client import channel
 from scheduler.client.channel import ClientLink
 from scheduler.client.reactions import Reaction, reason_of_status, rule
+from scheduler.client.transport import ChannelCall
 
 #: Older servers refused an acquire on a full channel RATE_LIMITED, saying this in the message.
 _CHANNEL_FULL_TEXT = "open another channel"
@@ -133,9 +134,8 @@ class _Conn:
     def __init__(self, mux: SessionMux) -> None:
         self.mux = mux
         client = mux.client
-        self.call = client.stub().Channel(metadata=client.metadata)
-        if hasattr(self.call, "resend"):  # a following stub's: told what to send again (`_resend`)
-            self.call.resend = self._resend
+        self.call: ChannelCall = client.open_channel()
+        self.call.resend = self._resend  # told what to send again if it re-opens at the leader
         self.sessions: dict[str, MuxCall] = {}
         self.waiting: dict[int, asyncio.Future[Any] | MuxCall] = {}
         self.pending: list[pb.ChannelCommand] = []
@@ -204,9 +204,7 @@ class _Conn:
     def _lost(self, err: grpc.aio.AioRpcError) -> None:
         """This channel's replica is lost or does not lead: the client's follower moves on from
         it, as after a failed read (`_FollowingBidi.abandon`), and the channel breaks."""
-        abandon = getattr(self.call, "abandon", None)
-        if abandon is not None:
-            abandon(err)
+        self.call.abandon(err)
         self._break(err)
 
     def forget(self, call: MuxCall) -> None:

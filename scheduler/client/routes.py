@@ -22,7 +22,7 @@ from scheduler.client.follow import FollowingStub
 from scheduler.client.forward import Forward
 from scheduler.client.mux import SessionMux
 from scheduler.client.retry import RetryPolicy
-from scheduler.client.transport import RpcTransport, SessionTransport
+from scheduler.client.transport import ChannelCall, RpcTransport, SessionTransport
 from scheduler.client.wake import Wake
 
 
@@ -91,6 +91,11 @@ class PoolRoute:
             self._stub = FollowingStub(self.follower, scheduler_pb2_grpc.SchedulerStub)
         stub: scheduler_pb2_grpc.SchedulerStub = self._stub
         return stub
+
+    def open_channel(self) -> ChannelCall:
+        """A Channel stream to the leader (`ClientLink.open_channel`): the stub's following call."""
+        call: ChannelCall = self.stub().Channel(metadata=self.metadata)
+        return call
 
     def transport(self) -> SessionTransport:
         """This route's multiplexer, or its per-session rpcs (as `AsyncClient.transport`)."""

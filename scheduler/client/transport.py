@@ -13,9 +13,10 @@ the same status, details and trailers as the rpc's), which `reactions.py` reads.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
+import grpc.aio
 from google.protobuf.message import Message
 
 from scheduler.api.commands import Command
@@ -31,6 +32,25 @@ class LeaseCall(Protocol):
     def __aiter__(self) -> AsyncIterator[pb.LeaseEvent]: ...
 
     def cancel(self) -> bool: ...
+
+
+class ChannelCall(Protocol):
+    """One open `Scheduler.Channel` stream, as the multiplexer (`mux.py`) uses it. It is the
+    client's following call (`follow.py`): until its first answer it re-opens at the leader,
+    writing again what `resend` returns (set by the multiplexer: its unanswered acquires), and
+    `abandon(err)` moves the client's follower off a replica found lost or not leading."""
+
+    resend: Callable[[], list[pb.ChannelRequest]] | None
+
+    async def write(self, request: pb.ChannelRequest) -> None: ...
+
+    async def read(self) -> Any:
+        """The next `ChannelResponse`, or `grpc.aio.EOF`."""
+        ...
+
+    def cancel(self) -> bool: ...
+
+    def abandon(self, err: grpc.aio.AioRpcError) -> None: ...
 
 
 class SessionTransport(Protocol):
@@ -60,4 +80,4 @@ class RpcTransport:
         return await getattr(self._stub, command.rpc)(request, metadata=metadata, timeout=timeout)
 
 
-__all__ = ["LeaseCall", "Metadata", "RpcTransport", "SessionTransport"]
+__all__ = ["ChannelCall", "LeaseCall", "Metadata", "RpcTransport", "SessionTransport"]
