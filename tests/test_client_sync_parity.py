@@ -75,3 +75,19 @@ def test_both_clients_take_one_options_object_or_its_names_as_keywords() -> None
         AsyncClient("127.0.0.1:1", rpc_timeout=3.0)
     with pytest.raises(ValueError, match="connect_timeout_s must be > 0"):
         Client("127.0.0.1:1", connect_timeout_s=0)
+
+
+#: Methods of the async session the blocking one has in its own shape: closing is `__exit__`,
+#: and its listeners are how it mirrors the async session's state (`Session._mirror`).
+_OWN_METHODS = {"aclose", "add_listener"}
+
+
+def test_the_blocking_session_has_every_method_of_the_async_one() -> None:
+    """A new session command's method (e.g. to extend a lease) fails here until its blocking twin
+    is written."""
+
+    def methods(cls: type) -> set[str]:
+        return {n for n, v in vars(cls).items() if not n.startswith("_") and inspect.isfunction(v)}
+
+    missing = methods(AsyncSession) - methods(Session) - _OWN_METHODS
+    assert not missing, f"Session lacks {sorted(missing)}"
