@@ -222,19 +222,19 @@ class Core(Ledger):
         req = self._requests.get(session)
         if req is None:
             return None
-        pos = self._position(req)
+        q = self._queued_of(req)  # the stream's Queued and this view: one answer
         return SessionView(
             session,
             TenantName(req.tenant.name),
             CLASSES[req.cls].value,
             "queued",
             None,
-            pos,
-            self._estimate(pos),
+            q.position,
+            q.estimated_wait_s,
             req.resume_from,
             req.enqueued_at,
-            self._pool_name,
-            self._blocked(req).value,
+            q.pool,
+            q.reason.value,
         )
 
     def leases(self) -> Iterator[tuple[Lease, LeaseState]]:
@@ -356,15 +356,19 @@ class Core(Ledger):
             msg = f"tenant {t.name!r} has no {ev.qos.value} quota in pool {self._pool_name!r}"
             out.append(Refused(s, RefuseReason.NO_QUOTA, msg, pool=self._pool_name))
             return False
-        if self._free_ready == 0:
+        # Granted in this event iff a slot is free and the tenant is below its limit for the
+        # class: between events no waiter could take a free slot (the pass ran), so none is
+        # ahead of it. Any other request waits, for whatever reason, and meets the caps.
+        limit = t.quota(cls)
+        at_once = self._free_ready > 0 and (limit is None or t.held[cls] + t.earmarked[cls] < limit)
+        if not at_once:
             refusal = self._cap_refusal(s, t, cls)
             if refusal is not None:
                 out.append(refusal)
                 return False
         self._seq += 1
         req = Request(s, t, cls, now, self._seq, now, ev.resume_from)
-        if self._free_ready > 0 and not self._requests and t.held[cls] < (t.quota(cls) or 1 << 62):
-            # Nobody waits and a slot is free: this request is first in line and within quota.
+        if at_once and not self._requests:  # nobody waits: no pass needed to find it first
             self._grant(req, self._pop_free(), now, out, queued=False)
             return False
         self._enqueue(req)
@@ -420,6 +424,10 @@ class Core(Ledger):
         out.append(Renewed(rec.lease))
 
     def _yield(self, ev: Yield, now: float, out: list[Decision]) -> None:
+        req = self._requests.get(ev.session)
+        if req is not None and req.revoked == (ev.lease_id, ev.epoch):
+            self._late_snapshot(req, ev, out)  # revoked at its deadline: the snapshot still counts
+            return
         rec = self._check_call(ev.session, ev.lease_id, ev.epoch, out)
         if rec is None:
             return

@@ -177,6 +177,7 @@ def records_of(c: Capture) -> CoreRecords:
             r.enqueued_at,
             r.resume_from,
             *earmarks.get(s, no),
+            r.revoked,
         )
         for s, r in c.requests.items()
     )
@@ -350,13 +351,13 @@ def _load_requests(core: Ledger, records: tuple[RequestRecord, ...]) -> None:
     if not records:
         return
     tenants, requests = core._tenants, core._requests
-    s, tenant, qos, arrival, seq, enqueued_at, ref, earmark, tier = zip(*records, strict=True)
+    s, tenant, qos, arrival, seq, enqueued_at, ref, earmark, tier, revoked = zip(*records, strict=True)
     try:
         owners = list(map(tenants.__getitem__, tenant))
         classes = list(map(CLASS_INDEX.__getitem__, qos))
     except KeyError as e:
         raise ValueError(f"a queued request names an unknown tenant or class {e}") from e
-    reqs = map(Request, s, owners, classes, arrival, seq, enqueued_at, ref, earmark, tier)
+    reqs = map(Request, s, owners, classes, arrival, seq, enqueued_at, ref, earmark, tier, revoked)
     requests.update(zip(s, reqs, strict=True))
     if len(requests) != len(records) or not requests.keys().isdisjoint(core._holders):
         raise ValueError("a session is queued twice or queued and holding")
