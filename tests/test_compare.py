@@ -35,6 +35,8 @@ SIMULATE_KEYS = {
     "unfinished",
     "stopped",
     "pools",  # issue 24: per-pool figures beside the totals
+    "refusals_by_reason",  # an unknown pool's refusal counts here, not as a pool
+    "blocked",  # the waits told each blocked reason, over every pool
 }
 
 

@@ -145,6 +145,8 @@ def test_simulate_cli_json_has_exactly_the_documented_keys(tmp_path: Path) -> No
         "unfinished",
         "stopped",
         "pools",  # issue 24: per-pool figures beside the totals
+        "refusals_by_reason",  # an unknown pool's refusal counts here, not as a pool
+        "blocked",  # the waits told each blocked reason, over every pool
     }
     assert result["stopped"] is None
     assert set(result["classes"]) == {"guaranteed", "burstable", "besteffort"}

@@ -16,12 +16,12 @@ in these steps (the methods below follow this order):
           more than one per waiter;
   4. newcomers the pass did not serve are told their place (`Queued`), and yields no waiter took
      over are cancelled (`YieldCancelled`).
-Both pass steps read heads of indexed heaps, so a decision costs O(log queued + log tenants).
-The state, and every change to it with its accounting (grant, end, yield, earmark, free
-slots), is `Ledger`'s (ledger.py): this module only decides. The weighted share is
-`TenantState.share` (tenants.py); the views adapters read are views.py's; the state as records
-(`export_records` / `from_records`) is records.py's, read and loaded by restore.py; the core knows
-no document (a state snapshot is scheduler/state/state_write.py's and state_read.py's).
+Both pass steps read heads of indexed heaps: a decision costs O(log queued + log tenants). The
+state, and every change to it with its accounting (grant, end, yield, earmark, free slots), is
+`Ledger`'s (ledger.py): this module only decides. The weighted share is `TenantState.share`
+(tenants.py); the views adapters read are views.py's; the state as records (`export_records` /
+`from_records`) is records.py's, read and loaded by restore.py; the core knows no document (a
+state snapshot is scheduler/state/state_write.py's and state_read.py's).
 
 A yield exists for a waiter. When the waiter leaves (withdrawn, granted another slot, its right
 gone with a policy change), its victim is made ACTIVE again at once and the pass runs: a waiter
@@ -29,8 +29,7 @@ with a right to that very lease takes the yield over (it stays under way, same d
 holder hears nothing); otherwise the event ends with `YieldCancelled` for it. So no lease is
 revoked, and no yield frees a slot, for a waiter that is not there. When the victim's slot frees,
 its waiter keeps its earmark through the pass, so the slot goes to it, not back to the victim's
-holder re-queued in the same tier (`_landed`).
-"""
+holder re-queued in the same tier (`_landed`)."""
 
 from __future__ import annotations
 
@@ -424,9 +423,7 @@ class Core(Ledger):
         out.append(Renewed(rec.lease))
 
     def _yield(self, ev: Yield, now: float, out: list[Decision]) -> None:
-        req = self._requests.get(ev.session)
-        if req is not None and req.revoked == (ev.lease_id, ev.epoch):
-            self._late_snapshot(req, ev, out)  # revoked at its deadline: the snapshot still counts
+        if self._late_yield(ev, out):  # revoked at its deadline: the snapshot still counts
             return
         rec = self._check_call(ev.session, ev.lease_id, ev.epoch, out)
         if rec is None:

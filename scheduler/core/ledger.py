@@ -345,6 +345,14 @@ class Ledger:
         self._enqueue(req)
         self._to_report.append(req)
 
+    def _late_yield(self, ev: Yield, out: list[Decision]) -> bool:
+        """Whether `ev` yields the lease whose revocation queued its session (then handled here)."""
+        req = self._requests.get(ev.session)
+        if req is None or req.revoked != (ev.lease_id, ev.epoch):
+            return False
+        self._late_snapshot(req, ev, out)
+        return True
+
     def _late_snapshot(self, req: Request, ev: Yield, out: list[Decision]) -> None:
         """A Yield of the lease whose revocation queued `req` (docs/design.md, "Checkpoint-and-yield
         preemption", step 4): its snapshot, if it brings one, is the one the session resumes from.
