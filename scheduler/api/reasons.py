@@ -61,7 +61,7 @@ class Row:
 
     @property
     def metric(self) -> str:
-        """The `reason` label of its refusal counter (slotsched_refusals, slotsched_flow_refused)."""
+        """The `reason` label of its refusals in `slotsched_refusals_total` (the core's reasons)."""
         return self.name
 
 
