@@ -271,11 +271,11 @@ class Book:
 
     def throttled(self, p: Permit, retry_after_s: float, now: float, out: list[BudgetDecision]) -> None:
         """The provider throttled `p`'s call. One decrease per episode: a permit granted before
-        the last decrease was sent at the old limit, so its 429 says nothing of the new one (as
-        TCP halves once per window, not once per lost packet)."""
+        the last decrease (or with it) was sent at the old limit, so its 429 says nothing of the
+        new one (as TCP halves once per window, not once per lost packet)."""
         fb = self.spec.feedback
         changed = False
-        if self.last_decrease is None or (p.granted_at is not None and p.granted_at >= self.last_decrease):
+        if self.last_decrease is None or (p.granted_at is not None and p.granted_at > self.last_decrease):
             new = max(fb.minimum, self.factor * fb.decrease)
             self.last_decrease = now
             if new < self.factor:
