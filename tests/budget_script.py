@@ -32,7 +32,9 @@ G, B, E = QoS.GUARANTEED, QoS.BURSTABLE, QoS.BEST_EFFORT
 BUDGET = "llm"
 
 
-def policy(budget: dict[str, Any] | None = None, tenants: list[dict[str, Any]] | None = None, **spec: Any) -> Policy:
+def policy(
+    budget: dict[str, Any] | None = None, tenants: list[dict[str, Any]] | None = None, **spec: Any
+) -> Policy:
     """One budget `llm` (6,000 tokens and 6,000 requests a minute: 100 a second each, so tokens
     are what binds) and tenants: g (Guaranteed 10%), b and c (Burstable nominal 20%, limit 60%),
     e (BestEffort only), z (no share of it)."""
@@ -77,7 +79,9 @@ def event(step: tuple[Any, ...]) -> Any:
     kind = step[0]
     if kind == "req":
         _, _, pid, tenant, qos, inp, out = step
-        return PermitRequest(PermitId(pid), "s-" + pid, TenantName(tenant), BudgetName(BUDGET), qos, Usage(inp, out))
+        return PermitRequest(
+            PermitId(pid), "s-" + pid, TenantName(tenant), BudgetName(BUDGET), qos, Usage(inp, out)
+        )
     if kind == "settle":
         pid, inp, out = step[2], step[3], step[4]
         retry = step[5] if len(step) > 5 else None

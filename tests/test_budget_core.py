@@ -9,14 +9,13 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-
 from budget_script import BUDGET, B, E, G, event, policy, run, summary
+
 from scheduler.core.budget.core import Budgets
 from scheduler.core.budget.types import (
     BudgetName,
     BudgetTick,
     LimitChanged,
-    PermitEnded,
     PermitId,
     PermitQueued,
     PermitRefused,
@@ -29,7 +28,12 @@ NAN, INF = math.nan, math.inf
 
 
 def request(
-    tenant: str = "e", qos: QoS = E, inp: float = 100, out: float = 0, budget: str = BUDGET, requests: float = 1
+    tenant: str = "e",
+    qos: QoS = E,
+    inp: float = 100,
+    out: float = 0,
+    budget: str = BUDGET,
+    requests: float = 1,
 ) -> PermitRequest:
     return PermitRequest(
         PermitId("p"), "s", TenantName(tenant), BudgetName(budget), qos, Usage(inp, out, requests)
@@ -41,16 +45,31 @@ REFUSALS: list[tuple[str, PermitRequest, str, str]] = [
     ("unknown tenant", request(tenant="nobody"), "unknown_tenant", ""),
     ("a tenant naming no share of the budget", request(tenant="z"), "no_share", ""),
     ("a class with no share: Guaranteed without a reserved rate", request(tenant="e", qos=G), "no_share", ""),
-    ("a class with no share: Burstable of a Guaranteed-only tenant", request(tenant="g", qos=B), "no_share", ""),
+    (
+        "a class with no share: Burstable of a Guaranteed-only tenant",
+        request(tenant="g", qos=B),
+        "no_share",
+        "",
+    ),
     ("a negative estimate", request(inp=-1), "invalid_estimate", "estimate.input_tokens"),
     ("a NaN estimate", request(out=NAN), "invalid_estimate", "estimate.output_tokens"),
     ("an infinite estimate", request(inp=INF), "invalid_estimate", "estimate.input_tokens"),
     ("an absurd estimate", request(out=1e10), "invalid_estimate", "estimate.output_tokens"),
     ("negative requests", request(requests=-1), "invalid_estimate", "estimate.requests"),
     # g's leaf holds a minute of its 600 a minute: 601 never fits.
-    ("above the Guaranteed leaf's capacity", request(tenant="g", qos=G, inp=601), "estimate_too_large", "estimate"),
+    (
+        "above the Guaranteed leaf's capacity",
+        request(tenant="g", qos=G, inp=601),
+        "estimate_too_large",
+        "estimate",
+    ),
     # b's limit is 60%: 3,600 a minute.
-    ("above the Burstable limit's capacity", request(tenant="b", qos=B, inp=3601), "estimate_too_large", "estimate"),
+    (
+        "above the Burstable limit's capacity",
+        request(tenant="b", qos=B, inp=3601),
+        "estimate_too_large",
+        "estimate",
+    ),
     # The shared bucket holds the limit less the reserved rates: 5,400.
     ("above the shared bucket's capacity", request(inp=3000, out=2401), "estimate_too_large", "estimate"),
     ("requests above capacity", request(requests=5401), "estimate_too_large", "estimate.requests"),
@@ -124,7 +143,12 @@ SCENARIOS: list[tuple[str, dict[str, Any], list[Step], list[Step]]] = [
     ),
     (
         "fair share: the tenant that borrowed less recently goes first",
-        {"tenants": [{"name": "e", "budgets": [{"budget": BUDGET}]}, {"name": "f", "budgets": [{"budget": BUDGET}]}]},
+        {
+            "tenants": [
+                {"name": "e", "budgets": [{"budget": BUDGET}]},
+                {"name": "f", "budgets": [{"budget": BUDGET}]},
+            ]
+        },
         [
             ("req", 0, "p1", "e", E, 900, 0),
             ("tick", 10),
@@ -151,7 +175,12 @@ SCENARIOS: list[tuple[str, dict[str, Any], list[Step], list[Step]]] = [
         {},
         # From t=60 g's leaf is full: 90 + 10 a second refill the shared bucket (864 without).
         [("req", 0, "p1", "e", E, 5400, 0), ("tick", 60), ("req", 60, "p2", "e", E, 950, 0), ("tick", 69.6)],
-        [("queued", "p1", "budget_exhausted", 0), ("granted", "p1"), ("queued", "p2", "budget_exhausted", 0), ("granted", "p2")],
+        [
+            ("queued", "p1", "budget_exhausted", 0),
+            ("granted", "p1"),
+            ("queued", "p2", "budget_exhausted", 0),
+            ("granted", "p2"),
+        ],
     ),
     (
         "reserved rate is not lent while its owner waits",
@@ -234,7 +263,12 @@ SCENARIOS: list[tuple[str, dict[str, Any], list[Step], list[Step]]] = [
         "a permit not settled within its TTL is charged its estimate and closed",
         {"budget": {"permitTTLSeconds": 30}},
         [("req", 0, "p1", "e", E, 100, 0), ("tick", 2), ("tick", 32), ("settle", 33, "p1", 50, 0)],
-        [("queued", "p1", "budget_exhausted", 0), ("granted", "p1"), ("ended", "p1", "expired"), ("settle_refused", "p1", "not_open")],
+        [
+            ("queued", "p1", "budget_exhausted", 0),
+            ("granted", "p1"),
+            ("ended", "p1", "expired"),
+            ("settle_refused", "p1", "not_open"),
+        ],
     ),
     (
         "a waiting permit is withdrawn by its own session; the one behind it moves up",
@@ -359,7 +393,7 @@ def test_a_policy_change_keeps_what_was_spent_and_refuses_waiters_it_cannot_serv
     assert ("granted", "p1") in seen
     # b loses its share: its waiter is refused. The window spent at t=60 is not refilled by the
     # change: 61 s in, the shared bucket holds one second of refill (90 + 10 lent), not a minute.
-    tenants = [
+    tenants: list[dict[str, Any]] = [
         {"name": "g", "budgets": [{"budget": BUDGET, "guaranteed": {"percent": 10}}]},
         {"name": "b"},
         {"name": "e", "budgets": [{"budget": BUDGET}]},

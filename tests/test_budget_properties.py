@@ -18,10 +18,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from budget_script import B, E, G, event, policy, summary
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from budget_script import B, E, G, event, policy, summary
 from scheduler.core.budget.core import Budgets
 from scheduler.core.budget.types import (
     BudgetDecision,
@@ -146,7 +146,9 @@ class Driver:
 
 @settings(max_examples=150, deadline=None)
 @given(ops)
-def test_the_fleet_never_sends_more_than_the_limit_and_no_permit_is_lost(script: list[tuple[Any, ...]]) -> None:
+def test_the_fleet_never_sends_more_than_the_limit_and_no_permit_is_lost(
+    script: list[tuple[Any, ...]],
+) -> None:
     drv = Driver()
     for op in script:
         drv.step(op)
@@ -177,28 +179,28 @@ def test_guaranteed_within_its_reserved_rate_is_granted_within_one_refill(
     for op in others:
         t += op[1]
         script.append((t, op))
-    t_g, asks = 0.0, []
-    for gap, tokens, used in mine:
-        asks.append((t_g + gap, tokens, used))
+    t_g, asks = 0.0, list[tuple[float, int, float]]()
+    for gap, tokens, frac in mine:
+        asks.append((t_g + gap, tokens, frac))
         t_g += gap + max(tokens, 1) / G_RATE  # the refill of this one, in tokens and requests
-    script += [(at, ("g", tokens, used)) for at, tokens, used in asks]
+    script += [(at, ("g", tokens, frac)) for at, tokens, frac in asks]
     script.sort(key=lambda x: x[0])
     due: dict[str, tuple[float, float]] = {}
-    used: dict[str, float] = {}
+    fraction: dict[str, float] = {}
     for at, op in script:
         if op[0] == "g":
             drv.n += 1
             pid = f"g{drv.n}"
-            due[pid], used[pid] = (at, at + max(op[1], 1) / G_RATE), op[2]
+            due[pid], fraction[pid] = (at, at + max(op[1], 1) / G_RATE), op[2]
             drv.at(at, event(("req", at, pid, "g", G, op[1], 0)))
         else:
             drv.step((op[0], at - drv.now, *op[2:]))
         # g settles as soon as it is granted, at most its estimate (its TTL would charge that).
         for pid in [p for p in drv.open if p.startswith("g")]:
             e = drv.open[pid].estimate
-            drv.at(drv.now, event(("settle", drv.now, pid, e.input_tokens * used[pid], 0)))
+            drv.at(drv.now, event(("settle", drv.now, pid, e.input_tokens * fraction[pid], 0)))
     drv.at(drv.now + 1000, BudgetTick())
-    granted = {d.permit: t for t, d in drv.log if isinstance(d, PermitGranted)}
+    granted: dict[str, float] = {d.permit: t for t, d in drv.log if isinstance(d, PermitGranted)}
     for pid, (asked, by) in due.items():
         assert pid in granted, pid
         assert granted[pid] <= by + 1e-6, (pid, asked, by, granted[pid])
@@ -206,7 +208,9 @@ def test_guaranteed_within_its_reserved_rate_is_granted_within_one_refill(
 
 @settings(max_examples=100, deadline=None)
 @given(ops)
-def test_no_grant_while_the_provider_says_wait_and_the_limit_stays_in_bounds(script: list[tuple[Any, ...]]) -> None:
+def test_no_grant_while_the_provider_says_wait_and_the_limit_stays_in_bounds(
+    script: list[tuple[Any, ...]],
+) -> None:
     drv = Driver(throttles=True)
     for op in script:
         drv.step(op)

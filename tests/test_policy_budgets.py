@@ -60,32 +60,102 @@ T0 = "spec.tenants[0].budgets[0]"
 ERRORS: list[tuple[str, dict[str, Any], str, str]] = [
     ("budgets not a list", edit("spec.budgets", {"llm": 1}), "spec.budgets", "expected a list of budgets"),
     ("a budget not a mapping", edit("spec.budgets", ["llm"]), "spec.budgets[0]", "expected a mapping"),
-    ("a budget without a name", edit("spec.budgets", [{"tokensPerMinute": 1}]), "spec.budgets[0].name", "required"),
-    ("a bad budget name", edit("spec.budgets[0].name", "Bad_Name"), "spec.budgets[0].name", "not a valid budget name"),
+    (
+        "a budget without a name",
+        edit("spec.budgets", [{"tokensPerMinute": 1}]),
+        "spec.budgets[0].name",
+        "required",
+    ),
+    (
+        "a bad budget name",
+        edit("spec.budgets[0].name", "Bad_Name"),
+        "spec.budgets[0].name",
+        "not a valid budget name",
+    ),
     (
         "two budgets of one name",
         edit("spec.budgets", [{"name": "llm", "tokensPerMinute": 1}, {"name": "llm", "tokensPerMinute": 1}]),
         "spec.budgets[1].name",
         "duplicate budget name 'llm'",
     ),
-    ("a budget limiting nothing", edit("spec.budgets", [{"name": "llm"}]), "spec.budgets[0]", "limits at least one of"),
-    ("a limit of zero", edit("spec.budgets[0].tokensPerMinute", 0), "spec.budgets[0].tokensPerMinute", "must be > 0"),
-    ("a fractional limit", edit("spec.budgets[0].tokensPerMinute", 1.5), "spec.budgets[0].tokensPerMinute", "expected an integer"),
-    ("an absurd limit", edit("spec.budgets[0].tokensPerMinute", 10**13), "spec.budgets[0].tokensPerMinute", "must be <="),
-    ("a limit as a string", edit("spec.budgets[0].requestsPerMinute", "100"), "spec.budgets[0].requestsPerMinute", "expected an integer"),
+    (
+        "a budget limiting nothing",
+        edit("spec.budgets", [{"name": "llm"}]),
+        "spec.budgets[0]",
+        "limits at least one of",
+    ),
+    (
+        "a limit of zero",
+        edit("spec.budgets[0].tokensPerMinute", 0),
+        "spec.budgets[0].tokensPerMinute",
+        "must be > 0",
+    ),
+    (
+        "a fractional limit",
+        edit("spec.budgets[0].tokensPerMinute", 1.5),
+        "spec.budgets[0].tokensPerMinute",
+        "expected an integer",
+    ),
+    (
+        "an absurd limit",
+        edit("spec.budgets[0].tokensPerMinute", 10**13),
+        "spec.budgets[0].tokensPerMinute",
+        "must be <=",
+    ),
+    (
+        "a limit as a string",
+        edit("spec.budgets[0].requestsPerMinute", "100"),
+        "spec.budgets[0].requestsPerMinute",
+        "expected an integer",
+    ),
     (
         "a misspelt limit",
         edit("spec.budgets[0].tokenPerMinute", 5),
         "spec.budgets[0].tokenPerMinute",
         "did you mean tokensPerMinute?",
     ),
-    ("a decrease of zero", edit("spec.budgets[0].feedback", {"decrease": 0}), "spec.budgets[0].feedback.decrease", "must be > 0"),
-    ("a decrease above one", edit("spec.budgets[0].feedback", {"decrease": 1.5}), "spec.budgets[0].feedback.decrease", "must be <= 1"),
-    ("a TTL of zero", edit("spec.budgets[0].permitTTLSeconds", 0), "spec.budgets[0].permitTTLSeconds", "must be > 0"),
-    ("a negative queue cap", edit("spec.budgets[0].maxPending", -1), "spec.budgets[0].maxPending", "must not be negative"),
-    ("a tenant's budgets not a list", edit("spec.tenants[0].budgets", {"llm": {}}), "spec.tenants[0].budgets", "expected a list"),
-    ("a share of an unknown budget", edit(f"{T0}.budget", "nope"), f"{T0}.budget", "unknown budget 'nope': the policy's budgets are 'llm'"),
-    ("a share naming no budget", edit("spec.tenants[0].budgets", [{"guaranteed": {"percent": 1}}]), f"{T0}.budget", "required"),
+    (
+        "a decrease of zero",
+        edit("spec.budgets[0].feedback", {"decrease": 0}),
+        "spec.budgets[0].feedback.decrease",
+        "must be > 0",
+    ),
+    (
+        "a decrease above one",
+        edit("spec.budgets[0].feedback", {"decrease": 1.5}),
+        "spec.budgets[0].feedback.decrease",
+        "must be <= 1",
+    ),
+    (
+        "a TTL of zero",
+        edit("spec.budgets[0].permitTTLSeconds", 0),
+        "spec.budgets[0].permitTTLSeconds",
+        "must be > 0",
+    ),
+    (
+        "a negative queue cap",
+        edit("spec.budgets[0].maxPending", -1),
+        "spec.budgets[0].maxPending",
+        "must not be negative",
+    ),
+    (
+        "a tenant's budgets not a list",
+        edit("spec.tenants[0].budgets", {"llm": {}}),
+        "spec.tenants[0].budgets",
+        "expected a list",
+    ),
+    (
+        "a share of an unknown budget",
+        edit(f"{T0}.budget", "nope"),
+        f"{T0}.budget",
+        "unknown budget 'nope': the policy's budgets are 'llm'",
+    ),
+    (
+        "a share naming no budget",
+        edit("spec.tenants[0].budgets", [{"guaranteed": {"percent": 1}}]),
+        f"{T0}.budget",
+        "required",
+    ),
     (
         "two shares of one budget",
         edit("spec.tenants[0].budgets", [{"budget": "llm"}, {"budget": "llm"}]),
@@ -118,7 +188,12 @@ ERRORS: list[tuple[str, dict[str, Any], str, str]] = [
         f"{T0}.burstable.nominal.tokensPerMinute",
         "nominal 600 a minute is greater than limit 500",
     ),
-    ("a percent above 100", edit(f"{T0}.guaranteed", {"percent": 120}), f"{T0}.guaranteed.percent", "must be <= 100"),
+    (
+        "a percent above 100",
+        edit(f"{T0}.guaranteed", {"percent": 120}),
+        f"{T0}.guaranteed.percent",
+        "must be <= 100",
+    ),
     ("an empty rate", edit(f"{T0}.guaranteed", {}), f"{T0}.guaranteed", "empty: give percent or a rate"),
     ("a rate as a string", edit(f"{T0}.guaranteed", "10%"), f"{T0}.guaranteed", "expected a rate"),
     (
@@ -127,14 +202,31 @@ ERRORS: list[tuple[str, dict[str, Any], str, str]] = [
         "spec.budgets[0].tokensPerMinute",
         "Guaranteed rates of budget 'llm' add up to 1001 a minute, above its limit 1000",
     ),
-    ("a pool naming an unknown budget", edit("spec.pool.budgets", ["nope"]), "spec.pool.budgets[0]", "unknown budget 'nope'"),
-    ("a pool naming a budget twice", edit("spec.pool.budgets", ["llm", "llm"]), "spec.pool.budgets[1]", "duplicate budget"),
-    ("a pool's budgets not a list", edit("spec.pool.budgets", "llm"), "spec.pool.budgets", "expected a list of budget names"),
+    (
+        "a pool naming an unknown budget",
+        edit("spec.pool.budgets", ["nope"]),
+        "spec.pool.budgets[0]",
+        "unknown budget 'nope'",
+    ),
+    (
+        "a pool naming a budget twice",
+        edit("spec.pool.budgets", ["llm", "llm"]),
+        "spec.pool.budgets[1]",
+        "duplicate budget",
+    ),
+    (
+        "a pool's budgets not a list",
+        edit("spec.pool.budgets", "llm"),
+        "spec.pool.budgets",
+        "expected a list of budget names",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("case", "doc", "path", "fragment"), ERRORS, ids=[e[0] for e in ERRORS])
-def test_a_bad_budget_key_is_an_error_naming_its_path(case: str, doc: dict[str, Any], path: str, fragment: str) -> None:
+def test_a_bad_budget_key_is_an_error_naming_its_path(
+    case: str, doc: dict[str, Any], path: str, fragment: str
+) -> None:
     with pytest.raises(PolicyError) as err:
         policy_from_dict(doc)
     found = [p for p in err.value.problems if p.path == path]
@@ -160,11 +252,12 @@ def test_spec_pools_entries_name_their_budgets() -> None:
 def test_no_shared_remainder_is_a_warning_with_the_numbers() -> None:
     doc = edit(f"{T0}.burstable", {"nominal": {"percent": 90}})
     _, warnings = policy_from_dict(doc)
+    tail = "a minute or more: no shared remainder is left, so BestEffort can starve"
     assert [str(w) for w in warnings] == [
-        "spec.budgets[0].requestsPerMinute: budget 'llm': Guaranteed (10) and Burstable nominal (90) rates add "
-        "up to its limit 100 a minute or more: no shared remainder is left, so BestEffort can starve",
-        "spec.budgets[0].tokensPerMinute: budget 'llm': Guaranteed (100) and Burstable nominal (900) rates add "
-        "up to its limit 1000 a minute or more: no shared remainder is left, so BestEffort can starve",
+        "spec.budgets[0].requestsPerMinute: budget 'llm': Guaranteed (10) and Burstable nominal (90) rates "
+        f"add up to its limit 100 {tail}",
+        "spec.budgets[0].tokensPerMinute: budget 'llm': Guaranteed (100) and Burstable nominal (900) rates "
+        f"add up to its limit 1000 {tail}",
     ]
 
 
@@ -180,7 +273,11 @@ def test_a_share_reads_as_rates_per_dimension() -> None:
     assert policy.pool.budgets == ("llm",)
 
 
-@pytest.mark.parametrize("doc", [base(), edit("spec.tenants[1].budgets[0].bestEffort", {"limit": None})], ids=["base", "null limit"])
+@pytest.mark.parametrize(
+    "doc",
+    [base(), edit("spec.tenants[1].budgets[0].bestEffort", {"limit": None})],
+    ids=["base", "null limit"],
+)
 def test_a_policy_with_budgets_round_trips_through_yaml(doc: dict[str, Any]) -> None:
     policy, _ = policy_from_dict(doc)
     assert parse_policy(policy_to_yaml(policy))[0] == policy
@@ -193,8 +290,9 @@ def test_the_shipped_example_is_valid_and_names_every_budget_key() -> None:
     assert policy.pool.budgets == ("anthropic-sonnet",)
     assert all(t.budget("anthropic-sonnet") is not None for t in policy.tenants)
     text = EXAMPLE.read_text()
-    for key in ("inputTokensPerMinute", "outputTokensPerMinute", "requestsPerMinute", "permitTTLSeconds",
-                "maxPendingPerTenant", "feedback", "guaranteed", "burstable", "bestEffort", "percent"):  # fmt: skip
+    keys = ["inputTokensPerMinute", "outputTokensPerMinute", "requestsPerMinute", "permitTTLSeconds"]
+    keys += ["maxPendingPerTenant", "feedback", "guaranteed", "burstable", "bestEffort", "percent"]
+    for key in keys:
         assert key in text, key
     assert parse_policy(policy_to_yaml(policy))[0] == policy
 

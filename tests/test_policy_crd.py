@@ -258,7 +258,9 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("a bad budget name", edit("spec.budgets", [{"name": "LLM", "tokensPerMinute": 5}]), SCHEMA),
     (
         "two budgets of one name",
-        edit("spec.budgets", [{"name": "llm", "tokensPerMinute": 5}, {"name": "llm", "requestsPerMinute": 5}]),
+        edit(
+            "spec.budgets", [{"name": "llm", "tokensPerMinute": 5}, {"name": "llm", "requestsPerMinute": 5}]
+        ),
         LIST_KEYS,
     ),
     (

@@ -127,7 +127,10 @@ def _rate(c: Checker, value: object, path: str, budget: BudgetSpec | None) -> Bu
     if budget is not None:
         for key, own, limit in zip(_DIM_KEYS, rate.given(), budget.limits(), strict=True):
             if own is not None and limit is None:
-                c.error(join(path, key), f"budget {budget.name!r} does not limit {key}: give only the ones it does")
+                c.error(
+                    join(path, key),
+                    f"budget {budget.name!r} does not limit {key}: give only the ones it does",
+                )
     return rate
 
 
@@ -249,7 +252,9 @@ def attach_pool_budgets(c: Checker, spec: Mapping[str, object], policy: Policy) 
         pools: list[PoolSpec] = []
         for i, (pool, raw) in enumerate(zip(policy.pools, raw_pools, strict=True)):
             own = raw.get("budgets") if isinstance(raw, Mapping) else None
-            pools.append(dataclasses.replace(pool, budgets=_pool_budgets(c, own, f"spec.pools[{i}].budgets", names)))
+            pools.append(
+                dataclasses.replace(pool, budgets=_pool_budgets(c, own, f"spec.pools[{i}].budgets", names))
+            )
         return dataclasses.replace(policy, pools=tuple(pools), pool=pools[0])
     raw_pool = spec.get("pool")
     own = raw_pool.get("budgets") if isinstance(raw_pool, Mapping) else None
@@ -279,18 +284,19 @@ def check_budget_commitments(c: Checker, policy: Policy) -> None:
             if limit is None:
                 continue
             key = _DIM_KEYS[d]
+            res, nom = fmt_number(round(reserved[d], 3)), fmt_number(round(nominal[d], 3))
             if reserved[d] > limit:
                 c.error(
                     f"spec.budgets[{i}].{key}",
-                    f"the tenants' Guaranteed rates of budget {b.name!r} add up to {fmt_number(round(reserved[d], 3))} "
-                    f"a minute, above its limit {limit}: a reserved rate the provider cannot refill is never kept",
+                    f"the tenants' Guaranteed rates of budget {b.name!r} add up to {res} a minute, above its "
+                    f"limit {limit}: a reserved rate the provider cannot refill is never kept",
                 )
             elif reserved[d] + nominal[d] >= limit and reserved[d] + nominal[d] > 0:
                 c.warn(
                     f"spec.budgets[{i}].{key}",
-                    f"budget {b.name!r}: Guaranteed ({fmt_number(round(reserved[d], 3))}) and Burstable nominal "
-                    f"({fmt_number(round(nominal[d], 3))}) rates add up to its limit {limit} a minute or more: no "
-                    "shared remainder is left, so BestEffort can starve",
+                    f"budget {b.name!r}: Guaranteed ({res}) and Burstable nominal ({nom}) rates add up "
+                    f"to its limit {limit} a minute or more: no shared remainder is left, so BestEffort "
+                    "can starve",
                 )
 
 

@@ -172,7 +172,11 @@ def _budget() -> Schema:
         },
         "A named upstream limit (an LLM provider's key and model) the fleet shares, per minute.",
         required=["name"],
-        **{"x-kubernetes-validations": [{"rule": limits, "message": "a budget limits at least one dimension"}]},
+        **{
+            "x-kubernetes-validations": [
+                {"rule": limits, "message": "a budget limits at least one dimension"}
+            ]
+        },
     )
 
 
@@ -197,7 +201,11 @@ def _tenant_budget() -> Schema:
                 "Burstable share of the budget.",
             ),
             "bestEffort": _obj(
-                {"limit": _budget_rate("BestEffort ceiling (absent or null: up to the budget).", nullable=True)},
+                {
+                    "limit": _budget_rate(
+                        "BestEffort ceiling (absent or null: up to the budget).", nullable=True
+                    )
+                },
                 "BestEffort share of the budget.",
             ),
         },

@@ -144,12 +144,15 @@ RATE_LIMITS_KEYS: Final = ("tenant", "renewals", "admin", "worker")
 # Token budgets (spec.budgets[i]): a per-minute limit in each dimension the provider limits (at
 # least one), bounded so that no arithmetic on it overflows a float's exact integers.
 BUDGET_MAX_PER_MINUTE: Final = 10**12
-BUDGET_LIMIT_FIELDS: Final = (
-    Num("tokensPerMinute", "tokens_per_minute", True, exclusive=True, maximum=BUDGET_MAX_PER_MINUTE),
-    Num("inputTokensPerMinute", "input_tokens_per_minute", True, exclusive=True, maximum=BUDGET_MAX_PER_MINUTE),
-    Num("outputTokensPerMinute", "output_tokens_per_minute", True, exclusive=True, maximum=BUDGET_MAX_PER_MINUTE),
-    Num("requestsPerMinute", "requests_per_minute", True, exclusive=True, maximum=BUDGET_MAX_PER_MINUTE),
-)  # fmt: skip
+BUDGET_LIMIT_FIELDS: Final = tuple(
+    Num(key, attr, True, exclusive=True, maximum=BUDGET_MAX_PER_MINUTE)
+    for key, attr in (
+        ("tokensPerMinute", "tokens_per_minute"),
+        ("inputTokensPerMinute", "input_tokens_per_minute"),
+        ("outputTokensPerMinute", "output_tokens_per_minute"),
+        ("requestsPerMinute", "requests_per_minute"),
+    )
+)
 BUDGET_FIELDS: Final = (
     Num("permitTTLSeconds", "permit_ttl_s", False, exclusive=True, maximum=86400.0),
     Num("maxPending", "max_pending", True),
@@ -161,7 +164,10 @@ BUDGET_FEEDBACK_FIELDS: Final = (
     Num("minimum", "minimum", False, exclusive=True, maximum=1.0),
 )
 BUDGET_KEYS: Final = (
-    ("name",) + tuple(f.key for f in BUDGET_LIMIT_FIELDS) + tuple(f.key for f in BUDGET_FIELDS) + ("feedback",)
+    ("name",)
+    + tuple(f.key for f in BUDGET_LIMIT_FIELDS)
+    + tuple(f.key for f in BUDGET_FIELDS)
+    + ("feedback",)
 )
 # A rate within a budget (a tenant's guaranteed, burstable nominal or limit, bestEffort limit).
 BUDGET_RATE_FIELDS: Final = (

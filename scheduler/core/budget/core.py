@@ -50,7 +50,11 @@ MAX_RETRY_AFTER_S = 3600.0
 
 def usage_problem(u: Usage, name: str) -> tuple[str, str] | None:
     """(field, message) for a usage or an estimate no call could have, or None."""
-    for fld, v in (("input_tokens", u.input_tokens), ("output_tokens", u.output_tokens), ("requests", u.requests)):
+    for fld, v in (
+        ("input_tokens", u.input_tokens),
+        ("output_tokens", u.output_tokens),
+        ("requests", u.requests),
+    ):
         path = f"{name}.{fld}"
         if isinstance(v, bool) or not isinstance(v, int | float):
             return path, f"{path}: expected a number, got {type(v).__name__}"
@@ -74,7 +78,9 @@ class Budgets:
         self.books: dict[str, Book] = {}
         self.where: dict[PermitId, Book] = {}
         for spec in policy.budgets:
-            self.books[spec.name] = Book(spec, self._shares(policy, spec.name, now), self._half_life(policy), now)
+            self.books[spec.name] = Book(
+                spec, self._shares(policy, spec.name, now), self._half_life(policy), now
+            )
 
     @staticmethod
     def _half_life(policy: Policy) -> float:
@@ -138,10 +144,14 @@ class Budgets:
         R = PermitRefuseReason
         book = self.books.get(ev.budget)
         if ev.permit in self.where:
-            return self._refuse(out, ev, R.DUPLICATE_PERMIT, f"permit {ev.permit!r} is open or waiting already")
+            return self._refuse(
+                out, ev, R.DUPLICATE_PERMIT, f"permit {ev.permit!r} is open or waiting already"
+            )
         if book is None:
             names = ", ".join(repr(n) for n in self.books) or "none"
-            return self._refuse(out, ev, R.UNKNOWN_BUDGET, f"unknown budget {ev.budget!r}: the policy's budgets are {names}")
+            return self._refuse(
+                out, ev, R.UNKNOWN_BUDGET, f"unknown budget {ev.budget!r}: the policy's budgets are {names}"
+            )
         if self.policy.tenant(ev.tenant) is None:
             return self._refuse(out, ev, R.UNKNOWN_TENANT, f"tenant {ev.tenant!r} is not in the policy")
         cls = CLASS_OF[ev.qos]
@@ -187,7 +197,10 @@ class Budgets:
             shared = book.shared_capacity()
             for d in book.on:
                 if shared[d] < cap[d]:
-                    cap[d], where = shared[d], "the budget's shared rate (its limit less the Guaranteed rates)"
+                    cap[d], where = (
+                        shared[d],
+                        "the budget's shared rate (its limit less the Guaranteed rates)",
+                    )
         for d in book.on:
             if est[d] > cap[d]:
                 return _FIELDS[d], (
@@ -212,7 +225,9 @@ class Budgets:
             )
         return None
 
-    def _open(self, permit: PermitId, owner: str, waiting: bool, now: float, out: list[BudgetDecision]) -> Permit | None:
+    def _open(
+        self, permit: PermitId, owner: str, waiting: bool, now: float, out: list[BudgetDecision]
+    ) -> Permit | None:
         """The permit, after its book is brought to `now`; a SettleRefused if it is not open (not
         waiting, for a withdrawal) or is another owner's."""
         book = self.where.get(permit)
@@ -221,20 +236,33 @@ class Budgets:
         p = None if book is None else book.permits.get(permit)
         if p is None or (p.granted_at is None) != waiting:
             state = "waiting" if waiting else "open"
-            out.append(SettleRefused(permit, SettleRefuseReason.NOT_OPEN, f"permit {permit!r} is not {state}"))
+            out.append(
+                SettleRefused(permit, SettleRefuseReason.NOT_OPEN, f"permit {permit!r} is not {state}")
+            )
             return None
         if p.owner != owner:
-            out.append(SettleRefused(permit, SettleRefuseReason.NOT_OWNER, f"permit {permit!r} is another session's"))
+            out.append(
+                SettleRefused(permit, SettleRefuseReason.NOT_OWNER, f"permit {permit!r} is another session's")
+            )
             return None
         return p
 
     def _settle(self, ev: Settle, now: float, out: list[BudgetDecision]) -> None:
         problem = usage_problem(ev.usage, "usage")
         retry = ev.throttled_retry_after_s
-        if problem is None and retry is not None and (
-            isinstance(retry, bool) or not isinstance(retry, int | float) or not 0 <= retry <= MAX_RETRY_AFTER_S
+        if (
+            problem is None
+            and retry is not None
+            and (
+                isinstance(retry, bool)
+                or not isinstance(retry, int | float)
+                or not 0 <= retry <= MAX_RETRY_AFTER_S
+            )
         ):
-            problem = ("throttled_retry_after_s", f"throttled_retry_after_s: expected 0 to {MAX_RETRY_AFTER_S:g} s, got {retry!r}")
+            problem = (
+                "throttled_retry_after_s",
+                f"throttled_retry_after_s: expected 0 to {MAX_RETRY_AFTER_S:g} s, got {retry!r}",
+            )
         if problem is not None:
             out.append(SettleRefused(ev.permit, SettleRefuseReason.INVALID_USAGE, problem[1], problem[0]))
             return
@@ -294,7 +322,11 @@ class Budgets:
             if p.granted_at is not None:
                 p.share = share if share is not None else p.share  # refunds go to its new buckets
                 book.permits[p.id] = p
-            elif share is None or not share.allowed(p.cls, book.on) or self._too_large(book, share, p.cls, p.estimate):
+            elif (
+                share is None
+                or not share.allowed(p.cls, book.on)
+                or self._too_large(book, share, p.cls, p.estimate)
+            ):
                 refused.append(p)
             else:
                 p.share = share
@@ -306,5 +338,10 @@ class Budgets:
         for p in permits:
             if p.granted_at is None:
                 out.append(
-                    PermitRefused(p.id, book.name, PermitRefuseReason.POLICY_CHANGED, f"permit {p.id!r} on budget {book.name!r}: {why}")
+                    PermitRefused(
+                        p.id,
+                        book.name,
+                        PermitRefuseReason.POLICY_CHANGED,
+                        f"permit {p.id!r} on budget {book.name!r}: {why}",
+                    )
                 )

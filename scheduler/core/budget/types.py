@@ -195,7 +195,13 @@ class LimitChanged:
 
 
 BudgetDecision = (
-    PermitGranted | PermitQueued | PermitRefused | PermitEnded | PermitWithdrawn | SettleRefused | LimitChanged
+    PermitGranted
+    | PermitQueued
+    | PermitRefused
+    | PermitEnded
+    | PermitWithdrawn
+    | SettleRefused
+    | LimitChanged
 )
 
 
