@@ -303,3 +303,13 @@ def test_a_policy_without_budgets_writes_no_budget_keys() -> None:
     for t in doc["spec"]["tenants"]:
         del t["budgets"]
     assert "budgets" not in policy_to_yaml(policy_from_dict(doc)[0])
+
+
+def test_the_platform_teams_guide_shows_a_valid_budget_policy() -> None:
+    import yaml
+
+    guide = (ROOT / "docs" / "platform-teams.md").read_text(encoding="utf-8")
+    snippet = guide.split("## Token budgets", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    doc = {"apiVersion": "slotsched.dev/v1alpha1", "kind": "SchedulingPolicy", **yaml.safe_load(snippet)}
+    policy, warnings = policy_from_dict(doc)
+    assert warnings == [] and policy.tenants[0].budget("anthropic-sonnet") is not None
