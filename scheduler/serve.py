@@ -45,6 +45,7 @@ from scheduler.listen import (
     start_metrics_http,
 )
 from scheduler.listen import default_advertise as default_advertise  # kept importable from here
+from scheduler.policy.access import serving_warnings
 from scheduler.policy.defaults import default_policy
 from scheduler.policy.errors import PolicyError, Problem
 from scheduler.policy.model import Policy
@@ -160,17 +161,8 @@ def _load(policy_path: str | None, watcher: PolicyWatcher | None = None) -> tupl
         return default_policy(), False  # the INSECURE warning comes once the server has started
     else:
         policy, warnings = load_policy(policy_path)
-    for w in warnings:
+    for w in [*warnings, *serving_warnings(policy)]:  # policy validate's (yaml_io.check_policy_file)
         log.warning("policy %s: %s", policy_path, w)
-    if not any(t.tokens for t in policy.tenants):
-        log.warning("policy %s lists no token: every Scheduler call will be refused", policy_path)
-    if not policy.access.admins:
-        log.warning("policy %s lists no spec.access.admins: the Admin service refuses everyone", policy_path)
-    if not (policy.access.workers or policy.access.admins):
-        log.warning(
-            "policy %s lists no spec.access.workers: no worker agent can register",
-            policy_path,
-        )
     return policy, True
 
 

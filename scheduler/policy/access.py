@@ -11,8 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from scheduler.policy.checker import Checker, describe, join, keys_text
-from scheduler.policy.model import AccessSpec, PoolSpec, RateLimit, RateLimitsSpec, TenantSpec, WorkerAccess
+from scheduler.policy.checker import Checker, describe, join, keys_text, where
+from scheduler.policy.errors import Problem
+from scheduler.policy.identities import SanType, policy_cert_name
+from scheduler.policy.model import (
+    AccessSpec,
+    Policy,
+    PoolSpec,
+    RateLimit,
+    RateLimitsSpec,
+    TenantSpec,
+    WorkerAccess,
+)
 from scheduler.policy.schema import (
     ACCESS_KEYS,
     ADMIN_ENTRY_KEYS,
@@ -70,20 +80,22 @@ def token_hash(c: Checker, tok: object, path: str, seen: Seen) -> str | None:
 
 
 def identity_name(c: Checker, name: object, path: str, seen: Seen) -> str | None:
-    """One client-certificate name: a SPIFFE ID ("spiffe://trust-domain/path") or a DNS name."""
+    """One client-certificate name: a SPIFFE ID ("spiffe://trust-domain/path"), matched against
+    URI SANs only, or a DNS name, matched against DNS SANs only."""
     if not isinstance(name, str):
         c.error(path, f"expected a string, got {describe(name)}")
         return None
     if len(name) > IDENTITY_MAX_LEN:
         c.error(path, f"longer than {IDENTITY_MAX_LEN} characters")
         return None
-    ok = SPIFFE_RE.match(name) if name.startswith("spiffe://") else DNS_NAME_RE.match(name)
+    uri = policy_cert_name(name).type is SanType.URI  # the SAN type it will be matched against
+    ok = SPIFFE_RE.match(name) if uri else DNS_NAME_RE.match(name)
     if not ok:
         c.error(
             path,
             f"{describe(name)} is not a certificate name this server matches: a SPIFFE ID "
             '("spiffe://trust-domain/path") or a lowercase DNS name without wildcards, compared exactly '
-            "with the verified client certificate's subject alternative name",
+            "with the verified client certificate's subject alternative name of the same type (URI, DNS)",
         )
         return None
     return name if _claim(c, name, path, seen) else None
@@ -277,3 +289,25 @@ def check_renewal_headroom(
                 f"{fmt_number(lease_ttl_s)} = {fmt_number(round(need, 2))} a second; its renewals "
                 "could be refused and its leases expire",
             )
+
+
+def serving_warnings(policy: Policy) -> list[Problem]:
+    """What serving this policy would refuse, said wherever a policy is taken in (`policy
+    validate`, `policy apply`, `serve`'s --policy file and object), so one is never told a policy is
+    fine that the server then locks up: no tenant token, no admin, no way for a worker to register."""
+    out: list[Problem] = []
+    if not any(t.tokens for t in policy.tenants):
+        out.append(
+            Problem(where("spec.tenants"), "no tenant lists a token: every Scheduler call will be refused")
+        )
+    if not policy.access.admins:
+        out.append(
+            Problem(
+                where("spec.access.admins"),
+                "empty: the Admin service refuses everyone (slotsched status, policy apply), and a "
+                "running scheduler refuses to apply this policy",
+            )
+        )
+    if not (policy.access.workers or policy.access.admins):
+        out.append(Problem(where("spec.access.workers"), "empty: no worker agent can register"))
+    return out

@@ -216,11 +216,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.DescribePoolRequest, context: Any
     ) -> admin_pb2.DescribePoolResponse:
         await self._guard(context, "DescribePool")
-        loop, registry = self._loop, self._registry
+        loop, registry, leader = self._loop, self._registry, None
         if self._routes is not None:
             # No pool named: the first, as `Pools.describe(None)` answers with one leader.
             unit = self._routes.for_pool(request.pool) if request.pool else self._routes.first()
             loop, registry = unit.loop, unit.registry or registry
+            leader = await unit.leadership()
         core = loop.core
         name = _pool_filter(self._names(), request.pool)
         view = core.describe(name)
@@ -228,6 +229,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         out = admin_pb2.DescribePoolResponse(
             free=view.free, floor=view.floor, at=at, pool=view.name, pools=self._names()
         )
+        if leader is not None:
+            out.leader.CopyFrom(
+                admin_pb2.PoolLeader(replica_id=leader.replica_id, address=leader.address, term=leader.term)
+            )
         spec = core.policy.pool_spec(view.name)  # None: a retired pool, still draining
         if spec is not None:
             out.labels.update(dict(spec.labels))

@@ -24,7 +24,7 @@ pool's sessions as of its journal. The rules (docs/design.md, "Pools across repl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2
@@ -37,7 +37,20 @@ from scheduler.server.loop import NO_PLACEMENT, SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.session_ops import SessionOps, placement_of, qos_of, snapshot_of
 
-__all__ = ["PoolRoutes", "PoolUnit"]
+__all__ = ["PoolLeader", "PoolRoutes", "PoolUnit"]
+
+
+@dataclass(frozen=True)
+class PoolLeader:
+    """Who leads a pool now, as its leader lease says (Admin.DescribePool, `slotsched status`)."""
+
+    replica_id: str  # "": none now (being handed over)
+    address: str  # "": not published yet
+    term: str  # new at every win of the lease
+
+
+async def _no_leader() -> PoolLeader | None:
+    return None
 
 
 @dataclass
@@ -53,6 +66,8 @@ class PoolUnit:
     #: deadline of its last renewal), so a leader frozen past it answers nothing from its stale
     #: core, reads included, before it even notices.
     lease_holds: Callable[[], bool] = lambda: True
+    #: Who leads the pool now, read from the state store (None: it did not answer).
+    leadership: Callable[[], Awaitable[PoolLeader | None]] = _no_leader
 
     @property
     def leads(self) -> bool:
@@ -139,6 +154,9 @@ class PoolRoutes:
         ev = Acquire(key, TenantName(tenant), qos_of(request), snapshot_of(request, "resume_from"), *where)
         cands = candidates(self._cat(), ev)
         if isinstance(cands, Refused):
+            metrics = self.first().loop.metrics  # no loop saw it: counted here (every refusal is)
+            if metrics is not None:
+                metrics.count_refused(cands, tenant)
             raise errors.from_refused(cands, tenant)
         pool = cands[0]
         unit = self.units.get(pool)
