@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from scheduler.core.budget.buckets import ZERO, Bucket, vsub
-from scheduler.core.budget.shares import BE, CLASSES, G, Share, dims_on, limits_vec
+from scheduler.core.budget.shares import BE, CLASSES, B, G, Share, dims_on, limits_vec
 from scheduler.core.budget.types import (
     TOKENS,
     BudgetDecision,
@@ -185,7 +185,7 @@ class Book:
         best: Permit | None = None
         best_key: tuple[Tier, float, int] | None = None
         for s in self.shares.values():
-            for cls in (1, BE):
+            for cls in (B, BE):
                 q = s.queues[cls]
                 if not q or not self.within_ceiling(q[0], now):
                     continue
@@ -339,7 +339,7 @@ class Book:
         else:
             k = self.key(p, now)
             ahead = [
-                q for t in self.shares.values() for c in (1, BE) for q in t.queues[c]
+                q for t in self.shares.values() for c in (B, BE) for q in t.queues[c]
                 if q is not p and self.key(q, now) < k
             ]  # fmt: skip
             position = len(ahead)
@@ -377,7 +377,7 @@ class Book:
             q = s.queues[G]
             if q and s.leaf is not None:
                 out.append(s.leaf.wait(q[0].estimate))
-            for cls in (1, BE):
+            for cls in (B, BE):
                 q = s.queues[cls]
                 if not q:
                     continue

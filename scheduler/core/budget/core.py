@@ -17,7 +17,7 @@ import math
 from collections.abc import Iterable
 
 from scheduler.core.budget.book import Book, Permit
-from scheduler.core.budget.shares import CLASS_OF, CLASSES, G, Share, carry, make_share
+from scheduler.core.budget.shares import BE, CLASS_OF, CLASSES, G, Share, carry, make_share
 from scheduler.core.budget.types import (
     DIMENSION_NAMES,
     MAX_TOKENS_PER_CALL,
@@ -212,7 +212,7 @@ class Budgets:
     def _queue_full(self, book: Book, p: Permit) -> tuple[PermitRefuseReason, str] | None:
         """The waiting caps, as the slot queue's: BestEffort refused at a fraction of them."""
         spec = book.spec
-        fraction = self.policy.queue.best_effort_fraction if p.cls == 2 else 1.0
+        fraction = self.policy.queue.best_effort_fraction if p.cls == BE else 1.0
         cap, tcap = spec.max_pending * fraction, spec.max_pending_per_tenant * fraction
         if book.waiting - 1 >= cap:
             return PermitRefuseReason.QUEUE_FULL, (
