@@ -71,6 +71,8 @@ def _defaults() -> dict[str, str]:
         (("spec.queue",), model.QueueSpec, schema.QUEUE_FIELDS),
         (("spec.limits",), model.LimitsSpec, schema.LIMITS_FIELDS),
         (("spec.fairness",), model.FairnessSpec, schema.FAIRNESS_FIELDS),
+        (("spec.budgets[]",), model.BudgetSpec, schema.BUDGET_FIELDS),
+        (("spec.budgets[].feedback",), model.BudgetFeedback, schema.BUDGET_FEEDBACK_FIELDS),
         (("spec.autoscaler", "spec.pools[].autoscaler"), model.AutoscalerSpec, schema.AUTOSCALER_FIELDS),
         (
             ("spec.autoscaler.weights", "spec.pools[].autoscaler.weights"),
