@@ -103,6 +103,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sim.add_argument("--compare", action="store_true", help="run every baseline too and write a report")
     sim.add_argument("--out", default=None, help=f"report folder for --compare (default {DEFAULT_OUT})")
     sim.add_argument(
+        "--provider-limit",
+        type=_fraction,
+        default=None,
+        help="with --compare on a workload with calls and a policy with a budget: the provider's real "
+        "limit as a fraction of the configured one (default 1; 0.8333: configured 20%% above it)",
+    )
+    sim.add_argument("--budget", default=None, help="the spec.budgets entry to compare (default: the first)")
+    sim.add_argument(
         "--unknown-tenants",
         choices=("error", "refuse"),
         default="error",
@@ -111,6 +119,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     sim.set_defaults(func=_simulate)
     add_check(sim, _check_out)
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < v <= 10:
+        raise argparse.ArgumentTypeError(f"expected a fraction above 0 (at most 10), got {v:g}")
+    return v
 
 
 def _check_out(args: argparse.Namespace) -> str | None:

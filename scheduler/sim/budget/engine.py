@@ -16,14 +16,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from scheduler.core.types import QoS
 from scheduler.sim.budget.pool import PoolConfig, SlotGate, budget_cap
-from scheduler.sim.budget.provider import Provider, cost
+from scheduler.sim.budget.provider import Buckets, Provider, cost
 from scheduler.sim.budget.setup import BudgetSetup, Vec
 from scheduler.sim.workload import LlmCall, SessionPlan
 
@@ -128,7 +128,7 @@ class BudgetSim:
         # Tokens accepted in the trailing minute, and holders sampled (the autoscaler's cap).
         self.recent: deque[tuple[float, float]] = deque()
         self.holding: deque[tuple[float, int]] = deque()
-        self.g_window: dict[str, deque[tuple[float, float]]] = defaultdict(deque)
+        self.g_leaf: dict[str, Buckets] = {}
         for p in plans:
             calls = p.calls
             if not calls:
@@ -226,14 +226,19 @@ class BudgetSim:
         self.limiter.request(c, self.now)
 
     def _within_reserved(self, c: CallRun) -> bool:
-        """Guaranteed demand of its tenant in the trailing minute, this call included, within the
-        tenant's reserved rate."""
+        """Whether the tenant's Guaranteed demand conforms to its reserved rate at this call: a
+        token bucket of that rate, one minute deep, that every ready Guaranteed call of the tenant
+        draws its estimate from (in debt if need be, as the demand it is), covers this one."""
         share = self.setup.shares.get(c.session.plan.tenant)
-        w = self.g_window[c.session.plan.tenant]
-        while w and w[0][0] <= self.now - 60.0:
-            w.popleft()
-        w.append((self.now, c.used[self.dim]))
-        return share is not None and sum(x for _, x in w) <= share.reserved + 1e-9
+        if share is None or not any(share.reserved_vec):
+            return False
+        b = self.g_leaf.get(c.session.plan.tenant)
+        if b is None:
+            b = self.g_leaf[c.session.plan.tenant] = Buckets(share.reserved_vec, self.now)
+        b.advance(self.now)
+        within = b.deficit_s(c.estimate) <= 1e-9
+        b.take(c.estimate)
+        return within
 
     def _grant_slots(self) -> None:
         for who, worker in self.pool.grant():

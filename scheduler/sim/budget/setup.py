@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from scheduler.core.budget.shares import limits_vec, make_share
+from scheduler.policy.model import Policy
+
 Vec = tuple[float, float, float, float]
 REQUESTS, INPUT, OUTPUT, TOKENS = 0, 1, 2, 3
 CLASS_KEYS = ("guaranteed", "burstable", "besteffort")
@@ -26,6 +29,7 @@ class TenantShare:
     nominal: float = 0.0
     burstable_limit: float = 0.0
     best_effort_limit: float | None = None
+    reserved_vec: Vec = (0.0, 0.0, 0.0, 0.0)  # the reserved rate in every dimension, per minute
 
 
 @dataclass(frozen=True)
@@ -67,3 +71,30 @@ class BudgetSetup:
         b = sum(s.nominal for s in self.shares.values()) / limit
         g, b = min(1.0, g), min(max(0.0, 1.0 - g), b)
         return {"guaranteed": g, "burstable": b, "besteffort": max(0.0, 1.0 - g - b)}
+
+
+def setup_of(policy: Policy, budget: str | None = None, real_fraction: float = 1.0, max_tokens: int = 4096) -> BudgetSetup:
+    """The setup of one of the policy's budgets (default: its first), each tenant's share resolved
+    into rates as the budget core resolves them (`scheduler/core/budget/shares.py`)."""
+    if not policy.budgets:
+        raise ValueError("the policy has no spec.budgets: a budget run needs one")
+    spec = policy.budget(budget) if budget else policy.budgets[0]
+    if spec is None:
+        raise ValueError(f"the policy has no budget {budget!r}; its budgets: {', '.join(b.name for b in policy.budgets)}")
+    limits = limits_vec(spec)
+    dim = INPUT if limits[INPUT] > 0 else TOKENS
+    shares: dict[str, TenantShare] = {}
+    for t in policy.tenants:
+        s = make_share(t, spec, 0.0)
+        if s is None:
+            continue
+        g, b, be = s.limit
+        shares[t.name] = TenantShare(
+            weight=s.weight,
+            reserved=g[dim] if g is not None else 0.0,
+            nominal=s.nominal_rate[dim] if s.nominal_rate is not None else 0.0,
+            burstable_limit=b[dim] if b is not None else 0.0,
+            best_effort_limit=None if be is None or be[dim] >= limits[dim] else be[dim],
+            reserved_vec=g if g is not None else (0.0, 0.0, 0.0, 0.0),
+        )
+    return BudgetSetup(spec.name, limits, real_fraction, shares, max_tokens)
