@@ -12,6 +12,8 @@ peak:
 - a tenant with Guaranteed sessions reserves its peak Guaranteed input tokens in a minute of the
   unconstrained timeline, the reservations scaled down together to at most `RESERVED_CAP` of the
   budget (a floor a platform would sign, not the sum of every peak);
+- the effective limit's floor under the provider's 429s (`feedback.minimum`) is the reservations'
+  sum, so that the feedback never scales a reservation down;
 - Burstable nominals split `NOMINAL_FRACTION` of what is not reserved by each tenant's Burstable
   input tokens; Burstable limit: the whole budget; BestEffort: no cap (what is left).
 
@@ -33,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from scheduler.core.types import QoS  # noqa: E402
 from scheduler.policy.model import (  # noqa: E402
+    BudgetFeedback,
     BudgetRate,
     BudgetSpec,
     FairnessSpec,
@@ -59,7 +62,8 @@ HEADER = """\
 # `slotsched trace import --calls --tenants 8 --mix 0.15,0.45,0.4 --limit 150 --duration 1800 --seed 43 --workers 40 --max-workers 80`
 # sizes them, and one token budget, `claude`, that binds at the peak (input tokens; the demand peaks
 # near 16 M a minute): Guaranteed reserves each tenant's peak Guaranteed minute (scaled to 40% of
-# the budget in all), Burstable nominals split 40% of the rest, BestEffort takes what is left.
+# the budget in all), Burstable nominals split 40% of the rest, BestEffort takes what is left; the
+# provider's 429s never lower the effective limit below the reservations (feedback.minimum 0.4).
 """
 
 
@@ -105,6 +109,9 @@ def budget_policy(plans: list[SessionPlan], base: Policy) -> Policy:
         input_tokens_per_minute=INPUT_PER_MIN,
         output_tokens_per_minute=OUTPUT_PER_MIN,
         requests_per_minute=REQUESTS_PER_MIN,
+        # The effective limit never drops below the reservations: below them the core scales every
+        # reserved rate down, and a Guaranteed call within its reservation waits.
+        feedback=BudgetFeedback(minimum=RESERVED_CAP),
     )
     pool = base.pool.__class__(**{**base.pool.__dict__, "budgets": (BUDGET,)})
     return base.__class__(

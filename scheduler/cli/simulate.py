@@ -48,6 +48,21 @@ def _simulate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         plans = [p for p in plans if p.tenant not in unknown]
+    if args.advise:
+        from scheduler.sim.budget.advise import DEFAULT_TARGET, advise, parse_target, render
+        from scheduler.sim.budget.run import has_budget_run
+
+        if not has_budget_run(policy, plans):
+            print("error: --advise needs a policy with spec.budgets and a workload with calls", file=sys.stderr)
+            return 2
+        try:
+            target = parse_target(args.target) if args.target else dict(DEFAULT_TARGET)
+            advice = advise(policy, plans, target, args.until, args.provider_limit or 1.0, args.budget)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps(advice) if args.json else render(advice))
+        return 0
     if args.compare:
         from scheduler.sim.compare.run import run_compare
 
@@ -110,6 +125,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "limit as a fraction of the configured one (default 1; 0.8333: configured 20%% above it)",
     )
     sim.add_argument("--budget", default=None, help="the spec.budgets entry to compare (default: the first)")
+    sim.add_argument(
+        "--advise",
+        action="store_true",
+        help="the smallest budget and pool (max workers) meeting --target on the workload, with the curves",
+    )
+    sim.add_argument(
+        "--target",
+        default=None,
+        help="with --advise: p99 time to call per class, e.g. guaranteed=2,burstable=30 (the default)",
+    )
     sim.add_argument(
         "--unknown-tenants",
         choices=("error", "refuse"),

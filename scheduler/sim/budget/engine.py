@@ -40,6 +40,7 @@ class CallRun:
     estimate: Vec
     used: Vec
     ready: float = -1.0
+    wanted: float = -1.0  # when the session wanted to make it (before its slot, if it had none)
     accepted: float | None = None
     tries: int = 0  # provider answers so far (the SDK's backoff counts them)
     within_reserved: bool = False
@@ -206,6 +207,7 @@ class BudgetSim:
             self.at(max(self.now, s.plan.arrival_s + c.offset_s + s.lag), _READY, run)
 
     def _ready(self, c: CallRun) -> None:
+        c.wanted = self.now
         s = c.session
         s.release_token += 1  # a pending idle release is off: the session is busy again
         if s.worker is None:

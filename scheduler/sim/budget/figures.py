@@ -10,6 +10,8 @@ computed once, here.
   (a call still held at the end counts with what it has waited); Guaranteed also apart for calls
   within the tenant's reserved rate (its Guaranteed demand in the trailing minute, the call
   included, at most that rate).
+- **time to call** (the sizing advice's): from the moment the session wanted to make the call,
+  its slot's wait included, to accepted.
 - **token attainment** per tenant: `scheduler/sim/attainment.py`'s weighted max-min entitlement
   with tokens for slots: at each contended minute, the capacity is the real limit, a tenant's
   demand what it received plus what it still had waiting at the minute's end, its quotas its share
@@ -39,6 +41,7 @@ class BudgetFigures:
     utilization: float | None
     contended_minutes: int
     waits: dict[str, list[float]]  # per class key, and "within_reserved"
+    call_waits: dict[str, list[float]]  # per class key: from wanted (slot or not) to accepted
     attainment: dict[str, float | None]
     attainment_min: float | None
     stretches: dict[str, list[float]]  # per class key, and "all"
@@ -72,12 +75,14 @@ def budget_figures(name: str, rec: Record, setup: BudgetSetup, settle_s: float =
     backlog: list[dict[str, list[float]]] = [defaultdict(lambda: [0.0, 0.0, 0.0]) for _ in range(n)]
     contended = [False] * n
     waits: dict[str, list[float]] = {k: [] for k in (*CLASS_KEYS, "within_reserved")}
+    call_waits: dict[str, list[float]] = {k: [] for k in CLASS_KEYS}
     for c in rec.calls:
         s = c.session
         key = CLASS_KEYS[s.cls]
         until = c.accepted if c.accepted is not None else rec.end
         wait = max(0.0, until - c.ready)
         waits[key].append(wait)
+        call_waits[key].append(max(0.0, until - c.wanted))
         if s.cls == 0 and c.within_reserved:
             waits["within_reserved"].append(wait)
         tokens = c.used[dim]
@@ -137,6 +142,7 @@ def budget_figures(name: str, rec: Record, setup: BudgetSetup, settle_s: float =
         utilization=util,
         contended_minutes=len(busy),
         waits=waits,
+        call_waits=call_waits,
         attainment={t: att.ratio(t, "all") for t in names if t in att.received},
         attainment_min=lowest,
         stretches=stretches,
