@@ -54,7 +54,12 @@ class LlmCall:
     api_s: float
 
     def encode(self) -> str:
-        return f"{self.offset_s:.3f}/{self.input_tokens}/{self.output_tokens}/{self.api_s:.3f}"
+        return f"{_short(self.offset_s)}/{self.input_tokens}/{self.output_tokens}/{_short(self.api_s)}"
+
+
+def _short(x: float) -> str:
+    """Milliseconds at most, no trailing zeros (`19`, `7.34`): the calls column is most of a file."""
+    return f"{x:.3f}".rstrip("0").rstrip(".")
 
 
 def parse_calls(text: str, line: int) -> tuple[LlmCall, ...]:
