@@ -53,14 +53,12 @@ OUTPUT_PER_MIN = 2_000_000
 REQUESTS_PER_MIN = 2_000
 RESERVED_CAP = 0.4
 NOMINAL_FRACTION = 0.4
-CONFIG = ImportConfig(
-    tenants=8, mix=(0.15, 0.45, 0.4), limit=150, seed=43, duration_s=1800.0, calls=True
-)
+CONFIG = ImportConfig(tenants=8, mix=(0.15, 0.45, 0.4), limit=150, seed=43, duration_s=1800.0, calls=True)
 WORKERS, MAX_WORKERS, SLOTS_PER_WORKER = 40, 80, 2
 HEADER = """\
 # The policy of claude-budget.csv (scripts/make_budget_samples.py): the slots as
-# `slotsched trace import --calls --tenants 8 --mix 0.15,0.45,0.4 --limit 150 --duration 1800 --seed 43 --workers 40 --max-workers 80`
-# sizes them, and one token budget, `claude`, that binds at the peak (input tokens; the demand peaks
+# `slotsched trace import --calls --tenants 8 --mix 0.15,0.45,0.4 --limit 150 --duration 1800 \
+#   --seed 43 --workers 40 --max-workers 80` sizes them, and one token budget, `claude`, that binds at the peak (input tokens; the demand peaks
 # near 16 M a minute): Guaranteed reserves each tenant's peak Guaranteed minute (scaled to 40% of
 # the budget in all), Burstable nominals split 40% of the rest, BestEffort takes what is left; the
 # provider's 429s never lower the effective limit below the reservations (feedback.minimum 0.4).
@@ -115,7 +113,13 @@ def budget_policy(plans: list[SessionPlan], base: Policy) -> Policy:
     )
     pool = base.pool.__class__(**{**base.pool.__dict__, "budgets": (BUDGET,)})
     return base.__class__(
-        **{**base.__dict__, "tenants": tuple(tenants), "budgets": (spec,), "pool": pool, "fairness": FairnessSpec()}
+        **{
+            **base.__dict__,
+            "tenants": tuple(tenants),
+            "budgets": (spec,),
+            "pool": pool,
+            "fairness": FairnessSpec(),
+        }
     )
 
 

@@ -53,7 +53,9 @@ def _simulate(args: argparse.Namespace) -> int:
         from scheduler.sim.budget.run import has_budget_run
 
         if not has_budget_run(policy, plans):
-            print("error: --advise needs a policy with spec.budgets and a workload with calls", file=sys.stderr)
+            print(
+                "error: --advise needs a policy with spec.budgets and a workload with calls", file=sys.stderr
+            )
             return 2
         try:
             target = parse_target(args.target) if args.target else dict(DEFAULT_TARGET)

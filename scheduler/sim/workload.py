@@ -76,7 +76,9 @@ def parse_calls(text: str, line: int) -> tuple[LlmCall, ...]:
             off, api = float(fields[0]), float(fields[3])
             tin, tout = int(fields[1]), int(fields[2])
         except ValueError:
-            raise WorkloadError(f"line {line}: column calls: {part!r} has a field that is not a number") from None
+            raise WorkloadError(
+                f"line {line}: column calls: {part!r} has a field that is not a number"
+            ) from None
         if min(off, api, tin, tout) < 0 or not (math.isfinite(off) and math.isfinite(api)):
             raise WorkloadError(f"line {line}: column calls: {part!r} has a negative or infinite field")
         out.append(LlmCall(off, tin, tout, api))

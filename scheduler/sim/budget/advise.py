@@ -59,7 +59,11 @@ def _rate(r: BudgetRate | None, k: float) -> BudgetRate | None:
         return None if v is None else max(1, round(v * k))
 
     return dataclasses.replace(
-        r, tokens=s(r.tokens), input_tokens=s(r.input_tokens), output_tokens=s(r.output_tokens), requests=s(r.requests)
+        r,
+        tokens=s(r.tokens),
+        input_tokens=s(r.input_tokens),
+        output_tokens=s(r.output_tokens),
+        requests=s(r.requests),
     )
 
 
@@ -93,7 +97,9 @@ def scale_budget(policy: Policy, name: str, k: float) -> Policy:
             best_effort_limit=_rate(q.best_effort_limit, k),
         )
 
-    tenants = tuple(dataclasses.replace(t, budgets=tuple(quota(q) for q in t.budgets)) for t in policy.tenants)
+    tenants = tuple(
+        dataclasses.replace(t, budgets=tuple(quota(q) for q in t.budgets)) for t in policy.tenants
+    )
     return dataclasses.replace(policy, budgets=budgets, tenants=tenants)
 
 
@@ -146,7 +152,9 @@ def advise(
     ceiling = max(policy.pool.workers, policy.pool.max_workers or policy.pool.workers)
     runs = []
     for m in sorted({max(1, math.ceil(ceiling * x)) for x in POOL_STEPS}):
-        cfg = dataclasses.replace(pool_config(sized, True, True), workers=min(policy.pool.workers, m), max_workers=m)
+        cfg = dataclasses.replace(
+            pool_config(sized, True, True), workers=min(policy.pool.workers, m), max_workers=m
+        )
         runs.append((m, run_one(me, sized, plans, setup, True, until_s, pool=cfg)))
     best = _stretch(runs[-1][1])
     pool_curve: list[Step] = []
@@ -183,13 +191,19 @@ def render(advice: Mapping[str, Any]) -> str:
 
     lines = [f"target (time to permit): {t}", "", "budget x configured | " + head]
     lines += [line(s) for s in advice["budget_curve"]]
-    lines += ["", f"max workers (at that budget; meets: the target, and stretch within {STRETCH_SLACK:g}x the largest pool's) | " + head]
+    lines += [
+        "",
+        f"max workers (at that budget; meets: the target, and stretch within {STRETCH_SLACK:g}x "
+        "the largest pool's) | " + head,
+    ]
     lines += [line(s) for s in advice["pool_curve"]]
     lines.append("")
     if b["factor"] is None:
         lines.append(f"no budget up to {BUDGET_STEPS[-1]:g}x the configured one meets the target")
     else:
-        lines.append(f"smallest budget: {b['factor']:g}x the configured one = {b['per_minute']:,} {b['dimension']}/min")
+        lines.append(
+            f"smallest budget: {b['factor']:g}x the configured one = {b['per_minute']:,} {b['dimension']}/min"
+        )
     if p["max_workers"] is None:
         lines.append("no pool up to the largest tried meets the target with that budget")
     else:

@@ -88,7 +88,7 @@ class Limiter(Protocol):
 def sdk_backoff(tries: int, retry_after_s: float, rng: random.Random) -> float:
     """The common SDK default after a 429: the provider's retry-after, plus exponential backoff
     (0.5 s doubling per try, at most 8 s) with full jitter, so a crowd does not return at once."""
-    return retry_after_s + min(8.0, 0.5 * 2 ** max(0, tries - 1)) * rng.random()
+    return retry_after_s + min(8.0, 0.5 * 2.0 ** max(0, tries - 1)) * rng.random()
 
 
 @dataclass

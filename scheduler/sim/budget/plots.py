@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from scheduler.sim.budget.run import BudgetResult
-from scheduler.sim.compare.plots import Axes, Figure, plt
+from scheduler.sim.compare.plots import pyplot as plt
 
 CLASS_COLOURS = (("guaranteed", "#e6194b"), ("burstable", "#4363d8"), ("besteffort", "#bfbfbf"))
 
 
-def _grid(n: int, cols: int = 5) -> tuple[Figure, list[Axes]]:
+def _grid(n: int, cols: int = 5) -> tuple[Any, list[Any]]:
     rows = (n + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), sharex=True, squeeze=False)
     flat = [a for r in axes for a in r]
@@ -34,11 +35,14 @@ def tokens_plot(results: Sequence[BudgetResult], path: Path) -> Path:
         f = r.figures
         xs = list(range(len(f.minutes)))
         ys = [[m[i] / 1e6 for m in f.minutes] for i in range(3)]
-        ax.stackplot(xs, *ys, colors=[c for _, c in CLASS_COLOURS], step="post", linewidth=0)
-        ax.axhline(f.real_limit / 1e6, color="black", linestyle="--", linewidth=1)
+        labels = [k for k, _ in CLASS_COLOURS]
+        ax.stackplot(xs, *ys, colors=[c for _, c in CLASS_COLOURS], labels=labels, step="post", linewidth=0)
+        ax.axhline(
+            f.real_limit / 1e6, color="black", linestyle="--", linewidth=1, label="provider's real limit"
+        )
         if f.limit_line:
             ax.step([t / 60 for t, _ in f.limit_line], [v / 1e6 for _, v in f.limit_line], where="post",
-                    color="#f58231", linewidth=1)  # fmt: skip
+                    color="#f58231", linewidth=1, label="limit the limiter uses")  # fmt: skip
         ax.set_title(f"{f.name}\n429s {f.provider_429s:,}, util {f.utilization or 0:.2f}", fontsize=9)
         ax.set_ylim(0, top)
         ax.tick_params(labelsize=8)
@@ -46,9 +50,7 @@ def tokens_plot(results: Sequence[BudgetResult], path: Path) -> Path:
         ax.set_ylabel("M input tokens / min", fontsize=8)
     for ax in axes[-5:]:
         ax.set_xlabel("minutes", fontsize=8)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for _, c in CLASS_COLOURS]
-    handles += [plt.Line2D([], [], color="black", linestyle="--"), plt.Line2D([], [], color="#f58231")]
-    labels = [k for k, _ in CLASS_COLOURS] + ["provider's real limit", "limit the limiter uses"]
+    handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=9, frameon=False)
     fig.suptitle("Tokens the provider accepted per minute, by class, against its real limit", fontsize=11)
     fig.tight_layout(rect=(0, 0.05, 1, 0.95))

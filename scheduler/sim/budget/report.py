@@ -84,7 +84,7 @@ def checks(results: Sequence[BudgetResult], autoscaler: bool) -> list[str]:
     if others:
         fewer = all(me.provider_429s < o.figures.provider_429s for o in others)
         lines.append(
-            f"- fewer provider 429s than every other contender ("
+            "- fewer provider 429s than every other contender ("
             + ", ".join(f"{o.name} {o.figures.provider_429s:,}" for o in others)
             + f"): {ok(fewer)}"
         )
@@ -115,7 +115,9 @@ def render_section(results: Sequence[BudgetResult], setup: BudgetSetup, images: 
     r, i, o, t = setup.limits
     real = setup.real_fraction
     dims = ", ".join(
-        f"{name} {v:,.0f}/min" for name, v in (("requests", r), ("input", i), ("output", o), ("tokens", t)) if v > 0
+        f"{name} {v:,.0f}/min"
+        for name, v in (("requests", r), ("input", i), ("output", o), ("tokens", t))
+        if v > 0
     )
     out = [
         "## Token budgets",
@@ -137,6 +139,12 @@ def render_section(results: Sequence[BudgetResult], setup: BudgetSetup, images: 
     if images:
         out += [f"![{name}]({name})" for name in images] + [""]
     notes = [f"- **{c.name}**: {c.note}" for c in dict.fromkeys(x.contender for x in results)]
-    out += ["Contenders:", "", *notes, f"- `{AUTOSCALER}`: the same limiter with the autoscaler "
-            "(slotsched's also caps workers by what the budget can feed).", ""]
+    out += [
+        "Contenders:",
+        "",
+        *notes,
+        f"- `{AUTOSCALER}`: the same limiter with the autoscaler "
+        "(slotsched's also caps workers by what the budget can feed).",
+        "",
+    ]
     return "\n".join(out)

@@ -36,13 +36,22 @@ class BudgetContender:
 
 ROSTER: tuple[BudgetContender, ...] = (
     BudgetContender(
-        "no-limiter", lambda p, b: NoLimiter(), False, "every call to the provider; 429 retried with backoff and jitter"
+        "no-limiter",
+        lambda p, b: NoLimiter(),
+        False,
+        "every call to the provider; 429 retried with backoff and jitter",
     ),
     BudgetContender(
-        "per-worker", lambda p, b: PerWorker(), False, "the budget split statically among the workers, FIFO each"
+        "per-worker",
+        lambda p, b: PerWorker(),
+        False,
+        "the budget split statically among the workers, FIFO each",
     ),
     BudgetContender(
-        "sliding-window", lambda p, b: SlidingWindow(), False, "one fleet-wide sliding minute, first come first served"
+        "sliding-window",
+        lambda p, b: SlidingWindow(),
+        False,
+        "one fleet-wide sliding minute, first come first served",
     ),
     BudgetContender(
         "gateway",
@@ -119,5 +128,7 @@ def run_budgets(
             name = c.name + (AUTOSCALER if autoscale else "")
             if progress:
                 progress(name)
-            out.append(BudgetResult(name, c, autoscale, run_one(c, policy, plans, setup, autoscale, until_s, seed)))
+            out.append(
+                BudgetResult(name, c, autoscale, run_one(c, policy, plans, setup, autoscale, until_s, seed))
+            )
     return out

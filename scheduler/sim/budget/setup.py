@@ -73,14 +73,18 @@ class BudgetSetup:
         return {"guaranteed": g, "burstable": b, "besteffort": max(0.0, 1.0 - g - b)}
 
 
-def setup_of(policy: Policy, budget: str | None = None, real_fraction: float = 1.0, max_tokens: int = 4096) -> BudgetSetup:
+def setup_of(
+    policy: Policy, budget: str | None = None, real_fraction: float = 1.0, max_tokens: int = 4096
+) -> BudgetSetup:
     """The setup of one of the policy's budgets (default: its first), each tenant's share resolved
     into rates as the budget core resolves them (`scheduler/core/budget/shares.py`)."""
     if not policy.budgets:
         raise ValueError("the policy has no spec.budgets: a budget run needs one")
     spec = policy.budget(budget) if budget else policy.budgets[0]
     if spec is None:
-        raise ValueError(f"the policy has no budget {budget!r}; its budgets: {', '.join(b.name for b in policy.budgets)}")
+        raise ValueError(
+            f"the policy has no budget {budget!r}; its budgets: {', '.join(b.name for b in policy.budgets)}"
+        )
     limits = limits_vec(spec)
     dim = INPUT if limits[INPUT] > 0 else TOKENS
     shares: dict[str, TenantShare] = {}

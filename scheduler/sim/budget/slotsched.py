@@ -73,7 +73,8 @@ class Slotsched:
         self.open[permit] = c
         est = Usage(c.estimate[1], c.estimate[2], 1.0)
         self._apply(
-            PermitRequest(permit, s.plan.session_id, TenantName(s.plan.tenant), self.budget, s.plan.qos, est), now
+            PermitRequest(permit, s.plan.session_id, TenantName(s.plan.tenant), self.budget, s.plan.qos, est),
+            now,
         )
 
     def throttled(self, c: CallRun, retry_after_s: float, now: float) -> None:

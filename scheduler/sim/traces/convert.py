@@ -219,11 +219,15 @@ def periods(
         while with_calls and k < len(calls) and (last or calls[k].start <= end):
             c = calls[k]
             mine.append(
-                LlmCall(round(c.start - origin, 3), c.context_tokens, c.output_tokens, round(c.end - c.start, 3))
+                LlmCall(
+                    round(c.start - origin, 3), c.context_tokens, c.output_tokens, round(c.end - c.start, 3)
+                )
             )
             k += 1
         out.append(
-            Period(round(hold, 3), None if think is None else round(think, 3), arrival_s, snap, calls=tuple(mine))
+            Period(
+                round(hold, 3), None if think is None else round(think, 3), arrival_s, snap, calls=tuple(mine)
+            )
         )
     return out
 
