@@ -142,6 +142,8 @@ REQUEST_PERMIT: Final = Command(
     streaming=False,
     resend=False,
     why="each request is a new permit (the scheduler names it): sent twice, two permits would wait",
+    meets="renew",  # met as a renewal: one try, never sent again (resend)
+    attempts=1,
     follows=True,
 )
 SETTLE_PERMIT: Final = Command(
@@ -156,6 +158,8 @@ SETTLE_PERMIT: Final = Command(
     resend=True,
     why="a repeat of an applied settle is refused PERMIT_CLOSED (counted once); at a new leader, "
     "which never knew the permit, it is charged once as a debt",
+    meets="release",  # met as a release: it gives back, and is sent again through an outage
+    attempts=5,
 )
 
 #: Every session command: the Channel's in its oneof's order, then GetSession.
