@@ -198,3 +198,19 @@ def test_a_waiting_permit_is_withdrawn(server: ServerThread) -> None:
             call.cancel()
 
     asyncio.run(main())
+
+
+def test_describe_pool_and_status_show_each_budget(server: ServerThread) -> None:
+    from scheduler.api.gen.slotsched.v1 import admin_pb2
+    from scheduler.cli.status_table import render
+    from tests.grpc_fixtures import ADMIN_TOKEN
+
+    async def main() -> admin_pb2.DescribePoolResponse:
+        async with Client(server.target, ADMIN_TOKEN) as c:
+            return await c.admin.DescribePool(admin_pb2.DescribePoolRequest(), metadata=c.md)
+
+    pool = asyncio.run(main())
+    (b,) = pool.budgets
+    assert b.name == BUDGET and b.factor == 1.0 and b.limits_per_minute[3] == 60_000
+    text = render(pool)
+    assert "budget" in text and "total 60,000" in text and "100%" in text, text
