@@ -42,8 +42,9 @@ class ScaleWorkerState(enum.StrEnum):
 
     READY = "ready"
     DRAINING = "draining"  # no new grants; its sessions checkpoint-and-yield or finish
-    # Serving, but to be replaced (past spec.autoscaler.recycle): it counts as ready capacity, a
-    # replacement is started beside it, and it is drained once that one is ready (loop.py).
+    # Serving, but to be replaced (past spec.autoscaler.recycle): the decision counts it as gone
+    # already (not in `current`, never drained by it), so `desired` asks for its replacement;
+    # the loop drains it once the others make up `desired` (loop.py).
     RECYCLING = "recycling"
 
 
@@ -223,12 +224,10 @@ def weighted_demand(inp: ScaleInput, cfg: ScaleConfig) -> float:
     return sum(inp.busy_by_class.values()) + pending + floor_headroom(inp)
 
 
-def drain_order(w: ScaleWorker) -> tuple[bool, bool, float, float, str]:
-    """Which ready worker goes first: one being recycled (its drain is due anyway), idle before
-    busy, then the least lease work to checkpoint and move, then the newest (the oldest keep
-    their warm caches), then id, for determinism."""
-    recycling = w.state is ScaleWorkerState.RECYCLING
-    return (not recycling, w.busy_slots > 0, w.lease_cost_s, -w.ready_since, w.worker_id)
+def drain_order(w: ScaleWorker) -> tuple[bool, float, float, str]:
+    """Which ready worker goes first: idle before busy, then the least lease work to checkpoint
+    and move, then the newest (the oldest keep their warm caches), then id, for determinism."""
+    return (w.busy_slots > 0, w.lease_cost_s, -w.ready_since, w.worker_id)
 
 
 def oldest_wait_due(inp: ScaleInput, cfg: ScaleConfig) -> bool:
@@ -259,8 +258,9 @@ def decide(inp: ScaleInput, cfg: ScaleConfig, hist: ScaleHistory) -> ScaleDecisi
     # A minimum raised ahead of a known peak is a higher floor, never above max (ahead.py).
     lo = min(max(cfg.min_workers, cfg.ahead_workers), hi)
     at_min = cfg.ahead_reason if lo > cfg.min_workers else Reason.AT_MIN
-    serving = (ScaleWorkerState.READY, ScaleWorkerState.RECYCLING)
-    ready = [w for w in inp.workers if w.state in serving]
+    ready = [w for w in inp.workers if w.state is ScaleWorkerState.READY]
+    # A replacement is no change in demand: neither the tolerance band nor a cooldown holds it.
+    recycling = any(w.state is ScaleWorkerState.RECYCLING for w in inp.workers)
     current = len(ready)
     demand = weighted_demand(inp, cfg)
     raw = math.ceil(demand / inp.slots_per_worker - _EPS)
@@ -274,7 +274,8 @@ def decide(inp: ScaleInput, cfg: ScaleConfig, hist: ScaleHistory) -> ScaleDecisi
     # 1. Tolerance (HPA): no action while |rec / current - 1| <= tolerance (multiplied out, so that
     #    11 vs 10 is inside a 0.1 band). Not applied outside [min, max], nor from zero workers.
     band = cfg.tolerance * current + _EPS
-    if rec != current and current > 0 and lo <= current <= hi and abs(rec - current) <= band and not waited:
+    held = rec != current and current > 0 and lo <= current <= hi and abs(rec - current) <= band
+    if held and not (waited or recycling):
         rec = desired = current
         reason = Reason.WITHIN_TOLERANCE
     elif rec > current:
@@ -285,7 +286,7 @@ def decide(inp: ScaleInput, cfg: ScaleConfig, hist: ScaleHistory) -> ScaleDecisi
         step = max(cfg.scale_up_pods, math.ceil(base * cfg.scale_up_percent / 100))
         limit = max(current, base + step)
         last_up = hist.last_scale_up_at
-        if last_up is not None and now - last_up < cfg.scale_up_cooldown_s:
+        if last_up is not None and now - last_up < cfg.scale_up_cooldown_s and not recycling:
             # In cooldown no target beyond the one already in flight.
             limit = min(limit, hist.target_in_flight(now, cfg, current))
             desired, reason = min(rec, limit), Reason.COOLDOWN
@@ -293,6 +294,8 @@ def decide(inp: ScaleInput, cfg: ScaleConfig, hist: ScaleHistory) -> ScaleDecisi
             desired, reason = min(rec, limit), Reason.SCALE_UP_RATE_LIMITED
         if desired == rec:
             reason = bound or (Reason.OLDEST_WAIT if waited else Reason.SCALE_UP)
+        if recycling and reason in (Reason.SCALE_UP, Reason.AT_MIN, Reason.AT_MAX):
+            reason = Reason.RECYCLE
     elif rec < current:
         # 3. Scale down slowly (HPA stabilization): to the highest recommendation of the window,
         #    the current one included, so a brief dip in demand does not drain warm workers; then

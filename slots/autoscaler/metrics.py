@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from slots.autoscaler.decision import ScaleDecision
+from slots.autoscaler.decision import ScaleDecision, ScaleInput
 
 
 class AutoscalerMetrics:
@@ -61,6 +61,36 @@ class AutoscalerMetrics:
             [*pool, "action"],
             registry=registry,
         )
+
+        self.oldest_wait = Gauge(
+            "slotsched_autoscaler_oldest_wait_seconds",
+            "How long the oldest queued request of each QoS class has waited (0: none queued).",
+            [*pool, "class"],
+            registry=registry,
+        )
+        self.ahead_workers = Gauge(
+            "slotsched_autoscaler_ahead_workers",
+            "The minimum of workers the schedule or the forecast raised ahead of a known peak (0: none).",
+            pool,
+            registry=registry,
+        )
+        self.recycles = Counter(
+            "slotsched_autoscaler_recycles",
+            "Workers drained to be replaced (spec.autoscaler.recycle), by cause: memory or age.",
+            [*pool, "cause"],
+            registry=registry,
+        )
+
+    def observe_input(self, inp: ScaleInput, ahead: int, pool: str | None = None) -> None:
+        by = (pool or "",) if self.pooled else ()
+        for cls, wait in sorted(inp.oldest_wait_by_class.items()):
+            waiting = inp.pending_by_class.get(cls, 0) > 0
+            self.oldest_wait.labels(*by, cls).set(wait if waiting else 0.0)
+        (self.ahead_workers.labels(*by) if by else self.ahead_workers).set(ahead)
+
+    def count_recycle(self, cause: str, n: int, pool: str | None = None) -> None:
+        by = (pool or "",) if self.pooled else ()
+        self.recycles.labels(*by, cause).inc(n)
 
     def observe(self, decision: ScaleDecision, direction: str, pool: str | None = None) -> None:
         by = (pool or "",) if self.pooled else ()

@@ -17,14 +17,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry
 
 from scheduler.core.views import PoolView
 from scheduler.policy.model import DEFAULT_POOL, Policy, PoolSpec
 from slots.actuators.base import Actuator
-from slots.autoscaler.demand import CoreDemand, Membership, weighted_demand_of_pool
+from slots.autoscaler.demand import CoreDemand, Membership, Vitals, weighted_demand_of_pool
 from slots.autoscaler.loop import Autoscaler
 from slots.autoscaler.metrics import AutoscalerMetrics
 
@@ -92,8 +92,11 @@ class PoolAutoscalers:
         registry: CollectorRegistry | None = None,
         period_s: float = 15.0,
         active: Callable[[str], bool] | None = None,
+        vitals: Callable[[], Mapping[str, Vitals]] | None = None,
     ) -> None:
+        """`vitals`: each worker's memory and age from its heartbeats (recycling reads them)."""
         self._active = active
+        self._vitals = vitals
         self._policy = policy
         self._describe = describe
         self._membership = membership
@@ -135,7 +138,7 @@ class PoolAutoscalers:
                 )
             self.actuators[name] = actuator
             self.loops[name] = Autoscaler(
-                CoreDemand(_bound(self._describe, name), _projected(self._policy, name)),
+                CoreDemand(_bound(self._describe, name), _projected(self._policy, name), self._vitals),
                 self._membership,
                 actuator,
                 _projected(self._policy, name),
