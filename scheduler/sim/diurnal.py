@@ -10,8 +10,9 @@ The workload (`build_diurnal`, shipped as samples/diurnal-3d.csv by scripts/make
 `days` days; in hour `h` of each day `round(peak_per_hour * DAY_PROFILE[h])` sessions start, at
 times drawn from the shipped Azure arrivals sample's shape (its 58 minutes stretched onto the
 hour: its bursts and lulls), and a morning wave of `wave` more in the first `wave_s` of 9:00 (the
-same shape squeezed: people start work within minutes of each other); each session is a shipped Claude Code session (closed-loop periods,
-`traces/convert.periods`), tenants and classes drawn as `slotsched trace import` draws them.
+same shape squeezed: people start work within minutes of each other); each session is a shipped
+Claude Code session (closed-loop periods, `traces/convert.periods`), tenants and classes drawn
+as `slotsched trace import` draws them.
 Time 0 is a midnight, UTC (a Thursday: the epoch's), so a schedule's windows apply as written.
 """
 
@@ -22,7 +23,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from scheduler.core.types import Granted, QoS
+from scheduler.core.types import Decision, Granted, QoS
 from scheduler.policy.model import AutoscalerSpec, ForecastSpec, Policy, ScheduleSpec, ScheduleWindow
 from scheduler.sim.decider import Decider
 from scheduler.sim.elastic import ElasticPool, ElasticStats
@@ -105,19 +106,35 @@ def with_mode(policy: Policy, mode: str, *, peak_workers: int = 0) -> Policy:
     return replace(policy, autoscaler=a)
 
 
+class _MarksBeyond(list[float]):
+    """SimStats.beyond_quota, which also marks the grant just recorded as beyond quota (the
+    simulator appends to it right after recording that Guaranteed grant)."""
+
+    def __init__(self, grants: list[list[object]]) -> None:
+        super().__init__()
+        self._grants = grants
+
+    def append(self, wait: float) -> None:
+        super().append(wait)
+        self._grants[-1][3] = True
+
+
 @dataclass
 class DiurnalStats(ElasticStats):
     """ElasticStats that also keep each grant's request time and class (the ramp figures), and
-    a series of (time, ready workers, demand in slots) for the plot."""
+    a series of (time, capacity in slots, demand in slots) for the plot."""
 
-    grants: list[tuple[float, str, float]] = field(default_factory=list)  # (asked at, class, waited)
+    grants: list[list[object]] = field(default_factory=list)  # [asked at, class, waited, beyond quota]
     series: list[tuple[float, int, int]] = field(default_factory=list)
     min_capacity_after_start: int | None = None
 
-    def record(self, d: object, now: float) -> None:  # type: ignore[override]
-        super().record(d, now)  # type: ignore[arg-type]
+    def __post_init__(self) -> None:
+        self.beyond_quota = _MarksBeyond(self.grants)
+
+    def record(self, d: Decision, now: float) -> None:
+        super().record(d, now)
         if isinstance(d, Granted):
-            self.grants.append((now - d.waited_s, d.lease.qos.value, d.waited_s))
+            self.grants.append([now - d.waited_s, d.lease.qos.value, d.waited_s, False])
 
     def capacity_changed(self, now: float, capacity: int) -> None:
         super().capacity_changed(now, capacity)
@@ -131,13 +148,22 @@ class DiurnalStats(ElasticStats):
         self.series.append((now, view.capacity, sum(view.held) + sum(view.pending)))
 
 
+def ramp_waits(stats: DiurnalStats, cls: str, days: Sequence[int], hour: int = RAMP_HOUR) -> list[float]:
+    """Waits of the `cls` requests made in `hour` of each of `days`. Guaranteed: those within
+    their tenant's quota, the ones capacity serves (one beyond quota waits for its tenant's own
+    leases to end, however large the pool: design.md, "QoS classes")."""
+    out: list[float] = []
+    for asked, c, w, beyond in stats.grants:
+        assert isinstance(asked, float) and isinstance(w, float)
+        if c != cls or beyond:
+            continue
+        if any(d * DAY_S + hour * 3600 <= asked < d * DAY_S + (hour + 1) * 3600 for d in days):
+            out.append(w)
+    return out
+
+
 def ramp_p99(stats: DiurnalStats, cls: str, days: Sequence[int], hour: int = RAMP_HOUR) -> float:
-    """p99 wait of the `cls` requests made in `hour` of each of `days`."""
-    waits = [
-        w
-        for asked, c, w in stats.grants
-        if c == cls and any(d * DAY_S + hour * 3600 <= asked < d * DAY_S + (hour + 1) * 3600 for d in days)
-    ]
+    waits = ramp_waits(stats, cls, days, hour)
     return percentile(waits, 99) if waits else 0.0
 
 
