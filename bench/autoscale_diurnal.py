@@ -1,6 +1,6 @@
 """Scaling ahead of a known peak, and recycling, on the shipped multi-day diurnal sample.
 
-The workload (scheduler/sim/samples/diurnal-3d.csv, `scheduler/sim/diurnal.py`): three days of
+The workload (scheduler/sim/samples/diurnal-3d.csv.xz, `scheduler/sim/diurnal.py`): three days of
 Claude Code sessions with a morning wave at 9:00, on an elastic pool of 2 to 40 workers that take
 120 s to start. The autoscaler loop the server runs (in virtual time) sizes it three ways:
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     s = samples_dir()
     policy, _ = load_policy(s / "diurnal-3d-policy.yaml")
-    plans = load_workload(s / "diurnal-3d.csv")
+    plans = load_workload(s / "diurnal-3d.csv.xz")
     spw = policy.pool.slots_per_worker
 
     runs: dict[str, DiurnalStats] = {"reactive": run_mode(policy, plans, "reactive")}

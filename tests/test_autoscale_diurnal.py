@@ -31,7 +31,7 @@ def _run(mode: str) -> DiurnalStats:
     s = samples_dir()
     policy, _ = load_policy(s / "diurnal-3d-policy.yaml")
     end = DAY_S + (RAMP_HOUR + 1) * 3600
-    plans = [p for p in load_workload(s / "diurnal-3d.csv") if p.arrival_s < end]
+    plans = [p for p in load_workload(s / "diurnal-3d.csv.xz") if p.arrival_s < end]
     pol = with_mode(policy, mode)
     sim = Simulator(pol, plans, SimConfig(until_s=end, sample_every_s=300.0), hook=ElasticPool(15.0))
     sim.stats = DiurnalStats(pol)

@@ -121,7 +121,7 @@ def test_only_one_worker_at_a_time_is_recycled() -> None:
 def test_on_the_diurnal_sample_a_leaking_worker_is_replaced_with_nothing_lost() -> None:
     s = samples_dir()
     policy, _ = load_policy(s / "diurnal-3d-policy.yaml")
-    out = run_recycle(policy, load_workload(s / "diurnal-3d.csv"))
+    out = run_recycle(policy, load_workload(s / "diurnal-3d.csv.xz"))
     assert out.recycled == ("e001",)
     assert out.work_lost_slot_s == 0 and out.revocations == 0
     assert out.drained_sessions > 0 and out.resumed_sessions == out.drained_sessions

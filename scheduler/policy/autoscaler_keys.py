@@ -120,13 +120,17 @@ def autoscaler_to_dict(a: AutoscalerSpec) -> dict[str, Any]:
     def nums(spec: object, fields: tuple[Num, ...]) -> dict[str, Any]:
         return {f.key: getattr(spec, f.attr) for f in fields if getattr(spec, f.attr) is not None}
 
-    out: dict[str, Any] = {
-        "weights": nums(a, WEIGHT_FIELDS),
-        "scaleUp": nums(a, SCALE_UP_FIELDS),
-        "scaleDown": nums(a, SCALE_DOWN_FIELDS),
-        "recycle": nums(a, RECYCLE_FIELDS),
-        **nums(a, AUTOSCALER_FIELDS),
-    }
+    # Keys added after the first release are written only when set, so a policy that does not
+    # use them is written as before (the shipped samples' policies, byte for byte).
+    scale_up = nums(a, SCALE_UP_FIELDS)
+    if not a.scale_up_oldest_wait_s:
+        scale_up.pop("oldestWaitSeconds")
+    out: dict[str, Any] = {"weights": nums(a, WEIGHT_FIELDS), "scaleUp": scale_up}
+    base = AutoscalerSpec()
+    for key, fields in (("scaleDown", SCALE_DOWN_FIELDS), ("recycle", RECYCLE_FIELDS)):
+        if any(getattr(a, f.attr) != getattr(base, f.attr) for f in fields):
+            out[key] = nums(a, fields)
+    out |= nums(a, AUTOSCALER_FIELDS)
     if a.schedule != ScheduleSpec():
         out["schedule"] = {
             "timeZone": a.schedule.time_zone,

@@ -6,7 +6,7 @@ forecast (slots/autoscaler/ahead.py) raise the minimum ahead of it. This module 
 workload the comparison runs on and measures what the issue asks: Guaranteed and Burstable p99
 waits of the requests made in the ramp hour, and worker-seconds.
 
-The workload (`build_diurnal`, shipped as samples/diurnal-3d.csv by scripts/make_diurnal_sample.py):
+The workload (`build_diurnal`, shipped as samples/diurnal-3d.csv.xz by scripts/make_diurnal_sample.py):
 `days` days; in hour `h` of each day `round(peak_per_hour * DAY_PROFILE[h])` sessions start, at
 times drawn from the shipped Azure arrivals sample's shape (its 58 minutes stretched onto the
 hour: its bursts and lulls), and a morning wave of `wave` more in the first `wave_s` of 9:00 (the
