@@ -218,8 +218,8 @@ def _sources() -> list[tuple[str, str, Callable[[], Iterator[MetricRow]]]]:
         (
             "scheduler",
             "The scheduler's `/metrics` (`serve --metrics-listen`), every mode. `pool` is the pool "
-            "of the decision (`default` for a policy of one pool; `_unknown` for a refusal naming a "
-            "pool the policy lacks).",
+            "of the decision (`default` for a policy of one pool; empty for a refusal before "
+            "placement: a pool the policy lacks, none named of several, none matching).",
             _server_rows,
         ),
         (

@@ -229,7 +229,8 @@ def test_every_object_has_kind_api_version_name_and_namespace(overlay: str) -> N
         assert isinstance(d.get("kind"), str) and d["kind"], overlay
         assert re.fullmatch(r"([a-z0-9.-]+/)?v\d+(alpha\d+|beta\d+)?", d.get("apiVersion", "")), d
         assert d["metadata"].get("name"), f"{overlay}: a {d['kind']} has no name"
-        if d["kind"] not in ("Namespace", "CustomResourceDefinition"):  # cluster-scoped
+        # cluster-wide objects (a CRD is; the SchedulingPolicy objects it defines are Namespaced)
+        if d["kind"] not in ("Namespace", "CustomResourceDefinition"):
             assert d["metadata"].get("namespace") == "slotsched", (overlay, d["kind"], d["metadata"]["name"])
 
 

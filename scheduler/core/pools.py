@@ -37,6 +37,7 @@ from scheduler.core.types import (
     Expired,
     Lease,
     LeaseId,
+    Queued,
     Refused,
     RefuseReason,
     Rejected,
@@ -197,6 +198,13 @@ class Pools:
         name = self._where.get(session)
         return None if name is None else self._cores[name].session(session)
 
+    def queued(self, session: SessionId) -> Queued | None:
+        """What a waiter is told now: its pool's `Ledger.queued` (None: not waiting)."""
+        if self._single is not None:
+            return self._single.queued(session)
+        name = self._where.get(session)
+        return None if name is None else self._cores[name].queued(session)
+
     def leases(self) -> Iterator[tuple[Lease, LeaseState]]:
         for core in self._cores.values():
             yield from core.leases()
@@ -313,7 +321,9 @@ class Pools:
             return [placed]
         if self._single is None:
             self._where[ev.session] = placed
-        return self._in(placed, ev, now)
+        out = self._in(placed, ev, now)
+        # A refusal by the pool's core (an unknown tenant, a duplicate) names the pool it was in.
+        return [replace(d, pool=placed) if type(d) is Refused and not d.pool else d for d in out]
 
     def _worker_added(self, ev: WorkerAdded, now: float) -> list[Decision]:
         names = self._catalog.names

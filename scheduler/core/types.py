@@ -225,6 +225,19 @@ class Revoked:
 
 
 @dataclass(frozen=True)
+class LateSnapshot:
+    """A Yield that came after its lease was revoked at the yield deadline, quoting that lease
+    (same id and epoch) with a snapshot, while the session is still queued: the snapshot is the
+    one the session resumes from. The deadline protects the waiter's latency, not the snapshot's
+    validity: lateness cost the holder its slot, not its work."""
+
+    session: SessionId
+    lease_id: LeaseId
+    epoch: int
+    snapshot: SnapshotRef
+
+
+@dataclass(frozen=True)
 class Expired:
     lease: Lease
     lost_slot_seconds: float
@@ -276,6 +289,7 @@ Decision = (
     | YieldRequested
     | YieldCancelled
     | Revoked
+    | LateSnapshot
     | Expired
     | Ended
     | Renewed

@@ -144,17 +144,18 @@ class FairnessSpec:
     next free slot"). `usage_half_life_s`: a tenant's share counts the borrowed slot-seconds it
     has recently held, decaying with this half-life (0: only what it holds now), sampled every
     `usage_sampling_s` (as Kueue's admission fair sharing and Slurm's fair-share factor do).
-    `best_effort_min_share`: while BestEffort waits, it gets at least this fraction of the
-    borrowed slots (those beyond Guaranteed and Burstable nominals) ahead of Burstable beyond its
-    nominal, which otherwise goes first: BestEffort is below Burstable, never starved by it.
-    `share_window_s`: in those two tiers a lower share goes ahead of an older request only if it
+    `best_effort_min_share`: while BestEffort waits and holds less than this fraction of the
+    borrowed slots (those beyond Guaranteed and Burstable nominals), a BestEffort waiter's
+    fairness preemption may take borrowing Burstable leases (otherwise only BestEffort ones).
+    `share_window_s`: in the shared tier a lower share goes ahead of an older request only if it
     arrived less than this many seconds after it (an age factor, as Slurm's multifactor
-    priority has: the heaviest tenant's tail is bounded); 0: share order alone."""
+    priority has: the heaviest tenant's tail, paid by light tenants' waits); 0 (the default):
+    share order alone, each tenant served by its share."""
 
     usage_half_life_s: float = 600.0
     usage_sampling_s: float = 10.0
     best_effort_min_share: float = 0.1
-    share_window_s: float = 900.0
+    share_window_s: float = 0.0
 
 
 @dataclass(frozen=True)
