@@ -11,7 +11,7 @@ workers that join it (local): a pool's demand sizes that pool only (slots/autosc
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry
 
@@ -62,10 +62,18 @@ def pool_autoscalers(
         scheduler,
         metrics,
         period_s,
-        vitals=lambda: {
-            wid: Vitals(w.rss_bytes, w.started_at) for wid, w in registry.workers.items() if w.last_heartbeat
-        },
+        vitals=lambda: vitals_of([registry]),
     )
+
+
+def vitals_of(registries: Iterable[WorkerRegistry]) -> dict[str, Vitals]:
+    """Each worker's memory and age as its last heartbeat reported them (recycling reads them)."""
+    return {
+        wid: Vitals(w.rss_bytes, w.started_at)
+        for registry in registries
+        for wid, w in registry.workers.items()
+        if w.last_heartbeat is not None
+    }
 
 
 def autoscalers(

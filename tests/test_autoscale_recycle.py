@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from scheduler.api.gen.slotsched.v1 import workers_pb2
+from scheduler.autoscale_wiring import vitals_of
 from scheduler.policy.model import AutoscalerSpec, Policy, PoolSpec, TenantSpec, TimingSpec
 from scheduler.policy.yaml_io import load_policy
 from scheduler.sim.recycling import run_recycle
@@ -149,6 +150,9 @@ def test_the_heartbeat_carries_memory_and_uptime_to_the_registry() -> None:
         assert entry.rss_bytes == 3 * GIB
         assert entry.started_at is not None and entry.last_heartbeat is not None
         assert entry.last_heartbeat - entry.started_at == pytest.approx(120.0)
+        # What the autoscaler's CoreDemand reads (scheduler/autoscale_wiring.py): heartbeaten only.
+        assert vitals_of([registry])["w-rss"] == Vitals(3 * GIB, entry.started_at)
+        assert not any(wid.startswith("local-") for wid in vitals_of([registry]))
 
 
 def test_the_worker_reports_its_own_memory_and_uptime() -> None:
