@@ -14,7 +14,7 @@ the requests made between 9:00 and 10:00 (Guaranteed within quota; Burstable), a
 worker-seconds of the whole run. Then recycling (`scheduler/sim/recycling.py`): a pool pinned at
 8 workers, one leaking 1 MiB/s past `recycle.memoryBytes` 1 GiB, replaced.
 
-    python bench/autoscale_diurnal.py [--plot diurnal.png]
+    python bench/autoscale_diurnal.py [--plot diurnal.png] [--report out/diurnal]
     # last line: ramp_g_p99_ratio=X ramp_b_p99_ratio=X worker_seconds_ratio=X recycle_work_lost=X
 """
 
@@ -44,6 +44,7 @@ def _ratio(a: float, b: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--plot", default=None, help="write the figure of pool size against demand here (PNG)")
+    p.add_argument("--report", default=None, help="write report.md and diurnal.png into this folder")
     a = p.parse_args(argv)
     t0 = time.perf_counter()
     s = samples_dir()
@@ -83,6 +84,15 @@ def main(argv: list[str] | None = None) -> int:
         from scheduler.sim.compare.diurnal_plot import plot_diurnal
 
         print(f"plot: {plot_diurnal(runs, spw, RAMP_DAYS, a.plot)}")
+    if a.report:
+        from scheduler.sim.compare.diurnal_plot import plot_diurnal
+        from scheduler.sim.compare.diurnal_report import render_diurnal
+
+        out = Path(a.report)
+        out.mkdir(parents=True, exist_ok=True)
+        plot_diurnal(runs, spw, RAMP_DAYS, out / "diurnal.png")
+        (out / "report.md").write_text(render_diurnal(runs, RAMP_DAYS, "diurnal.png"), encoding="utf-8")
+        print(f"report: {out / 'report.md'}")
     print(f"({time.perf_counter() - t0:.0f} s)")
     re, fc = runs["reactive"], runs["forecast"]
     g_ratio = _ratio(ramp_p99(fc, "guaranteed", RAMP_DAYS), ramp_p99(re, "guaranteed", RAMP_DAYS))

@@ -52,3 +52,20 @@ def test_the_forecast_meets_the_morning_wave_that_reactive_scaling_meets_late() 
         return next(c for t, c, _ in st.series if t >= DAY_S + RAMP_HOUR * 3600)
 
     assert at_nine(forecast) > at_nine(reactive)
+
+
+def test_the_report_puts_the_modes_side_by_side() -> None:
+    from scheduler.policy.model import Policy
+    from scheduler.sim.compare.diurnal_report import render_diurnal
+
+    def stats(b_wait: float, worker_s: float) -> DiurnalStats:
+        st = DiurnalStats(Policy())
+        st.grants.append([DAY_S + RAMP_HOUR * 3600 + 60.0, "burstable", b_wait, False])
+        st.grants.append([DAY_S + 3600.0, "burstable", 999.0, False])  # at 1:00: not the ramp hour
+        st.worker_seconds = worker_s
+        return st
+
+    text = render_diurnal({"reactive": stats(120.0, 3600e3), "forecast": stats(0.0, 3672e3)}, [1], "d.png")
+    assert "| reactive | 0.0 s | 120.0 s | 0.0 s | 1,000 | 1.000x |" in text
+    assert "| forecast | 0.0 s | 0.0 s | 0.0 s | 1,020 | 1.020x |" in text
+    assert "![pool size against demand](d.png)" in text
