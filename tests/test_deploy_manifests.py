@@ -297,6 +297,7 @@ def test_the_flat_manifests_are_gone() -> None:
     # components/, the operator's path is `kubectl apply -k deploy/overlays/<name>`.
     # Only the example policies (issue 24 ships deploy/policy-pools-example.yaml by that path).
     assert sorted(p.name for p in DEPLOY.glob("*.yaml")) == [
+        "policy-budgets-example.yaml",
         "policy-example.yaml",
         "policy-pools-example.yaml",
     ]

@@ -37,6 +37,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from scheduler.api import reasons
 from scheduler.core.types import (
     Acquire,
     BlockedReason,
@@ -367,7 +368,7 @@ class _Collector(Collector):
             "slotsched_refusals", "Acquires refused.", labels=["pool", "reason", "tenant"]
         )
         for (o, t, r), n in list(m.refusals.items()):
-            refusals.add_metric([o, r.value, t], n)
+            refusals.add_metric([o, reasons.of(r).metric, t], n)  # the label: the reason's row
         yield refusals
         limited = CounterMetricFamily(
             "slotsched_rate_limited",

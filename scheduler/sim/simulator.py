@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from scheduler.api import reasons
 from scheduler.core.pools import Pools
 from scheduler.core.types import (
     Acquire,
@@ -69,8 +70,9 @@ from scheduler.sim.workload import SessionPlan
 # Event kinds, in the order they apply when simultaneous.
 _ARRIVE, _COMPLETE, _YIELD_ACK, _RENEW, _TICK, _HOOK, _RETRY, _CRASH = range(8)
 
-# Refusals a client retries: room may appear later. The others could never be served.
-RETRYABLE = frozenset({RefuseReason.QUEUE_FULL, RefuseReason.TENANT_QUEUE_FULL})
+# Refusals a client retries: room may appear later (their row in the one table of refusal
+# reasons says retry after a pause). The others could never be served.
+RETRYABLE = frozenset(RefuseReason(name) for name in reasons.RETRYABLE)
 _CLASS = {"guaranteed": 0, "burstable": 1, "besteffort": 2}
 
 
