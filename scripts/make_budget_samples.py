@@ -1,4 +1,4 @@
-"""Derive the token-budget sample in scheduler/sim/samples/: `claude-budget.csv` (sessions with
+"""Derive the token-budget sample in scheduler/sim/samples/: `claude-budget.csv.xz` (sessions with
 their LLM calls) and `claude-budget-policy.yaml` (its pool, tenants and budget), deterministically.
 
 The workload is `slotsched trace import --calls` of the full Claude Code sessions trace (710
@@ -26,7 +26,9 @@ The provider's real limit is not a key: `simulate --compare --provider-limit 0.8
 from __future__ import annotations
 
 import argparse
+import lzma
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -47,6 +49,7 @@ from scheduler.sim.traces.convert import ImportConfig, exact_counts, import_file
 from scheduler.sim.traces.policy import policy_for  # noqa: E402
 from scheduler.sim.workload import SessionPlan, write_workload  # noqa: E402
 
+WORKLOAD = "claude-budget.csv.xz"  # 316 kB of CSV, 100 kB compressed
 BUDGET = "claude"
 INPUT_PER_MIN = 6_000_000
 OUTPUT_PER_MIN = 2_000_000
@@ -56,7 +59,7 @@ NOMINAL_FRACTION = 0.4
 CONFIG = ImportConfig(tenants=8, mix=(0.15, 0.45, 0.4), limit=150, seed=43, duration_s=1800.0, calls=True)
 WORKERS, MAX_WORKERS, SLOTS_PER_WORKER = 40, 80, 2
 HEADER = """\
-# The policy of claude-budget.csv (scripts/make_budget_samples.py): the slots as
+# The policy of claude-budget.csv.xz (scripts/make_budget_samples.py): the slots as
 # `slotsched trace import --calls --tenants 8 --mix 0.15,0.45,0.4 --limit 150 --duration 1800 \
 #   --seed 43 --workers 40 --max-workers 80` sizes them, and one token budget, `claude`, that binds at the peak (input tokens; the demand peaks
 # near 16 M a minute): Guaranteed reserves each tenant's peak Guaranteed minute (scaled to 40% of
@@ -131,11 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plans = import_files(args.sessions, samples_dir() / "azure_llm_conv_2023_sample.csv", CONFIG)
-    write_workload(out / "claude-budget.csv", plans)
+    with tempfile.TemporaryDirectory() as tmp:  # shipped compressed (the samples' size budget)
+        csv_path = Path(tmp) / "claude-budget.csv"
+        write_workload(csv_path, plans)
+        (out / WORKLOAD).write_bytes(lzma.compress(csv_path.read_bytes(), preset=9))
     base = policy_for(plans, WORKERS, SLOTS_PER_WORKER, MAX_WORKERS)
     policy = budget_policy(plans, base)
     (out / "claude-budget-policy.yaml").write_text(HEADER + policy_to_yaml(policy))
-    print(f"wrote {out}/claude-budget.csv ({len(plans)} sessions) and claude-budget-policy.yaml")
+    print(f"wrote {out}/{WORKLOAD} ({len(plans)} sessions) and claude-budget-policy.yaml")
     return 0
 
 

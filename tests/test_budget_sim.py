@@ -25,7 +25,7 @@ from scheduler.sim.workload import LlmCall, Period, SessionPlan, WorkloadError, 
 
 S = samples_dir()
 POLICY = S / "claude-budget-policy.yaml"
-WORKLOAD = S / "claude-budget.csv"
+WORKLOAD = S / "claude-budget.csv.xz"
 
 
 # ---------------------------------------------------------------- calls in the workload
