@@ -59,12 +59,13 @@ NOMINAL_FRACTION = 0.4
 CONFIG = ImportConfig(tenants=8, mix=(0.15, 0.45, 0.4), limit=150, seed=43, duration_s=1800.0, calls=True)
 WORKERS, MAX_WORKERS, SLOTS_PER_WORKER = 40, 80, 2
 HEADER = """\
-# The policy of claude-budget.csv.xz (scripts/make_budget_samples.py): the slots as
-# `slotsched trace import --calls --tenants 8 --mix 0.15,0.45,0.4 --limit 150 --duration 1800 \
-#   --seed 43 --workers 40 --max-workers 80` sizes them, and one token budget, `claude`, that binds at the peak (input tokens; the demand peaks
-# near 16 M a minute): Guaranteed reserves each tenant's peak Guaranteed minute (scaled to 40% of
-# the budget in all), Burstable nominals split 40% of the rest, BestEffort takes what is left; the
-# provider's 429s never lower the effective limit below the reservations (feedback.minimum 0.4).
+# The policy of claude-budget.csv.xz (scripts/make_budget_samples.py): the slots as `slotsched
+# trace import --calls --tenants 8 --mix 0.15,0.45,0.4 --limit 150 --duration 1800 --seed 43
+# --workers 40 --max-workers 80` sizes them, and one token budget, `claude`, that binds at the
+# peak (input tokens; the demand peaks near 16 M a minute): Guaranteed reserves each tenant's peak
+# Guaranteed minute (scaled to 40% of the budget in all), Burstable nominals split 40% of the rest,
+# BestEffort takes what is left; the provider's 429s never lower the effective limit below the
+# reservations (feedback.minimum 0.4).
 """
 
 
