@@ -48,6 +48,8 @@ from scheduler.core.budget.types import (
 from scheduler.policy.model import BudgetSpec
 
 RECOVERY_PERIOD_S = 60.0  # the effective limit recovers one step a minute without a throttle
+EPISODE_S = 60.0  # a throttle episode: the provider's window (a minute) after a decrease
+PROBE_SLOWDOWN = 20.0  # above the plateau, recovery steps are this many times smaller
 
 
 class Tier(enum.IntEnum):
@@ -88,6 +90,8 @@ class Book:
         self.blocked_until: float | None = None
         self.last_decrease: float | None = None
         self.next_recovery: float | None = None
+        self.throttled_at: float | None = None  # the factor the last decrease cut (forgotten once passed)
+        self.bound = False  # a borrower waited on the shared bucket since the last recovery step
         # Empty: a new leader assumes the window fully spent (it can never overrun the provider).
         self.shared = Bucket.per_minute(self.on, ZERO, now)
         self.permits: dict[PermitId, Permit] = {}
@@ -195,7 +199,10 @@ class Book:
         return best
 
     def _serve_shared(self, now: float, out: list[BudgetDecision]) -> None:
-        while (p := self.head(now)) is not None and self.shared.covers(p.estimate):
+        while (p := self.head(now)) is not None:
+            if not self.shared.covers(p.estimate):
+                self.bound = True  # the limit, not the demand, held someone back: a probe may learn
+                return
             self._grant(p, now, out)
 
     def _grant(self, p: Permit, now: float, out: list[BudgetDecision]) -> None:
@@ -270,17 +277,23 @@ class Book:
         return LimitChanged(self.name, reason, self.factor, self.effective(), self.blocked_until)
 
     def throttled(self, p: Permit, retry_after_s: float, now: float, out: list[BudgetDecision]) -> None:
-        """The provider throttled `p`'s call. One decrease per episode: a permit granted before
-        the last decrease (or with it) was sent at the old limit, so its 429 says nothing of the
-        new one (as TCP halves once per window, not once per lost packet)."""
+        """The provider throttled `p`'s call: its window is spent, so the shared bucket is emptied
+        (a debt kept) and nothing borrowed is granted into the provider's deficit. One decrease
+        per episode: a permit granted within a window (a minute) of the last decrease was sent
+        while the provider was still paying off the old limit's burst, so its 429 says nothing of
+        the new one (as TCP halves once per window, not once per lost packet). A decrease
+        remembers the level that drew it (`throttled_at`): recovery stops just below it."""
         fb = self.spec.feedback
         changed = False
-        if self.last_decrease is None or (p.granted_at is not None and p.granted_at > self.last_decrease):
+        sent = p.granted_at if p.granted_at is not None else now
+        if self.last_decrease is None or sent >= self.last_decrease + EPISODE_S:
+            self.throttled_at = self.factor
             new = max(fb.minimum, self.factor * fb.decrease)
             self.last_decrease = now
             if new < self.factor:
                 self.factor = new
                 changed = True
+        self.shared.drain()
         until = now + retry_after_s
         if retry_after_s > 0 and (self.blocked_until is None or until > self.blocked_until):
             self.blocked_until = until
@@ -291,13 +304,32 @@ class Book:
             self.rescale()
             out.append(self._limit_changed(LimitChangeReason.THROTTLED))
 
+    def plateau(self) -> float:
+        """Where quick recovery stops: halfway between the last throttled level and its cut (a
+        bisection of what is known: the provider refused the one, the other is below it)."""
+        if self.throttled_at is None:
+            return 1.0
+        return self.throttled_at * (1.0 + 2.0 * self.spec.feedback.decrease) / 3.0
+
     def _recover(self, now: float, out: list[BudgetDecision]) -> None:
+        """A step a minute without a throttle: `recoveryPerMinute` up to the plateau; above it a
+        `PROBE_SLOWDOWN`th of that, and only after a minute in which the limit bound (a borrower
+        waited on the shared bucket: a minute the demand did not fill says nothing of the
+        provider, as TCP does not grow an application-limited window); past the last throttled
+        level it is forgotten (the limit did rise) and the full step resumes."""
         fb = self.spec.feedback
         while self.next_recovery is not None and now >= self.next_recovery:
-            self.factor = min(1.0, self.factor + fb.recovery_per_minute)
+            plateau, before = self.plateau(), self.factor
+            if self.factor + 1e-12 < plateau:
+                self.factor = min(plateau, self.factor + fb.recovery_per_minute)
+            elif self.bound:
+                self.factor += fb.recovery_per_minute / PROBE_SLOWDOWN
+            self.bound = False
+            self.factor = min(1.0, self.factor)
             self.next_recovery = self.next_recovery + RECOVERY_PERIOD_S if self.factor < 1.0 else None
-            self.rescale()
-            out.append(self._limit_changed(LimitChangeReason.RECOVERED))
+            if self.factor != before:
+                self.rescale()
+                out.append(self._limit_changed(LimitChangeReason.RECOVERED))
 
     # --- waiting ------------------------------------------------------------------------------
 

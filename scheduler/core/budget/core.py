@@ -343,6 +343,7 @@ class Budgets:
                 carry(old.shares[name], s)
         book.factor, book.blocked_until = old.factor, old.blocked_until
         book.last_decrease, book.next_recovery = old.last_decrease, old.next_recovery
+        book.throttled_at = old.throttled_at
         book.rescale()
         book.shared.last = old.shared.last
         book.shared.tokens = [min(t, c) for t, c in zip(old.shared.tokens, book.shared.cap, strict=True)]
