@@ -53,11 +53,11 @@ PROBE_SLOWDOWN = 20.0  # above the plateau, recovery steps are this many times s
 
 
 class Tier(enum.IntEnum):
-    """The order of service among borrowers of the shared bucket, first served first."""
+    """The order of service among borrowers of the shared bucket, first served first: the slot
+    order's tiers 2 and 3 (docs/design.md, "Who gets the next free slot"), one rule for both."""
 
     BURSTABLE_NOMINAL = 0  # Burstable within its nominal rate
-    BURSTABLE_BEYOND = 1  # Burstable beyond it (within its limit)
-    BEST_EFFORT = 2
+    SHARED = 1  # Burstable beyond it and BestEffort, by weighted share across tenants
 
 
 @dataclass(slots=True, eq=False)
@@ -74,6 +74,7 @@ class Permit:
     granted_at: float | None = None
     expires_at: float = math.inf
     borrowed: bool = False
+    counted: bool = False  # granted in the shared tier: its tokens count in its tenant's share
 
 
 class Book:
@@ -166,16 +167,18 @@ class Book:
 
     def tier(self, p: Permit, now: float) -> Tier:
         if p.cls == BE:
-            return Tier.BEST_EFFORT
+            return Tier.SHARED
         meter = p.share.nominal
         if meter is not None:
             meter.advance(now)
             if meter.covers(p.estimate):
                 return Tier.BURSTABLE_NOMINAL
-        return Tier.BURSTABLE_BEYOND
+        return Tier.SHARED
 
-    def key(self, p: Permit, now: float) -> tuple[Tier, float, int]:
-        return (self.tier(p, now), p.share.share(now, self.half_life), p.seq)
+    def key(self, p: Permit, now: float) -> tuple[Tier, float, int, int]:
+        """Tier, then the tenant's weighted share (in the shared tier its Burstable before its
+        own BestEffort: the class ranks after the share), then arrival."""
+        return (self.tier(p, now), p.share.share(now, self.half_life), p.cls, p.seq)
 
     def within_ceiling(self, p: Permit, now: float) -> bool:
         ceiling = p.share.ceilings[p.cls]
@@ -185,15 +188,23 @@ class Book:
         return ceiling.covers(p.estimate)
 
     def head(self, now: float) -> Permit | None:
-        """The first borrower in the order of service among those within their ceilings."""
+        """The first borrower in the order of service among those within their ceilings. A
+        tenant's head in the shared tier is its Burstable beyond nominal, else its BestEffort
+        (the slot order's per-tenant contract); across tenants the share decides, then age."""
         best: Permit | None = None
         best_key: tuple[Tier, float, int] | None = None
         for s in self.shares.values():
+            shared_taken = False
             for cls in (B, BE):
                 q = s.queues[cls]
                 if not q or not self.within_ceiling(q[0], now):
                     continue
-                k = self.key(q[0], now)
+                tier = self.tier(q[0], now)
+                if tier == Tier.SHARED:
+                    if shared_taken:
+                        continue  # its Burstable beyond nominal goes before its own BestEffort
+                    shared_taken = True
+                k = (tier, s.share(now, self.half_life), q[0].seq)
                 if best_key is None or k < best_key:
                     best, best_key = q[0], k
         return best
@@ -215,6 +226,9 @@ class Book:
             s.leaf.take(p.estimate)
         else:
             p.borrowed = True
+            # As the slot order's share: only what is borrowed beyond what the tenant can count
+            # on (its nominal) weighs against it in the shared tier.
+            p.counted = self.tier(p, now) == Tier.SHARED
             self.shared.take(p.estimate)
             ceiling = s.ceilings[p.cls]
             if ceiling is not None:
@@ -222,9 +236,10 @@ class Book:
             if p.cls != BE and s.nominal is not None:
                 s.nominal.advance(now)
                 s.nominal.take(p.estimate, floor=True)
-            s.decayed(now, self.half_life)
-            s.usage += p.amount
-            s.in_flight += p.amount
+            if p.counted:
+                s.decayed(now, self.half_life)
+                s.usage += p.amount
+                s.in_flight += p.amount
         p.granted_at = now
         p.expires_at = now + self.spec.permit_ttl_s
         heapq.heappush(self.expiry, (p.expires_at, p.seq, p.id))
@@ -261,10 +276,11 @@ class Book:
                 if b is not None:
                     b.advance(now)
                     b.give(refund)
-            spent = charged[self.unit]
-            s.decayed(now, self.half_life)
-            s.usage = max(0.0, s.usage + spent - p.amount)
-            s.in_flight = max(0.0, s.in_flight - p.amount)
+            if p.counted:
+                spent = charged[self.unit]
+                s.decayed(now, self.half_life)
+                s.usage = max(0.0, s.usage + spent - p.amount)
+                s.in_flight = max(0.0, s.in_flight - p.amount)
         out.append(
             PermitEnded(
                 p.id, p.owner, s.tenant, self.name, CLASSES[p.cls], reason, charged, refund, throttled

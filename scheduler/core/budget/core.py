@@ -301,7 +301,7 @@ class Budgets:
         zero = Usage(0.0, 0.0, 0.0)
         book.seq += 1
         p = Permit(ev.permit, ev.owner, share, cls, zero.vector(), zero, 0.0, book.seq, now)
-        p.granted_at, p.borrowed = now, cls != G
+        p.granted_at, p.borrowed, p.counted = now, cls != G, cls != G
         book.permits[p.id] = p
         book.close(p, ev.usage.vector(), PermitEndReason.SETTLED, now, out)
         book.serve(now, out)
