@@ -49,7 +49,7 @@ from scheduler.policy.model import BudgetSpec
 
 RECOVERY_PERIOD_S = 60.0  # the effective limit recovers one step a minute without a throttle
 EPISODE_S = 60.0  # a throttle episode: the provider's window (a minute) after a decrease
-PROBE_SLOWDOWN = 20.0  # above the plateau, recovery steps are this many times smaller
+PROBE_SLOWDOWN = 40.0  # above the plateau, recovery steps are this many times smaller
 
 
 class Tier(enum.IntEnum):
@@ -91,7 +91,7 @@ class Book:
         self.blocked_until: float | None = None
         self.last_decrease: float | None = None
         self.next_recovery: float | None = None
-        self.throttled_at: float | None = None  # the factor the last decrease cut (forgotten once passed)
+        self.throttled_at: float | None = None  # the factor the last decrease cut (its loss point)
         self.bound = False  # a borrower waited on the shared bucket since the last recovery step
         # Empty: a new leader assumes the window fully spent (it can never overrun the provider).
         self.shared = Bucket.per_minute(self.on, ZERO, now)
@@ -321,8 +321,9 @@ class Book:
             out.append(self._limit_changed(LimitChangeReason.THROTTLED))
 
     def plateau(self) -> float:
-        """Where quick recovery stops: halfway between the last throttled level and its cut (a
-        bisection of what is known: the provider refused the one, the other is below it)."""
+        """Where quick recovery stops: a third of the way from the cut back to the last
+        throttled level, inside what is known (the provider refused the one, the other is below
+        its limit) and on the low side of it (docs/design.md, "Token budgets")."""
         if self.throttled_at is None:
             return 1.0
         return self.throttled_at * (1.0 + 2.0 * self.spec.feedback.decrease) / 3.0
@@ -331,8 +332,9 @@ class Book:
         """A step a minute without a throttle: `recoveryPerMinute` up to the plateau; above it a
         `PROBE_SLOWDOWN`th of that, and only after a minute in which the limit bound (a borrower
         waited on the shared bucket: a minute the demand did not fill says nothing of the
-        provider, as TCP does not grow an application-limited window); past the last throttled
-        level it is forgotten (the limit did rise) and the full step resumes."""
+        provider, as TCP does not grow an application-limited window). The loss point is kept
+        until the next throttle: a level passed without one says little, since a small excess
+        over the real limit drains the provider's burst only after many minutes."""
         fb = self.spec.feedback
         while self.next_recovery is not None and now >= self.next_recovery:
             plateau, before = self.plateau(), self.factor
