@@ -371,6 +371,36 @@ SCENARIOS: list[tuple[str, dict[str, Any], list[Step], list[Step]]] = [
         ],
     ),
     (
+        "above the plateau the limit is probed slowly, and only after a minute in which it bound",
+        {},
+        [
+            ("req", 0, "p1", "e", E, 100, 0),
+            ("tick", 2),
+            ("settle", 3, "p1", 0, 0, 0.0),
+            ("tick", 63),
+            ("tick", 123),
+            ("req", 123, "p2", "e", E, 4000, 0),  # the shared bucket holds 3,900: it binds
+            ("req", 123, "p3", "c", E, 4000, 0),
+            ("tick", 183),
+            ("tick", 243),
+            ("tick", 303),  # nobody waited since 243: no step
+        ],
+        [
+            ("queued", "p1", "budget_exhausted", 0),
+            ("granted", "p1"),
+            ("ended", "p1", "settled"),
+            ("limit", "throttled", 0.7),
+            ("limit", "recovered", 0.75),
+            ("limit", "recovered", 0.8),
+            ("queued", "p2", "budget_exhausted", 0),
+            ("queued", "p3", "budget_exhausted", 1),
+            ("limit", "recovered", 0.8012),  # a fortieth of the 5% step
+            ("granted", "p2"),
+            ("limit", "recovered", 0.8025),
+            ("granted", "p3"),
+        ],
+    ),
+    (
         "beyond nominal, Burstable and BestEffort share one tier by weighted share: a light "
         "tenant's BestEffort before a heavy tenant's Burstable beyond its nominal",
         {},
