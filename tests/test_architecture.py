@@ -101,6 +101,23 @@ def _copy_tree(dst: Path) -> Path:
         # A backend outside its import point: a base install would fail there, saying nothing.
         ("scheduler/serve.py", "import redis", "scheduler is not allowed to import redis"),
         ("snapshots/config.py", "import boto3", "snapshots is not allowed to import boto3"),
+        # The composition root: a serving mode that imports another, or anything it wires that
+        # imports the root back (a circle, even behind TYPE_CHECKING).
+        (
+            "scheduler/app/memory.py",
+            "import scheduler.app.pools",
+            "scheduler.app.memory is not allowed to import",
+        ),
+        (
+            "scheduler/app/pools.py",
+            "import scheduler.serve",
+            "scheduler.app.pools is not allowed to import scheduler.serve",
+        ),
+        (
+            "scheduler/server/session_ops.py",
+            "from scheduler.app import root",
+            "scheduler.server is not allowed to import scheduler.app",
+        ),
     ],
 )
 def test_a_violating_import_breaks_its_contract(tmp_path: Path, module: str, line: str, rule: str) -> None:
@@ -114,7 +131,7 @@ def test_a_violating_import_breaks_its_contract(tmp_path: Path, module: str, lin
 
 # Where a gRPC status may be chosen on the server side: errors.py decides, the servicers raise
 # what it builds. The client SDK reads statuses (it maps them to typed errors), so it is not here.
-_SERVER_SIDE = ("scheduler/server", "scheduler/state", "scheduler/serve.py")
+_SERVER_SIDE = ("scheduler/server", "scheduler/state", "scheduler/serve.py", "scheduler/app")
 _STATUS_HOME = {"scheduler/server/errors.py"}
 
 
