@@ -66,4 +66,3 @@ def test_a_rotated_token_is_taken_and_the_old_one_refused() -> None:
             assert await _code(server.target, new_acme) == grpc.StatusCode.NOT_FOUND
 
     asyncio.run(asyncio.wait_for(body(), 60))
-
