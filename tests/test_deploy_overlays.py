@@ -516,13 +516,13 @@ def test_the_placeholder_grant_key_file_parses_and_is_the_only_grant_file() -> N
 
 
 def _readme_secrets_block() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "operators.md").read_text(encoding="utf-8")
     step = text.split("## Deploy", 1)[1].split("**Create the tokens and Secrets.**", 1)[1]
     return textwrap.dedent(step.split("```sh\n", 1)[1].split("```", 1)[0])
 
 
 def test_the_readme_secrets_block_replaces_every_placeholder(tmp_path: Path) -> None:
-    """The README's secrets commands, run as written on a copy of deploy/: every secrets file is
+    """The operators guide's secrets commands, run as written on a copy of deploy/: every secrets file is
     replaced, the grant keys parse and match, and the overlays still render."""
     from scheduler.grants import GrantKeyring
 
@@ -550,7 +550,7 @@ def test_the_readme_secrets_block_replaces_every_placeholder(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     for rel, old in before.items():
         new = (tmp_path / rel).read_bytes()
-        assert new != old and b"replace-me" not in new, f"the README leaves the placeholder {rel}"
+        assert new != old and b"replace-me" not in new, f"the guide leaves the placeholder {rel}"
     secrets = tmp_path / "deploy" / "base" / "secrets"
     assert GrantKeyring.load(str(secrets / "grant-keys")).kids == ("k1",)
     rendered = subprocess.run(

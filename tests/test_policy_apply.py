@@ -58,7 +58,10 @@ def test_dry_run_shows_warnings_and_the_diff_against_the_server_and_applies_noth
             f"dry run: {new} is valid for {server.target} (policy test, generation 1); nothing applied" in out
         )
         assert "  + tenant newco\n" in out and "  - tenant batch\n" in out
-        assert "  ~ tenants[acme].guaranteed: 1 -> 2\n" in out and "  ~ pool.workers: 2 -> 3\n" in out
+        assert (
+            "  ~ tenants[acme].guaranteed: 1 -> 2\n" in out
+            and "  ~ pool.workers: 2 -> 3 (takes effect at restart: " in out
+        )
         assert "tenants[globex]" not in out  # unchanged
         assert "sha256:" not in out  # credentials by their count only
         assert _guaranteed(server) == {"acme": 1, "globex": 0, "batch": 0}  # nothing applied

@@ -726,7 +726,14 @@ def test_validate_main_valid(tmp_path: pathlib.Path) -> None:
     path.write_text(DEFAULT_POLICY_YAML)
     out = io.StringIO()
     assert validate_main(str(path), out) == 0
-    assert out.getvalue() == "policy default is valid: 3 tenants, capacity 8 slots, floor 2\n"
+    # The built-in policy of dev mode names no credential: as a file, serving it would refuse everyone.
+    assert out.getvalue().splitlines() == [
+        "warning: spec.tenants: no tenant lists a token: every Scheduler call will be refused",
+        "warning: spec.access.admins: empty: the Admin service refuses everyone (slotsched status, policy "
+        "apply), and a running scheduler refuses to apply this policy",
+        "warning: spec.access.workers: empty: no worker agent can register",
+        "policy default is valid: 3 tenants, capacity 8 slots, floor 2",
+    ]
 
 
 def test_validate_main_warnings(tmp_path: pathlib.Path) -> None:

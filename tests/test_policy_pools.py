@@ -19,7 +19,7 @@ from scheduler.policy.diff import diff_lines, diff_policies, summary
 from scheduler.policy.errors import PolicyError, Problem
 from scheduler.policy.identities import hash_token
 from scheduler.policy.model import DEFAULT_POOL, AutoscalerSpec, Policy, TenantPoolQuota
-from scheduler.policy.schema import API_VERSION, KIND
+from scheduler.policy.schema import API_VERSION, KIND, RESTART_ONLY
 from scheduler.policy.validate import policy_from_dict
 from scheduler.policy.yaml_io import load_policy, parse_policy, policy_to_dict, policy_to_yaml
 from tests.test_policy_crd import api_server_errors
@@ -685,7 +685,11 @@ def _policy(*mutations: Mutation, doc: Doc | None = None) -> Policy:
 
 DIFF_CASES: list[tuple[str, list[Mutation], list[str]]] = [
     ("same", [], []),
-    ("pool-workers", [setter("spec.pools.1.workers", 3)], ["~ pools[gpu].workers: 2 -> 3"]),
+    (
+        "pool-workers",
+        [setter("spec.pools.1.workers", 3)],
+        ["~ pools[gpu].workers: 2 -> 3" + f" (takes effect at restart: {RESTART_ONLY['workers']})"],
+    ),
     ("pool-label", [setter("spec.pools.1.labels.gpu", "h100")], ["~ pools[gpu].labels.gpu: a100 -> h100"]),
     (
         "pool-label-added",
@@ -700,7 +704,10 @@ DIFF_CASES: list[tuple[str, list[Mutation], list[str]]] = [
     (
         "pool-target",
         [setter("spec.pools.1.target", "Deployment/gpu-2")],
-        ["~ pools[gpu].target: Deployment/worker-gpu -> Deployment/gpu-2"],
+        [
+            "~ pools[gpu].target: Deployment/worker-gpu -> Deployment/gpu-2"
+            + f" (takes effect at restart: {RESTART_ONLY['target']})"
+        ],
     ),
     (
         "pool-autoscaler",
@@ -809,8 +816,10 @@ def test_diff_from_one_pool_to_several() -> None:
     assert diff_lines(d)[:3] == ["+ pool cpu", "+ pool gpu", "- pool default"]
     # Policies of one pool still diff as `pool.*`.
     d1 = diff_policies(old, _policy(setter("spec.pool.workers", 5), doc=single()))
-    assert diff_lines(d1) == ["~ pool.workers: 4 -> 5"]
-    assert summary(d1) == "pool.workers: 4 -> 5"
+    assert diff_lines(d1) == [
+        "~ pool.workers: 4 -> 5" + f" (takes effect at restart: {RESTART_ONLY['workers']})"
+    ]
+    assert summary(d1) == "pool.workers: 4 -> 5" + f" (takes effect at restart: {RESTART_ONLY['workers']})"
 
 
 # --- the CRD ----------------------------------------------------------------------------------------
@@ -914,7 +923,11 @@ def test_policy_validate_of_one_pool_is_unchanged(tmp_path: pathlib.Path) -> Non
     path.write_text(yaml.safe_dump(single()))
     out = io.StringIO()
     assert validate_main(str(path), out) == 0
-    assert out.getvalue() == "policy pools is valid: 2 tenants, capacity 8 slots, floor 2, 1 worker token\n"
+    assert out.getvalue().splitlines() == [
+        "warning: spec.access.admins: empty: the Admin service refuses everyone (slotsched status, policy "
+        "apply), and a running scheduler refuses to apply this policy",  # serve says it too
+        "policy pools is valid: 2 tenants, capacity 8 slots, floor 2, 1 worker token",
+    ]
 
 
 def test_policy_validate_names_the_key_path(tmp_path: pathlib.Path) -> None:

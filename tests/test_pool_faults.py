@@ -31,6 +31,7 @@ from scheduler.api import wire
 from scheduler.api.gen.slotsched.v1 import admin_pb2, admin_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 from scheduler.grants import GrantKeyring
 from scheduler.serve import RunningServer, StateOptions, start_server
+from scheduler.state.redis_members import RedisMembers
 from tests.grpc_fixtures import ADMIN_TOKEN, TOKENS, pools_policy_yaml, served_target, write_policy
 from tests.test_client_reattach_wake import RefusingProxy
 from tests.test_pool_leadership import POOLS, granted
@@ -215,6 +216,7 @@ class Proc:
         ]  # fmt: skip
         self.proc: subprocess.Popen[str] | None = None
         self.target = ""
+        self.name = name
 
     def start(self) -> Proc:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -273,6 +275,8 @@ def test_a_replica_leading_several_pools_killed_or_frozen(fault: str) -> None:
         for sid, (pool, lease_id, epoch) in leases.items():  # the new leader renews in the moved pools
             await renew(other if pool in moved else owner[pool], sid, lease_id, epoch)
         if fault == "frozen":
+            members = RedisMembers(victim.args[victim.args.index("--state") + 1], "slotsched")
+            v_frozen, frozen_table = await members.owners()
             victim.proc.send_signal(signal.SIGCONT)
             # Thawed, its stale leadership answers nothing: its deadline passed, its lease is
             # another's (fenced); it refuses the moved pools until the table gives it a share.
@@ -287,6 +291,13 @@ def test_a_replica_leading_several_pools_killed_or_frozen(fault: str) -> None:
                     assert (state.lease.lease_id, state.lease.epoch) == (lease_id, epoch), state
                     assert await pool_status(victim_target, pool) == SERVING
             owner = await settle(targets, targets, timeout=20)
+            # The rejoin is one version of the owners table, and moves only the pools it gives
+            # the thawed replica (no replica's stale read of the membership writes it out again).
+            v_end, table = await members.owners()
+            await members.close()
+            back = [p for p in POOLS if table[p] != frozen_table[p]]
+            assert v_end == v_frozen + 1, (v_frozen, frozen_table, v_end, table)
+            assert back and {table[p] for p in back} == {victim.name}, (frozen_table, table)
         else:
             await asyncio.to_thread(victim.start)  # a restarted replica rejoins and takes its share back
             targets = [p.target for p in procs]

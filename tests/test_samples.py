@@ -44,7 +44,7 @@ def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_no_package_test_or_bench_file_reads_data_outside_the_repository() -> None:
     trees = [ROOT / "scheduler", ROOT / "tests", ROOT / "bench"]
     files = [p for t in trees for p in t.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-    files += [ROOT / "README.md", ROOT / "pyproject.toml"]
+    files += [ROOT / "README.md", ROOT / "pyproject.toml", *(ROOT / "docs").rglob("*.md")]
     assert len(files) > 50  # the scan really walked the trees
     found = []
     for p in files:
@@ -75,7 +75,7 @@ def test_the_sample_commands_run_from_any_folder(tmp_path: Path) -> None:
         if args[:2] == ["trace", "import"]:
             assert (tmp_path / "w.csv").read_bytes() == (SAMPLES / "agent-sessions.csv").read_bytes()
             assert (tmp_path / "p.yaml").read_bytes() == (SAMPLES / "agent-sessions-policy.yaml").read_bytes()
-            # The imported workload simulates too: the README's two steps, end to end.
+            # The imported workload simulates too: the guide's two steps, end to end.
             r = _cli(
                 ["simulate", "--policy", "p.yaml", "--workload", "w.csv", "--until", "3600", "--json"],
                 tmp_path,
@@ -103,8 +103,9 @@ def test_trace_samples_copies_every_sample(tmp_path: Path) -> None:
 
 
 def test_the_readme_sample_commands_run(tmp_path: Path) -> None:
-    """README "Sample workloads": the shell block, line by line (but --compare, see above)."""
-    text = (ROOT / "README.md").read_text()
+    """docs/platform-teams.md "Sample workloads": the shell block, line by line (but --compare,
+    see above)."""
+    text = (ROOT / "docs" / "platform-teams.md").read_text()
     block = text.split("### Sample workloads", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
     lines = block.replace("\\\n", " ").splitlines()
     assert lines[0] == "S=$(slotsched trace samples --path)"

@@ -366,10 +366,14 @@ def test_the_owners_table_is_written_by_compare_and_set(topology: Topology) -> N
         members = topology[2](f"m{uuid.uuid4().hex[:8]}")
         try:
             assert await members.owners() == (0, {})
-            assert await members.set_owners(0, {"cpu": "r1", "gpu": "r2"})
-            assert not await members.set_owners(0, {"cpu": "r3"})  # a stale version: nothing written
+            assert await members.set_owners(0, {"cpu": "r1", "gpu": "r2"}, [])
+            assert not await members.set_owners(0, {"cpu": "r3"}, [])  # a stale version: nothing written
             assert await members.owners() == (1, {"cpu": "r1", "gpu": "r2"})
-            assert await members.set_owners(1, {"cpu": "r2"})  # the whole table: gpu is gone
+            await members.beat("r2", "r2:1", 30)
+            # Computed from a membership read before r2 beat: nothing written (members.py).
+            assert not await members.set_owners(1, {"cpu": "r1"}, [])
+            assert not await members.set_owners(1, {"cpu": "r1"}, ["r1", "r2"])
+            assert await members.set_owners(1, {"cpu": "r2"}, ["r2"])  # the whole table: gpu is gone
             assert await members.owners() == (2, {"cpu": "r2"})
         finally:
             await members.close()

@@ -1,12 +1,12 @@
 """Where the policy comes from: a file, `--policy-source`'s SchedulingPolicy object, or (neither)
-the built-in policy of INSECURE dev mode; and the warnings a policy that locks someone out
-deserves at start."""
+the built-in policy of INSECURE dev mode; and its warnings at start (`policy validate`'s)."""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any
 
+from scheduler.policy.access import serving_warnings
 from scheduler.policy.defaults import default_policy
 from scheduler.policy.model import Policy
 from scheduler.policy.yaml_io import load_policy
@@ -26,17 +26,8 @@ def load(policy_path: str | None, watcher: PolicyWatcher | None = None) -> tuple
         return default_policy(), False  # the INSECURE warning comes once the server has started
     else:
         policy, warnings = load_policy(policy_path)
-    for w in warnings:
+    for w in [*warnings, *serving_warnings(policy)]:  # policy validate's (yaml_io.check_policy_file)
         log.warning("policy %s: %s", policy_path, w)
-    if not any(t.tokens for t in policy.tenants):
-        log.warning("policy %s lists no token: every Scheduler call will be refused", policy_path)
-    if not policy.access.admins:
-        log.warning("policy %s lists no spec.access.admins: the Admin service refuses everyone", policy_path)
-    if not (policy.access.workers or policy.access.admins):
-        log.warning(
-            "policy %s lists no spec.access.workers: no worker agent can register",
-            policy_path,
-        )
     return policy, True
 
 

@@ -48,7 +48,7 @@ from scheduler.server.app import GrpcServer, assemble_router
 from scheduler.server.auth import Authenticator
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.policy_log import PolicyLog
-from scheduler.server.pool_routes import PoolRoutes, PoolUnit
+from scheduler.server.pool_routes import PoolLeader, PoolRoutes, PoolUnit
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.session_ops import SessionOps
 from slots.autoscaler.demand import MembershipError
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from scheduler.kube.policy_watch import Outcome, PolicyWatcher
     from scheduler.state.ownership import Ownership
     from scheduler.state.replica import Replica
+    from scheduler.state.store import StateStore
 
 log = logging.getLogger("slotsched.server")
 
@@ -96,6 +97,7 @@ class PoolLeadership:
         self.fatal: BaseException | None = None
         self.units: dict[str, PoolUnit] = {}
         self.replicas: dict[str, Replica] = {}
+        self.stores: dict[str, StateStore] = {}
         state_metrics = StateMetrics(build.metrics.registry, pools=True)
         for name in policy.pool_names():
             own = policy.only_pool(name)  # a whole policy of one pool: it round-trips the journal
@@ -117,13 +119,16 @@ class PoolLeadership:
                 campaign_interval_s=state.campaign_interval_s,
                 where=url.redacted,
                 may_lead=partial(self.ownership.should_lead, name),
+                pool=name,
             )
+            self.stores[name] = store
             loop.journal = replica
             self.replicas[name] = replica
             ops = SessionOps(loop, build.keys)
             self.units[name] = PoolUnit(
-                name, loop, ops, registry, partial(self.leader_of, name), replica.leading
-            )
+                name, loop, ops, registry, partial(self.leader_of, name), replica.leading,
+                partial(self.leadership, name),
+            )  # fmt: skip
             self._tasks[name] = []
         self.router = self.routes = PoolRoutes(self.units, self.policy)
 
@@ -155,6 +160,19 @@ class PoolLeadership:
             if address and address != me:
                 return address
         return None
+
+    async def leadership(self, pool: str) -> PoolLeader | None:
+        """Who leads `pool` now, from its leader lease: its term token (`<replica id>:<random>`,
+        redis_store.py; what the leader's `leading as` line says) and the address published for
+        that term (None: the store did not answer)."""
+        from scheduler.state.store import StoreUnavailable
+
+        store = self.stores[pool]
+        try:
+            token, address = await store.leader(), await store.leader_address()
+        except StoreUnavailable:
+            return None
+        return PoolLeader((token or "").rpartition(":")[0], address or "", token or "")
 
     def led_here(self) -> tuple[str, ...]:
         return tuple(name for name, r in self.replicas.items() if r.serving)

@@ -17,11 +17,11 @@ def validate_main(path: str, out: TextIO | None = None) -> int:
     """Validate a policy file, print its errors and warnings; 1 on any error, else 0."""
     from scheduler.policy.errors import PolicyError
     from scheduler.policy.model import ADMIN, WORKER
-    from scheduler.policy.yaml_io import load_policy
+    from scheduler.policy.yaml_io import check_policy_file
 
     stream = sys.stdout if out is None else out
     try:
-        policy, warnings = load_policy(path)
+        policy, warnings = check_policy_file(path)
     except PolicyError as e:
         for p in e.problems:
             print(f"error: {p}", file=stream)

@@ -21,7 +21,7 @@ from scheduler.cli.admin_call import Tls, call_metadata, failure_lines, field_vi
 from scheduler.policy.diff import PolicyDiff, diff_lines, diff_policies
 from scheduler.policy.errors import PolicyError
 from scheduler.policy.model import Policy
-from scheduler.policy.yaml_io import load_policy, parse_policy
+from scheduler.policy.yaml_io import check_policy_file, parse_policy
 from scheduler.server.policy_log import BUILT_IN, GENERATION_KEY, KUBERNETES, ORIGIN_KEY, STATE_KEY
 
 
@@ -64,10 +64,11 @@ def _trailers(call: Any) -> dict[str, str]:
     return {k: v for k, v in (call.trailing_metadata() or ()) if isinstance(v, str)}
 
 
-def _local(path: str, err: TextIO) -> tuple[Policy, str] | None:
-    """The file's policy and text, or None after printing its errors (key paths)."""
+def _local(path: str, err: TextIO) -> tuple[Policy, str, list[str]] | None:
+    """The file's policy, text and warnings (`policy validate`'s very checks), or None after
+    printing its errors (key paths)."""
     try:
-        policy, _ = load_policy(path)
+        policy, warnings = check_policy_file(path)
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except PolicyError as e:
@@ -79,7 +80,7 @@ def _local(path: str, err: TextIO) -> tuple[Policy, str] | None:
     except (OSError, UnicodeDecodeError) as e:  # changed since it was validated
         print(f"error: {path}: cannot read policy file: {e}", file=err)
         return None
-    return policy, text
+    return policy, text, [str(w) for w in warnings]
 
 
 def _refused(e: grpc.RpcError, target: str, token: str | None, err: TextIO) -> int:
@@ -110,7 +111,9 @@ def apply_main(
     local = _local(path, err)
     if local is None:
         return 1
-    policy, text = local
+    policy, text, warnings = local
+    for w in warnings:  # before sending: what validate says, whether or not the server refuses it
+        print(f"warning: {w}", file=out)
     try:
         channel = open_channel(target, tls)
     except ValueError as e:
@@ -127,7 +130,8 @@ def apply_main(
         return _refused(e, target, token, err)
     before, after = _trailers(got), _trailers(applied)
     for w in result.warnings:
-        print(f"warning: {w}", file=out)
+        if w not in warnings:  # said above, from the file
+            print(f"warning: {w}", file=out)
     try:
         in_force = parse_policy(current.yaml)[0]
     except PolicyError as e:  # a newer server's schema: say so rather than guess a diff

@@ -88,13 +88,27 @@ def _pool_title(pool: admin_pb2.DescribePoolResponse, named: bool) -> str:
         f"capacity {pool.capacity} slots, free {pool.free}, floor {pool.floor}, {len(pool.workers)} workers"
     )
     if not named:
-        return f"pool: {figures}"
+        return f"pool: {figures}" + _leader_text(pool)
     labels = ", ".join(f"{k}={v}" for k, v in sorted(pool.labels.items()))
     busy = sum(c.held for c in pool.classes)
     queued = sum(c.pending for c in pool.classes)
     return (
-        f"pool {pool.pool}" + (f" ({labels})" if labels else "") + f": {figures}, busy {busy}, queue {queued}"
+        f"pool {pool.pool}"
+        + (f" ({labels})" if labels else "")
+        + f": {figures}, busy {busy}, queue {queued}"
+        + _leader_text(pool)
     )
+
+
+def _leader_text(pool: admin_pb2.DescribePoolResponse) -> str:
+    """Per-pool leadership: the pool's leader replica, where it serves, and its term."""
+    if not pool.HasField("leader"):
+        return ""
+    lead = pool.leader
+    if not lead.replica_id:
+        return "; leader: none now (being elected)"
+    where = f" at {lead.address}" if lead.address else ""
+    return f"; leader {lead.replica_id}{where}, term {lead.term}"
 
 
 def render_queue(entries: Sequence[admin_pb2.QueuedEntry]) -> list[str]:

@@ -11,8 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from scheduler.policy.checker import Checker, describe, join, keys_text
-from scheduler.policy.model import AccessSpec, PoolSpec, RateLimit, RateLimitsSpec, TenantSpec, WorkerAccess
+from scheduler.policy.checker import Checker, describe, join, keys_text, where
+from scheduler.policy.errors import Problem
+from scheduler.policy.model import (
+    AccessSpec,
+    Policy,
+    PoolSpec,
+    RateLimit,
+    RateLimitsSpec,
+    TenantSpec,
+    WorkerAccess,
+)
 from scheduler.policy.schema import (
     ACCESS_KEYS,
     ADMIN_ENTRY_KEYS,
@@ -277,3 +286,25 @@ def check_renewal_headroom(
                 f"{fmt_number(lease_ttl_s)} = {fmt_number(round(need, 2))} a second; its renewals "
                 "could be refused and its leases expire",
             )
+
+
+def serving_warnings(policy: Policy) -> list[Problem]:
+    """What serving this policy would refuse, said wherever a policy is taken in (`policy
+    validate`, `policy apply`, `serve`'s --policy file and object), so one is never told a policy is
+    fine that the server then locks up: no tenant token, no admin, no way for a worker to register."""
+    out: list[Problem] = []
+    if not any(t.tokens for t in policy.tenants):
+        out.append(
+            Problem(where("spec.tenants"), "no tenant lists a token: every Scheduler call will be refused")
+        )
+    if not policy.access.admins:
+        out.append(
+            Problem(
+                where("spec.access.admins"),
+                "empty: the Admin service refuses everyone (slotsched status, policy apply), and a "
+                "running scheduler refuses to apply this policy",
+            )
+        )
+    if not (policy.access.workers or policy.access.admins):
+        out.append(Problem(where("spec.access.workers"), "empty: no worker agent can register"))
+    return out

@@ -7,20 +7,25 @@ Pure: `slotsched policy apply` prints it (against the server's GetPolicy), and t
 its one-line `summary` for every policy put in force. Both sides are compared in the canonical
 shape `policy_to_dict` writes, so a file and the server's YAML of the same policy compare equal.
 Lists of credentials are shown by their length only: a diff line never carries a token hash.
+A key read only at start (schema.RESTART_ONLY) is marked "takes effect at restart", so an apply
+never reports as done what changes nothing yet.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler.policy.model import Policy
-from scheduler.policy.schema import fmt_number
+from scheduler.policy.schema import RESTART_ONLY, fmt_number
 from scheduler.policy.yaml_io import policy_to_dict
 
 #: Changes a summary names one by one; the rest are counted.
 SUMMARY_CHANGES = 6
 _UNSET = "(unset)"
+RESTART_NOTE = "takes effect at restart"
+_POOL_KEY = re.compile(r"^(?:pool|pools\[[^\]]+\])\.(\w+)$")  # pool.workers, pools[gpu].workers
 
 
 @dataclass(frozen=True)
@@ -29,8 +34,16 @@ class Change:
     old: str
     new: str
 
+    @property
+    def restart(self) -> str | None:
+        """Why this change waits for a restart (schema.RESTART_ONLY), or None: it is live."""
+        m = _POOL_KEY.match(self.path)
+        return RESTART_ONLY.get(m.group(1)) if m else None
+
     def __str__(self) -> str:
-        return f"{self.path}: {self.old} -> {self.new}"
+        line = f"{self.path}: {self.old} -> {self.new}"
+        why = self.restart
+        return f"{line} ({RESTART_NOTE}: {why})" if why else line
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,16 @@ SPEC_KEYS: Final = (
     "fairness",
 )
 POOL_KEYS: Final = tuple(f.key for f in POOL_FIELDS) + ("floor",)
+#: Keys of a pool (spec.pool, spec.pools[]) read only when the scheduler starts, with why: a new
+#: value applied live is kept, but changes nothing until a restart. The one table: `policy apply`'s
+#: diff and the server's log line of an applied policy mark them (diff.py); docs/design.md lists
+#: them ("Policy, identity and roles"), tests/test_policy_restart_keys.py holds the two equal.
+RESTART_ONLY: Final = {
+    "workers": "the in-process workers are registered when the scheduler starts",
+    "slotsPerWorker": "workers keep the slots they registered with; the in-process and local autoscaler "
+    "workers take the new value at restart",
+    "target": "a pool's autoscaler actuator is built when the scheduler starts (or the pool is added)",
+}
 # An entry of spec.pools: spec.pool's keys and what a pool among several has.
 POOLS_ENTRY_KEYS: Final = ("name", "labels", "compatibility") + POOL_KEYS + ("autoscaler", "target")
 AUTOSCALER_KEYS: Final = ("weights", "scaleUp") + tuple(f.key for f in AUTOSCALER_FIELDS)

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from scheduler.policy.access import serving_warnings
 from scheduler.policy.errors import DOCUMENT, PolicyError, Problem
 from scheduler.policy.model import (
     AccessSpec,
@@ -39,7 +40,7 @@ from scheduler.policy.schema import (
     fmt_number,
 )
 from scheduler.policy.validate import policy_from_dict
-from scheduler.policy.yaml_limits import MAX_POLICY_DEPTH, yaml_limit_problem
+from scheduler.policy.yaml_limits import MAX_POLICY_DEPTH, size_problem, yaml_limit_problem
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -70,6 +71,9 @@ def parse_policy(text: str) -> tuple[Policy, list[Problem]]:
     """Parse a policy from YAML text. Returns (policy, warnings); raises PolicyError, also for a
     text past the depth or node limits (yaml_limits.py), which the loader below would recurse
     on or expand."""
+    size = size_problem(text)  # first, before any parsing: a large text takes seconds to parse
+    if size is not None:
+        raise PolicyError([Problem(DOCUMENT, size)])
     limit = yaml_limit_problem(text)
     if limit is not None:
         raise PolicyError([Problem(DOCUMENT, f"invalid YAML: {limit}")])
@@ -104,6 +108,15 @@ def load_policy(path: str | os.PathLike[str]) -> tuple[Policy, list[Problem]]:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise PolicyError([Problem(os.fspath(path), f"cannot read policy file: {reason}")]) from e
     return parse_policy(text)
+
+
+def check_policy_file(path: str | os.PathLike[str]) -> tuple[Policy, list[Problem]]:
+    """The one validator of a policy a scheduler is to serve: `policy validate`, `policy apply`
+    (before it sends) and `serve` run it, so they hold a file to the same limits (size first, then
+    depth and nodes; ApplyPolicy's the same, yaml_limits.py) and say the same warnings, those of
+    serving it included (access.serving_warnings). Raises PolicyError."""
+    policy, warnings = load_policy(path)
+    return policy, [*warnings, *serving_warnings(policy)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,10 +1,13 @@
-"""Limits on the YAML a policy may be: nesting depth and alias-expanded node count.
+"""Limits on the YAML a policy may be: its size, nesting depth and alias-expanded node count.
 
 Why: YAML can make a small text expensive. Deep nesting makes PyYAML's recursive composer raise
 RecursionError; aliases (a "billion laughs" document) expand a few kilobytes into millions of
 nodes for whoever walks the result. So every policy text, a file as much as an ApplyPolicy
-request, is scanned on the parser's event stream first (no tree is built, nothing recurses):
+request, is held to its size first (before any parsing: an oversize text is refused at once, not
+after seconds of parsing), then scanned on the parser's event stream (no tree is built, nothing
+recurses):
 
+* at most `MAX_POLICY_BYTES` (256 KiB) of UTF-8,
 * nesting at most `MAX_POLICY_DEPTH` (32) collections deep (a policy needs 6),
 * at most `MAX_POLICY_NODES` (100,000) nodes with every alias expanded.
 
@@ -20,6 +23,10 @@ from typing import Any
 
 import yaml
 
+#: The policy size limit, of every policy text: a file (`policy validate`, `policy apply`, `serve`)
+#: as much as ApplyPolicy's `yaml`. scheduler/api/wire.py's MAX_POLICY_BYTES is this value (the wire
+#: contract imports nothing of ours); tests/test_policy_check.py holds the two equal.
+MAX_POLICY_BYTES = 256 * 1024
 MAX_POLICY_DEPTH = 32
 MAX_POLICY_NODES = 100_000
 
@@ -59,9 +66,22 @@ def _scan(text: str, loader: Any) -> str | None:
     return None
 
 
+def size_problem(text: str) -> str | None:
+    """`text` past the policy size limit (a sentence naming it), or None. Cheap: no parsing."""
+    if len(text) * 4 <= MAX_POLICY_BYTES:  # at most 4 bytes a character: no need to encode
+        return None
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_POLICY_BYTES:
+        return f"longer than {MAX_POLICY_BYTES} bytes (got {size}): the policy size limit"
+    return None
+
+
 def yaml_limit_problem(text: str) -> str | None:
-    """Which limit `text` breaks (a sentence naming it), or None. Malformed YAML is not judged
-    here: the parser reports it with its line and column."""
+    """Which limit `text` breaks (a sentence naming it), or None: its size first, then its depth
+    and nodes. Malformed YAML is not judged here: the parser reports it with its line and column."""
+    size = size_problem(text)
+    if size is not None:
+        return size
     try:
         return _scan(text, _FAST_LOADER)
     except yaml.YAMLError:

@@ -203,6 +203,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         # No pool named: the first unit (one loop's core describes its default pool).
         unit = self._router.for_pool(request.pool) if request.pool else self._router.first()
         loop, registry = unit.loop, unit.registry
+        leader = await unit.leadership()  # None but per pool
         core = loop.core
         name = _pool_filter(self._names(), request.pool)
         view = core.describe(name)
@@ -210,6 +211,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         out = admin_pb2.DescribePoolResponse(
             free=view.free, floor=view.floor, at=at, pool=view.name, pools=self._names()
         )
+        if leader is not None:
+            out.leader.CopyFrom(
+                admin_pb2.PoolLeader(replica_id=leader.replica_id, address=leader.address, term=leader.term)
+            )
         spec = core.policy.pool_spec(view.name)  # None: a retired pool, still draining
         if spec is not None:
             out.labels.update(dict(spec.labels))

@@ -34,7 +34,7 @@ pool's sessions as of its journal. The rules (docs/design.md, "Pools across repl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,7 +48,20 @@ from scheduler.server.loop import NO_PLACEMENT, SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.session_ops import SessionOps, placement_of, qos_of, snapshot_of
 
-__all__ = ["OneLoop", "PoolRoutes", "PoolUnit", "Router"]
+__all__ = ["OneLoop", "PoolLeader", "PoolRoutes", "PoolUnit", "Router"]
+
+
+@dataclass(frozen=True)
+class PoolLeader:
+    """Who leads a pool now, as its leader lease says (Admin.DescribePool, `slotsched status`)."""
+
+    replica_id: str  # "": none now (being handed over)
+    address: str  # "": not published yet
+    term: str  # new at every win of the lease
+
+
+async def _no_leader() -> PoolLeader | None:
+    return None
 
 
 @dataclass
@@ -66,6 +79,9 @@ class PoolUnit:
     #: deadline of its last renewal), so a leader frozen past it answers nothing from its stale
     #: core, reads included, before it even notices.
     lease_holds: Callable[[], bool] = lambda: True
+    #: Who leads the pool now, read from the state store (None: it did not answer, or the loop
+    #: is not led per pool).
+    leadership: Callable[[], Awaitable[PoolLeader | None]] = _no_leader
 
     @property
     def leads(self) -> bool:

@@ -7,31 +7,25 @@ document takes seconds of pure-Python parsing. So ApplyPolicy (admin_service.py)
 worker thread, never on the event loop that serves renewals, and only a document within these
 limits, checked first on libyaml's event stream (no tree is built, nothing recurses):
 
-* at most `MAX_POLICY_BYTES` (256 KiB, scheduler/api/guard.py; also refused at decode time),
-* the depth and node limits of every policy text (`MAX_POLICY_DEPTH`, `MAX_POLICY_NODES`,
-  scheduler/policy/yaml_limits.py, which a policy file is held to as well).
+* the limits of every policy text (scheduler/policy/yaml_limits.py, which a policy file is held
+  to as well, so `policy validate` says what ApplyPolicy says): `MAX_POLICY_BYTES` (256 KiB, checked
+  first; also refused at decode time, scheduler/api/guard.py), `MAX_POLICY_DEPTH`, `MAX_POLICY_NODES`.
 
 Each refusal is INVALID_ARGUMENT on `yaml` naming the limit (errors.py).
 """
 
 from __future__ import annotations
 
-from scheduler.api.guard import MAX_POLICY_BYTES
 from scheduler.policy.errors import Problem
 from scheduler.policy.model import Policy
 from scheduler.policy.yaml_io import parse_policy
-from scheduler.policy.yaml_limits import MAX_POLICY_DEPTH, MAX_POLICY_NODES  # noqa: F401 (re-exported)
-from scheduler.policy.yaml_limits import yaml_limit_problem as document_limit_problem
+from scheduler.policy.yaml_limits import (  # noqa: F401 (re-exported)
+    MAX_POLICY_BYTES,
+    MAX_POLICY_DEPTH,
+    MAX_POLICY_NODES,
+    yaml_limit_problem,
+)
 from scheduler.server import errors
-
-
-def yaml_limit_problem(text: str) -> str | None:
-    """Which limit `text` breaks (a sentence for the caller), or None: the wire's size limit,
-    then the depth and node limits every policy text has (scheduler/policy/yaml_limits.py)."""
-    size = len(text.encode())
-    if size > MAX_POLICY_BYTES:
-        return f"longer than {MAX_POLICY_BYTES} bytes (got {size}): the policy size limit"
-    return document_limit_problem(text)
 
 
 def parse_policy_limited(text: str) -> tuple[Policy, list[Problem]]:

@@ -10,8 +10,11 @@ What a membership guarantees (tests/test_state_members.py, against every Redis t
 * `beat` answers the live set as of that beat, the beating replica included, with each
   member's advertised address (what a NOT_LEADER names for the pools it leads);
 * the **owners table** (pool -> replica, what `pool_owners.assign` decided) has a version;
-  `set_owners(version, table)` writes only if the version is still the one read (a
-  compare-and-set), so two replicas seeing the same change write one table, not two;
+  `set_owners(version, table, live)` writes only if the version is still the one read and the
+  live set is still the one the table was computed from (a compare-and-set of both), so two
+  replicas seeing the same change write one table, not two, and a replica whose read of the
+  membership is a moment old (a rejoin since) writes nothing: it would write the rejoined replica
+  out, which then takes pools back, three versions and three times the moves for one rejoin;
 * whatever stops a call is `StoreUnavailable` (store.py), as for the state store.
 
 Why a table and not each replica's own `assign` from who leads now: assignment is sticky, so
@@ -52,8 +55,9 @@ class Members(Protocol):
         """The owners table and its version (0 and empty: never written)."""
         ...
 
-    async def set_owners(self, version: int, owners: dict[str, str]) -> bool:
-        """Write the table (version + 1) if it is still at `version`; False if another was."""
+    async def set_owners(self, version: int, owners: dict[str, str], live: list[str]) -> bool:
+        """Write the table (version + 1) if it is still at `version` and the live members are
+        still `live` (their ids); False if another table was written or the membership moved."""
         ...
 
     async def leave(self, replica_id: str) -> None:

@@ -93,9 +93,12 @@ class Ownership:
             self.live = await self.members.beat(self.replica_id, self.address, self.member_ttl_s)
             self._claim_until = t0 + self.member_ttl_s * (1 - MARGIN)
             version, table = await self.members.owners()
-            want = assign(self._pools(), [m.replica_id for m in self.live], table)
+            live = [m.replica_id for m in self.live]
+            want = assign(self._pools(), live, table)
             if dict(want.owners) != table:
-                if await self.members.set_owners(version, dict(want.owners)):
+                # Written only if the membership is still `live` (members.py): else the next beat,
+                # which reads it anew, decides.
+                if await self.members.set_owners(version, dict(want.owners), live):
                     self.writes += 1
                     log.info(
                         "pools: owners table v%d by %s, %d moved: %s",
@@ -105,7 +108,7 @@ class Ownership:
                         ", ".join(want.moved[:10]) + (" ..." if len(want.moved) > 10 else ""),
                     )
                     version, table = version + 1, dict(want.owners)
-                else:  # another replica wrote first: take what it wrote
+                else:  # another replica wrote first, or the membership moved: take what is there
                     version, table = await self.members.owners()
         except StoreUnavailable as e:
             if self.reachable:

@@ -48,15 +48,29 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 60000)
     + _ANSWER_LIVE
 )
 
-# KEYS: owners. ARGV: expected version, then pool, replica pairs. The compare-and-set.
-_SET_OWNERS = """
+# KEYS: owners, members. ARGV: expected version, the number of live ids, the live ids the table
+# was computed from, then pool, replica pairs. The compare-and-set, of the version and of the live
+# set (by Redis's clock, now): a table computed from a membership read before a replica rejoined
+# or lapsed is not written (members.py says why).
+_SET_OWNERS = (
+    _NOW
+    + """
 local v = tonumber(redis.call('HGET', KEYS[1], '\\0version') or '0')
 if v ~= tonumber(ARGV[1]) then return 0 end
+local n = tonumber(ARGV[2])
+local want = {}
+for i = 3, 2 + n do want[ARGV[i]] = true end
+local live = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf')
+if #live ~= n then return 0 end
+for _, id in ipairs(live) do
+  if not want[id] then return 0 end
+end
 redis.call('DEL', KEYS[1])
-for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 3 + n, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('HSET', KEYS[1], '\\0version', v + 1)
 return 1
 """
+)
 VERSION = "\x00version"
 
 
@@ -98,12 +112,13 @@ class RedisMembers:
         version = int(table.pop(VERSION, "0"))
         return version, table
 
-    async def set_owners(self, version: int, owners: dict[str, str]) -> bool:
-        args: list[object] = [version]
+    async def set_owners(self, version: int, owners: dict[str, str], live: list[str]) -> bool:
+        ids = sorted(set(live))
+        args: list[object] = [version, len(ids), *ids]
         for pool, replica in sorted(owners.items()):
             args += [pool, replica]
         with seam():
-            return bool(await self._set_owners(keys=[self.k_owners], args=args))
+            return bool(await self._set_owners(keys=[self.k_owners, self.keys[0]], args=args))
 
     async def leave(self, replica_id: str) -> None:
         with seam():

@@ -130,11 +130,13 @@ class Replica(Compaction, Standby):
         where: str = "",
         on_store: Callable[[str | None], Awaitable[None]] | None = None,
         may_lead: Callable[[], bool] | None = None,
+        pool: str = "",
     ) -> None:
         """`where` names the store in messages (its URL, password masked); `on_store` is told
         when the store stops or starts answering (StoreReach). `may_lead` (a pool's replica
         among many, ownership.py): campaign only while it says yes, and hand the lease over
-        when it says no while leading; None: always (one pool, as before)."""
+        when it says no while leading; None: always (one pool, as before). `pool` names the
+        pool in its log lines (per-pool leadership: a replica leads several)."""
         self.store = store
         self.reach = StoreReach(where or store.where, on_store)
         self.loop = loop
@@ -185,6 +187,7 @@ class Replica(Compaction, Standby):
         self._follow_broken = False
         self._first_load = asyncio.Event()
         self.may_lead = may_lead
+        self._said = f"pool {pool}: " if pool else ""  # what its log lines begin with
 
     @property
     def serving(self) -> bool:
@@ -421,9 +424,9 @@ class Replica(Compaction, Standby):
             return
         t0 = time.monotonic()
         won = (self.may_lead is None or self.may_lead()) and await self.store.try_lead(self.leader_ttl_s)
-        if self.reach.ok is not True:
-            await self.reach.answered()
         if won:
+            if self.reach.ok is not True:  # try_lead answered (a replica that may not lead never asked)
+                await self.reach.answered()
             self._become(Trigger.WON)
             self._deadline = t0 + self.leader_ttl_s - self.margin_s
             self._renew_at = t0 + self.renew_interval_s
@@ -439,8 +442,10 @@ class Replica(Compaction, Standby):
                 raise
         else:
             address = await self.store.leader_address()
+            if self.reach.ok is not True:  # only a real answer from the store says it is reachable
+                await self.reach.answered()
             if address != self.leader_address:
-                log.info("standby: the leader is at %s", address or "(not published yet)")
+                log.info("%sstandby: the leader is at %s", self._said, address or "(not published yet)")
             self.leader_address = address
 
     async def _take_over(self) -> None:
@@ -482,8 +487,10 @@ class Replica(Compaction, Standby):
         self.metrics.takeover.observe(took)
         self.last_takeover = TakeOver(hot, n, took)
         log.info(
-            "leading as %s: %s in %.3f s (%s, %d journal entries read at take-over)",
+            "%sleading as %s (term %s): %s in %.3f s (%s, %d journal entries read at take-over)",
+            self._said,
             self.store.replica_id,
+            self.store.token,
             "fresh state" if fresh else "state recovered",
             took,
             "hot standby" if hot else "full recovery",
@@ -522,7 +529,7 @@ class Replica(Compaction, Standby):
         call is refused. False if this replica was not leading."""
         if self.role is not Role.LEADER:
             return False
-        log.warning("stepping down: %s", why)
+        log.warning("%sstepping down: %s", self._said, why)
         self._become(trigger)
         self._deadline = float("-inf")
         self.metrics.leader.set(0)

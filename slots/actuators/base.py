@@ -90,3 +90,12 @@ class DecisionRecorder(Protocol):
     """An actuator that also records why the pool changed (Kubernetes Events, logs)."""
 
     def record(self, note: ScaleNote) -> None: ...
+
+
+@runtime_checkable
+class WouldOnly(Protocol):
+    """A dry run: an actuator that only says what it would do. A dry run changes nothing
+    anywhere, so the loop then drains and deregisters no worker either (a drain is a change to the
+    scheduler, not only to the actuator): it tells this actuator what it would do instead."""
+
+    def would(self, action: str, worker_ids: tuple[str, ...]) -> None: ...

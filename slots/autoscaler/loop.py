@@ -18,6 +18,11 @@ server's event loop) may touch; actuator calls are blocking I/O. `tick(now)` run
 order (the simulator, tests); `run()` runs the I/O in a worker thread between the core steps.
 Between decisions (`period_s`), `reap` checks draining workers every `reap_every_s`, so a worker
 leaves soon after it empties rather than a whole period later.
+
+A dry run (an actuator that is `WouldOnly`) changes nothing anywhere: step 3 drains no worker
+(a drain is a change to the scheduler, which the actuator alone cannot undo), so step 5 has none
+to remove; the loop tells the actuator which it would drain and counts it (`TickReport.would_drain`,
+the metric `slotsched_autoscaler_dry_run_actions`).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from prometheus_client import CollectorRegistry
 
 from scheduler.core.types import WorkerId
 from scheduler.policy.model import Policy
-from slots.actuators.base import Actuator, DecisionRecorder, ScaleNote, WorkerInfo, WorkerPhase
+from slots.actuators.base import Actuator, DecisionRecorder, ScaleNote, WorkerInfo, WorkerPhase, WouldOnly
 from slots.autoscaler.decision import (
     ScaleConfig,
     ScaleDecision,
@@ -64,6 +69,7 @@ class TickReport:
     drained: tuple[str, ...]
     removed: tuple[str, ...]
     errors: tuple[str, ...]
+    would_drain: tuple[str, ...] = ()  # a dry run: the workers it would have drained
 
 
 @dataclass
@@ -71,6 +77,7 @@ class _Plan:
     inp: ScaleInput | None = None
     decision: ScaleDecision | None = None
     drained: list[str] = field(default_factory=list)
+    would_drain: list[str] = field(default_factory=list)
     start_to: int | None = None  # scale_to(start_to), asking for `missing` more
     missing: int = 0
     remove: list[str] = field(default_factory=list)
@@ -141,7 +148,7 @@ class Autoscaler:
         plan = self._plan(now, gathered, decide_now)
         done = (
             await asyncio.to_thread(self._act, plan)
-            if plan.start_to or plan.remove or plan.notes
+            if plan.start_to or plan.remove or plan.notes or plan.would_drain
             else _Done()
         )
         return self._finish(now, plan, done)
@@ -229,6 +236,11 @@ class Autoscaler:
         self._deregister_retry &= set(in_core)
 
     def _drain(self, now: float, d: ScaleDecision, plan: _Plan, timeout: float) -> None:
+        if isinstance(self.actuator, WouldOnly):  # a dry run: the scheduler's workers stay as they are
+            plan.would_drain = list(d.drain)
+            if d.drain:
+                plan.notes.append(_note("down", d, plan.inp, tuple(d.drain)))
+            return
         for wid in d.drain:
             try:
                 self.membership.drain(WorkerId(wid), timeout)
@@ -267,7 +279,7 @@ class Autoscaler:
                 self._reported_late.add(w.worker_id)
                 plan.errors.append(f"worker {w.worker_id} has not registered after {now - since:.0f} s")
         ready = sum(1 for w in in_core.values() if w.state is ScaleWorkerState.READY)
-        missing = d.desired - (ready - len(plan.drained)) - starting
+        missing = d.desired - (ready - len(plan.drained) - len(plan.would_drain)) - starting
         if missing > 0:
             plan.start_to, plan.missing = len(alive) + missing, missing
             plan.notes.append(_note("up", d, plan.inp, ()))
@@ -275,6 +287,11 @@ class Autoscaler:
     def _act(self, plan: _Plan) -> _Done:
         """Steps 4 and 5, the I/O half: every actuator call guarded, failures returned as data."""
         done = _Done()
+        if plan.would_drain and isinstance(self.actuator, WouldOnly):
+            try:
+                self.actuator.would("drain", tuple(plan.would_drain))
+            except Exception as e:
+                done.errors.append(f"telling the dry run failed: {_describe(e)}")
         if isinstance(self.actuator, DecisionRecorder):
             for note in plan.notes:
                 try:
@@ -318,11 +335,22 @@ class Autoscaler:
                 self._metrics.observe(d, _direction(d, plan.inp), self.pool)
             if errors:
                 self._metrics.count_errors(len(errors), self.pool)
+            if isinstance(self.actuator, WouldOnly):
+                self._metrics.count_would("drain", len(plan.would_drain), self.pool)
+                self._metrics.count_would("start", done.asked_for, self.pool)
         where = f" (pool {self.pool})" if self.pool else ""
         for message in errors:
             log.warning("autoscaler%s: %s", where, message)
             self.errors.append((now, message))
-        report = TickReport(now, d, done.asked_for, tuple(plan.drained), tuple(done.removed), tuple(errors))
+        report = TickReport(
+            now,
+            d,
+            done.asked_for,
+            tuple(plan.drained),
+            tuple(done.removed),
+            tuple(errors),
+            tuple(plan.would_drain),
+        )
         if d is not None:
             self.last = report
         return report

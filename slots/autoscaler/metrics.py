@@ -55,6 +55,12 @@ class AutoscalerMetrics:
             pool,
             registry=registry,
         )
+        self.dry_run_actions = Counter(
+            "slotsched_autoscaler_dry_run_actions",
+            "What a dry run would have done, in workers: action drain (then removed) or start.",
+            [*pool, "action"],
+            registry=registry,
+        )
 
     def observe(self, decision: ScaleDecision, direction: str, pool: str | None = None) -> None:
         by = (pool or "",) if self.pooled else ()
@@ -71,3 +77,8 @@ class AutoscalerMetrics:
     def count_errors(self, n: int, pool: str | None = None) -> None:
         counter = self.actuator_errors.labels(pool or "") if self.pooled else self.actuator_errors
         counter.inc(n)
+
+    def count_would(self, action: str, n: int, pool: str | None = None) -> None:
+        if n:
+            by = (pool or "",) if self.pooled else ()
+            self.dry_run_actions.labels(*by, action).inc(n)

@@ -127,7 +127,7 @@ class TenantStats(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., weight: _Optional[float] = ..., held: _Optional[_Union[ClassCounts, _Mapping]] = ..., pending: _Optional[_Union[ClassCounts, _Mapping]] = ..., borrowed: _Optional[int] = ..., fair_share: _Optional[float] = ..., guaranteed_quota: _Optional[int] = ..., burstable_nominal: _Optional[int] = ..., burstable_limit: _Optional[int] = ..., best_effort_limit: _Optional[int] = ...) -> None: ...
 
 class DescribePoolResponse(_message.Message):
-    __slots__ = ("capacity", "free", "floor", "workers", "classes", "tenants", "at", "pool", "pools", "labels")
+    __slots__ = ("capacity", "free", "floor", "workers", "classes", "tenants", "at", "pool", "pools", "labels", "leader")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +145,7 @@ class DescribePoolResponse(_message.Message):
     POOL_FIELD_NUMBER: _ClassVar[int]
     POOLS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
     capacity: int
     free: int
     floor: int
@@ -155,7 +156,18 @@ class DescribePoolResponse(_message.Message):
     pool: str
     pools: _containers.RepeatedScalarFieldContainer[str]
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, capacity: _Optional[int] = ..., free: _Optional[int] = ..., floor: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., classes: _Optional[_Iterable[_Union[ClassStats, _Mapping]]] = ..., tenants: _Optional[_Iterable[_Union[TenantStats, _Mapping]]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pool: _Optional[str] = ..., pools: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    leader: PoolLeader
+    def __init__(self, capacity: _Optional[int] = ..., free: _Optional[int] = ..., floor: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., classes: _Optional[_Iterable[_Union[ClassStats, _Mapping]]] = ..., tenants: _Optional[_Iterable[_Union[TenantStats, _Mapping]]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pool: _Optional[str] = ..., pools: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., leader: _Optional[_Union[PoolLeader, _Mapping]] = ...) -> None: ...
+
+class PoolLeader(_message.Message):
+    __slots__ = ("replica_id", "address", "term")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    replica_id: str
+    address: str
+    term: str
+    def __init__(self, replica_id: _Optional[str] = ..., address: _Optional[str] = ..., term: _Optional[str] = ...) -> None: ...
 
 class ListLeasesRequest(_message.Message):
     __slots__ = ("tenant", "qos", "page_size", "page_token", "pool")
