@@ -94,7 +94,7 @@ def records_of(c: PoolsCapture) -> PoolsRecords:
 
 
 def _worker_of(lease_id: LeaseId) -> WorkerId:
-    return WorkerId(lease_id.rpartition("/")[0])  # "worker/index#epoch" (engine.py)
+    return WorkerId(lease_id.rpartition("/")[0])  # "worker/index#epoch" (ledger.py)
 
 
 class Pools:
