@@ -19,9 +19,9 @@ TLS (`--tls-cert/--tls-key/--tls-ca`, `TlsFiles`): with a certificate and key th
 only; with a CA as well it is mutual TLS: a client must present a certificate signed by that CA
 or the handshake fails (the caller sees UNAVAILABLE) before any service, reflection, health or
 KEDA's endpoint is reached. The verified certificate is then in each call's
-`context.auth_context()` (`x509_subject_alternative_name`, `x509_common_name`, `x509_pem_cert`),
-where scheduler/server/auth.py may read an identity from its SAN. The metrics port reuses the
-same files when asked (`--metrics-tls`).
+`context.auth_context()` (`peer_uri` and `peer_dns`: its SANs by type; `x509_common_name`,
+`x509_pem_cert`), where scheduler/server/auth.py reads an identity from its typed SANs. The
+metrics port reuses the same files when asked (`--metrics-tls`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,9 @@ class MissingExtra(ModuleNotFoundError, RuntimeError):
 
     def __init__(self, what: str, extra: str, cause: ImportError) -> None:
         super().__init__(
-            f"{what} needs the {extra} extra: pip install 'slotsched[{extra}]' ({cause})", name=cause.name
+            f"{what} needs the {extra} extra: pip install 'slotsched[{extra}]' (from a clone of the "
+            f"repository: pip install -e '.[{extra}]') ({cause})",
+            name=cause.name,
         )
         self.extra = extra
 

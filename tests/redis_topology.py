@@ -43,6 +43,12 @@ def free_cluster_port() -> int:
     raise AssertionError("no free port pair for a cluster node")
 
 
+def serving(client: redis.Redis) -> bool:
+    """Whether a redis-server answers data commands: PING answers while an AOF still loads (and
+    everything else is refused LOADING), so loading must be over too."""
+    return bool(client.ping()) and int(client.info("persistence").get("loading", 0)) == 0
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
     """Poll `check` until it returns something true (a connection error counts as not yet)."""
     deadline = time.monotonic() + timeout
@@ -85,9 +91,10 @@ class Node:
 
         def up() -> bool:
             assert proc.poll() is None, f"redis-server {self.dir} exited with {proc.returncode}"
-            return bool(self.client().ping())
+            c = self.client()
+            return bool(c.ping()) if self.sentinel_conf is not None else serving(c)
 
-        wait_for(f"redis on {self.port}", up, 10)
+        wait_for(f"redis on {self.port}", up, 20)
         return self
 
     def client(self) -> redis.Redis:
@@ -101,9 +108,16 @@ class Node:
 
 class SentinelSet:
     """A primary, `replicas` replicas and `sentinels` sentinels (quorum: a majority) watching it,
-    with short failure detection (down-after 500 ms) so a test sees a failover in seconds."""
+    with short failure detection (down-after 500 ms) so a test sees a failover in seconds; a test
+    that wants no failover gives a longer `down_after_ms` (on a loaded machine a primary can be
+    slow to answer a sentinel's PING for 500 ms, and is then failed over for nothing).
 
-    def __init__(self, root: str, replicas: int = 1, sentinels: int = 3) -> None:
+    `start()` returns once the set is what a client needs: every sentinel names the primary
+    (`SENTINEL get-master-addr-by-name`), sees it up as a master (what redis-py checks before it
+    connects: else "No master found"), knows the replicas and the other sentinels, and the primary
+    answers. `wait_ready()` waits for that again (after a failover: for the new primary)."""
+
+    def __init__(self, root: str, replicas: int = 1, sentinels: int = 3, down_after_ms: int = 500) -> None:
         self.root = root
         self.primary = Node(root, "primary", [])
         self.replicas = [
@@ -113,7 +127,7 @@ class SentinelSet:
         quorum = sentinels // 2 + 1
         conf = (
             f"sentinel monitor {MASTER} 127.0.0.1 {self.primary.port} {quorum}\n"
-            f"sentinel down-after-milliseconds {MASTER} 500\n"
+            f"sentinel down-after-milliseconds {MASTER} {down_after_ms}\n"
             f"sentinel failover-timeout {MASTER} 3000\n"
             f"sentinel parallel-syncs {MASTER} 1\n"
         )
@@ -130,20 +144,37 @@ class SentinelSet:
         )
         for s in self.sentinels:
             s.start()
+        self.wait_ready(primary_port=self.primary.port)
+        return self
+
+    def wait_ready(self, primary_port: int | None = None, timeout: float = 30.0) -> int:
+        """Wait until every sentinel names the same primary (`primary_port`, if given), sees it
+        up as a master with the replicas and the other sentinels, and that primary answers as a
+        master; its port."""
         n = len(self.sentinels)
 
-        def ready() -> bool:
+        def ready() -> int | None:
+            ports = set()
             for s in self.sentinels:
                 c = s.client()
-                if (
-                    len(c.sentinel_slaves(MASTER)) < len(self.replicas)
-                    or len(c.sentinel_sentinels(MASTER)) < n - 1
+                addr = c.sentinel_get_master_addr_by_name(MASTER)
+                state = c.sentinel_master(MASTER)
+                if not addr or not state["is_master"] or state["is_sdown"] or state["is_odown"]:
+                    return None
+                if state["num-other-sentinels"] < n - 1 or len(c.sentinel_slaves(MASTER)) < len(
+                    self.replicas
                 ):
-                    return False
-            return True
+                    return None
+                ports.add(int(addr[1]))
+            if len(ports) != 1 or (primary_port is not None and ports != {primary_port}):
+                return None
+            port = ports.pop()
+            primary = redis.Redis(port=port, socket_timeout=2)
+            if not serving(primary) or primary.info("replication")["role"] != "master":
+                return None
+            return port
 
-        wait_for("sentinels to see the replicas and each other", ready, 20)
-        return self
+        return int(wait_for("sentinels to name an answering primary, with its replicas", ready, timeout))
 
     def url(self, options: str = "") -> str:
         hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
@@ -193,11 +224,16 @@ class ClusterSet:
         args = [REDIS_CLI, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes)]
         args += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
         subprocess.run(args, check=True, capture_output=True, timeout=60)
-        wait_for(
-            "cluster state ok",
-            lambda: all(n.client().cluster("info")["cluster_state"] == "ok" for n in self.nodes),
-            20,
-        )
+
+        def ok(node: Node) -> bool:  # every node: state ok, every slot served, every node known
+            info = node.client().cluster("info")
+            return (
+                info["cluster_state"] == "ok"
+                and int(info["cluster_slots_assigned"]) == int(info["cluster_slots_ok"]) == 16384
+                and int(info["cluster_known_nodes"]) == len(self.nodes)
+            )
+
+        wait_for("cluster state ok, all slots covered", lambda: all(ok(n) for n in self.nodes), 30)
 
         def synced() -> bool:  # a replica that never synced cannot be promoted
             roles = [n.client().info("replication") for n in self.nodes]

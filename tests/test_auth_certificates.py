@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 import pytest
 
-from scheduler.policy.identities import hash_token
+from scheduler.policy.identities import CertName, SanType, hash_token
 from scheduler.policy.yaml_io import parse_policy
 from scheduler.server.auth import Authenticator, certificate_names
 from scheduler.server.errors import RpcFailure
@@ -55,15 +55,25 @@ class Ctx:
         return self._auth
 
 
+# grpc's auth_context() key for each SAN type (as tests/test_auth_san_types.py sees it over mTLS).
+_SAN_KEY = {"URI": "peer_uri", "DNS": "peer_dns", "email": "peer_email", "IP": "peer_ip"}
+
+
 def cert(*sans: str, cn: str = "ignored-when-sans") -> dict[str, list[bytes]]:
-    """auth_context() of a TLS peer with a verified client certificate."""
+    """auth_context() of a TLS peer with a verified client certificate; each SAN is written as
+    openssl prints it ("URI:spiffe://…", "DNS:host", "email:…"); one without a type is a URI if it
+    has a scheme, else a DNS name."""
     ac: dict[str, list[bytes]] = {
         "transport_security_type": [b"ssl"],
         "x509_common_name": [cn.encode()],
         "security_level": [b"TSI_PRIVACY_AND_INTEGRITY"],
     }
-    if sans:
-        ac["x509_subject_alternative_name"] = [s.encode() for s in sans]
+    for san in sans:
+        kind, _, value = san.partition(":")
+        if kind not in _SAN_KEY or not value or value.startswith("//"):
+            kind, value = ("URI" if ":" in san else "DNS"), san
+        ac.setdefault("x509_subject_alternative_name", []).append(value.encode())
+        ac.setdefault(_SAN_KEY[kind], []).append(value.encode())
     return ac
 
 
@@ -146,14 +156,49 @@ def test_certificates_that_are_no_identity(ctx: Ctx, code: Code, words: str) -> 
         assert f.code is code and words in f.message, f.message
 
 
-def test_certificate_names_reads_every_san_kind() -> None:
-    ac = cert("a.example.org")
-    ac["peer_spiffe_id"] = [b"spiffe://example.org/x"]
-    ac["peer_dns"] = [b"a.example.org"]
-    assert certificate_names(Ctx(auth=ac)) == ["a.example.org", "spiffe://example.org/x"]
+def test_certificate_names_are_typed() -> None:
+    names = certificate_names(
+        Ctx(auth=cert("URI:spiffe://example.org/x", "DNS:a.example.org", "email:a@b.c"))
+    )
+    assert names == [CertName(SanType.URI, "spiffe://example.org/x"), CertName(SanType.DNS, "a.example.org")]
+    # The CN only when the certificate has no SAN at all, and as a DNS name.
+    assert certificate_names(Ctx(auth=cert(cn="spiffe://example.org/x"))) == [
+        CertName(SanType.DNS, "spiffe://example.org/x")
+    ]
+    assert certificate_names(Ctx(auth=cert("email:a@b.c", cn="a.example.org"))) == []
 
     class Bare:  # a context without auth_context(): no certificate
         def invocation_metadata(self) -> tuple[()]:
             return ()
 
-    assert certificate_names(Bare()) == []
+    assert certificate_names(Bare()) is None
+
+
+@pytest.mark.parametrize(
+    ("sans", "cn", "admin"),
+    [
+        pytest.param(("URI:spiffe://example.org/ops",), "x", True, id="uri-san"),
+        pytest.param(("email:spiffe://example.org/ops",), "x", False, id="email-san-holding-the-uri"),
+        pytest.param(("DNS:spiffe://example.org/ops",), "x", False, id="dns-san-holding-the-uri"),
+        pytest.param(("IP:spiffe://example.org/ops",), "x", False, id="ip-san-holding-the-uri"),
+        pytest.param((), "spiffe://example.org/ops", False, id="cn-holding-the-uri"),
+        pytest.param(("email:a@example.org",), "spiffe://example.org/ops", False, id="cn-beside-a-san"),
+    ],
+)
+def test_an_identity_matches_only_a_san_of_its_own_type(sans: tuple[str, ...], cn: str, admin: bool) -> None:
+    a = auth()
+    for _ in range(2):  # the second time from the cache: the same answer
+        if admin:
+            assert a.require_admin(Ctx(auth=cert(*sans, cn=cn))).role == "admin"
+        else:
+            f = failure(a.require_admin, Ctx(auth=cert(*sans, cn=cn)))
+            assert f.code is Code.PERMISSION_DENIED and "names no tenant or role" in f.message
+
+
+def test_a_dns_identity_matches_only_a_dns_san_or_a_lone_cn() -> None:
+    a = auth()
+    assert a.tenant(Ctx(auth=cert("DNS:runtime.globex.example.org"))) == "globex"
+    assert a.tenant(Ctx(auth=cert(cn="runtime.globex.example.org"))) == "globex"
+    for other in ("URI:runtime.globex.example.org", "email:runtime.globex.example.org"):
+        f = failure(a.tenant, Ctx(auth=cert(other, cn="runtime.globex.example.org")))
+        assert f.code is Code.PERMISSION_DENIED, other

@@ -125,8 +125,10 @@ def test_a_session_the_wire_guard_refuses_fails_alone_on_the_shared_channel() ->
 
 def test_more_sessions_starting_at_once_than_one_message_may_carry() -> None:
     """1100 acquires ready at once go as two ChannelRequests: one of more than 1024 commands
-    would end the channel INVALID_ARGUMENT, failing every session on it."""
-    with running_server(policy_yaml(slots_per_worker=2, floor=0)) as server:
+    would end the channel INVALID_ARGUMENT, failing every session on it. (Queue caps above the
+    1100: the 1098 that wait count against them, slots free or not.)"""
+    caps = {"max_pending": 2000, "max_pending_per_tenant": 2000}
+    with running_server(policy_yaml(slots_per_worker=2, floor=0, **caps)) as server:
 
         async def body() -> None:
             async with AsyncClient(server.target, token=ACME) as client:

@@ -35,6 +35,8 @@ SIMULATE_KEYS = {
     "unfinished",
     "stopped",
     "pools",  # issue 24: per-pool figures beside the totals
+    "refusals_by_reason",  # an unknown pool's refusal counts here, not as a pool
+    "blocked",  # the waits told each blocked reason, over every pool
 }
 
 
@@ -99,6 +101,7 @@ def test_json_shape_is_simulate_keys_plus_pool_figures(
             "sla_misses",
             "guaranteed_by_quota",
             "jain_under_contention",
+            "attainment_min",
         }
         assert entry["completed"] == len(plans)
     assert doc["policies"]["fifo"]["preemptions"] == 0

@@ -68,7 +68,7 @@ def test_legend_lists_others_only_when_there_are_other_tenants() -> None:
     assert tenant_legend(two) == ["big", "small", POOL]
     many = {f"t{i}": i + 1 for i in range(TOP_TENANTS + 2)}
     legend = tenant_legend([("a", stats(held=[many]))])
-    assert legend[:2] == ["t7", "t6"] and legend[-2:] == [OTHERS, POOL]
+    assert legend[:2] == [f"t{TOP_TENANTS + 1}", f"t{TOP_TENANTS}"] and legend[-2:] == [OTHERS, POOL]
     assert len(legend) == TOP_TENANTS + 2
 
 
@@ -168,3 +168,95 @@ def test_no_contender_is_named_like_a_slotsched_subcommand() -> None:
     assert "demo" in sub.choices  # `slotsched demo`: a baseline must not read as it
     names = {c.name for c in roster()}
     assert not names & set(sub.choices) and "queue-step" in names
+
+
+# ---------------------------------------------------------------- read as a reader would (issue 39)
+
+
+def test_every_tenant_up_to_16_has_a_colour_of_its_own_and_no_others() -> None:
+    from scheduler.sim.compare.plots import OTHERS, PALETTE, POOL, TOP_TENANTS, tenant_legend
+
+    assert TOP_TENANTS == len(PALETTE) == len(set(PALETTE)) == 16
+    sixteen = {f"t{i:02d}": i + 1 for i in range(16)}
+    legend = tenant_legend([("a", stats(held=[sixteen]))])
+    assert OTHERS not in legend and legend[-1] == POOL and len(legend) == 17
+
+
+def test_identical_and_near_curves_are_said_in_the_legend() -> None:
+    from scheduler.sim.compare.plots import same_as, same_note
+
+    base = {"besteffort": [0.0, 1799.0, 28790.0]}
+    near = {"besteffort": [0.0, 1790.0, 28799.5]}  # a retry loop's jitter: each within 1%
+    runs = [
+        ("slotsched", stats({"besteffort": [0.0, 200.0, 250.0]})),
+        ("reject-retry", stats(near)),
+        ("fifo", stats(base)),
+        ("strict-priority", stats(base)),
+        ("priority-kill", stats(base)),
+        ("kueue-classic", stats(base)),
+        ("idle", stats()),
+    ]
+    same = same_as(runs)
+    assert same == {
+        "fifo": "≈ reject-retry",
+        "strict-priority": "= fifo",
+        "priority-kill": "= fifo",
+        "kueue-classic": "= fifo",
+    }
+    note = same_note(same)
+    assert "fifo = strict-priority =" in note[0] and "kueue-classic" in note[0]
+    assert "fifo ≈ reject-retry" in note
+    # Same in one class, not in another: no shared curve in the legend.
+    other = [("a", stats({"burstable": [1.0], "besteffort": [5.0]})), ("b", stats({"burstable": [1.0]}))]
+    assert same_as(other) == {} and same_as(other, ["burstable"]) == {"b": "= a"}
+    # Short waits half a second apart are apart on the plot (linear below 1 s): not "≈".
+    short = [
+        ("polling", stats({"guaranteed": [0.0, 0.0, 0.5]})),
+        ("formula", stats({"guaranteed": [0.0, 0.5, 0.5]})),
+    ]
+    assert same_as(short) == {}
+
+
+def test_identical_panels_name_the_first_and_rows_share_their_top() -> None:
+    from scheduler.sim.compare.plots import identical_to, row_tops
+
+    assert identical_to([("fifo", (1, 2)), ("strict", (1, 2)), ("slotsched", (3,)), ("kill", (1, 2))]) == {
+        "strict": "fifo",
+        "kill": "fifo",
+    }
+    assert row_tops([40.0, 35.0, 45.0, 10.0, 12.0], 3) == [45.0, 45.0, 45.0, 12.0, 12.0]
+
+
+def test_smooth_is_a_centred_mean_that_keeps_the_total_level() -> None:
+    from scheduler.sim.compare.plots import smooth
+
+    assert smooth([0, 4, 0, 4], 1) == [0.0, 4.0, 0.0, 4.0]
+    assert smooth([0, 3, 0, 3, 0], 3) == [1.5, 1.0, 2.0, 1.0, 1.5]
+
+
+def test_a_class_no_run_granted_is_named_not_drawn_empty() -> None:
+    from scheduler.sim.compare.plots import drawn_classes
+
+    assert drawn_classes([("a", stats({"besteffort": [1.0]}))]) == (
+        ["besteffort"],
+        ["guaranteed", "burstable"],
+    )
+    assert drawn_classes([("a", stats())]) == (["guaranteed", "burstable", "besteffort"], [])
+
+
+def test_several_pools_are_named_and_idle_slots_count_for_their_own_pool_only() -> None:
+    from scheduler.sim.compare.plots import pool_bands, pools_note
+
+    two = Policy(
+        pools=(
+            PoolSpec(name="cpu", slots_per_worker=4, workers=2),
+            PoolSpec(name="gpu", slots_per_worker=1, workers=2),
+        )
+    )
+    assert pools_note([("a", SimStats(two))]) == "summed over 2 pools: cpu (8) + gpu (2) slots at start"
+    assert pools_note([("a", SimStats(Policy()))]) == ""
+    # cpu has 3 idle slots, gpu is full with 2 waiting: they wait in a full pool, not beside idle slots.
+    s = Sample(0.0, 10, 7, 2, {}, {"cpu": (8, 5, 0), "gpu": (2, 2, 2)})
+    assert pool_bands([s]) == ([7], [7], [9])
+    one = Sample(0.0, 10, 7, 2, {})
+    assert pool_bands([one]) == ([7], [9], [9])

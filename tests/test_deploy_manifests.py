@@ -229,7 +229,8 @@ def test_every_object_has_kind_api_version_name_and_namespace(overlay: str) -> N
         assert isinstance(d.get("kind"), str) and d["kind"], overlay
         assert re.fullmatch(r"([a-z0-9.-]+/)?v\d+(alpha\d+|beta\d+)?", d.get("apiVersion", "")), d
         assert d["metadata"].get("name"), f"{overlay}: a {d['kind']} has no name"
-        if d["kind"] not in ("Namespace", "CustomResourceDefinition"):  # cluster-scoped
+        # cluster-wide objects (a CRD is; the SchedulingPolicy objects it defines are Namespaced)
+        if d["kind"] not in ("Namespace", "CustomResourceDefinition"):
             assert d["metadata"].get("namespace") == "slotsched", (overlay, d["kind"], d["metadata"]["name"])
 
 
@@ -290,6 +291,7 @@ def test_the_flat_manifests_are_gone() -> None:
     # components/, the operator's path is `kubectl apply -k deploy/overlays/<name>`.
     # Only the example policies (issue 24 ships deploy/policy-pools-example.yaml by that path).
     assert sorted(p.name for p in DEPLOY.glob("*.yaml")) == [
+        "policy-budgets-example.yaml",
         "policy-example.yaml",
         "policy-pools-example.yaml",
     ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import tempfile
@@ -217,6 +218,21 @@ def test_standby_follows_the_leader_and_takes_over_without_replaying_the_journal
                 assert not holder.lost_lease.is_set() and (holder.lease_id, holder.epoch) == before
 
     asyncio.run(body())
+
+
+def test_a_standby_without_a_state_snapshot_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    """A fresh store holds no state snapshot yet: the standby says it follows the journal from
+    its start (it logged "loaded the snapshot at ;", naming an empty position)."""
+    caplog.set_level(logging.INFO, logger="slotsched.state")
+
+    async def body() -> None:
+        async with replicas() as (_, (_, b)):
+            assert replica_of(b).snapshot_loads == 1
+
+    asyncio.run(body())
+    said = [m for m in (r.getMessage() for r in caplog.records) if m.startswith("standby:")]
+    assert "standby: no state snapshot covers the journal; following it from its start" in said, said
+    assert not any(" at ;" in m for m in said), said
 
 
 def test_a_leader_whose_renewals_stall_stops_serving_cannot_write_and_steps_down() -> None:

@@ -144,7 +144,10 @@ def test_a_base_install_serves_and_grants_an_sdk_session(base_serve: str) -> Non
     assert re.match(r"granted \S+/\d+$", out.stdout.strip()), out.stdout
 
 
-_EXTRA = "needs the {0} extra: pip install 'slotsched[{0}]'"
+_EXTRA = (
+    "needs the {0} extra: pip install 'slotsched[{0}]' (from a clone of the repository: "
+    "pip install -e '.[{0}]')"
+)
 _QUICK = ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
 
 

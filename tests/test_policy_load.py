@@ -19,7 +19,9 @@ from scheduler.policy.defaults import DEFAULT_POLICY_YAML, default_policy
 from scheduler.policy.errors import PolicyError, Problem
 from scheduler.policy.identities import (
     NOBODY,
+    CertName,
     Identity,
+    SanType,
     hash_token,
     identities_for_names,
     identity_for_token,
@@ -1083,14 +1085,17 @@ def test_identity_for_token_and_names() -> None:
     t = identity_for_token(policy, "token-a")
     assert (t.tenant, t.key) == ("product", "spec.tenants[1]") and not t.may_act_as("w-0")
     assert identity_for_token(policy, "nobody") == NOBODY
-    assert identities_for_names(policy, ["spiffe://example.org/sre", "other"]) == [
+    uri, dns = (lambda v: CertName(SanType.URI, v)), (lambda v: CertName(SanType.DNS, v))
+    assert identities_for_names(policy, [uri("spiffe://example.org/sre"), dns("other")]) == [
         Identity(tenant="sre", key="spec.tenants[0]")
     ]
-    (wc,) = identities_for_names(policy, ["spiffe://example.org/w"])
+    (wc,) = identities_for_names(policy, [uri("spiffe://example.org/w")])
     assert wc.role == "worker" and wc.may_act_as("p-3") and not wc.may_act_as("w-0")
-    assert [i.role for i in identities_for_names(policy, ["ops.example.org"])] == ["admin"]
+    assert [i.role for i in identities_for_names(policy, [dns("ops.example.org")])] == ["admin"]
+    # A name matches only an identity of its own SAN type.
+    assert identities_for_names(policy, [dns("spiffe://example.org/sre"), uri("ops.example.org")]) == []
     # A certificate naming two identities matches both: the authenticator refuses it.
-    assert len(identities_for_names(policy, ["ops.example.org", "spiffe://example.org/sre"])) == 2
+    assert len(identities_for_names(policy, [dns("ops.example.org"), uri("spiffe://example.org/sre")])) == 2
     assert identities_for_names(policy, []) == []
 
 

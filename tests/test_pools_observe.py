@@ -181,7 +181,7 @@ def test_refusals_naming_unknown_pools_share_one_label_value() -> None:
     """A caller naming random pools must not grow the metrics' label set (found by the Node
     client: the per-session Acquire of an unknown pool failed with UNKNOWN in the metrics)."""
     from scheduler.core.types import Acquire, QoS, Refused, RefuseReason, SessionId, TenantName
-    from scheduler.server.metrics import UNKNOWN_POOL_LABEL, Metrics
+    from scheduler.server.metrics import NO_POOL_LABEL, Metrics
 
     m = Metrics()
     m._set_tenants(["acme"], ["cpu", "gpu"])
@@ -189,5 +189,5 @@ def test_refusals_naming_unknown_pools_share_one_label_value() -> None:
         ev = Acquire(SessionId(f"s{i}"), TenantName("acme"), QoS.BURSTABLE, pool=f"random-{i}")
         m.observe([Refused(ev.session, RefuseReason.UNKNOWN_POOL, "unknown pool", pool=ev.pool)], 0.0, ev)
     assert m.pools == ("cpu", "gpu")
-    assert m.refusals[(UNKNOWN_POOL_LABEL, "acme", RefuseReason.UNKNOWN_POOL)] == 50
+    assert m.refusals[(NO_POOL_LABEL, "acme", RefuseReason.UNKNOWN_POOL)] == 50
     assert not any(key[0].startswith("random-") for key in m.refusals)

@@ -36,6 +36,7 @@ from scheduler.grants import GRANT_KEYS_ENV
 from scheduler.state.redis_store import RedisStore
 from scheduler.state.store import StaleTerm
 from tests.grpc_fixtures import ADMIN_TOKEN, TOKENS, Client, policy_yaml, write_policy
+from tests.redis_topology import serving, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 ACME = TOKENS["acme"]
@@ -69,16 +70,14 @@ class RedisProc:
         args = [REDIS_BIN, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
         args += ["--appendonly", "yes", "--appendfsync", "always", "--dir", self.dir]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if client.ping():
-                    return self
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        proc, client = self.proc, redis.Redis(port=self.port, socket_timeout=2)
+
+        def up() -> bool:  # answering data commands: its AOF loaded (a restart reloads it)
+            assert proc.poll() is None, f"redis-server {self.dir} exited with {proc.returncode}"
+            return serving(client)
+
+        wait_for(f"redis on {self.port}", up, 20)
+        return self
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -70,7 +70,9 @@ def _redis() -> Iterator[Topology]:
 @contextlib.contextmanager
 def _sentinel() -> Iterator[Topology]:
     with tempfile.TemporaryDirectory(prefix="slotsched-contract-") as d:
-        s = SentinelSet(d, replicas=1, sentinels=1).start()
+        # No test here fails the primary over: a long down-after, so a slow PING on a loaded
+        # machine does not fail it over (or leave it "subjectively down": "No master found").
+        s = SentinelSet(d, replicas=1, sentinels=1, down_after_ms=10_000).start()
         try:
             yield _topology(s.url(), f"redis+sentinel://127.0.0.1:{free_port()}/slotsched/0")
         finally:
@@ -131,10 +133,16 @@ def _run(topology: Topology, body: Callable[[StateStore, StateStore], Awaitable[
 
 def test_one_leader_until_its_lease_lapses(topology: Topology) -> None:
     async def body(a: StateStore, b: StateStore) -> None:
-        assert await a.try_lead(0.4)
-        assert not await b.try_lead(5.0)  # a holds it
-        await asyncio.sleep(0.6)  # not renewed: it lapses by the store's clock
-        assert await b.try_lead(5.0)
+        # Timed from before a's win, so a slow machine can only make the checks vacuous, never
+        # wrong: b may lead from a's win + ttl on, never before.
+        loop, ttl = asyncio.get_running_loop(), 1.0
+        t0 = loop.time()
+        assert await a.try_lead(ttl)
+        assert not await b.try_lead(5.0) or loop.time() - t0 >= ttl  # a holds it
+        while not await b.try_lead(5.0):  # not renewed: it lapses by the store's clock
+            assert loop.time() - t0 < ttl + 30, "a's lease never lapsed"
+            await asyncio.sleep(0.05)
+        assert loop.time() - t0 >= ttl
         assert not await a.try_lead(5.0)
 
     _run(topology, body)
@@ -157,14 +165,17 @@ def test_every_won_term_is_new_also_for_the_same_replica(topology: Topology) -> 
 def test_renewal_keeps_only_its_own_term_and_records_the_leaders_clock(topology: Topology) -> None:
     async def body(a: StateStore, b: StateStore) -> None:
         assert await a.alive() is None  # no leader renewed yet
-        assert await a.try_lead(0.5)
-        assert await a.extend_lead(0.5, 1234.5)
+        # Ttls far above the pauses between calls, so a loaded machine does not lapse them.
+        loop, first = asyncio.get_running_loop(), 1.0
+        t0 = loop.time()
+        assert await a.try_lead(first)
+        assert await a.extend_lead(10.0, 1234.5)
         assert await a.alive() == 1234.5
         assert not await b.extend_lead(5.0, 9999.0)  # not b's to keep, nor to stamp
         assert await a.alive() == 1234.5
-        for _ in range(3):  # renewed past its first ttl: still a's
+        while loop.time() - t0 <= first + 0.2:  # renewed past its first ttl: still a's
             await asyncio.sleep(0.2)
-            assert await a.extend_lead(0.5, 1235.0)
+            assert await a.extend_lead(10.0, 1235.0)
         assert not await b.try_lead(5.0)
         await a.resign()
         assert await b.try_lead(5.0)  # resigned: free at once
@@ -328,12 +339,18 @@ def test_a_member_is_live_from_its_beat_until_its_ttl_by_the_stores_clock(topolo
         members = topology[2](f"m{uuid.uuid4().hex[:8]}")
         try:
             assert await members.live() == []
-            assert await members.beat("r1", "10.0.0.1:50051", 0.5) == [Member("r1", "10.0.0.1:50051")]
-            both = await members.beat("r2", "10.0.0.2:50051", 5.0)
-            assert both == [Member("r1", "10.0.0.1:50051"), Member("r2", "10.0.0.2:50051")]
-            await asyncio.sleep(0.7)  # r1 did not beat again: it lapsed
-            assert await members.live() == [Member("r2", "10.0.0.2:50051")]
-            assert await members.beat("r1", "10.0.0.9:50051", 5.0) == [  # back, at its new address
+            # Timed from before r1's beat: a slow machine makes a check vacuous, never wrong.
+            loop, ttl = asyncio.get_running_loop(), 1.0
+            t0 = loop.time()
+            assert await members.beat("r1", "10.0.0.1:50051", ttl) == [Member("r1", "10.0.0.1:50051")]
+            both = await members.beat("r2", "10.0.0.2:50051", 60.0)
+            r1_r2 = [Member("r1", "10.0.0.1:50051"), Member("r2", "10.0.0.2:50051")]
+            assert both == r1_r2 or loop.time() - t0 >= ttl
+            while await members.live() != [Member("r2", "10.0.0.2:50051")]:  # r1 did not beat again
+                assert loop.time() - t0 < ttl + 30, "r1 never lapsed"
+                await asyncio.sleep(0.05)
+            assert loop.time() - t0 >= ttl  # it lapsed by its ttl, not before
+            assert await members.beat("r1", "10.0.0.9:50051", 60.0) == [  # back, at its new address
                 Member("r1", "10.0.0.9:50051"),
                 Member("r2", "10.0.0.2:50051"),
             ]

@@ -68,9 +68,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--autoscaler",
         choices=KINDS,  # the factory's one list of actuator kinds
         default=None,
-        help="companion autoscaler actuator (default: $SLOTSCHED_AUTOSCALER or off), one loop per "
-        "pool: kubernetes scales each pool's spec.pools[].target, local starts workers that join "
-        "their pool; see deploy/",
+        help="companion autoscaler (default: $SLOTSCHED_AUTOSCALER or off): one loop per pool that "
+        "sizes the pool between its minWorkers and maxWorkers by demand, draining a worker before "
+        "removing it. local: starts and stops worker processes on this machine (`slotsched worker "
+        "--scheduler ADDR --worker-id worker-N --slots SLOTS [--pool POOL]`, or "
+        "$SLOTSCHED_WORKER_COMMAND with {worker_id} {slots} {scheduler} {pool}; in secure mode give "
+        "them a worker token in $SLOTSCHED_TOKEN), e.g. `slotsched serve --autoscaler local "
+        "--no-static-pool`; kubernetes: scales each pool's target (spec.pools[].target or "
+        "$SLOTSCHED_AUTOSCALER_TARGET, Deployment/NAME...; see deploy/); dry-run: changes nothing, "
+        "logs and counts what it would do",
     )
     s.add_argument(
         "--no-static-pool",

@@ -48,6 +48,7 @@ from scheduler.client.errors import (
     Unauthenticated,
     Unavailable,
 )
+from scheduler.client.options import ClientOptions
 from scheduler.client.phases import Phase
 from scheduler.client.reactions import from_rpc_error
 from scheduler.client.sync import Client, Session
@@ -61,6 +62,7 @@ __all__ = [
     "AsyncClient",
     "AsyncSession",
     "Client",
+    "ClientOptions",
     "GrantFailed",
     "InvalidArgument",
     "LeaseInfo",

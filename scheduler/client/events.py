@@ -84,9 +84,13 @@ class EventApplier:
 
     def _revoked(self, ev: scheduler_pb2.LeaseEvent) -> None:
         state, rv = self._state, ev.revoked
+        key = lease_key(rv.lease_id, rv.epoch)
+        self._yielder.revoked(key)
         if state.is_current(rv.lease_id, rv.epoch):
             state.drop_lease(involuntary=True)
-        state.resume_from = ClientSnapshotRef.from_optional(rv, "resume_from")
+        # A Yield of it answered OK after all (it raced the deadline): its snapshot is kept.
+        kept = self._yielder.kept_snapshot(key)
+        state.resume_from = kept or ClientSnapshotRef.from_optional(rv, "resume_from")
         if rv.reason != scheduler_pb2.REVOKE_REASON_EXPIRED:
             state.move(SessionEvent.REVOKED)  # (an expiry: the session's Ended follows)
 

@@ -28,7 +28,9 @@ nor the tenant's token for the Scheduler service (the `client`'s).
   the actor takes no turn the snapshot does not hold. If the checkpoint fails or times out, the
   callback raises: the SDK then does NOT yield, the scheduler revokes the lease at the deadline
   and re-queues the session from its last good snapshot. Yielding with a snapshot that was not
-  written would be worse than losing the work since the last one.
+  written would be worse than losing the work since the last one. A checkpoint that completes
+  after the deadline is not cut: the lease is revoked (its slot goes to the waiter) and the SDK
+  sends the snapshot late; the session still waiting resumes from it.
 * on YieldCancelled (the waiter left): a checkpoint in progress finishes, the actor is NOT
   stopped and keeps running on its lease. Once the Stop has begun it is too late: the SDK is
   told so and yields with the checkpoint (a voluntary yield; the session is re-granted).
@@ -54,7 +56,6 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, TypedDict
 
 import grpc
@@ -320,9 +321,10 @@ class ActorCallbacks(TypedDict):
 class ActorRuntime:
     """The SDK callbacks for actors on slotsched workers (see the module docstring).
 
-    `tenant` is used when a lease does not carry one. A yield checkpoint is bounded by the
-    lease's yield deadline (a later snapshot could not be used: the lease is revoked by then) and
-    by `checkpoint_timeout_s`, whichever comes first.
+    `tenant` is used when a lease does not carry one. A yield checkpoint is bounded by
+    `checkpoint_timeout_s` only, not by the lease's yield deadline: the deadline protects the
+    waiter's latency, not the snapshot's validity, so a checkpoint that completes after the lease
+    was revoked is still sent (a late Yield) and the session resumes from it.
     """
 
     def __init__(
@@ -414,11 +416,10 @@ class ActorRuntime:
     async def on_yield(self, lease: LeaseInfo) -> SnapshotRef:
         client = self.workers(lease.worker_address)
         t0 = time.perf_counter()
+        # Not cut at the yield deadline: a checkpoint that completes after it is still the one
+        # the session resumes from (the SDK sends it as a late Yield; docs/design.md,
+        # "Checkpoint-and-yield preemption"). Cut, it was thrown away with the work it saved.
         timeout = self.checkpoint_timeout_s
-        if lease.yield_deadline is not None:
-            left = (lease.yield_deadline - datetime.now(UTC)).total_seconds()
-            # Keep a margin for the Yield call itself, which must also land before the deadline.
-            timeout = max(0.1, min(timeout, left - min(1.0, 0.1 * left)))
         key = lease.key
         self._yielding[lease.session_id] = (key, "checkpoint")
         try:

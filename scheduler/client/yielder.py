@@ -8,6 +8,11 @@ FAILED_PRECONDITION, a stale epoch, since the lease already ended YIELDED (and t
 have been re-granted). The yield is then read back (`_applied`, the RECHECK of `reactions.py`)
 and, where it can be told from a revocation, counted as done rather than recorded in
 `callback_errors`, as `release.py` does for a Release retried after it applied.
+
+A checkpoint that completes after the lease was revoked at its yield deadline is still sent, as a
+late Yield quoting the revoked lease: while the session waits for a slot again the scheduler
+keeps its snapshot as the one the session resumes from (docs/design.md, "Checkpoint-and-yield
+preemption", step 4). The deadline protects the waiter's latency, not the snapshot's validity.
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from scheduler.api import commands
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2
 from scheduler.client.callbacks import CallbackQueue, invoke
 from scheduler.client.calls import Abandoned, SessionCalls, Verdict
 from scheduler.client.channel import ClientLink
 from scheduler.client.phases import Phase, SessionEvent
-from scheduler.client.reactions import Call, from_rpc_error
+from scheduler.client.reactions import from_rpc_error
 from scheduler.client.state import SessionState, log
 from scheduler.client.types import ClientSnapshotRef, LeaseInfo, SessionInfo, lease_key
 
@@ -46,6 +52,8 @@ class Yielder:
         self.sent: Key | None = None  # the lease whose Yield we sent
         self._ref: tuple[Key, ClientSnapshotRef] | None = None  # the snapshot that Yield carried
         self._yielded: Key | None = None  # the last lease counted as yielded
+        self._revoked: Key | None = None  # the last lease revoked at its yield deadline
+        self._answered: Key | None = None  # the last lease whose Yield was answered OK
         self._gen = 0  # bumped by every yield started or cancelled: stale ones stop
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -58,6 +66,15 @@ class Yielder:
     def snapshot_of(self, key: Key) -> ClientSnapshotRef | None:
         """The snapshot our Yield of `key` carried, if we sent one."""
         return self._ref[1] if self._ref is not None and self._ref[0] == key else None
+
+    def kept_snapshot(self, key: Key) -> ClientSnapshotRef | None:
+        """The snapshot of our Yield of `key` that the scheduler accepted, if any: after a
+        revocation it is still the one the session resumes from (a late snapshot)."""
+        return self.snapshot_of(key) if self._answered == key else None
+
+    def revoked(self, key: Key) -> None:
+        """`key` was revoked: a checkpoint of it still under way is sent late when it completes."""
+        self._revoked = key
 
     def start(self, lease: LeaseInfo) -> None:
         if self.started == lease.key or self._state.release_requested:
@@ -101,6 +118,21 @@ class Yielder:
             # Called off while on_yield ran: keep the lease; the checkpoint stays unused.
             log.info("slotsched: %s checkpointed for a yield since called off; holding on", state.session_id)
             return
+
+        def late() -> bool:
+            # Revoked at its deadline while on_yield ran, and the session waits for a slot again:
+            # the snapshot is still the one it should resume from, so the Yield goes out late.
+            return (
+                ref is not None
+                and self._revoked == lease.key
+                and state.lease is None
+                and not state.release_requested
+                and not state.ended.is_set()
+                and gen == self._gen
+            )
+
+        if not wanted() and not late():
+            return
         req = scheduler_pb2.YieldRequest(
             session_id=state.session_id, lease_id=lease.lease_id, epoch=lease.epoch
         )
@@ -117,18 +149,35 @@ class Yielder:
 
         try:
             await self._calls.send(
-                Call.YIELD, lambda: req, timeout=self._client.rpc_timeout_s, wanted=wanted, recheck=recheck
+                commands.YIELD,
+                lambda: req,
+                timeout=self._client.rpc_timeout_s,
+                wanted=lambda: wanted() or late(),
+                recheck=recheck,
             )
         except Abandoned:
             return
         except grpc.aio.AioRpcError as e:
+            if self._revoked == lease.key:  # granted again first: it resumed from the older one
+                log.warning(
+                    "slotsched: the late snapshot of %s (lease %s) was refused: %s",
+                    state.session_id, lease.lease_id, e.details(),
+                )  # fmt: skip
+                return
             err = from_rpc_error(e)
             err.__cause__ = e
             state.callback_errors.append(err)
             state.notify()
             return
+        self._answered = lease.key
         if ref is not None and (state.lease is None or state.is_current(lease.lease_id, lease.epoch)):
             state.resume_from = ref  # (a re-grant that raced ahead already carries it)
+        if self._revoked == lease.key:
+            log.info(
+                "slotsched: %s was revoked at its yield deadline; its late snapshot is kept", state.session_id
+            )
+            state.notify()
+            return
         self.count(lease.key)
         if state.is_current(lease.lease_id, lease.epoch):
             state.drop_lease(involuntary=False)

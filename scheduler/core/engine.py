@@ -16,12 +16,12 @@ in these steps (the methods below follow this order):
           more than one per waiter;
   4. newcomers the pass did not serve are told their place (`Queued`), and yields no waiter took
      over are cancelled (`YieldCancelled`).
-Both pass steps read heads of indexed heaps, so a decision costs O(log queued + log tenants).
-The state, and every change to it with its accounting (grant, end, yield, earmark, free
-slots), is `Ledger`'s (ledger.py): this module only decides. The weighted share is
-`TenantState.share` (tenants.py); the views adapters read are views.py's; the state as records
-(`export_records` / `from_records`) is records.py's, read and loaded by restore.py; the core knows
-no document (a state snapshot is scheduler/state/state_write.py's and state_read.py's).
+Both pass steps read heads of indexed heaps: a decision costs O(log queued + log tenants). The
+state, and every change to it with its accounting (grant, end, yield, earmark, free slots), is
+`Ledger`'s (ledger.py): this module only decides. The weighted share is `TenantState.share`
+(tenants.py); the views adapters read are views.py's; the state as records (`export_records` /
+`from_records`) is records.py's, read and loaded by restore.py; the core knows no document (a
+state snapshot is scheduler/state/state_write.py's and state_read.py's).
 
 A yield exists for a waiter. When the waiter leaves (withdrawn, granted another slot, its right
 gone with a policy change), its victim is made ACTIVE again at once and the pass runs: a waiter
@@ -29,8 +29,7 @@ with a right to that very lease takes the yield over (it stays under way, same d
 holder hears nothing); otherwise the event ends with `YieldCancelled` for it. So no lease is
 revoked, and no yield frees a slot, for a waiter that is not there. When the victim's slot frees,
 its waiter keeps its earmark through the pass, so the slot goes to it, not back to the victim's
-holder re-queued in the same tier (`_landed`).
-"""
+holder re-queued in the same tier (`_landed`)."""
 
 from __future__ import annotations
 
@@ -222,19 +221,19 @@ class Core(Ledger):
         req = self._requests.get(session)
         if req is None:
             return None
-        pos = self._position(req)
+        q = self._queued_of(req)  # the stream's Queued and this view: one answer
         return SessionView(
             session,
             TenantName(req.tenant.name),
             CLASSES[req.cls].value,
             "queued",
             None,
-            pos,
-            self._estimate(pos),
+            q.position,
+            q.estimated_wait_s,
             req.resume_from,
             req.enqueued_at,
-            self._pool_name,
-            self._blocked(req).value,
+            q.pool,
+            q.reason.value,
         )
 
     def leases(self) -> Iterator[tuple[Lease, LeaseState]]:
@@ -356,15 +355,19 @@ class Core(Ledger):
             msg = f"tenant {t.name!r} has no {ev.qos.value} quota in pool {self._pool_name!r}"
             out.append(Refused(s, RefuseReason.NO_QUOTA, msg, pool=self._pool_name))
             return False
-        if self._free_ready == 0:
+        # Granted in this event iff a slot is free and the tenant is below its limit for the
+        # class: between events no waiter could take a free slot (the pass ran), so none is
+        # ahead of it. Any other request waits, for whatever reason, and meets the caps.
+        limit = t.quota(cls)
+        at_once = self._free_ready > 0 and (limit is None or t.held[cls] + t.earmarked[cls] < limit)
+        if not at_once:
             refusal = self._cap_refusal(s, t, cls)
             if refusal is not None:
                 out.append(refusal)
                 return False
         self._seq += 1
         req = Request(s, t, cls, now, self._seq, now, ev.resume_from)
-        if self._free_ready > 0 and not self._requests and t.held[cls] < (t.quota(cls) or 1 << 62):
-            # Nobody waits and a slot is free: this request is first in line and within quota.
+        if at_once and not self._requests:  # nobody waits: no pass needed to find it first
             self._grant(req, self._pop_free(), now, out, queued=False)
             return False
         self._enqueue(req)
@@ -420,6 +423,8 @@ class Core(Ledger):
         out.append(Renewed(rec.lease))
 
     def _yield(self, ev: Yield, now: float, out: list[Decision]) -> None:
+        if self._late_yield(ev, out):  # revoked at its deadline: the snapshot still counts
+            return
         rec = self._check_call(ev.session, ev.lease_id, ev.epoch, out)
         if rec is None:
             return
@@ -521,7 +526,7 @@ class Core(Ledger):
         """The pass (step 3); with `preempt` False only free slots are handed out (3a)."""
         while self._requests:  # nobody waits: nothing to grant, no one with a right to preempt
             if self._free_ready > 0:
-                req = self._order.for_free_slot(self._be_first())
+                req = self._order.for_free_slot()
                 if req is not None:
                     self._grant(req, self._pop_free(), now, out)
                     continue
@@ -548,8 +553,8 @@ class Core(Ledger):
         return back
 
     def _be_first(self) -> bool:
-        """BestEffort waits and holds less than its minimum share of the borrowed slots: tier 4
-        goes before tier 3 (and may take Burstable victims), so Burstable never starves it."""
+        """BestEffort waits and holds less than its minimum share of the borrowed slots: its
+        fairness rights may take Burstable victims, so Burstable never starves it."""
         return bool(self._waiting_cls[BE]) and (self._held_be < self._be_min_share * self._preemptible)
 
     def _preempt_once(self, now: float, out: list[Decision]) -> bool:
@@ -557,10 +562,8 @@ class Core(Ledger):
         if self._lent:
             self._promote_lent()  # a lent lease the floor can spare is not a victim: promoted
         fairness = self._mature_n > 0
-        be_first = fairness and self._be_first()  # it only orders fairness rights (tiers 3-4)
-        rights = self._order.with_right(
-            lambda: self._slack() - self._inflight_nominal >= 1, fairness, be_first
-        )
+        be_first = fairness and self._be_first()  # a BestEffort right takes Burstable only then
+        rights = self._order.with_right(lambda: self._slack() - self._inflight_nominal >= 1, fairness)
         return bool(rights) and any(self._preempt_for(req, tier, be_first, now, out) for tier, req in rights)
 
     def _preempt_for(self, req: Request, tier: int, be_first: bool, now: float, out: list[Decision]) -> bool:
@@ -589,7 +592,7 @@ class Core(Ledger):
             if (
                 rec is not None
                 and rec.state is LeaseState.ACTIVE
-                and may_take(req.tenant, rec, fairness, burstable)
+                and may_take(req.tenant, rec, fairness, burstable, self._victims.margin)
             ):
                 return rec
         return None

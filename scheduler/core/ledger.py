@@ -9,6 +9,7 @@ methods from the steps of an event. export/restore of the state is restore.py's.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 
 from scheduler.core.indexes import PositionCounts
@@ -21,6 +22,7 @@ from scheduler.core.types import (
     BlockedReason,
     Decision,
     Granted,
+    LateSnapshot,
     Lease,
     LeaseId,
     QoS,
@@ -32,6 +34,7 @@ from scheduler.core.types import (
     SnapshotRef,
     TenantName,
     WorkerId,
+    Yield,
     YieldCancelled,
     YieldCause,
     YieldRequested,
@@ -102,6 +105,7 @@ class Ledger:
 
         self._order = ServiceOrder(self._tenants, self._requests, policy.fairness.share_window_s)
         self._victims = VictimIndex(self._tenants, self._leases)
+        self._victims.margin = 1.0 if self._usage_on else 0.0
         self._timers = Timers(self._leases)
         for spec in policy.tenants:
             self._tenants[spec.name] = TenantState(spec)
@@ -278,6 +282,7 @@ class Ledger:
             for t in self._tenants.values():
                 t.usage_acc, t.usage_at = 0.0, now
         self._usage_on = on
+        self._victims.margin = 1.0 if on else 0.0  # no ping-pong (`less_than_or_equal_to_final_share`)
         horizon = max(1.0, self._min_runtime)  # the share counts usage in slots of min runtime
         for t in self._tenants.values():
             if not on:
@@ -332,6 +337,9 @@ class Ledger:
         self._epochs[slot] = self._epochs.get(slot, 0) + 1  # fence: the old epoch is dead now
         out.append(Revoked(rec.lease, reason, now - rec.lease.granted_at))
         self._requeue(rec, rec.lease.resume_from, now, out)
+        req = self._requests.get(rec.lease.session)
+        if req is not None:  # set in the event that made it (a state capture comes between events)
+            req.revoked = (rec.lease.lease_id, rec.lease.epoch)
 
     def _requeue(self, rec: LeaseRec, snap: SnapshotRef | None, now: float, out: list[Decision]) -> None:
         req = Request(rec.lease.session, rec.tenant, rec.cls, rec.arrival, rec.seq, now, snap)
@@ -339,13 +347,43 @@ class Ledger:
         self._enqueue(req)
         self._to_report.append(req)
 
+    def _late_yield(self, ev: Yield, out: list[Decision]) -> bool:
+        """Whether `ev` yields the lease whose revocation queued its session (then handled here)."""
+        req = self._requests.get(ev.session)
+        if req is None or req.revoked != (ev.lease_id, ev.epoch):
+            return False
+        self._late_snapshot(req, ev, out)
+        return True
+
+    def _late_snapshot(self, req: Request, ev: Yield, out: list[Decision]) -> None:
+        """A Yield of the lease whose revocation queued `req` (docs/design.md, "Checkpoint-and-yield
+        preemption", step 4): its snapshot, if it brings one, is the one the session resumes from.
+        The request is replaced, not changed (a state capture may share it); it keeps its place."""
+        if ev.snapshot is not None:
+            late = dataclasses.replace(req, resume_from=ev.snapshot)
+            self._requests[req.session] = late
+            out.append(LateSnapshot(req.session, ev.lease_id, ev.epoch, ev.snapshot))
+            req = late
+        self._to_report.append(req)  # the caller is told its place in the queue
+
     def _report_queued(self, req: Request, out: list[Decision]) -> None:
         if self._requests.get(req.session) is req:
-            pos = self._position(req)
-            out.append(Queued(req.session, pos, self._estimate(pos), self._pool_name, self._blocked(req)))
+            out.append(self._queued_of(req))
+
+    def queued(self, session: SessionId) -> Queued | None:
+        """What a waiter is told now (None: not waiting here). The one answer to "where and why
+        do I wait": the Queued decisions, the session view (GetSession, ListQueue) and every
+        Queued the server sends later (a refresh, a re-attach) are all `_queued_of`'s."""
+        req = self._requests.get(session)
+        return None if req is None else self._queued_of(req)
+
+    def _queued_of(self, req: Request) -> Queued:
+        pos = self._position(req)
+        return Queued(req.session, pos, self._estimate(pos), self._pool_name, self._blocked(req))
 
     def _blocked(self, req: Request) -> BlockedReason:
-        """Why `req` waits (docs/design.md, "Why a session waits"), first that applies."""
+        """Why `req` waits (docs/design.md, "Why a session waits"), first that applies: the one
+        reason function (`_queued_of`)."""
         t, cls = req.tenant, req.cls
         spec = t.spec  # `t.quota(cls)` and `t.b_nominal_held()` inline: one Queued an arrival
         limit = spec.best_effort_limit if cls == BE else spec.burstable_limit if cls == B else spec.guaranteed

@@ -24,6 +24,11 @@ class Request:
     resume_from: SnapshotRef | None
     earmark: LeaseId | None = None  # the victim yielding for this request, if any
     earmark_tier: int = 0
+    # The lease (id, epoch) whose revocation queued it again: a Yield quoting it still brings the
+    # snapshot the session resumes from (a late snapshot). Set in the event that queues it, and
+    # after that never changed, as no field but the earmark is (a state capture shares the
+    # request objects): a late snapshot replaces the request instead.
+    revoked: tuple[LeaseId, int] | None = None
     preempted: int = 0  # the preemption seq when this session was last asked to yield (0: never)
 
 

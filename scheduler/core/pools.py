@@ -36,12 +36,12 @@ from scheduler.core.types import (
     Event,
     Expired,
     Lease,
+    LeaseCommand,
     LeaseId,
+    Queued,
     Refused,
     RefuseReason,
     Rejected,
-    Release,
-    Renew,
     Resumed,
     Revoked,
     SessionId,
@@ -137,7 +137,7 @@ class Pools:
         out = self._fire_due(now) if heap and heap[0][0] <= now else []
         if isinstance(event, Acquire):
             out += self._acquire(event, now)
-        elif isinstance(event, Release | Renew | Yield):
+        elif isinstance(event, LeaseCommand):
             # A session no pool holds (it just ended) goes where its lease was, to be refused
             # there: another pool's core must not see it (its clock and usage would move).
             lease_id = event.lease_id  # None: a withdrawal of a queued request
@@ -196,6 +196,13 @@ class Pools:
             return self._single.session(session)
         name = self._where.get(session)
         return None if name is None else self._cores[name].session(session)
+
+    def queued(self, session: SessionId) -> Queued | None:
+        """What a waiter is told now: its pool's `Ledger.queued` (None: not waiting)."""
+        if self._single is not None:
+            return self._single.queued(session)
+        name = self._where.get(session)
+        return None if name is None else self._cores[name].queued(session)
 
     def leases(self) -> Iterator[tuple[Lease, LeaseState]]:
         for core in self._cores.values():
@@ -313,7 +320,9 @@ class Pools:
             return [placed]
         if self._single is None:
             self._where[ev.session] = placed
-        return self._in(placed, ev, now)
+        out = self._in(placed, ev, now)
+        # A refusal by the pool's core (an unknown tenant, a duplicate) names the pool it was in.
+        return [replace(d, pool=placed) if type(d) is Refused and not d.pool else d for d in out]
 
     def _worker_added(self, ev: WorkerAdded, now: float) -> list[Decision]:
         names = self._catalog.names

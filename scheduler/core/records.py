@@ -65,6 +65,7 @@ class RequestRecord(NamedTuple):
     resume_from: SnapshotRef | None
     earmark: LeaseId | None  # the victim yielding for it
     earmark_tier: int
+    revoked: tuple[LeaseId, int] | None = None  # the lease whose revocation queued it (a late Yield's)
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,7 @@ def records_of(c: Capture) -> CoreRecords:
             r.enqueued_at,
             r.resume_from,
             *earmarks.get(s, no),
+            r.revoked,
         )
         for s, r in c.requests.items()
     )
@@ -312,6 +313,7 @@ def _load_fairness(core: Ledger, r: CoreRecords) -> None:
     core._usage_last = r.usage_last
     f = core._policy.fairness
     core._usage_on = f.usage_half_life_s > 0
+    core._victims.margin = 1.0 if core._usage_on else 0.0
     if f.usage_half_life_s <= 0:
         core._usage_next = float("inf")
     elif r.usage_last > float("-inf"):
@@ -350,13 +352,13 @@ def _load_requests(core: Ledger, records: tuple[RequestRecord, ...]) -> None:
     if not records:
         return
     tenants, requests = core._tenants, core._requests
-    s, tenant, qos, arrival, seq, enqueued_at, ref, earmark, tier = zip(*records, strict=True)
+    s, tenant, qos, arrival, seq, enqueued_at, ref, earmark, tier, revoked = zip(*records, strict=True)
     try:
         owners = list(map(tenants.__getitem__, tenant))
         classes = list(map(CLASS_INDEX.__getitem__, qos))
     except KeyError as e:
         raise ValueError(f"a queued request names an unknown tenant or class {e}") from e
-    reqs = map(Request, s, owners, classes, arrival, seq, enqueued_at, ref, earmark, tier)
+    reqs = map(Request, s, owners, classes, arrival, seq, enqueued_at, ref, earmark, tier, revoked)
     requests.update(zip(s, reqs, strict=True))
     if len(requests) != len(records) or not requests.keys().isdisjoint(core._holders):
         raise ValueError("a session is queued twice or queued and holding")

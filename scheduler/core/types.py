@@ -166,7 +166,11 @@ class Resumed:
     since: float
 
 
-Event = WorkerAdded | WorkerDraining | WorkerRemoved | Acquire | Release | Renew | Yield | Tick | Resumed
+#: A session's commands on its lease (or queued request): routed to the pool that holds the
+#: session (core/pools.py). A new such command is its event here and its step in the engine.
+LeaseCommand = Release | Renew | Yield
+
+Event = WorkerAdded | WorkerDraining | WorkerRemoved | Acquire | LeaseCommand | Tick | Resumed
 
 
 # ---------------------------------------------------------------- decisions
@@ -225,6 +229,19 @@ class Revoked:
 
 
 @dataclass(frozen=True)
+class LateSnapshot:
+    """A Yield that came after its lease was revoked at the yield deadline, quoting that lease
+    (same id and epoch) with a snapshot, while the session is still queued: the snapshot is the
+    one the session resumes from. The deadline protects the waiter's latency, not the snapshot's
+    validity: lateness cost the holder its slot, not its work."""
+
+    session: SessionId
+    lease_id: LeaseId
+    epoch: int
+    snapshot: SnapshotRef
+
+
+@dataclass(frozen=True)
 class Expired:
     lease: Lease
     lost_slot_seconds: float
@@ -276,6 +293,7 @@ Decision = (
     | YieldRequested
     | YieldCancelled
     | Revoked
+    | LateSnapshot
     | Expired
     | Ended
     | Renewed

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from scheduler.policy.checker import Checker, describe, join, keys_text, where
 from scheduler.policy.errors import Problem
+from scheduler.policy.identities import SanType, policy_cert_name
 from scheduler.policy.model import (
     AccessSpec,
     Policy,
@@ -79,20 +80,22 @@ def token_hash(c: Checker, tok: object, path: str, seen: Seen) -> str | None:
 
 
 def identity_name(c: Checker, name: object, path: str, seen: Seen) -> str | None:
-    """One client-certificate name: a SPIFFE ID ("spiffe://trust-domain/path") or a DNS name."""
+    """One client-certificate name: a SPIFFE ID ("spiffe://trust-domain/path"), matched against
+    URI SANs only, or a DNS name, matched against DNS SANs only."""
     if not isinstance(name, str):
         c.error(path, f"expected a string, got {describe(name)}")
         return None
     if len(name) > IDENTITY_MAX_LEN:
         c.error(path, f"longer than {IDENTITY_MAX_LEN} characters")
         return None
-    ok = SPIFFE_RE.match(name) if name.startswith("spiffe://") else DNS_NAME_RE.match(name)
+    uri = policy_cert_name(name).type is SanType.URI  # the SAN type it will be matched against
+    ok = SPIFFE_RE.match(name) if uri else DNS_NAME_RE.match(name)
     if not ok:
         c.error(
             path,
             f"{describe(name)} is not a certificate name this server matches: a SPIFFE ID "
             '("spiffe://trust-domain/path") or a lowercase DNS name without wildcards, compared exactly '
-            "with the verified client certificate's subject alternative name",
+            "with the verified client certificate's subject alternative name of the same type (URI, DNS)",
         )
         return None
     return name if _claim(c, name, path, seen) else None

@@ -1,6 +1,12 @@
 """Credentials -> identities: how a bearer token is stored in a policy (its hash), and which tenant
 or role (with, for a worker credential, its scope of worker ids and slot bound) a presented token
-or a verified client certificate's name speaks for."""
+or a verified client certificate's name speaks for.
+
+Certificate names are typed: a name is matched only against a subject alternative name of its own
+type (a "spiffe://…" identity only a URI SAN, a DNS name only a DNS SAN), as SPIFFE and X.509
+verification do. Untyped, a certificate whose e-mail or DNS SAN holds the text "spiffe://…/admin"
+would be taken for that admin: a CA checks each SAN by its type (it mails an address, it resolves
+a domain), never that the text of one is another type's name."""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import hashlib
 import hmac
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Final
 
 from scheduler.policy.model import ADMIN, WORKER, Policy, Role, WorkerAccess
@@ -53,6 +60,33 @@ class Identity:
 NOBODY: Final = Identity()
 
 
+class SanType(StrEnum):
+    """The types of subject alternative name the policy names identities by (RFC 5280's
+    uniformResourceIdentifier and dNSName); a certificate's other SANs (e-mail, IP) name nobody."""
+
+    URI = "URI"
+    DNS = "DNS"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class CertName:
+    """One name of a verified client certificate with the type of SAN it came from: the name
+    `spiffe://sec/admin` from a URI SAN and the same text from a DNS SAN are different names."""
+
+    type: SanType
+    value: str
+
+    def __str__(self) -> str:  # as openssl prints a SAN: "URI:spiffe://…", "DNS:host"
+        return f"{self.type}:{self.value}"
+
+
+def policy_cert_name(name: str) -> CertName:
+    """The certificate name a policy identity stands for: a URI SAN for a name with a scheme
+    ("spiffe://…"), a DNS SAN otherwise (a DNS name holds no ':'). The one place a policy's
+    identity string is given its type."""
+    return CertName(SanType.URI if ":" in name else SanType.DNS, name)
+
+
 def _credentials(policy: Policy) -> Iterator[tuple[Identity, Iterable[str], Iterable[str]]]:
     """Every identity of the policy with its token hashes and its certificate names."""
     for i, t in enumerate(policy.tenants):
@@ -80,14 +114,15 @@ def identity_for_token(policy: Policy, token: str) -> Identity:
     return found
 
 
-def identities_for_names(policy: Policy, names: Iterable[str]) -> list[Identity]:
-    """The distinct identities a verified client certificate's names (its SANs, or its common
-    name) match. Certificate names are public, so a plain comparison is fine. More than one
-    means the certificate names two identities: the caller refuses it rather than pick."""
+def identities_for_names(policy: Policy, names: Iterable[CertName]) -> list[Identity]:
+    """The distinct identities a verified client certificate's typed names (`certificate_names`
+    in scheduler/server/auth.py) match: a policy identity matches a name of its own type only
+    (`policy_cert_name`). Certificate names are public, so a plain comparison is fine. More than
+    one means the certificate names two identities: the caller refuses it rather than pick."""
     wanted = set(names)
     found: list[Identity] = []
     for identity, _, listed in _credentials(policy):
-        if any(n in wanted for n in listed) and identity not in found:
+        if any(policy_cert_name(n) in wanted for n in listed) and identity not in found:
             found.append(identity)
     return found
 

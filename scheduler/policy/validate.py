@@ -32,6 +32,7 @@ from scheduler.policy.access import (
     rate_limit,
     token_hashes,
 )
+from scheduler.policy.budgets import with_budgets
 from scheduler.policy.checker import (
     Checker,
     actuator_target,
@@ -527,6 +528,7 @@ def policy_from_dict(d: object) -> tuple[Policy, list[Problem]]:
         fairness=fairness,
         pools=tuple(pools),
     )
+    policy = with_budgets(c, spec, policy)
     _check_pools(c, policy)
     if c.errors:
         raise PolicyError(c.errors, c.warnings)

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from scheduler.policy.access import serving_warnings
+from scheduler.policy.budgets import budget_to_dict, tenant_budget_to_dict
 from scheduler.policy.errors import DOCUMENT, PolicyError, Problem
 from scheduler.policy.model import (
     AccessSpec,
@@ -131,6 +132,8 @@ def _pool_to_dict(pool: PoolSpec) -> dict[str, Any]:
     """A pool's size, bounds and floor: spec.pool, or those keys of a spec.pools entry."""
     pool_d = _numbers_to_dict(pool, POOL_FIELDS)
     pool_d["floor"] = f"{fmt_number(pool.floor_percent)}%" if pool.floor_percent is not None else pool.floor
+    if pool.budgets:
+        pool_d["budgets"] = list(pool.budgets)
     return pool_d
 
 
@@ -207,6 +210,8 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
             tenant["rateLimit"] = _rate_limit_to_dict(t.rate_limit)
         if t.pools:
             tenant["pools"] = [_tenant_pool_to_dict(q) for q in t.pools]
+        if t.budgets:
+            tenant["budgets"] = [tenant_budget_to_dict(q) for q in t.budgets]
         tenants.append(tenant)
     doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
@@ -237,6 +242,8 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
         doc["spec"]["limits"] = _numbers_to_dict(policy.limits, LIMITS_FIELDS)
     if policy.fairness != FairnessSpec():
         doc["spec"]["fairness"] = _numbers_to_dict(policy.fairness, FAIRNESS_FIELDS)
+    if policy.budgets:  # absent when none (older readers know no key)
+        doc["spec"]["budgets"] = [budget_to_dict(b) for b in policy.budgets]
     return doc
 
 

@@ -7,9 +7,10 @@ Secure mode (a policy file was given). The credential is, in this order:
 
 1. `authorization: Bearer <token>`: hashed and matched against the token hashes of the policy in
    force;
-2. else a verified mTLS client certificate (the TLS layer checked it against the CA): its subject
-   alternative names (SPIFFE IDs, DNS names; its common name when it has none) are matched
-   against `identities` in the policy. A certificate naming two identities is refused.
+2. else a verified mTLS client certificate (the TLS layer checked it against the CA): its URI and
+   DNS subject alternative names, each with its type, are matched against `identities` in the
+   policy, a "spiffe://…" identity against URI SANs only and a DNS name against DNS SANs only
+   (`certificate_names`). A certificate naming two identities is refused.
 
 A credential is exactly one identity (the policy loader refuses one listed twice): a tenant
 (`spec.tenants[].tokens` / `identities`), the admin role (`spec.access.admins`: operators) or a
@@ -26,7 +27,7 @@ a slot bound).
 
 No credential is UNAUTHENTICATED; an unknown one, or one without the role or scope needed,
 PERMISSION_DENIED (the message names what is needed and where the policy lists it). Identities
-are cached by the digest of the header (or of the certificate's names) per policy, so the hot
+are cached by the digest of the header (or of the certificate's typed names) per policy, so the hot
 path (`tenant`, on every Acquire) pays one sha256 and a dict lookup; the cache is dropped when
 ApplyPolicy changes the policy.
 
@@ -47,7 +48,9 @@ from scheduler.policy.identities import (
     ADMINS_KEY,
     NOBODY,
     WORKERS_KEY,
+    CertName,
     Identity,
+    SanType,
     identities_for_names,
     identity_for_token,
 )
@@ -67,8 +70,11 @@ _ROLE_KEY: Final[dict[Role, str]] = {ADMIN: ADMINS_KEY, WORKER: WORKERS_KEY}
 # What a caller in insecure dev mode is on the Admin and Workers services.
 _DEV: Final = Identity(role=ADMIN, key="insecure dev mode")
 
-# auth_context() keys grpc sets for a peer whose certificate the TLS layer verified.
-_SAN_KEYS: Final = ("x509_subject_alternative_name", "peer_spiffe_id", "peer_dns", "peer_uri")
+# auth_context() keys grpc sets for a peer whose certificate the TLS layer verified: one per SAN
+# type (its URI and DNS SANs are the names the policy lists), every SAN of any type pooled (DNS,
+# URI, e-mail, IP: read only to know whether the certificate has a SAN), and the subject's CN.
+_TYPED_SAN_KEYS: Final = (("peer_uri", SanType.URI), ("peer_dns", SanType.DNS))
+_ANY_SAN_KEY: Final = "x509_subject_alternative_name"
 _CN_KEY: Final = "x509_common_name"
 
 _BEARER: Final = "this bearer token"
@@ -79,21 +85,28 @@ def _text(value: str | bytes) -> str:
     return value if isinstance(value, str) else value.decode("utf-8", "replace")
 
 
-def certificate_names(context: Any) -> list[str]:
-    """The names of the caller's verified client certificate (its SANs; its CN when it has no
-    SAN), or [] when the peer did not authenticate with one (plaintext, or TLS without a
-    client certificate)."""
+def certificate_names(context: Any) -> list[CertName] | None:
+    """The typed names of the caller's verified client certificate ([] when it has none the
+    policy could list), or None when the peer did not authenticate with one (plaintext, or TLS
+    without a client certificate).
+
+    Its URI SANs and DNS SANs, each with its type; e-mail and IP SANs name nobody. The subject's
+    common name is read only when the certificate has no SAN at all, and then as a DNS name: a
+    CN is no URI (SPIFFE puts the ID in the URI SAN only), and a certificate with SANs is named
+    by them (RFC 6125; Go and browsers ignore such a CN), so a CN can never add a name to them."""
     try:
         ac = context.auth_context() or {}
     except (AttributeError, NotImplementedError):
-        return []
+        return None
     if "ssl" not in {_text(v) for v in ac.get("transport_security_type", ())}:
-        return []
-    names: list[str] = []
-    for key in _SAN_KEYS:
-        names += [_text(v) for v in ac.get(key, ()) if _text(v) not in names]
-    if not names:
-        names = [_text(v) for v in ac.get(_CN_KEY, ())]
+        return None
+    if not any(key.startswith("x509_") for key in ac):  # grpc's properties of a peer certificate
+        return None
+    names: list[CertName] = []
+    for key, san_type in _TYPED_SAN_KEYS:
+        names += [n for n in (CertName(san_type, _text(v)) for v in ac.get(key, ())) if n not in names]
+    if not names and not ac.get(_ANY_SAN_KEY):
+        names = [CertName(SanType.DNS, _text(v)) for v in ac.get(_CN_KEY, ())]
     return names
 
 
@@ -179,7 +192,7 @@ class Authenticator:
             if key == AUTH_HEADER:
                 return self._lookup(_text(value)), _BEARER
         names = certificate_names(context)
-        if names:
+        if names is not None:
             return self._from_certificate(names), _CERT
         raise errors.unauthenticated(
             "missing credential: send 'authorization: Bearer <token>' or a client certificate"
@@ -210,8 +223,8 @@ class Authenticator:
         self._remember(digest, (identity, _BEARER))
         return identity
 
-    def _from_certificate(self, names: Sequence[str]) -> Identity:
-        digest = hashlib.sha256(b"c" + "\0".join(sorted(names)).encode()).digest()
+    def _from_certificate(self, names: Sequence[CertName]) -> Identity:
+        digest = hashlib.sha256(b"c" + "\0".join(str(n) for n in sorted(names)).encode()).digest()
         hit = self._cached(digest)
         if hit is not None:
             if hit[1] != _CERT:  # the certificate named two identities

@@ -60,7 +60,7 @@ from scheduler.dispatch import BY_TYPE, EventSpec
 from scheduler.policy.model import Policy
 from scheduler.ports import NO_EXTRAS, EndedSession, Extras, Journal, LoopState, Observer, PolicyApplied
 from scheduler.server.metrics import Metrics
-from scheduler.server.stream import FINAL, GRANTED, OTHER, QUEUED, LeaseStream, Notice, StreamClosed
+from scheduler.server.stream import FINAL, GRANTED, OTHER, LeaseStream, Notice, StreamClosed
 
 _R = TypeVar("_R")
 
@@ -68,8 +68,9 @@ _R = TypeVar("_R")
 __all__ = ["EndedSession", "LoopState", "PolicyApplied", "SchedulerLoop"]
 
 _ENDED_KEEP = 10_000  # recently ended sessions remembered for GetSession
-# The core reports a position when a request enters the queue; later moves (others granted or
-# gone) are sent as fresh Queued events, coalesced to at most one pass per this interval.
+# The core reports a place when a request enters the queue; later moves (others granted or gone,
+# a new reason) are offered to the streams (stream.py decides what is told), coalesced to at most
+# one pass per this interval.
 POSITION_REFRESH_S = 0.2
 
 
@@ -174,8 +175,9 @@ class SchedulerLoop:
         stream = self._attach(key, make)
         now = self._clock()
         if view.lease is None:
-            queued = Queued(key, view.position, view.estimated_wait_s)
-            stream.put(QUEUED, Notice(queued, now), view.waiting_since)  # wait_timeout runs from it
+            queued = self.core.queued(key)  # its true pool, reason, place and estimate
+            if queued is not None:
+                stream.offer(queued, now, view.waiting_since)  # wait_timeout runs from its start
         else:
             lease, y = view.lease, self._yields.get(view.lease.lease_id)
             address = self._addresses.get(lease.slot.worker, "")
@@ -383,7 +385,7 @@ class SchedulerLoop:
             elif isinstance(d, Queued):
                 s = streams.get(d.session)
                 if s is not None:
-                    s.put(QUEUED, Notice(d, now), now)
+                    s.offer(d, now, now)
             elif isinstance(d, Ended):
                 if d.lease is not None:
                     self._yields.pop(d.lease.lease_id, None)
@@ -426,16 +428,22 @@ class SchedulerLoop:
                 self._ended.popitem(last=False)
 
     def _refresh_positions(self) -> None:
-        """Send Queued again to every attached waiter whose position moved since it was told."""
+        """Offer every attached waiter what the core tells it now: the stream sends a Queued if
+        its place, pool, reason or estimate moved materially (stream.py, `offer`)."""
         self._positions_timer = None
         now = self._clock()
+        queued = self.core.queued
         for stream in self._streams.values():
-            if stream.position < 0:
+            since = stream.queued_since
+            if since is None:
                 continue
-            view = self.core.session(stream.key)
-            if view is not None and view.lease is None and view.position != stream.position:
-                queued = Queued(stream.key, view.position, view.estimated_wait_s)
-                stream.put(QUEUED, Notice(queued, now), view.waiting_since)
+            q = queued(stream.key)
+            if q is not None:
+                stream.offer(q, now, since)
+
+    def queued_now(self, key: SessionId) -> Queued | None:
+        """What the core tells a waiter now (a stream's countdown re-tells from it)."""
+        return self.core.queued(key)
 
     # ------------------------------------------------------------------ timer
 

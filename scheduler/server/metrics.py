@@ -14,7 +14,8 @@ Each server has its own CollectorRegistry: tests run several servers.
 
 Per-pool series: every gauge, and the counters of decisions that say their pool (grants and time
 to slot: the lease's; preemptions: the victim lease's; refusals: `Refused.pool`, none named: the
-default pool; waits: `Queued.pool`) carry `pool`, bounded by the pools of the core (the policy's,
+default pool, and `pool=""` (NO_POOL_LABEL) for a refusal before placement, whatever pool the
+caller named; waits: `Queued.pool`) carry `pool`, bounded by the pools of the core (the policy's,
 and retired ones still draining). A server of one pool exports `pool="default"`.
 
 Per-tenant series, as Kueue labels per queue: grants, time to slot, refusals and preemptions (victim
@@ -36,6 +37,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from scheduler.api import reasons
 from scheduler.core.types import (
     Acquire,
     BlockedReason,
@@ -44,6 +46,7 @@ from scheduler.core.types import (
     EndReason,
     Expired,
     Granted,
+    LateSnapshot,
     QoS,
     Queued,
     Refused,
@@ -69,9 +72,14 @@ DescribeAll = Callable[[], "Mapping[str, PoolView] | None"]
 DEFAULT_POOL: Final = "default"  # the one pool of a policy without spec.pools
 
 OTHER_TENANT: Final = "_other"  # a tenant the policy does not list
-#: The pool label of a refusal naming a pool the policy does not have: one value, so a caller
-#: naming random pools cannot grow the label set (every such name is one series).
-UNKNOWN_POOL_LABEL: Final = "_unknown"
+#: The pool label of a refusal before placement (no pool named of several, no pool matching a
+#: selector or a snapshot, a pool the policy does not have): it is in no pool. One value, never
+#: the name a caller sent, so a caller naming random pools cannot grow the label set.
+NO_POOL_LABEL: Final = ""
+#: The refusals placement makes (scheduler/core/placement.py), counted under NO_POOL_LABEL.
+NO_POOL_REASONS: Final = frozenset(
+    {RefuseReason.UNKNOWN_POOL, RefuseReason.NO_POOL_NAMED, RefuseReason.NO_ELIGIBLE_POOL}
+)
 NO_TENANT: Final = ""  # a preemption no waiter asked for
 
 
@@ -138,6 +146,7 @@ class Metrics:
         self._policy: Policy | None = None
         self.yields = 0
         self.yields_cancelled = 0
+        self.late_snapshots = 0  # Yields after their lease's revocation whose snapshot was kept
         self.expiries = 0
         self.work_lost = 0.0
         self.latency = _Histogram(LATENCY_BUCKETS)
@@ -174,7 +183,11 @@ class Metrics:
             for q in QoS
         }
         self.refusals = {
-            (o, t, r): self.refusals.get((o, t, r), 0) for o in ps for t in names for r in RefuseReason
+            (o, t, r): self.refusals.get((o, t, r), 0)
+            for o in (*ps, NO_POOL_LABEL)
+            for t in names
+            for r in RefuseReason
+            if (o == NO_POOL_LABEL) == (r in NO_POOL_REASONS)  # before placement: no pool
         }
         self.preemptions = {
             (o, c, v, p): self.preemptions.get((o, c, v, p), 0)
@@ -258,6 +271,8 @@ class Metrics:
             elif isinstance(d, Ended):
                 if d.reason is EndReason.YIELDED:
                     self.yields += 1
+            elif isinstance(d, LateSnapshot):
+                self.late_snapshots += 1
             elif isinstance(d, Revoked):
                 self.revocations[d.reason] += 1
                 self.work_lost += d.lost_slot_seconds
@@ -266,9 +281,14 @@ class Metrics:
                 self.work_lost += d.lost_slot_seconds
             elif isinstance(d, Refused):
                 tenant = event.tenant if isinstance(event, Acquire) and event.session == d.session else None
-                pool = UNKNOWN_POOL_LABEL if d.reason is RefuseReason.UNKNOWN_POOL else self._pool(d.pool)
-                refused = (pool, self._tenant(tenant), d.reason)
-                self.refusals[refused] = self.refusals.get(refused, 0) + 1
+                self.count_refused(d, tenant)
+
+    def count_refused(self, r: Refused, tenant: str | None) -> None:
+        """One Acquire refused: in its pool, or NO_POOL_LABEL when placement refused it (also
+        called for a refusal made before any loop: per-pool leadership's routing)."""
+        pool = NO_POOL_LABEL if r.reason in NO_POOL_REASONS else self._pool(r.pool)
+        key = (pool, self._tenant(tenant), r.reason)
+        self.refusals[key] = self.refusals.get(key, 0) + 1
 
 
 class _BuildInfo(Collector):
@@ -331,6 +351,12 @@ class _Collector(Collector):
             "Yield requests called off: the waiter left and no other waiter had a right to the lease.",
             value=m.yields_cancelled,
         )
+        yield CounterMetricFamily(
+            "slotsched_late_snapshots",
+            "Snapshots that came with a Yield after their lease was revoked at its yield deadline, "
+            "kept: the session resumes from them (the work counted lost at the revocation was not).",
+            value=m.late_snapshots,
+        )
         yield _counter(
             "slotsched_revocations",
             "Leases revoked without a yield.",
@@ -342,7 +368,7 @@ class _Collector(Collector):
             "slotsched_refusals", "Acquires refused.", labels=["pool", "reason", "tenant"]
         )
         for (o, t, r), n in list(m.refusals.items()):
-            refusals.add_metric([o, r.value, t], n)
+            refusals.add_metric([o, reasons.of(r).metric, t], n)  # the label: the reason's row
         yield refusals
         limited = CounterMetricFamily(
             "slotsched_rate_limited",

@@ -286,6 +286,9 @@ class PoolRoutes:
         ev = Acquire(key, TenantName(tenant), qos_of(request), snapshot_of(request, "resume_from"), *where)
         cands = candidates(self._cat(), ev)
         if isinstance(cands, Refused):
+            metrics = self.first().loop.metrics  # no loop saw it: counted here (every refusal is)
+            if metrics is not None:
+                metrics.count_refused(cands, tenant)
             raise errors.from_refused(cands, tenant)
         pool = cands[0]
         unit = self.units.get(pool)

@@ -11,6 +11,14 @@ or at a deadline its handler gives (`give_up_at`: a per-session Acquire's gRPC d
 when that passes withdraws the request through its `Patience` (the loop) and says why
 (`withdrawn`): both wire shapes then end it DEADLINE_EXCEEDED after `Ended{WITHDRAWN}`. Only an
 attached stream waits so: a session nobody listens to stays queued (it re-attaches).
+
+It also decides what a waiter is told, and when (`offer`): every Queued it may send is the
+core's answer for the waiter (`Pools.queued`: position, estimate, pool, reason), offered on the
+core's decision, on the loop's refresh after events, on a re-attach and on its own countdown
+timer. A new position, pool or reason, or a core estimate a quarter away from the one this
+place began with, is told at once (and the countdown starts again from it); otherwise the
+estimate counts down with time since this place began, and is told again once it has fallen by
+`ESTIMATE_CHANGE` of what was last told (at least `ESTIMATE_MIN_STEP_S`), down to zero.
 """
 
 from __future__ import annotations
@@ -30,6 +38,13 @@ from scheduler.core.types import (
     YieldCancelled,
     YieldRequested,
 )
+
+# A shown estimate is told again when it has moved by this share of what was told: a display of
+# "about N s" needs relative precision, and a countdown then costs a few Queued per place
+# (0.75^k of it), not one every few seconds for the whole wait.
+ESTIMATE_CHANGE = 0.25
+# ... but never by less than this (a short estimate's quarter would be a flurry of Queued).
+ESTIMATE_MIN_STEP_S = 1.0
 
 # Kinds of stream items: the handler needs to know queued/granted (for wait_timeout), the last
 # event of a session, and a close order from the loop (re-attach, shutdown).
@@ -68,6 +83,27 @@ class Patience(Protocol):
         """Withdraw the session's request if it is still queued; False if not (a grant won)."""
         ...
 
+    def queued_now(self, key: SessionId) -> Queued | None:
+        """What the core tells the waiter now (`Pools.queued`); None if it does not wait."""
+        ...
+
+
+def countdown(base: float | None, elapsed: float) -> float | None:
+    """The estimate `elapsed` seconds after a place was told with `base` (None: no estimate)."""
+    return None if base is None else max(0.0, base - elapsed)
+
+
+def _near(estimate: float | None, base: float | None) -> bool:
+    """Whether the core's estimate for a place is still the one its countdown began with."""
+    if estimate is None or base is None:
+        return estimate is base
+    return abs(estimate - base) < ESTIMATE_CHANGE * base or estimate == base
+
+
+def _step(told: float) -> float:
+    """How far a told estimate must fall to be told again (to zero, if that is nearer)."""
+    return min(told, max(ESTIMATE_CHANGE * told, ESTIMATE_MIN_STEP_S))
+
 
 class LeaseStream:
     """One attached session stream: the loop puts events in, the handler takes them out.
@@ -88,6 +124,9 @@ class LeaseStream:
         "deadline",
         "_timer",
         "withdrawn",
+        "told",
+        "told_base",
+        "_tick",
     )
 
     def __init__(self, key: SessionId) -> None:
@@ -102,6 +141,10 @@ class LeaseStream:
         self.deadline: tuple[float, str] | None = None  # give_up_at's (time, why)
         self._timer: asyncio.TimerHandle | None = None
         self.withdrawn = ""  # why the wait was over, once the request was withdrawn for it
+        self.told: Queued | None = None  # the last Queued sent in this wait (its shown estimate)
+        # (the core's estimate when this place was first told, when): the countdown's start
+        self.told_base: tuple[float | None, float] = (None, 0.0)
+        self._tick: asyncio.TimerHandle | None = None  # the countdown's next re-tell
 
     def put(self, kind: int, notice: Notice, at: float) -> None:
         if kind == QUEUED:
@@ -112,8 +155,56 @@ class LeaseStream:
         elif kind != OTHER:
             self.position = -1
             self.queued_since = None
+            self.told = None
             self.disarm()
         self._push((kind, notice, at))
+
+    def offer(self, q: Queued, now: float, since: float) -> bool:
+        """Tell the waiter `q` (the core's answer now) if it differs materially from what it was
+        told (module doc); `since`: when its wait began. True if a Queued was sent."""
+        told, (base, base_at) = self.told, self.told_base
+        est = q.estimated_wait_s
+        if (
+            told is None
+            or q.position != told.position
+            or q.reason != told.reason
+            or q.pool != told.pool
+            or not _near(est, base)
+        ):
+            base, base_at = est, now  # a new place, or a new estimate for it: told as it is
+            self.told_base = (base, base_at)
+        else:
+            est = countdown(base, now - base_at)
+            last = told.estimated_wait_s
+            if est is None or last is None or last <= 0.0 or last - est < _step(last):
+                return False  # nothing told has moved: the countdown armed for it stands
+            q = q._replace(estimated_wait_s=est)
+        self.told = q
+        self.put(QUEUED, Notice(q, now), since)
+        self._tick_at(base, base_at)
+        return True
+
+    def _tick_at(self, base: float | None, base_at: float) -> None:
+        """Arm the countdown at the time the shown estimate will have fallen by a step."""
+        p, told = self.patience, self.told
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
+        last = None if told is None else told.estimated_wait_s
+        if p is None or base is None or last is None or last <= 0.0 or self.closed:
+            return
+        due = base_at + base - (last - _step(last))  # countdown(base, due - base_at) == last - step
+        delay = max(0.0, due - p.now()) + 0.001  # +1 ms: at or after `due`, despite rounding
+        self._tick = asyncio.get_running_loop().call_later(delay, self._retell)
+
+    def _retell(self) -> None:
+        self._tick = None
+        p = self.patience
+        if self.closed or p is None or self.queued_since is None:
+            return
+        q = p.queued_now(self.key)
+        if q is not None and not self.offer(q, p.now(), self.queued_since):
+            self._tick_at(*self.told_base)  # not due yet by the loop's clock: again, later
 
     def close(self, reason: StreamClosed) -> None:
         self.close_reason = reason
@@ -140,14 +231,19 @@ class LeaseStream:
             until = self.deadline
         if until is None:
             return
-        self.disarm()
+        if self._timer is not None:
+            self._timer.cancel()
         delay = max(0.0, until[0] - p.now())
         self._timer = asyncio.get_running_loop().call_later(delay, self._over, until[1])
 
     def disarm(self) -> None:
+        """Stop both timers: the wait's end and the countdown."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
 
     def _over(self, why: str) -> None:
         self._timer = None

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from scheduler.api import reasons
 from scheduler.core.pools import Pools
 from scheduler.core.types import (
     Acquire,
@@ -60,6 +61,7 @@ from scheduler.core.types import (
     YieldRequested,
 )
 from scheduler.policy.model import Policy
+from scheduler.sim.attainment import Point
 from scheduler.sim.decider import Decider, views
 from scheduler.sim.guard import RunGuard
 from scheduler.sim.stats import SimStats
@@ -68,8 +70,10 @@ from scheduler.sim.workload import SessionPlan
 # Event kinds, in the order they apply when simultaneous.
 _ARRIVE, _COMPLETE, _YIELD_ACK, _RENEW, _TICK, _HOOK, _RETRY, _CRASH = range(8)
 
-# Refusals a client retries: room may appear later. The others could never be served.
-RETRYABLE = frozenset({RefuseReason.QUEUE_FULL, RefuseReason.TENANT_QUEUE_FULL})
+# Refusals a client retries: room may appear later (their row in the one table of refusal
+# reasons says retry after a pause). The others could never be served.
+RETRYABLE = frozenset(RefuseReason(name) for name in reasons.RETRYABLE)
+_CLASS = {"guaranteed": 0, "burstable": 1, "besteffort": 2}
 
 
 @dataclass
@@ -95,6 +99,7 @@ class _Live:
     waiting_since: float | None = None  # first refused attempt of a retry loop
     snapshot: SnapshotRef | None = None  # last checkpoint, quoted by a retry
     beyond_quota: bool = False  # Guaranteed: its current wait began beyond the tenant's quota
+    placing: bool = False  # Guaranteed: a wait began; its pool (hence its quota) not known yet
 
 
 class PoolHook(Protocol):
@@ -122,10 +127,14 @@ class Simulator:
         self._tick_at = math.inf
         self._rng = random.Random(self.config.seed)
         self.waiting_by_tenant: list[dict[str, int]] = []
+        # Per sample, every tenant's (held, waiting) by class: fair-share attainment (attainment.py).
+        self.points: list[Point] = []
         self._in_retry: dict[str, None] = {}  # sessions in a retry loop, in order of entry
-        self._g_quota = {t.name: t.guaranteed for t in self.policy.tenants}
-        # Per tenant, its Guaranteed sessions holding or waiting, in order of entry:
-        self._g_play: dict[str, dict[str, None]] = {}
+        # Each pool's policy as its core sees it (`Policy.for_pool`: the tenants' quotas there).
+        self._in_pool = {name: self.policy.for_pool(name) for name in self.policy.pool_names()}
+        # Per tenant, its Guaranteed sessions holding or waiting, in order of entry, with the pool
+        # each is in ("" until the decider placed it):
+        self._g_play: dict[str, dict[str, str]] = {}
         self.now = 0.0
         self.guard = RunGuard.for_run(self.policy, self.plans, self.config.checkpoint_s)
 
@@ -201,9 +210,20 @@ class Simulator:
         self.stats.capacity_changed(self.now, sum(v.capacity for v in every.values()))
         self.stats.pool_capacity_changed(self.now, {n: v.capacity for n, v in every.items()})
 
-    def acquire(self, lv: _Live, snapshot: SnapshotRef | None = None) -> Acquire:
-        p = lv.plan
-        return Acquire(SessionId(p.session_id), TenantName(p.tenant), p.qos, snapshot, p.pool, (), p.fallback)
+    @staticmethod
+    def acquire(p: SessionPlan, snapshot: SnapshotRef | None = None) -> Acquire:
+        """The request a session of plan `p` sends (a retry quotes its last snapshot)."""
+        return Acquire(
+            SessionId(p.session_id), TenantName(p.tenant), p.qos, snapshot, p.pool, p.selector, p.fallback
+        )
+
+    def snapshot_on(self, lease: Lease, size: int) -> SnapshotRef:
+        """A holder's checkpoint of `lease`, as the server records it: the pool it was taken on
+        and that pool's compatibility labels, so a resume (a retry quoting it) goes only where it
+        is compatible: the core's placement decides."""
+        spec = self.policy.pool_spec(lease.pool)
+        labels = spec.compat_labels() if spec is not None else ()
+        return SnapshotRef(f"sim://{lease.session}/{lease.epoch}", size, pool=lease.pool, labels=labels)
 
     def _sample(self) -> None:
         """A point of the time series. A holder in a retry loop waits for a slot as surely as a
@@ -211,14 +231,25 @@ class Simulator:
         `waiting_by_tenant[i]` is sample i's waiting sessions per tenant, queued or retrying."""
         self.stats.sample(self.now, self.core)
         waiting: dict[str, int] = {}
+        by_class: dict[str, tuple[list[int], list[int]]] = {}
+        capacity = 0
         for view in views(self.core).values():
+            capacity += view.capacity
             for t in view.tenants:
+                held, pending = by_class.setdefault(t.name, ([0, 0, 0], [0, 0, 0]))
+                for i in range(3):
+                    held[i] += t.held[i]
+                    pending[i] += t.pending[i]
                 if sum(t.pending):
                     waiting[t.name] = waiting.get(t.name, 0) + sum(t.pending)
         for lv in self._retrying():
             waiting[lv.plan.tenant] = waiting.get(lv.plan.tenant, 0) + 1
+            by_class.setdefault(lv.plan.tenant, ([0, 0, 0], [0, 0, 0]))[1][_CLASS[lv.plan.qos.value]] += 1
         self.stats.samples[-1].pending += sum(self.retrying())
         self.waiting_by_tenant.append(waiting)
+        self.points.append(
+            Point(capacity, {n: ((h[0], h[1], h[2]), (w[0], w[1], w[2])) for n, (h, w) in by_class.items()})
+        )
 
     def _retrying(self) -> list[_Live]:
         return [self._live[sid] for sid in self._in_retry]
@@ -259,11 +290,11 @@ class Simulator:
             lv.remaining = period.hold_s
             self._wait_starts(lv)
             self.stats.arrived(lv.plan.tenant, self.now)  # per-tenant first_grant_s counts from it
-            self.apply(self.acquire(lv))
+            self.apply(self.acquire(lv.plan))
         elif kind == _RETRY:
             lv = self._live[str(payload)]
             if lv.lease is None and not lv.finished:
-                self.apply(self.acquire(lv, lv.snapshot))
+                self.apply(self.acquire(lv.plan, lv.snapshot))
         elif kind == _TICK:
             self._tick_at = math.inf
             self.apply(Tick())
@@ -298,7 +329,7 @@ class Simulator:
                 done = lv.yield_asked_at - lease.granted_at
                 lv.remaining = max(0.0, lv.remaining - done)
                 self.guard.saved(self.now, done)
-                snap = SnapshotRef(f"sim://{sid}/{lease.epoch}", lv.plan.periods[lv.period].snapshot_bytes)
+                snap = self.snapshot_on(lease, lv.plan.periods[lv.period].snapshot_bytes)
                 lv.snapshot = snap
                 self.apply(Yield(SessionId(sid), lease.lease_id, lease.epoch, snap))
 
@@ -314,6 +345,7 @@ class Simulator:
                 self._in_retry.pop(lv.plan.session_id, None)
         self.stats.record(d, self.now)
         if isinstance(d, Granted):
+            self._placed(lv, d.lease.pool)
             if lv.beyond_quota and d.lease.qos is QoS.GUARANTEED:
                 self.stats.beyond_quota.append(d.waited_s)
             lv.lease = d.lease
@@ -371,6 +403,7 @@ class Simulator:
                 # unchanged). Expired: the holder is dead; the session ends unfinished.
         elif isinstance(d, Refused):
             lv = self._live[d.session]
+            self._placed(lv, d.pool)
             if self.config.retry_refused and d.reason in RETRYABLE:
                 if lv.waiting_since is None:
                     lv.waiting_since = self.now
@@ -382,16 +415,33 @@ class Simulator:
                 self._leaves(lv)
                 self.guard.progress(self.now)  # a session ended for good
         elif isinstance(d, Queued):
-            pass
+            self._placed(self._live[d.session], d.pool)
 
     def _wait_starts(self, lv: _Live) -> None:
-        """A Guaranteed session starts a wait beyond its tenant's quota when `guaranteed` of the
-        tenant's Guaranteed sessions entered play (holding or waiting) before it: it then waits
-        for the tenant's own leases to end, which the promised bound does not cover."""
+        """A Guaranteed session enters play (holding or waiting) at its first wait and keeps its
+        place until it leaves; whether this wait is beyond quota is known once placed (`_placed`)."""
         if lv.plan.qos is QoS.GUARANTEED:
-            play = self._g_play.setdefault(lv.plan.tenant, {})
-            play.setdefault(lv.plan.session_id, None)
-            lv.beyond_quota = list(play).index(lv.plan.session_id) >= self._g_quota.get(lv.plan.tenant, 0)
+            self._g_play.setdefault(lv.plan.tenant, {}).setdefault(lv.plan.session_id, "")
+            lv.placing = True
+
+    def _placed(self, lv: _Live, pool: str) -> None:
+        """A Guaranteed wait placed in `pool` is beyond quota when the tenant's quota in that pool
+        (`Policy.for_pool`, overrides included) is taken by its sessions in play there that entered
+        before it: it then waits for the tenant's own leases to end, which the promised bound does
+        not cover. Quotas are per pool, as the cores hold them."""
+        if not lv.placing or pool not in self._in_pool:
+            return
+        lv.placing = False
+        sid, tenant = lv.plan.session_id, lv.plan.tenant
+        play = self._g_play.setdefault(tenant, {})
+        play[sid] = pool
+        ahead = 0
+        for other, where in play.items():
+            if other == sid:
+                break
+            ahead += where == pool
+        spec = self._in_pool[pool].tenant(tenant)
+        lv.beyond_quota = ahead >= (spec.guaranteed if spec is not None else 0)
 
     def _leaves(self, lv: _Live) -> None:
         self._g_play.get(lv.plan.tenant, {}).pop(lv.plan.session_id, None)

@@ -13,9 +13,13 @@ the tenant's earliest granted wait), and its waits overall and per class, each w
 above (a re-queue after a yield or a revoke is a further wait, measured from the re-queue).
 
 Per pool (issue 24), `pools.<name>` of `simulate --json`, beside the totals: the sessions granted
-there, grants and waits (p50, p99) per class, preemptions, refusals naming the pool, busy and
-capacity slot-seconds, utilisation, and the pool's capacity at the end and at its peak. Every
-figure is by the pool of the lease (or of the refusal), as the decider stamps it.
+there, grants and waits (count, p50, p99, max) per class, preemptions, refusals naming the pool,
+busy and capacity slot-seconds, utilisation, the pool's capacity at the end and at its peak, why
+its waiters waited (`blocked`: per `BlockedReason`, the waits that were told it, each wait counted
+once per reason), and per tenant its grants, slot-seconds and time-to-slot there. Every figure is
+by the pool of the lease (or of the refusal, or of the `Queued`), as the decider stamps it. A
+refusal naming a pool the policy lacks (`unknown_pool`) is no pool's: it counts in `refusals` and
+`refusals_by_reason` only.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from scheduler.core.types import (
     Expired,
     Granted,
     Lease,
+    Queued,
     Refused,
     Revoked,
     YieldCancelled,
@@ -72,6 +77,9 @@ class Sample:
     busy: int
     pending: int
     held_by_tenant: dict[str, int]
+    # With several pools, each pool's (capacity, held, pending): a slot idle in one pool is no
+    # room for a session waiting in another.
+    by_pool: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -115,6 +123,12 @@ class SimStats:
     pool_peak: dict[str, int] = field(default_factory=dict)
     _pool_cap: dict[str, int] = field(default_factory=dict)
     _pool_cap_at: float = 0.0
+    refusals_by_reason: Counter[str] = field(default_factory=Counter)
+    # Per pool: the waits told each BlockedReason; per pool and tenant: waits and slot-seconds.
+    pool_blocked: dict[str, Counter[str]] = field(default_factory=dict)
+    pool_tenant_waits: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    pool_tenant_busy: dict[str, dict[str, float]] = field(default_factory=dict)
+    _told: dict[str, set[str]] = field(default_factory=dict)  # a waiter's reasons in this wait
 
     def _pool(self, name: str) -> Counter[str]:
         if name not in self.pool_counts:
@@ -123,22 +137,38 @@ class SimStats:
             self.pool_sessions[name] = set()
             self.pool_busy.setdefault(name, 0.0)
             self.pool_capacity_s.setdefault(name, 0.0)
+            self.pool_blocked[name] = Counter()
+            self.pool_tenant_waits[name] = {}
+            self.pool_tenant_busy.setdefault(name, {})
         return self.pool_counts[name]
 
     def _record_pool(self, d: Decision) -> None:
         if isinstance(d, Granted):
-            n = self._pool(d.lease.pool)
+            lease = d.lease
+            n = self._pool(lease.pool)
             n["grants"] += 1
-            self.pool_waits[d.lease.pool][d.lease.qos.value].append(d.waited_s)
-            self.pool_sessions[d.lease.pool].add(d.lease.session)
+            self.pool_waits[lease.pool][lease.qos.value].append(d.waited_s)
+            self.pool_tenant_waits[lease.pool].setdefault(lease.tenant, []).append(d.waited_s)
+            self.pool_sessions[lease.pool].add(lease.session)
+            self._told.pop(lease.session, None)  # this wait is over
+        elif isinstance(d, Queued):
+            told = self._told.setdefault(d.session, set())
+            if d.reason not in told:
+                told.add(d.reason)
+                self._pool(d.pool)
+                self.pool_blocked[d.pool][d.reason.value] += 1
         elif isinstance(d, YieldRequested) and d.cause is not YieldCause.DRAIN:
             self._pool(d.lease.pool)["preemptions"] += 1
         elif isinstance(d, YieldCancelled):
             self._pool(d.lease.pool)["preemptions"] -= 1
         elif isinstance(d, Revoked):
             self._pool(d.lease.pool)["revocations"] += 1
-        elif isinstance(d, Refused) and d.pool:
-            self._pool(d.pool)["refusals"] += 1
+        elif isinstance(d, Refused):
+            self._told.pop(d.session, None)
+            if d.pool in self.policy.pool_names():  # an unknown pool's refusal is no pool's
+                self._pool(d.pool)["refusals"] += 1
+        elif isinstance(d, Ended):
+            self._told.pop(d.session, None)  # a waiter withdrawn (or a holder gone)
 
     def pool_capacity_changed(self, now: float, caps: dict[str, int]) -> None:
         """Each pool's capacity from now on (integrated into its capacity slot-seconds)."""
@@ -159,13 +189,12 @@ class SimStats:
             out[name] = {
                 "sessions": len(self.pool_sessions[name]),
                 "grants": {k: len(waits[k]) for k in CLASS_KEYS},
-                "waits": {
-                    k: {
-                        "p50": round(percentile(w, 50), 3) if w else None,
-                        "p99": round(percentile(w, 99), 3) if w else None,
-                    }
-                    for k, w in waits.items()
-                },
+                "waits": {k: waits_json(w) for k, w in waits.items()},
+                "max_wait_s": round(max((x for w in waits.values() for x in w), default=0.0), 3)
+                if any(waits.values())
+                else None,
+                "blocked": dict(sorted(self.pool_blocked[name].items())),
+                "tenants": self._pool_tenants(name),
                 "preemptions": n["preemptions"],
                 "revocations": n["revocations"],
                 "refusals": n["refusals"],
@@ -175,6 +204,18 @@ class SimStats:
                 "capacity": {"end": self._pool_cap.get(name, 0), "peak": self.pool_peak.get(name, 0)},
             }
         return out
+
+    def _pool_tenants(self, name: str) -> dict[str, Any]:
+        """`pools.<name>.tenants.<t>`: grants, slot-seconds and time-to-slot in that pool."""
+        waits, busy = self.pool_tenant_waits[name], self.pool_tenant_busy.get(name, {})
+        return {
+            t: {
+                "grants": len(waits.get(t, [])),
+                "slot_seconds": round(busy.get(t, 0.0), 3),
+                "time_to_slot": waits_json(waits.get(t, [])),
+            }
+            for t in sorted(set(waits) | set(busy))
+        }
 
     def record(self, d: Decision, now: float) -> None:
         self._record_pool(d)
@@ -206,6 +247,7 @@ class SimStats:
             self._held(d.lease, now)
         elif isinstance(d, Refused):
             self.refusals += 1
+            self.refusals_by_reason[d.reason.value] += 1
 
     def arrived(self, tenant: str, now: float) -> None:
         """A session of `tenant` asked for a slot (the driver says so; the first one counts)."""
@@ -233,6 +275,13 @@ class SimStats:
             "waits_by_class": {c: waits_json(waits.get(c, [])) for c in CLASS_KEYS},
         }
 
+    def blocked_json(self) -> dict[str, int]:
+        """`blocked`: over every pool, the waits told each BlockedReason (`pools.<p>.blocked`)."""
+        total: Counter[str] = Counter()
+        for counts in self.pool_blocked.values():
+            total.update(counts)
+        return dict(sorted(total.items()))
+
     def guaranteed_waits(self, beyond_quota: bool) -> list[float]:
         """The Guaranteed waits of requests beyond their tenant's quota, or all the others."""
         if beyond_quota:
@@ -252,6 +301,8 @@ class SimStats:
         self.busy_slot_seconds += secs
         self._pool(lease.pool)
         self.pool_busy[lease.pool] += secs
+        by = self.pool_tenant_busy[lease.pool]
+        by[lease.tenant] = by.get(lease.tenant, 0.0) + secs
 
     def capacity_changed(self, now: float, capacity: int) -> None:
         self.capacity_slot_seconds += self._cap * (now - self._cap_at)
@@ -270,6 +321,7 @@ class SimStats:
                 sum(sum(v.held) for v in every),
                 sum(sum(v.pending) for v in every),
                 held,
+                {v.name: (v.capacity, sum(v.held), sum(v.pending)) for v in every} if len(every) > 1 else {},
             )
         )
 
@@ -311,6 +363,8 @@ class SimStats:
             "revocations": self.revocations,
             "expiries": self.expiries,
             "refusals": self.refusals,
+            "refusals_by_reason": dict(sorted(self.refusals_by_reason.items())),
+            "blocked": self.blocked_json(),
             "work_lost_slot_seconds": round(self.work_lost, 3),
             "utilization": round(self.utilization, 4),
             "completed": self.completed,

@@ -11,6 +11,10 @@ CSV columns: `arrival_s,session_id,tenant,qos_class,hold_s` and optionally `snap
 - `pool` (optional): the pool the session asks for (`Acquire.pool`); `gpu|cpu` names fallbacks
   after the first, in order. `fallback` (optional): more fallback pools, `|`-separated. Empty:
   the policy's only pool (or the one named `default`). Every row of a session names the same.
+- `selector` (optional): the labels a pool must have, `key=value` pairs `;`-separated
+  (`kind=gpu;tier=a`; `Acquire.selector`): every pool of the policy they match, in the policy's
+  order, then `fallback`. A request no pool matches is refused `no_eligible_pool`, as the server
+  does (the core's placement decides). Not with `pool` (give a pool or a selector, as the SDK).
 - `crash_after_s`: the holder dies that long after its grant. Until then it renews and answers
   yields like any holder; then it stops renewing and never releases (the lease expires one TTL
   after its last renewal).
@@ -26,8 +30,8 @@ from pathlib import Path
 from scheduler.core.types import QoS
 
 REQUIRED = ("arrival_s", "session_id", "tenant", "qos_class", "hold_s")
-OPTIONAL = ("snapshot_bytes", "think_s", "crash_after_s", "pool", "fallback")
-POOL_COLUMNS = ("pool", "fallback")
+OPTIONAL = ("snapshot_bytes", "think_s", "crash_after_s", "pool", "fallback", "selector")
+POOL_COLUMNS = ("pool", "fallback", "selector")
 
 
 class WorkloadError(ValueError):
@@ -51,6 +55,7 @@ class SessionPlan:
     periods: list[Period] = field(default_factory=list)
     pool: str = ""  # the pool asked for ("": the policy's only pool, or `default`)
     fallback: tuple[str, ...] = ()  # then these, in order (Acquire.fallback)
+    selector: tuple[tuple[str, str], ...] = ()  # labels, sorted by key (Acquire.selector)
 
     @property
     def pools(self) -> tuple[str, ...]:
@@ -81,19 +86,38 @@ def _num(row: dict[str, str], key: str, line: int, required: bool = True) -> flo
     return value
 
 
-def _pools(row: dict[str, str], line: int) -> tuple[str, tuple[str, ...]]:
-    """`pool` (`a|b`: a, then b) and `fallback` (`c|d`) -> (pool, fallbacks in order, no repeats)."""
+def _pools(row: dict[str, str], line: int, selector: bool = False) -> tuple[str, tuple[str, ...]]:
+    """`pool` (`a|b`: a, then b) and `fallback` (`c|d`) -> (pool, fallbacks in order, no repeats).
+    With a `selector`, fallbacks follow the pools it matches."""
     names = [n.strip() for n in (row.get("pool") or "").split("|")]
     more = [n.strip() for n in (row.get("fallback") or "").split("|")]
     if any(not n for n in names[1:]) or (row.get("fallback") or "").strip() and any(not n for n in more):
         raise WorkloadError(f"line {line}: an empty pool name in pool/fallback")
-    if not names[0] and len(names) + len([n for n in more if n]) > 1:
+    if not names[0] and not selector and len(names) + len([n for n in more if n]) > 1:
         raise WorkloadError(f"line {line}: fallback pools need a first pool in column pool")
     fallback: list[str] = []
     for n in names[1:] + [n for n in more if n]:
         if n != names[0] and n not in fallback:
             fallback.append(n)
     return names[0], tuple(fallback)
+
+
+def _selector(row: dict[str, str], line: int) -> tuple[tuple[str, str], ...]:
+    """`selector`: `k=v;k2=v2` -> ((k, v), (k2, v2)) sorted by key, as the SDK sends it."""
+    text = (row.get("selector") or "").strip()
+    if not text:
+        return ()
+    pairs: dict[str, str] = {}
+    for part in text.split(";"):
+        key, eq, value = (x.strip() for x in part.partition("="))
+        if not eq or not key or not value:
+            raise WorkloadError(f"line {line}: column selector: {part.strip()!r} is not key=value")
+        if key in pairs:
+            raise WorkloadError(f"line {line}: column selector names {key!r} twice")
+        pairs[key] = value
+    if (row.get("pool") or "").strip():
+        raise WorkloadError(f"line {line}: give a pool or a selector, not both")
+    return tuple(sorted(pairs.items()))
 
 
 def parse_rows(rows: Iterable[dict[str, str]], header: Iterable[str]) -> list[SessionPlan]:
@@ -121,17 +145,18 @@ def parse_rows(rows: Iterable[dict[str, str]], header: Iterable[str]) -> list[Se
         snap = _num(row, "snapshot_bytes", line, required=False)
         think = _num(row, "think_s", line, required=False)
         crash = _num(row, "crash_after_s", line, required=False)
-        pool, fallback = _pools(row, line)
+        selector = _selector(row, line)
+        pool, fallback = _pools(row, line, bool(selector))
         plan = plans.get(sid)
         if plan is None:
             if arrival is None:
                 raise WorkloadError(f"line {line}: the first row of session {sid} needs arrival_s")
-            plan = plans[sid] = SessionPlan(sid, tenant, qos, pool=pool, fallback=fallback)
+            plan = plans[sid] = SessionPlan(sid, tenant, qos, pool=pool, fallback=fallback, selector=selector)
             think = None
         elif plan.tenant != tenant or plan.qos != qos:
             raise WorkloadError(f"line {line}: session {sid} changes tenant or class between rows")
-        elif (plan.pool, plan.fallback) != (pool, fallback):
-            raise WorkloadError(f"line {line}: session {sid} changes pool or fallback between rows")
+        elif (plan.pool, plan.fallback, plan.selector) != (pool, fallback, selector):
+            raise WorkloadError(f"line {line}: session {sid} changes pool, fallback or selector between rows")
         elif think is None and arrival is None:
             raise WorkloadError(f"line {line}: a later row of session {sid} needs think_s or arrival_s")
         assert hold is not None
@@ -170,14 +195,17 @@ def describe_tenants(counts: dict[str, int]) -> str:
 
 def write_workload(path: str | Path, plans: Iterable[SessionPlan]) -> None:
     """Write plans back in the same format (closed-loop periods as think_s rows); the pool columns
-    only when some plan names a pool."""
+    only when some plan names a pool or a fallback, `selector` only when some plan has one."""
     plans = list(plans)
-    pooled = any(p.pool for p in plans)
+    selected = any(p.selector for p in plans)
+    pooled = selected or any(p.pool or p.fallback for p in plans)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(REQUIRED + OPTIONAL if pooled else REQUIRED + OPTIONAL[:3])
+        w.writerow(REQUIRED + OPTIONAL[: 3 + 2 * pooled + selected])
         for p in plans:
             extra = [p.pool, "|".join(p.fallback)] if pooled else []
+            if selected:
+                extra.append(";".join(f"{k}={v}" for k, v in p.selector))
             for i, per in enumerate(p.periods):
                 w.writerow(
                     [

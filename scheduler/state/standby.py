@@ -162,7 +162,13 @@ class Standby:
             try:
                 if self._pos is None:
                     self._pos = await self._load_state_snapshot()
-                    log.info("standby: loaded the snapshot at %s; following the journal", self._pos)
+                    if self._pos != START:
+                        log.info(
+                            "standby: loaded the state snapshot (journal up to %s); following the journal",
+                            self._pos,
+                        )
+                    else:  # none stored yet (or unreadable: warned), or one taken before any entry
+                        log.info("standby: no state snapshot covers the journal; following it from its start")
                     self._first_load.set()
                 pos = self._pos
                 tail = await self.store.tail(pos, self.tail_block_ms)

@@ -295,7 +295,8 @@ def _records(doc: Doc) -> CoreRecords:
 
 
 def _records_v2(doc: Doc) -> CoreRecords:
-    if tuple(doc["lease_fields"]) != LEASE_FIELDS or tuple(doc["request_fields"]) != REQUEST_FIELDS:
+    columns = tuple(doc["lease_fields"]), tuple(doc["request_fields"])
+    if columns[0] != LEASE_FIELDS or columns[1] not in (REQUEST_FIELDS, _REQUEST_FIELDS_0):
         raise ValueError("lease_fields or request_fields are not the columns of format 2")
     timers = doc["timers"]
     return CoreRecords(
@@ -380,8 +381,16 @@ def _leases_v2(rows: list[list[Any]]) -> tuple[LeaseRecord, ...]:
     return tuple(map(_make_lease, zip(*columns, strict=True)))
 
 
+# The request columns of an older build (no `revoked`: read as none).
+_REQUEST_FIELDS_0 = REQUEST_FIELDS[:-1]
+
+
 def _requests_v2(rows: list[list[Any]]) -> tuple[RequestRecord, ...]:
-    s, tenant, qos, arrival, seq, enqueued_at, ref, earmark, tier = _columns(rows, 9, "request")
+    if rows and len(rows[0]) == len(_REQUEST_FIELDS_0):
+        rows = [[*row, None] for row in rows]
+    s, tenant, qos, arrival, seq, enqueued_at, ref, earmark, tier, revoked = _columns(
+        rows, len(REQUEST_FIELDS), "request"
+    )
     _check_types(s, {str}, "a request's session")
     _check_types(tenant, {str}, "a request's tenant")
     _check_types(earmark, {str, type(None)}, "a request's earmark")
@@ -396,8 +405,16 @@ def _requests_v2(rows: list[list[Any]]) -> tuple[RequestRecord, ...]:
         refs,
         earmark,
         map(int, tier),
+        map(_revoked, revoked),
     )
     return tuple(map(_make_request, zip(*columns, strict=True)))
+
+
+def _revoked(value: Any) -> tuple[LeaseId, int] | None:
+    if value is None:
+        return None
+    lease_id, epoch = value
+    return LeaseId(str(lease_id)), int(epoch)
 
 
 def _lease(
@@ -433,6 +450,7 @@ def _request(rd: Doc) -> RequestRecord:
         ref_from_doc(rd["resume_from"]),
         None if earmark is None else LeaseId(str(earmark)),
         int(rd["earmark_tier"]),
+        _revoked(rd.get("revoked")),
     )
 
 

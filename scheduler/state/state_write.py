@@ -27,7 +27,9 @@ The core's part (its own `"format"`, CORE_FORMAT = 2): counters (`now`, `seq`, `
 `mean_hold_s`, `holds_seen`), `tenants` (specs as the core holds them, in the order it met
 them), `retired`, `workers` (registration order), `epochs`, `free_slots`, `leases` and
 `requests` as rows (JSON arrays) under a header naming their columns (`lease_fields`,
-`request_fields`: half the bytes of an object each, and read at C speed), `orphans`,
+`request_fields`: half the bytes of an object each, and read at C speed; a request's `revoked`,
+the [lease id, epoch] whose revocation queued it, is absent from an older build's columns and
+read as none), `orphans`,
 `earmark_order`, `timers` (`expiries`, `yield_deadlines`, `maturing`) and `fairness`
 (`preempt_seq`, `preempted` sessions, `usage_last`, per-tenant `usage` rows: absent from an
 older build's document, read as none, so usage starts at zero). Everything else
@@ -84,6 +86,7 @@ LEASE_FIELDS = (
 )  # fmt: skip
 REQUEST_FIELDS = (
     "session", "tenant", "qos", "arrival", "seq", "enqueued_at", "resume_from", "earmark", "earmark_tier",
+    "revoked",
 )  # fmt: skip
 
 Doc = dict[str, Any]
@@ -348,6 +351,7 @@ def core_doc(r: CoreRecords) -> Doc:
                 None if rr.resume_from is None else ref_to_doc(rr.resume_from),
                 rr.earmark,
                 rr.earmark_tier,
+                None if rr.revoked is None else list(rr.revoked),
             ]  # fmt: skip
             for rr in r.requests
         ],

@@ -35,7 +35,9 @@ state, not about the wire, and it is easiest to test without one:
   its start/restore); and (b) when a resume starts from an older snapshot than the newest one the
   session's holder received (a refused snapshot, or a checkpoint that came too late to be used):
   the turns between them, at the actor's pace. An explicit Stop (end of session, or after the
-  yield checkpoint) counts nothing: the holder chose it. Every loss goes to
+  yield checkpoint) counts nothing: the holder chose it. An actor stopped while a checkpoint of
+  it is in flight (a revocation at the yield deadline) loses nothing if that checkpoint
+  completes: the loss waits for it (`_settle`). Every loss goes to
   `slotsched_worker_work_lost_slot_seconds_total` and to a warning naming the session.
 """
 
@@ -316,6 +318,7 @@ class ActorHost(RestoreMixin, CheckpointMixin):
             raise NotFound(f"no actor of session {session_id!r} on worker {self.worker_id}")
         self._check_owner(run, lease_id, epoch)
         task = asyncio.create_task(self._write(run), name=f"checkpoint-{session_id}")
+        run.writing = True
         try:
             ref, captured, turns = await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -323,10 +326,32 @@ class ActorHost(RestoreMixin, CheckpointMixin):
             # delete it (no one holds the ref, so no one can resume from it).
             run.abort_checkpoint = True
             task.add_done_callback(lambda t: self._discard(t, run))
+            self._settle(run, saved=False)
+            raise
+        except BaseException:
+            self._settle(run, saved=False)
             raise
         if run.saved < captured:
             run.saved, run.saved_turns = captured, turns
+        self._settle(run, saved=True)
         return ref
+
+    def _settle(self, run: Running, saved: bool) -> None:
+        """The checkpoint in flight is over: an end it outlived (fencing, a new lease on the slot:
+        a revocation at the yield deadline) lost nothing if it saved, and what it held back if
+        not. The checkpoint holds the actor's lock, so no turn ran between its capture and the
+        end: a snapshot that reaches its caller late still holds all the work."""
+        run.writing = False
+        pending, run.lost_pending = run.lost_pending, None
+        if pending is None:
+            return
+        reason, seconds, detail = pending
+        if saved:
+            log.info(
+                "session %s: no work lost (%s): the checkpoint in flight saved it", run.session_id, detail
+            )
+        else:
+            self._count_lost(reason, run.session_id, seconds, detail)
 
     # ------------------------------------------------------------------ stop and fencing
 
@@ -389,13 +414,14 @@ class ActorHost(RestoreMixin, CheckpointMixin):
                 run.session_id, self.worker_id, run.slot, why, unsaved_turns,
             )  # fmt: skip
             return
-        self._count_lost(
-            lost_reason,
-            run.session_id,
-            unsaved_s,
+        detail = (
             f"actor on {self.worker_id}/{run.slot} stopped ({why}) {unsaved_turns} turns after its last "
-            "checkpoint",
+            "checkpoint"
         )
+        if run.writing:  # a checkpoint in flight may still save it: counted when it settles
+            run.lost_pending = (lost_reason, unsaved_s, detail)
+            return
+        self._count_lost(lost_reason, run.session_id, unsaved_s, detail)
 
     async def aclose(self) -> None:
         """`close`, then wait for the actors' tasks to finish."""

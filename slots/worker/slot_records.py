@@ -67,6 +67,9 @@ class Running:
     next_turn_at: float = 0.0  # event-loop time
     abort_checkpoint: bool = False
     stopped: bool = False
+    writing: bool = False  # a checkpoint is in flight (it may still save the work an end would lose)
+    # An end's loss held until that checkpoint settles: (reason, slot-seconds, detail).
+    lost_pending: tuple[str, float, str] | None = None
 
 
 def store_name(session_id: str) -> str:

@@ -203,4 +203,4 @@ class Baseline(Core):
     def _report_queued(self, req: Request, out: list[Decision]) -> None:
         if self._requests.get(req.session) is req:
             pos = len(self._requests) - 1
-            out.append(Queued(req.session, pos, self._estimate(pos)))
+            out.append(Queued(req.session, pos, self._estimate(pos), self._pool_name))

@@ -517,9 +517,9 @@ def pool_table(figs: Sequence[RunFigures]) -> list[str]:
         "each pool on its own (a baseline: one instance per pool, each session in the pool it asked "
         "for first).",
         "",
-        "| contender | pool | sessions | grants G/B/BE | G | B | BE | preemptions | utilization "
-        "| slots (peak) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| contender | pool | sessions | grants G/B/BE | G | B | BE | max wait (s) | preemptions "
+        "| utilization | slots (peak) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for f in figs:
         for name, p in f.pools.items():
@@ -529,6 +529,7 @@ def pool_table(figs: Sequence[RunFigures]) -> list[str]:
                 f"| {f.name} | {name} | {p['sessions']} | "
                 f"{g['guaranteed']}/{g['burstable']}/{g['besteffort']} | "
                 f"{_pw(w['guaranteed'])} | {_pw(w['burstable'])} | {_pw(w['besteffort'])} | "
+                f"{NONE if p['max_wait_s'] is None else format(p['max_wait_s'], '.1f')} | "
                 f"{p['preemptions']} | {p['utilization']:.1%} | {p['capacity']['peak']} |"
             )
     return [*lines, ""]
@@ -556,7 +557,8 @@ def render(
         "reject-retry it runs from the first refused attempt to the retry that lands.",
         "",
         "Guaranteed waits are split by quota. *Within quota*: the request was made while its tenant "
-        "held or waited for fewer Guaranteed slots than its `guaranteed` quota; the SLA target (grace + "
+        "held or waited for fewer Guaranteed slots than its `guaranteed` quota (in that pool: a "
+        "pool's override counts there); the SLA target (grace + "
         f"checkpoint, {target:g} s) is what slotsched promises these, and the misses count only them. "
         "*Beyond quota*: the tenant already held or waited for its whole quota; under slotsched such a "
         "request waits for one of the tenant's own Guaranteed leases to end, and no bound is promised "

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from scheduler.policy.model import Policy
+from scheduler.policy.model import Policy, PoolSpec
 from scheduler.sim.compare.contenders import STATIC, Contender, roster
 from scheduler.sim.compare.metrics import RunFigures, figures, json_entry, sla_target
 from scheduler.sim.compare.report import render
@@ -110,8 +110,12 @@ def compare(
         bar.start(c.name)
         sim = run_one(c, policy, plans, config, bar.update)
         sim.stats.refusals += refused
+        if refused:
+            sim.stats.refusals_by_reason["unknown_tenant"] += refused
         bar.finish()
-        fig = figures(c.name, sim.stats, policy, plans, config.checkpoint_s, sim.waiting_by_tenant)
+        fig = figures(
+            c.name, sim.stats, policy, plans, config.checkpoint_s, sim.waiting_by_tenant, sim.points
+        )
         out.append((c, sim.stats, fig))
     return out
 
@@ -125,8 +129,26 @@ def _short(path: object) -> str:
         return str(p)
 
 
+def pools_line(policy: Policy) -> str:
+    """`Pool: 2 workers x 4 slots, floor 2`, or every pool of several, each with its own figures
+    (and the slots they add up to: the plots draw that sum)."""
+    specs = policy.pool_specs()
+
+    def one(p: PoolSpec) -> str:
+        slots = p.workers * p.slots_per_worker
+        unit = "slot" if p.slots_per_worker == 1 else "slots"
+        workers = "worker" if p.workers == 1 else "workers"
+        return f"{p.workers} {workers} x {p.slots_per_worker} {unit}, floor {p.floor_slots(slots)}"
+
+    if len(specs) == 1:
+        return f"Pool: {one(specs[0])}"
+    total = sum(p.workers * p.slots_per_worker for p in specs)
+    each = "; ".join(f"`{p.name}` {one(p)}" for p in specs)
+    return f"Pools ({len(specs)}, {total} slots in all): {each}"
+
+
 def header_lines(policy: Policy, plans: Sequence[SessionPlan], config: SimConfig, args: Any) -> list[str]:
-    pool, timing = policy.pool, policy.timing
+    timing = policy.timing
     periods = sum(len(p.periods) for p in plans)
     classes: dict[str, int] = {}
     for p in plans:
@@ -140,14 +162,13 @@ def header_lines(policy: Policy, plans: Sequence[SessionPlan], config: SimConfig
         cmd += f" --until {config.until_s:g}"
     holds = sum(p.total_hold_s for p in plans)
     tenants = len({p.tenant for p in plans})
-    floor = pool.floor_slots(pool.workers * pool.slots_per_worker)
     target = sla_target(policy, config.checkpoint_s)
     stop = f"; stopped at {config.until_s:g} s (what is left counts as unfinished)" if config.until_s else ""
     return [
         f"Workload: {len(plans)} sessions, {periods} active periods, {holds:.0f} slot-s of holds, "
         f"{tenants} tenants; classes " + ", ".join(f"{k} {v}" for k, v in sorted(classes.items())) + ".",
-        f"Pool: {pool.workers} workers x {pool.slots_per_worker} slots, floor {floor}; "
-        f"yield grace {timing.yield_grace_s:g} s, checkpoint {config.checkpoint_s:g} s, "
+        f"{pools_line(policy)}; yield grace {timing.yield_grace_s:g} s, "
+        f"checkpoint {config.checkpoint_s:g} s, "
         f"lease TTL {timing.lease_ttl_s:g} s, min runtime {timing.min_runtime_s:g} s{stop}.",
         f"Guaranteed SLA target: yieldGraceSeconds + checkpoint = {target:g} s, for requests within "
         "their tenant's Guaranteed quota (beyond it, a request waits for the tenant's own leases).",
