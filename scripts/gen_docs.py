@@ -84,13 +84,28 @@ def _defaults() -> dict[str, str]:
             model.AutoscalerSpec,
             schema.SCALE_UP_FIELDS,
         ),
+        (
+            ("spec.autoscaler.scaleDown", "spec.pools[].autoscaler.scaleDown"),
+            model.AutoscalerSpec,
+            schema.SCALE_DOWN_FIELDS,
+        ),
+        (
+            ("spec.autoscaler.recycle", "spec.pools[].autoscaler.recycle"),
+            model.AutoscalerSpec,
+            schema.RECYCLE_FIELDS,
+        ),
+        (
+            ("spec.autoscaler.forecast", "spec.pools[].autoscaler.forecast"),
+            model.ForecastSpec,
+            schema.FORECAST_FIELDS,
+        ),
     ]
     out: dict[str, str] = {}
     for prefixes, cls, fields in sections:
         by_attr = {f.name: f for f in dataclasses.fields(cls)}
         for num in fields:
             f = by_attr.get(num.attr)
-            if f is None or f.default is dataclasses.MISSING:
+            if f is None or f.default is dataclasses.MISSING or f.default is None:
                 continue
             for prefix in prefixes:
                 out[f"{prefix}.{num.key}"] = schema.fmt_number(f.default)

@@ -44,6 +44,29 @@ def test_the_rows_are_the_reasons_common_proto_documents() -> None:
     assert documented == {r.info: r.status for r in reasons.REASONS if r.info is not None}
 
 
+def test_every_budget_refusal_has_its_row() -> None:
+    from scheduler.core.budget.types import PermitRefuseReason, SettleRefuseReason
+
+    assert {r.value for r in PermitRefuseReason} | {r.value for r in SettleRefuseReason} == set(
+        reasons.BUDGET
+    )
+
+
+@pytest.mark.parametrize("value", sorted(reasons.BUDGET), ids=str)
+def test_the_server_answers_a_budget_refusal_as_its_row_says(value: str) -> None:
+    row = reasons.BUDGET[value]
+    failure = server_errors.from_budget_refused(value, "m", "acme", "estimate.input_tokens", 2.5)
+    assert (
+        failure.code
+        is grpc.StatusCode[row.status if row.info or row.status == "INVALID_ARGUMENT" else "INTERNAL"]
+    )
+    assert failure.reason == (row.info or "")
+    if row.status == "INVALID_ARGUMENT":
+        assert failure.message.startswith("estimate.input_tokens")
+    retry_after = dict(failure.metadata).get(wire.RETRY_AFTER_MS)
+    assert (retry_after == "2500") is (row.retry_after is reasons.RetryAfter.CORE)
+
+
 def test_names_are_unique_and_status_names_are_grpcs() -> None:
     assert len(reasons.BY_NAME) == len(reasons.REASONS)
     for row in reasons.REASONS:

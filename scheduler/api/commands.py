@@ -54,6 +54,9 @@ class Command:
     meets: str = ""
     #: The tries the SDK's retry layer (client/calls.py) gives it; 0 when it does not send it.
     attempts: int = 0
+    #: A first answer that waits (a queued permit) is followed by more answers on the same
+    #: Channel `ref` (its grant); the per-session rpc answers once the wait is over.
+    follows: bool = False
 
 
 ACQUIRE: Final = Command(
@@ -129,8 +132,38 @@ GET_SESSION: Final = Command(
     why="a read",
 )
 
+REQUEST_PERMIT: Final = Command(
+    "RequestPermit",
+    "RequestPermit",
+    "request_permit",
+    "permit",
+    pb.RequestPermitRequest,
+    Flow.TENANT,
+    streaming=False,
+    resend=False,
+    why="each request is a new permit (the scheduler names it): sent twice, two permits would wait",
+    meets="renew",  # met as a renewal: one try, never sent again (resend)
+    attempts=1,
+    follows=True,
+)
+SETTLE_PERMIT: Final = Command(
+    "SettlePermit",
+    "SettlePermit",
+    "settle_permit",
+    "settled",
+    pb.SettlePermitRequest,
+    # Settling gives tokens back, as a release gives a slot back: a permit flood must not refuse it.
+    Flow.RENEWALS,
+    streaming=False,
+    resend=True,
+    why="a repeat of an applied settle is refused PERMIT_CLOSED (counted once); at a new leader, "
+    "which never knew the permit, it is charged once as a debt",
+    meets="release",  # met as a release: it gives back, and is sent again through an outage
+    attempts=5,
+)
+
 #: Every session command: the Channel's in its oneof's order, then GetSession.
-COMMANDS: Final = (ACQUIRE, RENEW, YIELD, RELEASE, WITHDRAW, GET_SESSION)
+COMMANDS: Final = (ACQUIRE, RENEW, YIELD, RELEASE, WITHDRAW, REQUEST_PERMIT, SETTLE_PERMIT, GET_SESSION)
 #: By ChannelCommand oneof field: what a Channel carries.
 BY_FIELD: Final = MappingProxyType({c.field: c for c in COMMANDS if c.field is not None})
 #: By Scheduler rpc name: what the per-session servicer serves (Release, not Withdraw).
@@ -150,6 +183,8 @@ __all__ = [
     "NOT_COMMANDS",
     "RELEASE",
     "RENEW",
+    "REQUEST_PERMIT",
+    "SETTLE_PERMIT",
     "WITHDRAW",
     "YIELD",
     "Command",

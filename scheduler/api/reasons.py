@@ -58,6 +58,10 @@ class Row:
     core: bool = False  # the policy core refuses an Acquire so (`Refused.reason`)
     info_keys: tuple[str, ...] = ()  # the ErrorInfo metadata it carries (when known)
     policy_key: str = ""  # the policy key that bounds it (a queue cap's QuotaFailure names it)
+    #: The budget core refuses a permit, or a settle, so: its `PermitRefuseReason` or
+    #: `SettleRefuseReason` value (scheduler/core/budget/types.py), which may differ from `name`
+    #: where a slot reason has that name already.
+    budget: str = ""
 
     @property
     def metric(self) -> str:
@@ -77,7 +81,7 @@ REASONS: Final[tuple[Row, ...]] = (
         "another class", core=True, info_keys=("tenant", "pool")),
     Row("unknown_tenant", "UNKNOWN_TENANT", _PD, _N, _NO, "PermissionDenied",
         "the policy in force no longer lists the tenant: add it back, or retire its credential",
-        core=True, info_keys=("tenant",)),
+        core=True, info_keys=("tenant",), budget="unknown_tenant"),
     Row("queue_full", "QUEUE_FULL", _RE, _AFTER, _CORE, "QueueFull",
         "the pool's queue is at its cap: add slots, or raise the cap if waits are acceptable",
         core=True, policy_key="queue.maxPending"),
@@ -97,6 +101,43 @@ REASONS: Final[tuple[Row, ...]] = (
         core=True),
     Row("no_pool_named", None, "INVALID_ARGUMENT", _N, _NO, "InvalidArgument",
         "several pools and none named 'default': the caller must name one", core=True),
+    # Refused by the budget core (a permit, or its settle):
+    Row("unknown_budget", "UNKNOWN_BUDGET", _FP, _N, _NO, "UnknownBudget",
+        "a permit names a budget the policy lacks: fix the caller, or add spec.budgets[]",
+        budget="unknown_budget"),
+    Row("no_budget_share", "NO_BUDGET_SHARE", _PD, _N, _NO, "NoQuota",
+        "the tenant has no share of the budget in the session's class: give it one "
+        "(spec.tenants[i].budgets), or run the session in another class",
+        info_keys=("tenant",), budget="no_share"),
+    Row("invalid_estimate", None, "INVALID_ARGUMENT", _N, _NO, "InvalidArgument",
+        "an estimate no call could have (negative, NaN, infinite, above 10^9): fix the caller",
+        budget="invalid_estimate"),
+    Row("estimate_too_large", None, "INVALID_ARGUMENT", _N, _NO, "InvalidArgument",
+        "an estimate above what the budget (or the tenant's class rate) holds in a minute: lower "
+        "the call's max tokens, or raise the budget or the share", budget="estimate_too_large"),
+    Row("duplicate_permit", None, "INTERNAL", _N, _NO, "SlotschedError",
+        "the scheduler names permits, so two never share an id: seen on the wire, it is a bug",
+        budget="duplicate_permit"),
+    Row("budget_queue_full", "BUDGET_QUEUE_FULL", _RE, _AFTER, _CORE, "QueueFull",
+        "the budget's waiting permits are at their cap: the fleet asks for more than the provider "
+        "gives; raise the limit if the provider allows, or the cap if waits are acceptable",
+        policy_key="budgets[].maxPending", budget="queue_full"),
+    Row("budget_tenant_queue_full", "BUDGET_TENANT_QUEUE_FULL", _RE, _AFTER, _CORE, "QueueFull",
+        "the tenant's waiting permits on the budget are at their cap: it asks for more than its "
+        "share serves", info_keys=("tenant",), policy_key="budgets[].maxPendingPerTenant",
+        budget="tenant_queue_full"),
+    Row("permit_policy_changed", "PERMIT_POLICY_CHANGED", _FP, _N, _NO, "PermitRefused",
+        "a waiting permit the new policy could never serve (its share or budget removed)",
+        budget="policy_changed"),
+    Row("permit_not_owner", "PERMIT_NOT_OWNER", _FP, _N, _NO, "PermitRefused",
+        "a settle of another session's permit: a caller mixing up its permits",
+        budget="not_owner"),
+    Row("permit_closed", "PERMIT_CLOSED", _FP, _N, _NO, "PermitRefused",
+        "a settle of a permit already settled, expired (past permitTTLSeconds: charged its "
+        "estimate) or withdrawn; settle sooner if it expired", budget="not_open"),
+    Row("invalid_usage", None, "INVALID_ARGUMENT", _N, _NO, "InvalidArgument",
+        "a usage no call could have (negative, NaN, infinite, above 10^9): fix the caller",
+        budget="invalid_usage"),
     # Refused by the shell (auth, limits, leadership, the lease's fence):
     Row("credential_denied", "CREDENTIAL_DENIED", _PD, _N, _NO, "PermissionDenied",
         "the credential's identity may not make this call: check spec.access and spec.admins"),
@@ -132,6 +173,8 @@ BY_NAME: Final = MappingProxyType({r.name: r for r in REASONS})
 BY_INFO: Final = MappingProxyType({r.info: r for r in REASONS if r.info is not None})
 #: The core's refusals (their names are `RefuseReason`'s values).
 CORE: Final = MappingProxyType({r.name: r for r in REASONS if r.core})
+#: The budget core's refusals, by its `PermitRefuseReason` / `SettleRefuseReason` value.
+BUDGET: Final = MappingProxyType({r.budget: r for r in REASONS if r.budget})
 #: The core's refusals a client sends again after the server's pause (the simulator's `RETRYABLE`).
 RETRYABLE: Final = frozenset(r.name for r in CORE.values() if r.retry is Retry.AFTER)
 
@@ -144,4 +187,4 @@ def of(name: str) -> Row:
     return row
 
 
-__all__ = ["BY_INFO", "BY_NAME", "CORE", "REASONS", "RETRYABLE", "Retry", "RetryAfter", "Row", "of"]
+__all__ = ["BUDGET", "BY_INFO", "BY_NAME", "CORE", "REASONS", "RETRYABLE", "Retry", "RetryAfter", "Row", "of"]

@@ -19,7 +19,7 @@ from scheduler.policy.model import Policy
 from scheduler.server.app import GrpcServer, assemble_router
 from scheduler.server.auth import Authenticator
 from scheduler.server.policy_log import PolicyLog
-from slots.autoscaler.pools import PoolAutoscalers
+from slots.autoscaler.pools import PoolAutoscalers, PoolsDemand
 
 if TYPE_CHECKING:
     from scheduler.kube.policy_watch import PolicyWatcher
@@ -41,9 +41,14 @@ class Memory:
     def bind_watcher(self, watcher: PolicyWatcher, secure: bool, plog: PolicyLog) -> None:
         self.parts.bind_watcher(watcher, secure, plog)
 
-    def assemble(self, auth: Authenticator, keys: GrantKeyring, plog: PolicyLog) -> GrpcServer:
+    def demand(self) -> PoolsDemand:
+        return self.parts.demand()
+
+    def assemble(
+        self, auth: Authenticator, keys: GrantKeyring, plog: PolicyLog, demand: PoolsDemand
+    ) -> GrpcServer:
         parts = self.parts
-        return assemble_router(parts.router, auth, parts.demand(), parts.slots_per_worker, keys, plog)
+        return assemble_router(parts.router, auth, demand, parts.slots_per_worker, keys, plog)
 
     def autoscalers(
         self, env: Mapping[str, str], scheduler: str, metrics: CollectorRegistry, period_s: float

@@ -25,7 +25,7 @@ from scheduler.policy.model import Policy
 from scheduler.server.app import GrpcServer, assemble_router
 from scheduler.server.auth import Authenticator
 from scheduler.server.policy_log import PolicyLog
-from slots.autoscaler.pools import PoolAutoscalers
+from slots.autoscaler.pools import PoolAutoscalers, PoolsDemand
 
 if TYPE_CHECKING:
     from scheduler.kube.policy_watch import PolicyWatcher
@@ -95,12 +95,17 @@ class OneLeader:
         replica leads but refuses (its renewal is late): it must not send clients to itself."""
         return None if self.replica.serving else self.replica.leader_address
 
-    def assemble(self, auth: Authenticator, keys: GrantKeyring, plog: PolicyLog) -> GrpcServer:
+    def demand(self) -> PoolsDemand:
+        return self.parts.demand()
+
+    def assemble(
+        self, auth: Authenticator, keys: GrantKeyring, plog: PolicyLog, demand: PoolsDemand
+    ) -> GrpcServer:
         parts = self.parts
         return assemble_router(
             parts.router,
             auth,
-            parts.demand(),
+            demand,
             parts.slots_per_worker,
             keys,
             plog,

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry
 
 from scheduler.app.running import Build, RunningServer
-from scheduler.autoscale_wiring import autoscalers, static_workers
+from scheduler.autoscale_wiring import autoscalers, static_workers, vitals_of
 from scheduler.core.types import WorkerId
 from scheduler.grants import GrantKeyring
 from scheduler.policy.errors import Problem
@@ -136,9 +136,13 @@ class PoolLeadership:
         """The whole policy in force (each unit's core runs under its pool's projection)."""
         return self.policy_in_force
 
-    def assemble(self, auth: Authenticator, keys: GrantKeyring, plog: PolicyLog) -> GrpcServer:
+    def demand(self) -> PoolsDemand:
         """Every replica answers each pool's demand (KEDA) from that pool's unit here."""
-        demand = PoolsDemand(self.routes.describe, self.policy)
+        return PoolsDemand(self.routes.describe, self.policy)
+
+    def assemble(
+        self, auth: Authenticator, keys: GrantKeyring, plog: PolicyLog, demand: PoolsDemand
+    ) -> GrpcServer:
         return assemble_router(self.routes, auth, demand, demand.slots_per_worker, keys, plog)
 
     def state_line(self) -> str | None:
@@ -272,6 +276,7 @@ class PoolLeadership:
             metrics,
             period_s,
             active=lambda name: name in units and units[name].leads,
+            vitals=lambda: vitals_of(u.registry for u in units.values()),
         )
 
     def bind_watcher(self, watcher: PolicyWatcher, secure: bool, plog: PolicyLog) -> None:

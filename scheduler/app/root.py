@@ -37,6 +37,7 @@ from scheduler.server.auth import TENANT_HEADER, Authenticator
 from scheduler.server.metrics import Metrics
 from scheduler.server.policy_log import PolicyLog
 from scheduler.state.config import state_url
+from slots.autoscaler.metrics import DemandGauges
 
 log = logging.getLogger("slotsched.server")
 
@@ -110,7 +111,8 @@ async def start_server(
     if watcher is not None:
         mode.bind_watcher(watcher, secure, plog)
     auth = Authenticator(secure, mode.policy)
-    grpc_server = mode.assemble(auth, keys, plog)
+    demand = mode.demand()
+    grpc_server = mode.assemble(auth, keys, plog, demand)
     placeholder = next((kid for kid in keys.kids if kid.startswith("replace-me")), None)
     if placeholder is not None:
         # The deploy's placeholder key is committed to the repository: anyone can sign with it
@@ -158,6 +160,8 @@ async def start_server(
     running.grant_keys = keys
     running.transport = tls.describe() if tls is not None else "plaintext"
     _add_autoscaler(running, metrics, host, autoscaler_env, autoscale_period_s)
+    if running.autoscalers is None:  # KEDA or static: the drain estimate and oldest waits still
+        metrics.registry.register(DemandGauges(demand.pool_names, demand.scale_input))
     if watcher is not None:
         running._tasks.append(asyncio.create_task(watcher.run()))
     await mode.start(running, grpc_server)

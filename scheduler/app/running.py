@@ -31,7 +31,7 @@ from scheduler.server.policy_log import PolicyLog
 from scheduler.server.pool_routes import Router
 from scheduler.server.registry import WorkerRegistry
 from slots.autoscaler.loop import Autoscaler
-from slots.autoscaler.pools import PoolAutoscalers
+from slots.autoscaler.pools import PoolAutoscalers, PoolsDemand
 
 if TYPE_CHECKING:  # kubernetes and the state store are imported only when asked for
     from scheduler.kube.policy_watch import PolicyWatcher
@@ -66,7 +66,10 @@ class Mode(Protocol):
     def durable(self) -> bool: ...  # journaled: health waits for the store and the lead
     def policy(self) -> Policy: ...  # what callers are authenticated by
     def bind_watcher(self, watcher: PolicyWatcher, secure: bool, plog: PolicyLog) -> None: ...
-    def assemble(self, auth: Authenticator, keys: GrantKeyring, plog: PolicyLog) -> GrpcServer: ...
+    def demand(self) -> PoolsDemand: ...  # each pool's demand, for KEDA and the demand gauges
+    def assemble(
+        self, auth: Authenticator, keys: GrantKeyring, plog: PolicyLog, demand: PoolsDemand
+    ) -> GrpcServer: ...
     def autoscalers(
         self, env: Mapping[str, str], scheduler: str, metrics: CollectorRegistry, period_s: float
     ) -> PoolAutoscalers | None: ...

@@ -95,6 +95,17 @@ class NoEligiblePool(SlotschedError):
     the request or the policy: sending it again will not help."""
 
 
+class UnknownBudget(SlotschedError):
+    """FAILED_PRECONDITION, reason UNKNOWN_BUDGET: a permit names a budget the policy lacks
+    (the message lists the policy's budgets). Sending it again will not help."""
+
+
+class PermitRefused(SlotschedError):
+    """FAILED_PRECONDITION about a permit: another session's (PERMIT_NOT_OWNER), already
+    settled, expired or withdrawn (PERMIT_CLOSED), or a waiting permit the new policy could
+    never serve (PERMIT_POLICY_CHANGED)."""
+
+
 class NotFound(SlotschedError):
     """NOT_FOUND: no such session or lease (e.g. it already expired)."""
 
@@ -146,6 +157,8 @@ BY_NAME: dict[str, type[SlotschedError]] = {
         NoQuota,
         StaleLease,
         NoEligiblePool,
+        UnknownBudget,
+        PermitRefused,
         NotFound,
         AcquireTimeout,
         Unavailable,

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -128,6 +128,43 @@ class MuxCall:
         return True
 
 
+class Following:
+    """A command answered more than once on its ref (`Command.follows`: a queued permit, then
+    its grant): the first answer is `first`'s, every later one goes to `tell` (an answer
+    message, or an AioRpcError), until `more(answer)` says it was the last. Once answered it is
+    not waited on for the channel's silence watch: a permit may wait long, the server silent."""
+
+    def __init__(self, tell: Callable[[Any], None], more: Callable[[Any], bool]) -> None:
+        self.first: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.first.add_done_callback(_consume)
+        self._tell = tell
+        self._more = more
+        self.over = False
+
+    @property
+    def answered(self) -> bool:
+        return self.first.done()
+
+    def feed(self, answer: Any) -> bool:
+        """Hand one answer out; whether more are to come."""
+        more = not isinstance(answer, BaseException) and self._more(answer)
+        self.over = not more
+        if not self.first.done():
+            if isinstance(answer, BaseException):
+                self.first.set_exception(answer)
+            else:
+                self.first.set_result(answer)
+        else:
+            self._tell(answer)
+        return more
+
+    def done(self) -> bool:
+        return self.over
+
+    def set_exception(self, err: BaseException) -> None:
+        self.feed(err)
+
+
 class _Conn:
     """One open Channel call: a writer that batches commands, a reader that dispatches events."""
 
@@ -137,7 +174,7 @@ class _Conn:
         self.call: ChannelCall = client.open_channel()
         self.call.resend = self._resend  # told what to send again if it re-opens at the leader
         self.sessions: dict[str, MuxCall] = {}
-        self.waiting: dict[int, asyncio.Future[Any] | MuxCall] = {}
+        self.waiting: dict[int, asyncio.Future[Any] | MuxCall | Following] = {}
         self.pending: list[pb.ChannelCommand] = []
         self.ready = asyncio.Event()
         self.broken: grpc.aio.AioRpcError | None = None
@@ -296,9 +333,13 @@ class _Conn:
                 fut = self.waiting.pop(ev.ref, None)
                 if isinstance(fut, asyncio.Future) and not fut.done():
                     fut.set_result(getattr(ev, kind))
+                elif isinstance(fut, Following) and fut.feed(getattr(ev, kind)):
+                    self.waiting[ev.ref] = fut  # its next answer comes on the same ref
         for call in finishing:
             call.feed(_END)  # no error followed its last event in the same message: OK
-        self.quiet_since = self._clock() if self.waiting else None  # heard: the clock starts again
+        # Heard: the clock starts again, if anything still waits for a first answer.
+        waits = any(not isinstance(t, Following) or not t.answered for t in self.waiting.values())
+        self.quiet_since = self._clock() if waits else None
         if refused_here is not None:
             # Every command here would be refused the same: the sessions re-attach, and their
             # commands go again, on a channel to the leader the refusal names.
@@ -437,6 +478,23 @@ class SessionMux:
             conn.mux.idle(conn)
             raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
 
+    async def command_following(
+        self, timeout: float | None, tell: Callable[[Any], None], more: Callable[[Any], bool], **kind: Any
+    ) -> Any:
+        """Send one command answered more than once (`Following`); its first answer."""
+        (request,) = kind.values()
+        conn = self._of(request.session_id)
+        ref = self.next_ref()
+        following = Following(tell, more)
+        conn.waiting[ref] = following
+        conn.send(pb.ChannelCommand(ref=ref, **kind))
+        try:
+            return await asyncio.wait_for(asyncio.shield(following.first), timeout)
+        except TimeoutError:
+            conn.waiting.pop(ref, None)
+            conn.mux.idle(conn)
+            raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+
     # ------------------------------------------------ SessionTransport (transport.py)
 
     def attach(self, request: pb.AcquireRequest, metadata: Any = None) -> MuxCall:
@@ -448,6 +506,14 @@ class SessionMux:
         if command.field is None or command.streaming:
             raise ValueError(f"{command.name} is not a unary command sent on a Channel")
         return await self.command(timeout, **{command.field: request})
+
+    async def send_following(
+        self, command: Command, request: Message, metadata: Any, tell: Callable[[Any], None],
+        more: Callable[[Any], bool], timeout: float,
+    ) -> Any:  # fmt: skip
+        """A following command (`Command.follows`), as its row's Channel field."""
+        assert command.field is not None and command.follows
+        return await self.command_following(timeout, tell, more, **{command.field: request})
 
     async def close(self) -> None:
         conns, self.conns = self.conns, []

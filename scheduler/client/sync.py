@@ -35,6 +35,7 @@ from scheduler.client.channel import tls_credentials
 from scheduler.client.errors import SlotschedError
 from scheduler.client.forward import Forward
 from scheduler.client.options import ClientOptions
+from scheduler.client.permit import OnPermitQueued, Permit, PermitQueue, Settled
 from scheduler.client.phases import Phase
 from scheduler.client.types import LeaseInfo, QoS, QueueInfo, SessionInfo, Slot, SnapshotRef
 
@@ -241,6 +242,20 @@ class Session:
         """Block until `predicate(self)` holds; TimeoutError after `timeout` seconds."""
         self._client.run(self._a.wait_until(lambda _a: predicate(self), timeout))
 
+    def permit(
+        self,
+        budget: str,
+        estimate: Any,
+        *,
+        on_queued: OnPermitQueued | None = None,
+        timeout_s: float | None = None,
+    ) -> SyncPermit:
+        """The blocking twin of `AsyncSession.permit`: `with session.permit(...) as p:` around the
+        call, then `p.settle(response)`; `on_queued` runs on the client's loop thread."""
+        return SyncPermit(
+            self._client, self._a.permit(budget, estimate, on_queued=on_queued, timeout_s=timeout_s)
+        )
+
     def release(self) -> None:
         """Release the lease or withdraw the queued request (raises typed errors)."""
         self._client.run(self._a.release())
@@ -256,3 +271,37 @@ class Session:
         tb: TracebackType | None,
     ) -> None:
         self._client.run(self._a.__aexit__(exc_type, exc, tb))
+
+
+class SyncPermit:
+    """The blocking twin of `client.permit.Permit`."""
+
+    def __init__(self, client: Client, apermit: Permit) -> None:
+        self._client = client
+        self.aio = apermit
+
+    @property
+    def permit_id(self) -> str | None:
+        return self.aio.permit_id
+
+    @property
+    def queue(self) -> PermitQueue | None:
+        return self.aio.queue
+
+    def settle(self, usage: Any) -> Settled:
+        return self._client.run(self.aio.settle(usage))
+
+    def throttled(self, retry_after_s: float | None = None, usage: Any = None) -> Settled:
+        return self._client.run(self.aio.throttled(retry_after_s, usage))
+
+    def withdraw(self) -> None:
+        self._client.run(self.aio.withdraw())
+
+    def __enter__(self) -> Self:
+        self._client.run(self.aio.request())
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._client.run(self.aio.__aexit__(exc_type, exc, tb))

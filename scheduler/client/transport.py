@@ -64,6 +64,15 @@ class SessionTransport(Protocol):
         """Send one unary command; its answer (`RenewResponse`, ...)."""
         ...
 
+    async def send_following(
+        self, command: Command, request: Message, metadata: Metadata, tell: Callable[[Any], None],
+        more: Callable[[Any], bool], timeout: float,
+    ) -> Any:  # fmt: skip
+        """Send a command answered more than once (`Command.follows`: a permit, queued then
+        granted): its first answer returned, later ones (or an AioRpcError) given to `tell`
+        while `more(answer)` says more follow. `timeout` bounds the first answer."""
+        ...
+
 
 class RpcTransport:
     """The per-session rpcs: Acquire its server stream, each command its unary rpc (the row's
@@ -77,6 +86,14 @@ class RpcTransport:
         return call
 
     async def send(self, command: Command, request: Message, metadata: Metadata, timeout: float) -> Any:
+        return await getattr(self._stub, command.rpc)(request, metadata=metadata, timeout=timeout)
+
+    async def send_following(
+        self, command: Command, request: Message, metadata: Metadata, tell: Callable[[Any], None],
+        more: Callable[[Any], bool], timeout: float,
+    ) -> Any:  # fmt: skip
+        """The rpc answers once the wait is over (its last answer): nothing to `tell`; the
+        timeout is the whole wait's (the server withdraws a permit at the call's deadline)."""
         return await getattr(self._stub, command.rpc)(request, metadata=metadata, timeout=timeout)
 
 

@@ -39,7 +39,9 @@ from scheduler.policy.schema import (
     BUDGET_FIELDS,
     BUDGET_LIMIT_FIELDS,
     BUDGET_RATE_FIELDS,
+    CLOCK_RE,
     FAIRNESS_FIELDS,
+    FORECAST_FIELDS,
     KIND,
     LIMITS_FIELDS,
     MAX_WORKER_SLOTS,
@@ -51,6 +53,8 @@ from scheduler.policy.schema import (
     POOL_NAME_RE,
     QUEUE_FIELDS,
     RATE_LIMITS_KEYS,
+    RECYCLE_FIELDS,
+    SCALE_DOWN_FIELDS,
     SCALE_UP_FIELDS,
     TARGET_MAX_LEN,
     TARGET_RE,
@@ -59,6 +63,7 @@ from scheduler.policy.schema import (
     TENANT_POOL_FIELDS,
     TIMING_FIELDS,
     TOKEN_HASH_RE,
+    WEEKDAYS,
     WEIGHT_FIELDS,
     WORKER_ID_MAX_LEN,
     Num,
@@ -268,6 +273,26 @@ def _pool_names(description: str) -> Schema:
     }
 
 
+def _schedule() -> Schema:
+    clock = {"type": "string", "pattern": CLOCK_RE.pattern}
+    window = _obj(
+        {
+            "days": {"type": "array", "items": {"type": "string", "enum": list(WEEKDAYS)}, "minItems": 1},
+            "start": clock,
+            "end": clock,
+            "minWorkers": _num(Num("minWorkers", "min_workers", True)),
+        },
+        required=["start", "end", "minWorkers"],
+    )
+    return _obj(
+        {
+            "timeZone": {"type": "string", "description": "IANA time zone of the windows (default UTC)."},
+            "windows": {"type": "array", "items": window},
+        },
+        "Minimum workers by time of day.",
+    )
+
+
 def _names(description: str) -> Schema:
     """Certificate identities (SAN URIs or DNS names): checked in full by the scheduler."""
     return {
@@ -370,6 +395,10 @@ def policy_schema() -> Schema:
         {
             "weights": _obj(_nums(WEIGHT_FIELDS), "Demand weight per QoS class."),
             "scaleUp": _obj(_nums(SCALE_UP_FIELDS), "How fast the pool may grow."),
+            "scaleDown": _obj(_nums(SCALE_DOWN_FIELDS), "How fast the pool may shrink (the smaller step)."),
+            "recycle": _obj(_nums(RECYCLE_FIELDS), "Replace a worker past this memory or age, gracefully."),
+            "schedule": _schedule(),
+            "forecast": _obj(_nums(FORECAST_FIELDS), "Raise the minimum from demand recorded on past days."),
             **_nums(AUTOSCALER_FIELDS),
         },
         "The companion autoscaler's tuning.",

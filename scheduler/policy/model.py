@@ -19,6 +19,36 @@ WORKER: Final = "worker"
 
 
 @dataclass(frozen=True)
+class ScheduleWindow:
+    """spec.autoscaler.schedule.windows[i]: at least `min_workers` from `start` to `end` (minutes
+    after local midnight; an `end` before `start` runs past midnight) on `days` (0 = Monday)."""
+
+    start_min: int
+    end_min: int
+    min_workers: int
+    days: tuple[int, ...] = (0, 1, 2, 3, 4, 5, 6)
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """spec.autoscaler.schedule: minimum workers by time of day, in `time_zone` (IANA name)."""
+
+    time_zone: str = "UTC"
+    windows: tuple[ScheduleWindow, ...] = ()
+
+
+@dataclass(frozen=True)
+class ForecastSpec:
+    """spec.autoscaler.forecast: raise the minimum to the highest demand recorded at the same
+    time of day over the last `lookback_days` days (0: off), `lead_s` ahead (None: the worker
+    start-up time plus one decision period), in buckets of `bucket_s`."""
+
+    lookback_days: int = 0
+    lead_s: float | None = None
+    bucket_s: float = 300.0
+
+
+@dataclass(frozen=True)
 class AutoscalerSpec:
     weight_guaranteed: float = 3.0
     weight_burstable: float = 1.0
@@ -32,6 +62,14 @@ class AutoscalerSpec:
     scale_down_cooldown_s: float = 60.0
     drain_timeout_s: float = 120.0
     start_delay_s: float = 5.0
+    scale_up_oldest_wait_s: float = 0.0  # scaleUp.oldestWaitSeconds; 0: off
+    scale_down_pods: int = 0  # scaleDown.pods; 0: no pods policy
+    scale_down_percent: float = 100.0  # scaleDown.percent; 100: no percent limit
+    scale_down_period_s: float = 15.0  # scaleDown.periodSeconds
+    recycle_memory_bytes: int = 0  # recycle.memoryBytes; 0: off
+    recycle_max_age_s: float = 0.0  # recycle.maxAgeSeconds; 0: off
+    schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
+    forecast: ForecastSpec = field(default_factory=ForecastSpec)
 
 
 DEFAULT_POOL: Final = "default"

@@ -102,7 +102,28 @@ SCALE_UP_FIELDS: Final = (
     Num("pods", "scale_up_pods", True, minimum=1),
     Num("percent", "scale_up_percent", False, exclusive=True),
     Num("periodSeconds", "scale_up_period_s", False, exclusive=True),
+    Num("oldestWaitSeconds", "scale_up_oldest_wait_s", False),
 )
+# spec.autoscaler.scaleDown: the HPA's scale-down policies, the more conservative applied.
+SCALE_DOWN_FIELDS: Final = (
+    Num("pods", "scale_down_pods", True),
+    Num("percent", "scale_down_percent", False, exclusive=True, maximum=100.0),
+    Num("periodSeconds", "scale_down_period_s", False, exclusive=True),
+)
+RECYCLE_FIELDS: Final = (
+    Num("memoryBytes", "recycle_memory_bytes", True),
+    Num("maxAgeSeconds", "recycle_max_age_s", False),
+)
+FORECAST_FIELDS: Final = (
+    Num("lookbackDays", "lookback_days", True, maximum=28),
+    Num("leadSeconds", "lead_s", False),
+    Num("bucketSeconds", "bucket_s", False, exclusive=True, maximum=86400.0),
+)
+SCHEDULE_KEYS: Final = ("timeZone", "windows")
+SCHEDULE_WINDOW_KEYS: Final = ("days", "start", "end", "minWorkers")
+# Days of a schedule window, Monday first (datetime.weekday()).
+WEEKDAYS: Final = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+CLOCK_RE: Final = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 
 TOP_KEYS: Final = ("apiVersion", "kind", "metadata", "spec")
 METADATA_KEYS: Final = ("name", "labels", "annotations")
@@ -132,7 +153,9 @@ RESTART_ONLY: Final = {
 }
 # An entry of spec.pools: spec.pool's keys and what a pool among several has.
 POOLS_ENTRY_KEYS: Final = ("name", "labels", "compatibility") + POOL_KEYS + ("autoscaler", "target")
-AUTOSCALER_KEYS: Final = ("weights", "scaleUp") + tuple(f.key for f in AUTOSCALER_FIELDS)
+AUTOSCALER_KEYS: Final = ("weights", "scaleUp", "scaleDown", "recycle", "schedule", "forecast") + tuple(
+    f.key for f in AUTOSCALER_FIELDS
+)
 TENANT_KEYS: Final = (
     "name", "weight", "guaranteed", "burstable", "bestEffort", "tokens", "identities", "rateLimit",
     "pools", "budgets",

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from scheduler.policy.access import serving_warnings
+from scheduler.policy.autoscaler_keys import autoscaler_to_dict
 from scheduler.policy.budgets import budget_to_dict, tenant_budget_to_dict
 from scheduler.policy.errors import DOCUMENT, PolicyError, Problem
 from scheduler.policy.model import (
@@ -27,16 +28,13 @@ from scheduler.policy.model import (
 )
 from scheduler.policy.schema import (
     API_VERSION,
-    AUTOSCALER_FIELDS,
     FAIRNESS_FIELDS,
     KIND,
     LIMITS_FIELDS,
     POOL_FIELDS,
     QUEUE_FIELDS,
-    SCALE_UP_FIELDS,
     TENANT_POOL_FIELDS,
     TIMING_FIELDS,
-    WEIGHT_FIELDS,
     Num,
     fmt_number,
 )
@@ -138,11 +136,7 @@ def _pool_to_dict(pool: PoolSpec) -> dict[str, Any]:
 
 
 def _autoscaler_to_dict(a: AutoscalerSpec) -> dict[str, Any]:
-    return {
-        "weights": _numbers_to_dict(a, WEIGHT_FIELDS),
-        "scaleUp": _numbers_to_dict(a, SCALE_UP_FIELDS),
-        **_numbers_to_dict(a, AUTOSCALER_FIELDS),
-    }
+    return autoscaler_to_dict(a)
 
 
 def _only_changed(own: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:

@@ -55,6 +55,13 @@ CHANNEL_FULL = Reason.CHANNEL_FULL
 NOT_LEADER = Reason.NOT_LEADER
 NO_ELIGIBLE_POOL = Reason.NO_ELIGIBLE_POOL
 WORKER_POOL_DENIED = Reason.WORKER_POOL_DENIED
+UNKNOWN_BUDGET = Reason.UNKNOWN_BUDGET
+NO_BUDGET_SHARE = Reason.NO_BUDGET_SHARE
+BUDGET_QUEUE_FULL = Reason.BUDGET_QUEUE_FULL
+BUDGET_TENANT_QUEUE_FULL = Reason.BUDGET_TENANT_QUEUE_FULL
+PERMIT_POLICY_CHANGED = Reason.PERMIT_POLICY_CHANGED
+PERMIT_NOT_OWNER = Reason.PERMIT_NOT_OWNER
+PERMIT_CLOSED = Reason.PERMIT_CLOSED
 # Every failure with one of these codes carries an ErrorInfo; a builder without a reason gets these.
 DEFAULT_REASONS = wire.DEFAULT_REASONS
 
@@ -279,34 +286,59 @@ def from_refused(r: Refused, tenant: str) -> RpcFailure:
     """An Acquire the core would not queue: its status, ErrorInfo reason and metadata, and when
     to retry, from the reason's row (`scheduler/api/reasons.py`); the shape of each status
     (a BadRequest for INVALID_ARGUMENT, a QuotaFailure naming the cap) is this module's."""
-    row = reasons.of(r.reason)
+    return _from_row(
+        reasons.of(r.reason),
+        tenant,
+        r.message,
+        r.field or "pool",
+        r.pool,
+        r.retry_after_s,
+        r.estimated_wait_s,
+    )
+
+
+def from_budget_refused(
+    reason: str, message: str, tenant: str, field: str = "", retry_after_s: float | None = None
+) -> RpcFailure:
+    """A permit or a settle the budget core refused (its `PermitRefuseReason` or
+    `SettleRefuseReason` value), by the reason's row, as `from_refused`."""
+    row = reasons.BUDGET.get(reason)
+    if row is None:
+        raise KeyError(f"no row for the budget refusal {reason!r} in scheduler/api/reasons.py")
+    return _from_row(row, tenant, message, field or "estimate", "", retry_after_s or 0.0, None)
+
+
+def _from_row(
+    row: reasons.Row, tenant: str, message: str, field: str, pool: str,
+    retry_after_s: float, estimated_wait_s: float | None,
+) -> RpcFailure:  # fmt: skip
     code = grpc.StatusCode[row.status]
     if code is grpc.StatusCode.INVALID_ARGUMENT:
         # INVALID_ARGUMENT carries the field (BadRequest), as every malformed request does.
-        return invalid_argument(r.field or "pool", r.message)
+        return invalid_argument(field, message)
     if code is grpc.StatusCode.UNAVAILABLE:
         return unavailable()
     if row.info is None:
         # DUPLICATE_SESSION is answered by re-attaching; reaching here is a server bug.
-        return RpcFailure(grpc.StatusCode.INTERNAL, f"unexpected refusal {r.reason}: {r.message}")
+        return RpcFailure(grpc.StatusCode.INTERNAL, f"unexpected refusal {row.name}: {message}")
     info: dict[str, str] = {}
     if "tenant" in row.info_keys:
         info["tenant"] = tenant
-    if "pool" in row.info_keys and r.pool and r.pool != DEFAULT_POOL:
-        info["pool"] = r.pool  # named when there are several (a policy of one pool names `default`)
+    if "pool" in row.info_keys and pool and pool != DEFAULT_POOL:
+        info["pool"] = pool  # named when there are several (a policy of one pool names `default`)
     details: tuple[Message, ...] = ()
     md: tuple[tuple[str, str], ...] = ()
     if row.policy_key:  # a cap: which one, and whose (QuotaFailure)
         subject = f"tenant:{tenant}" if "tenant" in row.info_keys else "pool"
         violation = error_details_pb2.QuotaFailure.Violation(
-            subject=subject, description=f"{row.policy_key}: {r.message}"
+            subject=subject, description=f"{row.policy_key}: {message}"
         )
         details = (error_details_pb2.QuotaFailure(violations=[violation]),)
     if row.retry_after is reasons.RetryAfter.CORE:
-        md = ((RETRY_AFTER_KEY, str(round(r.retry_after_s * 1000))),)
-        if r.estimated_wait_s is not None:  # absent until a hold has been observed
-            md += ((ESTIMATED_WAIT_KEY, str(round(r.estimated_wait_s * 1000))),)
-    return RpcFailure(code, r.message, details, md, row.info, info)
+        md = ((RETRY_AFTER_KEY, str(round(retry_after_s * 1000))),)
+        if estimated_wait_s is not None:  # absent until a hold has been observed
+            md += ((ESTIMATED_WAIT_KEY, str(round(estimated_wait_s * 1000))),)
+    return RpcFailure(code, message, details, md, row.info, info)
 
 
 _REJECT_CODES = {

@@ -161,6 +161,11 @@ class Metrics:
         self.describe_all: DescribeAll = lambda: None
         self._set_tenants(())
         self.registry.register(_Collector(self))
+        # The token budgets' series (budget_metrics.py, which imports this module's histogram).
+        from scheduler.server.budget_metrics import BudgetCollector, BudgetMetrics
+
+        self.budget = BudgetMetrics(self._tenant)
+        self.registry.register(BudgetCollector(self.budget))
         self.registry.register(_BuildInfo())
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, resident memory, fds
         PlatformCollector(registry=self.registry)  # python_info

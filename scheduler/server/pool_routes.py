@@ -83,6 +83,9 @@ class PoolUnit:
     #: is not led per pool).
     leadership: Callable[[], Awaitable[PoolLeader | None]] = _no_leader
 
+    def __post_init__(self) -> None:
+        self.ops.pooled = bool(self.pool)  # budgets are not served per pool (session_ops.py)
+
     @property
     def leads(self) -> bool:
         return not self.loop.shutting_down and self.lease_holds()

@@ -158,7 +158,7 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
     ) -> workers_pb2.HeartbeatResponse:
         unit = self._router.for_worker(request.worker_id)
         _, wid = await self._guard(unit, context, "Heartbeat", request.worker_id)
-        w = unit.registry.heartbeat(wid)
+        w = unit.registry.heartbeat(wid, request.rss_bytes, request.uptime_seconds)
         # Built now, sent once durable: the leases listed must survive a crash, and a read after
         # the wait could list leases of later events that are not durable yet. Only this
         # worker's leases: the caller was just checked to be this worker (or an admin).

@@ -25,6 +25,7 @@ from scheduler.core.budget.types import (
     BudgetEvent,
     BudgetTick,
     BudgetView,
+    Charge,
     Outcome,
     PermitEnded,
     PermitEndReason,
@@ -107,6 +108,8 @@ class Budgets:
             self._settle(event, now, out)
         elif isinstance(event, Withdraw):
             self._withdraw(event, now, out)
+        elif isinstance(event, Charge):
+            self._charge(event, now, out)
         elif isinstance(event, BudgetTick):
             for book in self.books.values():
                 book.serve(now, out)
@@ -274,6 +277,34 @@ class Budgets:
         if retry is not None:
             book.throttled(p, float(retry), now, out)
         book.serve(now, out)  # a refund may grant waiters
+
+    def _charge(self, ev: Charge, now: float, out: list[BudgetDecision]) -> None:
+        """A permit granted now with a zero estimate and settled at once: its whole usage a debt."""
+        if ev.permit in self.where:
+            out.append(
+                SettleRefused(ev.permit, SettleRefuseReason.NOT_OPEN, f"permit {ev.permit!r} is open here")
+            )
+            return
+        problem = usage_problem(ev.usage, "usage")
+        book = self.books.get(ev.budget)
+        share = None if book is None else book.shares.get(ev.tenant)
+        cls = CLASS_OF[ev.qos]
+        if problem is None and (book is None or share is None or not share.allowed(cls, book.on)):
+            problem = (
+                "budget",
+                f"budget: {ev.budget!r} is not a budget tenant {ev.tenant!r} has a {ev.qos.value} share of",
+            )
+        if problem is not None:
+            out.append(SettleRefused(ev.permit, SettleRefuseReason.INVALID_USAGE, problem[1], problem[0]))
+            return
+        assert book is not None and share is not None
+        zero = Usage(0.0, 0.0, 0.0)
+        book.seq += 1
+        p = Permit(ev.permit, ev.owner, share, cls, zero.vector(), zero, 0.0, book.seq, now)
+        p.granted_at, p.borrowed = now, cls != G
+        book.permits[p.id] = p
+        book.close(p, ev.usage.vector(), PermitEndReason.SETTLED, now, out)
+        book.serve(now, out)
 
     def _withdraw(self, ev: Withdraw, now: float, out: list[BudgetDecision]) -> None:
         p = self._open(ev.permit, ev.owner, True, now, out)

@@ -110,11 +110,26 @@ class Withdraw:
 
 
 @dataclass(frozen=True)
+class Charge:
+    """A settle of a permit this core never granted (one a leader granted before a failover):
+    its usage is charged to the tenant's share in `qos` as a debt (a permit granted now with a
+    zero estimate, settled at once), so usage is never lost from the count. It says nothing of
+    the provider's limit now, so it carries no throttle."""
+
+    permit: PermitId
+    owner: str
+    tenant: TenantName
+    budget: BudgetName
+    qos: QoS
+    usage: Usage
+
+
+@dataclass(frozen=True)
 class BudgetTick:
     """Time passes: refills, TTLs, recovery, and the grants they allow."""
 
 
-BudgetEvent = PermitRequest | Settle | Withdraw | BudgetTick
+BudgetEvent = PermitRequest | Settle | Withdraw | Charge | BudgetTick
 
 
 # ---------------------------------------------------------------- decisions
