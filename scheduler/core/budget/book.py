@@ -11,7 +11,9 @@ Per dimension (requests, input, output, total tokens, those the budget limits):
   limit, nor refills faster than it, so the fleet cannot send more than the provider's window;
 * a Guaranteed permit draws on its leaf only (its reserved rate is also its ceiling, as a slot
   quota's `guaranteed` is); Burstable and BestEffort permits borrow from the shared bucket, each
-  within its class ceiling, in the order of service `TIERS`, then fair share, then arrival.
+  within its class ceiling, in the order of service (`Tier`: Burstable within nominal, then
+  Burstable beyond it and BestEffort by weighted share, a tenant's Burstable before its own
+  BestEffort), then arrival.
 
 `serve` is the pass: refill, expire permits past their TTL, recover the limit, grant what fits;
 the head of the shared queue blocks those behind it (a large permit is never starved by small
