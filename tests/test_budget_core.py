@@ -401,6 +401,35 @@ SCENARIOS: list[tuple[str, dict[str, Any], list[Step], list[Step]]] = [
         ],
     ),
     (
+        "a grant beyond nominal never eats the nominal (as a borrowing slot lease is not a "
+        "nominal one): the tenant's next permit within it is served in the nominal tier",
+        {},
+        [
+            ("req", 0, "p1", "b", B, 1200, 0),
+            ("tick", 13.4),  # within b's nominal (its meter: 1,200, 20 a second)
+            ("req", 13.4, "p2", "b", B, 600, 0),
+            ("tick", 20.2),  # beyond it: counted in b's share, its meter untouched
+            ("req", 20.2, "p3", "e", E, 2700, 0),
+            ("tick", 50.3),  # the shared bucket spent again; b's meter back to ~740
+            ("req", 50.3, "p4", "b", B, 700, 0),  # within nominal
+            ("req", 50.3, "p5", "c", B, 1300, 0),  # beyond c's, at share 0
+            ("tick", 58.2),
+            ("withdraw", 58.3, "p5"),
+        ],
+        [
+            ("queued", "p1", "budget_exhausted", 0),
+            ("granted", "p1"),
+            ("queued", "p2", "budget_exhausted", 0),
+            ("granted", "p2"),
+            ("queued", "p3", "budget_exhausted", 0),
+            ("granted", "p3"),
+            ("queued", "p4", "budget_exhausted", 0),
+            ("queued", "p5", "budget_exhausted", 1),
+            ("granted", "p4"),
+            ("withdrawn", "p5"),
+        ],
+    ),
+    (
         "beyond nominal, Burstable and BestEffort share one tier by weighted share: a light "
         "tenant's BestEffort before a heavy tenant's Burstable beyond its nominal",
         {},

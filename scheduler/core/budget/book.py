@@ -235,7 +235,9 @@ class Book:
             ceiling = s.ceilings[p.cls]
             if ceiling is not None:
                 ceiling.take(p.estimate)
-            if p.cls != BE and s.nominal is not None:
+            if not p.counted and s.nominal is not None:
+                # Within nominal only: a grant beyond it never eats the nominal (as a borrowing
+                # slot lease is not a nominal one), it counts in the share instead.
                 s.nominal.advance(now)
                 s.nominal.take(p.estimate, floor=True)
             if p.counted:
@@ -274,7 +276,7 @@ class Book:
             self.shared.add(s.leaf.give(refund))  # a full leaf lends the rest, as its refill
         elif p.borrowed:
             self.shared.give(refund)
-            for b in (s.ceilings[p.cls], s.nominal if p.cls != BE else None):
+            for b in (s.ceilings[p.cls], s.nominal if not p.counted else None):
                 if b is not None:
                     b.advance(now)
                     b.give(refund)
