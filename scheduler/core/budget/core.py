@@ -49,8 +49,18 @@ _FIELDS = ("estimate.requests", "estimate.input_tokens", "estimate.output_tokens
 MAX_RETRY_AFTER_S = 3600.0
 
 
+_NUMBERS = (int, float)  # exact types: a bool is not a count
+
+
 def usage_problem(u: Usage, name: str) -> tuple[str, str] | None:
     """(field, message) for a usage or an estimate no call could have, or None."""
+    i, o, r = u.input_tokens, u.output_tokens, u.requests
+    if (
+        type(i) in _NUMBERS and type(o) in _NUMBERS and type(r) in _NUMBERS
+        and 0 <= i <= MAX_TOKENS_PER_CALL and 0 <= o <= MAX_TOKENS_PER_CALL
+        and 0 <= r <= MAX_TOKENS_PER_CALL
+    ):  # fmt: skip
+        return None  # the common case, in a few comparisons (NaN fails them: checked below)
     for fld, v in (
         ("input_tokens", u.input_tokens),
         ("output_tokens", u.output_tokens),
@@ -77,6 +87,7 @@ class Budgets:
     def __init__(self, policy: Policy, now: float) -> None:
         self.policy = policy
         self.books: dict[str, Book] = {}
+        self.tenants = frozenset(t.name for t in policy.tenants)
         self.where: dict[PermitId, Book] = {}
         for spec in policy.budgets:
             self.books[spec.name] = Book(
@@ -118,8 +129,11 @@ class Budgets:
         return self._outcome(out)
 
     def wake_at(self) -> float | None:
-        times = [b.wake for b in self.books.values() if b.wake is not None]
-        return min(times) if times else None
+        soonest = None
+        for b in self.books.values():
+            if b.wake is not None and (soonest is None or b.wake < soonest):
+                soonest = b.wake
+        return soonest
 
     def views(self) -> tuple[BudgetView, ...]:
         return tuple(b.view() for b in self.books.values())
@@ -155,7 +169,7 @@ class Budgets:
             return self._refuse(
                 out, ev, R.UNKNOWN_BUDGET, f"unknown budget {ev.budget!r}: the policy's budgets are {names}"
             )
-        if self.policy.tenant(ev.tenant) is None:
+        if ev.tenant not in self.tenants:
             return self._refuse(out, ev, R.UNKNOWN_TENANT, f"tenant {ev.tenant!r} is not in the policy")
         cls = CLASS_OF[ev.qos]
         share = book.shares.get(ev.tenant)
@@ -324,6 +338,7 @@ class Budgets:
         for book in self.books.values():
             book.serve(now, out)
         old_books, self.books, self.policy = self.books, {}, policy
+        self.tenants = frozenset(t.name for t in policy.tenants)
         for spec in policy.budgets:
             book = Book(spec, self._shares(policy, spec.name, now), self._half_life(policy), now)
             old = old_books.pop(spec.name, None)
