@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from scheduler.core.budget.core import Budgets
+from scheduler.core.budget.feed import SessionRates
 from scheduler.core.budget.types import (
     BudgetDecision,
     BudgetEvent,
@@ -33,6 +34,7 @@ from scheduler.core.budget.types import (
     PermitWithdrawn,
     Withdraw,
 )
+from scheduler.core.views import BudgetFeed
 from scheduler.policy.model import Policy
 
 log = logging.getLogger("slotsched.budgets")
@@ -66,6 +68,7 @@ class PermitDesk:
         self._armed_at: float | None = None
         self.closed = False
         self._views_at = 0.0
+        self.rates = SessionRates()  # what an active session spends a minute (the autoscaler's cap)
         if metrics is not None:
             metrics.budget_views(self.budgets.views())
 
@@ -97,7 +100,21 @@ class PermitDesk:
 
         return cancel
 
+    def feeds(self, names: tuple[str, ...]) -> tuple[BudgetFeed, ...]:
+        """The budgets `names` (a pool's) with what an active session was charged a minute
+        lately, for the autoscaler's cap; a budget nobody was charged on lately is left out."""
+        now = self._clock()
+        views: dict[str, BudgetView] = {v.name: v for v in self.budgets.views()}
+        out = []
+        for name in names:
+            view = views.get(name)
+            rate = self.rates.per_session(name, now)
+            if view is not None and rate is not None:
+                out.append(BudgetFeed(name, view.limits_per_minute, rate))
+        return tuple(out)
+
     def apply_policy(self, policy: Policy) -> None:
+        self.rates.forget({b.name for b in policy.budgets})
         outcome = self.budgets.apply_policy(policy, self._clock())
         self._after(outcome.decisions, outcome.wake_at, "")
 
@@ -134,6 +151,8 @@ class PermitDesk:
                 )  # fmt: skip
             elif isinstance(d, PermitEnded | PermitWithdrawn):
                 self._watchers.pop(d.permit, None)
+                if isinstance(d, PermitEnded):
+                    self.rates.observe(d.budget, d.owner, d.charged, self._clock())
                 tenant = self._tenants.pop(d.permit, tenant) if isinstance(d, PermitWithdrawn) else d.tenant
             if metrics is not None:
                 metrics.observe_budget(d, tenant)
