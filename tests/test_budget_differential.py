@@ -10,12 +10,14 @@ a deliberate change of semantics must update FINGERPRINT (say why in the commit)
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import hashlib
 import random
 from typing import Any
 
+import pytest
 from budget_script import BUDGET, B, E, G, event, policy
 
 from scheduler.core.budget.core import Budgets
@@ -59,7 +61,7 @@ def _policy(keys: dict[str, Any]) -> Any:
     return policy(budget=keys.get("budget"), **{k: v for k, v in keys.items() if k != "budget"})
 
 
-def _run(seed: int, keys: dict[str, Any]) -> list[Any]:
+def _run(seed: int, keys: dict[str, Any], probe: bool = False) -> list[Any]:
     rnd = random.Random(seed)
     core = Budgets(_policy(keys), 0.0)
     now, wake = 0.0, None
@@ -73,6 +75,8 @@ def _run(seed: int, keys: dict[str, Any]) -> list[Any]:
         out = core.handle(ev, t)
         wake = out.wake_at
         log.append((_norm(t), _norm(out.wake_at)))
+        if probe:
+            _probe(core, t)
         for d in out.decisions:
             log.append(_norm(d))
             pid = getattr(d, "permit", None)
@@ -119,17 +123,44 @@ def _run(seed: int, keys: dict[str, Any]) -> list[Any]:
     return log
 
 
-def fingerprint() -> str:
+def _probe(core: Budgets, now: float) -> None:
+    """`positions` tells each waiting permit what `queued` would with every meter refilled to
+    now (on a copy: it refills them; `positions` reads them as of now without moving them)."""
+    told = {q.permit: q for q in core.positions(now)}
+    twin = copy.deepcopy(core)
+    for book in twin.books.values():
+        for share in book.shares.values():  # `queued` reads the meters as they were last moved
+            for meter in (share.nominal, *share.ceilings):
+                if meter is not None:
+                    meter.refill(now)
+        waiting = [p for p in book.permits.values() if p.granted_at is None]
+        assert sorted(told) == sorted(p.id for p in waiting) or book.name != BUDGET
+        for p in waiting:
+            want, got = book.queued(p, now), told[p.id]
+            assert (got.position, got.reason) == (want.position, want.reason), (got, want)
+            if book.shared.last != now:
+                continue  # not served at `now` (a refused settle): positions refills, queued not
+            if want.estimated_wait_s is None:
+                assert got.estimated_wait_s is None
+            else:
+                assert got.estimated_wait_s == pytest.approx(want.estimated_wait_s, rel=1e-9, abs=1e-9)
+
+
+def fingerprint(probe: bool = False, seeds: int = 40) -> str:
     h = hashlib.sha256()
     for i, keys in enumerate(POLICIES):
-        for seed in range(40):
-            for entry in _run(1000 * i + seed, keys):
+        for seed in range(seeds):
+            for entry in _run(1000 * i + seed, keys, probe):
                 h.update(repr(entry).encode())
     return h.hexdigest()
 
 
 def test_the_optimized_core_decides_as_the_original_did() -> None:
     assert fingerprint() == FINGERPRINT
+
+
+def test_positions_tell_what_queued_would_and_change_no_decision() -> None:
+    assert fingerprint(probe=True, seeds=8) == fingerprint(seeds=8)
 
 
 if __name__ == "__main__":  # the fingerprint of the code checked out (run from the root)

@@ -382,6 +382,71 @@ class Book:
             reason = PermitWaitReason.BUDGET_EXHAUSTED
         return PermitQueued(p.id, self.name, position, None if math.isinf(wait) else wait, reason)
 
+    def positions(self, now: float) -> list[PermitQueued]:
+        """Every waiting permit's place as `queued` would tell it now, in one pass (sorted once,
+        prefix sums), moving no bucket: a query the shell makes to tell waiters whose position
+        or reason changed, which must not change what the core decides next."""
+        out: list[PermitQueued] = []
+        if not self.waiting:
+            return out
+        blocked = self.blocked_until is not None
+        lent = self._lent_rate()
+        borrowers = [
+            (self._peek_key(q, now), q)
+            for s in self.borrowers.values() for c in (B, BE) for q in s.queues[c]
+        ]  # fmt: skip
+        borrowers.sort(key=lambda kq: kq[0])
+        shared_need = [0.0, 0.0, 0.0, 0.0]
+        shared_wait: dict[PermitId, float] = {}
+        for _, q in borrowers:
+            for d in range(4):
+                shared_need[d] += q.estimate[d]
+            need = (shared_need[0], shared_need[1], shared_need[2], shared_need[3])
+            shared_wait[q.id] = _peek(self.shared, now).wait(need, lent, capped=False)
+        rank = {q.id: i for i, (_, q) in enumerate(borrowers)}
+        for s in self.shares.values():
+            if not s.waiting:
+                continue
+            for cls in (G, B, BE):
+                own = s.bucket(cls)
+                peeked = None if own is None else _peek(own, now)
+                need_own = [0.0, 0.0, 0.0, 0.0]
+                for i, q in enumerate(s.queues[cls]):
+                    for d in range(4):
+                        need_own[d] += q.estimate[d]
+                    mine: Vec = (need_own[0], need_own[1], need_own[2], need_own[3])
+                    wait = 0.0 if peeked is None else peeked.wait(mine, capped=False)
+                    position = i if cls == G else rank[q.id]
+                    if cls != G:
+                        wait = max(wait, shared_wait[q.id])
+                    if blocked:
+                        reason = PermitWaitReason.PROVIDER_THROTTLED
+                        wait = max(wait, (self.blocked_until or now) - now)
+                    elif cls == G or (peeked is not None and not peeked.covers(mine)):
+                        reason = PermitWaitReason.TENANT_BUDGET
+                    else:
+                        reason = PermitWaitReason.BUDGET_EXHAUSTED
+                    est = None if math.isinf(wait) else wait
+                    out.append(PermitQueued(q.id, self.name, position, est, reason))
+        return out
+
+    def _peek_key(self, p: Permit, now: float) -> tuple[Tier, float, int]:
+        """`key` without refilling a meter or decaying a share (the same arithmetic)."""
+        if p.cls == BE:
+            tier = Tier.BEST_EFFORT
+        else:
+            meter = p.share.nominal
+            covered = meter is not None and _peek(meter, now).covers(p.estimate)
+            tier = Tier.BURSTABLE_NOMINAL if covered else Tier.BURSTABLE_BEYOND
+        s = p.share
+        if self.half_life <= 0:
+            share = s.in_flight / s.weight
+        elif now > s.usage_at:
+            share = s.usage * math.pow(2.0, -(now - s.usage_at) / self.half_life) / s.weight
+        else:
+            share = s.usage / s.weight
+        return (tier, share, p.seq)
+
     def _wake(self, now: float) -> float | None:
         """The earliest time something here may change without an event: a retry-after passing,
         a permit's TTL, a recovery step, a waiter's refill."""
@@ -424,6 +489,13 @@ class Book:
             self.name, self.factor, eff, self.configured, self.shared.level(), self.waiting,
             len(self.permits) - self.waiting, self.blocked_until,
         )  # fmt: skip
+
+
+def _peek(b: Bucket, now: float) -> Bucket:
+    """A copy of `b` refilled to `now`: what it would hold, the original untouched."""
+    copy = Bucket(b.on, b.rate, b.cap, list(b.tokens), b.last)
+    copy.refill(now)
+    return copy
 
 
 def _sum(vs: Iterable[Vec]) -> Vec:
