@@ -347,14 +347,14 @@ class Budgets:
         for book in books:
             book.serve(now, out)  # to now first: a permit past its TTL expires as it would have
         for pid in mine:
-            book = self.where.get(pid)
-            p = None if book is None else book.permits.get(pid)
-            if book is None or p is None or p.owner != ev.owner:
+            at = self.where.get(pid)
+            p = None if at is None else at.permits.get(pid)
+            if at is None or p is None or p.owner != ev.owner:
                 continue
             if p.granted_at is None:
-                book.withdraw(p, now, out)
+                at.withdraw(p, now, out)
             else:
-                book.close(p, p.estimate, PermitEndReason.SESSION_ENDED, now, out)
+                at.close(p, p.estimate, PermitEndReason.SESSION_ENDED, now, out)
         for book in books:
             book.serve(now, out)  # a withdrawal may let those behind it through
 
