@@ -1,7 +1,7 @@
-"""Wiring of the supply side per pool, for the wiring root (serve.py): the static local workers
+"""Wiring of the supply side per pool, for the composition root (scheduler/app/): the static local workers
 and the companion autoscaler, one loop and one actuator per pool.
 
-Why apart from serve.py: the wiring root composes; what each pool gets is decided here once. With
+Why apart from scheduler/app/: the root composes; what each pool gets is decided here once. With
 one pool everything is as before pools (workers `local-N`, one loop, the environment's target);
 with several, each pool gets its own `local-<pool>-N` workers (registered into it), and its own
 autoscaler loop whose actuator scales that pool's `PoolSpec.target` (kubernetes) or starts
