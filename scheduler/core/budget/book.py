@@ -99,6 +99,15 @@ class Book:
         self.shared = Bucket.per_minute(self.on, ZERO, now)
         self.permits: dict[PermitId, Permit] = {}
         self.waiting = 0
+        # Waiting permits per class: the pass skips what nobody waits on (the hot path).
+        self.waiting_by = [0, 0, 0]
+        # The shares with a borrower waiting (Burstable or BestEffort): where the head is looked
+        # for. Its order does not matter: the keys of the order of service are all distinct.
+        self.borrowers: dict[str, Share] = {}
+        # Fixed for the book's life (its shares and their reserved rates come with the policy).
+        self.leaves = [s for s in shares.values() if s.leaf is not None]
+        self._reserved = self._reserved_total()
+        self._shared_capacity = [max(0.0, self.configured[d] - self._reserved[d]) for d in range(4)]
         self.expiry: list[tuple[float, int, PermitId]] = []
         self.seq = 0
         self.wake: float | None = None
@@ -112,6 +121,9 @@ class Book:
         return (c[0] * f, c[1] * f, c[2] * f, c[3] * f)
 
     def reserved_total(self) -> list[float]:
+        return list(self._reserved)
+
+    def _reserved_total(self) -> list[float]:
         total = [0.0, 0.0, 0.0, 0.0]
         for s in self.shares.values():
             lim = s.limit[G]
@@ -124,7 +136,7 @@ class Book:
         """Rates and caps for the effective limit: leaves at their reserved rates (pro rata below
         their sum), the shared bucket the rest."""
         eff = self.effective()
-        total = self.reserved_total()
+        total = self._reserved
         scale = [min(1.0, eff[d] / total[d]) if total[d] > 0 else 1.0 for d in range(4)]
         for s in self.shares.values():
             lim = s.limit[G]
@@ -135,19 +147,21 @@ class Book:
 
     def shared_capacity(self) -> list[float]:
         """The shared bucket's cap at the configured limit: a borrowing estimate above it never fits."""
-        total = self.reserved_total()
-        return [max(0.0, self.configured[d] - total[d]) for d in range(4)]
+        return list(self._shared_capacity)
 
     # --- the pass -----------------------------------------------------------------------------
 
     def advance(self, now: float) -> None:
+        if not self.leaves:
+            self.shared.refill(now)
+            return
         over = [0.0, 0.0, 0.0, 0.0]
-        for s in self.shares.values():
-            if s.leaf is not None:
-                o = s.leaf.advance(now)
-                for d in self.on:
-                    over[d] += o[d]
-        self.shared.advance(now)
+        for s in self.leaves:
+            assert s.leaf is not None
+            o = s.leaf.advance(now)
+            for d in self.on:
+                over[d] += o[d]
+        self.shared.refill(now)
         self.shared.add(over)
 
     def serve(self, now: float, out: list[BudgetDecision]) -> None:
@@ -156,8 +170,9 @@ class Book:
         self._recover(now, out)
         if self.blocked_until is not None and now >= self.blocked_until:
             self.blocked_until = None
-        if self.blocked_until is None:
-            self._serve_guaranteed(now, out)
+        if self.blocked_until is None and self.waiting:
+            if self.waiting_by[G]:
+                self._serve_guaranteed(now, out)
             self._serve_shared(now, out)
         self.wake = self._wake(now)
 
@@ -172,7 +187,7 @@ class Book:
             return Tier.SHARED
         meter = p.share.nominal
         if meter is not None:
-            meter.advance(now)
+            meter.refill(now)
             if meter.covers(p.estimate):
                 return Tier.BURSTABLE_NOMINAL
         return Tier.SHARED
@@ -186,7 +201,7 @@ class Book:
         ceiling = p.share.ceilings[p.cls]
         if ceiling is None:
             return True
-        ceiling.advance(now)
+        ceiling.refill(now)
         return ceiling.covers(p.estimate)
 
     def head(self, now: float) -> Permit | None:
@@ -195,7 +210,9 @@ class Book:
         (the slot order's per-tenant contract); across tenants the share decides, then age."""
         best: Permit | None = None
         best_key: tuple[Tier, float, int] | None = None
-        for s in self.shares.values():
+        if not self.borrowers:
+            return None
+        for s in self.borrowers.values():
             shared_taken = False
             for cls in (B, BE):
                 q = s.queues[cls]
@@ -223,6 +240,9 @@ class Book:
         s.queues[p.cls].popleft()
         s.waiting -= 1
         self.waiting -= 1
+        self.waiting_by[p.cls] -= 1
+        if p.cls != G and not (s.queues[B] or s.queues[BE]):
+            del self.borrowers[s.tenant]
         if p.cls == G:
             assert s.leaf is not None
             s.leaf.take(p.estimate)
@@ -238,7 +258,7 @@ class Book:
             if not p.counted and s.nominal is not None:
                 # Within nominal only: a grant beyond it never eats the nominal (as a borrowing
                 # slot lease is not a nominal one), it counts in the share instead.
-                s.nominal.advance(now)
+                s.nominal.refill(now)
                 s.nominal.take(p.estimate, floor=True)
             if p.counted:
                 s.decayed(now, self.half_life)
@@ -278,7 +298,7 @@ class Book:
             self.shared.give(refund)
             for b in (s.ceilings[p.cls], s.nominal if not p.counted else None):
                 if b is not None:
-                    b.advance(now)
+                    b.refill(now)
                     b.give(refund)
             if p.counted:
                 spent = charged[self.unit]
@@ -360,12 +380,19 @@ class Book:
         p.share.queues[p.cls].append(p)
         p.share.waiting += 1
         self.waiting += 1
+        self.waiting_by[p.cls] += 1
+        if p.cls != G:
+            self.borrowers[p.share.tenant] = p.share
 
     def dequeue(self, p: Permit) -> None:
         del self.permits[p.id]
-        p.share.queues[p.cls].remove(p)
-        p.share.waiting -= 1
+        s = p.share
+        s.queues[p.cls].remove(p)
+        s.waiting -= 1
         self.waiting -= 1
+        self.waiting_by[p.cls] -= 1
+        if p.cls != G and not (s.queues[B] or s.queues[BE]):
+            del self.borrowers[s.tenant]
 
     def withdraw(self, p: Permit, now: float, out: list[BudgetDecision]) -> None:
         self.dequeue(p)
@@ -374,7 +401,7 @@ class Book:
     def _lent_rate(self) -> list[float]:
         """The refill full leaves lend the shared bucket now (a wait estimate counts it)."""
         lent = [0.0, 0.0, 0.0, 0.0]
-        for s in self.shares.values():
+        for s in self.leaves:
             if s.leaf is not None and s.leaf.full():
                 for d in self.on:
                     lent[d] += s.leaf.rate[d]
@@ -408,6 +435,71 @@ class Book:
         else:
             reason = PermitWaitReason.BUDGET_EXHAUSTED
         return PermitQueued(p.id, self.name, position, None if math.isinf(wait) else wait, reason)
+
+    def positions(self, now: float) -> list[PermitQueued]:
+        """Every waiting permit's place as `queued` would tell it now, in one pass (sorted once,
+        prefix sums), moving no bucket: a query the shell makes to tell waiters whose position
+        or reason changed, which must not change what the core decides next."""
+        out: list[PermitQueued] = []
+        if not self.waiting:
+            return out
+        blocked = self.blocked_until is not None
+        lent = self._lent_rate()
+        borrowers = [
+            (self._peek_key(q, now), q)
+            for s in self.borrowers.values() for c in (B, BE) for q in s.queues[c]
+        ]  # fmt: skip
+        borrowers.sort(key=lambda kq: kq[0])
+        shared_need = [0.0, 0.0, 0.0, 0.0]
+        shared_wait: dict[PermitId, float] = {}
+        for _, q in borrowers:
+            for d in range(4):
+                shared_need[d] += q.estimate[d]
+            need = (shared_need[0], shared_need[1], shared_need[2], shared_need[3])
+            shared_wait[q.id] = _peek(self.shared, now).wait(need, lent, capped=False)
+        rank = {q.id: i for i, (_, q) in enumerate(borrowers)}
+        for s in self.shares.values():
+            if not s.waiting:
+                continue
+            for cls in (G, B, BE):
+                own = s.bucket(cls)
+                peeked = None if own is None else _peek(own, now)
+                need_own = [0.0, 0.0, 0.0, 0.0]
+                for i, q in enumerate(s.queues[cls]):
+                    for d in range(4):
+                        need_own[d] += q.estimate[d]
+                    mine: Vec = (need_own[0], need_own[1], need_own[2], need_own[3])
+                    wait = 0.0 if peeked is None else peeked.wait(mine, capped=False)
+                    position = i if cls == G else rank[q.id]
+                    if cls != G:
+                        wait = max(wait, shared_wait[q.id])
+                    if blocked:
+                        reason = PermitWaitReason.PROVIDER_THROTTLED
+                        wait = max(wait, (self.blocked_until or now) - now)
+                    elif cls == G or (peeked is not None and not peeked.covers(mine)):
+                        reason = PermitWaitReason.TENANT_BUDGET
+                    else:
+                        reason = PermitWaitReason.BUDGET_EXHAUSTED
+                    est = None if math.isinf(wait) else wait
+                    out.append(PermitQueued(q.id, self.name, position, est, reason))
+        return out
+
+    def _peek_key(self, p: Permit, now: float) -> tuple[Tier, float, int]:
+        """`key` without refilling a meter or decaying a share (the same arithmetic)."""
+        if p.cls == BE:
+            tier = Tier.BEST_EFFORT
+        else:
+            meter = p.share.nominal
+            covered = meter is not None and _peek(meter, now).covers(p.estimate)
+            tier = Tier.BURSTABLE_NOMINAL if covered else Tier.BURSTABLE_BEYOND
+        s = p.share
+        if self.half_life <= 0:
+            share = s.in_flight / s.weight
+        elif now > s.usage_at:
+            share = s.usage * math.pow(2.0, -(now - s.usage_at) / self.half_life) / s.weight
+        else:
+            share = s.usage / s.weight
+        return (tier, share, p.seq)
 
     def _wake(self, now: float) -> float | None:
         """The earliest time something here may change without an event: a retry-after passing,
@@ -451,6 +543,13 @@ class Book:
             self.name, self.factor, eff, self.configured, self.shared.level(), self.waiting,
             len(self.permits) - self.waiting, self.blocked_until,
         )  # fmt: skip
+
+
+def _peek(b: Bucket, now: float) -> Bucket:
+    """A copy of `b` refilled to `now`: what it would hold, the original untouched."""
+    copy = Bucket(b.on, b.rate, b.cap, list(b.tokens), b.last)
+    copy.refill(now)
+    return copy
 
 
 def _sum(vs: Iterable[Vec]) -> Vec:
