@@ -484,14 +484,14 @@ class Book:
                     out.append(PermitQueued(q.id, self.name, position, est, reason))
         return out
 
-    def _peek_key(self, p: Permit, now: float) -> tuple[Tier, float, int]:
+    def _peek_key(self, p: Permit, now: float) -> tuple[Tier, float, int, int]:
         """`key` without refilling a meter or decaying a share (the same arithmetic)."""
         if p.cls == BE:
-            tier = Tier.BEST_EFFORT
+            tier = Tier.SHARED
         else:
             meter = p.share.nominal
             covered = meter is not None and _peek(meter, now).covers(p.estimate)
-            tier = Tier.BURSTABLE_NOMINAL if covered else Tier.BURSTABLE_BEYOND
+            tier = Tier.BURSTABLE_NOMINAL if covered else Tier.SHARED
         s = p.share
         if self.half_life <= 0:
             share = s.in_flight / s.weight
@@ -499,7 +499,7 @@ class Book:
             share = s.usage * math.pow(2.0, -(now - s.usage_at) / self.half_life) / s.weight
         else:
             share = s.usage / s.weight
-        return (tier, share, p.seq)
+        return (tier, share, p.cls, p.seq)
 
     def _wake(self, now: float) -> float | None:
         """The earliest time something here may change without an event: a retry-after passing,
