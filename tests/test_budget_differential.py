@@ -32,7 +32,7 @@ from scheduler.core.budget.types import (
 )
 from scheduler.core.types import TenantName
 
-FINGERPRINT = "5ecf4d7a58054f9cb7552269627eee9d4e8383b008fd31b177364b163265dc3c"
+FINGERPRINT = "b60cd0478cb7feeb99e54c7ed91c12fca4a78ff552994316ba82c381bc7ed123"
 
 WHO = [("g", G), ("b", B), ("c", B), ("b", E), ("e", E), ("c", E), ("z", B), ("g", B)]
 

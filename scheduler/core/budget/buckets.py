@@ -125,6 +125,11 @@ class Bucket:
         # A hair late rather than early: at the time returned the refill covers `v` for sure.
         return worst * (1.0 + 1e-12) + 1e-9 if worst > 0 else 0.0
 
+    def drain(self) -> None:
+        """Empty it (the provider says its window is spent); a debt is kept."""
+        for d in self.on:
+            self.tokens[d] = min(0.0, self.tokens[d])
+
     def rescale(self, per_minute: Vec) -> None:
         """A new rate and cap (one minute of it); tokens above the new cap are dropped."""
         for d in range(4):

@@ -334,7 +334,7 @@ class Budgets:
         zero = Usage(0.0, 0.0, 0.0)
         book.seq += 1
         p = Permit(ev.permit, ev.owner, share, cls, zero.vector(), zero, 0.0, book.seq, now)
-        p.granted_at, p.borrowed = now, cls != G
+        p.granted_at, p.borrowed, p.counted = now, cls != G, cls != G
         book.permits[p.id] = p
         book.close(p, ev.usage.vector(), PermitEndReason.SETTLED, now, out)
         book.serve(now, out)
@@ -402,6 +402,7 @@ class Budgets:
                 carry(old.shares[name], s)
         book.factor, book.blocked_until = old.factor, old.blocked_until
         book.last_decrease, book.next_recovery = old.last_decrease, old.next_recovery
+        book.throttled_at = old.throttled_at
         book.rescale()
         book.shared.last = old.shared.last
         book.shared.tokens = [min(t, c) for t, c in zip(old.shared.tokens, book.shared.cap, strict=True)]
