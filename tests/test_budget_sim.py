@@ -11,6 +11,7 @@ import pytest
 
 from scheduler.cli import main
 from scheduler.core.types import QoS
+from scheduler.core.views import BudgetFeed
 from scheduler.policy.yaml_io import load_policy
 from scheduler.sim.budget.advise import parse_target, scale_budget
 from scheduler.sim.budget.engine import BudgetSim
@@ -92,7 +93,8 @@ def test_the_provider_answers_429_with_whole_seconds_past_its_real_limit() -> No
     [(600.0, 100.0, 2, 3), (601.0, 100.0, 2, 4), (600.0, 0.0, 2, None), (10.0, 100.0, 2, 1)],
 )
 def test_the_budget_cap_on_workers(effective: float, per_session: float, spw: int, cap: int | None) -> None:
-    assert budget_cap(effective, per_session, spw) == cap
+    feed = BudgetFeed("b", (0.0, effective, 0.0, 0.0), (0.0, per_session, 0.0, 0.0))
+    assert budget_cap(feed, spw) == cap
 
 
 def test_the_slot_gate_serves_classes_in_order() -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from scheduler.core.types import QoS
+from scheduler.core.views import BudgetFeed
 from scheduler.sim.budget.pool import PoolConfig, SlotGate, budget_cap
 from scheduler.sim.budget.provider import Buckets, Provider, cost
 from scheduler.sim.budget.setup import BudgetSetup, Vec
@@ -313,7 +314,8 @@ class BudgetSim:
         per_session = sum(x for _, x in self.recent) / held if held > 0 else 0.0
         effective = self.limiter.effective_per_min()
         if self.cfg.autoscale:
-            cap = budget_cap(effective, per_session, self.cfg.slots_per_worker)
+            feed = BudgetFeed(self.setup.name, _only(self.dim, effective), _only(self.dim, per_session))
+            cap = budget_cap(feed, self.cfg.slots_per_worker)
             ready_at = self.pool.scale(now, cap)
             if ready_at is not None:
                 self.at(ready_at, _WORKERS, None)
@@ -322,6 +324,13 @@ class BudgetSim:
             self.pool._pay(now)
         self.rec.workers.append((now, self.pool.paid(), self.pool.held))
         self.rec.limits.append((now, effective))
+
+
+def _only(dim: int, x: float) -> Vec:
+    """A vector with `x` in dimension `dim`, 0 (not limited) elsewhere."""
+    v = [0.0, 0.0, 0.0, 0.0]
+    v[dim] = x
+    return (v[0], v[1], v[2], v[3])
 
 
 def time_alone(s: SessionRun) -> float:
