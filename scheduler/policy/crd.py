@@ -165,7 +165,8 @@ def _budget_names(description: str) -> Schema:
 # spec.budgets[].feedback, per field (the rules: core/budget/book.py; docs/design.md, "Token budgets").
 _FEEDBACK_HELP: Final = {
     "decrease": "On a throttle the effective limit is multiplied by this, once per episode: a throttle "
-    "of a permit granted within a minute (the provider's window) of the last cut says nothing of the new limit.",
+    "of a permit granted within a minute (the provider's window) of the last cut says nothing of the "
+    "new limit.",
     "recoveryPerMinute": "Each minute without a throttle in which the limit bound adds this fraction of the "
     "configured limit back, up to a plateau a third of the way from the cut to the level that drew the "
     "throttle (L x (1 + 2 x decrease) / 3); above it the probe is 40 times slower.",
@@ -176,13 +177,14 @@ _FEEDBACK_HELP: Final = {
 
 def _budget() -> Schema:
     limits = " || ".join(f"has(self.{f.key})" for f in BUDGET_LIMIT_FIELDS)
+    feedback = _nums(BUDGET_FEEDBACK_FIELDS)
     return _obj(
         {
             "name": {"type": "string", "maxLength": POOL_NAME_MAX_LEN, "pattern": POOL_NAME_RE.pattern},
             **_nums(BUDGET_LIMIT_FIELDS),
             **_nums(BUDGET_FIELDS),
             "feedback": _obj(
-                {k: {**v, "description": _FEEDBACK_HELP[k]} for k, v in _nums(BUDGET_FEEDBACK_FIELDS).items()},
+                {k: {**v, "description": _FEEDBACK_HELP[k]} for k, v in feedback.items()},
                 "How the effective limit (one fraction of the configured limit in every dimension) follows "
                 "the throttles (429s) settles report: one cut per episode, never below minimum; recovery "
                 "each minute without a throttle to a plateau below the level that drew it, then a slow "

@@ -315,7 +315,9 @@ class BudgetSim:
         if self.cfg.autoscale:
             # The server's feed: every dimension the budget limits, the effective limit the same
             # fraction of the configured one in each, and what a held slot's session was charged.
-            per_session = tuple(sum(u[d] for _, u in self.recent) / held if held > 0 else 0.0 for d in range(4))
+            per_session = tuple(
+                sum(u[d] for _, u in self.recent) / held if held > 0 else 0.0 for d in range(4)
+            )
             scale = effective / (self.setup.limits[self.dim] or 1.0)
             feed = BudgetFeed(self.setup.name, _vec(x * scale for x in self.setup.limits), _vec(per_session))
             cap = budget_cap(feed, self.cfg.slots_per_worker)
