@@ -124,7 +124,9 @@ class Sched:
         except grpc.RpcError:
             return None
 
-    def wait_health(self, want: int, timeout: float = 15) -> float:
+    def wait_health(self, want: int, timeout: float = 60) -> float:
+        """Seconds until health says `want`; the default bound only stops a hang (a subprocess
+        starting on a busy machine takes seconds to import and load)."""
         t0 = time.monotonic()
         while self.health() != want:
             assert self.proc.poll() is None, f"{self.name} exited: {self.output()}"
