@@ -11,7 +11,7 @@ workers that join it (local): a pool's demand sizes that pool only (slots/autosc
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry
 
@@ -22,7 +22,7 @@ from scheduler.server.loop import SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
 from slots.actuators.base import Actuator
 from slots.actuators.factory import actuator_from_env
-from slots.autoscaler.demand import Membership
+from slots.autoscaler.demand import Membership, Vitals
 from slots.autoscaler.pools import PoolAutoscalers
 
 log = logging.getLogger("slotsched.server")
@@ -62,7 +62,18 @@ def pool_autoscalers(
         scheduler,
         metrics,
         period_s,
+        vitals=lambda: vitals_of([registry]),
     )
+
+
+def vitals_of(registries: Iterable[WorkerRegistry]) -> dict[str, Vitals]:
+    """Each worker's memory and age as its last heartbeat reported them (recycling reads them)."""
+    return {
+        wid: Vitals(w.rss_bytes, w.started_at)
+        for registry in registries
+        for wid, w in registry.workers.items()
+        if w.last_heartbeat is not None
+    }
 
 
 def autoscalers(
@@ -75,6 +86,7 @@ def autoscalers(
     metrics: CollectorRegistry,
     period_s: float,
     active: Callable[[str], bool] | None = None,
+    vitals: Callable[[], Mapping[str, Vitals]] | None = None,
 ) -> PoolAutoscalers | None:
     """`pool_autoscalers` over any view of the pools: per-pool leadership reads each pool from
     its unit, drains through the unit holding the worker, and runs a pool's loop only where it
@@ -95,6 +107,7 @@ def autoscalers(
         registry=metrics,
         period_s=period_s,
         active=active,
+        vitals=vitals,
     )
     if not loops.loops:
         return None

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
-from scheduler.autoscale_wiring import autoscalers, static_workers
+from scheduler.autoscale_wiring import autoscalers, static_workers, vitals_of
 from scheduler.core.types import WorkerId
 from scheduler.grants import GrantKeyring
 from scheduler.policy.errors import Problem
@@ -252,6 +252,7 @@ class PoolLeadership:
             metrics,
             period_s,
             active=lambda name: name in units and units[name].leads,
+            vitals=lambda: vitals_of(u.registry for u in units.values() if u.registry is not None),
         )
 
     def bind_watcher(self, watcher: PolicyWatcher, secure: bool, plog: PolicyLog) -> None:

@@ -95,6 +95,8 @@ class WorkerEntry:
     last_heartbeat: float | None = None
     draining: bool = False
     static: bool = False
+    rss_bytes: int = 0  # resident memory its last heartbeat reported (0: none)
+    started_at: float | None = None  # now - uptime its last heartbeat reported (None: none)
 
 
 NOT_LEADER = "not the leader: this replica is a standby; retry (the Service routes to the leader)"

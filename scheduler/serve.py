@@ -59,6 +59,7 @@ from scheduler.server.metrics import Metrics
 from scheduler.server.policy_log import PolicyLog
 from scheduler.server.registry import WorkerRegistry
 from slots.autoscaler.loop import Autoscaler
+from slots.autoscaler.metrics import DemandGauges
 from slots.autoscaler.pools import PoolAutoscalers, PoolsDemand
 from snapshots.extras import needs_extra
 
@@ -306,6 +307,8 @@ async def start_server(
     running.transport = tls.describe() if tls is not None else "plaintext"
     running.pools = pools
     _add_autoscaler(running, metrics, host, autoscaler_env, autoscale_period_s)
+    if running.autoscalers is None:  # KEDA or static: the drain estimate and oldest waits still
+        metrics.registry.register(DemandGauges(demand.pool_names, demand.scale_input))
     if watcher is not None:
         running._tasks.append(asyncio.create_task(watcher.run()))
     if pools is not None:

@@ -8,7 +8,8 @@ day someone adds one. Each table here is read from the one place its subject is 
 * metrics: the registries that export them (`scheduler/server/metrics.py`,
   `scheduler/state/metrics.py`, `slots/autoscaler/metrics.py`, `slots/worker/metrics.py`);
 * CLI: `slotsched ... --help`, run with a fixed width and no `SLOTSCHED_*` variables;
-* alerts: the PrometheusRules under deploy/.
+* alerts: the PrometheusRules under deploy/;
+* refusal reasons: the one table of them (`scheduler/api/reasons.py`).
 
 `python scripts/gen_docs.py` rewrites the text between `<!-- BEGIN generated: NAME -->` and
 `<!-- END generated: NAME -->`; `--check` writes nothing and exits 1 naming each stale block
@@ -70,6 +71,8 @@ def _defaults() -> dict[str, str]:
         (("spec.queue",), model.QueueSpec, schema.QUEUE_FIELDS),
         (("spec.limits",), model.LimitsSpec, schema.LIMITS_FIELDS),
         (("spec.fairness",), model.FairnessSpec, schema.FAIRNESS_FIELDS),
+        (("spec.budgets[]",), model.BudgetSpec, schema.BUDGET_FIELDS),
+        (("spec.budgets[].feedback",), model.BudgetFeedback, schema.BUDGET_FEEDBACK_FIELDS),
         (("spec.autoscaler", "spec.pools[].autoscaler"), model.AutoscalerSpec, schema.AUTOSCALER_FIELDS),
         (
             ("spec.autoscaler.weights", "spec.pools[].autoscaler.weights"),
@@ -81,13 +84,28 @@ def _defaults() -> dict[str, str]:
             model.AutoscalerSpec,
             schema.SCALE_UP_FIELDS,
         ),
+        (
+            ("spec.autoscaler.scaleDown", "spec.pools[].autoscaler.scaleDown"),
+            model.AutoscalerSpec,
+            schema.SCALE_DOWN_FIELDS,
+        ),
+        (
+            ("spec.autoscaler.recycle", "spec.pools[].autoscaler.recycle"),
+            model.AutoscalerSpec,
+            schema.RECYCLE_FIELDS,
+        ),
+        (
+            ("spec.autoscaler.forecast", "spec.pools[].autoscaler.forecast"),
+            model.ForecastSpec,
+            schema.FORECAST_FIELDS,
+        ),
     ]
     out: dict[str, str] = {}
     for prefixes, cls, fields in sections:
         by_attr = {f.name: f for f in dataclasses.fields(cls)}
         for num in fields:
             f = by_attr.get(num.attr)
-            if f is None or f.default is dataclasses.MISSING:
+            if f is None or f.default is dataclasses.MISSING or f.default is None:
                 continue
             for prefix in prefixes:
                 out[f"{prefix}.{num.key}"] = schema.fmt_number(f.default)
@@ -324,6 +342,27 @@ def alerts() -> str:
     return "\n".join(out)
 
 
+# --- refusal reasons ---------------------------------------------------------------------------
+
+
+def refusals() -> str:
+    from scheduler.api import reasons
+
+    out = [
+        "| reason (metric label) | ErrorInfo reason | status | try again | retry-after | SDK error "
+        "| what to do |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in reasons.REASONS:
+        info = f"`{r.info}`" if r.info else "none"
+        core = " (the core's)" if r.core else ""
+        out.append(
+            f"| `{r.metric}`{core} | {info} | {r.status} | {r.retry.value} | {r.retry_after.value} "
+            f"| `{r.error}` | {_cell(r.hint)} |"
+        )
+    return "\n".join(out)
+
+
 # --- the blocks and their files ------------------------------------------------------------------
 
 BLOCKS: dict[str, tuple[Path, Callable[[], str]]] = {
@@ -334,6 +373,7 @@ BLOCKS: dict[str, tuple[Path, Callable[[], str]]] = {
     "metrics-worker": (REFERENCE / "metrics.md", lambda: metrics("worker")),
     "alerts": (REFERENCE / "alerts.md", alerts),
     "cli": (REFERENCE / "cli.md", cli),
+    "refusals": (REFERENCE / "refusals.md", refusals),
 }
 
 

@@ -53,9 +53,13 @@ def test_the_answers_cover_the_channel_events_but_lease_events_and_errors() -> N
     assert answered | {"event", "error"} == set(ANSWERS)
 
 
-def test_renewals_are_what_frees_or_keeps_a_slot() -> None:
+def test_renewals_are_what_frees_or_keeps_a_slot_or_gives_tokens_back() -> None:
     renewals = {c.name for c in commands.COMMANDS if c.flow is commands.Flow.RENEWALS}
-    assert renewals == {"Renew", "Release", "Yield", "Withdraw"}
+    assert renewals == {"Renew", "Release", "Yield", "Withdraw", "SettlePermit"}
+
+
+def test_only_a_permit_request_is_answered_again_on_its_ref() -> None:
+    assert {c.name for c in commands.COMMANDS if c.follows} == {"RequestPermit"}
 
 
 def test_every_reason_is_documented_with_its_status() -> None:

@@ -41,14 +41,8 @@ class _Client:
     def __init__(self, code: grpc.StatusCode) -> None:
         self.code = code
 
-    def stub(self) -> Any:
-        code = self.code
-
-        class _Stub:
-            def Channel(self, metadata: Any = None) -> _Call:  # noqa: N802
-                return _Call(code)
-
-        return _Stub()
+    def open_channel(self) -> _Call:
+        return _Call(self.code)
 
 
 @pytest.mark.parametrize(

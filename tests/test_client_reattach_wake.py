@@ -88,28 +88,28 @@ class _Watched:
 
 
 class _Gate:
-    """The client's session stub, watched: when each Acquire got its first event (`answered`);
+    """The client's session transport, watched: when each Acquire got its first event (`answered`);
     a session's stream broken on its own (`drop`), its next attempts failing while `blocked`."""
 
     def __init__(self, client: AsyncClient) -> None:
         self.answered: dict[str, list[float]] = {}
         self.blocked: set[str] = set()
         self.calls: dict[str, _Watched] = {}
-        inner = client.session_stub
+        inner = client.transport
         gate = self
 
-        class Stub:
-            def __getattr__(self, name: str) -> Any:
-                return getattr(inner(), name)
+        class Transport:
+            async def send(self, *args: Any) -> Any:
+                return await inner().send(*args)
 
-            def Acquire(self, request: Any, **kw: Any) -> _Watched:  # noqa: N802
+            def attach(self, request: Any, metadata: Any) -> _Watched:
                 call = gate.calls[request.session_id] = _Watched(
-                    inner().Acquire(request, **kw), gate, request.session_id
+                    inner().attach(request, metadata), gate, request.session_id
                 )
                 return call
 
-        stub = Stub()
-        client.session_stub = lambda: stub  # type: ignore[method-assign]
+        transport = Transport()
+        client.transport = lambda: transport  # type: ignore[method-assign]
 
     def drop(self, sid: str) -> None:
         self.blocked.add(sid)

@@ -41,14 +41,15 @@ def _granted(lease: LeaseInfo) -> scheduler_pb2.LeaseEvent:
 
 
 class RefusingStub:
-    """A session stub whose Renew is answered with `code` (after `gate` opens, if given)."""
+    """A session transport whose Renew is answered with `code` (after `gate` opens, if given)."""
 
     def __init__(self, code: grpc.StatusCode, gate: asyncio.Event | None = None) -> None:
         self.code = code
         self.gate = gate
         self.renews = 0
 
-    async def Renew(self, request: Any, metadata: Any = None, timeout: float | None = None) -> Any:  # noqa: N802
+    async def send(self, command: Any, request: Any, metadata: Any, timeout: float) -> Any:
+        assert command.rpc == "Renew", command
         self.renews += 1
         if self.gate is not None:
             await self.gate.wait()
@@ -64,7 +65,7 @@ def _hold(s: AsyncSession, lease: LeaseInfo) -> None:
 
 def _session(stub: RefusingStub) -> tuple[AsyncClient, AsyncSession]:
     client = AsyncClient("127.0.0.1:1", token="t", renew_interval_s=0.01)  # never dialled
-    client.session_stub = lambda: stub  # type: ignore[method-assign]
+    client.transport = lambda: stub  # type: ignore[method-assign,assignment,return-value]
     return client, client.session("s", QoS.BURSTABLE)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 from google.rpc import status_pb2
 
+from scheduler.api import commands
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2_grpc as pbg
 from scheduler.client import AsyncClient, Phase, QoS
@@ -135,8 +136,11 @@ def test_a_late_answer_to_a_command_whose_caller_gave_up_does_not_end_the_sessio
             s.start()
             await s.wait_until(lambda s: s.queue is not None, 5)
             try:
-                await client.session_stub().Renew(
-                    pb.RenewRequest(session_id="a", lease_id="x", epoch=1), timeout=0.2
+                await client.transport().send(
+                    commands.RENEW,
+                    pb.RenewRequest(session_id="a", lease_id="x", epoch=1),
+                    client.metadata,
+                    0.2,
                 )
                 raise AssertionError("the Renew should have timed out")
             except grpc.aio.AioRpcError as e:

@@ -44,7 +44,7 @@ class _NoLeaderYet:
 
 
 class _AnswerLost:
-    """The client's session stub, whose first Yield is applied elsewhere and answered UNAVAILABLE;
+    """The client's session transport, whose first Yield is applied elsewhere and answered UNAVAILABLE;
     the stream cannot re-attach until the Yield is sent again."""
 
     def __init__(self, real: Any, apply: Any) -> None:
@@ -52,20 +52,18 @@ class _AnswerLost:
         self._apply = apply
         self.yields = 0
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real(), name)
-
-    def Acquire(self, request: Any, **kw: Any) -> Any:  # noqa: N802
+    def attach(self, request: Any, metadata: Any) -> Any:
         if self.yields == 1:
             return _NoLeaderYet()
-        return self._real().Acquire(request, **kw)
+        return self._real().attach(request, metadata)
 
-    async def Yield(self, request: Any, **kw: Any) -> Any:  # noqa: N802
-        self.yields += 1
-        if self.yields == 1:
-            await self._apply(request)
-            raise rpc_error(grpc.StatusCode.UNAVAILABLE, "the leader died before answering")
-        return await self._real().Yield(request, **kw)
+    async def send(self, command: Any, request: Any, metadata: Any, timeout: float) -> Any:
+        if command.rpc == "Yield":
+            self.yields += 1
+            if self.yields == 1:
+                await self._apply(request)
+                raise rpc_error(grpc.StatusCode.UNAVAILABLE, "the leader died before answering")
+        return await self._real().send(command, request, metadata, timeout)
 
 
 @pytest.mark.parametrize("with_snapshot", [True, False], ids=["checkpoint", "no-on_yield"])
@@ -94,8 +92,8 @@ def test_a_yield_retried_after_it_was_applied_is_done(
                         await s.wait_until(lambda s: not s._attached, 5)
                         await raw.scheduler.Yield(request, metadata=raw.md, timeout=5)
 
-                    stub = _AnswerLost(client.session_stub, leader_applies)
-                    monkeypatch.setattr(client, "session_stub", lambda: stub)
+                    stub = _AnswerLost(client.transport, leader_applies)
+                    monkeypatch.setattr(client, "transport", lambda: stub)
 
                     async def on_yield(lease: Any) -> SnapshotRef:
                         return ref
@@ -162,8 +160,8 @@ def test_a_yield_retried_after_the_lease_was_revoked_still_brings_its_snapshot(
                             assert loop.time() < end, "the lease was not revoked"
                             await asyncio.sleep(0.05)
 
-                    stub = _AnswerLost(client.session_stub, lost_until_revoked)
-                    monkeypatch.setattr(client, "session_stub", lambda: stub)
+                    stub = _AnswerLost(client.transport, lost_until_revoked)
+                    monkeypatch.setattr(client, "transport", lambda: stub)
 
                     async def on_yield(lease: Any) -> SnapshotRef:
                         return ref

@@ -101,6 +101,7 @@ def test_json_shape_is_simulate_keys_plus_pool_figures(
             "sla_misses",
             "guaranteed_by_quota",
             "jain_under_contention",
+            "attainment_min",
         }
         assert entry["completed"] == len(plans)
     assert doc["policies"]["fifo"]["preemptions"] == 0

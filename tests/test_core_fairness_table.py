@@ -55,17 +55,20 @@ class Case:
 
 
 CASES: dict[str, Case] = {
-    # Tier 3 before tier 4: the older BestEffort request of another tenant waits.
-    "burstable_beyond_nominal_goes_before_besteffort_of_another_tenant": Case(
-        fair(policy(A, C), best_effort_min_share=0.0),
+    # One shared tier: across tenants the share decides, not the class. a holds a slot (share 1),
+    # c nothing (share 0): c's BestEffort request goes before a's older Burstable one (with no
+    # minimum share for BestEffort, which has nothing to do with it).
+    "besteffort_of_a_lower_share_goes_before_another_tenants_burstable": Case(
+        fair(policy(A, C), usage_half_life_s=0, best_effort_min_share=0.0),
         [
-            ("add", "w0", 1),
+            ("add", "w0", 2),
             ("acquire", "a0", "a", "b"),
-            (1, "acquire", "c1", "c", "be"),
-            (2, "acquire", "a1", "a", "b"),
+            ("acquire", "a2", "a", "b"),
+            (1, "acquire", "a1", "a", "b"),
+            (2, "acquire", "c1", "c", "be"),
             (3, "release", "a0"),
         ],
-        ["ended a0 released", "granted a1 w0/0"],
+        ["ended a0 released", "granted c1 w0/0"],
     ),
     "a_tenants_burstable_goes_before_its_own_older_besteffort": Case(
         policy(P),
@@ -78,41 +81,81 @@ CASES: dict[str, Case] = {
         ],
         ["ended p0 released", "granted p1 w0/0"],
     ),
-    # BestEffort holds 0 of the 1 borrowed slot left, below its minimum share of 0.5: it goes
-    # first, though Burstable beyond nominal is ahead of it otherwise.
-    "besteffort_below_its_minimum_share_goes_before_burstable": Case(
-        fair(policy(A, C), best_effort_min_share=0.5),
+    # BestEffort's minimum share: a BestEffort waiter may take a borrowing Burstable lease only
+    # while BestEffort holds less than its minimum share of the borrowed slots. a's two Burstable
+    # leases (beyond its nominal of 0) are the only victims; c's waiter is below a (0 < 2).
+    "besteffort_below_its_minimum_share_takes_a_burstable_victim": Case(
+        fair(policy(A, C, min_runtime=10), best_effort_min_share=0.5, usage_half_life_s=0),
         [
             ("add", "w0", 2),
             ("acquire", "a0", "a", "b"),
             ("acquire", "a1", "a", "b"),
-            (1, "acquire", "a2", "a", "b"),
-            (2, "acquire", "c1", "c", "be"),
-            (3, "release", "a0"),
+            (1, "acquire", "c1", "c", "be"),
+            (11, "tick"),
         ],
-        ["ended a0 released", "granted c1 w0/0"],
+        ["yield a1 fair_share"],
     ),
-    # The same with BestEffort at its minimum share (it holds 1 of 2): Burstable goes first.
-    "besteffort_at_its_minimum_share_waits_behind_burstable": Case(
-        fair(policy(A, C), best_effort_min_share=0.5),
+    "besteffort_without_a_minimum_share_takes_no_burstable_victim": Case(
+        fair(policy(A, C, min_runtime=10), best_effort_min_share=0.0, usage_half_life_s=0),
         [
-            ("add", "w0", 3),
+            ("add", "w0", 2),
             ("acquire", "a0", "a", "b"),
             ("acquire", "a1", "a", "b"),
-            ("acquire", "c0", "c", "be"),
             (1, "acquire", "c1", "c", "be"),
-            (2, "acquire", "a2", "a", "b"),
-            (3, "release", "a0"),
+            (11, "tick"),
         ],
-        ["ended a0 released", "granted a2 w0/0"],
+        [],
     ),
-    # One slot, two tenants: with usage over time, the holder's tenant has used one min runtime
-    # of a slot more than the waiter's (11 slot-seconds, min runtime 10): fairness preemption,
-    # though the instantaneous shares (1 against 0) forbid it.
+    # One slot, two tenants: with usage over time, the holder's tenant has used two min runtimes
+    # of a slot more than the waiter's (21 slot-seconds, min runtime 10): fairness preemption,
+    # though the instantaneous shares (1 against 0) forbid it. One min runtime for the swap
+    # itself, one more so that after holding the slot one min runtime the waiter's tenant is
+    # still no above the holder's (no ping-pong: the next case).
     "usage_over_time_rotates_a_slot_when_tenants_outnumber_slots": Case(
         fair(policy(tenant("x"), tenant("y"), min_runtime=10), usage_half_life_s=600, usage_sampling_s=1),
-        [("add", "w0", 1), ("acquire", "x0", "x", "be"), ("acquire", "y0", "y", "be"), (11, "tick")],
+        [("add", "w0", 1), ("acquire", "x0", "x", "be"), ("acquire", "y0", "y", "be"), (21, "tick")],
         ["yield x0 fair_share"],
+    ),
+    # The no-ping-pong margin: at 11 s x has used 1.1 min runtimes of a slot. Taking the slot
+    # would leave y's share (1) only 0.1 below x's (0 + 1.1): within one min runtime of holding
+    # it, y would be above x, and x would take it straight back.
+    "a_fairness_preemption_leaves_the_preemptor_a_min_runtime_below_the_victims_tenant": Case(
+        fair(policy(tenant("x"), tenant("y"), min_runtime=10), usage_half_life_s=600, usage_sampling_s=1),
+        [("add", "w0", 1), ("acquire", "x0", "x", "be"), ("acquire", "y0", "y", "be"), (11, "tick")],
+        [],
+    ),
+    # With usage, a tenant never takes more than the victim's tenant holds: x holds 3 of 4 slots
+    # and has used them long (a big usage lead), y holds 1; y's waiter takes one slot (1 < 3),
+    # then at 2 against 2 (after the swap) no more, whatever x's usage.
+    "with_usage_a_preemption_never_takes_beyond_the_victims_holding": Case(
+        fair(
+            policy(tenant("x"), tenant("y"), min_runtime=10, ttl=1e6),
+            usage_half_life_s=600,
+            usage_sampling_s=1,
+        ),
+        [
+            ("add", "w0", 4),
+            ("acquire", "x0", "x", "be"),
+            ("acquire", "x1", "x", "be"),
+            ("acquire", "x2", "x", "be"),
+            ("acquire", "y0", "y", "be"),
+            (300, "acquire", "y1", "y", "be"),
+            (300, "acquire", "y2", "y", "be"),
+        ],
+        ["queued y2"],
+    ),
+    # Without usage the share is what is held and does not grow with holding: no margin. x holds
+    # 2, y none: y may take one (1 against 1 after), as before.
+    "without_usage_no_margin_a_two_to_none_split_still_preempts": Case(
+        fair(policy(tenant("x"), tenant("y"), min_runtime=10, ttl=1e6), usage_half_life_s=0),
+        [
+            ("add", "w0", 2),
+            ("acquire", "x0", "x", "be"),
+            ("acquire", "x1", "x", "be"),
+            ("acquire", "y0", "y", "be"),
+            (11, "tick"),
+        ],
+        ["yield x1 fair_share"],
     ),
     "without_usage_over_time_a_share_below_one_slot_never_preempts": Case(
         fair(policy(tenant("x"), tenant("y"), min_runtime=10), usage_half_life_s=0),
@@ -255,8 +298,9 @@ def test_a_state_without_usage_loads_with_usage_at_zero() -> None:
     del doc["fairness"]
     core = Core.from_records(pol, state_read.core_records(json.loads(json.dumps(doc))))
     assert {t.name: t.share for t in core.describe().tenants} == {"x": 1.0, "y": 0.0}
-    # Usage counts again from the load on: after 11 s more x has used one min runtime.
-    out = core.handle(Tick(), 16.5)
+    # Usage counts again from the load on: after 21 s more x has used two min runtimes (the swap
+    # and the no-ping-pong margin).
+    out = core.handle(Tick(), 26.5)
     assert [(type(o).__name__, o.lease.session) for o in out if isinstance(o, YieldRequested)] == [
         ("YieldRequested", "x0")
     ]

@@ -91,10 +91,11 @@ def test_the_victim_is_the_first_candidate_in_victim_order(seed: int) -> None:
         if lr.candidate
     ]
     out = core.handle(Acquire(SessionId("g"), TenantName("vip"), QoS.GUARANTEED), now)
-    asked = [d for d in out if isinstance(d, YieldRequested)]
+    # (The pass after it may also start a fairness yield: only the Guaranteed one is this rule's.)
+    asked = [d for d in out if isinstance(d, YieldRequested) and d.cause is YieldCause.GUARANTEED]
     assert candidates, "a full pool of BestEffort and borrowing Burstable leases has candidates"
     expected = min(candidates, key=lambda c: c[0])[1]
-    assert len(asked) == 1 and asked[0].cause is YieldCause.GUARANTEED
+    assert len(asked) == 1
     assert asked[0].lease == expected.lease
 
 

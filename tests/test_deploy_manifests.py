@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import pytest
@@ -29,7 +29,7 @@ from scheduler.policy.model import Policy
 from scheduler.policy.yaml_io import parse_policy
 from scheduler.server.metrics import Metrics
 from scheduler.state.replica import StateMetrics
-from slots.autoscaler.metrics import AutoscalerMetrics
+from slots.autoscaler.metrics import AutoscalerMetrics, DemandGauges
 from slots.worker.metrics import WorkerMetrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,6 +173,10 @@ def redis_state(objs: list[dict[str, Any]]) -> str | None:
     return expand(value, c, REDIS_PASSWORD="pw")
 
 
+def _no_pool(pool: str) -> NoReturn:
+    raise KeyError(pool)
+
+
 def exported_metrics(*, state: bool, autoscaler: bool, worker_metrics: bool) -> set[str]:
     """Names the processes export, from their real registries (families and sample names)."""
     registries = [Metrics().registry]
@@ -181,6 +185,8 @@ def exported_metrics(*, state: bool, autoscaler: bool, worker_metrics: bool) -> 
         StateMetrics(extra)
     if autoscaler:
         AutoscalerMetrics(extra)
+    else:  # without the loop the scheduler exports the drain estimate and oldest waits itself
+        extra.register(DemandGauges(tuple, _no_pool))  # no pools: its families, empty
     registries.append(extra)
     if worker_metrics:
         registries.append(WorkerMetrics().registry)
@@ -291,6 +297,7 @@ def test_the_flat_manifests_are_gone() -> None:
     # components/, the operator's path is `kubectl apply -k deploy/overlays/<name>`.
     # Only the example policies (issue 24 ships deploy/policy-pools-example.yaml by that path).
     assert sorted(p.name for p in DEPLOY.glob("*.yaml")) == [
+        "policy-budgets-example.yaml",
         "policy-example.yaml",
         "policy-pools-example.yaml",
     ]

@@ -39,7 +39,7 @@ def test_every_generated_block_matches_the_code() -> None:
         ("metrics-scheduler", "| `slotsched_refusals_total` | counter | `pool`, `reason`, `tenant` |"),
         ("metrics-scheduler", "| `slotsched_grants_total` | counter | `pool`, `class`, `tenant` |"),
         ("policy-keys", "| `spec.pools[].name` |"),
-        ("policy-keys", "| `spec.fairness.shareWindowSeconds` | number | >= 0 | 900 |"),
+        ("policy-keys", "| `spec.fairness.shareWindowSeconds` | number | >= 0 | 0 |"),
         ("cli", "### `slotsched serve`"),
         ("alerts", "| `SlotschedNoLeader` | critical | 1m |"),
     ],

@@ -251,6 +251,26 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         SCHEDULER,
     ),
     ("a tenant token as an admin token", edit("spec.access.admins", [H]), SCHEDULER),
+    # Token budgets.
+    ("a budget limiting nothing", edit("spec.budgets", [{"name": "llm"}]), CEL),
+    ("a budget limit of zero", edit("spec.budgets", [{"name": "llm", "tokensPerMinute": 0}]), SCHEMA),
+    ("a misspelt budget key", edit("spec.budgets", [{"name": "llm", "tokenPerMinute": 5}]), SCHEMA),
+    ("a bad budget name", edit("spec.budgets", [{"name": "LLM", "tokensPerMinute": 5}]), SCHEMA),
+    (
+        "two budgets of one name",
+        edit(
+            "spec.budgets", [{"name": "llm", "tokensPerMinute": 5}, {"name": "llm", "requestsPerMinute": 5}]
+        ),
+        LIST_KEYS,
+    ),
+    (
+        "a rate above 100 percent",
+        edit("spec.tenants[0].budgets", [{"budget": "llm", "guaranteed": {"percent": 120}}]),
+        SCHEMA,
+    ),
+    # Not expressible: which budgets exist, and the sums over tenants.
+    ("a share of an unknown budget", edit("spec.tenants[0].budgets", [{"budget": "llm"}]), SCHEDULER),
+    ("a pool naming an unknown budget", edit("spec.pool.budgets", ["llm"]), SCHEDULER),
 ]
 
 
@@ -284,6 +304,7 @@ def _good() -> list[tuple[str, Any]]:
     for p in (
         ROOT / "deploy" / "base" / "policy" / "policy.yaml",
         ROOT / "deploy" / "policy-example.yaml",
+        ROOT / "deploy" / "policy-budgets-example.yaml",
         *sorted((ROOT / "scheduler" / "sim" / "samples").glob("*policy*.yaml")),
     ):
         docs.append((p.relative_to(ROOT).as_posix(), yaml.safe_load(p.read_text())))
@@ -350,7 +371,8 @@ def test_every_cel_rule_compiles_and_names_only_its_fields() -> None:
             walk(s["items"])
 
     walk(committed_schema())
-    assert len(rules) == 5  # pool (2), floor, burstable nominal <= limit, worker ids xor prefix
+    # pool (2), floor, burstable nominal <= limit, worker ids xor prefix, a budget limits something
+    assert len(rules) == 6
     for r in rules:
         _CEL.compile(r)
 

@@ -32,7 +32,7 @@ def _with(fairness: object) -> dict[str, Any]:
 def test_defaults_and_not_written_when_default() -> None:
     policy, _ = policy_from_dict(BASE)
     assert policy.fairness == FairnessSpec(
-        usage_half_life_s=600.0, usage_sampling_s=10.0, best_effort_min_share=0.1, share_window_s=900.0
+        usage_half_life_s=600.0, usage_sampling_s=10.0, best_effort_min_share=0.1, share_window_s=0.0
     )
     assert "fairness" not in policy_to_dict(policy)["spec"]
 
@@ -42,11 +42,11 @@ def test_round_trip_and_diff() -> None:
         "usageHalfLifeSeconds": 0,
         "usageSamplingSeconds": 5,
         "bestEffortMinShare": 0.25,
-        "shareWindowSeconds": 0,
+        "shareWindowSeconds": 900,
     }
     policy, warnings = policy_from_dict(_with(keys))
     assert not warnings
-    assert policy.fairness == FairnessSpec(0.0, 5.0, 0.25, 0.0)
+    assert policy.fairness == FairnessSpec(0.0, 5.0, 0.25, 900.0)
     assert policy_to_dict(policy)["spec"]["fairness"] == keys
     assert parse_policy(policy_to_yaml(policy))[0] == policy
     before, _ = policy_from_dict(BASE)

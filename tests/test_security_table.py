@@ -30,6 +30,7 @@ from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from scheduler.grants import GrantClaim, GrantKeyring, GrantRefused, GrantVerifier, make_grant
 
 pytest.register_assert_rewrite("tests.grpc_fixtures")
+from tests.budget_fixtures import BUDGET, budget_policy_yaml  # noqa: E402
 from tests.grpc_fixtures import (  # noqa: E402
     ADMIN_TOKEN,
     TOKENS,
@@ -37,7 +38,6 @@ from tests.grpc_fixtures import (  # noqa: E402
     Client,
     ServerThread,
     next_event,
-    policy_yaml,
     running_server,
 )
 
@@ -77,6 +77,7 @@ class World:
     c: dict[str, Client] = field(default_factory=dict)
     lease: dict[str, common_pb2.Lease] = field(default_factory=dict)  # tenant -> its held lease
     session: dict[str, str] = field(default_factory=dict)  # tenant -> its held session id
+    permit: dict[str, str] = field(default_factory=dict)  # tenant -> its open permit on budget llm
 
     def renew(self, tenant: str) -> pb.RenewRequest:
         lease = self.lease[tenant]
@@ -118,6 +119,22 @@ def _release(w: World, tenant: str) -> pb.ReleaseRequest:
     return pb.ReleaseRequest(session_id=w.session[tenant], lease_id=lease.lease_id, epoch=lease.epoch)
 
 
+async def request_permit(c: Client, w: World, session: str) -> None:
+    """A permit of the caller's session (granted in a fraction of a second: the buckets start empty)."""
+    req = pb.RequestPermitRequest(
+        session_id=session, budget=BUDGET, estimate=pb.TokenUsage(input_tokens=10, output_tokens=10)
+    )
+    ev = await c.scheduler.RequestPermit(req, metadata=c.md, timeout=10)
+    w.permit["acme"] = ev.permit_id  # only acme's own request is granted (the table)
+
+
+def settle_permit(c: Client, w: World, session: str) -> Awaitable[Any]:
+    req = pb.SettlePermitRequest(
+        session_id=session, permit_id=w.permit["acme"], usage=pb.TokenUsage(input_tokens=5, output_tokens=5)
+    )
+    return c.scheduler.SettlePermit(req, metadata=c.md)  # type: ignore[no-any-return]
+
+
 # The calls, by name, so the table below reads as a table.
 CALLS: dict[str, Call] = {
     # Scheduler service
@@ -130,6 +147,11 @@ CALLS: dict[str, Call] = {
         pb.GetSessionRequest(session_id="acme-only"), metadata=c.md
     ),
     "Release own fresh lease": release_fresh,
+    "RequestPermit for own session": lambda c, w: request_permit(c, w, "held"),
+    "RequestPermit for acme's session": lambda c, w: request_permit(c, w, "acme-only"),
+    "SettlePermit acme's permit as held": lambda c, w: settle_permit(c, w, "held"),
+    "SettlePermit acme's permit as held, again": lambda c, w: settle_permit(c, w, "held"),
+    "SettlePermit acme's permit as acme-only": lambda c, w: settle_permit(c, w, "acme-only"),
     # Workers service
     "Register worker-1 again (same address)": lambda c, w: c.workers.Register(
         register("worker-1", W1_ADDR), metadata=c.md
@@ -194,6 +216,14 @@ TABLE: list[tuple[str, str, Code]] = [
     ("globex", "GetSession acme's session", NF),  # acme's session id names nothing of globex's
     ("admin", "GetSession acme's session", PD),
     ("acme", "Release own fresh lease", OK),
+    # --- token budgets: a permit names its caller's tenant's live session, settled by it only
+    ("acme", "RequestPermit for own session", OK),
+    ("globex", "RequestPermit for acme's session", NF),  # acme's session id names nothing of globex's
+    ("admin", "RequestPermit for own session", PD),
+    ("globex", "SettlePermit acme's permit as held", FP),  # its own "held": PERMIT_NOT_OWNER
+    ("acme", "SettlePermit acme's permit as acme-only", FP),  # another session of acme's
+    ("acme", "SettlePermit acme's permit as held", OK),
+    ("acme", "SettlePermit acme's permit as held, again", FP),  # settled once: PERMIT_CLOSED
     # --- Workers service: a worker credential within its scope; an admin for any worker
     ("worker-1", "Register worker-1 again (same address)", OK),
     ("worker-1", "Heartbeat worker-1", OK),
@@ -227,7 +257,8 @@ TABLE: list[tuple[str, str, Code]] = [
     # (a real scheduler and real workers, e.g. acme stopping globex's actor is PERMISSION_DENIED).
 ]
 
-POLICY = policy_yaml(floor=0, worker_access=WORKERS)  # the pool: worker-1 and worker-2 only
+# The pool: worker-1 and worker-2 only; acme and globex share the budget `llm`.
+POLICY = budget_policy_yaml(floor=0, worker_access=WORKERS)
 
 
 def row_id(caller: str, call: str) -> str:

@@ -18,7 +18,7 @@ from scheduler.core.types import QoS
 from scheduler.policy.model import FairnessSpec, Policy, PoolSpec, QueueSpec, TenantSpec, TimingSpec
 from scheduler.policy.yaml_io import policy_to_yaml
 from scheduler.sim.compare.contenders import STATIC
-from scheduler.sim.compare.metrics import figures, latest_first_grant, spread
+from scheduler.sim.compare.metrics import figures, json_entry, latest_first_grant, spread
 from scheduler.sim.compare.run import run_compare
 from scheduler.sim.compare.tenants import tenant_cell, tenant_tables
 from scheduler.sim.simulator import SimConfig, Simulator
@@ -174,7 +174,7 @@ def test_figures_carry_tenants_with_demand_and_the_table_shows_them() -> None:
     stats = run(pol, plans)
     fig = figures("slotsched", stats, pol, plans, 2.0)
     assert sorted(fig.tenants) == ["a", "b"]  # `idle` has no session: no row
-    assert fig.tenants["b"] == stats.tenant_json("b")
+    assert fig.tenants["b"] == stats.tenant_json("b") | {"attainment": fig.tenants["b"]["attainment"]}
     assert fig.first_grant_max == 12.0
     assert fig.share_spread == pytest.approx(102.0 / 80.0)
     assert tenant_cell(fig.tenants["a"]) == "0.0 · 15.0/29.7/30.0 · 102"
@@ -211,7 +211,9 @@ def test_compare_report_json_and_stdout_have_the_per_tenant_figures(
     section = report.split("## Per tenant\n", 1)[1].split("\n## ", 1)[0]
     header = next(ln for ln in section.splitlines() if ln.startswith("tenant | "))
     assert header.split(" | ")[1:4] == ["**slotsched**", "reject-retry", "fifo"]
-    (a_row, _) = [ln for ln in section.splitlines() if ln.startswith("a | ")]
+    (a_row, _, _) = [
+        ln for ln in section.splitlines() if ln.startswith("a | ")
+    ]  # first grant, p99, attainment
     assert a_row.split(" | ")[1] == "0.0 · 15.0/29.7/30.0 · 102"  # slotsched: the hand figures
     assert "per tenant: first grant" in out and "a | 0.0 · 15.0/29.7/30.0 · 102" in out
     ns.json = True
@@ -242,3 +244,41 @@ def test_cli_simulate_json_has_the_per_tenant_keys(tmp_path: Path) -> None:
     assert doc["tenants"]["b"]["first_grant_s"] == 12.0
     assert doc["tenants"]["b"]["time_to_slot"]["p99"] == 120.8
     assert doc["tenants"]["idle"]["first_grant_s"] is None
+
+
+def test_attainment_reaches_the_figures_the_json_and_the_table() -> None:
+    """With the run's samples, `figures` carries each tenant's attainment (`tenants.<t>.attainment`
+    of the JSON) and its lowest (`attainment_min`), and the per-tenant section prints them."""
+    pol, plans = one_slot(), yielding_workload()
+    sim = Simulator(pol, plans, SimConfig(checkpoint_s=2.0, sample_every_s=1.0))
+    stats = sim.run()
+    fig = figures("slotsched", stats, pol, plans, 2.0, sim.waiting_by_tenant, sim.points)
+    a = fig.tenants["a"]["attainment"]
+    assert set(a) == {"guaranteed", "burstable", "besteffort", "all"}
+    assert a["besteffort"] is not None and a["guaranteed"] is None
+    lowest = min(fig.tenants[t]["attainment"]["all"] for t in ("a", "b"))
+    assert fig.attainment_min == pytest.approx(lowest, abs=1e-4)  # the per-tenant figures are rounded
+    entry = json_entry(stats, fig)
+    assert entry["tenants"]["a"]["attainment"] == a and entry["attainment_min"] == pytest.approx(
+        lowest, abs=1e-4
+    )
+    lines = tenant_tables([fig])
+    assert f"a | {a['all']:.2f} (— / — / {a['besteffort']:.2f})" in lines
+    assert f"*lowest (attainment_min)* | {lowest:.2f}" in lines
+
+
+def test_simulate_json_has_each_tenants_attainment(tmp_path: Path) -> None:
+    """`slotsched simulate --json` (no --compare) samples the run too: `tenants.<t>.attainment`
+    and `attainment_min` over the tenants with sessions, as a contender's entry has them."""
+    pol, plans = one_slot(), yielding_workload()
+    wl, pf = tmp_path / "w.csv", tmp_path / "p.yaml"
+    write_workload(wl, plans)
+    pf.write_text(policy_to_yaml(pol))
+    cmd = [sys.executable, "-m", "scheduler.cli", "simulate", "--policy", str(pf), "--workload", str(wl)]
+    doc = json.loads(
+        subprocess.run([*cmd, "--json"], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    )
+    a, b = doc["tenants"]["a"]["attainment"], doc["tenants"]["b"]["attainment"]
+    assert a["besteffort"] is not None and a["guaranteed"] is None and b["guaranteed"] is not None
+    assert doc["tenants"]["idle"]["attainment"]["all"] is None  # no sessions: nothing owed
+    assert doc["attainment_min"] == pytest.approx(min(a["all"], b["all"]), abs=1e-4)

@@ -7,7 +7,12 @@ table instead (the server binds each row to its session operation in
 scheduler/server/session_ops.py), and tests/test_api_commands.py fails when the proto gains a
 Channel command or a Scheduler rpc the table lacks.
 
-Wire-level facts only: no server import here (the SDK imports this module).
+Wire-level facts, and how the SDK sends each (`resend`, `meets`, `attempts`: its retry layer,
+scheduler/client/calls.py, and its reactions, client/reactions.py, read them): no server import
+here (the SDK imports this module). A new session command is its row here, its operation in
+scheduler/server/session_ops.py, and the core's event and step (core/types.py, core/engine.py,
+its row in scheduler/dispatch.py); the servicer, the Channel, the rate limiter and the SDK's
+transports and retries follow from the rows.
 """
 
 from __future__ import annotations
@@ -44,6 +49,14 @@ class Command:
     streaming: bool  # the per-session rpc streams its answers (Acquire: the lease events)
     resend: bool  # may the SDK send it again after a broken channel or a failover
     why: str  # why resending is safe (or not)
+    #: The SDK's column of client/reactions.py meeting its failures (a `reactions.Call` value:
+    #: "renew", "yield", "release"); "" for a command no session part sends through calls.py.
+    meets: str = ""
+    #: The tries the SDK's retry layer (client/calls.py) gives it; 0 when it does not send it.
+    attempts: int = 0
+    #: A first answer that waits (a queued permit) is followed by more answers on the same
+    #: Channel `ref` (its grant); the per-session rpc answers once the wait is over.
+    follows: bool = False
 
 
 ACQUIRE: Final = Command(
@@ -67,6 +80,8 @@ RENEW: Final = Command(
     streaming=False,
     resend=True,
     why="renewing extends the lease from now: twice is as once (lease id and epoch fence a moved-on lease)",
+    meets="renew",
+    attempts=1,  # one: the renewal schedule sends the next before the lease expires
 )
 RELEASE: Final = Command(
     "Release",
@@ -78,6 +93,8 @@ RELEASE: Final = Command(
     streaming=False,
     resend=True,
     why="a repeat of an applied release is answered released (its session's last end was a release)",
+    meets="release",
+    attempts=5,
 )
 YIELD: Final = Command(
     "Yield",
@@ -89,6 +106,8 @@ YIELD: Final = Command(
     streaming=False,
     resend=True,
     why="lease id and epoch fence it: a repeat of an applied yield cannot yield a later lease",
+    meets="yield",
+    attempts=5,
 )
 WITHDRAW: Final = Command(
     "Withdraw",
@@ -113,8 +132,38 @@ GET_SESSION: Final = Command(
     why="a read",
 )
 
+REQUEST_PERMIT: Final = Command(
+    "RequestPermit",
+    "RequestPermit",
+    "request_permit",
+    "permit",
+    pb.RequestPermitRequest,
+    Flow.TENANT,
+    streaming=False,
+    resend=False,
+    why="each request is a new permit (the scheduler names it): sent twice, two permits would wait",
+    meets="renew",  # met as a renewal: one try, never sent again (resend)
+    attempts=1,
+    follows=True,
+)
+SETTLE_PERMIT: Final = Command(
+    "SettlePermit",
+    "SettlePermit",
+    "settle_permit",
+    "settled",
+    pb.SettlePermitRequest,
+    # Settling gives tokens back, as a release gives a slot back: a permit flood must not refuse it.
+    Flow.RENEWALS,
+    streaming=False,
+    resend=True,
+    why="a repeat of an applied settle is refused PERMIT_CLOSED (counted once); at a new leader, "
+    "which never knew the permit, it is charged once as a debt",
+    meets="release",  # met as a release: it gives back, and is sent again through an outage
+    attempts=5,
+)
+
 #: Every session command: the Channel's in its oneof's order, then GetSession.
-COMMANDS: Final = (ACQUIRE, RENEW, YIELD, RELEASE, WITHDRAW, GET_SESSION)
+COMMANDS: Final = (ACQUIRE, RENEW, YIELD, RELEASE, WITHDRAW, REQUEST_PERMIT, SETTLE_PERMIT, GET_SESSION)
 #: By ChannelCommand oneof field: what a Channel carries.
 BY_FIELD: Final = MappingProxyType({c.field: c for c in COMMANDS if c.field is not None})
 #: By Scheduler rpc name: what the per-session servicer serves (Release, not Withdraw).
@@ -134,6 +183,8 @@ __all__ = [
     "NOT_COMMANDS",
     "RELEASE",
     "RENEW",
+    "REQUEST_PERMIT",
+    "SETTLE_PERMIT",
     "WITHDRAW",
     "YIELD",
     "Command",

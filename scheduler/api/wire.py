@@ -7,8 +7,9 @@ all (the SDK may import scheduler/api only). Documented in the proto files: the 
 proto/slotsched/v1/common.proto (tests/test_wire_polish.py keeps the two lists equal), the
 metadata in scheduler.proto's service comment.
 
-Which status a failure gets is still chosen by the server, in scheduler/server/errors.py only;
-`Reason.code` says which status each reason goes with (what a client may rely on).
+Which status a failure gets is still chosen by the server, in scheduler/server/errors.py only,
+by the reason's row in `reasons.py`; `Reason.code` says which status each reason goes with (what
+a client may rely on).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from types import MappingProxyType
 from typing import Final
 
 import grpc
+
+from scheduler.api import reasons
 
 # ---------------------------------------------------------------- metadata keys
 
@@ -52,50 +55,37 @@ DOMAIN: Final = "slotsched.dev"
 
 class Reason(StrEnum):
     """An ErrorInfo reason: what happened, for a program (the message is for a person). A str,
-    so it compares equal to the reason read off the wire; `code` is the status it goes with."""
+    so it compares equal to the reason read off the wire. Its row in `scheduler/api/reasons.py`
+    (the one table of refusal reasons) says the rest: `code` is the status it goes with."""
 
-    CREDENTIAL_DENIED = "CREDENTIAL_DENIED"  # the credential's identity may not make this call
-    WORKER_OUT_OF_SCOPE = "WORKER_OUT_OF_SCOPE"  # a worker credential naming an id its entry lacks
-    WORKER_SLOTS_OVER_BOUND = "WORKER_SLOTS_OVER_BOUND"  # more slots than the entry's maxSlots
-    NO_QUOTA = "NO_QUOTA"  # the tenant's quota for the class is zero: never retry
+    CREDENTIAL_DENIED = "CREDENTIAL_DENIED"
+    WORKER_OUT_OF_SCOPE = "WORKER_OUT_OF_SCOPE"
+    WORKER_SLOTS_OVER_BOUND = "WORKER_SLOTS_OVER_BOUND"
+    NO_QUOTA = "NO_QUOTA"
     UNKNOWN_TENANT = "UNKNOWN_TENANT"
-    QUEUE_FULL = "QUEUE_FULL"  # the pool's queue
+    QUEUE_FULL = "QUEUE_FULL"
     TENANT_QUEUE_FULL = "TENANT_QUEUE_FULL"
-    RATE_LIMITED = "RATE_LIMITED"  # any other limit: the message names it
-    CHANNEL_FULL = "CHANNEL_FULL"  # a Channel carries all it may: acquire on another one
+    RATE_LIMITED = "RATE_LIMITED"
+    CHANNEL_FULL = "CHANNEL_FULL"
     STALE_EPOCH = "STALE_EPOCH"
     NOT_HOLDER = "NOT_HOLDER"
     INVALID_EVENT = "INVALID_EVENT"
-    PRECONDITION = "PRECONDITION"  # any other precondition: the message says which
-    NOT_LEADER = "NOT_LEADER"  # a standby: ErrorInfo metadata `leader`, trailing `LEADER`
-    NO_ELIGIBLE_POOL = "NO_ELIGIBLE_POOL"  # no pool matches the selector (or the snapshot)
-    WORKER_POOL_DENIED = "WORKER_POOL_DENIED"  # a worker joining a pool its entry does not list
+    PRECONDITION = "PRECONDITION"
+    NOT_LEADER = "NOT_LEADER"
+    NO_ELIGIBLE_POOL = "NO_ELIGIBLE_POOL"
+    WORKER_POOL_DENIED = "WORKER_POOL_DENIED"
+    UNKNOWN_BUDGET = "UNKNOWN_BUDGET"
+    NO_BUDGET_SHARE = "NO_BUDGET_SHARE"
+    BUDGET_QUEUE_FULL = "BUDGET_QUEUE_FULL"
+    BUDGET_TENANT_QUEUE_FULL = "BUDGET_TENANT_QUEUE_FULL"
+    PERMIT_POLICY_CHANGED = "PERMIT_POLICY_CHANGED"
+    PERMIT_NOT_OWNER = "PERMIT_NOT_OWNER"
+    PERMIT_CLOSED = "PERMIT_CLOSED"
 
     @property
     def code(self) -> grpc.StatusCode:
-        return _CODES[self]
+        return grpc.StatusCode[reasons.BY_INFO[self].status]
 
-
-_CODES: Final[Mapping[Reason, grpc.StatusCode]] = MappingProxyType(
-    {
-        Reason.CREDENTIAL_DENIED: grpc.StatusCode.PERMISSION_DENIED,
-        Reason.WORKER_OUT_OF_SCOPE: grpc.StatusCode.PERMISSION_DENIED,
-        Reason.WORKER_SLOTS_OVER_BOUND: grpc.StatusCode.PERMISSION_DENIED,
-        Reason.NO_QUOTA: grpc.StatusCode.PERMISSION_DENIED,
-        Reason.UNKNOWN_TENANT: grpc.StatusCode.PERMISSION_DENIED,
-        Reason.QUEUE_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
-        Reason.TENANT_QUEUE_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
-        Reason.RATE_LIMITED: grpc.StatusCode.RESOURCE_EXHAUSTED,
-        Reason.CHANNEL_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
-        Reason.STALE_EPOCH: grpc.StatusCode.FAILED_PRECONDITION,
-        Reason.NOT_HOLDER: grpc.StatusCode.FAILED_PRECONDITION,
-        Reason.INVALID_EVENT: grpc.StatusCode.FAILED_PRECONDITION,
-        Reason.PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
-        Reason.NOT_LEADER: grpc.StatusCode.UNAVAILABLE,
-        Reason.NO_ELIGIBLE_POOL: grpc.StatusCode.FAILED_PRECONDITION,
-        Reason.WORKER_POOL_DENIED: grpc.StatusCode.PERMISSION_DENIED,
-    }
-)
 
 #: ErrorInfo metadata key naming the leader on NOT_LEADER (the same address as `LEADER`).
 LEADER_INFO: Final = "leader"

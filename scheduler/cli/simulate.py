@@ -54,17 +54,31 @@ def _simulate(args: argparse.Namespace) -> int:
         args.out = args.out or DEFAULT_OUT
         rc: int = run_compare(policy, plans, args, refused_unknown=unknown)
         return rc
-    config = SimConfig(checkpoint_s=args.checkpoint_seconds, until_s=args.until)
+    from scheduler.sim.attainment import attainment, quotas_of
+    from scheduler.sim.compare.run import sample_every
+
+    # Samples for each tenant's fair-share attainment (scheduler/sim/attainment.py).
+    config = SimConfig(
+        checkpoint_s=args.checkpoint_seconds,
+        until_s=args.until,
+        sample_every_s=sample_every(plans, args.until),
+    )
 
     def progress(frac: float) -> None:
         if not args.json and sys.stderr.isatty():
             print(f"\rsimulating… {frac:6.1%}", end="", file=sys.stderr, flush=True)
 
-    stats = Simulator(policy, plans, config).run(progress)
+    sim = Simulator(policy, plans, config)
+    stats = sim.run(progress)
     stats.refusals += refused
     if sys.stderr.isatty() and not args.json:
         print("\r" + " " * 30 + "\r", end="", file=sys.stderr)
     result = stats.to_json()
+    att = attainment(sim.points, quotas_of(policy))
+    for name, entry in result["tenants"].items():
+        entry["attainment"] = att.tenant_json(name)
+    lowest = att.minimum(sorted({p.tenant for p in plans}))
+    result["attainment_min"] = None if lowest is None else round(lowest, 4)
     text = render_text(result)
     if unknown:
         text += f"\nrefused as unknown tenants (in refusals): {describe_tenants(unknown)}"

@@ -196,7 +196,21 @@ def render(
     )
     queued = sum(c.pending for c in pool.classes)
     lines += ["", f"queue: {queued} waiting"]
+    if pool.budgets:
+        header = ("budget", "limit", "tokens/min", "requests/min", "available tokens", "waiting", "open")
+        lines += ["", *_table(header, [_budget_row(b) for b in pool.budgets])]
     return "\n".join(lines)
+
+
+def _budget_row(b: admin_pb2.BudgetStatus) -> tuple[Any, ...]:
+    """A budget: its effective limit (% of configured), per minute, what is left, its permits."""
+    lim, avail = list(b.limits_per_minute) or [0.0] * 4, list(b.available) or [0.0] * 4
+    tokens = " ".join(
+        f"{name} {lim[d]:,.0f}" for d, name in ((3, "total"), (1, "in"), (2, "out")) if lim[d] > 0
+    )
+    left = " ".join(f"{avail[d]:,.0f}" for d in (3, 1, 2) if lim[d] > 0)
+    return (b.name, f"{b.factor:.0%}", tokens or "-", f"{lim[0]:,.0f}" if lim[0] > 0 else "-", left or "-",
+            b.waiting, b.open)  # fmt: skip
 
 
 def _list_all(

@@ -39,6 +39,7 @@ from scheduler.client.errors import (
     NoQuota,
     NotFound,
     PermissionDenied,
+    PermitRefused,
     QueueFull,
     RateLimited,
     ResourceExhausted,
@@ -47,7 +48,10 @@ from scheduler.client.errors import (
     StaleLease,
     Unauthenticated,
     Unavailable,
+    UnknownBudget,
 )
+from scheduler.client.options import ClientOptions
+from scheduler.client.permit import Permit, PermitQueue, Settled, TokenUsage, usage_of
 from scheduler.client.phases import Phase
 from scheduler.client.reactions import from_rpc_error
 from scheduler.client.sync import Client, Session
@@ -61,6 +65,7 @@ __all__ = [
     "AsyncClient",
     "AsyncSession",
     "Client",
+    "ClientOptions",
     "GrantFailed",
     "InvalidArgument",
     "LeaseInfo",
@@ -71,6 +76,9 @@ __all__ = [
     "OnYield",
     "OnYieldCancelled",
     "PermissionDenied",
+    "Permit",
+    "PermitQueue",
+    "PermitRefused",
     "Phase",
     "QoS",
     "Qos",
@@ -81,11 +89,15 @@ __all__ = [
     "Session",
     "SessionEnded",
     "SessionInfo",
+    "Settled",
     "SlotschedError",
     "Slot",
     "SnapshotRef",
     "StaleLease",
+    "TokenUsage",
     "Unauthenticated",
     "Unavailable",
+    "UnknownBudget",
     "from_rpc_error",
+    "usage_of",
 ]

@@ -23,18 +23,19 @@ from scheduler.client.channel import (
     DEFAULT_CHANNEL_OPTIONS,
     DEFAULT_CONNECT_TIMEOUT_S,
     ClientLink,
-    PemSource,
     call_metadata,
     merged_options,
     tls_credentials,
 )
 from scheduler.client.errors import InvalidArgument
-from scheduler.client.follow import DEFAULT_FAILOVER_TIMEOUT_S, Follower, FollowingStub, parse_targets
+from scheduler.client.follow import Follower, FollowingStub, parse_targets
 from scheduler.client.mux import SessionMux
+from scheduler.client.options import ClientOptions
 from scheduler.client.reactions import from_rpc_error
 from scheduler.client.retry import RetryPolicy
 from scheduler.client.routes import PoolRoute, route_key
 from scheduler.client.session import AsyncSession
+from scheduler.client.transport import ChannelCall, RpcTransport, SessionTransport
 from scheduler.client.types import QoS, SessionInfo, SnapshotRef
 from scheduler.client.wake import Wake
 
@@ -43,6 +44,7 @@ __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
     "AsyncClient",
     "AsyncSession",
+    "ClientOptions",
     "OnGrant",
     "OnYield",
     "OnYieldCancelled",
@@ -56,7 +58,9 @@ MAX_SESSION_ID_BYTES = wire.MAX_STRING_BYTES
 class AsyncClient:
     """A connection to the slotsched Scheduler service for asyncio code.
 
-    `token` is sent as `authorization: Bearer <token>`; `tenant` as `x-slotsched-tenant` (the
+    Its settings are a `ClientOptions` (`options=`), or the same names as keyword arguments laid
+    over it (`AsyncClient(target, token=..., multiplex=False)`); the blocking `Client` takes the
+    same. `token` is sent as `authorization: Bearer <token>`; `tenant` as `x-slotsched-tenant` (the
     server's insecure dev mode only). `channel_options` are merged over `DEFAULT_CHANNEL_OPTIONS`.
     TLS: `tls_ca` (the CA that signed the server's certificate; system roots without it) and, for
     a server that requires client certificates (`slotsched serve --tls-ca`), `tls_cert` +
@@ -98,50 +102,45 @@ class AsyncClient:
         tenant: str | None = None,
         channel_options: Sequence[tuple[str, Any]] | None = None,
         *,
-        credentials: grpc.ChannelCredentials | None = None,
-        tls_ca: PemSource | None = None,
-        tls_cert: PemSource | None = None,
-        tls_key: PemSource | None = None,
-        rpc_timeout_s: float = 10.0,
-        reattach_timeout_s: float = 30.0,
-        backoff_initial_s: float = 0.1,
-        backoff_max_s: float = 2.0,
-        renew_interval_s: float | None = None,
-        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-        follow_leader: bool = True,
-        failover_timeout_s: float = DEFAULT_FAILOVER_TIMEOUT_S,
-        multiplex: bool = True,
+        options: ClientOptions | None = None,
+        **settings: Any,
     ) -> None:
-        if connect_timeout_s <= 0:
-            raise ValueError(f"connect_timeout_s must be > 0, not {connect_timeout_s!r}")
+        # The settings: `options` with the keyword arguments (`ClientOptions`' names) over it.
+        o = self.options = ClientOptions.of(
+            options, settings, token=token, tenant=tenant, channel_options=channel_options
+        )
         targets = parse_targets(target)  # a bad target fails here, not at the first call
         self.target = ",".join(targets)
-        self.rpc_timeout_s = rpc_timeout_s
-        self.reattach_timeout_s = reattach_timeout_s
-        self.connect_timeout_s = connect_timeout_s
-        self.backoff_initial_s = backoff_initial_s
-        self.backoff_max_s = backoff_max_s
-        self.renew_interval_s = renew_interval_s
-        self.follow_leader = follow_leader
-        self.failover_timeout_s = failover_timeout_s
+        self.rpc_timeout_s = o.rpc_timeout_s
+        self.reattach_timeout_s = o.reattach_timeout_s
+        self.connect_timeout_s = o.connect_timeout_s
+        self.backoff_initial_s = o.backoff_initial_s
+        self.backoff_max_s = o.backoff_max_s
+        self.renew_interval_s = o.renew_interval_s
+        self.follow_leader = o.follow_leader
+        self.failover_timeout_s = o.failover_timeout_s
         # The waits between tries (retry.py): a session's attach, and its commands (calls.py
         # says how many tries each has).
-        self.reattach = RetryPolicy(initial_s=backoff_initial_s, max_s=backoff_max_s)
-        self.command_backoff = RetryPolicy(initial_s=backoff_initial_s)
+        self.reattach = RetryPolicy(initial_s=o.backoff_initial_s, max_s=o.backoff_max_s)
+        self.command_backoff = RetryPolicy(initial_s=o.backoff_initial_s)
         # Sessions asleep in re-attach backoff, woken when the server answers again (wake.py).
         self.wake = Wake()
-        options = merged_options(channel_options)
-        credentials = tls_credentials(tls_ca, tls_cert, tls_key, credentials)
-        self.metadata: tuple[tuple[str, str], ...] = call_metadata(token, tenant)
+        channel_opts = merged_options(o.channel_options)
+        credentials = tls_credentials(o.tls_ca, o.tls_cert, o.tls_key, o.credentials)
+        self.metadata: tuple[tuple[str, str], ...] = call_metadata(o.token, o.tenant)
         self._follower = Follower(
-            targets, options, credentials, follow=follow_leader, failover_timeout_s=failover_timeout_s
+            targets,
+            channel_opts,
+            credentials,
+            follow=o.follow_leader,
+            failover_timeout_s=o.failover_timeout_s,
         )
         self._stub: scheduler_pb2_grpc.SchedulerStub | None = None
-        self._direct: Any = None  # the per-session rpcs, tried once each (calls.py retries)
+        self._direct: RpcTransport | None = None  # the per-session rpcs, tried once each (calls.py retries)
         #: The client's live sessions, released by `close()`.
         self.sessions: set[AsyncSession] = set()
         self._closed = False
-        self._multiplex = multiplex
+        self._multiplex = multiplex = o.multiplex
         # The routes of sessions naming a pool or a selector (routes.py); "" is this client.
         self._routes: dict[str, PoolRoute] = {}
         # Every session on one Scheduler.Channel stream (mux.py); False: one Acquire per session.
@@ -188,19 +187,26 @@ class AsyncClient:
             route = self._routes[key] = PoolRoute(self, key, follower, multiplex=self._multiplex)
         return route
 
-    def session_stub(self) -> Any:
-        """What sessions call Acquire, Renew, Yield and Release on: the client's channel
-        multiplexer, or the per-session rpcs (`multiplex=False`, or a server without Channel),
-        to the leader. Neither sends a command again: a session's `calls.py` does, the one
-        layer that retries (a Renew whose channel broke in a failover goes again, to the new
-        leader, within failover_timeout_s)."""
+    def open_channel(self) -> ChannelCall:
+        """A Channel stream to the leader (`ClientLink.open_channel`): the stub's following call."""
+        call: ChannelCall = self.stub().Channel(metadata=self.metadata)
+        return call
+
+    def transport(self) -> SessionTransport:
+        """What sessions send Acquire, Renew, Yield and Release through (`transport.py`): the
+        client's channel multiplexer, or the per-session rpcs (`multiplex=False`, or a server
+        without Channel), to the leader. Neither sends a command again: a session's `calls.py`
+        does, the one layer that retries (a Renew whose channel broke in a failover goes again,
+        to the new leader, within failover_timeout_s)."""
         mux = self._mux
         if mux is not None and not mux.unsupported:
-            return mux.stub
+            return mux
         if self._closed:
             raise RuntimeError("AsyncClient is closed")
         if self._direct is None:
-            self._direct = FollowingStub(self._follower, scheduler_pb2_grpc.SchedulerStub, retry=False)
+            self._direct = RpcTransport(
+                FollowingStub(self._follower, scheduler_pb2_grpc.SchedulerStub, retry=False)
+            )
         return self._direct
 
     def session(

@@ -74,7 +74,7 @@ class StreamAttacher:
         while not state.closing:
             failure: SlotschedError
             try:
-                call = client.session_stub().Acquire(self._request(), metadata=client.metadata)
+                call = client.transport().attach(self._request(), client.metadata)
                 state.attached = True
                 events = call.__aiter__()
                 if not state.reached:

@@ -7,7 +7,9 @@ anybody's guess. Now the transports below only report a failure (and move the cl
 leader: `follow.py`, `mux.py`), and this layer decides, from `reactions.py`'s table and the
 call's `RetryPolicy`, whether the same command goes again:
 
-Only a command whose row in `scheduler/api/commands.py` says it may be sent again (`resend`) is:
+Each command's row in `scheduler/api/commands.py` says how many tries it has (`attempts`), which
+column of `reactions.py` meets its failures (`meets`), and whether it may be sent again at all
+(`resend`); only a command whose row says so is:
 
 * FOLLOW_LEADER (the replica was lost, or does not lead): again to the leader, at once if a
   standby named it, else after 50-100 ms, within `failover_timeout_s` and the call's timeout;
@@ -23,14 +25,13 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
-from scheduler.api import commands
 from scheduler.api.commands import Command
 from scheduler.client.channel import ClientLink
 from scheduler.client.follow import leader_named
@@ -38,21 +39,9 @@ from scheduler.client.reactions import Call, Reaction, react, retry_after_of
 from scheduler.client.retry import FAILOVER
 
 
-@dataclass(frozen=True)
-class CallRow:
-    """A kind of call: the session command it is (its rpc, and whether it may be sent again:
-    `resend`), and how many tries it has."""
-
-    command: Command
-    attempts: int
-
-
-#: One row per kind of session call (its column of how each status is met: `reactions.py`).
-CALLS: dict[Call, CallRow] = {
-    Call.RENEW: CallRow(commands.RENEW, attempts=1),  # the schedule sends the next renewal
-    Call.YIELD: CallRow(commands.YIELD, attempts=5),
-    Call.RELEASE: CallRow(commands.RELEASE, attempts=5),
-}
+def column(command: Command) -> Call:
+    """The column of `reactions.py` that meets `command`'s failures (its row's `meets`)."""
+    return Call(command.meets)
 
 
 class Verdict(enum.Enum):
@@ -78,29 +67,28 @@ def _always() -> bool:
 
 
 class SessionCalls:
-    """Sends one session's commands on the client's session stub (the channel multiplexer, or
-    per-session rpcs), with the retries of the module doc."""
+    """Sends one session's commands through the client's transport (the channel multiplexer, or
+    per-session rpcs: `transport.py`), with the retries of the module doc."""
 
     def __init__(self, client: ClientLink) -> None:
         self._client = client
 
     async def send(
         self,
-        call: Call,
+        command: Command,
         build: Callable[[], Message],
         *,
         timeout: float,
         wanted: Callable[[], bool] = _always,
         recheck: Recheck | None = None,
     ) -> Any:
-        """The answer to `build()` sent as `call` (None when SETTLED or rechecked DONE).
+        """The answer to `build()` sent as `command` (None when SETTLED or rechecked DONE).
 
         `wanted()` is asked before every try (Abandoned once it says no); `recheck(err, more)`
         after a RECHECK reaction (`more`: whether the policy allows another try)."""
         client = self._client
-        row = CALLS[call]
-        command = row.command
-        policy = replace(client.command_backoff, attempts=row.attempts)
+        call = column(command)
+        policy = replace(client.command_backoff, attempts=command.attempts)
         loop = asyncio.get_running_loop()
         tries = 0
         while True:
@@ -110,10 +98,10 @@ class SessionCalls:
             while True:  # one try: sent again to the leader while its replica is lost
                 if not wanted():
                     raise Abandoned
-                method = getattr(client.session_stub(), command.rpc)
+                transport = client.transport()
                 left = max(0.001, start + timeout - loop.time())
                 try:
-                    return await method(build(), metadata=client.metadata, timeout=left)
+                    return await transport.send(command, build(), client.metadata, left)
                 except grpc.aio.AioRpcError as e:
                     err = e
                 reaction = react(call, err)

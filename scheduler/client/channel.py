@@ -19,6 +19,7 @@ from scheduler.api import wire
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2_grpc
 from scheduler.client.reactions import Call, Reaction, codes
 from scheduler.client.retry import RetryPolicy
+from scheduler.client.transport import ChannelCall, SessionTransport
 from scheduler.client.wake import Wake
 
 #: Stream failures after which the session re-attaches (the server keeps the session meanwhile):
@@ -153,7 +154,12 @@ class ClientLink(Protocol):
 
     def stub(self) -> scheduler_pb2_grpc.SchedulerStub: ...
 
-    def session_stub(self) -> Any:
-        """Acquire, Renew, Yield and Release for sessions: the channel multiplexer or the
+    def open_channel(self) -> ChannelCall:
+        """A new `Scheduler.Channel` stream to the leader, with the client's credential (for the
+        channel multiplexer, `mux.py`)."""
+        ...
+
+    def transport(self) -> SessionTransport:
+        """Where sessions' Acquire, Renew, Yield and Release go: the channel multiplexer or the
         per-session rpcs (neither sends a command again: `calls.py` does)."""
         ...

@@ -21,12 +21,15 @@ import grpc
 
 
 class SlotschedError(Exception):
-    """Base of every SDK error. `code` is the gRPC status (None for purely client-side errors)."""
+    """Base of every SDK error. `code` is the gRPC status (None for purely client-side errors);
+    `reason` the server's ErrorInfo reason ("" if it sent none: the reasons, and the class each
+    gives, are `scheduler/api/reasons.py`'s table)."""
 
-    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+    def __init__(self, message: str, code: grpc.StatusCode | None = None, *, reason: str = "") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.reason = reason
 
 
 class ResourceExhausted(SlotschedError):
@@ -44,10 +47,9 @@ class ResourceExhausted(SlotschedError):
         estimated_wait_s: float | None = None,
         reason: str = "",
     ) -> None:
-        super().__init__(message, code)
+        super().__init__(message, code, reason=reason)
         self.retry_after_s = retry_after_s
         self.estimated_wait_s = estimated_wait_s
-        self.reason = reason
 
 
 class QueueFull(ResourceExhausted):
@@ -74,8 +76,7 @@ class PermissionDenied(SlotschedError):
         *,
         reason: str = "",
     ) -> None:
-        super().__init__(message, code)
-        self.reason = reason
+        super().__init__(message, code, reason=reason)
 
 
 class NoQuota(PermissionDenied):
@@ -92,6 +93,17 @@ class NoEligiblePool(SlotschedError):
     """FAILED_PRECONDITION, reason NO_ELIGIBLE_POOL: no pool of the policy matches the session's
     selector (or the labels its snapshot must resume on); the message names them. A matter of
     the request or the policy: sending it again will not help."""
+
+
+class UnknownBudget(SlotschedError):
+    """FAILED_PRECONDITION, reason UNKNOWN_BUDGET: a permit names a budget the policy lacks
+    (the message lists the policy's budgets). Sending it again will not help."""
+
+
+class PermitRefused(SlotschedError):
+    """FAILED_PRECONDITION about a permit: another session's (PERMIT_NOT_OWNER), already
+    settled, expired or withdrawn (PERMIT_CLOSED), or a waiting permit the new policy could
+    never serve (PERMIT_POLICY_CHANGED)."""
 
 
 class NotFound(SlotschedError):
@@ -123,11 +135,34 @@ class SessionEnded(SlotschedError):
     lease. `reason` is the end reason in lower case, e.g. "expired"."""
 
     def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message, None)
-        self.reason = reason
+        super().__init__(message, None, reason=reason)
 
 
 class GrantFailed(SlotschedError):
     """`on_grant` raised for a re-grant (after a yield or a revocation): the actor did not start
     on its new slot, so the session gave the lease back and ended rather than pin a slot that
     runs nothing. `.resume_from` of the session still names the snapshot to start over from."""
+
+
+#: Every class by name: the `error` column of `scheduler/api/reasons.py` names one of these
+#: (tests/test_reasons.py checks each names a class here).
+BY_NAME: dict[str, type[SlotschedError]] = {
+    cls.__name__: cls
+    for cls in (
+        SlotschedError,
+        ResourceExhausted,
+        QueueFull,
+        RateLimited,
+        PermissionDenied,
+        NoQuota,
+        StaleLease,
+        NoEligiblePool,
+        UnknownBudget,
+        PermitRefused,
+        NotFound,
+        AcquireTimeout,
+        Unavailable,
+        Unauthenticated,
+        InvalidArgument,
+    )
+}

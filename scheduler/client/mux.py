@@ -6,14 +6,14 @@ Release calls, and grpc.aio's per-call cost capped a runtime hosting many sessio
 message costs a fraction of a call, and commands (and events) ready at the same moment travel as
 one message.
 
-Transparent to the session code: `MuxStub` answers the four methods the session modules call on
-a Scheduler stub (`Acquire`, `Renew`, `Yield`, `Release`) in the same shapes: `Acquire` returns a
-call object whose async iterator yields the session's LeaseEvents and raises
-`grpc.aio.AioRpcError` as the per-session stream would (a per-session error event is turned
-into the same status, details and trailing metadata); the unary methods return the response or
-raise `AioRpcError`. So the session's state machine, its re-attach with backoff, its one retry
-layer (`calls.py`) and its error mapping (`reactions.py`) are the ones the per-session rpcs use;
-the multiplexer itself never sends a command again.
+Transparent to the session code: `SessionMux` is a `SessionTransport` (transport.py), as the
+per-session rpcs are: `attach` returns the session's stream, whose async iterator yields its
+LeaseEvents and raises `grpc.aio.AioRpcError` as the per-session stream would (a per-session
+error event is turned into the same status, details and trailing metadata); `send` sends a
+command by its row's Channel field and returns the answer or raises `AioRpcError`. So the
+session's state machine, its re-attach with backoff, its one retry layer (`calls.py`) and its
+error mapping (`reactions.py`) are the ones the per-session rpcs use; the multiplexer itself
+never sends a command again.
 
 A channel carries at most as many sessions as the server allows (10,000: an acquire past that is
 refused RESOURCE_EXHAUSTED, reason CHANNEL_FULL). Such an acquire is sent again on another channel
@@ -28,7 +28,7 @@ verdict on what the client sent: UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARG
 CHANNEL column of `reactions.py`), so each session re-attaches as after a broken Acquire stream
 and its commands in flight are sent again (by `calls.py`):
 its next `Acquire` goes on a channel that works (a new one if none, opened through
-`client.stub()` taken afresh, so a client that follows the leader reaches the new one). A channel
+`client.open_channel()` afresh, so a client that follows the leader reaches the new one). A channel
 is left the same way, its replica counted as lost by the client's follower, when the replica
 answers nothing for `SILENCE_S` while a command or an acquire waits on it (frozen, or hung: its
 connection stays open), or refuses a command NOT_LEADER (a leader that stepped down under its
@@ -42,17 +42,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 import grpc.aio
+from google.protobuf.message import Message
 
 from scheduler.api import commands, wire
+from scheduler.api.commands import Command
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from scheduler.client import channel
 from scheduler.client.channel import ClientLink
 from scheduler.client.reactions import Reaction, reason_of_status, rule
+from scheduler.client.transport import ChannelCall
 
 #: Older servers refused an acquire on a full channel RATE_LIMITED, saying this in the message.
 _CHANNEL_FULL_TEXT = "open another channel"
@@ -125,17 +128,53 @@ class MuxCall:
         return True
 
 
+class Following:
+    """A command answered more than once on its ref (`Command.follows`: a queued permit, then
+    its grant): the first answer is `first`'s, every later one goes to `tell` (an answer
+    message, or an AioRpcError), until `more(answer)` says it was the last. Once answered it is
+    not waited on for the channel's silence watch: a permit may wait long, the server silent."""
+
+    def __init__(self, tell: Callable[[Any], None], more: Callable[[Any], bool]) -> None:
+        self.first: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.first.add_done_callback(_consume)
+        self._tell = tell
+        self._more = more
+        self.over = False
+
+    @property
+    def answered(self) -> bool:
+        return self.first.done()
+
+    def feed(self, answer: Any) -> bool:
+        """Hand one answer out; whether more are to come."""
+        more = not isinstance(answer, BaseException) and self._more(answer)
+        self.over = not more
+        if not self.first.done():
+            if isinstance(answer, BaseException):
+                self.first.set_exception(answer)
+            else:
+                self.first.set_result(answer)
+        else:
+            self._tell(answer)
+        return more
+
+    def done(self) -> bool:
+        return self.over
+
+    def set_exception(self, err: BaseException) -> None:
+        self.feed(err)
+
+
 class _Conn:
     """One open Channel call: a writer that batches commands, a reader that dispatches events."""
 
     def __init__(self, mux: SessionMux) -> None:
         self.mux = mux
         client = mux.client
-        self.call = client.stub().Channel(metadata=client.metadata)
-        if hasattr(self.call, "resend"):  # a following stub's: told what to send again (`_resend`)
-            self.call.resend = self._resend
+        self.call: ChannelCall = client.open_channel()
+        self.call.resend = self._resend  # told what to send again if it re-opens at the leader
         self.sessions: dict[str, MuxCall] = {}
-        self.waiting: dict[int, asyncio.Future[Any] | MuxCall] = {}
+        self.waiting: dict[int, asyncio.Future[Any] | MuxCall | Following] = {}
         self.pending: list[pb.ChannelCommand] = []
         self.ready = asyncio.Event()
         self.broken: grpc.aio.AioRpcError | None = None
@@ -202,9 +241,7 @@ class _Conn:
     def _lost(self, err: grpc.aio.AioRpcError) -> None:
         """This channel's replica is lost or does not lead: the client's follower moves on from
         it, as after a failed read (`_FollowingBidi.abandon`), and the channel breaks."""
-        abandon = getattr(self.call, "abandon", None)
-        if abandon is not None:
-            abandon(err)
+        self.call.abandon(err)
         self._break(err)
 
     def forget(self, call: MuxCall) -> None:
@@ -296,9 +333,13 @@ class _Conn:
                 fut = self.waiting.pop(ev.ref, None)
                 if isinstance(fut, asyncio.Future) and not fut.done():
                     fut.set_result(getattr(ev, kind))
+                elif isinstance(fut, Following) and fut.feed(getattr(ev, kind)):
+                    self.waiting[ev.ref] = fut  # its next answer comes on the same ref
         for call in finishing:
             call.feed(_END)  # no error followed its last event in the same message: OK
-        self.quiet_since = self._clock() if self.waiting else None  # heard: the clock starts again
+        # Heard: the clock starts again, if anything still waits for a first answer.
+        waits = any(not isinstance(t, Following) or not t.answered for t in self.waiting.values())
+        self.quiet_since = self._clock() if waits else None
         if refused_here is not None:
             # Every command here would be refused the same: the sessions re-attach, and their
             # commands go again, on a channel to the leader the refusal names.
@@ -361,7 +402,6 @@ class SessionMux:
         self.unsupported = False
         self._ref = 0
         self._closing: set[asyncio.Task[None]] = set()
-        self.stub = MuxStub(self)
 
     def _room(self) -> _Conn:
         """The first channel with room for a new session (a new one if every one is full)."""
@@ -438,6 +478,43 @@ class SessionMux:
             conn.mux.idle(conn)
             raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
 
+    async def command_following(
+        self, timeout: float | None, tell: Callable[[Any], None], more: Callable[[Any], bool], **kind: Any
+    ) -> Any:
+        """Send one command answered more than once (`Following`); its first answer."""
+        (request,) = kind.values()
+        conn = self._of(request.session_id)
+        ref = self.next_ref()
+        following = Following(tell, more)
+        conn.waiting[ref] = following
+        conn.send(pb.ChannelCommand(ref=ref, **kind))
+        try:
+            return await asyncio.wait_for(asyncio.shield(following.first), timeout)
+        except TimeoutError:
+            conn.waiting.pop(ref, None)
+            conn.mux.idle(conn)
+            raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+
+    # ------------------------------------------------ SessionTransport (transport.py)
+
+    def attach(self, request: pb.AcquireRequest, metadata: Any = None) -> MuxCall:
+        """A session's place on a channel (the channel's credential is the client's)."""
+        return self.acquire(request)
+
+    async def send(self, command: Command, request: Message, metadata: Any, timeout: float) -> Any:
+        """A unary command, as its row's Channel field (`commands.py`)."""
+        if command.field is None or command.streaming:
+            raise ValueError(f"{command.name} is not a unary command sent on a Channel")
+        return await self.command(timeout, **{command.field: request})
+
+    async def send_following(
+        self, command: Command, request: Message, metadata: Any, tell: Callable[[Any], None],
+        more: Callable[[Any], bool], timeout: float,
+    ) -> Any:  # fmt: skip
+        """A following command (`Command.follows`), as its row's Channel field."""
+        assert command.field is not None and command.follows
+        return await self.command_following(timeout, tell, more, **{command.field: request})
+
     async def close(self) -> None:
         conns, self.conns = self.conns, []
         for conn in conns:
@@ -445,30 +522,6 @@ class SessionMux:
         for task in list(self._closing):
             with contextlib.suppress(BaseException):
                 await task
-
-
-class MuxStub:
-    """The Scheduler stub's session methods, over the client's channel (module doc): `Acquire`,
-    and each unary rpc `scheduler/api/commands.py` lists with a Channel field (Renew, Yield,
-    Release), sent as that command."""
-
-    def __init__(self, mux: SessionMux) -> None:
-        self._mux = mux
-
-    def Acquire(self, request: pb.AcquireRequest, metadata: Any = None) -> MuxCall:  # noqa: N802
-        return self._mux.acquire(request)
-
-    def __getattr__(self, rpc: str) -> Any:
-        command = commands.BY_RPC.get(rpc)
-        if command is None or command.field is None or command.streaming:
-            raise AttributeError(rpc)
-        field = command.field
-        mux = self._mux
-
-        async def call(request: Any, metadata: Any = None, timeout: float | None = None) -> Any:
-            return await mux.command(timeout, **{field: request})
-
-        return call
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:

@@ -5,9 +5,11 @@ leader, fail ...), as kopf's `TemporaryError` / `PermanentError` tell a handler'
 Why one table: the reaction to a status used to be decided in six places (the stream, the
 renewals, the yield path, the release, the channel multiplexer, the error mapping), each with
 its own list of codes. Here a row says it all; the parts look their reaction up (`react`) and do
-it, and `from_rpc_error` builds the error class the row names. The retry waits are `retry.py`'s;
-whether a command may be sent again at all is its row in `scheduler/api/commands.py` (`resend`);
-the reasons and metadata keys are `scheduler/api/wire.py`'s.
+it, and `from_rpc_error` builds the error class: a reason's own (its row in
+`scheduler/api/reasons.py`, the one table of refusal reasons), else the status row's here. A
+reason needs a row here only where it is met differently from its status's other reasons. The
+retry waits are `retry.py`'s; whether a command may be sent again at all is its row in
+`scheduler/api/commands.py` (`resend`); the metadata keys are `scheduler/api/wire.py`'s.
 """
 
 from __future__ import annotations
@@ -20,17 +22,16 @@ import grpc
 from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
 
-from scheduler.api import wire
+from scheduler.api import reasons, wire
 from scheduler.api.wire import Reason
 from scheduler.client.errors import (
+    BY_NAME,
     AcquireTimeout,
     InvalidArgument,
     NoEligiblePool,
-    NoQuota,
     NotFound,
     PermissionDenied,
     QueueFull,
-    RateLimited,
     ResourceExhausted,
     SlotschedError,
     StaleLease,
@@ -78,7 +79,8 @@ class Reaction(enum.Enum):
 
 
 class Rule(NamedTuple):
-    """One row: the error a caller sees, and the reaction for each kind of call."""
+    """One row: the error a caller sees (unless the reason's row in `scheduler/api/reasons.py`
+    names its own), and the reaction for each kind of call."""
 
     error: type[SlotschedError]
     channel: Reaction
@@ -126,10 +128,9 @@ STATUS_TABLE: Mapping[tuple[grpc.StatusCode, str], Rule] = {
          Rule(SlotschedError,   REATTACH,  REATTACH,  SKIP,    FAIL,     FAIL),
     (_S.RESOURCE_EXHAUSTED, Reason.CHANNEL_FULL):
          Rule(QueueFull,        PLACE,     WAIT,      SKIP,    FAIL,     FAIL),
-    # A Yield or Release refused for load (a bucket, the fair gate) is sent again once the server's
-    # retry-after has passed (calls.py): given up, the slot would stay held until the lease's TTL.
-    (_S.RESOURCE_EXHAUSTED, Reason.RATE_LIMITED):
-         Rule(RateLimited,      REATTACH,  WAIT,      SKIP,    RETRY,    RETRY),
+    # A Yield or Release refused for load (a bucket, the fair gate: RATE_LIMITED) is sent again
+    # once the server's retry-after has passed (calls.py): given up, the slot would stay held
+    # until the lease's TTL.
     (_S.RESOURCE_EXHAUSTED, ANY):
          Rule(QueueFull,        REATTACH,  WAIT,      SKIP,    RETRY,    RETRY),
     (_S.FAILED_PRECONDITION, Reason.NO_ELIGIBLE_POOL):
@@ -139,8 +140,6 @@ STATUS_TABLE: Mapping[tuple[grpc.StatusCode, str], Rule] = {
     (_S.NOT_FOUND, ANY):
          Rule(NotFound,         REATTACH,  FAIL,      LOST,    FAIL,     SETTLED),
     # Verdicts on what the client sent: sending the same again would fail again.
-    (_S.PERMISSION_DENIED, Reason.NO_QUOTA):
-         Rule(NoQuota,          FAIL,      FAIL,      SKIP,    FAIL,     FAIL),
     (_S.PERMISSION_DENIED, ANY):
          Rule(PermissionDenied, FAIL,      FAIL,      SKIP,    FAIL,     FAIL),
     (_S.UNAUTHENTICATED, ANY):
@@ -160,6 +159,15 @@ def rule(code: grpc.StatusCode | None, reason: str = "") -> Rule:
     if code is None:
         return OTHER
     return STATUS_TABLE.get((code, reason)) or STATUS_TABLE.get((code, ANY)) or OTHER
+
+
+def error_class(code: grpc.StatusCode | None, reason: str = "") -> type[SlotschedError]:
+    """The class a caller sees: the reason's (`reasons.py`), when it goes with this status;
+    else the status row's."""
+    row = reasons.BY_INFO.get(reason) if reason else None
+    if row is not None and code is not None and row.status == code.name:
+        return BY_NAME[row.error]
+    return rule(code, reason).error
 
 
 def codes(call: Call, reaction: Reaction) -> frozenset[grpc.StatusCode]:
@@ -244,12 +252,13 @@ def react(call: Call, err: grpc.RpcError) -> Reaction:
 def from_rpc_error(err: grpc.RpcError) -> SlotschedError:
     """The typed exception for a failed call (sync `grpc.RpcError` or `grpc.aio.AioRpcError`).
 
-    Use as `raise from_rpc_error(err) from err`. The class is the one `STATUS_TABLE` names for
-    the status and its ErrorInfo reason: where one status covers refusals a caller treats
-    differently, the reason picks (PERMISSION_DENIED is `NoQuota` for NO_QUOTA, else
-    `PermissionDenied`; RESOURCE_EXHAUSTED is `RateLimited` for RATE_LIMITED, else `QueueFull`).
-    Statuses without a class of their own (ABORTED, CANCELLED, INTERNAL, ...) give the
-    `SlotschedError` base, with `code` set.
+    Use as `raise from_rpc_error(err) from err`. The class is the ErrorInfo reason's (its row in
+    `scheduler/api/reasons.py`): where one status covers refusals a caller treats differently,
+    the reason picks (PERMISSION_DENIED is `NoQuota` for NO_QUOTA, else `PermissionDenied`;
+    RESOURCE_EXHAUSTED is `RateLimited` for RATE_LIMITED, else `QueueFull`); without a reason,
+    `STATUS_TABLE`'s for the status. Statuses without a class of their own (ABORTED, CANCELLED,
+    INTERNAL, ...) give the `SlotschedError` base, with `code` set. Every error carries the
+    reason (`.reason`, "" without one).
     """
     code = _code(err)
     details_fn = getattr(err, "details", None)
@@ -257,7 +266,7 @@ def from_rpc_error(err: grpc.RpcError) -> SlotschedError:
     message = f"{code.name if code is not None else 'UNKNOWN'}: {details}"
     trailing = _trailers(err)
     reason = reason_in(trailing)
-    cls = rule(code, reason).error
+    cls = error_class(code, reason)
     if issubclass(cls, ResourceExhausted):
         return cls(
             message,
@@ -266,6 +275,4 @@ def from_rpc_error(err: grpc.RpcError) -> SlotschedError:
             estimated_wait_s=_metadata_ms(trailing, wire.ESTIMATED_WAIT_MS),
             reason=reason,
         )
-    if issubclass(cls, PermissionDenied):
-        return cls(message, code, reason=reason)
-    return cls(message, code)
+    return cls(message, code, reason=reason)

@@ -18,12 +18,13 @@ from typing import Protocol
 import grpc
 import grpc.aio
 
+from scheduler.api import commands
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2
 from scheduler.client.calls import SessionCalls, Verdict
 from scheduler.client.channel import ClientLink
 from scheduler.client.errors import SlotschedError
 from scheduler.client.phases import Phase
-from scheduler.client.reactions import Call, from_rpc_error
+from scheduler.client.reactions import from_rpc_error
 from scheduler.client.renewer import Renewer
 from scheduler.client.state import SessionState, log
 from scheduler.client.types import LeaseInfo, SessionInfo
@@ -115,7 +116,9 @@ class Releaser:
             return Verdict.AGAIN if await self._learn_lease() else Verdict.DONE
 
         try:
-            await self._calls.send(Call.RELEASE, build, timeout=self._client.rpc_timeout_s, recheck=recheck)
+            await self._calls.send(
+                commands.RELEASE, build, timeout=self._client.rpc_timeout_s, recheck=recheck
+            )
         except grpc.aio.AioRpcError as e:
             raise from_rpc_error(e) from e
 

@@ -14,11 +14,12 @@ from datetime import UTC
 
 import grpc.aio
 
+from scheduler.api import commands
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2
-from scheduler.client.calls import Abandoned, SessionCalls
+from scheduler.client.calls import Abandoned, SessionCalls, column
 from scheduler.client.channel import ClientLink
 from scheduler.client.phases import Phase, SessionEvent
-from scheduler.client.reactions import Call, Reaction, from_rpc_error, react
+from scheduler.client.reactions import Reaction, from_rpc_error, react
 from scheduler.client.state import SessionState
 from scheduler.client.types import LeaseInfo
 
@@ -76,7 +77,7 @@ class Renewer:
                 return
             timeout = min(self._client.rpc_timeout_s, max(interval, 0.5))
             try:
-                resp = await self._calls.send(Call.RENEW, request, timeout=timeout, wanted=wanted)
+                resp = await self._calls.send(commands.RENEW, request, timeout=timeout, wanted=wanted)
             except Abandoned:
                 return
             except grpc.aio.AioRpcError as e:
@@ -92,7 +93,7 @@ class Renewer:
         err = from_rpc_error(e)
         err.__cause__ = e
         state.renew_error = err
-        if react(Call.RENEW, e) is not Reaction.LEASE_LOST:
+        if react(column(commands.RENEW), e) is not Reaction.LEASE_LOST:
             return False
         # The lease is gone (expired or fenced); the stream, if attached, says why. Gone after
         # our own Release (a Renew in flight behind it) is not a loss.

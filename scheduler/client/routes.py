@@ -14,17 +14,26 @@ single-pool client is exactly what it was before routes: no route object, nothin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2_grpc
+from scheduler.client.channel import ClientLink
 from scheduler.client.follow import FollowingStub
 from scheduler.client.forward import Forward
 from scheduler.client.mux import SessionMux
 from scheduler.client.retry import RetryPolicy
+from scheduler.client.transport import ChannelCall, RpcTransport, SessionTransport
 from scheduler.client.wake import Wake
 
-if TYPE_CHECKING:  # aio imports this module
-    from scheduler.client.aio import AsyncClient
+
+class RouteOwner(ClientLink, Protocol):
+    """What a route reads of the client that owns it (`AsyncClient`): its settings, and whether
+    it is closed. A Protocol, so this module never imports `aio` (which imports it): the
+    import-linter contract "the SDK's client is above its routes" keeps it so."""
+
+    @property
+    def closed(self) -> bool: ...
+
 
 #: The prefix of a selector's route key (follow.py: such a route follows any pool it is told of,
 #: the selector's first candidate being chosen by the server).
@@ -57,12 +66,12 @@ class PoolRoute:
     wake = Forward[Wake]("client")
     sessions = Forward[set[Any]]("client")
 
-    def __init__(self, client: AsyncClient, key: str, follower: Any, *, multiplex: bool) -> None:
+    def __init__(self, client: RouteOwner, key: str, follower: Any, *, multiplex: bool) -> None:
         self.client = client
         self.key = key
         self.follower = follower
         self._stub: Any = None
-        self._direct: Any = None
+        self._direct: RpcTransport | None = None
         self.mux: SessionMux | None = SessionMux(self) if multiplex else None
 
     @property
@@ -83,14 +92,20 @@ class PoolRoute:
         stub: scheduler_pb2_grpc.SchedulerStub = self._stub
         return stub
 
-    def session_stub(self) -> Any:
-        """This route's multiplexer, or its per-session rpcs (as `AsyncClient.session_stub`)."""
+    def open_channel(self) -> ChannelCall:
+        """A Channel stream to the leader (`ClientLink.open_channel`): the stub's following call."""
+        call: ChannelCall = self.stub().Channel(metadata=self.metadata)
+        return call
+
+    def transport(self) -> SessionTransport:
+        """This route's multiplexer, or its per-session rpcs (as `AsyncClient.transport`)."""
         mux = self.mux
         if mux is not None and not mux.unsupported:
-            return mux.stub
+            return mux
         self._check_open()
         if self._direct is None:
-            self._direct = FollowingStub(self.follower, scheduler_pb2_grpc.SchedulerStub, retry=False)
+            stub = FollowingStub(self.follower, scheduler_pb2_grpc.SchedulerStub, retry=False)
+            self._direct = RpcTransport(stub)
         return self._direct
 
     async def close(self) -> None:

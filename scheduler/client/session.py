@@ -65,7 +65,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from scheduler.client.attach import StreamAttacher
 from scheduler.client.callbacks import CallbackQueue, OnGrant, OnYield, OnYieldCancelled
@@ -74,6 +74,7 @@ from scheduler.client.channel import ClientLink
 from scheduler.client.errors import SlotschedError
 from scheduler.client.events import EventApplier
 from scheduler.client.forward import Forward
+from scheduler.client.permit import OnPermitQueued, Permit, estimate_of
 from scheduler.client.phases import Phase
 from scheduler.client.release import Releaser
 from scheduler.client.renewer import Renewer
@@ -123,6 +124,7 @@ class AsyncSession:
     ) -> None:
         self.session_id = session_id
         self.qos = qos
+        self._client = client
         spec = SessionSpec(
             session_id,
             qos,
@@ -225,6 +227,21 @@ class AsyncSession:
                 raise state.end_error()
             # Ready when checked, but the lease went before this task resumed (a yield right
             # after the grant, e.g. a floor slot reclaimed): the session is queued again, wait on.
+
+    def permit(
+        self,
+        budget: str,
+        estimate: Any,
+        *,
+        on_queued: OnPermitQueued | None = None,
+        timeout_s: float | None = None,
+    ) -> Permit:
+        """A permit for one LLM call on `budget` (spec.budgets[]), in this session's class:
+        `async with session.permit("anthropic-sonnet", estimate=(input_tokens, max_tokens)) as
+        p:` around the call, then `await p.settle(response)` (client/permit.py). `estimate`: an
+        `(input, max_output)` pair, a `TokenUsage`, or a usage object or dict. `on_queued(info)`
+        on each update while it waits (`p.queue`); `timeout_s` gives up waiting (withdrawn)."""
+        return Permit(self._client, self.session_id, budget, estimate_of(estimate), on_queued, timeout_s)
 
     async def release(self) -> None:
         """End the session: Release the lease, or withdraw the queued request. Idempotent.

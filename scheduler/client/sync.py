@@ -17,38 +17,35 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import inspect
+import contextlib
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-import grpc
-
 from scheduler.client.aio import (
-    DEFAULT_CONNECT_TIMEOUT_S,
     AsyncClient,
     AsyncSession,
     OnGrant,
     OnYield,
     OnYieldCancelled,
 )
-from scheduler.client.channel import PemSource, tls_credentials
+from scheduler.client.channel import tls_credentials
 from scheduler.client.errors import SlotschedError
-from scheduler.client.follow import DEFAULT_FAILOVER_TIMEOUT_S
 from scheduler.client.forward import Forward
+from scheduler.client.options import ClientOptions
+from scheduler.client.permit import OnPermitQueued, Permit, PermitQueue, Settled
 from scheduler.client.phases import Phase
 from scheduler.client.types import LeaseInfo, QoS, QueueInfo, SessionInfo, Slot, SnapshotRef
 
 T = TypeVar("T")
 
-#: The arguments of `AsyncClient`, which `Client` takes too (tests/test_client_sync_parity.py).
-_ASYNC_ARGS = frozenset(inspect.signature(AsyncClient).parameters)
-
 
 class Client:
     """A connection to the slotsched Scheduler for threaded code; the same arguments as
-    `AsyncClient` (a test compares the two signatures), passed on to the one it drives."""
+    `AsyncClient` (a `ClientOptions`, or its names as keyword arguments; a test compares the two
+    signatures), passed on to the one it drives."""
 
     def __init__(
         self,
@@ -57,33 +54,19 @@ class Client:
         tenant: str | None = None,
         channel_options: Sequence[tuple[str, Any]] | None = None,
         *,
-        credentials: grpc.ChannelCredentials | None = None,
-        tls_ca: PemSource | None = None,
-        tls_cert: PemSource | None = None,
-        tls_key: PemSource | None = None,
-        rpc_timeout_s: float = 10.0,
-        reattach_timeout_s: float = 30.0,
-        backoff_initial_s: float = 0.1,
-        backoff_max_s: float = 2.0,
-        renew_interval_s: float | None = None,
-        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-        follow_leader: bool = True,
-        failover_timeout_s: float = DEFAULT_FAILOVER_TIMEOUT_S,
-        multiplex: bool = True,
+        options: ClientOptions | None = None,
+        **settings: Any,
     ) -> None:
-        # Every argument goes on as given (read before any other local exists), so none is left
-        # behind when AsyncClient gains one.
-        args = {name: value for name, value in locals().items() if name in _ASYNC_ARGS}
-        if connect_timeout_s <= 0:  # before the loop thread starts: nothing to clean up
-            raise ValueError(f"connect_timeout_s must be > 0, not {connect_timeout_s!r}")
+        # Refused (a bad setting) before the loop thread starts: nothing to clean up.
+        o = ClientOptions.of(options, settings, token=token, tenant=tenant, channel_options=channel_options)
         # The files are read (or refused) here, in the caller's thread.
-        args.update(credentials=tls_credentials(tls_ca, tls_cert, tls_key, credentials))
-        args.update(tls_ca=None, tls_cert=None, tls_key=None)
+        credentials = tls_credentials(o.tls_ca, o.tls_cert, o.tls_key, o.credentials)
+        o = replace(o, credentials=credentials, tls_ca=None, tls_cert=None, tls_key=None)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="slotsched-client", daemon=True)
         self._thread.start()
         self._closed = False
-        self._aclient = AsyncClient(**args)
+        self._aclient = AsyncClient(target, options=o)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -158,6 +141,8 @@ class Client:
         try:
             self.run(self._aclient.close())
         finally:
+            with contextlib.suppress(Exception):  # e.g. interrupted: the loop stops all the same
+                self.run(_drain(), timeout=5.0)
             self._closed = True
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5.0)
@@ -174,6 +159,18 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+async def _drain() -> None:
+    """End what is left on the client's loop before it stops, as `asyncio.run` does: grpc's own
+    tasks (a call's status handler) outlive the channel's close by a turn of the loop, and a loop
+    stopped under them printed `Task was destroyed but it is pending!` at the script's exit."""
+    current = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not current]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
 
 
 class Session:
@@ -245,6 +242,20 @@ class Session:
         """Block until `predicate(self)` holds; TimeoutError after `timeout` seconds."""
         self._client.run(self._a.wait_until(lambda _a: predicate(self), timeout))
 
+    def permit(
+        self,
+        budget: str,
+        estimate: Any,
+        *,
+        on_queued: OnPermitQueued | None = None,
+        timeout_s: float | None = None,
+    ) -> SyncPermit:
+        """The blocking twin of `AsyncSession.permit`: `with session.permit(...) as p:` around the
+        call, then `p.settle(response)`; `on_queued` runs on the client's loop thread."""
+        return SyncPermit(
+            self._client, self._a.permit(budget, estimate, on_queued=on_queued, timeout_s=timeout_s)
+        )
+
     def release(self) -> None:
         """Release the lease or withdraw the queued request (raises typed errors)."""
         self._client.run(self._a.release())
@@ -260,3 +271,37 @@ class Session:
         tb: TracebackType | None,
     ) -> None:
         self._client.run(self._a.__aexit__(exc_type, exc, tb))
+
+
+class SyncPermit:
+    """The blocking twin of `client.permit.Permit`."""
+
+    def __init__(self, client: Client, apermit: Permit) -> None:
+        self._client = client
+        self.aio = apermit
+
+    @property
+    def permit_id(self) -> str | None:
+        return self.aio.permit_id
+
+    @property
+    def queue(self) -> PermitQueue | None:
+        return self.aio.queue
+
+    def settle(self, usage: Any) -> Settled:
+        return self._client.run(self.aio.settle(usage))
+
+    def throttled(self, retry_after_s: float | None = None, usage: Any = None) -> Settled:
+        return self._client.run(self.aio.throttled(retry_after_s, usage))
+
+    def withdraw(self) -> None:
+        self._client.run(self.aio.withdraw())
+
+    def __enter__(self) -> Self:
+        self._client.run(self.aio.request())
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._client.run(self.aio.__aexit__(exc_type, exc, tb))

@@ -25,12 +25,13 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from scheduler.api import commands
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2
 from scheduler.client.callbacks import CallbackQueue, invoke
 from scheduler.client.calls import Abandoned, SessionCalls, Verdict
 from scheduler.client.channel import ClientLink
 from scheduler.client.phases import Phase, SessionEvent
-from scheduler.client.reactions import Call, from_rpc_error
+from scheduler.client.reactions import from_rpc_error
 from scheduler.client.state import SessionState, log
 from scheduler.client.types import ClientSnapshotRef, LeaseInfo, SessionInfo, lease_key
 
@@ -148,7 +149,7 @@ class Yielder:
 
         try:
             await self._calls.send(
-                Call.YIELD,
+                commands.YIELD,
                 lambda: req,
                 timeout=self._client.rpc_timeout_s,
                 wanted=lambda: wanted() or late(),

@@ -526,7 +526,7 @@ class Core(Ledger):
         """The pass (step 3); with `preempt` False only free slots are handed out (3a)."""
         while self._requests:  # nobody waits: nothing to grant, no one with a right to preempt
             if self._free_ready > 0:
-                req = self._order.for_free_slot(self._be_first())
+                req = self._order.for_free_slot()
                 if req is not None:
                     self._grant(req, self._pop_free(), now, out)
                     continue
@@ -553,8 +553,8 @@ class Core(Ledger):
         return back
 
     def _be_first(self) -> bool:
-        """BestEffort waits and holds less than its minimum share of the borrowed slots: tier 4
-        goes before tier 3 (and may take Burstable victims), so Burstable never starves it."""
+        """BestEffort waits and holds less than its minimum share of the borrowed slots: its
+        fairness rights may take Burstable victims, so Burstable never starves it."""
         return bool(self._waiting_cls[BE]) and (self._held_be < self._be_min_share * self._preemptible)
 
     def _preempt_once(self, now: float, out: list[Decision]) -> bool:
@@ -562,10 +562,8 @@ class Core(Ledger):
         if self._lent:
             self._promote_lent()  # a lent lease the floor can spare is not a victim: promoted
         fairness = self._mature_n > 0
-        be_first = fairness and self._be_first()  # it only orders fairness rights (tiers 3-4)
-        rights = self._order.with_right(
-            lambda: self._slack() - self._inflight_nominal >= 1, fairness, be_first
-        )
+        be_first = fairness and self._be_first()  # a BestEffort right takes Burstable only then
+        rights = self._order.with_right(lambda: self._slack() - self._inflight_nominal >= 1, fairness)
         return bool(rights) and any(self._preempt_for(req, tier, be_first, now, out) for tier, req in rights)
 
     def _preempt_for(self, req: Request, tier: int, be_first: bool, now: float, out: list[Decision]) -> bool:
@@ -594,7 +592,7 @@ class Core(Ledger):
             if (
                 rec is not None
                 and rec.state is LeaseState.ACTIVE
-                and may_take(req.tenant, rec, fairness, burstable)
+                and may_take(req.tenant, rec, fairness, burstable, self._victims.margin)
             ):
                 return rec
         return None

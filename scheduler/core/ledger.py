@@ -105,6 +105,7 @@ class Ledger:
 
         self._order = ServiceOrder(self._tenants, self._requests, policy.fairness.share_window_s)
         self._victims = VictimIndex(self._tenants, self._leases)
+        self._victims.margin = 1.0 if self._usage_on else 0.0
         self._timers = Timers(self._leases)
         for spec in policy.tenants:
             self._tenants[spec.name] = TenantState(spec)
@@ -281,6 +282,7 @@ class Ledger:
             for t in self._tenants.values():
                 t.usage_acc, t.usage_at = 0.0, now
         self._usage_on = on
+        self._victims.margin = 1.0 if on else 0.0  # no ping-pong (`less_than_or_equal_to_final_share`)
         horizon = max(1.0, self._min_runtime)  # the share counts usage in slots of min runtime
         for t in self._tenants.values():
             if not on:

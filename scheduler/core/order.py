@@ -2,7 +2,7 @@
 
 From docs/design.md, "Who gets the next free slot":
 
-    The order of service, in four tiers:
+    The order of service, in three tiers:
 
     1. **Guaranteed** requests of tenants within quota (leases held plus victims already yielding
        for them below `guaranteed`), oldest first.
@@ -10,20 +10,24 @@ From docs/design.md, "Who gets the next free slot":
        flight for them) / nominal` first, then oldest.
     3. **Everything else that may run** (Burstable beyond nominal within `limit`, BestEffort within
        its limit): the tenant with the lowest weighted share first — `share = (borrowing leases not
-       already yielding + fairness yields in flight for it) / weight` [...]. Within a tenant its
-       oldest such request goes first; ties between tenants go to the oldest request.
+       already yielding + fairness yields in flight for it + recent usage) / weight`. A tenant's
+       head is its oldest Burstable request beyond nominal, else its oldest BestEffort request (a
+       tenant's Burstable goes before its own BestEffort); ties between tenants go to the oldest.
 
-    In tiers 3 and 4 the share is bounded by age (`spec.fairness.shareWindowSeconds` W > 0): a
-    request goes ahead of an older one by a lower share only if it arrived less than W seconds
-    after it (`fair_key`).
+    With `spec.fairness.shareWindowSeconds` W > 0 the share is bounded by age: a request goes
+    ahead of an older one by a lower share only if it arrived less than W seconds after it
+    (`fair_key`).
 
     A waiter with a victim already yielding for it ("earmarked") takes the first slot that frees
     ahead of the waiters of its own tier and the tiers after it, so a yield is not wasted on
     someone else. Ages are the original arrival time: a session that yielded keeps its place in line.
 
 Each tier is a heap holding, per tenant, the head of its eligible queue under the key of that
-tier (`ServiceOrder.reindex`); earmarked waiters are a fifth heap, by (tier, arrival). A
+tier (`ServiceOrder.reindex`); earmarked waiters are a fourth heap, by (tier, arrival). A
 tenant's entries are stamped with its version, so re-indexing it supersedes its old entries.
+(`TIER_BEST_EFFORT` names the fairness right of a BestEffort head of tier 3, which takes a
+Burstable victim only while BestEffort is below its minimum share; an earmark of that tier ranks
+as tier 3.)
 """
 
 from __future__ import annotations
@@ -38,9 +42,7 @@ from scheduler.core.tenants import BE, B, G, QueueEntry, TenantState
 from scheduler.core.types import SessionId
 
 TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED, TIER_BEST_EFFORT = 1, 2, 3, 4
-# The tiers in the order they are served (`be_first`: BestEffort below its minimum share).
-_SEQUENCE = ((TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED, TIER_BEST_EFFORT),
-             (TIER_GUARANTEED, TIER_NOMINAL, TIER_BEST_EFFORT, TIER_SHARED))  # fmt: skip
+_SERVED = (TIER_GUARANTEED, TIER_NOMINAL, TIER_SHARED)  # the tiers' heaps, in the order served
 
 
 def fair_key(share: float, arrival: float, window: float) -> float:
@@ -58,7 +60,7 @@ def fair_key(share: float, arrival: float, window: float) -> float:
 class ServiceOrder:
     """The tiers' heaps and the earmarked waiters, over the core's requests (read, never owned)."""
 
-    __slots__ = ("tiers", "earmarked", "dirty", "window", "_requests", "_tenants", "_served")
+    __slots__ = ("tiers", "earmarked", "dirty", "window", "_requests", "_tenants")
 
     def __init__(
         self, tenants: dict[str, TenantState], requests: dict[SessionId, Request], window: float = 0.0
@@ -67,9 +69,7 @@ class ServiceOrder:
             return tenants[name].version == version
 
         # Indexed by tier - 1.
-        self.tiers = tuple(VersionedHeap(current) for _ in range(4))
-        # The tiers' heaps in the order they are served (`_SEQUENCE`), by `be_first`.
-        self._served = tuple(tuple(self.tiers[tier - 1] for tier in seq) for seq in _SEQUENCE)
+        self.tiers = tuple(VersionedHeap(current) for _ in _SERVED)
         self.earmarked: list[EarmarkEntry] = []
         # Tenants whose entries are out of date (insertion-ordered, so flushing is deterministic).
         self.dirty: dict[TenantState, None] = {}
@@ -111,16 +111,13 @@ class ServiceOrder:
                     self.tiers[1].push((used / spec.burstable_nominal, h[0], h[1], h[2], name, v), n)
                 else:
                     fair = h
-        # 3. Burstable beyond nominal: lowest weighted share, counting fairness yields in flight
-        #    for it, bounded by age (`fair_key`); the tenant's oldest; ties by age. 4. Its
-        #    BestEffort (within its limit) only when it has no such Burstable waiter, in the
-        #    same order.
-        tier = TIER_SHARED
+        # 3. Burstable beyond nominal, else BestEffort (within its limit): lowest weighted share,
+        #    counting fairness yields in flight for it, bounded by age (`fair_key`); the
+        #    tenant's oldest; ties by age.
         if fair is None:
             be_limit = spec.best_effort_limit
             if waiting[BE] > ear[BE] and (be_limit is None or held[BE] + ear[BE] < be_limit):
                 fair = self._head(t, BE)
-                tier = TIER_BEST_EFFORT
             if fair is None:
                 return
         # `fair_key(t.share(t.earmarked_fair), arrival, window)` inlined (the hot path), term for
@@ -131,29 +128,25 @@ class ServiceOrder:
         ) / spec.weight  # fmt: skip
         window = self.window
         key = share if window <= 0 else fair[0] + window * share / (share + 1.0)
-        self.tiers[tier - 1].push((key, fair[0], fair[1], fair[2], name, v), n)
+        self.tiers[2].push((key, fair[0], fair[1], fair[2], name, v), n)
 
-    def for_free_slot(self, be_first: bool) -> Request | None:
+    def for_free_slot(self) -> Request | None:
         """The waiter the next free slot goes to: an earmarked waiter goes ahead of its own tier
         and the tiers after it; otherwise the head of the first tier with one."""
         self.flush()
         best = self._earmarked_head()
-        sequence = _SEQUENCE[be_first]
-        at = sequence.index(best.earmark_tier) if best is not None else 4
-        for heap in self._served[be_first][:at]:
+        at = min(best.earmark_tier, TIER_SHARED) - 1 if best is not None else 3
+        for heap in self.tiers[:at]:
             top = heap.peek()
             if top is not None:
                 return self._requests[top[-3]]
         return best
 
-    def with_right(
-        self, nominal_room: Callable[[], bool], fairness: bool, be_first: bool
-    ) -> tuple[tuple[int, Request], ...]:
-        """The waiters with a right to a victim, in the order they are tried, with their tier:
-        the head of tier 1 alone if there is one; else of tier 2 alone if the floor has room for
-        one more nominal lease (`nominal_room()`); else, if a fairness preemption is possible at
-        all (`fairness`: a victim ran min_runtime), the heads of tiers 3 and 4 in their order.
-        (A tuple, not a generator: trying one head changes no other, and most passes have none.)"""
+    def with_right(self, nominal_room: Callable[[], bool], fairness: bool) -> tuple[tuple[int, Request], ...]:
+        """The waiters with a right to a victim, with their tier: the head of tier 1 if there is
+        one; else of tier 2 if the floor has room for one more nominal lease (`nominal_room()`);
+        else, if a fairness preemption is possible at all (`fairness`: a victim ran min_runtime),
+        the head of tier 3 (`TIER_BEST_EFFORT` for a BestEffort head: see the module docstring)."""
         self.flush()
         top = self.tiers[0].peek()
         if top is not None:
@@ -163,19 +156,20 @@ class ServiceOrder:
             return ((TIER_NOMINAL, self._requests[top[-3]]),)
         if not fairness:
             return ()
-        return tuple(
-            (tier, self._requests[top[-3]])
-            for tier in _SEQUENCE[be_first][2:]
-            if (top := self.tiers[tier - 1].peek()) is not None
-        )
+        top = self.tiers[2].peek()
+        if top is None:
+            return ()
+        req = self._requests[top[-3]]
+        return ((TIER_BEST_EFFORT if req.cls == BE else TIER_SHARED, req),)
 
     def fairness_waiter(self) -> bool:
-        """A waiter a fairness preemption could serve (tiers 3-4)."""
+        """A waiter a fairness preemption could serve (tier 3)."""
         self.flush()
-        return self.tiers[2].peek() is not None or self.tiers[3].peek() is not None
+        return self.tiers[2].peek() is not None
 
     def push_earmarked(self, req: Request) -> None:
-        heapq.heappush(self.earmarked, (req.earmark_tier, req.arrival, req.seq, req.session))
+        tier = min(req.earmark_tier, TIER_SHARED)  # a BestEffort fairness right ranks as tier 3
+        heapq.heappush(self.earmarked, (tier, req.arrival, req.seq, req.session))
 
     def _earmarked_head(self) -> Request | None:
         heap = self.earmarked

@@ -36,13 +36,12 @@ from scheduler.core.types import (
     Event,
     Expired,
     Lease,
+    LeaseCommand,
     LeaseId,
     Queued,
     Refused,
     RefuseReason,
     Rejected,
-    Release,
-    Renew,
     Resumed,
     Revoked,
     SessionId,
@@ -138,7 +137,7 @@ class Pools:
         out = self._fire_due(now) if heap and heap[0][0] <= now else []
         if isinstance(event, Acquire):
             out += self._acquire(event, now)
-        elif isinstance(event, Release | Renew | Yield):
+        elif isinstance(event, LeaseCommand):
             # A session no pool holds (it just ended) goes where its lease was, to be refused
             # there: another pool's core must not see it (its clock and usage would move).
             lease_id = event.lease_id  # None: a withdrawal of a queued request

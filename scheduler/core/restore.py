@@ -313,6 +313,7 @@ def _load_fairness(core: Ledger, r: CoreRecords) -> None:
     core._usage_last = r.usage_last
     f = core._policy.fairness
     core._usage_on = f.usage_half_life_s > 0
+    core._victims.margin = 1.0 if core._usage_on else 0.0
     if f.usage_half_life_s <= 0:
         core._usage_next = float("inf")
     elif r.usage_last > float("-inf"):

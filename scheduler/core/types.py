@@ -166,7 +166,11 @@ class Resumed:
     since: float
 
 
-Event = WorkerAdded | WorkerDraining | WorkerRemoved | Acquire | Release | Renew | Yield | Tick | Resumed
+#: A session's commands on its lease (or queued request): routed to the pool that holds the
+#: session (core/pools.py). A new such command is its event here and its step in the engine.
+LeaseCommand = Release | Renew | Yield
+
+Event = WorkerAdded | WorkerDraining | WorkerRemoved | Acquire | LeaseCommand | Tick | Resumed
 
 
 # ---------------------------------------------------------------- decisions

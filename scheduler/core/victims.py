@@ -55,18 +55,34 @@ def tenant_key(tenant: TenantState) -> tuple[float, int, str]:
     return -tenant.share(), tenant.last_preempted, tenant.name
 
 
-def less_than_or_equal_to_final_share(requester: TenantState, victims: TenantState) -> bool:
+def less_than_or_equal_to_final_share(
+    requester: TenantState, victims: TenantState, margin: float = 0.0
+) -> bool:
     """May `requester` take a slot from a lease of `victims` for fairness (Kueue's
     LessThanOrEqualToFinalShare)? Only if its share after taking the slot (counting the fairness
     yields already in flight for it) is no larger than the victims' tenant's after losing it.
     With a usage half-life the shares count recent usage in slots (usage / min runtime), so a
     tenant below one slot of share still rotates: it may take the slot once the victims' tenant
-    has used at least one min runtime of a slot more than it has, recently."""
+    has used at least one min runtime of a slot more than it has, recently.
+
+    `margin` (`VictimIndex.margin`: 1 with a usage half-life, else 0) is what the requester's
+    usage grows by while it holds the slot for one min runtime: the requester's share must stay
+    no larger than the victims' also then. Without it two tenants at their fair split take the
+    slot back and forth, each as soon as the other's usage has grown past its own (a checkpoint
+    and a restore each time, for nothing); with it a preemption leaves the requester below the
+    victims' tenant by at least one min runtime of a slot, so the victims' tenant has no right
+    to take it straight back. And with usage counted, the requester must hold (counting yields
+    in flight for it) less than the victims' tenant now, by weight: recent usage decides which of
+    two tenants a slot apart holds it (the rotation when tenants outnumber slots), but never
+    lets a tenant that had little take more than the other holds, to pay back what the other
+    used before (the other would take it back once its own usage fell behind: a checkpoint
+    each way)."""
+    r_held, r_weight = requester.borrowed_effective() + requester.earmarked_fair, requester.spec.weight
+    v_held, v_weight = victims.borrowed_effective(), victims.spec.weight
+    if margin > 0 and r_held * v_weight >= v_held * r_weight:
+        return False
     return share_at_most(
-        requester.borrowed_effective() + requester.earmarked_fair + 1 + requester.usage_slots,
-        requester.spec.weight,
-        victims.borrowed_effective() - 1 + victims.usage_slots,
-        victims.spec.weight,
+        r_held + 1 + requester.usage_slots + margin, r_weight, v_held - 1 + victims.usage_slots, v_weight
     )
 
 
@@ -79,9 +95,11 @@ def fair_burstable_victims(t: TenantState) -> bool:
     return t.b_nominal_held() >= t.spec.burstable_nominal
 
 
-def may_take(requester: TenantState, rec: LeaseRec, fairness: bool, burstable: bool = True) -> bool:
+def may_take(
+    requester: TenantState, rec: LeaseRec, fairness: bool, burstable: bool = True, margin: float = 0.0
+) -> bool:
     """The rules of `VictimIndex.any_victim` / `fair_victim` for one lease (`burstable`: the
-    requester may take a borrowing Burstable lease, see `fair_victim`)."""
+    requester may take a borrowing Burstable lease, see `fair_victim`; `margin`: the index's)."""
     t, lid = rec.tenant, rec.lease.lease_id
     if t is requester or lid not in t.candidates[rec.cls]:
         return False
@@ -90,7 +108,7 @@ def may_take(requester: TenantState, rec: LeaseRec, fairness: bool, burstable: b
     return (
         lid in t.mature[rec.cls]
         and (rec.cls != B or (burstable and fair_burstable_victims(t)))
-        and less_than_or_equal_to_final_share(requester, t)
+        and less_than_or_equal_to_final_share(requester, t, margin)
     )
 
 
@@ -167,7 +185,7 @@ def insert_in_grant_order(d: dict[LeaseId, float], rec: LeaseRec, leases: dict[L
 class VictimIndex:
     """Tenants as sources of victims, per class: any candidate, and mature ones (fairness)."""
 
-    __slots__ = ("any", "mature", "dirty", "_tenants", "_leases")
+    __slots__ = ("any", "mature", "dirty", "margin", "_tenants", "_leases")
 
     def __init__(self, tenants: dict[str, TenantState], leases: dict[LeaseId, LeaseRec]) -> None:
         def current(name: str, version: int) -> bool:
@@ -178,6 +196,10 @@ class VictimIndex:
         self.mature = (VersionedHeap(current), VersionedHeap(current))
         # Tenants whose entries are out of date (insertion-ordered, so flushing is deterministic).
         self.dirty: dict[TenantState, None] = {}
+        # The no-ping-pong margin of `less_than_or_equal_to_final_share`, in slots of one min
+        # runtime: 1 while shares count recent usage (spec.fairness.usageHalfLifeSeconds > 0),
+        # else 0 (an instantaneous share does not grow while the slot is held). The ledger sets it.
+        self.margin = 0.0
         self._tenants = tenants
         self._leases = leases
 
@@ -230,7 +252,7 @@ class VictimIndex:
             if top is None:
                 continue
             t = self._tenants[top[-2]]
-            if less_than_or_equal_to_final_share(a, t):
+            if less_than_or_equal_to_final_share(a, t, self.margin):
                 return self._pick(t, cls, mature=True)
         return None
 

@@ -18,7 +18,10 @@ twice across tenants and roles, and the warnings (an over-committed floor). Nor,
 spec.pool and spec.pools together, a pool entry's bounds and floor (spec.pool's CEL rules are not
 repeated on its entries), the label syntax (labels are a free map), a compatibility key that is
 not one of the pool's labels, and a tenant's or worker entry's pool that the policy lacks (or,
-with several pools, a worker entry naming none). Pure: no I/O.
+with several pools, a worker entry naming none). Nor, for spec.budgets: a budget a tenant or a
+pool names that the policy lacks, a rate naming a dimension its budget does not limit, a
+Guaranteed or nominal rate missing one it does, Burstable nominal above limit, and Guaranteed
+rates adding up past the budget. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -32,7 +35,13 @@ from scheduler.policy.model import PoolSpec
 from scheduler.policy.schema import (
     API_VERSION,
     AUTOSCALER_FIELDS,
+    BUDGET_FEEDBACK_FIELDS,
+    BUDGET_FIELDS,
+    BUDGET_LIMIT_FIELDS,
+    BUDGET_RATE_FIELDS,
+    CLOCK_RE,
     FAIRNESS_FIELDS,
+    FORECAST_FIELDS,
     KIND,
     LIMITS_FIELDS,
     MAX_WORKER_SLOTS,
@@ -44,6 +53,8 @@ from scheduler.policy.schema import (
     POOL_NAME_RE,
     QUEUE_FIELDS,
     RATE_LIMITS_KEYS,
+    RECYCLE_FIELDS,
+    SCALE_DOWN_FIELDS,
     SCALE_UP_FIELDS,
     TARGET_MAX_LEN,
     TARGET_RE,
@@ -52,6 +63,7 @@ from scheduler.policy.schema import (
     TENANT_POOL_FIELDS,
     TIMING_FIELDS,
     TOKEN_HASH_RE,
+    WEEKDAYS,
     WEIGHT_FIELDS,
     WORKER_ID_MAX_LEN,
     Num,
@@ -121,6 +133,7 @@ def _pool() -> Schema:
         "minimum": 0,  # applies to the integer form only, as the pattern to the string form
         "pattern": PERCENT_RE.pattern,
     }
+    props["budgets"] = _budget_names("The token budgets this pool's sessions draw on (spec.budgets names).")
     return _obj(
         props,
         "The worker pool: size, bounds and the reserved floor.",
@@ -137,6 +150,72 @@ def _pool() -> Schema:
                 },
             ]
         },
+    )
+
+
+def _budget_names(description: str) -> Schema:
+    return {
+        "type": "array",
+        "description": description,
+        "x-kubernetes-list-type": "set",
+        "items": {"type": "string", "maxLength": POOL_NAME_MAX_LEN, "pattern": POOL_NAME_RE.pattern},
+    }
+
+
+def _budget() -> Schema:
+    limits = " || ".join(f"has(self.{f.key})" for f in BUDGET_LIMIT_FIELDS)
+    return _obj(
+        {
+            "name": {"type": "string", "maxLength": POOL_NAME_MAX_LEN, "pattern": POOL_NAME_RE.pattern},
+            **_nums(BUDGET_LIMIT_FIELDS),
+            **_nums(BUDGET_FIELDS),
+            "feedback": _obj(
+                _nums(BUDGET_FEEDBACK_FIELDS),
+                "How the effective limit follows the provider's throttles: multiplied by decrease on "
+                "one, never below minimum of the limit; recoveryPerMinute of it back each minute without.",
+            ),
+        },
+        "A named upstream limit (an LLM provider's key and model) the fleet shares, per minute.",
+        required=["name"],
+        **{
+            "x-kubernetes-validations": [
+                {"rule": limits, "message": "a budget limits at least one dimension"}
+            ]
+        },
+    )
+
+
+def _budget_rate(description: str, nullable: bool = False) -> Schema:
+    s = _obj(_nums(BUDGET_RATE_FIELDS), description)
+    if nullable:
+        s["nullable"] = True
+    return s
+
+
+def _tenant_budget() -> Schema:
+    return _obj(
+        {
+            "budget": {"type": "string", "maxLength": POOL_NAME_MAX_LEN, "pattern": POOL_NAME_RE.pattern},
+            "weight": _num(Num("weight", "weight", False, exclusive=True)),
+            "guaranteed": _budget_rate("Guaranteed: the rate reserved for this tenant (also its ceiling)."),
+            "burstable": _obj(
+                {
+                    "nominal": _budget_rate("Burstable nominal rate (served ahead of Burstable beyond it)."),
+                    "limit": _budget_rate("Burstable ceiling (default: the nominal)."),
+                },
+                "Burstable share of the budget.",
+            ),
+            "bestEffort": _obj(
+                {
+                    "limit": _budget_rate(
+                        "BestEffort ceiling (absent or null: up to the budget).", nullable=True
+                    )
+                },
+                "BestEffort share of the budget.",
+            ),
+        },
+        "The tenant's share of one budget, per class: a rate per minute per dimension, or percent of it.",
+        required=["budget"],
     )
 
 
@@ -192,6 +271,26 @@ def _pool_names(description: str) -> Schema:
         "minItems": 1,
         "items": {"type": "string", "maxLength": POOL_NAME_MAX_LEN, "pattern": POOL_NAME_RE.pattern},
     }
+
+
+def _schedule() -> Schema:
+    clock = {"type": "string", "pattern": CLOCK_RE.pattern}
+    window = _obj(
+        {
+            "days": {"type": "array", "items": {"type": "string", "enum": list(WEEKDAYS)}, "minItems": 1},
+            "start": clock,
+            "end": clock,
+            "minWorkers": _num(Num("minWorkers", "min_workers", True)),
+        },
+        required=["start", "end", "minWorkers"],
+    )
+    return _obj(
+        {
+            "timeZone": {"type": "string", "description": "IANA time zone of the windows (default UTC)."},
+            "windows": {"type": "array", "items": window},
+        },
+        "Minimum workers by time of day.",
+    )
 
 
 def _names(description: str) -> Schema:
@@ -278,6 +377,13 @@ def _tenant() -> Schema:
                 "x-kubernetes-list-map-keys": ["pool"],
                 "items": _tenant_pool(),
             },
+            "budgets": {
+                "type": "array",
+                "description": "Its shares of token budgets; a budget not named: no permit on it.",
+                "x-kubernetes-list-type": "map",  # one entry per budget
+                "x-kubernetes-list-map-keys": ["budget"],
+                "items": _tenant_budget(),
+            },
         },
         required=["name"],
     )
@@ -289,6 +395,10 @@ def policy_schema() -> Schema:
         {
             "weights": _obj(_nums(WEIGHT_FIELDS), "Demand weight per QoS class."),
             "scaleUp": _obj(_nums(SCALE_UP_FIELDS), "How fast the pool may grow."),
+            "scaleDown": _obj(_nums(SCALE_DOWN_FIELDS), "How fast the pool may shrink (the smaller step)."),
+            "recycle": _obj(_nums(RECYCLE_FIELDS), "Replace a worker past this memory or age, gracefully."),
+            "schedule": _schedule(),
+            "forecast": _obj(_nums(FORECAST_FIELDS), "Raise the minimum from demand recorded on past days."),
             **_nums(AUTOSCALER_FIELDS),
         },
         "The companion autoscaler's tuning.",
@@ -343,6 +453,13 @@ def policy_schema() -> Schema:
                 "Fair share over time (usage half-life and sampling), BestEffort's minimum share and the "
                 "share window (the age past which share no longer orders requests).",
             ),
+            "budgets": {
+                "type": "array",
+                "description": "Token budgets: upstream rate limits the scheduler hands out as permits.",
+                "x-kubernetes-list-type": "map",  # unique names
+                "x-kubernetes-list-map-keys": ["name"],
+                "items": _budget(),
+            },
         },
         "The policy, exactly as in a policy file (see deploy/policy-example.yaml).",
     )

@@ -19,6 +19,36 @@ WORKER: Final = "worker"
 
 
 @dataclass(frozen=True)
+class ScheduleWindow:
+    """spec.autoscaler.schedule.windows[i]: at least `min_workers` from `start` to `end` (minutes
+    after local midnight; an `end` before `start` runs past midnight) on `days` (0 = Monday)."""
+
+    start_min: int
+    end_min: int
+    min_workers: int
+    days: tuple[int, ...] = (0, 1, 2, 3, 4, 5, 6)
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """spec.autoscaler.schedule: minimum workers by time of day, in `time_zone` (IANA name)."""
+
+    time_zone: str = "UTC"
+    windows: tuple[ScheduleWindow, ...] = ()
+
+
+@dataclass(frozen=True)
+class ForecastSpec:
+    """spec.autoscaler.forecast: raise the minimum to the highest demand recorded at the same
+    time of day over the last `lookback_days` days (0: off), `lead_s` ahead (None: the worker
+    start-up time plus one decision period), in buckets of `bucket_s`."""
+
+    lookback_days: int = 0
+    lead_s: float | None = None
+    bucket_s: float = 300.0
+
+
+@dataclass(frozen=True)
 class AutoscalerSpec:
     weight_guaranteed: float = 3.0
     weight_burstable: float = 1.0
@@ -32,6 +62,14 @@ class AutoscalerSpec:
     scale_down_cooldown_s: float = 60.0
     drain_timeout_s: float = 120.0
     start_delay_s: float = 5.0
+    scale_up_oldest_wait_s: float = 0.0  # scaleUp.oldestWaitSeconds; 0: off
+    scale_down_pods: int = 0  # scaleDown.pods; 0: no pods policy
+    scale_down_percent: float = 100.0  # scaleDown.percent; 100: no percent limit
+    scale_down_period_s: float = 15.0  # scaleDown.periodSeconds
+    recycle_memory_bytes: int = 0  # recycle.memoryBytes; 0: off
+    recycle_max_age_s: float = 0.0  # recycle.maxAgeSeconds; 0: off
+    schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
+    forecast: ForecastSpec = field(default_factory=ForecastSpec)
 
 
 DEFAULT_POOL: Final = "default"
@@ -62,6 +100,8 @@ class PoolSpec:
 
     autoscaler: AutoscalerSpec | None = None
     target: str = ""
+    # The token budgets its sessions draw on (spec.budgets names).
+    budgets: tuple[str, ...] = ()
 
     def floor_slots(self, capacity: int) -> int:
         """The reserved floor in slots for a pool of `capacity` slots (never above capacity)."""
@@ -106,17 +146,18 @@ class FairnessSpec:
     next free slot"). `usage_half_life_s`: a tenant's share counts the borrowed slot-seconds it
     has recently held, decaying with this half-life (0: only what it holds now), sampled every
     `usage_sampling_s` (as Kueue's admission fair sharing and Slurm's fair-share factor do).
-    `best_effort_min_share`: while BestEffort waits, it gets at least this fraction of the
-    borrowed slots (those beyond Guaranteed and Burstable nominals) ahead of Burstable beyond its
-    nominal, which otherwise goes first: BestEffort is below Burstable, never starved by it.
-    `share_window_s`: in those two tiers a lower share goes ahead of an older request only if it
+    `best_effort_min_share`: while BestEffort waits and holds less than this fraction of the
+    borrowed slots (those beyond Guaranteed and Burstable nominals), a BestEffort waiter's
+    fairness preemption may take borrowing Burstable leases (otherwise only BestEffort ones).
+    `share_window_s`: in the shared tier a lower share goes ahead of an older request only if it
     arrived less than this many seconds after it (an age factor, as Slurm's multifactor
-    priority has: the heaviest tenant's tail is bounded); 0: share order alone."""
+    priority has: the heaviest tenant's tail, paid by light tenants' waits); 0 (the default):
+    share order alone, each tenant served by its share."""
 
     usage_half_life_s: float = 600.0
     usage_sampling_s: float = 10.0
     best_effort_min_share: float = 0.1
-    share_window_s: float = 900.0
+    share_window_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -190,6 +231,96 @@ class TenantPoolQuota:
     best_effort_limit_set: bool = False
 
 
+# --- token budgets (spec.budgets; docs/design.md, "Token budgets") ------------------------------
+
+# The dimensions a budget counts, in the one order every vector of the budget core uses: requests,
+# input tokens, output tokens, total tokens (a provider limits some of them, apart or together).
+BUDGET_DIMENSIONS: Final = ("requests", "input_tokens", "output_tokens", "tokens")
+
+
+@dataclass(frozen=True)
+class BudgetFeedback:
+    """How a budget's effective limit follows the provider's throttling (spec.budgets[i].feedback):
+    a reported throttle multiplies it by `decrease`, never below `minimum` of the configured
+    limit; each minute without one adds `recovery_per_minute` of the configured limit back."""
+
+    decrease: float = 0.7
+    recovery_per_minute: float = 0.05
+    minimum: float = 0.05
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """A named upstream limit the fleet shares (spec.budgets[i]), per minute in each dimension it
+    limits (None: not limited in that one; at least one is set)."""
+
+    name: str
+    tokens_per_minute: int | None = None
+    input_tokens_per_minute: int | None = None
+    output_tokens_per_minute: int | None = None
+    requests_per_minute: int | None = None
+    # A permit not settled within this is charged its estimate and closed.
+    permit_ttl_s: float = 600.0
+    max_pending: int = 10000
+    max_pending_per_tenant: int = 1000
+    feedback: BudgetFeedback = field(default_factory=BudgetFeedback)
+
+    def limits(self) -> tuple[int | None, int | None, int | None, int | None]:
+        """Per minute, in BUDGET_DIMENSIONS' order."""
+        return (
+            self.requests_per_minute,
+            self.input_tokens_per_minute,
+            self.output_tokens_per_minute,
+            self.tokens_per_minute,
+        )
+
+
+@dataclass(frozen=True)
+class BudgetRate:
+    """A rate within a budget (a tenant's reserved, nominal or limit rate): per minute in each
+    dimension, and/or `percent` of the budget's limit in every dimension not given."""
+
+    percent: float | None = None
+    tokens: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    requests: int | None = None
+
+    def given(self) -> tuple[int | None, int | None, int | None, int | None]:
+        return (self.requests, self.input_tokens, self.output_tokens, self.tokens)
+
+    def resolve(self, budget: BudgetSpec) -> tuple[float | None, ...]:
+        """Per minute in BUDGET_DIMENSIONS' order: the value given, else the percent of the
+        budget's limit, else None (the caller's default: 0 for a reserved or nominal rate, the
+        budget's limit for a class limit); None too where the budget has no limit."""
+        out: list[float | None] = []
+        for own, limit in zip(self.given(), budget.limits(), strict=True):
+            if limit is None:
+                out.append(None)
+            elif own is not None:
+                out.append(float(own))
+            elif self.percent is not None:
+                out.append(limit * self.percent / 100.0)
+            else:
+                out.append(None)
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class TenantBudgetQuota:
+    """A tenant's share of one budget (spec.tenants[i].budgets[j]), the shapes of its slot quotas:
+    Guaranteed `reserved` (a rate of its own, also its ceiling), Burstable `nominal` and `limit`
+    (absent: the nominal), BestEffort `limit` (None: up to the budget), and `weight` for fair share
+    (None: the tenant's slot weight). A class with no rate given has no share: refused."""
+
+    budget: str
+    weight: float | None = None
+    reserved: BudgetRate | None = None
+    burstable_nominal: BudgetRate | None = None
+    burstable_limit: BudgetRate | None = None
+    best_effort_limit: BudgetRate | None = None
+
+
 @dataclass(frozen=True)
 class TenantSpec:
     name: str
@@ -207,6 +338,14 @@ class TenantSpec:
     rate_limit: RateLimit | None = None
     # Quotas per pool, overriding the fields above in that pool.
     pools: tuple[TenantPoolQuota, ...] = ()
+    # Its shares of token budgets (spec.tenants[i].budgets); a budget not named: no share of it.
+    budgets: tuple[TenantBudgetQuota, ...] = ()
+
+    def budget(self, name: str) -> TenantBudgetQuota | None:
+        for q in self.budgets:
+            if q.budget == name:
+                return q
+        return None
 
     def in_pool(self, pool: str) -> TenantSpec:
         """This tenant as one pool sees it: its overrides for `pool` applied, no others."""
@@ -290,6 +429,14 @@ class Policy:
     fairness: FairnessSpec = field(default_factory=FairnessSpec)
     # spec.pools; empty: the one pool `pool` (named `default`). When set, `pool` is pools[0].
     pools: tuple[PoolSpec, ...] = ()
+    # spec.budgets: upstream limits (an LLM provider's) the fleet shares; see BudgetSpec.
+    budgets: tuple[BudgetSpec, ...] = ()
+
+    def budget(self, name: str) -> BudgetSpec | None:
+        for b in self.budgets:
+            if b.name == name:
+                return b
+        return None
 
     def pool_specs(self) -> tuple[PoolSpec, ...]:
         """Every pool, in the policy's order (the order a selector's matches are tried in)."""

@@ -102,7 +102,28 @@ SCALE_UP_FIELDS: Final = (
     Num("pods", "scale_up_pods", True, minimum=1),
     Num("percent", "scale_up_percent", False, exclusive=True),
     Num("periodSeconds", "scale_up_period_s", False, exclusive=True),
+    Num("oldestWaitSeconds", "scale_up_oldest_wait_s", False),
 )
+# spec.autoscaler.scaleDown: the HPA's scale-down policies, the more conservative applied.
+SCALE_DOWN_FIELDS: Final = (
+    Num("pods", "scale_down_pods", True),
+    Num("percent", "scale_down_percent", False, exclusive=True, maximum=100.0),
+    Num("periodSeconds", "scale_down_period_s", False, exclusive=True),
+)
+RECYCLE_FIELDS: Final = (
+    Num("memoryBytes", "recycle_memory_bytes", True),
+    Num("maxAgeSeconds", "recycle_max_age_s", False),
+)
+FORECAST_FIELDS: Final = (
+    Num("lookbackDays", "lookback_days", True, maximum=28),
+    Num("leadSeconds", "lead_s", False),
+    Num("bucketSeconds", "bucket_s", False, exclusive=True, maximum=86400.0),
+)
+SCHEDULE_KEYS: Final = ("timeZone", "windows")
+SCHEDULE_WINDOW_KEYS: Final = ("days", "start", "end", "minWorkers")
+# Days of a schedule window, Monday first (datetime.weekday()).
+WEEKDAYS: Final = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+CLOCK_RE: Final = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 
 TOP_KEYS: Final = ("apiVersion", "kind", "metadata", "spec")
 METADATA_KEYS: Final = ("name", "labels", "annotations")
@@ -117,8 +138,9 @@ SPEC_KEYS: Final = (
     "rateLimits",
     "limits",
     "fairness",
+    "budgets",
 )
-POOL_KEYS: Final = tuple(f.key for f in POOL_FIELDS) + ("floor",)
+POOL_KEYS: Final = tuple(f.key for f in POOL_FIELDS) + ("floor", "budgets")
 #: Keys of a pool (spec.pool, spec.pools[]) read only when the scheduler starts, with why: a new
 #: value applied live is kept, but changes nothing until a restart. The one table: `policy apply`'s
 #: diff and the server's log line of an applied policy mark them (diff.py); docs/design.md lists
@@ -131,10 +153,12 @@ RESTART_ONLY: Final = {
 }
 # An entry of spec.pools: spec.pool's keys and what a pool among several has.
 POOLS_ENTRY_KEYS: Final = ("name", "labels", "compatibility") + POOL_KEYS + ("autoscaler", "target")
-AUTOSCALER_KEYS: Final = ("weights", "scaleUp") + tuple(f.key for f in AUTOSCALER_FIELDS)
+AUTOSCALER_KEYS: Final = ("weights", "scaleUp", "scaleDown", "recycle", "schedule", "forecast") + tuple(
+    f.key for f in AUTOSCALER_FIELDS
+)
 TENANT_KEYS: Final = (
     "name", "weight", "guaranteed", "burstable", "bestEffort", "tokens", "identities", "rateLimit",
-    "pools",
+    "pools", "budgets",
 )  # fmt: skip
 # spec.tenants[i].pools[j]: the tenant's quotas in one pool (absent keys: the tenant-wide value).
 TENANT_POOL_FIELDS: Final = (
@@ -150,6 +174,44 @@ ADMIN_ENTRY_KEYS: Final = ("token", "identity")
 WORKER_ENTRY_KEYS: Final = ("tokens", "identities", "workerIds", "workerIdPrefix", "maxSlots", "pools")
 RATE_LIMIT_KEYS: Final = ("qps", "burst")
 RATE_LIMITS_KEYS: Final = ("tenant", "renewals", "admin", "worker")
+# Token budgets (spec.budgets[i]): a per-minute limit in each dimension the provider limits (at
+# least one), bounded so that no arithmetic on it overflows a float's exact integers.
+BUDGET_MAX_PER_MINUTE: Final = 10**12
+BUDGET_LIMIT_FIELDS: Final = tuple(
+    Num(key, attr, True, exclusive=True, maximum=BUDGET_MAX_PER_MINUTE)
+    for key, attr in (
+        ("tokensPerMinute", "tokens_per_minute"),
+        ("inputTokensPerMinute", "input_tokens_per_minute"),
+        ("outputTokensPerMinute", "output_tokens_per_minute"),
+        ("requestsPerMinute", "requests_per_minute"),
+    )
+)
+BUDGET_FIELDS: Final = (
+    Num("permitTTLSeconds", "permit_ttl_s", False, exclusive=True, maximum=86400.0),
+    Num("maxPending", "max_pending", True),
+    Num("maxPendingPerTenant", "max_pending_per_tenant", True),
+)
+BUDGET_FEEDBACK_FIELDS: Final = (
+    Num("decrease", "decrease", False, exclusive=True, maximum=1.0),
+    Num("recoveryPerMinute", "recovery_per_minute", False, exclusive=True, maximum=1.0),
+    Num("minimum", "minimum", False, exclusive=True, maximum=1.0),
+)
+BUDGET_KEYS: Final = (
+    ("name",)
+    + tuple(f.key for f in BUDGET_LIMIT_FIELDS)
+    + tuple(f.key for f in BUDGET_FIELDS)
+    + ("feedback",)
+)
+# A rate within a budget (a tenant's guaranteed, burstable nominal or limit, bestEffort limit).
+BUDGET_RATE_FIELDS: Final = (
+    Num("percent", "percent", False, maximum=100.0),
+    Num("tokensPerMinute", "tokens", True, maximum=BUDGET_MAX_PER_MINUTE),
+    Num("inputTokensPerMinute", "input_tokens", True, maximum=BUDGET_MAX_PER_MINUTE),
+    Num("outputTokensPerMinute", "output_tokens", True, maximum=BUDGET_MAX_PER_MINUTE),
+    Num("requestsPerMinute", "requests", True, maximum=BUDGET_MAX_PER_MINUTE),
+)
+# spec.tenants[i].budgets[j]: the tenant's share of one budget.
+TENANT_BUDGET_KEYS: Final = ("budget", "weight", "guaranteed", "burstable", "bestEffort")
 # The shape a worker entry takes, for the error a plain string gets.
 WORKER_ENTRY_SHAPE: Final = (
     '{tokens: ["sha256:<hex>"], workerIds: [...] or workerIdPrefix: "...", maxSlots: N}'

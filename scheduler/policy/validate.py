@@ -32,6 +32,8 @@ from scheduler.policy.access import (
     rate_limit,
     token_hashes,
 )
+from scheduler.policy.autoscaler_keys import parse_autoscaler
+from scheduler.policy.budgets import with_budgets
 from scheduler.policy.checker import (
     Checker,
     actuator_target,
@@ -57,8 +59,6 @@ from scheduler.policy.model import (
 )
 from scheduler.policy.schema import (
     API_VERSION,
-    AUTOSCALER_FIELDS,
-    AUTOSCALER_KEYS,
     BEST_EFFORT_KEYS,
     BURSTABLE_KEYS,
     FAIRNESS_FIELDS,
@@ -73,7 +73,6 @@ from scheduler.policy.schema import (
     POOL_KEYS,
     POOLS_ENTRY_KEYS,
     QUEUE_FIELDS,
-    SCALE_UP_FIELDS,
     SPEC_KEYS,
     TENANT_KEYS,
     TENANT_NAME_MAX_LEN,
@@ -82,7 +81,6 @@ from scheduler.policy.schema import (
     TENANT_POOL_KEYS,
     TIMING_FIELDS,
     TOP_KEYS,
-    WEIGHT_FIELDS,
     Num,
     fmt_number,
 )
@@ -151,14 +149,7 @@ def _pool_sizes(c: Checker, m: Mapping[str, object], path: str, base: PoolSpec) 
 def _parse_autoscaler(
     c: Checker, value: object, path: str, base: AutoscalerSpec | None = None
 ) -> AutoscalerSpec:
-    m = c.section(value, path, AUTOSCALER_KEYS)
-    changes = c.numbers(m, AUTOSCALER_FIELDS, path)
-    wp, sp = join(path, "weights"), join(path, "scaleUp")
-    changes |= c.numbers(c.section(m.get("weights"), wp, [f.key for f in WEIGHT_FIELDS]), WEIGHT_FIELDS, wp)
-    changes |= c.numbers(
-        c.section(m.get("scaleUp"), sp, [f.key for f in SCALE_UP_FIELDS]), SCALE_UP_FIELDS, sp
-    )
-    return dataclasses.replace(base or AutoscalerSpec(), **changes)
+    return parse_autoscaler(c, value, path, base)
 
 
 # --- spec.pools ---------------------------------------------------------------------------------
@@ -527,6 +518,7 @@ def policy_from_dict(d: object) -> tuple[Policy, list[Problem]]:
         fairness=fairness,
         pools=tuple(pools),
     )
+    policy = with_budgets(c, spec, policy)
     _check_pools(c, policy)
     if c.errors:
         raise PolicyError(c.errors, c.warnings)

@@ -13,6 +13,8 @@ from typing import Any
 import yaml
 
 from scheduler.policy.access import serving_warnings
+from scheduler.policy.autoscaler_keys import autoscaler_to_dict
+from scheduler.policy.budgets import budget_to_dict, tenant_budget_to_dict
 from scheduler.policy.errors import DOCUMENT, PolicyError, Problem
 from scheduler.policy.model import (
     AccessSpec,
@@ -26,16 +28,13 @@ from scheduler.policy.model import (
 )
 from scheduler.policy.schema import (
     API_VERSION,
-    AUTOSCALER_FIELDS,
     FAIRNESS_FIELDS,
     KIND,
     LIMITS_FIELDS,
     POOL_FIELDS,
     QUEUE_FIELDS,
-    SCALE_UP_FIELDS,
     TENANT_POOL_FIELDS,
     TIMING_FIELDS,
-    WEIGHT_FIELDS,
     Num,
     fmt_number,
 )
@@ -131,15 +130,13 @@ def _pool_to_dict(pool: PoolSpec) -> dict[str, Any]:
     """A pool's size, bounds and floor: spec.pool, or those keys of a spec.pools entry."""
     pool_d = _numbers_to_dict(pool, POOL_FIELDS)
     pool_d["floor"] = f"{fmt_number(pool.floor_percent)}%" if pool.floor_percent is not None else pool.floor
+    if pool.budgets:
+        pool_d["budgets"] = list(pool.budgets)
     return pool_d
 
 
 def _autoscaler_to_dict(a: AutoscalerSpec) -> dict[str, Any]:
-    return {
-        "weights": _numbers_to_dict(a, WEIGHT_FIELDS),
-        "scaleUp": _numbers_to_dict(a, SCALE_UP_FIELDS),
-        **_numbers_to_dict(a, AUTOSCALER_FIELDS),
-    }
+    return autoscaler_to_dict(a)
 
 
 def _only_changed(own: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
@@ -207,6 +204,8 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
             tenant["rateLimit"] = _rate_limit_to_dict(t.rate_limit)
         if t.pools:
             tenant["pools"] = [_tenant_pool_to_dict(q) for q in t.pools]
+        if t.budgets:
+            tenant["budgets"] = [tenant_budget_to_dict(q) for q in t.budgets]
         tenants.append(tenant)
     doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
@@ -237,6 +236,8 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
         doc["spec"]["limits"] = _numbers_to_dict(policy.limits, LIMITS_FIELDS)
     if policy.fairness != FairnessSpec():
         doc["spec"]["fairness"] = _numbers_to_dict(policy.fairness, FAIRNESS_FIELDS)
+    if policy.budgets:  # absent when none (older readers know no key)
+        doc["spec"]["budgets"] = [budget_to_dict(b) for b in policy.budgets]
     return doc
 
 

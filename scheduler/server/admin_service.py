@@ -276,6 +276,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             )
             if t.best_effort_limit is not None:
                 stats.best_effort_limit = t.best_effort_limit
+        for b in loop.permits.views():
+            out.budgets.add(
+                name=b.name, factor=b.factor, limits_per_minute=b.limits_per_minute,
+                available=b.shared_available, waiting=b.waiting, open=b.open,
+            )  # fmt: skip
         await self._settled((loop,))
         return out
 

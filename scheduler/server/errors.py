@@ -21,10 +21,10 @@ from google.protobuf import any_pb2
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
-from scheduler.api import wire
+from scheduler.api import reasons, wire
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2
 from scheduler.api.wire import Reason
-from scheduler.core.types import Decision, ErrorCode, Refused, RefuseReason, Rejected
+from scheduler.core.types import Decision, ErrorCode, Refused, Rejected
 from scheduler.policy.errors import PolicyError
 from scheduler.policy.model import DEFAULT_POOL
 from scheduler.ports import NOT_LEADER as NOT_LEADER_MESSAGE
@@ -55,6 +55,13 @@ CHANNEL_FULL = Reason.CHANNEL_FULL
 NOT_LEADER = Reason.NOT_LEADER
 NO_ELIGIBLE_POOL = Reason.NO_ELIGIBLE_POOL
 WORKER_POOL_DENIED = Reason.WORKER_POOL_DENIED
+UNKNOWN_BUDGET = Reason.UNKNOWN_BUDGET
+NO_BUDGET_SHARE = Reason.NO_BUDGET_SHARE
+BUDGET_QUEUE_FULL = Reason.BUDGET_QUEUE_FULL
+BUDGET_TENANT_QUEUE_FULL = Reason.BUDGET_TENANT_QUEUE_FULL
+PERMIT_POLICY_CHANGED = Reason.PERMIT_POLICY_CHANGED
+PERMIT_NOT_OWNER = Reason.PERMIT_NOT_OWNER
+PERMIT_CLOSED = Reason.PERMIT_CLOSED
 # Every failure with one of these codes carries an ErrorInfo; a builder without a reason gets these.
 DEFAULT_REASONS = wire.DEFAULT_REASONS
 
@@ -275,43 +282,63 @@ def aborted(message: str) -> RpcFailure:
     return RpcFailure(grpc.StatusCode.ABORTED, message)
 
 
-_CAP_NAMES = {
-    RefuseReason.QUEUE_FULL: ("pool", "queue.maxPending"),
-    RefuseReason.TENANT_QUEUE_FULL: ("tenant", "queue.maxPendingPerTenant"),
-}
-
-
 def from_refused(r: Refused, tenant: str) -> RpcFailure:
-    """An Acquire the core would not queue."""
-    if r.reason in _CAP_NAMES:
-        scope, cap = _CAP_NAMES[r.reason]
-        subject = "pool" if scope == "pool" else f"tenant:{tenant}"
-        quota = error_details_pb2.QuotaFailure(
-            violations=[
-                error_details_pb2.QuotaFailure.Violation(subject=subject, description=f"{cap}: {r.message}")
-            ]
-        )
-        md: tuple[tuple[str, str], ...] = ((RETRY_AFTER_KEY, str(round(r.retry_after_s * 1000))),)
-        if r.estimated_wait_s is not None:  # absent until a hold has been observed
-            md += ((ESTIMATED_WAIT_KEY, str(round(r.estimated_wait_s * 1000))),)
-        reason = QUEUE_FULL if scope == "pool" else TENANT_QUEUE_FULL
-        info = {} if scope == "pool" else {"tenant": tenant}
-        return RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED, r.message, [quota], md, reason, info)
-    if r.reason is RefuseReason.NO_QUOTA:
-        # ErrorInfo names the pool when there are several (a policy of one pool names `default`).
-        where = {"pool": r.pool} if r.pool and r.pool != DEFAULT_POOL else {}
-        return permission_denied(r.message, NO_QUOTA, tenant=tenant, **where)
-    if r.reason in (RefuseReason.UNKNOWN_POOL, RefuseReason.NO_POOL_NAMED):
+    """An Acquire the core would not queue: its status, ErrorInfo reason and metadata, and when
+    to retry, from the reason's row (`scheduler/api/reasons.py`); the shape of each status
+    (a BadRequest for INVALID_ARGUMENT, a QuotaFailure naming the cap) is this module's."""
+    return _from_row(
+        reasons.of(r.reason),
+        tenant,
+        r.message,
+        r.field or "pool",
+        r.pool,
+        r.retry_after_s,
+        r.estimated_wait_s,
+    )
+
+
+def from_budget_refused(
+    reason: str, message: str, tenant: str, field: str = "", retry_after_s: float | None = None
+) -> RpcFailure:
+    """A permit or a settle the budget core refused (its `PermitRefuseReason` or
+    `SettleRefuseReason` value), by the reason's row, as `from_refused`."""
+    row = reasons.BUDGET.get(reason)
+    if row is None:
+        raise KeyError(f"no row for the budget refusal {reason!r} in scheduler/api/reasons.py")
+    return _from_row(row, tenant, message, field or "estimate", "", retry_after_s or 0.0, None)
+
+
+def _from_row(
+    row: reasons.Row, tenant: str, message: str, field: str, pool: str,
+    retry_after_s: float, estimated_wait_s: float | None,
+) -> RpcFailure:  # fmt: skip
+    code = grpc.StatusCode[row.status]
+    if code is grpc.StatusCode.INVALID_ARGUMENT:
         # INVALID_ARGUMENT carries the field (BadRequest), as every malformed request does.
-        return invalid_argument(r.field or "pool", r.message)
-    if r.reason is RefuseReason.NO_ELIGIBLE_POOL:
-        return failed_precondition(r.message, NO_ELIGIBLE_POOL)
-    if r.reason is RefuseReason.UNKNOWN_TENANT:
-        return permission_denied(r.message, UNKNOWN_TENANT, tenant=tenant)
-    if r.reason is RefuseReason.SHUTTING_DOWN:
+        return invalid_argument(field, message)
+    if code is grpc.StatusCode.UNAVAILABLE:
         return unavailable()
-    # DUPLICATE_SESSION is answered by re-attaching; reaching here is a server bug.
-    return RpcFailure(grpc.StatusCode.INTERNAL, f"unexpected refusal {r.reason}: {r.message}")
+    if row.info is None:
+        # DUPLICATE_SESSION is answered by re-attaching; reaching here is a server bug.
+        return RpcFailure(grpc.StatusCode.INTERNAL, f"unexpected refusal {row.name}: {message}")
+    info: dict[str, str] = {}
+    if "tenant" in row.info_keys:
+        info["tenant"] = tenant
+    if "pool" in row.info_keys and pool and pool != DEFAULT_POOL:
+        info["pool"] = pool  # named when there are several (a policy of one pool names `default`)
+    details: tuple[Message, ...] = ()
+    md: tuple[tuple[str, str], ...] = ()
+    if row.policy_key:  # a cap: which one, and whose (QuotaFailure)
+        subject = f"tenant:{tenant}" if "tenant" in row.info_keys else "pool"
+        violation = error_details_pb2.QuotaFailure.Violation(
+            subject=subject, description=f"{row.policy_key}: {message}"
+        )
+        details = (error_details_pb2.QuotaFailure(violations=[violation]),)
+    if row.retry_after is reasons.RetryAfter.CORE:
+        md = ((RETRY_AFTER_KEY, str(round(retry_after_s * 1000))),)
+        if estimated_wait_s is not None:  # absent until a hold has been observed
+            md += ((ESTIMATED_WAIT_KEY, str(round(estimated_wait_s * 1000))),)
+    return RpcFailure(code, message, details, md, row.info, info)
 
 
 _REJECT_CODES = {

@@ -60,6 +60,7 @@ from scheduler.dispatch import BY_TYPE, EventSpec
 from scheduler.policy.model import Policy
 from scheduler.ports import NO_EXTRAS, EndedSession, Extras, Journal, LoopState, Observer, PolicyApplied
 from scheduler.server.metrics import Metrics
+from scheduler.server.permits import PermitDesk
 from scheduler.server.stream import FINAL, GRANTED, OTHER, LeaseStream, Notice, StreamClosed
 
 _R = TypeVar("_R")
@@ -87,10 +88,12 @@ class SchedulerLoop:
     ) -> None:
         self.core = Pools(policy)
         self.metrics = metrics
+        # The token budgets beside the slot core: their own core and timer, not journaled.
+        self.permits = PermitDesk(policy, clock, metrics.budget if metrics is not None else None)
+        self._aloop = asyncio.get_running_loop()
         self.observers: list[Observer] = []
         self.shutting_down = False
         self._clock = clock
-        self._aloop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         self._streams: dict[SessionId, LeaseStream] = {}
         self._addresses: dict[WorkerId, str] = {}
@@ -139,6 +142,7 @@ class SchedulerLoop:
         now = self._clock()
         t0 = time.perf_counter()
         decisions = self.core.apply_policy(policy, now)
+        self.permits.apply_policy(policy)
         event = PolicyApplied(policy)
         self._after(event, BY_TYPE[PolicyApplied], decisions, now, time.perf_counter() - t0, NO_EXTRAS)
         return decisions
@@ -218,6 +222,7 @@ class SchedulerLoop:
         self._streams.clear()
 
     def close(self) -> None:
+        self.permits.close()
         for timer in (self._timer, self._positions_timer):
             if timer is not None:
                 timer.cancel()
@@ -296,6 +301,12 @@ class SchedulerLoop:
     def resume(self) -> None:
         """Serve again after `load_state` (and after a step-down's `begin_shutdown`)."""
         self.shutting_down = False
+        # A new term counts budgets afresh: every bucket empty (the window assumed spent), a new
+        # incarnation in its permit ids (a former term's permit is charged when settled).
+        self.permits.close()
+        self.permits = PermitDesk(
+            self.core.policy, self._clock, self.metrics.budget if self.metrics is not None else None
+        )
         self._arm()
 
     # ------------------------------------------------------------------ queries

@@ -37,6 +37,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from scheduler.api import reasons
 from scheduler.core.types import (
     Acquire,
     BlockedReason,
@@ -160,6 +161,11 @@ class Metrics:
         self.describe_all: DescribeAll = lambda: None
         self._set_tenants(())
         self.registry.register(_Collector(self))
+        # The token budgets' series (budget_metrics.py, which imports this module's histogram).
+        from scheduler.server.budget_metrics import BudgetCollector, BudgetMetrics
+
+        self.budget = BudgetMetrics(self._tenant)
+        self.registry.register(BudgetCollector(self.budget))
         self.registry.register(_BuildInfo())
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, resident memory, fds
         PlatformCollector(registry=self.registry)  # python_info
@@ -367,7 +373,7 @@ class _Collector(Collector):
             "slotsched_refusals", "Acquires refused.", labels=["pool", "reason", "tenant"]
         )
         for (o, t, r), n in list(m.refusals.items()):
-            refusals.add_metric([o, r.value, t], n)
+            refusals.add_metric([o, reasons.of(r).metric, t], n)  # the label: the reason's row
         yield refusals
         limited = CounterMetricFamily(
             "slotsched_rate_limited",

@@ -69,6 +69,9 @@ class PoolUnit:
     #: Who leads the pool now, read from the state store (None: it did not answer).
     leadership: Callable[[], Awaitable[PoolLeader | None]] = _no_leader
 
+    def __post_init__(self) -> None:
+        self.ops.pooled = bool(self.pool)  # budgets are not served per pool (session_ops.py)
+
     @property
     def leads(self) -> bool:
         return not self.loop.shutting_down and self.lease_holds()

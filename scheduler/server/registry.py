@@ -82,9 +82,13 @@ class WorkerRegistry:
             raise errors.not_found(f"worker {worker_id} is not registered: register again")
         return w
 
-    def heartbeat(self, worker_id: WorkerId) -> WorkerEntry:
+    def heartbeat(self, worker_id: WorkerId, rss_bytes: int = 0, uptime_s: float = 0.0) -> WorkerEntry:
         w = self.entry(worker_id)
-        w.last_heartbeat = self.loop.now()
+        w.last_heartbeat = now = self.loop.now()
+        if rss_bytes:  # what it reports of itself, for recycling (spec.autoscaler.recycle)
+            w.rss_bytes = rss_bytes
+        if uptime_s > 0:
+            w.started_at = now - uptime_s
         return w
 
     def drain(self, worker_id: WorkerId, yield_within_s: float | None) -> list[Decision]:

@@ -31,7 +31,7 @@ from scheduler.server.auth import Authenticator
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.pool_routes import PoolRoutes, PoolUnit
 from scheduler.server.session_channel import ChannelService
-from scheduler.server.session_ops import UNARY_OPS, SessionOps
+from scheduler.server.session_ops import FOLLOW_OPS, UNARY_OPS, Outcome, SessionOps
 from scheduler.server.stream import FINAL, StreamClosed
 
 # A gRPC deadline within this much of now counts as passed when the call is cancelled.
@@ -167,12 +167,15 @@ def _unary_rpc(command: Command) -> Callable[[SchedulerService, Any, Any], Await
     """The servicer method of a unary command: charge its flow, run its operation, and tell the
     caller once the event is durable: the reply, or the failure it came to."""
     op = UNARY_OPS[command]
+    follow = FOLLOW_OPS.get(command)
 
     async def rpc(self: SchedulerService, request: Any, context: Any) -> Any:
         tenant = self._tenant(context, command)
         await self._auth.gate.admit(tenant)  # fair admission in the tenant's flow (fairness.py)
         unit = self._route(tenant, request)
         outcome = op(unit.ops, tenant, request)
+        if follow is not None:  # a waiting first answer: the call answers once the wait is over
+            outcome = await _follow(follow, unit, tenant, outcome)
         await unit.loop.durable()
         if isinstance(outcome, errors.RpcFailure):
             raise outcome
@@ -180,6 +183,24 @@ def _unary_rpc(command: Command) -> Callable[[SchedulerService, Any, Any], Await
 
     rpc.__name__ = rpc.__qualname__ = command.rpc
     return errors.unary(rpc)
+
+
+async def _follow(follow: Any, unit: PoolUnit, tenant: str, first: Outcome) -> Outcome:
+    """Wait for a following command's last answer; the caller gone (or its deadline) gives up."""
+    done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+
+    def tell(outcome: Outcome) -> None:
+        if not done.done():
+            done.set_result(outcome)
+
+    give_up = follow(unit.ops, tenant, first, tell)
+    if give_up is None:
+        return first
+    try:
+        return await done
+    finally:
+        if not done.done():
+            give_up()
 
 
 for _command in commands.BY_RPC.values():

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -52,7 +53,7 @@ from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.pool_routes import PoolRoutes, PoolUnit
-from scheduler.server.session_ops import UNARY_OPS, Outcome, SessionOps
+from scheduler.server.session_ops import FOLLOW_OPS, UNARY_OPS, Outcome, SessionOps
 from scheduler.server.stream import CLOSE, FINAL, Item, LeaseStream, StreamClosed
 
 # Outbox entries past which commands are not read: low, so a flooding tenant's channels keep
@@ -166,6 +167,9 @@ class _Channel:
         self.reading_done = False
         # Commands of the message being applied that their bucket refused, by flow.
         self.limited_by: dict[commands.Flow, int] = {}
+        # Give-up functions of the commands still answered later (a queued permit): at the end
+        # of the channel, what still waits is withdrawn.
+        self.following: list[Callable[[], None]] = []
 
     def _down(self) -> errors.RpcFailure:
         """How the channel ends when its loop stops serving: a pool unit stepping down sends
@@ -243,6 +247,9 @@ class _Channel:
     def _detach_all(self) -> None:
         if self.unit is None:
             return  # never bound: nothing attached
+        for give_up in self.following:
+            give_up()
+        self.following.clear()
         for s in self.sessions.values():
             self.loop.detach(s)  # its wait_timeout timer too
         self.sessions.clear()
@@ -393,11 +400,23 @@ class _Channel:
                         self._acquire(req)  # its answer is its lease events
                         return
                     out = UNARY_OPS[command](self.ops, tenant, req)
+                    if command.follows:
+                        self._follow(command, sid, cmd.ref, out)
         except errors.RpcFailure as f:
             # Kept as an answer: without its traceback, which would hold this frame (and the
             # command) in a cycle until the collector's next pass.
             out = f.with_traceback(None)
         self.push(AnswerEntry(sid, cmd.ref, out, command.answer if command is not None else None))
+
+    def _follow(self, command: commands.Command, sid: str, ref: int, first: Outcome) -> None:
+        """A command answered again later on its ref (a queued permit's grant or refusal)."""
+
+        def tell(outcome: Outcome) -> None:
+            self.push(AnswerEntry(sid, ref, outcome, command.answer))
+
+        give_up = FOLLOW_OPS[command](self.ops, self.tenant, first, tell)
+        if give_up is not None:
+            self.following.append(give_up)
 
     def _refuse(
         self,

@@ -21,6 +21,25 @@ from scheduler.api import commands
 from scheduler.api.commands import Command
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2
 from scheduler.api.wire import MAX_STRING_BYTES
+from scheduler.core.budget.types import INPUT as _IN
+from scheduler.core.budget.types import OUTPUT as _OUT
+from scheduler.core.budget.types import REQUESTS as _REQ
+from scheduler.core.budget.types import (
+    BudgetName,
+    Charge,
+    PermitEnded,
+    PermitGranted,
+    PermitId,
+    PermitQueued,
+    PermitRefused,
+    PermitRequest,
+    PermitWithdrawn,
+    Settle,
+    SettleRefused,
+    Usage,
+    Vec,
+    Withdraw,
+)
 from scheduler.core.types import (
     EndReason,
     ErrorCode,
@@ -33,6 +52,7 @@ from scheduler.core.types import (
     Renewed,
     SessionId,
     SnapshotRef,
+    TenantName,
     Yield,
 )
 from scheduler.grants import GrantKeyring
@@ -103,6 +123,9 @@ class SessionOps:
     def __init__(self, loop: SchedulerLoop, keys: GrantKeyring) -> None:
         self.loop = loop
         self.keys = keys
+        #: Under per-pool leadership (set by its `PoolUnit`): budgets are refused, since each
+        #: pool's replica would count them apart and the fleet could overrun the provider.
+        self.pooled = False
 
     def lease_id(self, wire_id: str, tenant: str) -> LeaseId:
         """The core id of a lease id as quoted (tag verified), checked to be the caller's."""
@@ -264,6 +287,120 @@ class SessionOps:
             out.last_snapshot.CopyFrom(convert.snapshot_to_pb(ended.last_snapshot))
         return out
 
+    # ------------------------------------------------------------------ token budgets
+
+    def _no_budgets_here(self) -> None:
+        if self.pooled:
+            raise errors.failed_precondition(
+                "token budgets are not served under per-pool leadership (serve --leadership pool): "
+                "each pool's replica would count them apart; run one leader for every pool"
+            )
+
+    def request_permit(self, tenant: str, request: scheduler_pb2.RequestPermitRequest) -> Outcome:
+        """A permit for one call of the session on `budget`, in the session's class."""
+        check_session_id(request.session_id)
+        require(request.budget, "budget")
+        if not request.HasField("estimate"):
+            raise errors.invalid_argument("estimate", "required")
+        self._no_budgets_here()
+        key = convert.session_key(tenant, request.session_id)
+        view = self.loop.session(key)
+        if view is None:
+            return errors.not_found(f"no live session {request.session_id}: a permit is for a session")
+        desk = self.loop.permits
+        permit = desk.new_id()
+        est = _usage(request.estimate)
+        ev = PermitRequest(permit, key, TenantName(tenant), BudgetName(request.budget), QoS(view.qos), est)
+        for d in desk.handle(ev, tenant):
+            if getattr(d, "permit", None) == permit:
+                return self.permit_answer(d, tenant)
+        return errors.unavailable()  # pragma: no cover - the core answers every request
+
+    def permit_answer(self, d: object, tenant: str) -> Outcome:
+        """A permit decision on the wire: a PermitEvent, or the refusal's failure."""
+        if isinstance(d, PermitRefused):
+            return errors.from_budget_refused(d.reason.value, d.message, tenant, d.field, d.retry_after_s)
+        if isinstance(d, PermitGranted):
+            ev = scheduler_pb2.PermitEvent(permit_id=d.permit, budget=d.budget)
+            ev.granted.expires_at.CopyFrom(convert.ts(d.expires_at))
+            ev.granted.waited.CopyFrom(convert.dur(d.waited_s))
+            return ev
+        assert isinstance(d, PermitQueued)
+        ev = scheduler_pb2.PermitEvent(permit_id=d.permit, budget=d.budget)
+        ev.queued.position = d.position
+        ev.queued.reason = d.reason.value
+        if d.estimated_wait_s is not None:
+            ev.queued.estimated_wait.CopyFrom(convert.dur(d.estimated_wait_s))
+        return ev
+
+    def follow_permit(
+        self, tenant: str, outcome: Outcome, tell: Callable[[Outcome], None]
+    ) -> Callable[[], None] | None:
+        """A queued permit's later answer (its grant or refusal) goes to `tell`; the function
+        returned gives up on it (withdraws it if it still waits). None: nothing to follow."""
+        if not isinstance(outcome, scheduler_pb2.PermitEvent) or not outcome.HasField("queued"):
+            return None
+        return self.loop.permits.watch(
+            PermitId(outcome.permit_id), lambda d: tell(self.permit_answer(d, tenant))
+        )
+
+    def settle_permit(self, tenant: str, request: scheduler_pb2.SettlePermitRequest) -> Outcome:
+        """Settle, report a throttle on, or withdraw the session's permit."""
+        check_session_id(request.session_id)
+        require(request.permit_id, "permit_id")
+        self._no_budgets_here()
+        key = convert.session_key(tenant, request.session_id)
+        desk, permit = self.loop.permits, PermitId(request.permit_id)
+        if request.withdraw:
+            return self._settled(desk.handle(Withdraw(permit, key), tenant), permit, tenant)
+        usage = _usage(request.usage) if request.HasField("usage") else Usage(0.0, 0.0, 1.0)
+        if not request.HasField("usage") and not request.throttled:
+            raise errors.invalid_argument("usage", "required (unless throttled or withdraw)")
+        retry = None
+        if request.throttled:
+            retry = convert.from_dur(request.retry_after) if request.HasField("retry_after") else 0.0
+        if desk.budgets.permit_owner(permit) is None and not desk.issued_here(permit):
+            return self._orphan(tenant, key, request, usage)
+        return self._settled(desk.handle(Settle(permit, key, usage, retry), tenant), permit, tenant)
+
+    def _orphan(
+        self, tenant: str, key: SessionId, request: scheduler_pb2.SettlePermitRequest, usage: Usage
+    ) -> Outcome:
+        """A permit of a former leader: its usage charged as a debt, so it is never lost."""
+        require(request.budget, "budget")
+        view = self.loop.session(key)
+        if view is None:
+            return errors.not_found(
+                f"no live session {request.session_id} to charge permit {request.permit_id!r} to"
+            )
+        permit = PermitId(request.permit_id)
+        ev = Charge(permit, key, TenantName(tenant), BudgetName(request.budget), QoS(view.qos), usage)
+        out = self._settled(self.loop.permits.handle(ev, tenant), permit, tenant)
+        if isinstance(out, scheduler_pb2.SettlePermitResponse):
+            out.orphan = True
+        return out
+
+    @staticmethod
+    def _settled(decisions: tuple[object, ...], permit: PermitId, tenant: str) -> Outcome:
+        for d in decisions:
+            if isinstance(d, SettleRefused) and d.permit == permit:
+                return errors.from_budget_refused(d.reason.value, d.message, tenant, d.field or "usage")
+            if isinstance(d, PermitWithdrawn) and d.permit == permit:
+                return scheduler_pb2.SettlePermitResponse(withdrawn=True)
+            if isinstance(d, PermitEnded) and d.permit == permit:
+                return scheduler_pb2.SettlePermitResponse(
+                    charged=_pb_usage(d.charged), refunded=_pb_usage(d.refunded)
+                )
+        return errors.unavailable()  # pragma: no cover - the core answers every settle
+
+
+def _usage(u: scheduler_pb2.TokenUsage) -> Usage:
+    return Usage(u.input_tokens, u.output_tokens, u.requests if u.HasField("requests") else 1.0)
+
+
+def _pb_usage(v: Vec) -> scheduler_pb2.TokenUsage:
+    return scheduler_pb2.TokenUsage(input_tokens=v[_IN], output_tokens=v[_OUT], requests=v[_REQ])
+
 
 #: A unary command's operation: (ops, tenant, request) -> its Outcome (or raises a failure found
 #: before any event was submitted).
@@ -278,8 +415,17 @@ UNARY_OPS: Final[Mapping[Command, UnaryOp]] = MappingProxyType(
         commands.YIELD: SessionOps.yield_,
         commands.RELEASE: SessionOps.release,
         commands.WITHDRAW: SessionOps.withdraw,
+        commands.REQUEST_PERMIT: SessionOps.request_permit,
+        commands.SETTLE_PERMIT: SessionOps.settle_permit,
         commands.GET_SESSION: SessionOps.get_session,
     }
+)
+
+#: A following command's (`Command.follows`) later answers: (ops, tenant, first answer, tell)
+#: -> give-up function, or None when the first answer was the last.
+FollowOp = Callable[[SessionOps, str, Outcome, Callable[[Outcome], None]], Callable[[], None] | None]
+FOLLOW_OPS: Final[Mapping[Command, FollowOp]] = MappingProxyType(
+    {commands.REQUEST_PERMIT: SessionOps.follow_permit}
 )
 
 

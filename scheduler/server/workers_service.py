@@ -148,7 +148,7 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
         self, request: workers_pb2.HeartbeatRequest, context: Any
     ) -> workers_pb2.HeartbeatResponse:
         _, wid = await self._guard(context, "Heartbeat", request.worker_id)
-        w = self._registry.heartbeat(wid)
+        w = self._registry.heartbeat(wid, request.rss_bytes, request.uptime_seconds)
         # Built now, sent once durable: the leases listed must survive a crash, and a read after
         # the wait could list leases of later events that are not durable yet. Only this
         # worker's leases: the caller was just checked to be this worker (or an admin).

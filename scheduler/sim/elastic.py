@@ -6,6 +6,10 @@ so what a bench measures (worker-seconds against Guaranteed waits) is what produ
 Only the outside world is simulated: a worker asked for becomes ready `start_delay_s` later
 (AutoscalerSpec), and a removed worker is gone at once.
 
+Recycling: `rss` (worker id, seconds since it started -> resident bytes) models what each worker
+would report with its heartbeat, so spec.autoscaler.recycle replaces a leaking worker as the
+server's loop would; a worker's start is when it became ready.
+
 Accounting: worker-seconds integrate the workers that exist — starting, ready and draining — as
 a cloud bill would; `StaticPool` counts a fixed pool the same way, for comparison. A scale action
 is one scale-up asked for or one batch of workers drained. `elastic_report` adds the Guaranteed
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import builtins
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +30,7 @@ from scheduler.sim.decider import Decider
 from scheduler.sim.simulator import Simulator
 from scheduler.sim.stats import SimStats
 from slots.actuators.base import WorkerInfo, WorkerPhase
-from slots.autoscaler.demand import CoreDemand
+from slots.autoscaler.demand import CoreDemand, Vitals
 from slots.autoscaler.loop import Autoscaler
 
 _EPS = 1e-9
@@ -61,6 +66,7 @@ class _SimActuator:
         self.stats = stats
         self.start_delay_s = start_delay_s
         self.workers: dict[str, WorkerPhase] = {}
+        self.started_at: dict[str, float] = {}
         self._booting: list[tuple[float, str]] = []
         self._seq = 0
 
@@ -78,6 +84,7 @@ class _SimActuator:
         for _ in range(n):
             wid = self._new_id()
             self.workers[wid] = WorkerPhase.RUNNING
+            self.started_at[wid] = self.sim.now
             self.sim.add_worker(WorkerId(wid), self.sim.policy.pool.slots_per_worker)
         self.stats.workers_changed(self.sim.now, len(self.workers))
 
@@ -90,11 +97,13 @@ class _SimActuator:
             _, wid = heapq.heappop(self._booting)
             if self.workers.get(wid) is WorkerPhase.STARTING:
                 self.workers[wid] = WorkerPhase.RUNNING
+                self.started_at[wid] = now
                 self.sim.add_worker(WorkerId(wid), self.sim.policy.pool.slots_per_worker)
 
     def remove(self, worker_ids: list[str]) -> None:
         for wid in worker_ids:
             self.workers.pop(wid, None)
+            self.started_at.pop(wid, None)
         self.stats.workers_changed(self.sim.now, len(self.workers))
 
     def list(self) -> list[WorkerInfo]:
@@ -123,9 +132,16 @@ class ElasticPool:
     """A PoolHook: decides every `period_s`, checks draining workers every `reap_every_s`."""
 
     def __init__(
-        self, period_s: float = 15.0, *, reap_every_s: float = 1.0, initial_workers: int | None = None
+        self,
+        period_s: float = 15.0,
+        *,
+        reap_every_s: float = 1.0,
+        initial_workers: int | None = None,
+        rss: Callable[[str, float], int] | None = None,
     ):
         self.period_s = period_s
+        self.rss = rss
+        self.recycled: list[str] = []  # workers the loop drained to replace them
         self.reap_every_s = reap_every_s
         self.initial_workers = initial_workers
         self.autoscaler: Autoscaler | None = None
@@ -138,7 +154,7 @@ class ElasticPool:
         pool, spec = sim.policy.pool, sim.policy.autoscaler
         self._actuator = act = _SimActuator(sim, stats, spec.start_delay_s)
         self.autoscaler = Autoscaler(
-            CoreDemand(sim.core.describe, lambda: sim.policy),
+            CoreDemand(sim.core.describe, lambda: sim.policy, self._vitals(sim, act)),
             _SimMembership(sim),
             act,
             lambda: sim.policy,
@@ -151,12 +167,18 @@ class ElasticPool:
         self._next_tick = 0.0
         sim.schedule_hook(0.0)
 
+    def _vitals(self, sim: Simulator, act: _SimActuator) -> Callable[[], dict[str, Vitals]] | None:
+        rss = self.rss
+        if rss is None:
+            return None
+        return lambda: {w: Vitals(rss(w, sim.now - t), t) for w, t in act.started_at.items()}
+
     def fire(self, sim: Simulator, now: float) -> None:
         auto, act = self.autoscaler, self._actuator
         assert auto is not None and act is not None, "start() runs first"
         act.boot_due(now)
         if now + _EPS >= self._next_tick:
-            auto.tick(now)
+            self.recycled.extend(auto.tick(now).recycled)
             self._next_tick = now + self.period_s
             sim.schedule_hook(self._next_tick)
         elif auto.busy_draining:

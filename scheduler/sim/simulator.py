@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from scheduler.api import reasons
 from scheduler.core.pools import Pools
 from scheduler.core.types import (
     Acquire,
@@ -60,6 +61,7 @@ from scheduler.core.types import (
     YieldRequested,
 )
 from scheduler.policy.model import Policy
+from scheduler.sim.attainment import Point
 from scheduler.sim.decider import Decider, views
 from scheduler.sim.guard import RunGuard
 from scheduler.sim.stats import SimStats
@@ -68,8 +70,10 @@ from scheduler.sim.workload import SessionPlan
 # Event kinds, in the order they apply when simultaneous.
 _ARRIVE, _COMPLETE, _YIELD_ACK, _RENEW, _TICK, _HOOK, _RETRY, _CRASH = range(8)
 
-# Refusals a client retries: room may appear later. The others could never be served.
-RETRYABLE = frozenset({RefuseReason.QUEUE_FULL, RefuseReason.TENANT_QUEUE_FULL})
+# Refusals a client retries: room may appear later (their row in the one table of refusal
+# reasons says retry after a pause). The others could never be served.
+RETRYABLE = frozenset(RefuseReason(name) for name in reasons.RETRYABLE)
+_CLASS = {"guaranteed": 0, "burstable": 1, "besteffort": 2}
 
 
 @dataclass
@@ -123,6 +127,8 @@ class Simulator:
         self._tick_at = math.inf
         self._rng = random.Random(self.config.seed)
         self.waiting_by_tenant: list[dict[str, int]] = []
+        # Per sample, every tenant's (held, waiting) by class: fair-share attainment (attainment.py).
+        self.points: list[Point] = []
         self._in_retry: dict[str, None] = {}  # sessions in a retry loop, in order of entry
         # Each pool's policy as its core sees it (`Policy.for_pool`: the tenants' quotas there).
         self._in_pool = {name: self.policy.for_pool(name) for name in self.policy.pool_names()}
@@ -225,14 +231,25 @@ class Simulator:
         `waiting_by_tenant[i]` is sample i's waiting sessions per tenant, queued or retrying."""
         self.stats.sample(self.now, self.core)
         waiting: dict[str, int] = {}
+        by_class: dict[str, tuple[list[int], list[int]]] = {}
+        capacity = 0
         for view in views(self.core).values():
+            capacity += view.capacity
             for t in view.tenants:
+                held, pending = by_class.setdefault(t.name, ([0, 0, 0], [0, 0, 0]))
+                for i in range(3):
+                    held[i] += t.held[i]
+                    pending[i] += t.pending[i]
                 if sum(t.pending):
                     waiting[t.name] = waiting.get(t.name, 0) + sum(t.pending)
         for lv in self._retrying():
             waiting[lv.plan.tenant] = waiting.get(lv.plan.tenant, 0) + 1
+            by_class.setdefault(lv.plan.tenant, ([0, 0, 0], [0, 0, 0]))[1][_CLASS[lv.plan.qos.value]] += 1
         self.stats.samples[-1].pending += sum(self.retrying())
         self.waiting_by_tenant.append(waiting)
+        self.points.append(
+            Point(capacity, {n: ((h[0], h[1], h[2]), (w[0], w[1], w[2])) for n, (h, w) in by_class.items()})
+        )
 
     def _retrying(self) -> list[_Live]:
         return [self._live[sid] for sid in self._in_retry]

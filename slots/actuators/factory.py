@@ -13,6 +13,10 @@ into an object, and every error about it, lives here. `BUILDERS` is the one list
     POD_NAMESPACE                      kubernetes: the target's namespace (default "default")
     SLOTSCHED_WORKER_COMMAND           local: the worker command line (shell words), with
                                        {worker_id} {slots} {scheduler} {pool}; default `slotsched worker`
+    SLOTSCHED_WORKER_STOP_COMMAND      local: run on removal too, same placeholders (a container's stop)
+    SLOTSCHED_WORKER_IMAGE             local: run each worker as a container of this image instead
+                                       (local.container_command; a worker command wins over it)
+    SLOTSCHED_CONTAINER_RUNTIME        local, with an image: docker (default) or podman (a path too)
 
 Many pools: `actuator_from_env(..., pool=NAME, target=TEXT)` builds one pool's actuator: the
 kubernetes one scales the pool's own target (its `PoolSpec.target`; with several pools each
@@ -28,7 +32,12 @@ from typing import TYPE_CHECKING
 
 from slots.actuators.base import Actuator
 from slots.actuators.dry_run import DryRunActuator
-from slots.actuators.local import DEFAULT_WORKER_COMMAND, LocalActuator
+from slots.actuators.local import (
+    DEFAULT_WORKER_COMMAND,
+    LocalActuator,
+    container_command,
+    container_stop_command,
+)
 from snapshots.extras import needs_extra
 
 if TYPE_CHECKING:  # the kubernetes client is imported only when a cluster is the target
@@ -71,14 +80,27 @@ def _dry_run(env: Mapping[str, str], scheduler: str, slots: int) -> Actuator:
 
 def _local(env: Mapping[str, str], scheduler: str, slots: int) -> Actuator:
     command = env.get("SLOTSCHED_WORKER_COMMAND")
-    argv = shlex.split(command) if command else DEFAULT_WORKER_COMMAND
+    image = env.get("SLOTSCHED_WORKER_IMAGE", "")
+    runtime = env.get("SLOTSCHED_CONTAINER_RUNTIME", "docker")
+    stop_text = env.get("SLOTSCHED_WORKER_STOP_COMMAND")
+    stop: tuple[str, ...] | None = tuple(shlex.split(stop_text)) if stop_text else None
     pool = env.get(_POOL, "")
+    if command:
+        argv: tuple[str, ...] = tuple(shlex.split(command))
+    elif image:
+        argv = container_command(image, runtime, worker_args=("--pool", "{pool}") if pool else ())
+        stop = stop or container_stop_command(runtime)
+    else:
+        argv = (*DEFAULT_WORKER_COMMAND, "--pool", "{pool}") if pool else DEFAULT_WORKER_COMMAND
     if not pool:
-        return LocalActuator(scheduler=scheduler, slots=slots, command=argv)
-    if not command:
-        argv = (*argv, "--pool", "{pool}")
+        return LocalActuator(scheduler=scheduler, slots=slots, command=argv, stop_command=stop)
     return LocalActuator(
-        scheduler=scheduler, slots=slots, command=argv, pool=pool, id_prefix=f"worker-{pool}"
+        scheduler=scheduler,
+        slots=slots,
+        command=argv,
+        pool=pool,
+        id_prefix=f"worker-{pool}",
+        stop_command=stop,
     )
 
 

@@ -13,6 +13,13 @@ autoscaler loop asks for a replacement on its next tick. A worker the loop drain
 scale-down names it) was asked to leave: the reference worker exits by itself, with code 0, once a
 drain has emptied it, often before the loop gets to `remove` it, and that exit is no failure.
 
+Containers: `container_command(image)` is a template for `docker run` (or `podman run`): the
+container is named after the worker (`--name {worker_id}`, removed when it exits: `--rm`), shares
+the host's network so `{scheduler}` (127.0.0.1:port) reaches the scheduler, and gets
+`$SLOTSCHED_TOKEN` passed through. SIGTERM to `docker run` reaches the worker (the client proxies
+signals), and `stop_command` (`container_stop_command`: `docker stop --time G {worker_id}`) is run
+on `remove` as well, so a container outlives neither a client that was killed nor the grace.
+
 Credentials: against a scheduler in secure mode each worker registers with a worker token (the
 Workers service refuses tenant tokens). The workers inherit `env` (default: the scheduler's own
 environment), and the reference worker reads its token from `$SLOTSCHED_TOKEN`: set it there to
@@ -52,6 +59,26 @@ DEFAULT_WORKER_COMMAND: tuple[str, ...] = (
 )
 
 
+def container_command(
+    image: str, runtime: str = "docker", run_args: Sequence[str] = (), worker_args: Sequence[str] = ()
+) -> tuple[str, ...]:
+    """A worker command template that runs `image` as a container named after the worker; the
+    image's entrypoint is `slotsched` (the project's Dockerfile), so its arguments start `worker`."""
+    if not image:
+        raise ValueError("the worker image must not be empty")
+    return (
+        runtime, "run", "--rm", "--name", "{worker_id}", "--network", "host",
+        "--env", "SLOTSCHED_TOKEN", *run_args, image,
+        "worker", "--scheduler", "{scheduler}", "--worker-id", "{worker_id}",
+        "--slots", "{slots}", *worker_args,
+    )  # fmt: skip
+
+
+def container_stop_command(runtime: str = "docker", grace_s: float = 10.0) -> tuple[str, ...]:
+    """Stop the worker's container: SIGTERM (the worker drains itself), SIGKILL after `grace_s`."""
+    return (runtime, "stop", "--time", str(int(grace_s)), "{worker_id}")
+
+
 @dataclass
 class _Proc:
     popen: subprocess.Popen[bytes]
@@ -72,12 +99,14 @@ class LocalActuator:
         log_dir: str | Path | None = None,
         stop_grace_s: float = 10.0,
         pool: str = "",
+        stop_command: Sequence[str] | None = None,
     ) -> None:
         if not command:
             raise ValueError("the worker command must not be empty")
         self.scheduler = scheduler
         self.slots = slots
         self.command = tuple(command)
+        self.stop_command = tuple(stop_command) if stop_command else None
         self.id_prefix = id_prefix
         self.pool = pool
         self.env = dict(os.environ if env is None else env)
@@ -85,10 +114,11 @@ class LocalActuator:
         self.stop_grace_s = stop_grace_s
         self._procs: dict[str, _Proc] = {}
         self._errors: builtins.list[str] = []
+        self._stoppers: builtins.list[subprocess.Popen[bytes]] = []  # stop commands still running
         self._seq = 0
         self._lock = threading.Lock()  # the loop calls from a worker thread; close() from anywhere
 
-    def argv(self, worker_id: str) -> builtins.list[str]:
+    def argv(self, worker_id: str, template: Sequence[str] | None = None) -> builtins.list[str]:
         values = {
             "{worker_id}": worker_id,
             "{slots}": str(self.slots),
@@ -96,7 +126,7 @@ class LocalActuator:
             "{pool}": self.pool,
         }
         out = []
-        for arg in self.command:
+        for arg in self.command if template is None else template:
             for key, value in values.items():
                 arg = arg.replace(key, value)
             out.append(arg)
@@ -120,7 +150,25 @@ class LocalActuator:
                 p.stop_deadline = now + self.stop_grace_s
                 if p.popen.poll() is None:
                     p.popen.terminate()
+                if self.stop_command is not None:
+                    self._stop(wid)
             self._reap()
+
+    def _stop(self, wid: str) -> None:
+        """Run the stop command (a container's `docker stop`) without waiting for it."""
+        argv = self.argv(wid, self.stop_command)
+        try:
+            stopper = subprocess.Popen(
+                argv,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError as e:
+            self._errors.append(f"cannot stop worker {wid} with {argv[0]!r}: {e}")
+            return
+        self._stoppers.append(stopper)
 
     def list(self) -> builtins.list[WorkerInfo]:
         with self._lock:
@@ -195,6 +243,7 @@ class LocalActuator:
 
     def _reap(self) -> None:
         """Forget exited workers (reporting unexpected exits); SIGKILL those past their grace."""
+        self._stoppers = [s for s in self._stoppers if s.poll() is None]
         now = time.monotonic()
         for wid, p in list(self._procs.items()):
             code = p.popen.poll()

@@ -42,6 +42,10 @@ class ScaleWorkerState(enum.StrEnum):
 
     READY = "ready"
     DRAINING = "draining"  # no new grants; its sessions checkpoint-and-yield or finish
+    # Serving, but to be replaced (past spec.autoscaler.recycle): the decision counts it as gone
+    # already (not in `current`, never drained by it), so `desired` asks for its replacement;
+    # the loop drains it once the others make up `desired` (loop.py).
+    RECYCLING = "recycling"
 
 
 class Reason(enum.StrEnum):
@@ -56,6 +60,11 @@ class Reason(enum.StrEnum):
     COOLDOWN = "cooldown"  # too soon after the last scale-up (or scale-down)
     AT_MIN = "at_min"  # demand is below min_workers
     AT_MAX = "at_max"  # demand is above max_workers
+    SCALE_DOWN_RATE_LIMITED = "scale_down_rate_limited"  # HPA scale-down policies capped the step
+    OLDEST_WAIT = "oldest_wait"  # a request waited past scaleUp.oldestWaitSeconds: one more worker
+    SCHEDULED = "scheduled"  # a schedule window's minimum (ahead.py) set the size
+    FORECAST = "forecast"  # the forecast of recorded demand (ahead.py) set the size
+    RECYCLE = "recycle"  # a replacement for a worker past spec.autoscaler.recycle (loop.py)
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,8 @@ class ScaleWorker:
     busy_slots: int
     lease_cost_s: float  # slot-seconds of work that would need to checkpoint/move if drained
     ready_since: float
+    rss_bytes: int = 0  # resident memory the worker last reported (0: not reported)
+    started_at: float | None = None  # when its process started, as it reported (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,12 @@ class ScaleConfig:
     stabilization_s: float
     scale_up_cooldown_s: float
     scale_down_cooldown_s: float
+    scale_down_pods: int = 0  # HPA scale-down policies: at most this many per period (0: no limit)
+    scale_down_percent: float = 100.0  # ... and at most this percent of the pool (100: no limit)
+    scale_down_period_s: float = 15.0
+    oldest_wait_s: float = 0.0  # scale up by one while a request waited this long (0: off)
+    ahead_workers: int = 0  # a minimum raised ahead of a known peak (ahead.py), bounded by max
+    ahead_reason: Reason = Reason.SCHEDULED  # SCHEDULED or FORECAST: which raised it
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_workers <= self.max_workers:
@@ -121,6 +138,10 @@ class ScaleConfig:
             stabilization_s=a.scale_down_stabilization_s,
             scale_up_cooldown_s=a.scale_up_cooldown_s,
             scale_down_cooldown_s=a.scale_down_cooldown_s,
+            scale_down_pods=a.scale_down_pods,
+            scale_down_percent=a.scale_down_percent,
+            scale_down_period_s=a.scale_down_period_s,
+            oldest_wait_s=a.scale_up_oldest_wait_s,
         )
 
 
@@ -132,6 +153,13 @@ class ScaleUp:
 
 
 @dataclass(frozen=True)
+class ScaleDown:
+    at: float
+    from_workers: int  # ready workers when the scale-down was decided
+    to_workers: int
+
+
+@dataclass(frozen=True)
 class ScaleHistory:
     """What past decisions left behind; `decide` returns the next one, nothing is mutated."""
 
@@ -139,6 +167,10 @@ class ScaleHistory:
     scale_ups: tuple[ScaleUp, ...] = ()  # within the scale-up period, for the rate policies
     last_scale_up_at: float | None = None
     last_scale_down_at: float | None = None
+    scale_downs: tuple[ScaleDown, ...] = ()  # within the scale-down period, for its policies
+
+    def downs_in_period(self, now: float, cfg: ScaleConfig) -> tuple[ScaleDown, ...]:
+        return tuple(d for d in self.scale_downs if d.at > now - cfg.scale_down_period_s)
 
     def ups_in_period(self, now: float, cfg: ScaleConfig) -> tuple[ScaleUp, ...]:
         return tuple(u for u in self.scale_ups if u.at > now - cfg.scale_up_period_s)
@@ -159,11 +191,13 @@ class ScaleHistory:
         # higher target is a new event (else the rate limit and the cooldown would count it twice).
         new_up = desired > self.target_in_flight(now, cfg, current)
         window = tuple((t, r) for t, r in self.recommendations if t > now - cfg.stabilization_s)
+        downs = self.downs_in_period(now, cfg)
         return ScaleHistory(
             recommendations=(*window, (now, recommendation)),
             scale_ups=(*ups, ScaleUp(now, current, desired)) if new_up else ups,
             last_scale_up_at=now if new_up else self.last_scale_up_at,
             last_scale_down_at=now if desired < current else self.last_scale_down_at,
+            scale_downs=(*downs, ScaleDown(now, current, desired)) if desired < current else downs,
         )
 
 
@@ -196,20 +230,52 @@ def drain_order(w: ScaleWorker) -> tuple[bool, float, float, str]:
     return (w.busy_slots > 0, w.lease_cost_s, -w.ready_since, w.worker_id)
 
 
+def oldest_wait_due(inp: ScaleInput, cfg: ScaleConfig) -> bool:
+    """A request of some class has waited past scaleUp.oldestWaitSeconds (off at 0). Why: demand
+    hidden by quotas, or by weights that make it look small, can wait long with no scale-up."""
+    if cfg.oldest_wait_s <= 0:
+        return False
+    return any(
+        inp.pending_by_class.get(c, 0) > 0 and wait >= cfg.oldest_wait_s
+        for c, wait in inp.oldest_wait_by_class.items()
+    )
+
+
+def scale_down_limit(now: float, cfg: ScaleConfig, hist: ScaleHistory, current: int) -> int:
+    """The fewest ready workers the HPA's scale-down policies allow now (selectPolicy Min, the
+    most conservative): within one period the pool may shrink from its size at the period's start
+    by at most `pods` and at most `percent` of it."""
+    downs = hist.downs_in_period(now, cfg)
+    base = max([current, *(d.from_workers for d in downs)])
+    steps = [math.floor(base * cfg.scale_down_percent / 100 + _EPS)]
+    if cfg.scale_down_pods > 0:
+        steps.append(cfg.scale_down_pods)
+    return max(0, min(current, base - min(steps)))
+
+
 def decide(inp: ScaleInput, cfg: ScaleConfig, hist: ScaleHistory) -> ScaleDecision:
-    now, lo, hi = inp.now, cfg.min_workers, cfg.max_workers
+    now, hi = inp.now, cfg.max_workers
+    # A minimum raised ahead of a known peak is a higher floor, never above max (ahead.py).
+    lo = min(max(cfg.min_workers, cfg.ahead_workers), hi)
+    at_min = cfg.ahead_reason if lo > cfg.min_workers else Reason.AT_MIN
     ready = [w for w in inp.workers if w.state is ScaleWorkerState.READY]
+    # A replacement is no change in demand: neither the tolerance band nor a cooldown holds it.
+    recycling = any(w.state is ScaleWorkerState.RECYCLING for w in inp.workers)
     current = len(ready)
     demand = weighted_demand(inp, cfg)
     raw = math.ceil(demand / inp.slots_per_worker - _EPS)
+    waited = oldest_wait_due(inp, cfg) and raw <= current < hi
+    if waited:
+        raw = current + 1
     rec = min(max(raw, lo), hi)
-    bound = Reason.AT_MAX if raw > hi else Reason.AT_MIN if raw < lo else None
+    bound = Reason.AT_MAX if raw > hi else at_min if raw < lo else None
     desired, reason = rec, bound or Reason.STEADY
 
     # 1. Tolerance (HPA): no action while |rec / current - 1| <= tolerance (multiplied out, so that
     #    11 vs 10 is inside a 0.1 band). Not applied outside [min, max], nor from zero workers.
     band = cfg.tolerance * current + _EPS
-    if rec != current and current > 0 and lo <= current <= hi and abs(rec - current) <= band:
+    held = rec != current and current > 0 and lo <= current <= hi and abs(rec - current) <= band
+    if held and not (waited or recycling):
         rec = desired = current
         reason = Reason.WITHIN_TOLERANCE
     elif rec > current:
@@ -220,14 +286,16 @@ def decide(inp: ScaleInput, cfg: ScaleConfig, hist: ScaleHistory) -> ScaleDecisi
         step = max(cfg.scale_up_pods, math.ceil(base * cfg.scale_up_percent / 100))
         limit = max(current, base + step)
         last_up = hist.last_scale_up_at
-        if last_up is not None and now - last_up < cfg.scale_up_cooldown_s:
+        if last_up is not None and now - last_up < cfg.scale_up_cooldown_s and not recycling:
             # In cooldown no target beyond the one already in flight.
             limit = min(limit, hist.target_in_flight(now, cfg, current))
             desired, reason = min(rec, limit), Reason.COOLDOWN
         else:
             desired, reason = min(rec, limit), Reason.SCALE_UP_RATE_LIMITED
         if desired == rec:
-            reason = bound or Reason.SCALE_UP
+            reason = bound or (Reason.OLDEST_WAIT if waited else Reason.SCALE_UP)
+        if recycling and reason in (Reason.SCALE_UP, Reason.AT_MIN, Reason.AT_MAX):
+            reason = Reason.RECYCLE
     elif rec < current:
         # 3. Scale down slowly (HPA stabilization): to the highest recommendation of the window,
         #    the current one included, so a brief dip in demand does not drain warm workers; then
@@ -238,10 +306,14 @@ def decide(inp: ScaleInput, cfg: ScaleConfig, hist: ScaleHistory) -> ScaleDecisi
         last_down = hist.last_scale_down_at
         if desired < current and last_down is not None and now - last_down < cfg.scale_down_cooldown_s:
             desired, reason = current, Reason.COOLDOWN
+        floor_now = scale_down_limit(now, cfg, hist, current)
+        if desired < floor_now:
+            # 3b. HPA scale-down policies: at most `pods` / `percent` per period, the smaller.
+            desired, reason = floor_now, Reason.SCALE_DOWN_RATE_LIMITED
 
     # 4. min and max are hard bounds: they beat rate limits, windows and cooldowns.
     if not lo <= desired <= hi:
-        desired, reason = min(max(desired, lo), hi), (Reason.AT_MIN if desired < lo else Reason.AT_MAX)
+        desired, reason = min(max(desired, lo), hi), (at_min if desired < lo else Reason.AT_MAX)
 
     # 5. Drain before removal: the `current - desired` cheapest ready workers.
     drain = tuple(w.worker_id for w in sorted(ready, key=drain_order)[: max(0, current - desired)])

@@ -9,6 +9,7 @@ test drives a bare `Core`. The loop sees only `DemandSource.read(now) -> ScaleIn
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from scheduler.core.tenants import CLASSES
@@ -81,19 +82,44 @@ def weighted_demand_of_pool(view: PoolView, policy: Policy) -> float:
     return weighted_demand(inp, ScaleConfig.from_policy(policy))
 
 
-class CoreDemand:
-    """A DemandSource over `describe()` of a core; remembers when it first saw each worker."""
+@dataclass(frozen=True)
+class Vitals:
+    """What a worker reports of itself with its heartbeat: resident memory, process start."""
 
-    def __init__(self, describe: Callable[[], PoolView], policy: Callable[[], Policy]) -> None:
+    rss_bytes: int = 0
+    started_at: float | None = None
+
+
+class CoreDemand:
+    """A DemandSource over `describe()` of a core; remembers when it first saw each worker.
+    `vitals` (worker id -> Vitals, from the heartbeats) feeds recycling; None: nothing reported."""
+
+    def __init__(
+        self,
+        describe: Callable[[], PoolView],
+        policy: Callable[[], Policy],
+        vitals: Callable[[], Mapping[str, Vitals]] | None = None,
+    ) -> None:
         self._describe = describe
         self._policy = policy
+        self._vitals = vitals
         self._first_seen: dict[str, float] = {}
 
     def read(self, now: float) -> ScaleInput:
         view = self._describe()
         seen: dict[str, float] = {w.worker_id: self._first_seen.get(w.worker_id, now) for w in view.workers}
         self._first_seen = seen  # forget workers that left
-        return scale_input_from_pool(view, self._policy().pool.slots_per_worker, now, seen)
+        inp = scale_input_from_pool(view, self._policy().pool.slots_per_worker, now, seen)
+        if self._vitals is None:
+            return inp
+        vitals = self._vitals()
+        workers = tuple(
+            replace(w, rss_bytes=v.rss_bytes, started_at=v.started_at)
+            if (v := vitals.get(w.worker_id)) is not None
+            else w
+            for w in inp.workers
+        )
+        return replace(inp, workers=workers)
 
 
 class MembershipError(RuntimeError):

@@ -19,6 +19,14 @@ order (the simulator, tests); `run()` runs the I/O in a worker thread between th
 Between decisions (`period_s`), `reap` checks draining workers every `reap_every_s`, so a worker
 leaves soon after it empties rather than a whole period later.
 
+Recycling (spec.autoscaler.recycle): one worker at a time per pool, past its memory or age
+(`recycle.pick_recycle`), is marked RECYCLING: it serves on, but the decision counts it as gone,
+so `desired` asks for its replacement, which starts first (at maxWorkers the pool briefly holds
+one more, as a Deployment's maxSurge); once the others make up `desired`, it is drained like any
+other (its actors yield with checkpoints and resume elsewhere), with reason `recycle`. Ahead of
+a known peak (`ahead.py`) the schedule and the forecast raise the
+minimum the decision works with; the loop records the demand the forecast reads.
+
 A dry run (an actuator that is `WouldOnly`) changes nothing anywhere: step 3 drains no worker
 (a drain is a change to the scheduler, which the actuator alone cannot undo), so step 5 has none
 to remove; the loop tells the actuator which it would drain and counts it (`TickReport.would_drain`,
@@ -34,14 +42,16 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prometheus_client import CollectorRegistry
 
 from scheduler.core.types import WorkerId
 from scheduler.policy.model import Policy
 from slots.actuators.base import Actuator, DecisionRecorder, ScaleNote, WorkerInfo, WorkerPhase, WouldOnly
+from slots.autoscaler.ahead import DemandRecord, forecast_min, lead_seconds, schedule_min
 from slots.autoscaler.decision import (
+    Reason,
     ScaleConfig,
     ScaleDecision,
     ScaleHistory,
@@ -49,12 +59,14 @@ from slots.autoscaler.decision import (
     ScaleWorker,
     ScaleWorkerState,
     decide,
+    floor_headroom,
 )
 from slots.autoscaler.demand import (
     DemandSource,
     Membership,
 )
 from slots.autoscaler.metrics import AutoscalerMetrics
+from slots.autoscaler.recycle import pick_recycle
 
 __all__ = ["Autoscaler", "TickReport"]
 
@@ -70,6 +82,8 @@ class TickReport:
     removed: tuple[str, ...]
     errors: tuple[str, ...]
     would_drain: tuple[str, ...] = ()  # a dry run: the workers it would have drained
+    recycled: tuple[str, ...] = ()  # drained this tick to be replaced (spec.autoscaler.recycle)
+    ahead_workers: int = 0  # the minimum the schedule or the forecast raised (0: none)
 
 
 @dataclass
@@ -83,6 +97,9 @@ class _Plan:
     remove: list[str] = field(default_factory=list)
     notes: list[ScaleNote] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    recycled: list[str] = field(default_factory=list)
+    recycle_cause: str = ""
+    ahead: int = 0
 
 
 @dataclass
@@ -130,6 +147,8 @@ class Autoscaler:
         self._deregister_retry: set[str] = set()  # stopped, but the core still lists them
         self._gone: set[str] = set()  # stopped; excluded while the actuator still lists them
         self._reported_late: set[str] = set()  # unregistered past start_timeout_s, reported once
+        self._recycling: tuple[str, str] | None = None  # (worker, cause): being replaced
+        self.demand_record = DemandRecord()  # what the forecast reads (ahead.py)
 
     # ------------------------------------------------------------------ driving
 
@@ -205,12 +224,16 @@ class Autoscaler:
             plan.errors.append(f"reading demand failed: {_describe(e)}")
             return plan
         policy = self._policy()
+        if decide_now:
+            inp = plan.inp = self._mark_recycling(now, inp, policy)
         in_core = {w.worker_id: w for w in inp.workers}
         self._track_draining(in_core)
         if decide_now:
-            plan.decision = d = decide(inp, ScaleConfig.from_policy(policy), self.history)
+            cfg = self._ahead(now, inp, policy, plan)
+            plan.decision = d = decide(inp, cfg, self.history)
             self.history = d.history
             self._drain(now, d, plan, policy.autoscaler.drain_timeout_s)
+            self._drain_recycled(now, d, in_core, plan, policy.autoscaler.drain_timeout_s)
             if listed is not None:
                 self._ask_for_workers(now, listed, in_core, d, plan)
         timeout = policy.autoscaler.drain_timeout_s
@@ -222,6 +245,71 @@ class Autoscaler:
                 plan.remove.append(wid)
         plan.remove.extend(sorted(self._to_stop))
         return plan
+
+    def _mark_recycling(self, now: float, inp: ScaleInput, policy: Policy) -> ScaleInput:
+        """The worker being recycled, as RECYCLING; a new one picked once the last has left."""
+        if isinstance(self.actuator, WouldOnly):
+            return inp  # a dry run replaces nothing
+        states = {w.worker_id: w.state for w in inp.workers}
+        if self._recycling is not None and states.get(self._recycling[0]) is not ScaleWorkerState.READY:
+            if self._recycling[0] not in states:
+                self._recycling = None  # gone: the next may start
+            return inp  # draining: wait until it has left
+        if self._recycling is None:
+            self._recycling = pick_recycle(inp.workers, now, policy.autoscaler)
+        if self._recycling is None:
+            return inp
+        wid = self._recycling[0]
+        marked = tuple(
+            replace(w, state=ScaleWorkerState.RECYCLING) if w.worker_id == wid else w for w in inp.workers
+        )
+        return replace(inp, workers=marked)
+
+    def _ahead(self, now: float, inp: ScaleInput, policy: Policy, plan: _Plan) -> ScaleConfig:
+        """The decision's config with the minimum the schedule or the forecast raises (ahead.py);
+        and the demand of this tick recorded for the forecast."""
+        cfg = ScaleConfig.from_policy(policy)
+        a = policy.autoscaler
+        lead = lead_seconds(a.forecast, a.start_delay_s, self.period_s)
+        need = sum(inp.busy_by_class.values()) + sum(inp.pending_by_class.values()) + floor_headroom(inp)
+        self.demand_record.observe(now, math.ceil(need / inp.slots_per_worker - 1e-9), a.forecast, lead)
+        scheduled = schedule_min(a.schedule, now, lead)
+        forecast = forecast_min(self.demand_record.buckets, now, a.forecast, lead)
+        plan.ahead = max(scheduled, forecast)
+        if plan.ahead <= cfg.min_workers:
+            return cfg
+        why = Reason.FORECAST if forecast > scheduled else Reason.SCHEDULED
+        return replace(cfg, ahead_workers=plan.ahead, ahead_reason=why)
+
+    def _drain_recycled(
+        self, now: float, d: ScaleDecision, in_core: dict[str, ScaleWorker], plan: _Plan, timeout: float
+    ) -> None:
+        """Drain the worker being recycled once the ready others make up `desired` (its
+        replacement is up), or at once when this tick's scale-down drained it anyway."""
+        if self._recycling is None:
+            return
+        wid, cause = self._recycling
+        if wid in plan.drained:
+            plan.recycled.append(wid)
+            plan.recycle_cause = cause
+            return
+        w = in_core.get(wid)
+        if w is None or w.state is not ScaleWorkerState.RECYCLING:
+            return
+        others = sum(1 for x in in_core.values() if x.state is ScaleWorkerState.READY) - len(plan.drained)
+        if others < d.desired:
+            return
+        try:
+            self.membership.drain(WorkerId(wid), timeout)
+        except Exception as e:
+            plan.errors.append(f"drain {wid} (recycle) failed: {_describe(e)}")
+            return
+        self._draining_since[wid] = now
+        plan.drained.append(wid)
+        plan.recycled.append(wid)
+        plan.recycle_cause = cause
+        note = _note("down", d, plan.inp, (wid,))
+        plan.notes.append(replace(note, reason=Reason.RECYCLE.value))
 
     def _track_draining(self, in_core: dict[str, ScaleWorker]) -> None:
         """Follow the workers this loop drained. One drained by someone else (an admin, with its
@@ -279,7 +367,9 @@ class Autoscaler:
                 self._reported_late.add(w.worker_id)
                 plan.errors.append(f"worker {w.worker_id} has not registered after {now - since:.0f} s")
         ready = sum(1 for w in in_core.values() if w.state is ScaleWorkerState.READY)
-        missing = d.desired - (ready - len(plan.drained) - len(plan.would_drain)) - starting
+        was_ready = {wid for wid, w in in_core.items() if w.state is ScaleWorkerState.READY}
+        drained = len(was_ready.intersection(plan.drained))
+        missing = d.desired - (ready - drained - len(plan.would_drain)) - starting
         if missing > 0:
             plan.start_to, plan.missing = len(alive) + missing, missing
             plan.notes.append(_note("up", d, plan.inp, ()))
@@ -333,6 +423,9 @@ class Autoscaler:
         if self._metrics is not None:
             if d is not None and plan.inp is not None:
                 self._metrics.observe(d, _direction(d, plan.inp), self.pool)
+                self._metrics.observe_input(plan.inp, plan.ahead, self.pool)
+            if plan.recycled:
+                self._metrics.count_recycle(plan.recycle_cause, len(plan.recycled), self.pool)
             if errors:
                 self._metrics.count_errors(len(errors), self.pool)
             if isinstance(self.actuator, WouldOnly):
@@ -350,6 +443,8 @@ class Autoscaler:
             tuple(done.removed),
             tuple(errors),
             tuple(plan.would_drain),
+            tuple(plan.recycled),
+            plan.ahead,
         )
         if d is not None:
             self.last = report
@@ -357,7 +452,8 @@ class Autoscaler:
 
 
 def _ready(inp: ScaleInput | None) -> int:
-    return 0 if inp is None else sum(1 for w in inp.workers if w.state is ScaleWorkerState.READY)
+    serving = (ScaleWorkerState.READY, ScaleWorkerState.RECYCLING)
+    return 0 if inp is None else sum(1 for w in inp.workers if w.state in serving)
 
 
 def _direction(d: ScaleDecision, inp: ScaleInput) -> str:

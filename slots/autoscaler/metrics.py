@@ -10,9 +10,13 @@ label; a policy of one pool keeps the unlabelled series of before pools.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from collections.abc import Callable, Iterator, Sequence
 
-from slots.autoscaler.decision import ScaleDecision
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from slots.autoscaler.decision import ScaleDecision, ScaleInput
 
 
 class AutoscalerMetrics:
@@ -62,9 +66,51 @@ class AutoscalerMetrics:
             registry=registry,
         )
 
+        self.oldest_wait = Gauge(
+            "slotsched_autoscaler_oldest_wait_seconds",
+            "How long the oldest queued request of each QoS class has waited (0: none queued).",
+            [*pool, "class"],
+            registry=registry,
+        )
+        self.ahead_workers = Gauge(
+            "slotsched_autoscaler_ahead_workers",
+            "The minimum of workers the schedule or the forecast raised ahead of a known peak (0: none).",
+            pool,
+            registry=registry,
+        )
+        self.direction_changes = Counter(
+            "slotsched_autoscaler_direction_changes",
+            "Decisions that reversed the pool's direction (up after down, or down after up): flapping.",
+            pool,
+            registry=registry,
+        )
+        self._last_direction: dict[str, str] = {}
+        self.recycles = Counter(
+            "slotsched_autoscaler_recycles",
+            "Workers drained to be replaced (spec.autoscaler.recycle), by cause: memory or age.",
+            [*pool, "cause"],
+            registry=registry,
+        )
+
+    def observe_input(self, inp: ScaleInput, ahead: int, pool: str | None = None) -> None:
+        by = (pool or "",) if self.pooled else ()
+        for cls, wait in sorted(inp.oldest_wait_by_class.items()):
+            waiting = inp.pending_by_class.get(cls, 0) > 0
+            self.oldest_wait.labels(*by, cls).set(wait if waiting else 0.0)
+        (self.ahead_workers.labels(*by) if by else self.ahead_workers).set(ahead)
+
+    def count_recycle(self, cause: str, n: int, pool: str | None = None) -> None:
+        by = (pool or "",) if self.pooled else ()
+        self.recycles.labels(*by, cause).inc(n)
+
     def observe(self, decision: ScaleDecision, direction: str, pool: str | None = None) -> None:
         by = (pool or "",) if self.pooled else ()
         self.decisions.labels(*by, direction, decision.reason.value).inc()
+        if direction != "none":
+            last = self._last_direction.get(pool or "")
+            if last is not None and last != direction:
+                (self.direction_changes.labels(*by) if by else self.direction_changes).inc()
+            self._last_direction[pool or ""] = direction
         gauges = (
             (self.desired, decision.desired),
             (self.at_ceiling, 1 if decision.at_ceiling else 0),
@@ -82,3 +128,38 @@ class AutoscalerMetrics:
         if n:
             by = (pool or "",) if self.pooled else ()
             self.dry_run_actions.labels(*by, action).inc(n)
+
+
+class DemandGauges(Collector):
+    """The drain estimate and the oldest waits, read at each scrape, for a scheduler that runs no
+    built-in loop (KEDA's HPA sizes the pool): the same series the loop exports, each with its
+    `pool`, so the alerts on them hold in either mode. A pool that cannot be read (a standby's
+    stale core) is left out of the scrape."""
+
+    def __init__(
+        self, pools: Callable[[], Sequence[str]], read: Callable[[str], tuple[ScaleInput, ScaleDecision]]
+    ) -> None:
+        self._pools = pools
+        self._read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        drain = GaugeMetricFamily(
+            "slotsched_autoscaler_estimated_drain_seconds",
+            "Estimated time to serve today's queue at the desired size.",
+            labels=["pool"],
+        )
+        oldest = GaugeMetricFamily(
+            "slotsched_autoscaler_oldest_wait_seconds",
+            "How long the oldest queued request of each QoS class has waited (0: none queued).",
+            labels=["pool", "class"],
+        )
+        for pool in self._pools():
+            try:
+                inp, d = self._read(pool)
+            except Exception:  # not readable here now (a standby): absent, not wrong
+                continue
+            drain.add_metric([pool], d.estimated_drain_s)
+            for cls, wait in sorted(inp.oldest_wait_by_class.items()):
+                oldest.add_metric([pool, cls], wait if inp.pending_by_class.get(cls, 0) > 0 else 0.0)
+        yield drain
+        yield oldest

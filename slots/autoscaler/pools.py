@@ -17,14 +17,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry
 
 from scheduler.core.views import PoolView
 from scheduler.policy.model import DEFAULT_POOL, Policy, PoolSpec
 from slots.actuators.base import Actuator
-from slots.autoscaler.demand import CoreDemand, Membership, weighted_demand_of_pool
+from slots.autoscaler.decision import ScaleConfig, ScaleDecision, ScaleHistory, ScaleInput, decide
+from slots.autoscaler.demand import (
+    CoreDemand,
+    Membership,
+    Vitals,
+    scale_input_from_pool,
+    weighted_demand_of_pool,
+)
 from slots.autoscaler.loop import Autoscaler
 from slots.autoscaler.metrics import AutoscalerMetrics
 
@@ -67,6 +74,15 @@ class PoolsDemand:
     def pool_names(self) -> tuple[str, ...]:
         return self._policy().pool_names()
 
+    def scale_input(self, pool: str) -> tuple[ScaleInput, ScaleDecision]:
+        """The pool's decision input, and the decision an undamped loop would make now: what the
+        demand gauges export while no built-in loop runs (KEDA's HPA sizes the pool instead)."""
+        if self._check is not None:
+            self._check()
+        policy = self._policy().for_pool(pool)
+        inp = scale_input_from_pool(self._describe(pool), policy.pool.slots_per_worker, 0.0)
+        return inp, decide(inp, ScaleConfig.from_policy(policy), ScaleHistory())
+
 
 #: How often `PoolAutoscalers.run` checks which pools it leads (per-pool leadership).
 ACTIVE_POLL_S = 1.0
@@ -92,8 +108,11 @@ class PoolAutoscalers:
         registry: CollectorRegistry | None = None,
         period_s: float = 15.0,
         active: Callable[[str], bool] | None = None,
+        vitals: Callable[[], Mapping[str, Vitals]] | None = None,
     ) -> None:
+        """`vitals`: each worker's memory and age from its heartbeats (recycling reads them)."""
         self._active = active
+        self._vitals = vitals
         self._policy = policy
         self._describe = describe
         self._membership = membership
@@ -135,7 +154,7 @@ class PoolAutoscalers:
                 )
             self.actuators[name] = actuator
             self.loops[name] = Autoscaler(
-                CoreDemand(_bound(self._describe, name), _projected(self._policy, name)),
+                CoreDemand(_bound(self._describe, name), _projected(self._policy, name), self._vitals),
                 self._membership,
                 actuator,
                 _projected(self._policy, name),

@@ -47,6 +47,7 @@ from scheduler.api import wire
 from scheduler.api.gen.slotsched.v1 import workers_pb2, workers_pb2_grpc
 from scheduler.client.follow import Follower, FollowingStub
 from scheduler.client.reactions import reason_in
+from slots.worker import vitals
 from slots.worker.host import ActorHost
 from slots.worker.leases import Grant, LeaseView
 
@@ -224,7 +225,9 @@ class WorkerAgent:
         sent = time.monotonic()
         try:
             resp: workers_pb2.HeartbeatResponse = await self._stub.Heartbeat(
-                workers_pb2.HeartbeatRequest(worker_id=self.worker_id),
+                workers_pb2.HeartbeatRequest(
+                    worker_id=self.worker_id, rss_bytes=vitals.rss_bytes(), uptime_seconds=vitals.uptime_s()
+                ),
                 metadata=self.metadata,
                 timeout=self.rpc_timeout_s,
             )

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from slots.worker import vitals
+
 CHECKPOINT_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CHECKPOINT_BYTES_BUCKETS = tuple(float(1 << n) for n in range(10, 34, 2))  # 1 KiB .. 8 GiB
 
@@ -76,6 +78,13 @@ class WorkerMetrics:
         )
         self.actors = Gauge("slotsched_worker_actors", "Actors running on this worker.", registry=r)
         self.slots = Gauge("slotsched_worker_slots", "Slots this worker offers.", registry=r)
+        # Read at each scrape; the same numbers go to the scheduler with every heartbeat (recycling).
+        Gauge(
+            "slotsched_worker_rss_bytes", "Resident memory of the worker process, in bytes.", registry=r
+        ).set_function(vitals.rss_bytes)
+        Gauge(
+            "slotsched_worker_uptime_seconds", "Seconds since the worker process started.", registry=r
+        ).set_function(vitals.uptime_s)
 
     # Totals, for the demo and tests (summed over labels).
 

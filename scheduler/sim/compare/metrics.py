@@ -28,6 +28,9 @@ must agree on every number, so each is computed once, here, from `SimStats`.
   time-to-slot, waits by class, slot-seconds), and over them the spread of `slot-seconds /
   weight` (max over min: inf when a tenant got nothing) and the latest first grant (inf when a
   tenant was never granted): whether the pool reached every tenant, and how evenly.
+- Fair-share attainment (`scheduler/sim/attainment.py`): per tenant and class, slots held while
+  backlogged over its weighted max-min entitlement at the same samples (`tenants.<t>.attainment`),
+  and the lowest over tenants with demand (`attainment_min`): whether each tenant got its share.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.policy.model import Policy
+from scheduler.sim.attainment import Point, attainment, quotas_of
 from scheduler.sim.stats import CLASS_KEYS, SimStats, percentile, waits_json
 from scheduler.sim.workload import SessionPlan
 
@@ -85,6 +89,8 @@ class RunFigures:
     share_spread: float = 1.0  # max / min of slot-seconds / weight over them (inf: one got none)
     first_grant_max: float | None = None  # the latest first grant (inf: one never granted)
     pools: dict[str, dict[str, Any]] = field(default_factory=dict)  # `SimStats.pools_json()`
+    # The lowest fair-share attainment over tenants with demand (attainment.py; None: no sample).
+    attainment_min: float | None = None
 
     def granted(self, cls: str) -> bool:
         """Did the class get any grant? (Unknown when built without `grants`: assume it did.)"""
@@ -170,6 +176,7 @@ def figures(
     plans: Sequence[SessionPlan],
     checkpoint_s: float,
     waiting_by_tenant: Sequence[dict[str, int]] = (),
+    points: Sequence[Point] = (),
 ) -> RunFigures:
     # The promise covers Guaranteed requests within quota: those are the class's wait figures.
     by_class = {k: stats.waits[k] for k in CLASS_KEYS} | {"guaranteed": stats.guaranteed_waits(False)}
@@ -184,6 +191,9 @@ def figures(
     ]
     static_ws = stats.capacity_slot_seconds / max(1, policy.pool.slots_per_worker)
     per_tenant = {t: stats.tenant_json(t) for t in sorted(tenant_demand(plans))}
+    att = attainment(points, quotas_of(policy))
+    for t, entry in per_tenant.items():
+        entry["attainment"] = att.tenant_json(t)
     return RunFigures(
         name=name,
         waits=waits,
@@ -209,6 +219,7 @@ def figures(
         share_spread=spread(shares),
         first_grant_max=latest_first_grant(per_tenant),
         pools=stats.pools_json(),
+        attainment_min=att.minimum(sorted(per_tenant)),
     )
 
 
@@ -224,6 +235,11 @@ def json_entry(stats: SimStats, fig: RunFigures) -> dict[str, Any]:
         "within": waits_json(stats.guaranteed_waits(beyond_quota=False)),
         "beyond": waits_json(stats.guaranteed_waits(beyond_quota=True)),
     }
+    for name, entry in fig.tenants.items():
+        if name in out["tenants"]:
+            out["tenants"][name]["attainment"] = entry["attainment"]
+    am = fig.attainment_min
+    out["attainment_min"] = None if am is None else round(am, 4)
     jc = fig.jain_contended
     out["jain_under_contention"] = {
         "index": None if jc is None else round(jc, 4),

@@ -113,7 +113,9 @@ def compare(
         if refused:
             sim.stats.refusals_by_reason["unknown_tenant"] += refused
         bar.finish()
-        fig = figures(c.name, sim.stats, policy, plans, config.checkpoint_s, sim.waiting_by_tenant)
+        fig = figures(
+            c.name, sim.stats, policy, plans, config.checkpoint_s, sim.waiting_by_tenant, sim.points
+        )
         out.append((c, sim.stats, fig))
     return out
 

@@ -1,13 +1,14 @@
 """The per-tenant part of report.md (issue 23): what a platform team asks of each contender.
 
 Why per tenant: the class figures of the main table can look fine while one tenant waits for its
-first slot for an hour, and when tenants outnumber slots that is exactly what goes wrong. Two
+first slot for an hour, and when tenants outnumber slots that is exactly what goes wrong. Three
 compact tables, a row per tenant with demand and a column per contender:
 
 - first grant (seconds from the tenant's first request to its first slot), time-to-slot
   p50/p99/max over all its waits, slot-seconds; under them, per contender, the latest first grant
   and the spread of slot-seconds / weight (max over min);
-- its p99 time-to-slot per class (Guaranteed / Burstable / BestEffort).
+- its p99 time-to-slot per class (Guaranteed / Burstable / BestEffort);
+- its fair-share attainment (`scheduler/sim/attainment.py`), and the lowest over tenants.
 
 Every figure is `simulate --json`'s `tenants.<t>` (p50 and max per class are there too). The rows
 carry no leading `|` (GitHub-flavoured markdown makes the outer pipes optional) so that a reader
@@ -53,6 +54,18 @@ def class_cell(t: dict[str, Any] | None) -> str:
     return " / ".join(_s(t["waits_by_class"][c]["p99"]) for c in CLASS_KEYS)
 
 
+def _a(v: float | None) -> str:
+    return NONE if v is None else f"{v:.2f}"
+
+
+def attainment_cell(t: dict[str, Any] | None) -> str:
+    """`all (G / B / BE)` of one tenant's fair-share attainment under one contender."""
+    a = None if t is None else t.get("attainment")
+    if not a:
+        return NONE
+    return f"{_a(a['all'])} ({' / '.join(_a(a[c]) for c in CLASS_KEYS)})"
+
+
 def _spread(f: RunFigures) -> str:
     if math.isinf(f.share_spread):
         never = sum(1 for t in f.tenants.values() if t["slot_seconds"] == 0)
@@ -94,6 +107,15 @@ def tenant_tables(figs: Sequence[RunFigures]) -> list[str]:
         _row(["tenant", *head]),
         sep,
         *(_row([n, *(class_cell(f.tenants.get(n)) for f in figs)]) for n in names),
+        "",
+        "Fair-share attainment: slots held while the tenant had work over its weighted max-min "
+        "entitlement at the same samples (scheduler/sim/attainment.py; 1 is its share), all classes "
+        "(Guaranteed / Burstable / BestEffort); `attainment` in the JSON:",
+        "",
+        _row(["tenant", *head]),
+        sep,
+        *(_row([n, *(attainment_cell(f.tenants.get(n)) for f in figs)]) for n in names),
+        _row(["*lowest (attainment_min)*", *(_a(f.attainment_min) for f in figs)]),
         "",
     ]
     return lines

@@ -127,7 +127,7 @@ class TenantStats(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., weight: _Optional[float] = ..., held: _Optional[_Union[ClassCounts, _Mapping]] = ..., pending: _Optional[_Union[ClassCounts, _Mapping]] = ..., borrowed: _Optional[int] = ..., fair_share: _Optional[float] = ..., guaranteed_quota: _Optional[int] = ..., burstable_nominal: _Optional[int] = ..., burstable_limit: _Optional[int] = ..., best_effort_limit: _Optional[int] = ...) -> None: ...
 
 class DescribePoolResponse(_message.Message):
-    __slots__ = ("capacity", "free", "floor", "workers", "classes", "tenants", "at", "pool", "pools", "labels", "leader")
+    __slots__ = ("capacity", "free", "floor", "workers", "classes", "tenants", "at", "pool", "pools", "labels", "leader", "budgets")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +146,7 @@ class DescribePoolResponse(_message.Message):
     POOLS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
     capacity: int
     free: int
     floor: int
@@ -157,7 +158,24 @@ class DescribePoolResponse(_message.Message):
     pools: _containers.RepeatedScalarFieldContainer[str]
     labels: _containers.ScalarMap[str, str]
     leader: PoolLeader
-    def __init__(self, capacity: _Optional[int] = ..., free: _Optional[int] = ..., floor: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., classes: _Optional[_Iterable[_Union[ClassStats, _Mapping]]] = ..., tenants: _Optional[_Iterable[_Union[TenantStats, _Mapping]]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pool: _Optional[str] = ..., pools: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., leader: _Optional[_Union[PoolLeader, _Mapping]] = ...) -> None: ...
+    budgets: _containers.RepeatedCompositeFieldContainer[BudgetStatus]
+    def __init__(self, capacity: _Optional[int] = ..., free: _Optional[int] = ..., floor: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., classes: _Optional[_Iterable[_Union[ClassStats, _Mapping]]] = ..., tenants: _Optional[_Iterable[_Union[TenantStats, _Mapping]]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pool: _Optional[str] = ..., pools: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., leader: _Optional[_Union[PoolLeader, _Mapping]] = ..., budgets: _Optional[_Iterable[_Union[BudgetStatus, _Mapping]]] = ...) -> None: ...
+
+class BudgetStatus(_message.Message):
+    __slots__ = ("name", "factor", "limits_per_minute", "available", "waiting", "open")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FACTOR_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    factor: float
+    limits_per_minute: _containers.RepeatedScalarFieldContainer[float]
+    available: _containers.RepeatedScalarFieldContainer[float]
+    waiting: int
+    open: int
+    def __init__(self, name: _Optional[str] = ..., factor: _Optional[float] = ..., limits_per_minute: _Optional[_Iterable[float]] = ..., available: _Optional[_Iterable[float]] = ..., waiting: _Optional[int] = ..., open: _Optional[int] = ...) -> None: ...
 
 class PoolLeader(_message.Message):
     __slots__ = ("replica_id", "address", "term")

@@ -275,20 +275,24 @@ class ChannelRequest(_message.Message):
     def __init__(self, commands: _Optional[_Iterable[_Union[ChannelCommand, _Mapping]]] = ...) -> None: ...
 
 class ChannelCommand(_message.Message):
-    __slots__ = ("ref", "acquire", "renew", "yield_slot", "release", "withdraw")
+    __slots__ = ("ref", "acquire", "renew", "yield_slot", "release", "withdraw", "request_permit", "settle_permit")
     REF_FIELD_NUMBER: _ClassVar[int]
     ACQUIRE_FIELD_NUMBER: _ClassVar[int]
     RENEW_FIELD_NUMBER: _ClassVar[int]
     YIELD_SLOT_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
     WITHDRAW_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_PERMIT_FIELD_NUMBER: _ClassVar[int]
+    SETTLE_PERMIT_FIELD_NUMBER: _ClassVar[int]
     ref: int
     acquire: AcquireRequest
     renew: RenewRequest
     yield_slot: YieldRequest
     release: ReleaseRequest
     withdraw: WithdrawRequest
-    def __init__(self, ref: _Optional[int] = ..., acquire: _Optional[_Union[AcquireRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewRequest, _Mapping]] = ..., yield_slot: _Optional[_Union[YieldRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseRequest, _Mapping]] = ..., withdraw: _Optional[_Union[WithdrawRequest, _Mapping]] = ...) -> None: ...
+    request_permit: RequestPermitRequest
+    settle_permit: SettlePermitRequest
+    def __init__(self, ref: _Optional[int] = ..., acquire: _Optional[_Union[AcquireRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewRequest, _Mapping]] = ..., yield_slot: _Optional[_Union[YieldRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseRequest, _Mapping]] = ..., withdraw: _Optional[_Union[WithdrawRequest, _Mapping]] = ..., request_permit: _Optional[_Union[RequestPermitRequest, _Mapping]] = ..., settle_permit: _Optional[_Union[SettlePermitRequest, _Mapping]] = ...) -> None: ...
 
 class WithdrawRequest(_message.Message):
     __slots__ = ("session_id",)
@@ -303,7 +307,7 @@ class ChannelResponse(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[ChannelEvent, _Mapping]]] = ...) -> None: ...
 
 class ChannelEvent(_message.Message):
-    __slots__ = ("session_id", "ref", "event", "renewed", "yielded", "released", "error")
+    __slots__ = ("session_id", "ref", "event", "renewed", "yielded", "released", "error", "permit", "settled")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     REF_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
@@ -311,6 +315,8 @@ class ChannelEvent(_message.Message):
     YIELDED_FIELD_NUMBER: _ClassVar[int]
     RELEASED_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    PERMIT_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     ref: int
     event: LeaseEvent
@@ -318,7 +324,9 @@ class ChannelEvent(_message.Message):
     yielded: YieldResponse
     released: ReleaseResponse
     error: SessionError
-    def __init__(self, session_id: _Optional[str] = ..., ref: _Optional[int] = ..., event: _Optional[_Union[LeaseEvent, _Mapping]] = ..., renewed: _Optional[_Union[RenewResponse, _Mapping]] = ..., yielded: _Optional[_Union[YieldResponse, _Mapping]] = ..., released: _Optional[_Union[ReleaseResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ...) -> None: ...
+    permit: PermitEvent
+    settled: SettlePermitResponse
+    def __init__(self, session_id: _Optional[str] = ..., ref: _Optional[int] = ..., event: _Optional[_Union[LeaseEvent, _Mapping]] = ..., renewed: _Optional[_Union[RenewResponse, _Mapping]] = ..., yielded: _Optional[_Union[YieldResponse, _Mapping]] = ..., released: _Optional[_Union[ReleaseResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ..., permit: _Optional[_Union[PermitEvent, _Mapping]] = ..., settled: _Optional[_Union[SettlePermitResponse, _Mapping]] = ...) -> None: ...
 
 class SessionError(_message.Message):
     __slots__ = ("status", "trailers")
@@ -334,3 +342,83 @@ class SessionError(_message.Message):
     status: _status_pb2.Status
     trailers: _containers.ScalarMap[str, str]
     def __init__(self, status: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., trailers: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class TokenUsage(_message.Message):
+    __slots__ = ("input_tokens", "output_tokens", "requests")
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    input_tokens: float
+    output_tokens: float
+    requests: float
+    def __init__(self, input_tokens: _Optional[float] = ..., output_tokens: _Optional[float] = ..., requests: _Optional[float] = ...) -> None: ...
+
+class RequestPermitRequest(_message.Message):
+    __slots__ = ("session_id", "budget", "estimate")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    budget: str
+    estimate: TokenUsage
+    def __init__(self, session_id: _Optional[str] = ..., budget: _Optional[str] = ..., estimate: _Optional[_Union[TokenUsage, _Mapping]] = ...) -> None: ...
+
+class PermitEvent(_message.Message):
+    __slots__ = ("permit_id", "budget", "granted", "queued")
+    PERMIT_ID_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    permit_id: str
+    budget: str
+    granted: PermitGranted
+    queued: PermitQueued
+    def __init__(self, permit_id: _Optional[str] = ..., budget: _Optional[str] = ..., granted: _Optional[_Union[PermitGranted, _Mapping]] = ..., queued: _Optional[_Union[PermitQueued, _Mapping]] = ...) -> None: ...
+
+class PermitGranted(_message.Message):
+    __slots__ = ("expires_at", "waited")
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    WAITED_FIELD_NUMBER: _ClassVar[int]
+    expires_at: _timestamp_pb2.Timestamp
+    waited: _duration_pb2.Duration
+    def __init__(self, expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waited: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class PermitQueued(_message.Message):
+    __slots__ = ("position", "estimated_wait", "reason")
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_WAIT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    position: int
+    estimated_wait: _duration_pb2.Duration
+    reason: str
+    def __init__(self, position: _Optional[int] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class SettlePermitRequest(_message.Message):
+    __slots__ = ("session_id", "permit_id", "budget", "usage", "throttled", "retry_after", "withdraw")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PERMIT_ID_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    THROTTLED_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAW_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    permit_id: str
+    budget: str
+    usage: TokenUsage
+    throttled: bool
+    retry_after: _duration_pb2.Duration
+    withdraw: bool
+    def __init__(self, session_id: _Optional[str] = ..., permit_id: _Optional[str] = ..., budget: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., throttled: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., withdraw: _Optional[bool] = ...) -> None: ...
+
+class SettlePermitResponse(_message.Message):
+    __slots__ = ("charged", "refunded", "withdrawn", "orphan")
+    CHARGED_FIELD_NUMBER: _ClassVar[int]
+    REFUNDED_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAWN_FIELD_NUMBER: _ClassVar[int]
+    ORPHAN_FIELD_NUMBER: _ClassVar[int]
+    charged: TokenUsage
+    refunded: TokenUsage
+    withdrawn: bool
+    orphan: bool
+    def __init__(self, charged: _Optional[_Union[TokenUsage, _Mapping]] = ..., refunded: _Optional[_Union[TokenUsage, _Mapping]] = ..., withdrawn: _Optional[bool] = ..., orphan: _Optional[bool] = ...) -> None: ...

@@ -60,6 +60,16 @@ class SchedulerStub:
                 request_serializer=slotsched_dot_v1_dot_scheduler__pb2.GetSessionRequest.SerializeToString,
                 response_deserializer=slotsched_dot_v1_dot_scheduler__pb2.SessionState.FromString,
                 _registered_method=True)
+        self.RequestPermit = channel.unary_unary(
+                '/slotsched.v1.Scheduler/RequestPermit',
+                request_serializer=slotsched_dot_v1_dot_scheduler__pb2.RequestPermitRequest.SerializeToString,
+                response_deserializer=slotsched_dot_v1_dot_scheduler__pb2.PermitEvent.FromString,
+                _registered_method=True)
+        self.SettlePermit = channel.unary_unary(
+                '/slotsched.v1.Scheduler/SettlePermit',
+                request_serializer=slotsched_dot_v1_dot_scheduler__pb2.SettlePermitRequest.SerializeToString,
+                response_deserializer=slotsched_dot_v1_dot_scheduler__pb2.SettlePermitResponse.FromString,
+                _registered_method=True)
         self.Channel = channel.stream_stream(
                 '/slotsched.v1.Scheduler/Channel',
                 request_serializer=slotsched_dot_v1_dot_scheduler__pb2.ChannelRequest.SerializeToString,
@@ -173,6 +183,47 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RequestPermit(self, request, context):
+        """Asks for a permit to make one LLM call on a token budget (spec.budgets[]): the provider's
+        tokens and requests per minute, counted here for the whole fleet and handed out by class
+        and fair share, as slots are. The permit's tenant is the credential's; it names its session,
+        which must be a live session of that tenant (queued or holding), and its class is the
+        session's. Answered once the permit is granted (`PermitEvent.granted`), or with an error;
+        while it waits the call stays open (the Channel's `request_permit` answers `queued` at once,
+        then `granted` on the same `ref`). The caller's gRPC deadline withdraws a waiting permit.
+
+        Errors: INVALID_ARGUMENT (`session_id` or `budget` empty; an estimate negative, NaN,
+        infinite or above 10^9, or above what the budget or the tenant's class rate holds in a
+        minute: the field is named, e.g. `estimate.input_tokens`); NOT_FOUND (no live session by
+        that id); FAILED_PRECONDITION (UNKNOWN_BUDGET; PERMIT_POLICY_CHANGED: a waiting permit the
+        new policy could never serve; budgets under per-pool leadership, not supported);
+        PERMISSION_DENIED (NO_BUDGET_SHARE: the tenant has no share of the budget in the session's
+        class); RESOURCE_EXHAUSTED (BUDGET_QUEUE_FULL, BUDGET_TENANT_QUEUE_FULL: the budget's
+        waiting caps, with `retry-after-ms`; or the rate limit); UNAUTHENTICATED; UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SettlePermit(self, request, context):
+        """Settles a granted permit with the usage the provider reported (the difference with the
+        estimate is refunded or charged), or reports that the provider throttled the call
+        (`throttled`, with its retry-after: the budget's effective limit drops), or withdraws a
+        permit still waiting (`withdraw`). A permit is settled once, by its session; one not
+        settled within the budget's permitTTLSeconds is charged its estimate. A permit this
+        scheduler never issued (one granted by a leader before a failover) is accepted and its
+        usage charged as a debt to the tenant's share of `budget` (`orphan` in the answer), so
+        usage is never lost from the count.
+
+        Errors: INVALID_ARGUMENT (`session_id` or `permit_id` empty; usage negative, NaN, infinite
+        or above 10^9; `retry_after` negative or above an hour); NOT_FOUND (no live session);
+        FAILED_PRECONDITION (PERMIT_NOT_OWNER: another session's permit; PERMIT_CLOSED: already
+        settled, expired or withdrawn); UNAUTHENTICATED; PERMISSION_DENIED; UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Channel(self, request_iterator, context):
         """One bidirectional stream per runtime connection, carrying many sessions at once: the same
         Acquire, Renew, Yield and Release (and Withdraw) as the per-session rpcs above, and the same
@@ -270,6 +321,16 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.GetSession,
                     request_deserializer=slotsched_dot_v1_dot_scheduler__pb2.GetSessionRequest.FromString,
                     response_serializer=slotsched_dot_v1_dot_scheduler__pb2.SessionState.SerializeToString,
+            ),
+            'RequestPermit': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequestPermit,
+                    request_deserializer=slotsched_dot_v1_dot_scheduler__pb2.RequestPermitRequest.FromString,
+                    response_serializer=slotsched_dot_v1_dot_scheduler__pb2.PermitEvent.SerializeToString,
+            ),
+            'SettlePermit': grpc.unary_unary_rpc_method_handler(
+                    servicer.SettlePermit,
+                    request_deserializer=slotsched_dot_v1_dot_scheduler__pb2.SettlePermitRequest.FromString,
+                    response_serializer=slotsched_dot_v1_dot_scheduler__pb2.SettlePermitResponse.SerializeToString,
             ),
             'Channel': grpc.stream_stream_rpc_method_handler(
                     servicer.Channel,
@@ -413,6 +474,60 @@ class Scheduler:
             '/slotsched.v1.Scheduler/GetSession',
             slotsched_dot_v1_dot_scheduler__pb2.GetSessionRequest.SerializeToString,
             slotsched_dot_v1_dot_scheduler__pb2.SessionState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequestPermit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/slotsched.v1.Scheduler/RequestPermit',
+            slotsched_dot_v1_dot_scheduler__pb2.RequestPermitRequest.SerializeToString,
+            slotsched_dot_v1_dot_scheduler__pb2.PermitEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SettlePermit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/slotsched.v1.Scheduler/SettlePermit',
+            slotsched_dot_v1_dot_scheduler__pb2.SettlePermitRequest.SerializeToString,
+            slotsched_dot_v1_dot_scheduler__pb2.SettlePermitResponse.FromString,
             options,
             channel_credentials,
             insecure,

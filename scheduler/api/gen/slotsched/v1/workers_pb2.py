@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from scheduler.api.gen.slotsched.v1 import common_pb2 as slotsched_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aslotsched/v1/workers.proto\x12\x0cslotsched.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x19slotsched/v1/common.proto\"\xb3\x02\n\x0fRegisterRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05slots\x18\x03 \x01(\r\x12\x39\n\x06labels\x18\x04 \x03(\x0b\x32).slotsched.v1.RegisterRequest.LabelsEntry\x12\x42\n\x0bslot_epochs\x18\x05 \x03(\x0b\x32-.slotsched.v1.RegisterRequest.SlotEpochsEntry\x12\x0c\n\x04pool\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x31\n\x0fSlotEpochsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x81\x03\n\x10RegisterResponse\x12\x35\n\x12heartbeat_interval\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\ngrant_keys\x18\x02 \x03(\x0b\x32\x16.slotsched.v1.GrantKey\x12\x0c\n\x04pool\x18\x03 \x01(\t\x12U\n\x14\x63ompatibility_labels\x18\x04 \x03(\x0b\x32\x37.slotsched.v1.RegisterResponse.CompatibilityLabelsEntry\x12:\n\x06labels\x18\x05 \x03(\x0b\x32*.slotsched.v1.RegisterResponse.LabelsEntry\x1a:\n\x18\x43ompatibilityLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\'\n\x08GrantKey\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\"%\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\"v\n\x11HeartbeatResponse\x12\x10\n\x08\x64raining\x18\x01 \x01(\x08\x12#\n\x06leases\x18\x02 \x03(\x0b\x32\x13.slotsched.v1.Lease\x12*\n\ngrant_keys\x18\x03 \x03(\x0b\x32\x16.slotsched.v1.GrantKey\"R\n\x0c\x44rainRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12/\n\x0cyield_within\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"S\n\rDrainResponse\x12\x0e\n\x06leases\x18\x01 \x01(\r\x12\x32\n\x0f\x65stimated_drain\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"&\n\x11\x44\x65registerRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\"%\n\x12\x44\x65registerResponse\x12\x0f\n\x07revoked\x18\x01 \x01(\r2\xb5\x02\n\x07Workers\x12I\n\x08Register\x12\x1d.slotsched.v1.RegisterRequest\x1a\x1e.slotsched.v1.RegisterResponse\x12L\n\tHeartbeat\x12\x1e.slotsched.v1.HeartbeatRequest\x1a\x1f.slotsched.v1.HeartbeatResponse\x12@\n\x05\x44rain\x12\x1a.slotsched.v1.DrainRequest\x1a\x1b.slotsched.v1.DrainResponse\x12O\n\nDeregister\x12\x1f.slotsched.v1.DeregisterRequest\x1a .slotsched.v1.DeregisterResponseBb\n\x10\x64\x65v.slotsched.v1B\x0cWorkersProtoP\x01Z>github.com/slotsched/slotsched/gen/go/slotsched/v1;slotschedv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aslotsched/v1/workers.proto\x12\x0cslotsched.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x19slotsched/v1/common.proto\"\xb3\x02\n\x0fRegisterRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05slots\x18\x03 \x01(\r\x12\x39\n\x06labels\x18\x04 \x03(\x0b\x32).slotsched.v1.RegisterRequest.LabelsEntry\x12\x42\n\x0bslot_epochs\x18\x05 \x03(\x0b\x32-.slotsched.v1.RegisterRequest.SlotEpochsEntry\x12\x0c\n\x04pool\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x31\n\x0fSlotEpochsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x81\x03\n\x10RegisterResponse\x12\x35\n\x12heartbeat_interval\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\ngrant_keys\x18\x02 \x03(\x0b\x32\x16.slotsched.v1.GrantKey\x12\x0c\n\x04pool\x18\x03 \x01(\t\x12U\n\x14\x63ompatibility_labels\x18\x04 \x03(\x0b\x32\x37.slotsched.v1.RegisterResponse.CompatibilityLabelsEntry\x12:\n\x06labels\x18\x05 \x03(\x0b\x32*.slotsched.v1.RegisterResponse.LabelsEntry\x1a:\n\x18\x43ompatibilityLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\'\n\x08GrantKey\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\"P\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x11\n\trss_bytes\x18\x02 \x01(\x04\x12\x16\n\x0euptime_seconds\x18\x03 \x01(\x01\"v\n\x11HeartbeatResponse\x12\x10\n\x08\x64raining\x18\x01 \x01(\x08\x12#\n\x06leases\x18\x02 \x03(\x0b\x32\x13.slotsched.v1.Lease\x12*\n\ngrant_keys\x18\x03 \x03(\x0b\x32\x16.slotsched.v1.GrantKey\"R\n\x0c\x44rainRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12/\n\x0cyield_within\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"S\n\rDrainResponse\x12\x0e\n\x06leases\x18\x01 \x01(\r\x12\x32\n\x0f\x65stimated_drain\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"&\n\x11\x44\x65registerRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\"%\n\x12\x44\x65registerResponse\x12\x0f\n\x07revoked\x18\x01 \x01(\r2\xb5\x02\n\x07Workers\x12I\n\x08Register\x12\x1d.slotsched.v1.RegisterRequest\x1a\x1e.slotsched.v1.RegisterResponse\x12L\n\tHeartbeat\x12\x1e.slotsched.v1.HeartbeatRequest\x1a\x1f.slotsched.v1.HeartbeatResponse\x12@\n\x05\x44rain\x12\x1a.slotsched.v1.DrainRequest\x1a\x1b.slotsched.v1.DrainResponse\x12O\n\nDeregister\x12\x1f.slotsched.v1.DeregisterRequest\x1a .slotsched.v1.DeregisterResponseBb\n\x10\x64\x65v.slotsched.v1B\x0cWorkersProtoP\x01Z>github.com/slotsched/slotsched/gen/go/slotsched/v1;slotschedv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -57,17 +57,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GRANTKEY']._serialized_start=801
   _globals['_GRANTKEY']._serialized_end=840
   _globals['_HEARTBEATREQUEST']._serialized_start=842
-  _globals['_HEARTBEATREQUEST']._serialized_end=879
-  _globals['_HEARTBEATRESPONSE']._serialized_start=881
-  _globals['_HEARTBEATRESPONSE']._serialized_end=999
-  _globals['_DRAINREQUEST']._serialized_start=1001
-  _globals['_DRAINREQUEST']._serialized_end=1083
-  _globals['_DRAINRESPONSE']._serialized_start=1085
-  _globals['_DRAINRESPONSE']._serialized_end=1168
-  _globals['_DEREGISTERREQUEST']._serialized_start=1170
-  _globals['_DEREGISTERREQUEST']._serialized_end=1208
-  _globals['_DEREGISTERRESPONSE']._serialized_start=1210
-  _globals['_DEREGISTERRESPONSE']._serialized_end=1247
-  _globals['_WORKERS']._serialized_start=1250
-  _globals['_WORKERS']._serialized_end=1559
+  _globals['_HEARTBEATREQUEST']._serialized_end=922
+  _globals['_HEARTBEATRESPONSE']._serialized_start=924
+  _globals['_HEARTBEATRESPONSE']._serialized_end=1042
+  _globals['_DRAINREQUEST']._serialized_start=1044
+  _globals['_DRAINREQUEST']._serialized_end=1126
+  _globals['_DRAINRESPONSE']._serialized_start=1128
+  _globals['_DRAINRESPONSE']._serialized_end=1211
+  _globals['_DEREGISTERREQUEST']._serialized_start=1213
+  _globals['_DEREGISTERREQUEST']._serialized_end=1251
+  _globals['_DEREGISTERRESPONSE']._serialized_start=1253
+  _globals['_DEREGISTERRESPONSE']._serialized_end=1290
+  _globals['_WORKERS']._serialized_start=1293
+  _globals['_WORKERS']._serialized_end=1602
 # @@protoc_insertion_point(module_scope)

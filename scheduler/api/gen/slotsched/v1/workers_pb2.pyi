@@ -77,10 +77,14 @@ class GrantKey(_message.Message):
     def __init__(self, key_id: _Optional[str] = ..., key: _Optional[bytes] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("worker_id",)
+    __slots__ = ("worker_id", "rss_bytes", "uptime_seconds")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
-    def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+    rss_bytes: int
+    uptime_seconds: float
+    def __init__(self, worker_id: _Optional[str] = ..., rss_bytes: _Optional[int] = ..., uptime_seconds: _Optional[float] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("draining", "leases", "grant_keys")

@@ -1,0 +1,231 @@
+"""What does a token budget permit cost on the wire, next to a Renew on the same server?
+
+One slotsched server (a subprocess, the bench policy plus a budget whose limits never bind: the
+permits measured never wait on tokens, only on the server) and one load generator (its own
+process) on one open `Scheduler.Channel`, with 64 sessions holding leases:
+
+* round trip at c1: `request_permit` until its `permit` answer (granted), vs `renew` until its
+  `renewed` answer, one at a time, interleaved in rounds; the medians' ratio;
+* throughput at c64: 64 loops each sending `request_permit` and awaiting the grant (the permit's
+  settle is sent without waiting, in the next message: a caller settles after its LLM call, not
+  before its next permit), vs 64 loops renewing; permits per second over renewals per second.
+
+Usage: `python bench/permits.py [--iterations N] [--seconds S] [--rounds K]`. The last line is
+`permit_rtt_ratio_vs_renew=R permits_per_s_ratio_vs_renew=R` (issue bars: <= 1.2 and >= 0.8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import grpc  # noqa: E402
+from procs import bench_policy, stop_all  # noqa: E402
+
+from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc  # noqa: E402
+
+TOKEN = "bench-token"
+BUDGET = "llm"
+SESSIONS = 64
+_SERVE = (
+    "import asyncio, sys\n"
+    "from scheduler.serve import serve_forever\n"
+    "sys.exit(asyncio.run(serve_forever(sys.argv[1], '127.0.0.1:0', None)))\n"
+)
+
+
+def policy() -> str:
+    """The bench policy and a budget of 10^9 tokens and requests a minute the tenant may use whole."""
+    text = bench_policy(TOKEN)
+    text = text.replace(
+        "  tenants:\n",
+        f"  budgets:\n    - {{name: {BUDGET}, tokensPerMinute: 1000000000, requestsPerMinute: 1000000000,"
+        " maxPending: 100000, maxPendingPerTenant: 100000}\n  tenants:\n",
+    )
+    return (
+        text + f"      budgets:\n        - {{budget: {BUDGET}, burstable: {{nominal: {{percent: 100}}}}}}\n"
+    )
+
+
+def _spawn(args: list[str], word: str) -> tuple[subprocess.Popen[str], str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if word in line:
+            return proc, line.rsplit(" ", 1)[1].strip()
+    proc.kill()
+    raise RuntimeError(f"{args} did not start")
+
+
+# ---------------------------------------------------------------- the load generator (subprocess)
+
+
+class Gen:
+    """One Channel: commands batched by a writer, answers dispatched by ref."""
+
+    def __init__(self, target: str) -> None:
+        self.channel = grpc.aio.insecure_channel(target)
+        stub = scheduler_pb2_grpc.SchedulerStub(self.channel)
+        self.call = stub.Channel(metadata=(("authorization", f"Bearer {TOKEN}"),))
+        self.pending: list[scheduler_pb2.ChannelCommand] = []
+        self.ready = asyncio.Event()
+        self.waiting: dict[int, asyncio.Future[Any]] = {}
+        self.leases: dict[str, Any] = {}
+        self.granted = asyncio.Event()
+        self.ref = 0
+        self.tasks = [asyncio.create_task(self._write()), asyncio.create_task(self._read())]
+
+    async def _write(self) -> None:
+        while True:
+            await self.ready.wait()
+            self.ready.clear()
+            batch, self.pending = self.pending, []
+            await self.call.write(scheduler_pb2.ChannelRequest(commands=batch))
+
+    async def _read(self) -> None:
+        while True:
+            resp = await self.call.read()
+            for ev in resp.events:
+                kind = ev.WhichOneof("kind")
+                if kind == "event" and ev.event.WhichOneof("event") == "granted":
+                    self.leases[ev.session_id] = ev.event.granted.lease
+                    if len(self.leases) == SESSIONS:
+                        self.granted.set()
+                elif kind == "error":
+                    raise RuntimeError(f"error: {ev.error.status.message}")
+                elif kind == "permit" and ev.permit.WhichOneof("state") == "queued":
+                    continue  # its grant follows on the same ref
+                fut = self.waiting.pop(ev.ref, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(getattr(ev, kind))
+
+    def send(self, wait: bool = True, **kind: Any) -> asyncio.Future[Any] | None:
+        self.ref += 1
+        fut = None
+        if wait:
+            fut = asyncio.get_running_loop().create_future()
+            self.waiting[self.ref] = fut
+        self.pending.append(scheduler_pb2.ChannelCommand(ref=self.ref, **kind))
+        self.ready.set()
+        return fut
+
+    def renew(self, sid: str) -> asyncio.Future[Any]:
+        lease = self.leases[sid]
+        req = scheduler_pb2.RenewRequest(session_id=sid, lease_id=lease.lease_id, epoch=lease.epoch)
+        fut = self.send(renew=req)
+        assert fut is not None
+        return fut
+
+    async def permit(self, sid: str) -> None:
+        est = scheduler_pb2.TokenUsage(input_tokens=100, output_tokens=100)
+        fut = self.send(
+            request_permit=scheduler_pb2.RequestPermitRequest(session_id=sid, budget=BUDGET, estimate=est)
+        )
+        assert fut is not None
+        ev = await fut
+        usage = scheduler_pb2.TokenUsage(input_tokens=100, output_tokens=50)
+        settle = scheduler_pb2.SettlePermitRequest(session_id=sid, permit_id=ev.permit_id, usage=usage)
+        self.send(wait=False, settle_permit=settle)  # not waited on (module doc)
+
+
+async def _rtt(gen: Gen, kind: str, n: int) -> list[float]:
+    out = []
+    for i in range(n):
+        sid = f"s{i % SESSIONS}"
+        t0 = time.perf_counter()
+        await (gen.permit(sid) if kind == "permit" else gen.renew(sid))
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+async def _rate(gen: Gen, kind: str, seconds: float) -> float:
+    done = 0
+    stop = time.perf_counter() + seconds
+
+    async def loop(sid: str) -> None:
+        nonlocal done
+        while time.perf_counter() < stop:
+            await (gen.permit(sid) if kind == "permit" else gen.renew(sid))
+            done += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(loop(f"s{i}") for i in range(SESSIONS)))
+    return done / (time.perf_counter() - t0)
+
+
+async def client_main(target: str, iterations: int, seconds: float, rounds: int) -> None:
+    gen = Gen(target)
+    for i in range(SESSIONS):
+        req = scheduler_pb2.AcquireRequest(session_id=f"s{i}", qos=common_pb2.QOS_CLASS_BURSTABLE)
+        gen.send(wait=False, acquire=req)
+    await asyncio.wait_for(gen.granted.wait(), 30)
+    await _rtt(gen, "permit", 200)  # warm up (the budget's buckets start empty)
+    await _rtt(gen, "renew", 200)
+    out: dict[str, list[float]] = {"permit_rtt": [], "renew_rtt": [], "permit_rate": [], "renew_rate": []}
+    for _ in range(rounds):
+        for kind in ("permit", "renew"):
+            out[f"{kind}_rtt"].append(statistics.median(await _rtt(gen, kind, iterations // rounds)))
+        for kind in ("permit", "renew"):
+            out[f"{kind}_rate"].append(await _rate(gen, kind, seconds / rounds / 2))
+    print(json.dumps(out), flush=True)
+    os._exit(0)  # the channel and its tasks go with the process
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--iterations", type=int, default=2000, help="sequential operations per kind at c1")
+    p.add_argument("--seconds", type=float, default=8.0, help="total duration of the c64 runs per kind")
+    p.add_argument("--rounds", type=int, default=8, help="interleaved blocks per measurement")
+    p.add_argument("--client", nargs=1, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.client:
+        asyncio.run(client_main(args.client[0], args.iterations, args.seconds, args.rounds))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="slotsched-bench-") as d:
+        path = Path(d) / "policy.yaml"
+        path.write_text(policy())
+        server, target = _spawn([sys.executable, "-c", _SERVE, str(path)], "serving gRPC on")
+        try:
+            me = str(Path(__file__).resolve())
+            cmd = [sys.executable, me, "--client", target, "--iterations", str(args.iterations),
+                   "--seconds", str(args.seconds), "--rounds", str(args.rounds)]  # fmt: skip
+            done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False, timeout=600)
+            if done.returncode != 0:
+                print(done.stderr[-2000:], file=sys.stderr)
+                return 1
+            r = json.loads(done.stdout.strip().splitlines()[-1])
+        finally:
+            stop_all([server])
+    med = {k: statistics.median(v) for k, v in r.items()}
+    print(
+        f"c1 round trip p50: permit {med['permit_rtt'] * 1e6:.0f} us, renew {med['renew_rtt'] * 1e6:.0f} us"
+    )
+    print(f"c{SESSIONS} per second: permits {med['permit_rate']:.0f}, renewals {med['renew_rate']:.0f}")
+    print(
+        f"permit_rtt_ratio_vs_renew={med['permit_rtt'] / med['renew_rtt']:.3f} "
+        f"permits_per_s_ratio_vs_renew={med['permit_rate'] / med['renew_rate']:.3f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

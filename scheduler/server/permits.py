@@ -1,0 +1,163 @@
+"""The token budgets on the event loop: the loop owns one `PermitDesk` beside the slot core
+(docs/design.md, "Token budgets"). It drives the pure budget core (`scheduler/core/budget/`):
+passes it the time, keeps the one timer for its `wake_at`, names the permits, tells a waiting
+permit's watcher (a Channel's ref, a unary call's future) of its grant or refusal, and feeds the
+metrics and the log. Domain types only: the wire is session_ops.py's.
+
+Not journaled: a new leader's core starts every bucket empty (the window assumed spent, so it
+can never overrun the provider), and a permit it never issued is charged as a debt when settled
+(`Charge`). Permit ids carry this desk's incarnation, so a settle of one of its own closed
+permits (PERMIT_CLOSED) is told from one of a former leader (charged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable
+from typing import Protocol
+
+from scheduler.core.budget.core import Budgets
+from scheduler.core.budget.types import (
+    BudgetDecision,
+    BudgetEvent,
+    BudgetTick,
+    BudgetView,
+    LimitChanged,
+    PermitEnded,
+    PermitGranted,
+    PermitId,
+    PermitQueued,
+    PermitRefused,
+    PermitWithdrawn,
+    Withdraw,
+)
+from scheduler.policy.model import Policy
+
+log = logging.getLogger("slotsched.budgets")
+
+VIEWS_EVERY_S = 0.5  # the budget gauges' freshness
+
+#: Told a waiting permit's later decision (its grant, or a refusal when the policy changed).
+Watcher = Callable[[PermitGranted | PermitRefused], None]
+
+
+class BudgetMetrics(Protocol):
+    """What the desk reports (scheduler/server/metrics.py implements it)."""
+
+    def observe_budget(self, decision: BudgetDecision, tenant: str) -> None: ...
+
+    def budget_views(self, views: tuple[BudgetView, ...]) -> None: ...
+
+
+class PermitDesk:
+    def __init__(
+        self, policy: Policy, clock: Callable[[], float], metrics: BudgetMetrics | None = None
+    ) -> None:
+        self._clock = clock
+        self.budgets = Budgets(policy, clock())
+        self.metrics = metrics
+        self.incarnation = secrets.token_hex(4)
+        self._issued = 0
+        self._watchers: dict[PermitId, Watcher] = {}
+        self._tenants: dict[PermitId, str] = {}  # a waiting permit's tenant, for its metrics
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_at: float | None = None
+        self.closed = False
+        self._views_at = 0.0
+        if metrics is not None:
+            metrics.budget_views(self.budgets.views())
+
+    def new_id(self) -> PermitId:
+        self._issued += 1
+        return PermitId(f"{self.incarnation}.{self._issued}")
+
+    def issued_here(self, permit: str) -> bool:
+        """A permit id this desk named (open, or closed since): not a former leader's."""
+        head, _, n = permit.partition(".")
+        return head == self.incarnation and n.isdigit() and 0 < int(n) <= self._issued
+
+    def handle(self, event: BudgetEvent, tenant: str = "") -> tuple[BudgetDecision, ...]:
+        """Apply one event now; tell watchers and metrics; re-arm the timer."""
+        outcome = self.budgets.handle(event, self._clock())
+        self._after(outcome.decisions, outcome.wake_at, tenant)
+        return outcome.decisions
+
+    def watch(self, permit: PermitId, watcher: Watcher) -> Callable[[], None]:
+        """Tell `watcher` of the waiting permit's grant or refusal; the returned function gives
+        up (withdraws the permit if it still waits: its caller went away)."""
+        self._watchers[permit] = watcher
+
+        def cancel() -> None:
+            if self._watchers.pop(permit, None) is not None and not self.closed:
+                owner = self.budgets.permit_owner(permit)
+                if owner is not None:
+                    self.handle(Withdraw(permit, owner))
+
+        return cancel
+
+    def apply_policy(self, policy: Policy) -> None:
+        outcome = self.budgets.apply_policy(policy, self._clock())
+        self._after(outcome.decisions, outcome.wake_at, "")
+
+    def views(self) -> tuple[BudgetView, ...]:
+        return self.budgets.views()
+
+    def close(self) -> None:
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+
+    # ------------------------------------------------------------------ after each event
+
+    def _after(self, decisions: tuple[BudgetDecision, ...], wake_at: float | None, tenant: str) -> None:
+        metrics = self.metrics
+        for d in decisions:
+            if isinstance(d, PermitQueued):
+                self._tenants[d.permit] = tenant
+            elif isinstance(d, PermitGranted | PermitRefused):
+                who = d.tenant if isinstance(d, PermitGranted) else self._tenants.get(d.permit, tenant)
+                self._tenants.pop(d.permit, None)
+                watcher = self._watchers.pop(d.permit, None)
+                if metrics is not None:
+                    metrics.observe_budget(d, who)
+                if watcher is not None:
+                    watcher(d)
+                continue
+            elif isinstance(d, LimitChanged):
+                log.info(
+                    "budget %s: effective limit %.0f%% of configured (%s)%s",
+                    d.budget, d.factor * 100, d.reason.value,
+                    "" if d.blocked_until is None else f", blocked {d.blocked_until - self._clock():.1f} s",
+                )  # fmt: skip
+            elif isinstance(d, PermitEnded | PermitWithdrawn):
+                self._watchers.pop(d.permit, None)
+                tenant = self._tenants.pop(d.permit, tenant) if isinstance(d, PermitWithdrawn) else d.tenant
+            if metrics is not None:
+                metrics.observe_budget(d, tenant)
+        now = self._clock()
+        if metrics is not None and decisions and now >= self._views_at:
+            # The gauges' views, at most every VIEWS_EVERY_S (a scrape reads them; building
+            # them per permit cost a fifth of its time).
+            self._views_at = now + VIEWS_EVERY_S
+            metrics.budget_views(self.budgets.views())
+        self._arm(wake_at)
+
+    def _arm(self, wake_at: float | None) -> None:
+        """One timer at the core's next wake-up; a later one leaves an earlier timer armed (it
+        ticks harmlessly and re-arms)."""
+        if wake_at is None or self.closed or (self._armed_at is not None and self._armed_at <= wake_at):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._armed_at = wake_at
+        delay = max(0.001, wake_at - self._clock() + 0.001)
+        self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._armed_at = None
+        if not self.closed:
+            self.handle(BudgetTick())
