@@ -3,7 +3,7 @@
 
 The arrows:
 
-    scheduler/serve.py  ──>  scheduler/server/   (the loop, registry, servicers, gRPC assembly)
+    scheduler/app/      ──>  scheduler/server/   (the loop, registry, servicers, gRPC assembly)
             │                       │
             └──────────> scheduler/state/   (journal, snapshots, recovery, leader election)
                                     │
@@ -11,7 +11,7 @@ The arrows:
 
 The server implements `ReplicaHost` (SchedulerLoop) and `WorkerBook` (WorkerRegistry)
 structurally; the state store drives them through these protocols and implements `Journal`
-(the loop's durability). `serve.py` is the only module that knows both sides.
+(the loop's durability). `scheduler/app/` (the composition root) is the only package that knows both sides.
 """
 
 from __future__ import annotations

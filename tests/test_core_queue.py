@@ -1,6 +1,6 @@
 """The queue's rules in the core (docs/design.md, "Waiting, queue caps and refusals"): the caps
 hold for every request that is not granted at once, whether or not a slot is free, and a
-waiter's reason comes from one function (`Ledger.queued`), which the Queued decision, the
+waiter's reason comes from one function (`Core.queued`), which the Queued decision, the
 session view (GetSession) and the server's re-sent Queued events all read."""
 
 from __future__ import annotations

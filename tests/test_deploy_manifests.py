@@ -339,7 +339,7 @@ def test_dev_runs_one_scheduler_in_memory() -> None:
 
 @pytest.mark.parametrize("overlay", ["redis", "keda", "autoscaler"])
 def test_two_schedulers_on_a_redis_with_aof_and_a_password(overlay: str) -> None:
-    from scheduler.state.redis_store import parse_state
+    from scheduler.state.config import parse_state
 
     objs = render(overlay)
     assert one(objs, "Deployment", "slotsched-scheduler")["spec"]["replicas"] == 2

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from scheduler.state.config import parse_state
 from scheduler.state.redis_connect import parse_target
-from scheduler.state.redis_store import parse_state
 from tests.test_deploy_manifests import container, env_of, expand, find, one, render, scheduler
 
 OVERLAY = "redis-sentinel"

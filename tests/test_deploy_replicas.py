@@ -25,8 +25,8 @@ import pytest
 import tests.test_deploy_manifests as manifests
 import tests.test_deploy_overlays as overlays
 from scheduler.serve import default_advertise
+from scheduler.state.config import parse_state
 from scheduler.state.redis_connect import parse_target
-from scheduler.state.redis_store import parse_state
 from tests.test_deploy_manifests import arg, env_of, find, one, policy_object, redis_state, render, scheduler
 
 OVERLAY = "replicas"

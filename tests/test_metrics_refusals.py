@@ -28,6 +28,7 @@ from scheduler.server import errors
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.metrics import NO_POOL_LABEL, Metrics
 from scheduler.server.pool_routes import PoolRoutes, PoolUnit
+from scheduler.server.registry import WorkerRegistry
 from scheduler.server.session_ops import SessionOps
 from tests.grpc_fixtures import TOKENS, B, Client, pools_policy_yaml, running_server
 from tests.test_pools_observe import two_pools_yaml
@@ -101,7 +102,8 @@ def test_per_pool_routing_counts_the_refusals_it_makes() -> None:
         for name in policy.pool_names():
             loop = SchedulerLoop(policy.for_pool(name), metrics)
             loop.submit(WorkerAdded(WorkerId(f"w-{name}"), 1, pool=name))
-            units[name] = PoolUnit(name, loop, SessionOps(loop, GrantKeyring.generate()))
+            ops = SessionOps(loop, GrantKeyring.generate())
+            units[name] = PoolUnit(name, loop, ops, WorkerRegistry(loop, 5.0), leader=lambda: None)
         routes = PoolRoutes(units, lambda: policy)
         req = scheduler_pb2.AcquireRequest(session_id="s1", qos=B, pool="nosuch-42")
         with pytest.raises(errors.RpcFailure):

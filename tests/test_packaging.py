@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from scheduler.state.config import KINDS
 from tests.grpc_fixtures import served_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,6 +85,7 @@ def test_every_extra_a_message_names_exists() -> None:
     for pkg in ("scheduler", "slots", "snapshots"):
         for f in (ROOT / pkg).rglob("*.py"):
             named |= set(re.findall(r"needs_extra\(\s*\"(\w+)\"", f.read_text()))
+    named |= {kind.extra for kind in KINDS}  # the state stores' rows: needs_extra(kind.extra, …)
     assert {"redis", "s3", "kubernetes", "sim"} <= named
     extras = PYPROJECT["project"]["optional-dependencies"]
     assert named <= set(extras)

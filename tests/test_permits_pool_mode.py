@@ -14,6 +14,7 @@ from scheduler.policy.yaml_io import parse_policy
 from scheduler.server import errors
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.pool_routes import PoolUnit
+from scheduler.server.registry import WorkerRegistry
 from scheduler.server.session_ops import SessionOps
 from tests.budget_fixtures import budget_policy_yaml, permit_request
 
@@ -22,12 +23,13 @@ def test_a_pool_unit_refuses_permits_naming_the_limitation() -> None:
     async def main() -> None:
         loop = SchedulerLoop(parse_policy(budget_policy_yaml())[0])
         ops = SessionOps(loop, GrantKeyring.generate())
-        PoolUnit("default", loop, ops)
+        registry = WorkerRegistry(loop, 5.0)
+        PoolUnit("default", loop, ops, registry)
         with pytest.raises(errors.RpcFailure) as e:
             ops.request_permit("acme", permit_request("s"))
         assert e.value.code is grpc.StatusCode.FAILED_PRECONDITION
         assert "per-pool leadership" in e.value.message
-        PoolUnit("", loop, ops)  # one leader for every pool: served
+        PoolUnit("", loop, ops, registry)  # one leader for every pool: served
         out = ops.request_permit("acme", permit_request("s"))
         assert isinstance(out, errors.RpcFailure) and out.code is grpc.StatusCode.NOT_FOUND  # no session
 

@@ -38,7 +38,7 @@ from scheduler.policy.model import Policy, PoolSpec, QueueSpec, TenantSpec, Timi
 from scheduler.server.loop import EndedSession, LoopState
 from scheduler.server.registry import WorkerEntry
 from scheduler.state import codec, state_read, state_write
-from scheduler.state.redis_store import StateConfigError, parse_state
+from scheduler.state.config import StateConfigError, parse_state
 
 SNAP = SnapshotRef("s3://b/k", 12, "ab" * 32, 17.5)
 POLICY = Policy(

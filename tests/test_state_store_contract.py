@@ -4,9 +4,9 @@ replica watched by Sentinels (every append WAITs for the replica), and on a Redi
 key of the pool in one hash slot, appends WAIT for one replica).
 
 Each topology is started once for the module; each test uses a pool of its own (a fresh key
-prefix), with two replicas' views of it, `a` and `b`. A new store is a row of `STORES`: a
-context that starts it and gives a factory of its stores, and one of stores where nothing
-answers.
+prefix), with two replicas' views of it, `a` and `b`, built from a `--state` URL as the
+server builds them (scheduler/state/config.py). A new store is a row of `STORES`: a context
+that starts it and gives a factory of its stores, and one of stores where nothing answers.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 
+from scheduler.state.config import state_url
 from scheduler.state.members import Member, Members
-from scheduler.state.redis_members import RedisMembers
-from scheduler.state.redis_store import RedisStore
 from scheduler.state.store import (
     START,
     Entry,
@@ -45,12 +44,17 @@ OpenMembers = Callable[[str], Members]
 Topology = tuple[Open, Open, OpenMembers]
 
 
-def _redis_stores(url: str, timeout_s: float) -> Open:
-    return lambda prefix, replica: RedisStore(url, prefix, replica, timeout_s=timeout_s)
+def _stores(url: str, timeout_s: float) -> Open:
+    """Stores of `url` as `serve --state URL` builds them (scheduler/state/config.py)."""
+    kind = state_url(url)
+    assert kind is not None
+    return lambda prefix, replica: kind.store(prefix, replica, timeout_s)
 
 
-def _redis_topology(live: str, dead: str) -> Topology:
-    return _redis_stores(live, 2.0), _redis_stores(dead, 0.3), lambda prefix: RedisMembers(live, prefix, 2.0)
+def _topology(live: str, dead: str) -> Topology:
+    url = state_url(live)
+    assert url is not None
+    return _stores(live, 2.0), _stores(dead, 0.3), lambda prefix: url.members(prefix, 2.0)
 
 
 @contextlib.contextmanager
@@ -58,7 +62,7 @@ def _redis() -> Iterator[Topology]:
     with tempfile.TemporaryDirectory(prefix="slotsched-contract-") as d:
         r = RedisProc(d).start()
         try:
-            yield _redis_topology(r.url, f"redis://127.0.0.1:{free_port()}/0")
+            yield _topology(r.url, f"redis://127.0.0.1:{free_port()}/0")
         finally:
             r.kill()
 
@@ -70,7 +74,7 @@ def _sentinel() -> Iterator[Topology]:
         # machine does not fail it over (or leave it "subjectively down": "No master found").
         s = SentinelSet(d, replicas=1, sentinels=1, down_after_ms=10_000).start()
         try:
-            yield _redis_topology(s.url(), f"redis+sentinel://127.0.0.1:{free_port()}/slotsched/0")
+            yield _topology(s.url(), f"redis+sentinel://127.0.0.1:{free_port()}/slotsched/0")
         finally:
             s.close()
 
@@ -80,7 +84,7 @@ def _cluster() -> Iterator[Topology]:
     with tempfile.TemporaryDirectory(prefix="slotsched-contract-") as d:
         c = ClusterSet(d, primaries=3, replicas=1).start()
         try:
-            yield _redis_topology(c.url(), f"redis+cluster://127.0.0.1:{free_cluster_port()}")
+            yield _topology(c.url(), f"redis+cluster://127.0.0.1:{free_cluster_port()}")
         finally:
             c.close()
 
@@ -360,7 +364,9 @@ def test_a_member_is_live_from_its_beat_until_its_ttl_by_the_stores_clock(topolo
 
 def test_a_membership_that_does_not_answer_raises_store_unavailable() -> None:
     async def go() -> None:
-        members = RedisMembers(f"redis://127.0.0.1:{free_port()}/0", "dead", 0.3)
+        dead = state_url(f"redis://127.0.0.1:{free_port()}/0")
+        assert dead is not None
+        members = dead.members("dead", 0.3)
         try:
             for call in (lambda: members.beat("r", "x", 1.0), members.live, lambda: members.leave("r")):
                 with pytest.raises(StoreUnavailable):

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler.state.config import parse_state
 from scheduler.state.redis_connect import RedisTarget, StateConfigError, connect, parse_target
-from scheduler.state.redis_store import key_prefix, parse_state
+from scheduler.state.redis_store import key_prefix
 
 SECRET = "s3cr3t-pw"
 

@@ -48,6 +48,23 @@ def _simulate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         plans = [p for p in plans if p.tenant not in unknown]
+    if args.advise:
+        from scheduler.sim.budget.advise import DEFAULT_TARGET, advise, parse_target, render
+        from scheduler.sim.budget.run import has_budget_run
+
+        if not has_budget_run(policy, plans):
+            print(
+                "error: --advise needs a policy with spec.budgets and a workload with calls", file=sys.stderr
+            )
+            return 2
+        try:
+            target = parse_target(args.target) if args.target else dict(DEFAULT_TARGET)
+            advice = advise(policy, plans, target, args.until, args.provider_limit or 1.0, args.budget)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps(advice) if args.json else render(advice))
+        return 0
     if args.compare:
         from scheduler.sim.compare.run import run_compare
 
@@ -103,6 +120,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sim.add_argument("--compare", action="store_true", help="run every baseline too and write a report")
     sim.add_argument("--out", default=None, help=f"report folder for --compare (default {DEFAULT_OUT})")
     sim.add_argument(
+        "--provider-limit",
+        type=_fraction,
+        default=None,
+        help="with --compare on a workload with calls and a policy with a budget: the provider's real "
+        "limit as a fraction of the configured one (default 1; 0.8333: configured 20%% above it)",
+    )
+    sim.add_argument("--budget", default=None, help="the spec.budgets entry to compare (default: the first)")
+    sim.add_argument(
+        "--advise",
+        action="store_true",
+        help="the smallest budget and pool (max workers) meeting --target on the workload, with the curves",
+    )
+    sim.add_argument(
+        "--target",
+        default=None,
+        help="with --advise: p99 time to call per class, e.g. guaranteed=2,burstable=30 (the default)",
+    )
+    sim.add_argument(
         "--unknown-tenants",
         choices=("error", "refuse"),
         default="error",
@@ -111,6 +146,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     sim.set_defaults(func=_simulate)
     add_check(sim, _check_out)
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < v <= 10:
+        raise argparse.ArgumentTypeError(f"expected a fraction above 0 (at most 10), got {v:g}")
+    return v
 
 
 def _check_out(args: argparse.Namespace) -> str | None:

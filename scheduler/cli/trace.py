@@ -42,6 +42,7 @@ def _import(args: argparse.Namespace) -> int:
             duration_s=args.duration,
             rate_per_s=args.rate,
             zipf_s=args.zipf,
+            calls=args.calls,
         )
         plans = import_files(args.sessions, args.arrivals, cfg)
         if args.pool_rule:
@@ -178,6 +179,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         choices=("session", "tenant"),
         default="session",
         help="what --pool-rule hashes (tenant: all of a tenant's sessions in one pool)",
+    )
+    im.add_argument(
+        "--calls",
+        action="store_true",
+        help="keep every LLM call (offset, input/output tokens, API time) in column calls, "
+        "for the token-budget simulator",
     )
     im.add_argument("--out", required=True, help="workload CSV to write")
     im.add_argument("--policy-out", default=None, help="also write a SchedulingPolicy sized to the workload")

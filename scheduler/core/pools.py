@@ -94,7 +94,7 @@ def records_of(c: PoolsCapture) -> PoolsRecords:
 
 
 def _worker_of(lease_id: LeaseId) -> WorkerId:
-    return WorkerId(lease_id.rpartition("/")[0])  # "worker/index#epoch" (ledger.py)
+    return WorkerId(lease_id.rpartition("/")[0])  # "worker/index#epoch" (engine.py)
 
 
 class Pools:
@@ -198,7 +198,7 @@ class Pools:
         return None if name is None else self._cores[name].session(session)
 
     def queued(self, session: SessionId) -> Queued | None:
-        """What a waiter is told now: its pool's `Ledger.queued` (None: not waiting)."""
+        """What a waiter is told now: its pool's `Core.queued` (None: not waiting)."""
         if self._single is not None:
             return self._single.queued(session)
         name = self._where.get(session)

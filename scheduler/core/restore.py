@@ -1,7 +1,7 @@
 """The core's state as records and back: `export_records` reads a core's state into the frozen
 records of records.py; `load_records` fills a fresh core from them and rebuilds every index.
 
-The engine's friend: it reads and fills the private fields `Ledger` (ledger.py) declares, so
+The engine's friend: it reads and fills the private fields `Core` (engine.py) declares, so
 that the shell never touches them (`Core.export_records` / `Core.from_records`); the state
 as a document is scheduler/state/state_write.py's and state_read.py's.
 
@@ -27,9 +27,8 @@ from collections import Counter
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from scheduler.core.ledger import Ledger
 from scheduler.core.lifecycle import LeaseState, WorkerState
 from scheduler.core.model import LeaseRec, Request, WorkerRec
 from scheduler.core.order import TIER_NOMINAL, TIER_SHARED
@@ -47,6 +46,9 @@ from scheduler.core.tenants import BE, CLASS_INDEX, CLASSES, B, G, TenantState
 from scheduler.core.types import LeaseId, SessionId, SlotId, TenantName
 from scheduler.core.victims import session_key
 from scheduler.policy.model import TenantSpec
+
+if TYPE_CHECKING:  # the engine calls this module: its type, for annotations only
+    from scheduler.core.engine import Core
 
 # One live lease as captured: everything of a LeaseRec that can change, read in C.
 _LEASE_ROW = attrgetter(
@@ -90,7 +92,7 @@ class Capture:
         return len(self.leases) + len(self.requests)
 
 
-def capture(core: Ledger) -> Capture:
+def capture(core: Core) -> Capture:
     """A consistent copy of `core`'s state, cheap enough for the event loop. Between events only."""
     tenants = core._tenants.values()
     cands: set[LeaseId] = set()
@@ -210,12 +212,12 @@ def records_of(c: Capture) -> CoreRecords:
     )
 
 
-def export_records(core: Ledger) -> CoreRecords:
+def export_records(core: Core) -> CoreRecords:
     """The logical state of `core` as records. Call between events only."""
     return records_of(capture(core))
 
 
-def load_records(core: Ledger, r: CoreRecords) -> None:
+def load_records(core: Core, r: CoreRecords) -> None:
     """Load `r` into the fresh `core` and rebuild every index from it (see `Core.from_records`)."""
     # The heaps' staleness checks close over these very dicts: refill them, never replace.
     tenants = core._tenants
@@ -269,7 +271,7 @@ def load_records(core: Ledger, r: CoreRecords) -> None:
     core._holds_seen = r.holds_seen
 
 
-def _load_lease(core: Ledger, lr: LeaseRecord, gseq: int) -> None:
+def _load_lease(core: Core, lr: LeaseRecord, gseq: int) -> None:
     lease, state = lr.lease, lr.state
     lid, cls = lease.lease_id, CLASS_INDEX[lease.qos]
     t = core._tenants.get(lease.tenant)
@@ -307,7 +309,7 @@ def _load_lease(core: Ledger, lr: LeaseRecord, gseq: int) -> None:
         core._mature_n += 1
 
 
-def _load_fairness(core: Ledger, r: CoreRecords) -> None:
+def _load_fairness(core: Core, r: CoreRecords) -> None:
     """Usage over time, who was preempted, and the tenants' pick heaps (built from the leases)."""
     core._preempt_seq = r.preempt_seq
     core._usage_last = r.usage_last
@@ -346,7 +348,7 @@ def _load_fairness(core: Ledger, r: CoreRecords) -> None:
             heapq.heapify(t.mpick[cls])
 
 
-def _load_requests(core: Ledger, records: tuple[RequestRecord, ...]) -> None:
+def _load_requests(core: Core, records: tuple[RequestRecord, ...]) -> None:
     """The queue, in bulk and a column at a time: the requests (queue order), the tenants' counts
     and queue heaps (each heapified once), the counts of queue positions (built in linear time)."""
     if not records:

@@ -115,7 +115,7 @@ def may_take(
 def add_candidate(rec: LeaseRec, leases: dict[LeaseId, LeaseRec], mature: bool = False) -> None:
     """Make `rec` a candidate of its tenant (`mature`: a mature one), in both its dict (kept in
     grant order: `insert_in_grant_order`) and its pick heap. (A lease just granted is only put
-    last in its dict, `Ledger._grant`: `first_pick` pushes it when the heap is next read.)"""
+    last in its dict, `Core._grant`: `first_pick` pushes it when the heap is next read.)"""
     t, cls = rec.tenant, rec.cls
     d = t.mature[cls] if mature else t.candidates[cls]
     heap = t.mpick[cls] if mature else t.pick[cls]

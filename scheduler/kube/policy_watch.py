@@ -2,7 +2,7 @@
 
 `slotsched serve --policy-source kubernetes://NAMESPACE/NAME` reads the object at start-up, then
 watches it (list, then watch from the list's resourceVersion; a 410 Gone relists) and hands every
-new generation to `apply` (serve.py: the loop's apply_policy, the path Admin.ApplyPolicy takes). A
+new generation to `apply` (scheduler/app/: the loop's apply_policy, the path Admin.ApplyPolicy takes). A
 policy the validator refuses, or `apply` refuses, leaves the one in force. The verdict goes to the
 object's status subresource: conditions Valid and Applied (status, reason, message,
 observedGeneration), the validator's messages included.

@@ -20,7 +20,8 @@ tenant or worker token is PERMISSION_DENIED. In insecure dev mode anyone.
 GetPolicy and ApplyPolicy answer with trailing metadata (policy_log.py): the policy generation,
 and whether the state outlives a restart. Every policy applied is logged with who applied it.
 
-Per-pool leadership (`routes`, pool_routes.py): any replica answers the reads for every pool,
+Each read is served by the units of the service's router (pool_routes.py). Per-pool
+leadership: any replica answers the reads for every pool,
 each pool from its unit's core, led here or followed as a hot standby (as of that pool's journal,
 milliseconds behind its leader); ApplyPolicy is refused FAILED_PRECONDITION, since a policy
 applied to one replica's pools would not reach the others' (docs/design.md, "Pools across
@@ -45,11 +46,9 @@ from scheduler.policy.yaml_io import policy_to_yaml
 from scheduler.server import convert, errors
 from scheduler.server.auth import AUTH_HEADER, Authenticator, certificate_names
 from scheduler.server.fairness import ADMIN_FLOW
-from scheduler.server.loop import SchedulerLoop
 from scheduler.server.metrics import CLASS_ORDER
 from scheduler.server.policy_log import PolicyLog
-from scheduler.server.pool_routes import PoolRoutes
-from scheduler.server.registry import WorkerRegistry
+from scheduler.server.pool_routes import PoolUnit, Router
 from scheduler.server.validate import parse_policy_limited
 
 DEFAULT_PAGE = 100
@@ -120,43 +119,32 @@ def _caller(context: Any, secure: bool) -> str:
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):
-    """Over one loop and its registry, or (`routes`) every pool unit of a replica."""
+    """Over every unit of a router: one loop, or every pool unit of a replica."""
 
-    def __init__(
-        self,
-        registry: WorkerRegistry | None,
-        auth: Authenticator,
-        policy_log: PolicyLog | None = None,
-        routes: PoolRoutes | None = None,
-    ) -> None:
-        self._routes = routes
-        if routes is None:
-            assert registry is not None
-            self._units: tuple[tuple[SchedulerLoop, WorkerRegistry], ...] = ((registry.loop, registry),)
-        else:
-            self._units = tuple((u.loop, u.registry) for u in routes.units.values() if u.registry)
-        self._loop, self._registry = self._units[0]
+    def __init__(self, router: Router, auth: Authenticator, policy_log: PolicyLog | None = None) -> None:
+        self._router = router
+        self._units: tuple[PoolUnit, ...] = tuple(router.units.values())
+        self._loop = router.first().loop
         self._auth = auth
         self._policy_log = policy_log or PolicyLog(None, durable=False)
 
     async def _guard(self, context: Any, rpc: str) -> None:
-        if self._routes is None and self._loop.shutting_down:
-            raise errors.unavailable()
+        self._router.check_open()
         self._auth.require_admin(context, rpc)  # charged to the admins' flow (rate limits)
         await self._auth.gate.admit(ADMIN_FLOW)  # and admitted in it (fairness.py)
 
     def _policy(self) -> Policy:
-        return self._loop.core.policy if self._routes is None else self._routes.policy()
+        return self._router.policy()
 
     def _names(self) -> tuple[str, ...]:
-        return self._loop.core.names() if self._routes is None else tuple(self._routes.units)
+        return self._router.names()
 
-    async def _settled(self, loops: tuple[SchedulerLoop, ...]) -> None:
-        """What was read may still be in flight to the store: wait for it where it is led here
-        (a hot standby's core holds only what its pool's journal does)."""
-        for loop in loops:
-            if self._routes is None or not loop.shutting_down:
-                await loop.durable()
+    async def _settled(self, units: tuple[PoolUnit, ...]) -> None:
+        """What was read may still be in flight to the store: wait for it where it is served
+        here (a hot standby's core holds only what its pool's journal does)."""
+        for unit in units:
+            if unit.settles():
+                await unit.loop.durable()
 
     @errors.unary
     async def GetPolicy(
@@ -172,11 +160,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.ApplyPolicyRequest, context: Any
     ) -> admin_pb2.ApplyPolicyResponse:
         await self._guard(context, "ApplyPolicy")
-        if self._routes is not None:
-            raise errors.failed_precondition(
-                "per-pool leadership: each pool is led by its own replica, so apply the policy at "
-                "its source (the --policy file on every replica, or the --policy-source object)"
-            )
+        loop = self._router.applying()  # FAILED_PRECONDITION under per-pool leadership
         if not request.yaml.strip():
             raise errors.invalid_argument("yaml", "required")
         try:
@@ -194,7 +178,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     "spec.access.admins is empty: this policy would lock every operator out of the Admin "
                     "service; list at least one admin token hash"
                 )
-            removed = _worker_tokens(self._loop.core.policy) - _worker_tokens(policy)
+            removed = _worker_tokens(loop.core.policy) - _worker_tokens(policy)
             if removed:
                 notes.append(
                     f"spec.access.workers: {len(removed)} worker token hash(es) removed; workers using "
@@ -203,10 +187,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 )
         plog, generation = self._policy_log, None
         if not request.dry_run:
-            old = self._loop.core.policy
-            self._loop.apply_policy(policy)
+            old = loop.core.policy
+            loop.apply_policy(policy)
             generation = plog.next_generation()
-            await self._loop.durable()
+            await loop.durable()
             plog.applied(generation, old, policy, _caller(context, self._auth.secure))
         context.set_trailing_metadata(plog.metadata(generation))
         return admin_pb2.ApplyPolicyResponse(warnings=notes, applied=not request.dry_run)
@@ -216,12 +200,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.DescribePoolRequest, context: Any
     ) -> admin_pb2.DescribePoolResponse:
         await self._guard(context, "DescribePool")
-        loop, registry, leader = self._loop, self._registry, None
-        if self._routes is not None:
-            # No pool named: the first, as `Pools.describe(None)` answers with one leader.
-            unit = self._routes.for_pool(request.pool) if request.pool else self._routes.first()
-            loop, registry = unit.loop, unit.registry or registry
-            leader = await unit.leadership()
+        # No pool named: the first unit (one loop's core describes its default pool).
+        unit = self._router.for_pool(request.pool) if request.pool else self._router.first()
+        loop, registry = unit.loop, unit.registry
+        leader = await unit.leadership()  # None but per pool
         core = loop.core
         name = _pool_filter(self._names(), request.pool)
         view = core.describe(name)
@@ -281,7 +263,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 name=b.name, factor=b.factor, limits_per_minute=b.limits_per_minute,
                 available=b.shared_available, waiting=b.waiting, open=b.open,
             )  # fmt: skip
-        await self._settled((loop,))
+        await self._settled((unit,))
         return out
 
     @errors.unary
@@ -293,12 +275,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         qos = _qos_filter(request.qos)
         pool = _pool_filter(self._names(), request.pool)
         after = _decode_token("leases", request.page_token, ((int, float), str))
-        loops = tuple(loop for loop, _ in self._units)
         rows = sorted(
             (
-                (lease.granted_at, lease.lease_id, lease, loop)
-                for loop in loops
-                for lease, _ in loop.core.leases()
+                (lease.granted_at, lease.lease_id, lease, unit.loop)
+                for unit in self._units
+                for lease, _ in unit.loop.core.leases()
                 if (not request.tenant or lease.tenant == request.tenant)
                 and (qos is None or lease.qos is qos)
                 and (pool is None or lease.pool == pool)
@@ -314,7 +295,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         if len(rows) > size:
             last = rows[size - 1]
             out.next_page_token = _encode_token("leases", [last[0], last[1]])
-        await self._settled(loops)
+        await self._settled(self._units)
         return out
 
     @errors.unary
@@ -326,9 +307,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         qos = _qos_filter(request.qos)
         pool = _pool_filter(self._names(), request.pool)
         after = _decode_token("queue", request.page_token, (int, int, str))
-        loops = tuple(loop for loop, _ in self._units)
         rows = []
-        for v in (v for loop in loops for v in loop.core.queue()):
+        for v in (v for unit in self._units for v in unit.loop.core.queue()):
             q = QoS(v.qos)
             if (request.tenant and v.tenant != request.tenant) or (qos is not None and q is not qos):
                 continue
@@ -357,5 +337,5 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         if len(rows) > size:
             last = rows[size - 1]
             out.next_page_token = _encode_token("queue", [last[0], last[1], last[2]])
-        await self._settled(loops)
+        await self._settled(self._units)
         return out

@@ -1,7 +1,8 @@
 """Assembles the gRPC server: the Scheduler, Workers, Admin and KEDA servicers, health,
 reflection and the leader gate. No state store, no ports bound, no tasks started: that is the
-wiring root's job (scheduler/serve.py, which composes this with the state store, metrics and the
-autoscaler).
+composition root's job (scheduler/app/, which composes this with the state store, metrics and
+the autoscaler). Every servicer serves the units of one router (pool_routes.py): `assemble`
+builds the router of one loop, `assemble_router` takes any.
 
 With a `serving` gate (a replicated server) the scheduling services answer UNAVAILABLE with reason
 NOT_LEADER (and the leader's address, when known) while it returns False; `set_serving` turns
@@ -10,7 +11,7 @@ Health also answers for STATE_HEALTH, the state store: NOT_SERVING while it is u
 (`set_store`), so a probe tells a replica that cannot reach Redis from a healthy standby, which
 both are NOT_SERVING for the services.
 
-Per-pool leadership (`assemble_pools`): no leader gate, every replica serves, and each call
+Per-pool leadership (a `PoolRoutes` router): no leader gate, every replica serves, and each call
 goes to its pool's unit (pool_routes.py), which answers NOT_LEADER naming the pool's leader for
 a pool led elsewhere. Health "" (and each service) is SERVING while the replica is a member of
 the replicas' membership, and `pool_health(pool)` is SERVING on the replica leading that pool.
@@ -41,14 +42,15 @@ from scheduler.server import errors, reflection_v1
 from scheduler.server.admin_service import AdminService
 from scheduler.server.auth import AUTH_HEADER, Authenticator
 from scheduler.server.fairness import KEDA_FLOW
-from scheduler.server.keda_service import PoolDemand, add_keda_servicer
+from scheduler.server.keda_service import add_keda_servicer
 from scheduler.server.leader_gate import GatedRegistrar
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.policy_log import PolicyLog
-from scheduler.server.pool_routes import PoolRoutes
+from scheduler.server.pool_routes import OneLoop, PoolUnit, Router
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.scheduler_service import SchedulerService
-from scheduler.server.workers_service import PoolWorkersService, WorkersService
+from scheduler.server.session_ops import SessionOps
+from scheduler.server.workers_service import WorkersService
 
 SERVICE_NAMES = (
     scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name,
@@ -114,6 +116,11 @@ def _status(ok: bool) -> Any:
     return health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+def one_loop(loop: SchedulerLoop, registry: WorkerRegistry, keys: GrantKeyring) -> OneLoop:
+    """The router of a server's one loop."""
+    return OneLoop(PoolUnit("", loop, SessionOps(loop, keys), registry))
+
+
 def assemble(
     loop: SchedulerLoop,
     registry: WorkerRegistry,
@@ -125,60 +132,39 @@ def assemble(
     policy_log: PolicyLog | None = None,
     store_down: Callable[[], str | None] = lambda: None,
 ) -> GrpcServer:
-    """A gRPC server (not bound, not started) with every service on it. `demand` feeds KEDA
-    (weighted demand in slots); `serving`, if given, gates the scheduling services (and `leader`
-    names the leader's address in the refusal, `store_down` the state store this replica cannot
-    reach); `grant_keys` make the Scheduler service's grants and the Workers service hands each
-    worker its own keys (None: a generated key);
-    `policy_log` counts and logs the policies Admin.ApplyPolicy puts in force."""
+    """`assemble_router` over one loop and its registry."""
     keys = grant_keys if grant_keys is not None else GrantKeyring.generate()  # one for both services
-    return _build(
-        SchedulerService(loop, auth, keys),
-        WorkersService(registry, auth, keys),
-        AdminService(registry, auth, policy_log),
+    return assemble_router(
+        one_loop(loop, registry, keys),
         auth,
         demand,
         lambda: loop.core.policy.pool.slots_per_worker,
-        serving,
-        leader,
-        store_down,
+        keys,
+        policy_log,
+        serving=serving,
+        leader=leader,
+        store_down=store_down,
     )
 
 
-def assemble_pools(
-    routes: PoolRoutes,
-    auth: Authenticator,
-    demand: PoolDemand,
-    grant_keys: GrantKeyring,
-    policy_log: PolicyLog | None = None,
-) -> GrpcServer:
-    """`assemble` for per-pool leadership: every service routes by pool (module doc)."""
-    workers = {
-        name: WorkersService(unit.registry, auth, grant_keys)
-        for name, unit in routes.units.items()
-        if unit.registry is not None
-    }
-    return _build(
-        SchedulerService(None, auth, grant_keys, routes),
-        PoolWorkersService(routes, workers),
-        AdminService(None, auth, policy_log, routes),
-        auth,
-        demand,
-        demand.slots_per_worker,
-    )
-
-
-def _build(
-    scheduler: Any,
-    workers: Any,
-    admin: Any,
+def assemble_router(
+    router: Router,
     auth: Authenticator,
     demand: Callable[[], float],
     slots_per_worker: Callable[[], int],
+    grant_keys: GrantKeyring,
+    policy_log: PolicyLog | None = None,
+    *,
     serving: Callable[[], bool] | None = None,
     leader: Callable[[], str | None] = lambda: None,
     store_down: Callable[[], str | None] = lambda: None,
 ) -> GrpcServer:
+    """A gRPC server (not bound, not started) with every service on it, each serving the
+    router's units. `demand` feeds KEDA (weighted demand in slots; a `PoolDemand` answers per
+    pool); `serving`, if given, gates the scheduling services (and `leader` names the leader's
+    address in the refusal, `store_down` the state store this replica cannot reach);
+    `grant_keys` make the Scheduler service's grants and the Workers service hands each worker
+    its own keys; `policy_log` counts and logs the policies Admin.ApplyPolicy puts in force."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *KEEPALIVE_OPTIONS, *FLOW_CONTROL_OPTIONS])
     # Every servicer is registered through the wire guard: undecodable or over-long requests are
     # INVALID_ARGUMENT before a servicer sees them (scheduler/api/guard.py); a replicated server's
@@ -187,6 +173,9 @@ def _build(
     if serving is not None:
         reg = GatedRegistrar(server, SERVICE_NAMES, serving, leader, store_down)  # wraps the guard's
     reg = guard.GuardedRegistrar(reg, errors.refuse_request)
+    scheduler = SchedulerService(router, auth, grant_keys)
+    workers = WorkersService(router, auth, grant_keys)
+    admin = AdminService(router, auth, policy_log)
     scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, reg)  # type: ignore[no-untyped-call]
     workers_pb2_grpc.add_WorkersServicer_to_server(workers, reg)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(admin, reg)  # type: ignore[no-untyped-call]

@@ -13,7 +13,7 @@ grant. What `submit` does after `handle`:
 * observes metrics and the handle() duration, hands the event to the journal (if any) and the
   observers, and re-arms the one timer that sends `Tick` at `core.next_deadline()`.
 
-With a durable state store (scheduler/state/, wired in by scheduler/serve.py), handlers `await
+With a durable state store (scheduler/state/, wired in by scheduler/app/), handlers `await
 loop.durable()` before they tell a caller anything; in memory mode that awaits an already-done
 future (no suspension). The loop knows the store only as a `Journal` and implements
 `ReplicaHost` for it (`replay`, `export_state`, `load_state`): see scheduler/ports.py.
@@ -433,6 +433,7 @@ class SchedulerLoop:
         qos = self._qos.get(key)
         self.forget(key)
         self._streams.pop(key, None)
+        self.permits.session_ended(key)  # its permits end with it (docs/design.md, "Token budgets")
         if qos is not None:
             self._ended[key] = EndedSession(reason, qos, snap, now)
             if len(self._ended) > _ENDED_KEEP:

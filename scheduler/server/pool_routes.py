@@ -1,4 +1,13 @@
-"""Per-pool leadership (issue 25, `serve --leadership pool`, wired by scheduler/pool_leadership.py):
+"""Routers: which unit a call goes to. A unit is a `SchedulerLoop` with its `SessionOps` and
+`WorkerRegistry`; every servicer takes a `Router` of units and serves each call on the unit it
+routes to, never asking which serving mode runs (scheduler/app/ chooses the router).
+
+`OneLoop`: a server's one loop (every pool in one core), the router of `serve` in memory and of
+one leader for every pool. Every call goes to that loop; while it does not serve (shutting
+down, a standby) a call is UNAVAILABLE (a replicated server's leader gate has named the leader
+before the call reached a servicer: scheduler/server/leader_gate.py).
+
+`PoolRoutes`: per-pool leadership (`serve --leadership pool`, wired by scheduler/app/pools.py):
 which of a replica's pool units a call goes to, or the NOT_LEADER that sends the caller to the
 pool's leader.
 
@@ -19,13 +28,15 @@ pool's sessions as of its journal. The rules (docs/design.md, "Pools across repl
 * a unit that does not lead here answers `errors.pool_not_led(pool, its leader)`;
 * a call about no live session goes to the first unit leading here (it answers NOT_FOUND as
   today), else to the first unit;
-* a worker's call goes to the unit whose registry holds it (Register: the pool it names).
+* a worker's call goes to the unit whose registry holds it (Register: the pool it names; a
+  worker registered in another pool deregisters first).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2
 from scheduler.core.placement import Catalog, candidates, default_pool
@@ -37,7 +48,7 @@ from scheduler.server.loop import NO_PLACEMENT, SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.session_ops import SessionOps, placement_of, qos_of, snapshot_of
 
-__all__ = ["PoolLeader", "PoolRoutes", "PoolUnit"]
+__all__ = ["OneLoop", "PoolLeader", "PoolRoutes", "PoolUnit", "Router"]
 
 
 @dataclass(frozen=True)
@@ -55,18 +66,21 @@ async def _no_leader() -> PoolLeader | None:
 
 @dataclass
 class PoolUnit:
-    """One pool's part of a replica: its loop, and where its leader is when not here."""
+    """One loop's part of a replica: its loop, and where its leader is when not here."""
 
     pool: str
     loop: SchedulerLoop
     ops: SessionOps
-    registry: WorkerRegistry | None = None  # None: a single loop's Scheduler service (no workers here)
-    leader: Callable[[], str | None] = lambda: None
+    registry: WorkerRegistry
+    #: Where the pool's leader is when another replica leads it (NOT_LEADER names it). None: a
+    #: loop not led per pool (`OneLoop`'s), whose failures are its own to tell.
+    leader: Callable[[], str | None] | None = None
     #: The pool's leader lease still holds here (the replica's `leading`: within the local
     #: deadline of its last renewal), so a leader frozen past it answers nothing from its stale
     #: core, reads included, before it even notices.
     lease_holds: Callable[[], bool] = lambda: True
-    #: Who leads the pool now, read from the state store (None: it did not answer).
+    #: Who leads the pool now, read from the state store (None: it did not answer, or the loop
+    #: is not led per pool).
     leadership: Callable[[], Awaitable[PoolLeader | None]] = _no_leader
 
     def __post_init__(self) -> None:
@@ -77,8 +91,91 @@ class PoolUnit:
         return not self.loop.shutting_down and self.lease_holds()
 
     def refusal(self) -> errors.RpcFailure:
-        """What a call to this pool gets here while another replica leads it."""
+        """What a call to this unit gets here while it does not serve: NOT_LEADER naming the
+        pool's leader, or (a loop not led per pool) UNAVAILABLE shutting down."""
+        if self.leader is None:
+            return errors.unavailable()
         return errors.pool_not_led(self.pool, self.leader())
+
+    def ended(self, failure: errors.RpcFailure) -> errors.RpcFailure:
+        """What a call this unit was serving is told when the unit stops serving it (`failure`
+        says why the loop stopped): a pool's unit sends the caller to the pool's leader."""
+        return failure if self.leader is None else self.refusal()
+
+    def settles(self) -> bool:
+        """Whether a read waits for what is in flight to the store: not on a unit following a
+        pool led elsewhere (its core holds only what the pool's journal does)."""
+        return self.leader is None or not self.loop.shutting_down
+
+
+class Router(Protocol):
+    """What a servicer asks of its units (module doc); RpcFailure where the answer is a refusal."""
+
+    units: dict[str, PoolUnit]
+
+    def policy(self) -> Policy: ...
+    def names(self) -> tuple[str, ...]: ...
+    def first(self) -> PoolUnit: ...
+    def bound(self) -> PoolUnit | None: ...
+    def check_open(self) -> None: ...
+    def for_pool(self, name: str) -> PoolUnit: ...
+    def for_session(self, tenant: str, session_id: str) -> PoolUnit: ...
+    def for_acquire(self, tenant: str, request: scheduler_pb2.AcquireRequest) -> PoolUnit: ...
+    def for_worker(self, worker_id: str) -> PoolUnit: ...
+    def for_register(self, worker_id: str, pool: str) -> PoolUnit: ...
+    def applying(self) -> SchedulerLoop: ...
+    def describe(self, name: str | None) -> PoolView: ...
+
+
+class OneLoop:
+    """The router of a server's one loop (module doc): every call goes to it."""
+
+    def __init__(self, unit: PoolUnit) -> None:
+        self.unit = unit
+        self.units = {unit.pool: unit}
+
+    def policy(self) -> Policy:
+        return self.unit.loop.core.policy
+
+    def names(self) -> tuple[str, ...]:
+        return self.unit.loop.core.names()
+
+    def first(self) -> PoolUnit:
+        return self.unit
+
+    def bound(self) -> PoolUnit:
+        """The unit every call goes to: a Channel serves it from its start."""
+        return self.unit
+
+    def check_open(self) -> None:
+        """Before a call is read: UNAVAILABLE while the loop does not serve."""
+        if self.unit.loop.shutting_down:
+            raise errors.unavailable()
+
+    def for_pool(self, name: str) -> PoolUnit:
+        return self.unit  # the core itself refuses a pool it does not have
+
+    def for_session(self, tenant: str, session_id: str) -> PoolUnit:
+        unit = self.unit
+        if unit.loop.shutting_down:
+            raise errors.unavailable()
+        return unit
+
+    def for_acquire(self, tenant: str, request: scheduler_pb2.AcquireRequest) -> PoolUnit:
+        return self.for_session(tenant, request.session_id)  # the core places it among its pools
+
+    def for_worker(self, worker_id: str) -> PoolUnit:
+        return self.unit
+
+    def for_register(self, worker_id: str, pool: str) -> PoolUnit:
+        return self.unit
+
+    def applying(self) -> SchedulerLoop:
+        """The loop a policy applied through Admin.ApplyPolicy goes to."""
+        return self.unit.loop
+
+    def describe(self, name: str | None) -> PoolView:
+        return self.unit.loop.core.describe(name)
 
 
 class PoolRoutes:
@@ -109,6 +206,22 @@ class PoolRoutes:
     def first(self) -> PoolUnit:
         return next(iter(self.units.values()))
 
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.units)
+
+    def bound(self) -> None:
+        """None: a Channel serves the pool of its first command (the SDK keeps one per pool)."""
+        return None
+
+    def check_open(self) -> None:
+        """Nothing refuses a call before it is routed: its pool's unit decides."""
+
+    def applying(self) -> SchedulerLoop:
+        raise errors.failed_precondition(
+            "per-pool leadership: each pool is led by its own replica, so apply the policy at "
+            "its source (the --policy file on every replica, or the --policy-source object)"
+        )
+
     def for_pool(self, name: str) -> PoolUnit:
         """The unit of the pool a request names (none: `default_pool`), leading here or not;
         INVALID_ARGUMENT for a pool the policy does not have."""
@@ -121,12 +234,31 @@ class PoolRoutes:
         """A pool's view from its unit here, led or followed (KEDA, the autoscaler)."""
         return self.for_pool(name or "").loop.core.describe(name)
 
-    def for_worker(self, worker_id: str) -> PoolUnit | None:
+    def holding_worker(self, worker_id: str) -> PoolUnit | None:
         """The unit whose registry holds the worker (every replica follows every pool's)."""
         for unit in self.units.values():
-            if unit.registry is not None and worker_id in unit.registry.workers:
+            if worker_id in unit.registry.workers:
                 return unit
         return None
+
+    def for_worker(self, worker_id: str) -> PoolUnit:
+        """Where a worker's Heartbeat, Drain or Deregister goes: the unit holding it; unknown
+        everywhere, a unit led here (it answers NOT_FOUND, as with one pool)."""
+        unit = self.holding_worker(worker_id)
+        if unit is None:
+            unit = next((u for u in self.units.values() if u.leads), self.first())
+        return self._served(unit)
+
+    def for_register(self, worker_id: str, pool: str) -> PoolUnit:
+        """Where a Register goes: the pool it names. Ids are one worker's everywhere: a
+        re-register into another pool deregisters first (FAILED_PRECONDITION)."""
+        live = self.holding_worker(worker_id)
+        unit = self.for_pool(pool)
+        if live is not None and live is not unit:
+            raise errors.failed_precondition(
+                f"worker {worker_id!r} is registered in pool {live.pool!r}: Deregister first"
+            )
+        return self._served(unit)
 
     def holding(self, tenant: str, session_id: str) -> PoolUnit | None:
         """The unit whose core holds the session (leading or following), if any."""

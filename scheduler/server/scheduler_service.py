@@ -9,10 +9,10 @@ it relays the session's `LeaseStream` and hands it the caller's gRPC deadline, w
 stream.py). A stream that breaks otherwise changes nothing in the core: the caller re-attaches,
 the lease TTL reclaims the dead.
 
-Under per-pool leadership (`routes`: pool_routes.py) each call goes to the pool unit its
-session is in (a new Acquire: its first candidate pool), whose loop and operations serve it; a
-pool led by another replica answers NOT_LEADER naming the pool and its leader. With one loop
-(every other mode) the route is that loop, looked up once.
+Each call goes to the unit its router gives (pool_routes.py): with one loop that loop; under
+per-pool leadership the pool unit its session is in (a new Acquire: its first candidate pool),
+whose loop and operations serve it, and a pool led by another replica answers NOT_LEADER naming
+the pool and its leader.
 """
 
 from __future__ import annotations
@@ -28,10 +28,9 @@ from scheduler.grants import GrantKeyring
 from scheduler.ports import StateUnavailable
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
-from scheduler.server.loop import SchedulerLoop
-from scheduler.server.pool_routes import PoolRoutes, PoolUnit
+from scheduler.server.pool_routes import PoolUnit, Router
 from scheduler.server.session_channel import ChannelService
-from scheduler.server.session_ops import FOLLOW_OPS, UNARY_OPS, Outcome, SessionOps
+from scheduler.server.session_ops import FOLLOW_OPS, UNARY_OPS, Outcome
 from scheduler.server.stream import FINAL, StreamClosed
 
 # A gRPC deadline within this much of now counts as passed when the call is cancelled.
@@ -42,37 +41,15 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     """`keys` sign grants and tag lease ids (grants.py); None = a key generated for this server.
     The unary rpcs are set below the class, one per row of the command table."""
 
-    def __init__(
-        self,
-        loop: SchedulerLoop | None,
-        auth: Authenticator,
-        keys: GrantKeyring | None = None,
-        routes: PoolRoutes | None = None,
-    ) -> None:
+    def __init__(self, router: Router, auth: Authenticator, keys: GrantKeyring | None = None) -> None:
         self._auth = auth
         self._keys = keys if keys is not None else GrantKeyring.generate()
-        self._routes = routes
-        if routes is None:
-            assert loop is not None
-            self._unit: PoolUnit | None = PoolUnit("", loop, SessionOps(loop, self._keys))
-        else:
-            self._unit = None
-        self._channels = ChannelService(auth, self._keys, self._unit, routes)
+        self._router = router
+        self._channels = ChannelService(auth, self._keys, router)
 
     def _tenant(self, context: Any, command: Command) -> str:
-        if self._unit is not None and self._unit.loop.shutting_down:
-            raise errors.unavailable()
+        self._router.check_open()
         return self._auth.tenant(context, command)  # charged to the command's flow (rate limits)
-
-    def _route(self, tenant: str, request: Any) -> PoolUnit:
-        """The unit serving a call about `request.session_id` (RpcFailure: NOT_LEADER)."""
-        unit = self._unit
-        if unit is None:
-            assert self._routes is not None
-            return self._routes.for_session(tenant, request.session_id)
-        if unit.loop.shutting_down:
-            raise errors.unavailable()
-        return unit
 
     # ------------------------------------------------------------------ Acquire
 
@@ -97,11 +74,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     async def _run_acquire(self, request: scheduler_pb2.AcquireRequest, context: Any, tenant: str) -> None:
         try:
             await self._auth.gate.admit(tenant)  # fair admission in the tenant's flow
-            if self._unit is None:
-                assert self._routes is not None
-                unit = self._routes.for_acquire(tenant, request)
-            else:
-                unit = self._route(tenant, request)
+            unit = self._router.for_acquire(tenant, request)
             loop = unit.loop
             stream = unit.ops.open(tenant, request)
         except errors.RpcFailure as f:
@@ -135,7 +108,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                         await errors.abort(context, errors.withdrawn(stream.withdrawn))
                     return
         except StateUnavailable as e:  # the state store could not make it durable
-            await errors.abort(context, errors.from_state(e) if self._unit else unit.refusal())
+            await errors.abort(context, unit.ended(errors.from_state(e)))
         except asyncio.CancelledError:
             # Client gone or its deadline passed. Only the deadline withdraws a queued request
             # (cancelled before the stream's own timer: the same withdrawal).
@@ -155,8 +128,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
 def _closed(unit: PoolUnit, reason: StreamClosed) -> errors.RpcFailure:
     """How a stream the loop closed ends; a pool unit stepping down (its pool moved, or lost
     its lease) sends the caller to the pool's leader."""
-    if reason is StreamClosed.SHUTTING_DOWN and unit.pool:
-        return unit.refusal()
+    if reason is StreamClosed.SHUTTING_DOWN:
+        return unit.ended(errors.from_closed(reason))
     return errors.from_closed(reason)
 
 
@@ -172,7 +145,7 @@ def _unary_rpc(command: Command) -> Callable[[SchedulerService, Any, Any], Await
     async def rpc(self: SchedulerService, request: Any, context: Any) -> Any:
         tenant = self._tenant(context, command)
         await self._auth.gate.admit(tenant)  # fair admission in the tenant's flow (fairness.py)
-        unit = self._route(tenant, request)
+        unit = self._router.for_session(tenant, request.session_id)
         outcome = op(unit.ops, tenant, request)
         if follow is not None:  # a waiting first answer: the call answers once the wait is over
             outcome = await _follow(follow, unit, tenant, outcome)

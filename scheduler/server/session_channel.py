@@ -52,7 +52,7 @@ from scheduler.ports import StateUnavailable
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
 from scheduler.server.loop import SchedulerLoop
-from scheduler.server.pool_routes import PoolRoutes, PoolUnit
+from scheduler.server.pool_routes import PoolUnit, Router
 from scheduler.server.session_ops import FOLLOW_OPS, UNARY_OPS, Outcome, SessionOps
 from scheduler.server.stream import CLOSE, FINAL, Item, LeaseStream, StreamClosed
 
@@ -116,21 +116,18 @@ class ChannelStream(LeaseStream):
 
 
 class ChannelService:
-    """Serves Channel calls for the Scheduler servicer (one `_Channel` per call): on `unit`'s
-    loop, or (per-pool leadership, `routes`) on the unit of the channel's first command."""
+    """Serves Channel calls for the Scheduler servicer (one `_Channel` per call) on the unit its
+    router binds it to: the router's one unit from the start, or (per-pool leadership) the unit
+    of the channel's first command."""
 
-    def __init__(
-        self, auth: Authenticator, keys: GrantKeyring, unit: PoolUnit | None, routes: PoolRoutes | None = None
-    ) -> None:
+    def __init__(self, auth: Authenticator, keys: GrantKeyring, router: Router) -> None:
         self.auth = auth
         self.keys = keys
-        self.unit = unit
-        self.routes = routes
+        self.router = router
 
     async def serve(self, context: Any) -> None:
         try:
-            if self.unit is not None and self.unit.loop.shutting_down:
-                raise errors.unavailable()
+            self.router.check_open()
             tenant = self.auth.tenant(context)
             held = self.auth.streams.open_channel(tenant, context)  # spec.limits.channelsPer*
             try:
@@ -145,8 +142,8 @@ class ChannelService:
 
 class _Channel:
     def __init__(self, service: ChannelService, context: Any, tenant: str) -> None:
-        self.routes = service.routes
-        self.unit = service.unit
+        self.router = service.router
+        self.unit = service.router.bound()
         self.loop: SchedulerLoop
         self.ops: SessionOps
         if self.unit is not None:  # else bound at the first command (_bind)
@@ -174,18 +171,15 @@ class _Channel:
     def _down(self) -> errors.RpcFailure:
         """How the channel ends when its loop stops serving: a pool unit stepping down sends
         the caller to the pool's leader."""
-        unit = self.unit
-        if unit is not None and unit.pool:
-            return unit.refusal()
-        return errors.from_closed(StreamClosed.SHUTTING_DOWN)
+        closed = errors.from_closed(StreamClosed.SHUTTING_DOWN)
+        return closed if self.unit is None else self.unit.ended(closed)
 
     def _route(self, command: commands.Command | None, req: Any) -> PoolUnit:
-        """Per-pool leadership: the unit a command belongs to (a new acquire's is rewritten to
-        name its pool); RpcFailure: NOT_LEADER for a pool led elsewhere."""
-        assert self.routes is not None
+        """The unit a command belongs to (a new acquire's, per pool, is rewritten to name its
+        pool); RpcFailure: NOT_LEADER for a pool led elsewhere."""
         if command is commands.ACQUIRE:
-            return self.routes.for_acquire(self.tenant, req)
-        return self.routes.for_session(self.tenant, req.session_id if req is not None else "")
+            return self.router.for_acquire(self.tenant, req)
+        return self.router.for_session(self.tenant, req.session_id if req is not None else "")
 
     def _bind(self, cmd: scheduler_pb2.ChannelCommand) -> None:
         """A channel of per-pool leadership serves the pool of its first command (the SDK keeps
@@ -394,8 +388,7 @@ class _Channel:
                 if refused is not None:
                     out = refused
                 else:
-                    if self.routes is not None:
-                        self._same_unit(command, req)
+                    self._same_unit(command, req)
                     if command is commands.ACQUIRE:
                         self._acquire(req)  # its answer is its lease events
                         return

@@ -1,7 +1,10 @@
 """The Workers service: worker agents join, report liveness, drain and leave.
 
 Translation only; membership and liveness bookkeeping live in `registry.WorkerRegistry`, the slot
-accounting in the core.
+accounting in the core. Each call goes to the unit its router gives (pool_routes.py): Register
+to the pool it names, the others to the unit whose registry holds the worker; under per-pool
+leadership a pool led by another replica answers NOT_LEADER naming the pool's leader, which
+the worker follows.
 
 Who may call (secure mode), checked before anything is read or changed:
 
@@ -46,8 +49,7 @@ from scheduler.policy.schema import MAX_WORKER_SLOTS, WORKER_ID_MAX_LEN
 from scheduler.server import convert, errors
 from scheduler.server.auth import Authenticator
 from scheduler.server.fairness import ADMIN_FLOW, WORKER_FLOW
-from scheduler.server.pool_routes import PoolRoutes, PoolUnit
-from scheduler.server.registry import WorkerRegistry
+from scheduler.server.pool_routes import PoolUnit, Router
 
 MAX_SLOTS = MAX_WORKER_SLOTS
 #: Highest slot epoch a Register may report: its successor still fits a JSON number exactly.
@@ -63,36 +65,42 @@ def _worker_id(value: str) -> WorkerId:
 
 
 class WorkersService(workers_pb2_grpc.WorkersServicer):
-    def __init__(self, registry: WorkerRegistry, auth: Authenticator, keys: GrantKeyring) -> None:
-        self._registry = registry
+    def __init__(self, router: Router, auth: Authenticator, keys: GrantKeyring) -> None:
+        self._router = router
         self._keys = keys
-        self._loop = registry.loop
         self._auth = auth
-        # The one Authenticator of the server counts its rate-limit refusals in the server's metrics.
-        auth.limits.metrics = self._loop.metrics
-        auth.gate.metrics = auth.streams.metrics = self._loop.metrics
+        # The one Authenticator of the server counts its rate-limit refusals in the server's
+        # metrics (every unit's loop counts in the same).
+        metrics = router.first().loop.metrics
+        auth.limits.metrics = metrics
+        auth.gate.metrics = auth.streams.metrics = metrics
 
-    async def _guard(self, context: Any, rpc: str, worker_id: str) -> tuple[Identity, WorkerId]:
+    async def _guard(
+        self, unit: PoolUnit, context: Any, rpc: str, worker_id: str
+    ) -> tuple[Identity, WorkerId]:
         """The caller's identity and the checked worker id it may act as, once the fair
         admission gate admits the call in the workers' flow (an admin's: the admins'), so a
         tenant's flood never holds a heartbeat back; else the failure."""
-        if self._loop.shutting_down:
+        loop = unit.loop
+        if loop.shutting_down:
             raise errors.unavailable()
         identity = self._auth.worker(context, rpc)
         wid = _worker_id(worker_id)
         self._auth.require_scope(identity, wid)
         await self._auth.gate.admit(WORKER_FLOW if identity.role == WORKER else ADMIN_FLOW)
-        if self._loop.shutting_down:
+        if loop.shutting_down:
             raise errors.unavailable()
         return identity, wid
 
     def _grant_keys(self, worker: WorkerId) -> list[workers_pb2.GrantKey]:
         return [workers_pb2.GrantKey(key_id=kid, key=key) for kid, key in self._keys.worker_keys(worker)]
 
-    def _leases_on(self, worker: WorkerId) -> list[Any]:
+    @staticmethod
+    def _leases_on(unit: PoolUnit, worker: WorkerId) -> list[Any]:
+        loop = unit.loop
         return [
-            convert.lease_to_pb(lease, self._loop.address(worker), self._loop.yielding(lease.lease_id))
-            for lease, _ in self._loop.core.leases()
+            convert.lease_to_pb(lease, loop.address(worker), loop.yielding(lease.lease_id))
+            for lease, _ in loop.core.leases()
             if lease.slot.worker == worker
         ]
 
@@ -100,7 +108,8 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
     async def Register(
         self, request: workers_pb2.RegisterRequest, context: Any
     ) -> workers_pb2.RegisterResponse:
-        identity, wid = await self._guard(context, "Register", request.worker_id)
+        unit = self._router.for_register(request.worker_id, request.pool)
+        identity, wid = await self._guard(unit, context, "Register", request.worker_id)
         if not request.address:
             raise errors.invalid_argument("address", "required")
         if not 1 <= request.slots <= MAX_SLOTS:
@@ -115,7 +124,7 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
                     "slot_epochs", f"slot {index} epoch {epoch}: slots 0 to {request.slots - 1}, epochs "
                     f"at most {MAX_REPORTED_EPOCH}"
                 )  # fmt: skip
-        policy = self._loop.core.policy
+        policy = unit.loop.core.policy
         pool = request.pool or default_pool(policy)
         spec = policy.pool_spec(pool) if pool else None
         if spec is None:
@@ -124,7 +133,7 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
             raise errors.worker_pool_denied(spec.name, identity.key, w.pools)
         # The entry whose scope holds the id is its one identity: a restart of the same worker.
         same_identity = identity.role == WORKER
-        self._registry.register(
+        unit.registry.register(
             wid,
             request.address,
             request.slots,
@@ -133,8 +142,8 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
             epochs=epochs,
             pool=request.pool,
         )
-        await self._loop.durable()
-        interval = convert.dur(self._registry.heartbeat_interval_s)
+        await unit.loop.durable()
+        interval = convert.dur(unit.registry.heartbeat_interval_s)
         return workers_pb2.RegisterResponse(
             heartbeat_interval=interval,
             grant_keys=self._grant_keys(wid),
@@ -147,88 +156,42 @@ class WorkersService(workers_pb2_grpc.WorkersServicer):
     async def Heartbeat(
         self, request: workers_pb2.HeartbeatRequest, context: Any
     ) -> workers_pb2.HeartbeatResponse:
-        _, wid = await self._guard(context, "Heartbeat", request.worker_id)
-        w = self._registry.heartbeat(wid, request.rss_bytes, request.uptime_seconds)
+        unit = self._router.for_worker(request.worker_id)
+        _, wid = await self._guard(unit, context, "Heartbeat", request.worker_id)
+        w = unit.registry.heartbeat(wid, request.rss_bytes, request.uptime_seconds)
         # Built now, sent once durable: the leases listed must survive a crash, and a read after
         # the wait could list leases of later events that are not durable yet. Only this
         # worker's leases: the caller was just checked to be this worker (or an admin).
         resp = workers_pb2.HeartbeatResponse(
-            draining=w.draining, leases=self._leases_on(w.worker_id), grant_keys=self._grant_keys(w.worker_id)
+            draining=w.draining,
+            leases=self._leases_on(unit, w.worker_id),
+            grant_keys=self._grant_keys(w.worker_id),
         )
-        await self._loop.durable()
+        await unit.loop.durable()
         return resp
 
     @errors.unary
     async def Drain(self, request: workers_pb2.DrainRequest, context: Any) -> workers_pb2.DrainResponse:
-        _, wid = await self._guard(context, "Drain", request.worker_id)
+        unit = self._router.for_worker(request.worker_id)
+        _, wid = await self._guard(unit, context, "Drain", request.worker_id)
         within = None
         if request.HasField("yield_within"):
             within = convert.from_dur(request.yield_within)
             if within < 0:
                 raise errors.invalid_argument("yield_within", "must not be negative")
-        self._registry.drain(wid, within)
-        resp = workers_pb2.DrainResponse(leases=len(self._leases_on(wid)))
+        unit.registry.drain(wid, within)
+        resp = workers_pb2.DrainResponse(leases=len(self._leases_on(unit, wid)))
         if within is not None:
             resp.estimated_drain.CopyFrom(convert.dur(within))
-        await self._loop.durable()
+        await unit.loop.durable()
         return resp
 
     @errors.unary
     async def Deregister(
         self, request: workers_pb2.DeregisterRequest, context: Any
     ) -> workers_pb2.DeregisterResponse:
-        _, wid = await self._guard(context, "Deregister", request.worker_id)
-        decisions = self._registry.deregister(wid)
-        await self._loop.durable()
+        unit = self._router.for_worker(request.worker_id)
+        _, wid = await self._guard(unit, context, "Deregister", request.worker_id)
+        decisions = unit.registry.deregister(wid)
+        await unit.loop.durable()
         return workers_pb2.DeregisterResponse(revoked=sum(1 for d in decisions if isinstance(d, Revoked)))
-
-
-class PoolWorkersService(workers_pb2_grpc.WorkersServicer):
-    """Per-pool leadership: each call goes to the Workers service of the pool unit it is about
-    (Register: the pool it names; the others: the unit whose registry holds the worker, as
-    every replica follows every pool's journal), which serves it where this replica leads that
-    pool; elsewhere it is NOT_LEADER naming the pool's leader, which the worker follows."""
-
-    def __init__(self, routes: PoolRoutes, services: dict[str, WorkersService]) -> None:
-        self._routes = routes
-        self._services = services
-
-    def _served(self, unit: PoolUnit) -> WorkersService:
-        if not unit.leads:
-            raise unit.refusal()
-        return self._services[unit.pool]
-
-    def _of_worker(self, worker_id: str) -> WorkersService:
-        unit = self._routes.for_worker(worker_id)
-        if unit is None:  # unknown everywhere: a unit led here answers (NOT_FOUND), as with one pool
-            unit = next((u for u in self._routes.units.values() if u.leads), self._routes.first())
-        return self._served(unit)
-
-    @errors.unary
-    async def Register(
-        self, request: workers_pb2.RegisterRequest, context: Any
-    ) -> workers_pb2.RegisterResponse:
-        live = self._routes.for_worker(request.worker_id)
-        unit = self._routes.for_pool(request.pool)
-        if live is not None and live is not unit:
-            # Ids are one worker's everywhere: a re-register into another pool deregisters first.
-            raise errors.failed_precondition(
-                f"worker {request.worker_id!r} is registered in pool {live.pool!r}: Deregister first"
-            )
-        return await self._served(unit).Register(request, context)
-
-    @errors.unary
-    async def Heartbeat(
-        self, request: workers_pb2.HeartbeatRequest, context: Any
-    ) -> workers_pb2.HeartbeatResponse:
-        return await self._of_worker(request.worker_id).Heartbeat(request, context)
-
-    @errors.unary
-    async def Drain(self, request: workers_pb2.DrainRequest, context: Any) -> workers_pb2.DrainResponse:
-        return await self._of_worker(request.worker_id).Drain(request, context)
-
-    @errors.unary
-    async def Deregister(
-        self, request: workers_pb2.DeregisterRequest, context: Any
-    ) -> workers_pb2.DeregisterResponse:
-        return await self._of_worker(request.worker_id).Deregister(request, context)

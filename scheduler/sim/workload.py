@@ -15,6 +15,10 @@ CSV columns: `arrival_s,session_id,tenant,qos_class,hold_s` and optionally `snap
   (`kind=gpu;tier=a`; `Acquire.selector`): every pool of the policy they match, in the policy's
   order, then `fallback`. A request no pool matches is refused `no_eligible_pool`, as the server
   does (the core's placement decides). Not with `pool` (give a pool or a selector, as the SDK).
+- `calls` (optional): the LLM calls of the period, `;`-separated, each
+  `offset/input_tokens/output_tokens/api_s` (`offset`: seconds from the session's start on its
+  own unconstrained timeline; `api_s`: how long the provider took). The token-budget simulator
+  (`scheduler/sim/budget/`) replays them; the slot simulator ignores them.
 - `crash_after_s`: the holder dies that long after its grant. Until then it renews and answers
   yields like any holder; then it stops renewing and never releases (the lease expires one TTL
   after its last renewal).
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import lzma
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,12 +37,54 @@ from typing import TextIO
 from scheduler.core.types import QoS
 
 REQUIRED = ("arrival_s", "session_id", "tenant", "qos_class", "hold_s")
-OPTIONAL = ("snapshot_bytes", "think_s", "crash_after_s", "pool", "fallback", "selector")
+OPTIONAL = ("snapshot_bytes", "think_s", "crash_after_s", "pool", "fallback", "selector", "calls")
 POOL_COLUMNS = ("pool", "fallback", "selector")
 
 
 class WorkloadError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class LlmCall:
+    """One LLM call of a session: when it starts on the session's own timeline (seconds from its
+    start, as if nothing ever waited), its tokens as the provider reported them, its API time."""
+
+    offset_s: float
+    input_tokens: int
+    output_tokens: int
+    api_s: float
+
+    def encode(self) -> str:
+        return f"{_short(self.offset_s)}/{self.input_tokens}/{self.output_tokens}/{_short(self.api_s)}"
+
+
+def _short(x: float) -> str:
+    """Milliseconds at most, no trailing zeros (`19`, `7.34`): the calls column is most of a file."""
+    return f"{x:.3f}".rstrip("0").rstrip(".")
+
+
+def parse_calls(text: str, line: int) -> tuple[LlmCall, ...]:
+    """The `calls` column: `offset/input/output/api;…` (empty: none)."""
+    out: list[LlmCall] = []
+    for part in (text or "").split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        fields = part.split("/")
+        if len(fields) != 4:
+            raise WorkloadError(f"line {line}: column calls: {part!r} is not offset/input/output/api")
+        try:
+            off, api = float(fields[0]), float(fields[3])
+            tin, tout = int(fields[1]), int(fields[2])
+        except ValueError:
+            raise WorkloadError(
+                f"line {line}: column calls: {part!r} has a field that is not a number"
+            ) from None
+        if min(off, api, tin, tout) < 0 or not (math.isfinite(off) and math.isfinite(api)):
+            raise WorkloadError(f"line {line}: column calls: {part!r} has a negative or infinite field")
+        out.append(LlmCall(off, tin, tout, api))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -47,6 +94,7 @@ class Period:
     arrival_s: float
     snapshot_bytes: int = 0
     crash_after_s: float | None = None
+    calls: tuple[LlmCall, ...] = ()  # the LLM calls made in this period (column calls)
 
 
 @dataclass
@@ -67,6 +115,11 @@ class SessionPlan:
     @property
     def arrival_s(self) -> float:
         return self.periods[0].arrival_s
+
+    @property
+    def calls(self) -> list[LlmCall]:
+        """Every LLM call of the session, by offset."""
+        return sorted((c for p in self.periods for c in p.calls), key=lambda c: c.offset_s)
 
     @property
     def total_hold_s(self) -> float:
@@ -163,7 +216,14 @@ def parse_rows(rows: Iterable[dict[str, str]], header: Iterable[str]) -> list[Se
             raise WorkloadError(f"line {line}: a later row of session {sid} needs think_s or arrival_s")
         assert hold is not None
         plan.periods.append(
-            Period(hold, think, arrival if arrival is not None else 0.0, int(snap or 0), crash)
+            Period(
+                hold,
+                think,
+                arrival if arrival is not None else 0.0,
+                int(snap or 0),
+                crash,
+                parse_calls(row.get("calls") or "", line),
+            )
         )
     return sorted(plans.values(), key=lambda p: (p.arrival_s, p.session_id))
 
@@ -201,13 +261,15 @@ def describe_tenants(counts: dict[str, int]) -> str:
 
 def write_workload(path: str | Path, plans: Iterable[SessionPlan]) -> None:
     """Write plans back in the same format (closed-loop periods as think_s rows); the pool columns
-    only when some plan names a pool or a fallback, `selector` only when some plan has one."""
+    only when some plan names a pool or a fallback, `selector` only when some plan has one, `calls`
+    only when some period carries LLM calls."""
     plans = list(plans)
     selected = any(p.selector for p in plans)
     pooled = selected or any(p.pool or p.fallback for p in plans)
+    called = any(per.calls for p in plans for per in p.periods)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(REQUIRED + OPTIONAL[: 3 + 2 * pooled + selected])
+        w.writerow(REQUIRED + OPTIONAL[: 3 + 2 * pooled + selected] + ("calls",) * called)
         for p in plans:
             extra = [p.pool, "|".join(p.fallback)] if pooled else []
             if selected:
@@ -224,5 +286,6 @@ def write_workload(path: str | Path, plans: Iterable[SessionPlan]) -> None:
                         "" if per.think_s is None else f"{per.think_s:.3f}",
                         "" if per.crash_after_s is None else f"{per.crash_after_s:.3f}",
                         *extra,
+                        *([";".join(c.encode() for c in per.calls)] if called else []),
                     ]
                 )

@@ -45,6 +45,8 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError, RedisClusterException
 
+from scheduler.state.config import FORMS, StateConfigError, redact
+
 Mode = Literal["redis", "sentinel", "cluster"]
 
 _SCHEMES: dict[str, tuple[Mode, bool]] = {
@@ -55,15 +57,7 @@ _SCHEMES: dict[str, tuple[Mode, bool]] = {
     "redis+cluster": ("cluster", False),
     "rediss+cluster": ("cluster", True),
 }
-_FORMS = (
-    "expected memory, redis://HOST:PORT/DB, redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER[/DB] "
-    "or redis+cluster://HOST:PORT[,HOST:PORT…]"
-)
 _OPTIONS = ("replicas", "replica_timeout_ms", "sentinel_auth")
-
-
-class StateConfigError(ValueError):
-    """A `--state` value this build cannot use."""
 
 
 @dataclass(frozen=True)
@@ -88,22 +82,6 @@ class RedisTarget:
         )
 
 
-def redact(text: str) -> str:
-    """`text` with the password of its userinfo replaced by ***: config errors are logged."""
-    scheme, sep, rest = text.partition("://")
-    if not sep:
-        return text
-    netloc_end = min(
-        (i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest)
-    )
-    netloc, tail = rest[:netloc_end], rest[netloc_end:]
-    userinfo, at, hosts = netloc.rpartition("@")
-    if not at or ":" not in userinfo:
-        return text
-    user = userinfo.partition(":")[0]
-    return f"{scheme}://{user}:***@{hosts}{tail}"
-
-
 def parse_target(value: str) -> RedisTarget:
     """The target a Redis `--state` URL names. Raises StateConfigError naming what is wrong."""
     text = value.strip()
@@ -113,7 +91,7 @@ def parse_target(value: str) -> RedisTarget:
 
     scheme, sep, rest = text.partition("://")
     if not sep or scheme.lower() not in _SCHEMES:
-        raise bad(_FORMS)
+        raise bad(f"expected {FORMS}")
     mode, tls = _SCHEMES[scheme.lower()]
     rest, _, fragment = rest.partition("#")
     if fragment:

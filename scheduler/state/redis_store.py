@@ -56,7 +56,8 @@ from typing import Any
 
 from redis.exceptions import ConnectionError, RedisClusterException, RedisError, ResponseError
 
-from scheduler.state.redis_connect import Mode, StateConfigError, connect, parse_target
+from scheduler.state.config import StateConfigError
+from scheduler.state.redis_connect import Mode, connect, parse_target
 from scheduler.state.resp import RespConnection
 from scheduler.state.store import (
     START,
@@ -69,7 +70,7 @@ from scheduler.state.store import (
     Tail,
 )
 
-__all__ = ["RedisStore", "ReplicasBehind", "StateConfigError", "id_key", "key_prefix", "parse_state", "seam"]
+__all__ = ["RedisStore", "ReplicasBehind", "StateConfigError", "id_key", "key_prefix", "seam"]
 
 _APPEND = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('NOTLEADER') end
@@ -112,16 +113,6 @@ return 0
 
 #: bench/durable.py's switch: `redis-py` sends the journal append through redis-py, not resp.py.
 APPEND_ENV = "SLOTSCHED_JOURNAL_APPEND"
-
-
-def parse_state(value: str) -> str | None:
-    """None for `memory`; else the Redis URL (redis_connect.py: one Redis, Sentinel or Cluster).
-    Raises StateConfigError naming `--state` and what is wrong."""
-    text = value.strip()
-    if text in ("", "memory"):
-        return None
-    parse_target(text)
-    return text
 
 
 def key_prefix(prefix: str, mode: Mode) -> str:

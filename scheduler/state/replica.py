@@ -28,7 +28,7 @@ it says so (log, health, NOT_LEADER) rather than pass for a standby.
 Snapshots (when one is due, how it is cut and stored, and the journal trimmed): compaction.py.
 
 The replica knows the server only through scheduler/ports.py: it drives a `ReplicaHost` (the
-loop) and a `WorkerBook` (the registry), and is the loop's `Journal`; scheduler/serve.py wires them.
+loop) and a `WorkerBook` (the registry), and is the loop's `Journal`; scheduler/app/ wires them.
 
 Hot standby. A replica that does not lead loads the snapshot once, then follows the journal as
 the leader appends it (`tail`, blocking at most `tail_block_ms`), applying every entry through

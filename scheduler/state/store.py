@@ -125,6 +125,11 @@ class StateStore(Protocol):
         """Record `address` as the leader's of the term `token`; False if that term is over."""
         ...
 
+    async def leader(self) -> str | None:
+        """The term token of the lease's holder now (`<replica id>:…`), if any: who leads, for
+        an operator (Admin.DescribePool)."""
+        ...
+
     async def leader_address(self) -> str | None:
         """The address the current term's leader published, if it did."""
         ...

@@ -56,6 +56,7 @@ with needs_extra("sim", "simulate --compare's plots"):  # matplotlib: not in a b
 
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
+    from matplotlib import pyplot as pyplot  # re-exported: budget/plots.py draws with it (one import point)
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D

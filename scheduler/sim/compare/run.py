@@ -242,8 +242,12 @@ def run_compare(
     refused = sum((refused_unknown or {}).values())
     results = compare(policy, plans, config, refused=refused)
     report = write_outputs(results, policy, plans, config, Path(args.out), args, refused_unknown)
+    doc: dict[str, Any] = {"policies": {c.name: json_entry(s, f) for c, s, f in results}}
+    # Token budgets (scheduler/sim/budget): a section, two plots and `budget` entries of their own.
+    from scheduler.sim.budget.outputs import budget_compare
+
+    budget_compare(policy, plans, args, until, report, doc)
     if args.json:
-        doc = {"policies": {c.name: json_entry(s, f) for c, s, f in results}}
         print(json.dumps(doc))
     else:
         text = report.read_text()

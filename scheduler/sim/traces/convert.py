@@ -32,6 +32,10 @@ The rules, each deterministic for a given `seed`:
   the seed. Tail tenants whose share rounds to zero get no session.
 - **Classes.** The `mix` (Guaranteed, Burstable, BestEffort fractions) is applied the same way:
   exact counts, seeded shuffle, independent of the tenant draw.
+- **Calls** (`calls=True`, `trace import --calls`): each period carries its LLM calls (offset
+  from the session's start, input and output tokens, API time), for the token-budget simulator.
+  A call's offset is its `t_s` less the session's first call's, so the unconstrained timeline of
+  the calls and of the periods agree.
 - **Snapshot size.** About 4 bytes per context token of the period's last call (the transcript an
   agent checkpoints); it only labels the snapshot in the simulator.
 """
@@ -49,7 +53,7 @@ from pathlib import Path
 from typing import TextIO
 
 from scheduler.core.types import QoS
-from scheduler.sim.workload import Period, SessionPlan
+from scheduler.sim.workload import LlmCall, Period, SessionPlan
 
 CLASS_ORDER: tuple[QoS, QoS, QoS] = (QoS.GUARANTEED, QoS.BURSTABLE, QoS.BEST_EFFORT)
 BYTES_PER_TOKEN = 4
@@ -79,6 +83,7 @@ class ImportConfig:
     duration_s: float | None = None  # window of session starts (None: the arrivals trace's span)
     rate_per_s: float | None = None  # session starts per second (sets the window instead)
     zipf_s: float = 1.1
+    calls: bool = False  # keep each period's LLM calls (the workload's `calls` column)
 
     def __post_init__(self) -> None:
         if self.gap_threshold_s < 0:
@@ -100,6 +105,7 @@ class Call:
     start: float
     end: float
     context_tokens: int
+    output_tokens: int = 0
 
 
 @dataclass
@@ -149,7 +155,8 @@ def read_sessions(path: str | Path) -> dict[str, TraceSession]:
                 if nxt_think is not None:
                     api = max(0.0, float(rows[i + 1]["t_s"]) - nxt_think - start)
             tokens = int(_float(row.get("in_tokens")) or 0)
-            s.calls.append(Call(start, start + (api or 0.0), tokens))
+            out_tokens = int(_float(row.get("out_tokens")) or 0)
+            s.calls.append(Call(start, start + (api or 0.0), tokens, out_tokens))
     for s in sessions.values():
         s.calls.sort(key=lambda c: (c.start, c.end))
     return dict(sorted(sessions.items()))
@@ -194,16 +201,34 @@ def bursts(calls: Sequence[Call], gap_threshold_s: float) -> list[tuple[float, f
     return [(s, e, n) for (s, e), n in zip(out, tokens, strict=True)]
 
 
-def periods(session: TraceSession, gap_threshold_s: float, arrival_s: float) -> list[Period]:
+def periods(
+    session: TraceSession, gap_threshold_s: float, arrival_s: float, with_calls: bool = False
+) -> list[Period]:
     """Closed-loop periods of one session starting at `arrival_s` (see the module docstring)."""
     bs = bursts(session.calls, gap_threshold_s)
+    calls = sorted(session.calls, key=lambda c: (c.start, c.end))
+    origin = bs[0][0] if bs else 0.0
     out: list[Period] = []
+    k = 0
     for i, (start, end, tokens) in enumerate(bs):
         last = i == len(bs) - 1
         hold = end - start + (0.0 if last else gap_threshold_s)
         think = None if i == 0 else start - bs[i - 1][1] - gap_threshold_s
         snap = tokens * BYTES_PER_TOKEN
-        out.append(Period(round(hold, 3), None if think is None else round(think, 3), arrival_s, snap))
+        mine: list[LlmCall] = []
+        while with_calls and k < len(calls) and (last or calls[k].start <= end):
+            c = calls[k]
+            mine.append(
+                LlmCall(
+                    round(c.start - origin, 3), c.context_tokens, c.output_tokens, round(c.end - c.start, 3)
+                )
+            )
+            k += 1
+        out.append(
+            Period(
+                round(hold, 3), None if think is None else round(think, 3), arrival_s, snap, calls=tuple(mine)
+            )
+        )
     return out
 
 
@@ -280,7 +305,7 @@ def import_traces(
     classes = _shuffled_labels([q.value for q in CLASS_ORDER], exact_counts(n, cfg.mix), rng)
     plans = []
     for (trace_id, sid), start, tenant, qos in zip(chosen, starts, tenants, classes, strict=True):
-        ps = periods(sessions[trace_id], cfg.gap_threshold_s, round(start, 3))
+        ps = periods(sessions[trace_id], cfg.gap_threshold_s, round(start, 3), cfg.calls)
         if ps:
             plans.append(SessionPlan(sid, tenant, QoS(qos), ps))
     return sorted(plans, key=lambda p: (p.arrival_s, p.session_id))

@@ -1,29 +1,30 @@
-"""Per-pool leadership (`slotsched serve --leadership pool`, issue 25): the wiring of a replica
+"""Per-pool leadership (`slotsched serve --leadership pool`): the wiring of a replica
 that holds one unit per pool of the policy, each led by whichever replica the owners table
 gives it, so the pools' decisions spread over the replicas and a dead replica costs only its
 own pools a take-over.
 
 What a unit is: a `SchedulerLoop` over `Policy.only_pool(pool)`, its `WorkerRegistry` and
-`SessionOps` (scheduler/server/pool_routes.py's `PoolUnit`), and a `Replica` over a
-`RedisStore` under the pool's own prefix `PREFIX:POOL` (in a Cluster the hash tag
-`{PREFIX:POOL}`: each pool's leader lease, fencing term, journal and snapshot in one slot, so
-pools spread over the shards). Each unit's replica is exactly today's single-leader replica:
-nothing is told before it is durable, a paused old leader can append nothing (fenced), a
-take-over applies `Resumed(since)`, and every replica follows every pool's journal as a hot
+`SessionOps` (scheduler/server/pool_routes.py's `PoolUnit`), and a `Replica` over the state
+store (scheduler/state/config.py) under the pool's own prefix `PREFIX:POOL` (in a Redis Cluster
+the hash tag `{PREFIX:POOL}`: each pool's leader lease, fencing term, journal and snapshot in
+one slot, so pools spread over the shards). Each unit's replica is exactly the single-leader
+replica: nothing is told before it is durable, a paused old leader can append nothing (fenced),
+a take-over applies `Resumed(since)`, and every replica follows every pool's journal as a hot
 standby. What decides who *tries* to lead a pool is `Ownership` (scheduler/state/ownership.py):
-a membership of replicas in Redis and an owners table spreading the pools evenly
+a membership of replicas in the store and an owners table spreading the pools evenly
 (scheduler/state/pool_owners.py); a replica campaigns only for its pools and hands over a pool
 the table gives another (docs/design.md, "Pools across replicas").
 
-The gRPC server (scheduler/server/app.py `assemble_pools`) routes each call to its pool's unit;
-a unit not leading here answers NOT_LEADER naming the pool and its leader. Health "" is SERVING
-while this replica is a member (it reaches Redis); `slotsched.pool/<name>` while it leads that
-pool. The companion autoscaler runs each pool's loop on that pool's leader (`autoscalers`); KEDA
-is answered by any replica, each pool's demand from its unit's core. Left for later (said in
-docs/design.md): pools added or removed live (units are made at start), and Admin.ApplyPolicy
-(a policy applied to one replica would reach only its pools: it is refused); the policy comes
-from the file every replica reads, or from `--policy-source`'s object, which every replica
-watches and applies to the pools it leads (`bind_watcher`).
+Wires: the services over `PoolRoutes` (scheduler/server/pool_routes.py), which routes each call
+to its pool's unit; a unit not leading here answers NOT_LEADER naming the pool and its leader.
+Health "" is SERVING while this replica is a member (it reaches the store),
+`slotsched.pool/<name>` while it leads that pool. The companion autoscaler runs each pool's
+loop on that pool's leader (`autoscalers`); KEDA is answered by any replica, each pool's demand
+from its unit's core. Left for later (said in docs/design.md): pools added or removed live
+(units are made at start), and Admin.ApplyPolicy (a policy applied to one replica would reach
+only its pools: it is refused); the policy comes from the file every replica reads, or from
+`--policy-source`'s object, which every replica watches and applies to the pools it leads
+(`bind_watcher`).
 """
 
 from __future__ import annotations
@@ -31,34 +32,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
+from scheduler.app.running import Build, RunningServer
 from scheduler.autoscale_wiring import autoscalers, static_workers, vitals_of
 from scheduler.core.types import WorkerId
 from scheduler.grants import GrantKeyring
 from scheduler.policy.errors import Problem
 from scheduler.policy.model import Policy
-from scheduler.server.app import GrpcServer
+from scheduler.server.app import GrpcServer, assemble_router
+from scheduler.server.auth import Authenticator
 from scheduler.server.loop import SchedulerLoop
-from scheduler.server.metrics import Metrics
 from scheduler.server.policy_log import PolicyLog
 from scheduler.server.pool_routes import PoolLeader, PoolRoutes, PoolUnit
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.session_ops import SessionOps
 from slots.autoscaler.demand import MembershipError
-from slots.autoscaler.pools import PoolAutoscalers
+from slots.autoscaler.pools import PoolAutoscalers, PoolsDemand
 
 if TYPE_CHECKING:
     from scheduler.kube.policy_watch import Outcome, PolicyWatcher
-    from scheduler.serve import StateOptions
     from scheduler.state.ownership import Ownership
-    from scheduler.state.redis_store import RedisStore
     from scheduler.state.replica import Replica
+    from scheduler.state.store import StateStore
 
 log = logging.getLogger("slotsched.server")
 
@@ -66,29 +66,20 @@ log = logging.getLogger("slotsched.server")
 class PoolLeadership:
     """Every pool unit of this replica, their replicas and the ownership that places them."""
 
-    def __init__(
-        self,
-        redis_url: str,
-        state: StateOptions,
-        policy: Policy,
-        metrics: Metrics,
-        keys: GrantKeyring,
-        *,
-        heartbeat_interval_s: float,
-        static_pool: bool,
-    ) -> None:
+    durable = True
+
+    def __init__(self, build: Build) -> None:
         from scheduler.state.metrics import StateMetrics
         from scheduler.state.ownership import Ownership
-        from scheduler.state.redis_connect import redact
-        from scheduler.state.redis_members import RedisMembers
-        from scheduler.state.redis_store import RedisStore
         from scheduler.state.replica import Replica
 
-        self.policy = policy
-        self.replica_id = state.replica_id or f"{os.uname().nodename}-{os.getpid()}"
-        timeout_s = min(1.0, state.leader_ttl_s / 3)  # one slow call must not outlast a lease
+        url, state, policy = build.url, build.state, build.policy
+        assert url is not None, "root.MODES: per-pool leadership needs a state store"
+        self.policy_in_force = policy
+        self.replica_id = state.replica()
+        timeout_s = state.call_timeout_s()
         self.ownership: Ownership = Ownership(
-            RedisMembers(redis_url, state.prefix, timeout_s),
+            url.members(state.prefix, timeout_s),
             self.replica_id,
             "",  # the advertised address, once the port is bound (`start`)
             policy.pool_names,
@@ -96,7 +87,7 @@ class PoolLeadership:
             beat_interval_s=state.leader_ttl_s / 4,
         )
         self._advertise = state.advertise
-        self._static_pool = static_pool
+        self._static_pool = build.static_pool
         self._grpc: GrpcServer | None = None
         self._watcher: PolicyWatcher | None = None
         self._told = False  # what health "" says now (NOT_SERVING until a member)
@@ -106,14 +97,14 @@ class PoolLeadership:
         self.fatal: BaseException | None = None
         self.units: dict[str, PoolUnit] = {}
         self.replicas: dict[str, Replica] = {}
-        self.stores: dict[str, RedisStore] = {}
-        state_metrics = StateMetrics(metrics.registry, pools=True)
+        self.stores: dict[str, StateStore] = {}
+        state_metrics = StateMetrics(build.metrics.registry, pools=True)
         for name in policy.pool_names():
             own = policy.only_pool(name)  # a whole policy of one pool: it round-trips the journal
-            loop = SchedulerLoop(own, metrics)
+            loop = SchedulerLoop(own, build.metrics)
             loop.shutting_down = True  # nothing runs on a pool's core until this replica leads it
-            registry = WorkerRegistry(loop, heartbeat_interval_s)
-            store = RedisStore(redis_url, f"{state.prefix}:{name}", self.replica_id, timeout_s=timeout_s)
+            registry = WorkerRegistry(loop, build.heartbeat_interval_s)
+            store = url.store(f"{state.prefix}:{name}", self.replica_id, timeout_s)
             replica = Replica(
                 store,
                 loop,
@@ -126,20 +117,40 @@ class PoolLeadership:
                 snapshot_every=state.snapshot_every,
                 snapshot_interval_s=state.snapshot_interval_s,
                 campaign_interval_s=state.campaign_interval_s,
-                where=redact(redis_url),
+                where=url.redacted,
                 may_lead=partial(self.ownership.should_lead, name),
                 pool=name,
             )
             self.stores[name] = store
             loop.journal = replica
             self.replicas[name] = replica
-            ops = SessionOps(loop, keys)
+            ops = SessionOps(loop, build.keys)
             self.units[name] = PoolUnit(
                 name, loop, ops, registry, partial(self.leader_of, name), replica.leading,
                 partial(self.leadership, name),
             )  # fmt: skip
             self._tasks[name] = []
-        self.routes = PoolRoutes(self.units, lambda: self.policy)
+        self.router = self.routes = PoolRoutes(self.units, self.policy)
+
+    def policy(self) -> Policy:
+        """The whole policy in force (each unit's core runs under its pool's projection)."""
+        return self.policy_in_force
+
+    def demand(self) -> PoolsDemand:
+        """Every replica answers each pool's demand (KEDA) from that pool's unit here."""
+        return PoolsDemand(self.routes.describe, self.policy)
+
+    def assemble(
+        self, auth: Authenticator, keys: GrantKeyring, plog: PolicyLog, demand: PoolsDemand
+    ) -> GrpcServer:
+        return assemble_router(self.routes, auth, demand, demand.slots_per_worker, keys, plog)
+
+    def state_line(self) -> str | None:
+        led = self.led_here()
+        return (
+            f"redis, per-pool leadership (replica {self.replica_id}, "
+            f"leading {len(led)} of {len(self.units)} pools: {', '.join(led) or 'none yet'})"
+        )
 
     def leader_of(self, pool: str) -> str | None:
         """Where the pool's leader serves, as this replica knows it (None: being elected)."""
@@ -170,11 +181,22 @@ class PoolLeadership:
     def led_here(self) -> tuple[str, ...]:
         return tuple(name for name, r in self.replicas.items() if r.serving)
 
-    async def start(self, grpc_server: GrpcServer, host: str, port: int) -> None:
+    async def start(self, running: RunningServer, grpc_server: GrpcServer) -> None:
         """Start every pool's replica (each loads its pool and follows it), then join the
         membership, so the table gives pools only to a replica that can take them at once: a
         replica beating while it loads (busy for seconds with a large state) would miss beats,
-        drop out and make its pools move twice."""
+        drop out and make its pools move twice. Then each pool's autoscaler loop, gated to
+        where the pool is led."""
+        running.pools = self
+        try:
+            await self._start(grpc_server, running.host, running.port)
+        except BaseException:
+            await running.stop(0)
+            raise
+        if running.autoscalers is not None:
+            running._tasks.append(asyncio.create_task(running.autoscalers.run()))
+
+    async def _start(self, grpc_server: GrpcServer, host: str, port: int) -> None:
         from scheduler.listen import default_advertise
 
         self._grpc = grpc_server
@@ -213,15 +235,17 @@ class PoolLeadership:
         unit, replica = self.units[pool], self.replicas[pool]
         assert unit.registry is not None  # every unit of this wiring has one
         if fresh:
-            unit.loop.apply_policy(self.policy.only_pool(pool))  # journaled first, as one leader does
+            unit.loop.apply_policy(
+                self.policy_in_force.only_pool(pool)
+            )  # journaled first, as one leader does
             if self._static_pool:
-                for wid, slots, in_pool in static_workers(self.policy):
+                for wid, slots, in_pool in static_workers(self.policy_in_force):
                     if in_pool == pool:
                         unit.registry.register(wid, "local", slots, {}, static=True, pool=in_pool)
         if self._watcher is not None and not fresh:
             # The object is the truth, not the journal: the pool's new leader applies the latest
             # version every replica's watcher has seen (journaled like any policy change).
-            unit.loop.apply_policy(self.policy.only_pool(pool))
+            unit.loop.apply_policy(self.policy_in_force.only_pool(pool))
         if not replica.serving:
             return  # stepped down meanwhile (its first batch failed)
         self._tasks[pool].append(asyncio.get_running_loop().create_task(unit.registry.run_reaper()))
@@ -243,7 +267,7 @@ class PoolLeadership:
         unit that holds the worker."""
         units = self.units
         return autoscalers(
-            lambda: self.policy,
+            self.policy,
             self.routes.describe,
             _RoutedMembership(self.routes),
             self.routes.first().loop.now,
@@ -252,7 +276,7 @@ class PoolLeadership:
             metrics,
             period_s,
             active=lambda name: name in units and units[name].leads,
-            vitals=lambda: vitals_of(u.registry for u in units.values() if u.registry is not None),
+            vitals=lambda: vitals_of(u.registry for u in units.values()),
         )
 
     def bind_watcher(self, watcher: PolicyWatcher, secure: bool, plog: PolicyLog) -> None:
@@ -280,7 +304,7 @@ class PoolLeadership:
                     "a time with the new policy; the policy in force is unchanged",
                     report,
                 )
-            old, self.policy = self.policy, policy
+            old, self.policy_in_force = self.policy_in_force, policy
             generation = plog.next_generation()
             led = [u for u in self.units.values() if u.leads]
             for unit in led:
@@ -323,8 +347,8 @@ class _RoutedMembership:
         self._routes = routes
 
     def _registry(self, worker_id: WorkerId) -> WorkerRegistry:
-        unit = self._routes.for_worker(worker_id)
-        if unit is None or unit.registry is None:
+        unit = self._routes.holding_worker(worker_id)
+        if unit is None:
             raise MembershipError(f"worker {worker_id} is in no pool here")
         return unit.registry
 
@@ -333,31 +357,3 @@ class _RoutedMembership:
 
     def deregister(self, worker_id: WorkerId) -> object:
         return self._registry(worker_id).deregister(worker_id)
-
-
-def pool_leadership(
-    redis_url: str | None,
-    state: StateOptions,
-    policy: Policy,
-    metrics: Metrics,
-    keys: GrantKeyring,
-    watcher: PolicyWatcher | None,
-    heartbeat_interval_s: float,
-    static_pool: bool,
-) -> PoolLeadership | None:
-    """`--leadership pool`'s units (scheduler/pool_leadership.py); None for one leader."""
-    if state.leadership == "replica":
-        return None
-    if state.leadership != "pool":
-        raise ValueError(f"--leadership {state.leadership!r}: replica or pool")
-    if redis_url is None:
-        raise ValueError("--leadership pool needs --state redis…: each pool's leader lease lives there")
-    return PoolLeadership(
-        redis_url,
-        state,
-        policy,
-        metrics,
-        keys,
-        heartbeat_interval_s=heartbeat_interval_s,
-        static_pool=static_pool,
-    )
