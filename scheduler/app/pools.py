@@ -119,6 +119,7 @@ class PoolLeadership:
                 campaign_interval_s=state.campaign_interval_s,
                 where=url.redacted,
                 may_lead=partial(self.ownership.should_lead, name),
+                may_follow=partial(self.ownership.should_follow, name),
                 pool=name,
             )
             self.stores[name] = store
@@ -206,6 +207,7 @@ class PoolLeadership:
         self.ownership.address = address
         for replica in self.replicas.values():
             replica.advertise = address
+        await self.ownership.peek()  # the pools it will own or follow: loaded before it joins
         await asyncio.gather(*(r.start() for r in self.replicas.values()))  # none campaigns yet
         fatal = next((r.fatal for r in self.replicas.values() if r.fatal is not None), None)
         if fatal is not None:
