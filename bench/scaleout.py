@@ -70,14 +70,18 @@ def log(msg: str) -> None:
 
 
 def _acquire(sid: str, pool: str) -> scheduler_pb2.ChannelCommand:
-    return scheduler_pb2.ChannelCommand(acquire=scheduler_pb2.AcquireRequest(session_id=sid, qos=B, pool=pool))
+    return scheduler_pb2.ChannelCommand(
+        acquire=scheduler_pb2.AcquireRequest(session_id=sid, qos=B, pool=pool)
+    )
 
 
 async def _pairs(net: Net, pool: str, address: str, seconds: float, tag: str) -> int:
     done = n = 0
     stop = time.monotonic() + seconds
     call = net.sched(address).Channel(metadata=MD)
-    await call.write(scheduler_pb2.ChannelRequest(commands=[_acquire(f"{tag}-{pool}-{i}", pool) for i in range(32)]))
+    await call.write(
+        scheduler_pb2.ChannelRequest(commands=[_acquire(f"{tag}-{pool}-{i}", pool) for i in range(32)])
+    )
     n = 32
     while (left := stop - time.monotonic()) > 0:
         try:
@@ -91,7 +95,9 @@ async def _pairs(net: Net, pool: str, address: str, seconds: float, tag: str) ->
             kind = ev.WhichOneof("kind")
             if kind == "event" and ev.event.WhichOneof("event") == "granted":
                 lease = ev.event.granted.lease
-                rel = scheduler_pb2.ReleaseRequest(session_id=ev.session_id, lease_id=lease.lease_id, epoch=lease.epoch)
+                rel = scheduler_pb2.ReleaseRequest(
+                    session_id=ev.session_id, lease_id=lease.lease_id, epoch=lease.epoch
+                )
                 cmds += [scheduler_pb2.ChannelCommand(release=rel), _acquire(f"{tag}-{pool}-{n}", pool)]
                 n += 1
             elif kind == "released":
@@ -102,7 +108,9 @@ async def _pairs(net: Net, pool: str, address: str, seconds: float, tag: str) ->
     return done
 
 
-async def _renewals(net: Net, pool: str, address: str, seconds: float, k: int, tag: str) -> tuple[int, dict[str, Any]]:
+async def _renewals(
+    net: Net, pool: str, address: str, seconds: float, k: int, tag: str
+) -> tuple[int, dict[str, Any]]:
     """Acquire k sessions (held), then renew them all, k at a time, for `seconds`."""
     call = net.sched(address).Channel(metadata=MD)
     sids = [f"{tag}-{pool}-{i}" for i in range(k)]
@@ -237,7 +245,9 @@ async def one_n(
     fig[f"lead_us_per_pair_n{n}"], fig[f"follow_us_per_pair_n{n}"] = lp, fp
     log(f"n={n}: {res['ops']} pairs on {len(mine)} pools of {lead.name}: lead {lp:.0f} µs/pair, "
         f"follow {fp:.0f} µs/pair ({', '.join(f'{k} {v:.0f}' for k, v in each.items())})")  # fmt: skip
-    cpu, wall, res = measure(pids, lambda: run_load("renew", mine, args.seconds, args.renew_sessions, f"h{n}"))
+    cpu, wall, res = measure(
+        pids, lambda: run_load("renew", mine, args.seconds, args.renew_sessions, f"h{n}")
+    )
     lr, fr, each = split(cpu, wall, base, lead.name, res["ops"])
     fig[f"lead_us_per_renew_n{n}"], fig[f"follow_us_per_renew_n{n}"] = lr, fr
     log(f"n={n}: {res['ops']} renewals: lead {lr:.0f} µs/renewal, follow {fr:.0f} µs/renewal "
@@ -250,7 +260,10 @@ async def one_n(
         _, _, each = split(cpu, wall, base, lead.name, res["ops"])
         top = max(each.values(), default=0.0)
         fig[f"followers_per_pool_n{n}"] = sum(1 for v in each.values() if v > 0.3 * top and v > 5)
-        log(f"n={n}: one pool loaded: its followers {', '.join(f'{k} {v:.0f}' for k, v in each.items())} µs/pair")
+        log(
+            f"n={n}: one pool loaded, its followers (µs/pair): "
+            + ", ".join(f"{k} {v:.0f}" for k, v in each.items())
+        )
     return out
 
 
@@ -283,11 +296,16 @@ async def memory_renewals(args: argparse.Namespace, root: str, pools: list[str],
         cpu, wall, _ = measure(pids, lambda: time.sleep(args.idle))
         base = {"memory": cpu["memory"] / wall}
         some = {p: target for p in pools[: max(1, len(pools) // 3)]}
-        cpu, wall, res = measure(pids, lambda: run_load("renew", some, args.seconds, args.renew_sessions, "m"))
+        cpu, wall, res = measure(
+            pids, lambda: run_load("renew", some, args.seconds, args.renew_sessions, "m")
+        )
         fig["memory_us_per_renew"] = split(cpu, wall, base, "memory", res["ops"])[0]
         cpu, wall, res = measure(pids, lambda: run_load("pairs", some, args.seconds, 0, "mp"))
         fig["memory_us_per_pair"] = split(cpu, wall, base, "memory", res["ops"])[0]
-        log(f"memory mode: {fig['memory_us_per_renew']:.0f} µs/renewal, {fig['memory_us_per_pair']:.0f} µs/pair")
+        log(
+            f"memory mode: {fig['memory_us_per_renew']:.0f} µs/renewal, "
+            f"{fig['memory_us_per_pair']:.0f} µs/pair"
+        )
     finally:
         stop_all([proc], grace_s=5)
         out.close()
@@ -325,7 +343,10 @@ async def failures(run: dict[str, Any], pools: list[str], fig: dict[str, Any]) -
             v.proc.wait()
         times = await asyncio.gather(*(failover_of(net, p, probe[p], survivors, t_kill) for p in theirs))
         (worst if kind == "single" else doubles).extend(times)
-        log(f"{kind} failure of {[v.name for v in victims]}: {len(theirs)} pools back in max {max(times):.0f} ms")
+        log(
+            f"{kind} failure of {[v.name for v in victims]}: {len(theirs)} pools back "
+            f"in max {max(times):.0f} ms"
+        )
         for v in victims:
             v.spawn()
         await asyncio.gather(*(v.wait_listening() for v in victims))
@@ -418,7 +439,9 @@ def main() -> None:
     fig = asyncio.run(drive(args))
     for k, v in fig.items():
         log(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}")
-    last = {k: fig.get(k, "na") for k in ("capacity_ratio_n4", "idle_baseline_core_share", "durable_renew_ratio")}
+    last = {
+        k: fig.get(k, "na") for k in ("capacity_ratio_n4", "idle_baseline_core_share", "durable_renew_ratio")
+    }
     last |= {"sdk_channel_pairs_ratio_c64": "na", "sdk_p50_ratio_c1": "na"}  # grpc_latency.py's figures
     last |= {k: fig.get(k, "na") for k in ("pool_failover_ms_max", "double_failure_ms_max", "leases_lost")}
     print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in last.items()))

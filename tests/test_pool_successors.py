@@ -20,7 +20,8 @@ POOLS = [f"pool-{i:02d}" for i in range(30)]
     ("case", "owners", "live", "before", "want"),
     [
         ("one replica: nobody to follow", {"p": "a"}, ["a"], {}, {}),
-        ("two replicas: each follows the other's", {"p": "a", "q": "b"}, ["a", "b"], {}, {"p": "b", "q": "a"}),
+        ("two replicas: each follows the other's", {"p": "a", "q": "b"}, ["a", "b"], {},
+         {"p": "b", "q": "a"}),
         # Sticky: a successor stays while it is live, not the owner and within its share.
         ("kept", {"p": "a", "q": "a", "r": "b"}, ["a", "b", "c"], {"p": "c", "q": "b", "r": "c"},
          {"p": "c", "q": "b", "r": "c"}),

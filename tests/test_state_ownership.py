@@ -349,7 +349,11 @@ def test_a_replica_neither_owner_nor_successor_holds_and_asks_nothing_of_a_pool(
             assert stores["b"].asked == 0  # the successor neither, while its owner is live
             table["next"] = "c"  # c is the successor now: it loads; b drops the pool
             for _ in range(100):
-                if loops["c"].core.session(SessionId("s1")) is not None and b.snapshot_loads and b._pos is None:
+                if (
+                    loops["c"].core.session(SessionId("s1")) is not None
+                    and b.snapshot_loads
+                    and b._pos is None
+                ):
                     break
                 await asyncio.sleep(0.05)
             assert loops["c"].core.session(SessionId("s1")) is not None

@@ -128,7 +128,7 @@ class PoolLeadership:
             ops = SessionOps(loop, build.keys)
             self.units[name] = PoolUnit(
                 name, loop, ops, registry, partial(self.leader_of, name), replica.leading,
-                partial(self.leadership, name),
+                partial(self.leadership, name), replica.hot,
             )  # fmt: skip
             self._tasks[name] = []
         self.router = self.routes = PoolRoutes(self.units, self.policy)

@@ -10,6 +10,12 @@ campaign, and a leader of a pool the table gives another hands it over (it makes
 durable, resigns the lease, follows again); the new owner, a hot standby of the pool, wins within
 a campaign interval.
 
+Successors. The table also names each pool's successor (`pool_owners.follow`, stored under
+`NEXT` + pool): the one replica besides the owner that follows the pool hot
+(`should_follow`) and takes it if the owner leaves. The owner campaigns; the successor only once
+the owner is out of the membership; every other replica holds nothing of the pool and asks the
+store nothing about it (docs/design.md, "Pools across replicas").
+
 Timing. `beat_interval_s` (default 250 ms) and `member_ttl_s` (default 1 s, as the leader
 lease): a replica frozen or cut from the store drops out of the membership within a TTL, the
 next beat of any other replica rewrites the table, and the new owners campaign for its pools,

@@ -134,12 +134,12 @@ class Replica(Compaction, Standby):
         pool: str = "",
     ) -> None:
         """`where` names the store in messages (its URL, password masked); `on_store` is told
-        when the store stops or starts answering (StoreReach). `may_lead` (a pool's replica
-        among many, ownership.py): campaign only while it says yes, and hand the lease over
-        when it says no while leading; None: always (one pool, as before). `may_follow` likewise:
-hold the pool hot only while it says yes (its owner or successor), else hold nothing of it and
-ask the store nothing (a cold load if it is ever to lead it). `pool` names the
-        pool in its log lines (per-pool leadership: a replica leads several)."""
+                when the store stops or starts answering (StoreReach). `may_lead` (a pool's replica
+                among many, ownership.py): campaign only while it says yes, and hand the lease over
+                when it says no while leading; None: always (one pool, as before). `may_follow` likewise:
+        hold the pool hot only while it says yes (its owner or successor), else hold nothing of it and
+        ask the store nothing (a cold load if it is ever to lead it). `pool` names the
+                pool in its log lines (per-pool leadership: a replica leads several)."""
         self.store = store
         self.reach = StoreReach(where or store.where, on_store)
         self.loop = loop
@@ -338,6 +338,10 @@ ask the store nothing (a cold load if it is ever to lead it). `pool` names the
         task.add_done_callback(self._tasks.discard)
 
     # ------------------------------------------------------------------ leadership
+
+    def hot(self) -> bool:
+        """This core is the pool's as of its journal: leading, or following it loaded."""
+        return self.serving or self._pos is not None
 
     def leading(self) -> bool:
         """Serving, and within the local deadline of the last renewal: a leader whose renewal is
