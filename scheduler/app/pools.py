@@ -91,6 +91,7 @@ class PoolLeadership:
         self._grpc: GrpcServer | None = None
         self._watcher: PolicyWatcher | None = None
         self._told = False  # what health "" says now (NOT_SERVING until a member)
+        self._seen: tuple[int, frozenset[str], bool] | None = None  # the last table nudged for
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
         self._beat: asyncio.Task[None] | None = None
         self.fatal_event = asyncio.Event()
@@ -218,6 +219,11 @@ class PoolLeadership:
     async def _step(self) -> None:
         await self.ownership.step()
         member = self.ownership.member
+        seen = (self.ownership.version, frozenset(m.replica_id for m in self.ownership.live), member)
+        if seen != self._seen:  # the pools' replicas look again at once (Replica.nudge)
+            self._seen = seen
+            for replica in self.replicas.values():
+                replica.nudge()
         if self._grpc is not None and member != self._told:  # health "": a member, or not
             self._told = member
             await self._grpc.set_serving(member)

@@ -96,6 +96,8 @@ RETRY_AFTER_S = 1.0
 #: is replaced within about a second; a standby campaigns every 100 ms (with ±50 % jitter).
 DEFAULT_LEADER_TTL_S = 1.0
 DEFAULT_CAMPAIGN_INTERVAL_S = 0.1
+#: A standby that may not lead its pool looks again this often without a `nudge`.
+IDLE_CHECK_S = 1.0
 #: The leader stops serving this fraction of the TTL before its lease could lapse in the store.
 MARGIN = 0.1
 # A snapshot is due once the journal tail holds this many entries per live lease or queued
@@ -191,6 +193,7 @@ class Replica(Compaction, Standby):
         self._first_load = asyncio.Event()
         self.may_lead = may_lead
         self.may_follow = may_follow
+        self._nudged = asyncio.Event()  # the owners table changed (`nudge`)
         self._said = f"pool {pool}: " if pool else ""  # what its log lines begin with
 
     @property
@@ -339,10 +342,6 @@ class Replica(Compaction, Standby):
 
     # ------------------------------------------------------------------ leadership
 
-    def hot(self) -> bool:
-        """This core is the pool's as of its journal: leading, or following it loaded."""
-        return self.serving or self._pos is not None
-
     def leading(self) -> bool:
         """Serving, and within the local deadline of the last renewal: a leader whose renewal is
         late (a busy or paused loop) stops answering before a successor could have won."""
@@ -372,6 +371,15 @@ class Replica(Compaction, Standby):
                         await self.hand_over("another replica owns this pool now")
                         continue
                     await self._renew()
+                elif self.may_lead is not None and not self.may_lead():
+                    # Not its pool to take: nothing to try until the owners table changes (or
+                    # its membership), which `nudge` says; a slow check meanwhile, in case.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._nudged.wait(), IDLE_CHECK_S)
+                    self._nudged.clear()
+                    if DUTIES[self.role].follows:
+                        await self._follow_or_drop()
+                    self.leader_address = None  # the owners table says where the leader is
                 else:
                     # Jitter: standbys that saw the lease lapse together do not campaign in step.
                     await asyncio.sleep(self.campaign_interval_s * random.uniform(0.5, 1.5))

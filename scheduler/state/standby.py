@@ -71,6 +71,7 @@ class Standby:
     _follow_broken: bool
     _first_load: asyncio.Event
     may_follow: Callable[[], bool] | None
+    _nudged: asyncio.Event
 
     async def _renew_if_due(self) -> None:
         raise NotImplementedError  # Replica's: keep the lease through a long recovery
@@ -209,6 +210,15 @@ class Standby:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+    def nudge(self) -> None:
+        """The owners table or this replica's membership changed: look again at once whether to
+        follow and whether to campaign (ownership.py)."""
+        self._nudged.set()
+
+    def hot(self) -> bool:
+        """This core is the pool's as of its journal: leading, or following it loaded."""
+        return DUTIES[self.role].serves or self._pos is not None
 
     async def _follow_or_drop(self) -> None:
         """Follow the pool while `may_follow` says so; else stop and hold nothing of it (an
