@@ -27,7 +27,7 @@ The baseline for N > 3 is the one at N = 3.
 
 With N = 3, failures, against the sessions held by the renewal phase: the replica leading most
 pools is killed (SIGKILL): `pool_failover_ms_max`, until a survivor answers a GetSession in each of
-its pools; it rejoins; then a pool's leader and its successor (rendezvous order) together:
+its pools; it rejoins; then a pool's leader and its successor (the owners table) together:
 `double_failure_ms_max`. `leases_lost`: held sessions whose lease id or epoch changed.
 
 Usage: `python bench/scaleout.py [--pools P] [--idle S] [--seconds S] [--renew-sessions K]
@@ -59,7 +59,6 @@ from bench.pools_failover import failover_of, get_session  # noqa: E402
 from bench.pools_procs import MD, B, Net, Replica, pools_policy, settled  # noqa: E402
 from bench.procs import free_port, start_redis, stop_all  # noqa: E402
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2  # noqa: E402
-from scheduler.state.pool_owners import rank  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -227,7 +226,7 @@ async def one_n(
     policy, keys = os.path.join(root, "policy.yaml"), os.path.join(root, "grant-keys")
     reps = [Replica(f"n{n}r{i}", root, policy, state, keys, prefix=f"scale{n}") for i in range(n)]
     net = Net([r.target for r in reps])
-    out: dict[str, Any] = {"replicas": reps, "net": net}
+    out: dict[str, Any] = {"replicas": reps, "net": net, "state": state, "prefix": f"scale{n}"}
     for r in reps:
         r.spawn()
     await asyncio.gather(*(r.wait_listening() for r in reps))
@@ -326,11 +325,11 @@ async def failures(run: dict[str, Any], pools: list[str], fig: dict[str, Any]) -
         by_name = {r.target: r for r in reps}
         if kind == "single":
             victims = [max(reps, key=lambda r: sum(1 for a in owner.values() if a == r.target))]
-        else:  # a probed pool's leader and its successor in rendezvous order among the live
+        else:  # a probed pool's leader and its successor, as the owners table names them
             pool = next(iter(probe))
-            order = rank(pool, [r.name for r in reps])
-            victims = [r for r in reps if r.name in order[:2]]
-            assert by_name[owner[pool]] in victims, "the leader of a pool ranks first"
+            successor = await successor_of(run["state"], run["prefix"], pool)
+            victims = [by_name[owner[pool]], *(r for r in reps if r.name == successor)]
+            assert len(victims) == 2, (pool, successor)
         names = {v.target for v in victims}
         theirs = [p for p, a in owner.items() if a in names and p in probe]
         survivors = [r.target for r in reps if r.target not in names]
@@ -362,6 +361,19 @@ async def failures(run: dict[str, Any], pools: list[str], fig: dict[str, Any]) -
     fig["pool_failover_ms_max"] = max(worst)
     fig["double_failure_ms_max"] = max(doubles)
     fig["leases_lost"] = lost
+
+
+async def successor_of(state: str, prefix: str, pool: str) -> str | None:
+    """The pool's successor in the owners table (ownership.py: `NEXT` + pool)."""
+    from scheduler.state.ownership import NEXT
+    from scheduler.state.redis_members import RedisMembers
+
+    members = RedisMembers(state, prefix)
+    try:
+        _, table = await members.owners()
+    finally:
+        await members.close()
+    return table.get(NEXT + pool)
 
 
 def capacity(fig: dict[str, Any], ns: list[int]) -> None:

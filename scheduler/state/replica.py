@@ -377,13 +377,13 @@ class Replica(Compaction, Standby):
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._nudged.wait(), IDLE_CHECK_S)
                     self._nudged.clear()
-                    if DUTIES[self.role].follows:
+                    if self.may_follow is not None and DUTIES[self.role].follows:
                         await self._follow_or_drop()
                     self.leader_address = None  # the owners table says where the leader is
                 else:
                     # Jitter: standbys that saw the lease lapse together do not campaign in step.
                     await asyncio.sleep(self.campaign_interval_s * random.uniform(0.5, 1.5))
-                    if DUTIES[self.role].follows:
+                    if self.may_follow is not None and DUTIES[self.role].follows:
                         await self._follow_or_drop()
                     await self._campaign()
             except (StoreUnavailable, StateUnavailable) as e:
