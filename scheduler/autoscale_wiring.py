@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 
@@ -19,6 +20,7 @@ from scheduler.core.types import WorkerId
 from scheduler.core.views import PoolView
 from scheduler.policy.model import Policy, PoolSpec
 from scheduler.server.loop import SchedulerLoop
+from scheduler.server.permits import PermitDesk
 from scheduler.server.registry import WorkerRegistry
 from slots.actuators.base import Actuator
 from slots.actuators.factory import actuator_from_env
@@ -55,7 +57,8 @@ def pool_autoscalers(
     `scheduler` is the address local workers register at; `metrics` the Prometheus registry."""
     return autoscalers(
         lambda: loop.core.policy,
-        lambda name: loop.core.describe(name),  # the core is replaced at a recovery: read it each time
+        # The core is replaced at a recovery (and the desk at a new term): read them each time.
+        lambda name: with_budgets(loop.core.describe(name), loop.core.policy, loop.permits),
         registry,
         loop.now,
         env,
@@ -64,6 +67,16 @@ def pool_autoscalers(
         period_s,
         vitals=lambda: vitals_of([registry]),
     )
+
+
+def with_budgets(view: PoolView, policy: Policy, desk: PermitDesk) -> PoolView:
+    """The pool's view with its budgets (spec.pools[].budgets) as the autoscaler's cap reads
+    them: the slot core knows nothing of budgets, the loop's PermitDesk counts them."""
+    spec = policy.pool_spec(view.name)
+    names = spec.budgets if spec is not None else ()
+    if not names:
+        return view
+    return replace(view, budgets=desk.feeds(names))
 
 
 def vitals_of(registries: Iterable[WorkerRegistry]) -> dict[str, Vitals]:

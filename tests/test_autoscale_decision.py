@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from scheduler.core.views import BudgetFeed
 from scheduler.policy.model import AutoscalerSpec, Policy, PoolSpec
 from slots.autoscaler.decision import (
     Reason,
@@ -23,6 +24,13 @@ from slots.autoscaler.decision import (
 )
 
 NOW = 1000.0
+
+
+def feed(tokens: float, per_session: float, requests: tuple[float, float] = (0.0, 0.0)) -> BudgetFeed:
+    """A budget of `tokens` a minute (and requests, if given) and an active session's rate."""
+    return BudgetFeed("llm", (requests[0], 0.0, 0.0, tokens), (requests[1], 0.0, 0.0, per_session))
+
+
 G, B, BE = "guaranteed", "burstable", "besteffort"
 CFG = replace(ScaleConfig.from_policy(Policy()), min_workers=1, max_workers=20)
 
@@ -54,10 +62,11 @@ class Case:
     hist: ScaleHistory = ScaleHistory()
     want_drain: tuple[str, ...] = ()
     want_ceiling: bool = False
+    budgets: tuple[BudgetFeed, ...] = ()
 
 
 def run(c: Case) -> ScaleDecision:
-    inp = ScaleInput(NOW, c.workers, 2, c.busy, c.pending, {}, c.floor, 60.0)
+    inp = ScaleInput(NOW, c.workers, 2, c.busy, c.pending, {}, c.floor, 60.0, c.budgets)
     return decide(inp, c.cfg, c.hist)
 
 
@@ -251,6 +260,63 @@ CASES = [
         Case((), 1, Reason.SCALE_UP, pending={B: 1}, cfg=replace(CFG, min_workers=0)), id="zero_to_one"
     ),
     pytest.param(Case((), 0, Reason.STEADY, cfg=replace(CFG, min_workers=0)), id="zero_stays_zero"),
+    # The pool's token budgets (2 slots a worker): 60k tokens a minute at 10k per active session
+    # feed 6 sessions, 3 workers: the rate-limited 2 -> 6 stops at 3.
+    pytest.param(
+        Case(idle(2), 3, Reason.BUDGET, busy={B: 4}, pending={B: 16}, budgets=(feed(60_000, 10_000),)),
+        id="budget_caps_scale_up",
+    ),
+    # A cap below the ready workers adds none and drains none (a budget is not demand).
+    pytest.param(
+        Case(idle(4), 4, Reason.BUDGET, busy={B: 8}, pending={B: 8}, budgets=(feed(20_000, 10_000),)),
+        id="budget_cap_below_ready_drains_none",
+    ),
+    pytest.param(
+        Case(idle(2), 4, Reason.SCALE_UP, busy={B: 4}, pending={B: 4}, budgets=(feed(60_000, 5_000),)),
+        id="budget_cap_above_demand_binds_not",
+    ),
+    # No session was charged lately (rate 0): no cap.
+    pytest.param(
+        Case(idle(2), 4, Reason.SCALE_UP, busy={B: 4}, pending={B: 4}, budgets=(feed(60_000, 0),)),
+        id="budget_without_observed_rate_no_cap",
+    ),
+    # The fewest over budgets and dimensions: b's 100 requests a minute at 25 per session feed 4
+    # sessions (2 workers), though a's tokens would feed 12 workers.
+    pytest.param(
+        Case(
+            idle(1),
+            2,
+            Reason.BUDGET,
+            busy={B: 2},
+            pending={B: 6},
+            budgets=(feed(240_000, 10_000), feed(10**9, 1.0, requests=(100, 25))),
+        ),  # fmt: skip
+        id="budget_cap_fewest_over_budgets_and_dimensions",
+    ),
+    # min_workers beats the cap; a scale-down is the demand's, the cap has no say.
+    pytest.param(
+        Case(
+            idle(2),
+            5,
+            Reason.BUDGET,
+            busy={B: 4},
+            pending={B: 36},
+            cfg=replace(CFG, min_workers=5),
+            budgets=(feed(10_000, 10_000),),
+        ),  # fmt: skip
+        id="budget_cap_never_below_min",
+    ),
+    pytest.param(
+        Case(
+            idle(6),
+            1,
+            Reason.SCALE_DOWN,
+            busy={B: 2},
+            want_drain=("w5", "w4", "w3", "w2", "w1"),
+            budgets=(feed(10_000, 10_000),),
+        ),  # fmt: skip
+        id="budget_cap_leaves_scale_down_alone",
+    ),
 ]
 
 
@@ -263,6 +329,8 @@ def test_rule(case: Case) -> None:
         case.want_reason,
         case.want_ceiling,
     )
+    if case.budgets:
+        assert d.budget_workers is not None or all(max(b.per_session_per_minute) == 0 for b in case.budgets)
 
 
 def test_from_policy_maps_every_knob() -> None:

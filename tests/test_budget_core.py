@@ -301,7 +301,10 @@ SCENARIOS: list[tuple[str, dict[str, Any], list[Step], list[Step]]] = [
             ("req", 4, "p3", "e", E, 100, 0),
             ("tick", 8),
             ("tick", 68),
-            ("settle", 70, "p3", 0, 0, 0.0),  # granted after it: the limit drops again
+            ("settle", 70, "p3", 0, 0, 0.0),  # granted within a window of the decrease: no second
+            ("req", 70, "p4", "e", E, 100, 0),
+            ("tick", 72),
+            ("settle", 72, "p4", 0, 0, 0.0),  # granted a window after it: the limit drops again
         ],
         [
             ("queued", "p1", "budget_exhausted", 0),
@@ -315,7 +318,138 @@ SCENARIOS: list[tuple[str, dict[str, Any], list[Step], list[Step]]] = [
             ("granted", "p3"),
             ("limit", "recovered", 0.75),
             ("ended", "p3", "settled"),
+            ("queued", "p4", "budget_exhausted", 0),
+            ("granted", "p4"),
+            ("ended", "p4", "settled"),
             ("limit", "throttled", 0.525),
+        ],
+    ),
+    (
+        "no compounding within an episode: the throttle empties the shared bucket, and a permit "
+        "granted after the retry-after but within the window cuts nothing",
+        {},
+        [
+            ("req", 0, "p1", "e", E, 100, 0),
+            ("tick", 60),
+            ("settle", 60, "p1", 0, 0, 1.0),
+            ("req", 60, "p2", "e", E, 100, 0),
+            ("tick", 61),  # a full bucket would grant it here, into the provider's deficit
+            ("tick", 62),  # 70 a second refill it (0.7 of 100)
+            ("settle", 62, "p2", 0, 0, 1.0),
+        ],
+        [
+            ("queued", "p1", "budget_exhausted", 0),
+            ("granted", "p1"),
+            ("ended", "p1", "settled"),
+            ("limit", "throttled", 0.7),
+            ("queued", "p2", "provider_throttled", 0),
+            ("granted", "p2"),
+            ("ended", "p2", "settled"),
+            ("limit", "throttled", 0.7),  # a new retry-after, logged; the limit unchanged
+        ],
+    ),
+    (
+        "recovery stops below the last throttled level: at the plateau, a third of the way from "
+        "the cut back to it; no step above it while the limit does not bind",
+        {},
+        [
+            ("req", 0, "p1", "e", E, 100, 0),
+            ("tick", 2),
+            ("settle", 3, "p1", 0, 0, 0.0),
+            ("tick", 63),
+            ("tick", 123),
+            ("tick", 183),
+            ("tick", 243),
+        ],
+        [
+            ("queued", "p1", "budget_exhausted", 0),
+            ("granted", "p1"),
+            ("ended", "p1", "settled"),
+            ("limit", "throttled", 0.7),
+            ("limit", "recovered", 0.75),
+            ("limit", "recovered", 0.8),
+        ],
+    ),
+    (
+        "above the plateau the limit is probed slowly, and only after a minute in which it bound",
+        {},
+        [
+            ("req", 0, "p1", "e", E, 100, 0),
+            ("tick", 2),
+            ("settle", 3, "p1", 0, 0, 0.0),
+            ("tick", 63),
+            ("tick", 123),
+            ("req", 123, "p2", "e", E, 4000, 0),  # the shared bucket holds 3,900: it binds
+            ("req", 123, "p3", "c", E, 4000, 0),
+            ("tick", 183),
+            ("tick", 243),
+            ("tick", 303),  # nobody waited since 243: no step
+        ],
+        [
+            ("queued", "p1", "budget_exhausted", 0),
+            ("granted", "p1"),
+            ("ended", "p1", "settled"),
+            ("limit", "throttled", 0.7),
+            ("limit", "recovered", 0.75),
+            ("limit", "recovered", 0.8),
+            ("queued", "p2", "budget_exhausted", 0),
+            ("queued", "p3", "budget_exhausted", 1),
+            ("limit", "recovered", 0.8012),  # a fortieth of the 5% step
+            ("granted", "p2"),
+            ("limit", "recovered", 0.8025),
+            ("granted", "p3"),
+        ],
+    ),
+    (
+        "a grant beyond nominal never eats the nominal (as a borrowing slot lease is not a "
+        "nominal one): the tenant's next permit within it is served in the nominal tier",
+        {},
+        [
+            ("req", 0, "p1", "b", B, 1200, 0),
+            ("tick", 13.4),  # within b's nominal (its meter: 1,200, 20 a second)
+            ("req", 13.4, "p2", "b", B, 600, 0),
+            ("tick", 20.2),  # beyond it: counted in b's share, its meter untouched
+            ("req", 20.2, "p3", "e", E, 2700, 0),
+            ("tick", 50.3),  # the shared bucket spent again; b's meter back to ~740
+            ("req", 50.3, "p4", "b", B, 700, 0),  # within nominal
+            ("req", 50.3, "p5", "c", B, 1300, 0),  # beyond c's, at share 0
+            ("tick", 58.2),
+            ("withdraw", 58.3, "p5"),
+        ],
+        [
+            ("queued", "p1", "budget_exhausted", 0),
+            ("granted", "p1"),
+            ("queued", "p2", "budget_exhausted", 0),
+            ("granted", "p2"),
+            ("queued", "p3", "budget_exhausted", 0),
+            ("granted", "p3"),
+            ("queued", "p4", "budget_exhausted", 0),
+            ("queued", "p5", "budget_exhausted", 1),
+            ("granted", "p4"),
+            ("withdrawn", "p5"),
+        ],
+    ),
+    (
+        "beyond nominal, Burstable and BestEffort share one tier by weighted share: a light "
+        "tenant's BestEffort before a heavy tenant's Burstable beyond its nominal",
+        {},
+        [
+            ("req", 0, "p1", "b", B, 1200, 0),
+            ("tick", 13.4),  # within its nominal: not counted in its share
+            ("req", 13.4, "p2", "b", B, 600, 0),
+            ("tick", 20.2),  # beyond it: counted
+            ("req", 20.2, "p3", "b", B, 600, 0),
+            ("req", 20.2, "p4", "e", E, 600, 0),
+            ("tick", 27),
+        ],
+        [
+            ("queued", "p1", "budget_exhausted", 0),
+            ("granted", "p1"),
+            ("queued", "p2", "budget_exhausted", 0),
+            ("granted", "p2"),
+            ("queued", "p3", "budget_exhausted", 0),
+            ("queued", "p4", "budget_exhausted", 0),
+            ("granted", "p4"),
         ],
     ),
     (

@@ -215,9 +215,14 @@ def test_no_grant_while_the_provider_says_wait_and_the_limit_stays_in_bounds(
     for op in script:
         drv.step(op)
     blocked_until = -math.inf
+    factor, last_cut = 1.0, -math.inf
     for t, d in drv.log:
         if isinstance(d, LimitChanged):
             assert 0.05 - 1e-12 <= d.factor <= 1.0
+            if d.factor < factor - 1e-12:  # a decrease: at most one per episode (a window)
+                assert t >= last_cut + 60.0 - 1e-9, (t, last_cut)
+                last_cut = t
+            factor = d.factor
             if d.blocked_until is not None:
                 blocked_until = max(blocked_until, d.blocked_until)
         if isinstance(d, PermitGranted):

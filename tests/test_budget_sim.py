@@ -4,6 +4,7 @@ limiters, slotsched's budget core in virtual time, the figures, `--compare`'s bu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,14 +12,15 @@ import pytest
 
 from scheduler.cli import main
 from scheduler.core.types import QoS
+from scheduler.core.views import BudgetFeed
 from scheduler.policy.yaml_io import load_policy
 from scheduler.sim.budget.advise import parse_target, scale_budget
 from scheduler.sim.budget.engine import BudgetSim
 from scheduler.sim.budget.figures import budget_figures
 from scheduler.sim.budget.limiters import Gateway, NoLimiter, PerWorker, SlidingWindow
-from scheduler.sim.budget.pool import PoolConfig, SlotGate, budget_cap
+from scheduler.sim.budget.pool import READY, STARTING, PoolConfig, SlotGate, budget_cap
 from scheduler.sim.budget.provider import Provider, cost
-from scheduler.sim.budget.run import ROSTER, run_one
+from scheduler.sim.budget.run import ROSTER, SLOTSCHED, run_one
 from scheduler.sim.budget.setup import BudgetSetup, TenantShare, setup_of
 from scheduler.sim.traces.convert import ImportConfig, import_files, read_sessions, samples_dir
 from scheduler.sim.workload import LlmCall, Period, SessionPlan, WorkloadError, load_workload, write_workload
@@ -92,7 +94,8 @@ def test_the_provider_answers_429_with_whole_seconds_past_its_real_limit() -> No
     [(600.0, 100.0, 2, 3), (601.0, 100.0, 2, 4), (600.0, 0.0, 2, None), (10.0, 100.0, 2, 1)],
 )
 def test_the_budget_cap_on_workers(effective: float, per_session: float, spw: int, cap: int | None) -> None:
-    assert budget_cap(effective, per_session, spw) == cap
+    feed = BudgetFeed("b", (0.0, effective, 0.0, 0.0), (0.0, per_session, 0.0, 0.0))
+    assert budget_cap(feed, spw) == cap
 
 
 def test_the_slot_gate_serves_classes_in_order() -> None:
@@ -102,6 +105,24 @@ def test_the_slot_gate_serves_classes_in_order() -> None:
     assert [w for w, _ in gate.grant()] == ["g"]
     gate.release(0, 1.0)
     assert [w for w, _ in gate.grant()] == ["b"]
+
+
+@pytest.mark.parametrize(
+    ("cap", "desired"),
+    [
+        (None, 6),  # no rate observed yet: no cap
+        (8, 6),  # the budget feeds more than demand asks
+        (3, 3),  # a scale-up stops where the budget can feed no more
+        (1, 2),  # ... never below the active workers (the cap drains none)
+    ],
+)
+def test_the_budget_cap_bounds_a_scale_up_and_drains_nothing(cap: int | None, desired: int) -> None:
+    gate = SlotGate(PoolConfig(workers=2, slots_per_worker=2, max_workers=10, autoscale=True, cap=True))
+    for i in range(12):  # demand for 6 workers
+        gate.ask(1, i)
+    gate.grant()
+    gate.scale(0.0, cap)
+    assert sum(1 for w in gate.workers if w.state in (STARTING, READY)) == desired
 
 
 # ---------------------------------------------------------------- limiters on a small workload
@@ -169,6 +190,34 @@ def test_slotsched_in_virtual_time_against_no_limiter(sample: tuple[object, list
     assert mine.limit_changes > 0  # the 429s moved the effective limit: the feedback found it
 
 
+def _arriving(n: int = 24) -> list[SessionPlan]:
+    """n sessions arriving 10 s apart (the autoscaler sees their rate before the next come), each
+    40 calls of 1,000 input tokens, 4 s apart, 1 s each."""
+    calls = tuple(LlmCall(4.0 * k, 1000, 10, 1.0) for k in range(40))
+    qos = (QoS.GUARANTEED, QoS.BURSTABLE, QoS.BEST_EFFORT)
+    return [
+        SessionPlan(f"s{i:02d}", f"t0{1 + i % 2}", qos[i % 3], [Period(400.0, None, 10.0 * i, calls=calls)])
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("k", [0.02, 0.05, 0.1])
+def test_the_budget_cap_never_adds_worker_seconds(sample: tuple[object, list[SessionPlan]], k: float) -> None:
+    """slotsched with the autoscaler, with its budget cap and without (the NOCAP run), on a small
+    workload the sample's budget (k times as large) binds: the cap never costs workers."""
+    policy = scale_budget(sample[0], "claude", k)  # type: ignore[arg-type]
+    policy = dataclasses.replace(policy, pool=dataclasses.replace(policy.pool, workers=1))
+    setup, plans = setup_of(policy), _arriving()
+    me = next(c for c in ROSTER if c.name == SLOTSCHED)
+    capped = run_one(me, policy, plans, setup, True, 900.0)
+    nocap = run_one(me, policy, plans, setup, True, 900.0, cap=False)
+    assert (capped.name, nocap.name) == ("slotsched+autoscaler", "slotsched+autoscaler-nocap")
+    assert capped.worker_seconds <= nocap.worker_seconds
+    if k <= 0.05:  # the budget binds hard: the cap saves workers, and the sessions finish no later
+        assert capped.worker_seconds < 0.8 * nocap.worker_seconds
+        assert capped.finished >= nocap.finished
+
+
 def test_figures_count_a_held_call_until_the_end() -> None:
     rec = BudgetSim(_plans(3), _setup(0.01), NoLimiter(), PoolConfig(4, 3), until_s=30.0).run()
     f = budget_figures("x", rec, _setup(0.01))
@@ -186,16 +235,23 @@ def test_compare_json_carries_a_budget_entry_per_contender(
          "--provider-limit", "0.8333", "--out", str(tmp_path), "--json"]
     )  # fmt: skip
     assert rc == 0
-    doc = json.loads(capsys.readouterr().out)["policies"]
-    names = [c.name + s for s in ("", "+autoscaler") for c in ROSTER]
+    out = json.loads(capsys.readouterr().out)
+    doc = out["policies"]
+    names = [c.name + s for s in ("", "+autoscaler") for c in ROSTER] + ["slotsched+autoscaler-nocap"]
     for name in names:
         b = doc[name]["budget"]
         assert {"provider_429s", "utilization", "attainment_min", "time_to_permit"} <= set(b)
         assert set(b["time_to_permit"]) == {"guaranteed", "burstable", "besteffort"}
         assert "p99" in b["time_to_permit"]["guaranteed"]
     assert "classes" in doc["slotsched"] and "worker_seconds" in doc["slotsched"]  # the slot figures too
+    cap = out["budget_cap"]  # slotsched's autoscaler with its budget cap and without, side by side
+    assert cap["with_cap"]["contender"] == "slotsched+autoscaler"
+    assert cap["without_cap"]["contender"] == "slotsched+autoscaler-nocap"
+    assert cap["with_cap"]["worker_seconds"] == doc["slotsched+autoscaler"]["budget"]["worker_seconds"]
+    assert {"mean", "p90"} <= set(cap["without_cap"]["stretch"])
     report = (tmp_path / "report.md").read_text()
     assert "## Token budgets" in report and "| **slotsched** |" in report
+    assert "| **slotsched+autoscaler-nocap** |" in report and "- the budget cap against none" in report
 
 
 def test_advise_targets_and_scaling(sample: tuple[object, list[SessionPlan]]) -> None:

@@ -15,7 +15,7 @@ from google.rpc import error_details_pb2, status_pb2
 from scheduler.api import wire
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2
 from tests.budget_fixtures import BUDGET, budget_policy_yaml, permit_request, settle_request
-from tests.grpc_fixtures import BE, TOKENS, B, Client, ServerThread, next_event, running_server
+from tests.grpc_fixtures import BE, TOKENS, B, Client, ServerThread, next_event, running_server, until
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +214,38 @@ def test_describe_pool_and_status_show_each_budget(server: ServerThread) -> None
     assert b.name == BUDGET and b.factor == 1.0 and b.limits_per_minute[3] == 60_000
     text = render(pool)
     assert "budget" in text and "total 60,000" in text and "100%" in text, text
+
+
+def test_a_sessions_end_ends_its_waiting_permit_on_its_ref() -> None:
+    """A permit waits on the Channel; its session is released: the permit's ref is answered
+    PERMIT_CLOSED (its wait is over), not left to wait for a grant that will never come. A
+    server of its own: its buckets start empty, so the permit surely waits."""
+
+    async def main(target: str) -> None:
+        async with Client(target, TOKENS["globex"]) as c:
+            call = c.acquire("end1", B)
+            lease = (await until(call, "granted")).granted.lease
+            stream = c.scheduler.Channel(metadata=c.md)
+            cmd = scheduler_pb2.ChannelCommand(ref=1, request_permit=permit_request("end1", 20000, 4000))
+            await stream.write(scheduler_pb2.ChannelRequest(commands=[cmd]))
+            first = (await asyncio.wait_for(stream.read(), 10)).events[0]
+            assert first.ref == 1 and first.permit.WhichOneof("state") == "queued"
+            release = scheduler_pb2.ReleaseRequest(
+                session_id="end1", lease_id=lease.lease_id, epoch=lease.epoch
+            )
+            await stream.write(
+                scheduler_pb2.ChannelRequest(commands=[scheduler_pb2.ChannelCommand(ref=2, release=release)])
+            )
+            answers: dict[int, Any] = {}
+            while 1 not in answers:
+                for ev in (await asyncio.wait_for(stream.read(), 10)).events:
+                    answers[ev.ref] = ev
+            ended = answers[1]
+            assert ended.WhichOneof("kind") == "error", ended
+            assert ended.error.status.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+            assert "session ended" in ended.error.status.message
+            await stream.done_writing()
+            call.cancel()
+
+    with running_server(budget_policy_yaml(workers=1, slots_per_worker=2)) as s:
+        asyncio.run(main(s.target))

@@ -108,6 +108,8 @@ def test_services_and_rpcs() -> None:
         "Renew": (False, False),
         "Yield": (False, False),
         "GetSession": (False, False),
+        "RequestPermit": (False, False),
+        "SettlePermit": (False, False),
         "Channel": (True, True),
     }
     assert set(methods(workers_pb2, "Workers")) == {"Register", "Heartbeat", "Drain", "Deregister"}

@@ -52,6 +52,17 @@ class WorkerView:
 
 
 @dataclass(frozen=True)
+class BudgetFeed:
+    """A budget a pool's sessions draw on (spec.pools[].budgets), as the autoscaler's cap reads
+    it: per dimension (requests, input, output, total tokens; 0 where it has no limit), its
+    effective limit a minute and what one active session was charged a minute lately."""
+
+    budget: str
+    effective_per_minute: tuple[float, float, float, float]
+    per_session_per_minute: tuple[float, float, float, float]
+
+
+@dataclass(frozen=True)
 class PoolView:
     capacity: int
     free: int
@@ -65,6 +76,9 @@ class PoolView:
     oldest_wait_s: tuple[float, float, float]
     mean_hold_s: float
     name: str = "default"
+    # Filled by the server, not the core (which knows nothing of budgets): the pool's budgets
+    # with what an active session spends of them, for the autoscaler's cap.
+    budgets: tuple[BudgetFeed, ...] = ()
 
 
-__all__ = ["PoolView", "SessionView", "TenantView", "WorkerView"]
+__all__ = ["BudgetFeed", "PoolView", "SessionView", "TenantView", "WorkerView"]

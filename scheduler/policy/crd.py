@@ -162,17 +162,34 @@ def _budget_names(description: str) -> Schema:
     }
 
 
+# spec.budgets[].feedback, per field (the rules: core/budget/book.py; docs/design.md, "Token budgets").
+_FEEDBACK_HELP: Final = {
+    "decrease": "On a throttle the effective limit is multiplied by this, once per episode: a throttle "
+    "of a permit granted within a minute (the provider's window) of the last cut says nothing of the "
+    "new limit.",
+    "recoveryPerMinute": "Each minute without a throttle in which the limit bound adds this fraction of the "
+    "configured limit back, up to a plateau a third of the way from the cut to the level that drew the "
+    "throttle (L x (1 + 2 x decrease) / 3); above it the probe is 40 times slower.",
+    "minimum": "The floor of the effective limit, as a fraction of the configured limit (not the sum of "
+    "the Guaranteed rates: below that sum they are scaled down pro rata).",
+}
+
+
 def _budget() -> Schema:
     limits = " || ".join(f"has(self.{f.key})" for f in BUDGET_LIMIT_FIELDS)
+    feedback = _nums(BUDGET_FEEDBACK_FIELDS)
     return _obj(
         {
             "name": {"type": "string", "maxLength": POOL_NAME_MAX_LEN, "pattern": POOL_NAME_RE.pattern},
             **_nums(BUDGET_LIMIT_FIELDS),
             **_nums(BUDGET_FIELDS),
             "feedback": _obj(
-                _nums(BUDGET_FEEDBACK_FIELDS),
-                "How the effective limit follows the provider's throttles: multiplied by decrease on "
-                "one, never below minimum of the limit; recoveryPerMinute of it back each minute without.",
+                {k: {**v, "description": _FEEDBACK_HELP[k]} for k, v in feedback.items()},
+                "How the effective limit (one fraction of the configured limit in every dimension) follows "
+                "the throttles (429s) settles report: one cut per episode, never below minimum; recovery "
+                "each minute without a throttle to a plateau below the level that drew it, then a slow "
+                "probe, only in minutes the limit bound. Below the sum of the Guaranteed rates those "
+                "reserved rates are scaled down pro rata and nothing is lent.",
             ),
         },
         "A named upstream limit (an LLM provider's key and model) the fleet shares, per minute.",

@@ -241,8 +241,9 @@ BUDGET_DIMENSIONS: Final = ("requests", "input_tokens", "output_tokens", "tokens
 @dataclass(frozen=True)
 class BudgetFeedback:
     """How a budget's effective limit follows the provider's throttling (spec.budgets[i].feedback):
-    a reported throttle multiplies it by `decrease`, never below `minimum` of the configured
-    limit; each minute without one adds `recovery_per_minute` of the configured limit back."""
+    a reported throttle multiplies it by `decrease` (once per episode), never below `minimum` of
+    the configured limit; each minute without one adds `recovery_per_minute` of the configured
+    limit back, up to a plateau below the last throttled level (then slower: core/budget/book.py)."""
 
     decrease: float = 0.7
     recovery_per_minute: float = 0.05

@@ -433,6 +433,7 @@ class SchedulerLoop:
         qos = self._qos.get(key)
         self.forget(key)
         self._streams.pop(key, None)
+        self.permits.session_ended(key)  # its permits end with it (docs/design.md, "Token budgets")
         if qos is not None:
             self._ended[key] = EndedSession(reason, qos, snap, now)
             if len(self._ended) > _ENDED_KEEP:

@@ -19,28 +19,35 @@ from collections.abc import Callable
 from typing import Protocol
 
 from scheduler.core.budget.core import Budgets
+from scheduler.core.budget.feed import SessionRates
 from scheduler.core.budget.types import (
     BudgetDecision,
     BudgetEvent,
     BudgetTick,
     BudgetView,
     LimitChanged,
+    OwnerGone,
     PermitEnded,
     PermitGranted,
     PermitId,
     PermitQueued,
     PermitRefused,
     PermitWithdrawn,
+    SettleRefused,
+    SettleRefuseReason,
     Withdraw,
 )
+from scheduler.core.views import BudgetFeed
 from scheduler.policy.model import Policy
 
 log = logging.getLogger("slotsched.budgets")
 
 VIEWS_EVERY_S = 0.5  # the budget gauges' freshness
 
-#: Told a waiting permit's later decision (its grant, or a refusal when the policy changed).
-Watcher = Callable[[PermitGranted | PermitRefused], None]
+#: Told a waiting permit's later decisions: a new place (a PermitQueued, when its position or
+#: reason changed), then its grant, or a refusal when the policy changed.
+#: A SettleRefused (NOT_OPEN) ends the wait of a permit withdrawn because its session ended.
+Watcher = Callable[[PermitGranted | PermitRefused | PermitQueued | SettleRefused], None]
 
 
 class BudgetMetrics(Protocol):
@@ -62,10 +69,13 @@ class PermitDesk:
         self._issued = 0
         self._watchers: dict[PermitId, Watcher] = {}
         self._tenants: dict[PermitId, str] = {}  # a waiting permit's tenant, for its metrics
+        self._ending = False  # handling a session's end: its waiters are told their wait ended
+        self._told: dict[PermitId, tuple[int, str]] = {}  # a waiter's last (position, reason) told
         self._timer: asyncio.TimerHandle | None = None
         self._armed_at: float | None = None
         self.closed = False
         self._views_at = 0.0
+        self.rates = SessionRates()  # what an active session spends a minute (the autoscaler's cap)
         if metrics is not None:
             metrics.budget_views(self.budgets.views())
 
@@ -85,8 +95,8 @@ class PermitDesk:
         return outcome.decisions
 
     def watch(self, permit: PermitId, watcher: Watcher) -> Callable[[], None]:
-        """Tell `watcher` of the waiting permit's grant or refusal; the returned function gives
-        up (withdraws the permit if it still waits: its caller went away)."""
+        """Tell `watcher` of the waiting permit's new places, then its grant or refusal; the
+        returned function gives up (withdraws the permit if it still waits: its caller left)."""
         self._watchers[permit] = watcher
 
         def cancel() -> None:
@@ -97,7 +107,31 @@ class PermitDesk:
 
         return cancel
 
+    def feeds(self, names: tuple[str, ...]) -> tuple[BudgetFeed, ...]:
+        """The budgets `names` (a pool's) with what an active session was charged a minute
+        lately, for the autoscaler's cap; a budget nobody was charged on lately is left out."""
+        now = self._clock()
+        views: dict[str, BudgetView] = {v.name: v for v in self.budgets.views()}
+        out = []
+        for name in names:
+            view = views.get(name)
+            rate = self.rates.per_session(name, now)
+            if view is not None and rate is not None:
+                out.append(BudgetFeed(name, view.limits_per_minute, rate))
+        return tuple(out)
+
+    def session_ended(self, owner: str) -> None:
+        """The session is over: its waiting permits withdrawn, its open ones closed at their
+        estimate (the core's OwnerGone)."""
+        if owner in self.budgets.by_owner and not self.closed:
+            self._ending = True
+            try:
+                self.handle(OwnerGone(owner))
+            finally:
+                self._ending = False
+
     def apply_policy(self, policy: Policy) -> None:
+        self.rates.forget({b.name for b in policy.budgets})
         outcome = self.budgets.apply_policy(policy, self._clock())
         self._after(outcome.decisions, outcome.wake_at, "")
 
@@ -117,9 +151,11 @@ class PermitDesk:
         for d in decisions:
             if isinstance(d, PermitQueued):
                 self._tenants[d.permit] = tenant
+                self._told[d.permit] = (d.position, d.reason.value)
             elif isinstance(d, PermitGranted | PermitRefused):
                 who = d.tenant if isinstance(d, PermitGranted) else self._tenants.get(d.permit, tenant)
                 self._tenants.pop(d.permit, None)
+                self._told.pop(d.permit, None)
                 watcher = self._watchers.pop(d.permit, None)
                 if metrics is not None:
                     metrics.observe_budget(d, who)
@@ -133,7 +169,16 @@ class PermitDesk:
                     "" if d.blocked_until is None else f", blocked {d.blocked_until - self._clock():.1f} s",
                 )  # fmt: skip
             elif isinstance(d, PermitEnded | PermitWithdrawn):
-                self._watchers.pop(d.permit, None)
+                gone = self._watchers.pop(d.permit, None)
+                self._told.pop(d.permit, None)
+                if gone is not None and self._ending and isinstance(d, PermitWithdrawn):
+                    gone(
+                        SettleRefused(
+                            d.permit, SettleRefuseReason.NOT_OPEN, f"permit {d.permit!r}: its session ended"
+                        )
+                    )
+                if isinstance(d, PermitEnded):
+                    self.rates.observe(d.budget, d.owner, d.charged, self._clock())
                 tenant = self._tenants.pop(d.permit, tenant) if isinstance(d, PermitWithdrawn) else d.tenant
             if metrics is not None:
                 metrics.observe_budget(d, tenant)
@@ -143,7 +188,21 @@ class PermitDesk:
             # them per permit cost a fifth of its time).
             self._views_at = now + VIEWS_EVERY_S
             metrics.budget_views(self.budgets.views())
+        if self._watchers and decisions:
+            self._retell(now)
         self._arm(wake_at)
+
+    def _retell(self, now: float) -> None:
+        """Tell each watched waiter its new place when its position or reason changed since it
+        was last told (as a slot's queue stream does; an estimate alone moving is not news)."""
+        for q in self.budgets.positions(now):
+            watcher = self._watchers.get(q.permit)
+            if watcher is None:
+                continue
+            place = (q.position, q.reason.value)
+            if self._told.get(q.permit) != place:
+                self._told[q.permit] = place
+                watcher(q)
 
     def _arm(self, wake_at: float | None) -> None:
         """One timer at the core's next wake-up; a later one leaves an earlier timer armed (it

@@ -320,6 +320,8 @@ class SessionOps:
         """A permit decision on the wire: a PermitEvent, or the refusal's failure."""
         if isinstance(d, PermitRefused):
             return errors.from_budget_refused(d.reason.value, d.message, tenant, d.field, d.retry_after_s)
+        if isinstance(d, SettleRefused):  # its session ended while it waited (PERMIT_CLOSED)
+            return errors.from_budget_refused(d.reason.value, d.message, tenant)
         if isinstance(d, PermitGranted):
             ev = scheduler_pb2.PermitEvent(permit_id=d.permit, budget=d.budget)
             ev.granted.expires_at.CopyFrom(convert.ts(d.expires_at))

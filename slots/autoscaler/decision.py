@@ -17,6 +17,13 @@ a preemption; Guaranteed work already in busy or pending is not counted twice. F
 subtracted: they depend on the very pool size being decided, and subtracting them would make the
 recommendation shrink as the pool grows, so the loop would oscillate.
 
+A pool's token budgets cap what it adds (spec.pools[].budgets; docs/design.md, "Token budgets"):
+the sessions its budgets can feed are the fewest, over its budgets and their dimensions, of
+effective limit ÷ what an active session was charged a minute lately; the workers to hold them,
+`ceil(sessions / slots_per_worker)`, bound a scale-up (reason `budget`), never below the ready
+workers or min_workers: the cap adds no worker the provider's limit cannot feed (it would sit
+warm and idle) and drains none (a budget is not demand, and its effective limit moves with 429s).
+
 The damping rules are the Kubernetes HPA's, borrowed as pure steps (see `decide`). `current` is
 the ready workers: draining ones are already leaving, give no capacity and are never drained again.
 `desired` is a target for ready workers; workers only leave through `drain`, so an actuator starts
@@ -31,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scheduler.core.types import QoS
+from scheduler.core.views import BudgetFeed
 from scheduler.policy.model import Policy
 
 # Demand is a float sum of weights; this keeps 2.0000000000000004 slots from asking for a worker.
@@ -65,6 +73,7 @@ class Reason(enum.StrEnum):
     SCHEDULED = "scheduled"  # a schedule window's minimum (ahead.py) set the size
     FORECAST = "forecast"  # the forecast of recorded demand (ahead.py) set the size
     RECYCLE = "recycle"  # a replacement for a worker past spec.autoscaler.recycle (loop.py)
+    BUDGET = "budget"  # the pool's token budgets cannot feed more active sessions (budget_cap)
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,7 @@ class ScaleInput:
     oldest_wait_by_class: Mapping[str, float]  # carried for the loop's report; no rule reads it yet
     floor_slots: int  # the floor in slots (PoolSpec.floor_slots of the current capacity)
     mean_hold_s: float  # mean time a lease holds its slot
+    budgets: tuple[BudgetFeed, ...] = ()  # the pool's token budgets, for the cap (budget_cap)
 
     def __post_init__(self) -> None:
         if self.slots_per_worker < 1:
@@ -210,6 +220,7 @@ class ScaleDecision:
     at_ceiling: bool  # demand exceeds what max_workers can hold: scheduling, not scaling, decides
     estimated_drain_s: float  # time to serve today's queue at the desired size
     history: ScaleHistory
+    budget_workers: int | None = None  # the cap of the pool's token budgets (None: no cap known)
 
 
 def floor_headroom(inp: ScaleInput) -> int:
@@ -222,6 +233,26 @@ def weighted_demand(inp: ScaleInput, cfg: ScaleConfig) -> float:
     # Sorted so that equal mappings built in another order give the very same float.
     pending = sum(cfg.weights.get(c, 1.0) * n for c, n in sorted(inp.pending_by_class.items()))
     return sum(inp.busy_by_class.values()) + pending + floor_headroom(inp)
+
+
+def budget_sessions(budgets: tuple[BudgetFeed, ...]) -> float | None:
+    """Active sessions the budgets can feed: the fewest, over budgets and the dimensions each
+    limits, of effective limit ÷ one active session's rate; None where no rate is observed yet."""
+    fewest: float | None = None
+    for b in budgets:
+        for limit, rate in zip(b.effective_per_minute, b.per_session_per_minute, strict=True):
+            if limit > 0 and rate > 0:
+                n = limit / rate
+                fewest = n if fewest is None else min(fewest, n)
+    return fewest
+
+
+def budget_cap(inp: ScaleInput) -> int | None:
+    """Workers the pool's budgets can feed (see the module docstring), at least 1; None: no cap."""
+    sessions = budget_sessions(inp.budgets)
+    if sessions is None:
+        return None
+    return max(1, math.ceil(sessions / inp.slots_per_worker - _EPS))
 
 
 def drain_order(w: ScaleWorker) -> tuple[bool, float, float, str]:
@@ -315,6 +346,11 @@ def decide(inp: ScaleInput, cfg: ScaleConfig, hist: ScaleHistory) -> ScaleDecisi
     if not lo <= desired <= hi:
         desired, reason = min(max(desired, lo), hi), (at_min if desired < lo else Reason.AT_MAX)
 
+    # 4b. The token budgets cap what is added (module docstring): never below ready or min.
+    cap = budget_cap(inp)
+    if cap is not None and desired > max(current, cfg.min_workers, cap):
+        desired, reason = max(current, cfg.min_workers, cap), Reason.BUDGET
+
     # 5. Drain before removal: the `current - desired` cheapest ready workers.
     drain = tuple(w.worker_id for w in sorted(ready, key=drain_order)[: max(0, current - desired)])
     # Each slot frees once per mean hold, so the queue drains at capacity / mean_hold_s sessions
@@ -328,4 +364,5 @@ def decide(inp: ScaleInput, cfg: ScaleConfig, hist: ScaleHistory) -> ScaleDecisi
         at_ceiling=demand > hi * inp.slots_per_worker + _EPS,
         estimated_drain_s=queued * inp.mean_hold_s / max(1, desired * inp.slots_per_worker),
         history=hist.updated(now, cfg, rec, current, desired),
+        budget_workers=cap,
     )

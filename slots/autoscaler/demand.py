@@ -73,6 +73,7 @@ def scale_input_from_pool(
         oldest_wait_by_class=dict(zip(CLASS_KEYS, view.oldest_wait_s, strict=True)),
         floor_slots=view.floor,
         mean_hold_s=view.mean_hold_s,
+        budgets=view.budgets,
     )
 
 

@@ -53,6 +53,13 @@ class AutoscalerMetrics:
             pool,
             registry=registry,
         )
+        self.budget_cap = Gauge(
+            "slotsched_autoscaler_budget_cap_workers",
+            "Workers the pool's token budgets can feed (effective limit over an active session's "
+            "rate, in workers); -1 while no cap is known (no budget, or none charged lately).",
+            pool,
+            registry=registry,
+        )
         self.actuator_errors = Counter(
             "slotsched_autoscaler_actuator_errors",
             "Failed calls to the actuator or the pool membership, retried on a later tick.",
@@ -116,6 +123,7 @@ class AutoscalerMetrics:
             (self.at_ceiling, 1 if decision.at_ceiling else 0),
             (self.estimated_drain, decision.estimated_drain_s),
             (self.weighted_demand, decision.weighted_demand_slots),
+            (self.budget_cap, -1 if decision.budget_workers is None else decision.budget_workers),
         )
         for gauge, value in gauges:
             (gauge.labels(*by) if by else gauge).set(value)

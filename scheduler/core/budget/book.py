@@ -11,7 +11,9 @@ Per dimension (requests, input, output, total tokens, those the budget limits):
   limit, nor refills faster than it, so the fleet cannot send more than the provider's window;
 * a Guaranteed permit draws on its leaf only (its reserved rate is also its ceiling, as a slot
   quota's `guaranteed` is); Burstable and BestEffort permits borrow from the shared bucket, each
-  within its class ceiling, in the order of service `TIERS`, then fair share, then arrival.
+  within its class ceiling, in the order of service (`Tier`: Burstable within nominal, then
+  Burstable beyond it and BestEffort by weighted share, a tenant's Burstable before its own
+  BestEffort), then arrival.
 
 `serve` is the pass: refill, expire permits past their TTL, recover the limit, grant what fits;
 the head of the shared queue blocks those behind it (a large permit is never starved by small
@@ -48,14 +50,16 @@ from scheduler.core.budget.types import (
 from scheduler.policy.model import BudgetSpec
 
 RECOVERY_PERIOD_S = 60.0  # the effective limit recovers one step a minute without a throttle
+EPISODE_S = 60.0  # a throttle episode: the provider's window (a minute) after a decrease
+PROBE_SLOWDOWN = 40.0  # above the plateau, recovery steps are this many times smaller
 
 
 class Tier(enum.IntEnum):
-    """The order of service among borrowers of the shared bucket, first served first."""
+    """The order of service among borrowers of the shared bucket, first served first: the slot
+    order's tiers 2 and 3 (docs/design.md, "Who gets the next free slot"), one rule for both."""
 
     BURSTABLE_NOMINAL = 0  # Burstable within its nominal rate
-    BURSTABLE_BEYOND = 1  # Burstable beyond it (within its limit)
-    BEST_EFFORT = 2
+    SHARED = 1  # Burstable beyond it and BestEffort, by weighted share across tenants
 
 
 @dataclass(slots=True, eq=False)
@@ -72,6 +76,7 @@ class Permit:
     granted_at: float | None = None
     expires_at: float = math.inf
     borrowed: bool = False
+    counted: bool = False  # granted in the shared tier: its tokens count in its tenant's share
 
 
 class Book:
@@ -88,10 +93,21 @@ class Book:
         self.blocked_until: float | None = None
         self.last_decrease: float | None = None
         self.next_recovery: float | None = None
+        self.throttled_at: float | None = None  # the factor the last decrease cut (its loss point)
+        self.bound = False  # a borrower waited on the shared bucket since the last recovery step
         # Empty: a new leader assumes the window fully spent (it can never overrun the provider).
         self.shared = Bucket.per_minute(self.on, ZERO, now)
         self.permits: dict[PermitId, Permit] = {}
         self.waiting = 0
+        # Waiting permits per class: the pass skips what nobody waits on (the hot path).
+        self.waiting_by = [0, 0, 0]
+        # The shares with a borrower waiting (Burstable or BestEffort): where the head is looked
+        # for. Its order does not matter: the keys of the order of service are all distinct.
+        self.borrowers: dict[str, Share] = {}
+        # Fixed for the book's life (its shares and their reserved rates come with the policy).
+        self.leaves = [s for s in shares.values() if s.leaf is not None]
+        self._reserved = self._reserved_total()
+        self._shared_capacity = [max(0.0, self.configured[d] - self._reserved[d]) for d in range(4)]
         self.expiry: list[tuple[float, int, PermitId]] = []
         self.seq = 0
         self.wake: float | None = None
@@ -105,6 +121,9 @@ class Book:
         return (c[0] * f, c[1] * f, c[2] * f, c[3] * f)
 
     def reserved_total(self) -> list[float]:
+        return list(self._reserved)
+
+    def _reserved_total(self) -> list[float]:
         total = [0.0, 0.0, 0.0, 0.0]
         for s in self.shares.values():
             lim = s.limit[G]
@@ -117,7 +136,7 @@ class Book:
         """Rates and caps for the effective limit: leaves at their reserved rates (pro rata below
         their sum), the shared bucket the rest."""
         eff = self.effective()
-        total = self.reserved_total()
+        total = self._reserved
         scale = [min(1.0, eff[d] / total[d]) if total[d] > 0 else 1.0 for d in range(4)]
         for s in self.shares.values():
             lim = s.limit[G]
@@ -128,19 +147,21 @@ class Book:
 
     def shared_capacity(self) -> list[float]:
         """The shared bucket's cap at the configured limit: a borrowing estimate above it never fits."""
-        total = self.reserved_total()
-        return [max(0.0, self.configured[d] - total[d]) for d in range(4)]
+        return list(self._shared_capacity)
 
     # --- the pass -----------------------------------------------------------------------------
 
     def advance(self, now: float) -> None:
+        if not self.leaves:
+            self.shared.refill(now)
+            return
         over = [0.0, 0.0, 0.0, 0.0]
-        for s in self.shares.values():
-            if s.leaf is not None:
-                o = s.leaf.advance(now)
-                for d in self.on:
-                    over[d] += o[d]
-        self.shared.advance(now)
+        for s in self.leaves:
+            assert s.leaf is not None
+            o = s.leaf.advance(now)
+            for d in self.on:
+                over[d] += o[d]
+        self.shared.refill(now)
         self.shared.add(over)
 
     def serve(self, now: float, out: list[BudgetDecision]) -> None:
@@ -149,8 +170,9 @@ class Book:
         self._recover(now, out)
         if self.blocked_until is not None and now >= self.blocked_until:
             self.blocked_until = None
-        if self.blocked_until is None:
-            self._serve_guaranteed(now, out)
+        if self.blocked_until is None and self.waiting:
+            if self.waiting_by[G]:
+                self._serve_guaranteed(now, out)
             self._serve_shared(now, out)
         self.wake = self._wake(now)
 
@@ -162,40 +184,55 @@ class Book:
 
     def tier(self, p: Permit, now: float) -> Tier:
         if p.cls == BE:
-            return Tier.BEST_EFFORT
+            return Tier.SHARED
         meter = p.share.nominal
         if meter is not None:
-            meter.advance(now)
+            meter.refill(now)
             if meter.covers(p.estimate):
                 return Tier.BURSTABLE_NOMINAL
-        return Tier.BURSTABLE_BEYOND
+        return Tier.SHARED
 
-    def key(self, p: Permit, now: float) -> tuple[Tier, float, int]:
-        return (self.tier(p, now), p.share.share(now, self.half_life), p.seq)
+    def key(self, p: Permit, now: float) -> tuple[Tier, float, int, int]:
+        """Tier, then the tenant's weighted share (in the shared tier its Burstable before its
+        own BestEffort: the class ranks after the share), then arrival."""
+        return (self.tier(p, now), p.share.share(now, self.half_life), p.cls, p.seq)
 
     def within_ceiling(self, p: Permit, now: float) -> bool:
         ceiling = p.share.ceilings[p.cls]
         if ceiling is None:
             return True
-        ceiling.advance(now)
+        ceiling.refill(now)
         return ceiling.covers(p.estimate)
 
     def head(self, now: float) -> Permit | None:
-        """The first borrower in the order of service among those within their ceilings."""
+        """The first borrower in the order of service among those within their ceilings. A
+        tenant's head in the shared tier is its Burstable beyond nominal, else its BestEffort
+        (the slot order's per-tenant contract); across tenants the share decides, then age."""
         best: Permit | None = None
         best_key: tuple[Tier, float, int] | None = None
-        for s in self.shares.values():
+        if not self.borrowers:
+            return None
+        for s in self.borrowers.values():
+            shared_taken = False
             for cls in (B, BE):
                 q = s.queues[cls]
                 if not q or not self.within_ceiling(q[0], now):
                     continue
-                k = self.key(q[0], now)
+                tier = self.tier(q[0], now)
+                if tier == Tier.SHARED:
+                    if shared_taken:
+                        continue  # its Burstable beyond nominal goes before its own BestEffort
+                    shared_taken = True
+                k = (tier, s.share(now, self.half_life), q[0].seq)
                 if best_key is None or k < best_key:
                     best, best_key = q[0], k
         return best
 
     def _serve_shared(self, now: float, out: list[BudgetDecision]) -> None:
-        while (p := self.head(now)) is not None and self.shared.covers(p.estimate):
+        while (p := self.head(now)) is not None:
+            if not self.shared.covers(p.estimate):
+                self.bound = True  # the limit, not the demand, held someone back: a probe may learn
+                return
             self._grant(p, now, out)
 
     def _grant(self, p: Permit, now: float, out: list[BudgetDecision]) -> None:
@@ -203,21 +240,30 @@ class Book:
         s.queues[p.cls].popleft()
         s.waiting -= 1
         self.waiting -= 1
+        self.waiting_by[p.cls] -= 1
+        if p.cls != G and not (s.queues[B] or s.queues[BE]):
+            del self.borrowers[s.tenant]
         if p.cls == G:
             assert s.leaf is not None
             s.leaf.take(p.estimate)
         else:
             p.borrowed = True
+            # As the slot order's share: only what is borrowed beyond what the tenant can count
+            # on (its nominal) weighs against it in the shared tier.
+            p.counted = self.tier(p, now) == Tier.SHARED
             self.shared.take(p.estimate)
             ceiling = s.ceilings[p.cls]
             if ceiling is not None:
                 ceiling.take(p.estimate)
-            if p.cls != BE and s.nominal is not None:
-                s.nominal.advance(now)
+            if not p.counted and s.nominal is not None:
+                # Within nominal only: a grant beyond it never eats the nominal (as a borrowing
+                # slot lease is not a nominal one), it counts in the share instead.
+                s.nominal.refill(now)
                 s.nominal.take(p.estimate, floor=True)
-            s.decayed(now, self.half_life)
-            s.usage += p.amount
-            s.in_flight += p.amount
+            if p.counted:
+                s.decayed(now, self.half_life)
+                s.usage += p.amount
+                s.in_flight += p.amount
         p.granted_at = now
         p.expires_at = now + self.spec.permit_ttl_s
         heapq.heappush(self.expiry, (p.expires_at, p.seq, p.id))
@@ -250,14 +296,15 @@ class Book:
             self.shared.add(s.leaf.give(refund))  # a full leaf lends the rest, as its refill
         elif p.borrowed:
             self.shared.give(refund)
-            for b in (s.ceilings[p.cls], s.nominal if p.cls != BE else None):
+            for b in (s.ceilings[p.cls], s.nominal if not p.counted else None):
                 if b is not None:
-                    b.advance(now)
+                    b.refill(now)
                     b.give(refund)
-            spent = charged[self.unit]
-            s.decayed(now, self.half_life)
-            s.usage = max(0.0, s.usage + spent - p.amount)
-            s.in_flight = max(0.0, s.in_flight - p.amount)
+            if p.counted:
+                spent = charged[self.unit]
+                s.decayed(now, self.half_life)
+                s.usage = max(0.0, s.usage + spent - p.amount)
+                s.in_flight = max(0.0, s.in_flight - p.amount)
         out.append(
             PermitEnded(
                 p.id, p.owner, s.tenant, self.name, CLASSES[p.cls], reason, charged, refund, throttled
@@ -270,17 +317,23 @@ class Book:
         return LimitChanged(self.name, reason, self.factor, self.effective(), self.blocked_until)
 
     def throttled(self, p: Permit, retry_after_s: float, now: float, out: list[BudgetDecision]) -> None:
-        """The provider throttled `p`'s call. One decrease per episode: a permit granted before
-        the last decrease (or with it) was sent at the old limit, so its 429 says nothing of the
-        new one (as TCP halves once per window, not once per lost packet)."""
+        """The provider throttled `p`'s call: its window is spent, so the shared bucket is emptied
+        (a debt kept) and nothing borrowed is granted into the provider's deficit. One decrease
+        per episode: a permit granted within a window (a minute) of the last decrease was sent
+        while the provider was still paying off the old limit's burst, so its 429 says nothing of
+        the new one (as TCP halves once per window, not once per lost packet). A decrease
+        remembers the level that drew it (`throttled_at`): recovery stops just below it."""
         fb = self.spec.feedback
         changed = False
-        if self.last_decrease is None or (p.granted_at is not None and p.granted_at > self.last_decrease):
+        sent = p.granted_at if p.granted_at is not None else now
+        if self.last_decrease is None or sent >= self.last_decrease + EPISODE_S:
+            self.throttled_at = self.factor
             new = max(fb.minimum, self.factor * fb.decrease)
             self.last_decrease = now
             if new < self.factor:
                 self.factor = new
                 changed = True
+        self.shared.drain()
         until = now + retry_after_s
         if retry_after_s > 0 and (self.blocked_until is None or until > self.blocked_until):
             self.blocked_until = until
@@ -291,13 +344,34 @@ class Book:
             self.rescale()
             out.append(self._limit_changed(LimitChangeReason.THROTTLED))
 
+    def plateau(self) -> float:
+        """Where quick recovery stops: a third of the way from the cut back to the last
+        throttled level, inside what is known (the provider refused the one, the other is below
+        its limit) and on the low side of it (docs/design.md, "Token budgets")."""
+        if self.throttled_at is None:
+            return 1.0
+        return self.throttled_at * (1.0 + 2.0 * self.spec.feedback.decrease) / 3.0
+
     def _recover(self, now: float, out: list[BudgetDecision]) -> None:
+        """A step a minute without a throttle: `recoveryPerMinute` up to the plateau; above it a
+        `PROBE_SLOWDOWN`th of that, and only after a minute in which the limit bound (a borrower
+        waited on the shared bucket: a minute the demand did not fill says nothing of the
+        provider, as TCP does not grow an application-limited window). The loss point is kept
+        until the next throttle: a level passed without one says little, since a small excess
+        over the real limit drains the provider's burst only after many minutes."""
         fb = self.spec.feedback
         while self.next_recovery is not None and now >= self.next_recovery:
-            self.factor = min(1.0, self.factor + fb.recovery_per_minute)
+            plateau, before = self.plateau(), self.factor
+            if self.factor + 1e-12 < plateau:
+                self.factor = min(plateau, self.factor + fb.recovery_per_minute)
+            elif self.bound:
+                self.factor += fb.recovery_per_minute / PROBE_SLOWDOWN
+            self.bound = False
+            self.factor = min(1.0, self.factor)
             self.next_recovery = self.next_recovery + RECOVERY_PERIOD_S if self.factor < 1.0 else None
-            self.rescale()
-            out.append(self._limit_changed(LimitChangeReason.RECOVERED))
+            if self.factor != before:
+                self.rescale()
+                out.append(self._limit_changed(LimitChangeReason.RECOVERED))
 
     # --- waiting ------------------------------------------------------------------------------
 
@@ -306,12 +380,19 @@ class Book:
         p.share.queues[p.cls].append(p)
         p.share.waiting += 1
         self.waiting += 1
+        self.waiting_by[p.cls] += 1
+        if p.cls != G:
+            self.borrowers[p.share.tenant] = p.share
 
     def dequeue(self, p: Permit) -> None:
         del self.permits[p.id]
-        p.share.queues[p.cls].remove(p)
-        p.share.waiting -= 1
+        s = p.share
+        s.queues[p.cls].remove(p)
+        s.waiting -= 1
         self.waiting -= 1
+        self.waiting_by[p.cls] -= 1
+        if p.cls != G and not (s.queues[B] or s.queues[BE]):
+            del self.borrowers[s.tenant]
 
     def withdraw(self, p: Permit, now: float, out: list[BudgetDecision]) -> None:
         self.dequeue(p)
@@ -320,7 +401,7 @@ class Book:
     def _lent_rate(self) -> list[float]:
         """The refill full leaves lend the shared bucket now (a wait estimate counts it)."""
         lent = [0.0, 0.0, 0.0, 0.0]
-        for s in self.shares.values():
+        for s in self.leaves:
             if s.leaf is not None and s.leaf.full():
                 for d in self.on:
                     lent[d] += s.leaf.rate[d]
@@ -354,6 +435,71 @@ class Book:
         else:
             reason = PermitWaitReason.BUDGET_EXHAUSTED
         return PermitQueued(p.id, self.name, position, None if math.isinf(wait) else wait, reason)
+
+    def positions(self, now: float) -> list[PermitQueued]:
+        """Every waiting permit's place as `queued` would tell it now, in one pass (sorted once,
+        prefix sums), moving no bucket: a query the shell makes to tell waiters whose position
+        or reason changed, which must not change what the core decides next."""
+        out: list[PermitQueued] = []
+        if not self.waiting:
+            return out
+        blocked = self.blocked_until is not None
+        lent = self._lent_rate()
+        borrowers = [
+            (self._peek_key(q, now), q)
+            for s in self.borrowers.values() for c in (B, BE) for q in s.queues[c]
+        ]  # fmt: skip
+        borrowers.sort(key=lambda kq: kq[0])
+        shared_need = [0.0, 0.0, 0.0, 0.0]
+        shared_wait: dict[PermitId, float] = {}
+        for _, q in borrowers:
+            for d in range(4):
+                shared_need[d] += q.estimate[d]
+            need = (shared_need[0], shared_need[1], shared_need[2], shared_need[3])
+            shared_wait[q.id] = _peek(self.shared, now).wait(need, lent, capped=False)
+        rank = {q.id: i for i, (_, q) in enumerate(borrowers)}
+        for s in self.shares.values():
+            if not s.waiting:
+                continue
+            for cls in (G, B, BE):
+                own = s.bucket(cls)
+                peeked = None if own is None else _peek(own, now)
+                need_own = [0.0, 0.0, 0.0, 0.0]
+                for i, q in enumerate(s.queues[cls]):
+                    for d in range(4):
+                        need_own[d] += q.estimate[d]
+                    mine: Vec = (need_own[0], need_own[1], need_own[2], need_own[3])
+                    wait = 0.0 if peeked is None else peeked.wait(mine, capped=False)
+                    position = i if cls == G else rank[q.id]
+                    if cls != G:
+                        wait = max(wait, shared_wait[q.id])
+                    if blocked:
+                        reason = PermitWaitReason.PROVIDER_THROTTLED
+                        wait = max(wait, (self.blocked_until or now) - now)
+                    elif cls == G or (peeked is not None and not peeked.covers(mine)):
+                        reason = PermitWaitReason.TENANT_BUDGET
+                    else:
+                        reason = PermitWaitReason.BUDGET_EXHAUSTED
+                    est = None if math.isinf(wait) else wait
+                    out.append(PermitQueued(q.id, self.name, position, est, reason))
+        return out
+
+    def _peek_key(self, p: Permit, now: float) -> tuple[Tier, float, int, int]:
+        """`key` without refilling a meter or decaying a share (the same arithmetic)."""
+        if p.cls == BE:
+            tier = Tier.SHARED
+        else:
+            meter = p.share.nominal
+            covered = meter is not None and _peek(meter, now).covers(p.estimate)
+            tier = Tier.BURSTABLE_NOMINAL if covered else Tier.SHARED
+        s = p.share
+        if self.half_life <= 0:
+            share = s.in_flight / s.weight
+        elif now > s.usage_at:
+            share = s.usage * math.pow(2.0, -(now - s.usage_at) / self.half_life) / s.weight
+        else:
+            share = s.usage / s.weight
+        return (tier, share, p.cls, p.seq)
 
     def _wake(self, now: float) -> float | None:
         """The earliest time something here may change without an event: a retry-after passing,
@@ -397,6 +543,13 @@ class Book:
             self.name, self.factor, eff, self.configured, self.shared.level(), self.waiting,
             len(self.permits) - self.waiting, self.blocked_until,
         )  # fmt: skip
+
+
+def _peek(b: Bucket, now: float) -> Bucket:
+    """A copy of `b` refilled to `now`: what it would hold, the original untouched."""
+    copy = Bucket(b.on, b.rate, b.cap, list(b.tokens), b.last)
+    copy.refill(now)
+    return copy
 
 
 def _sum(vs: Iterable[Vec]) -> Vec:

@@ -27,9 +27,11 @@ from scheduler.core.budget.types import (
     BudgetView,
     Charge,
     Outcome,
+    OwnerGone,
     PermitEnded,
     PermitEndReason,
     PermitId,
+    PermitQueued,
     PermitRefused,
     PermitRefuseReason,
     PermitRequest,
@@ -49,8 +51,18 @@ _FIELDS = ("estimate.requests", "estimate.input_tokens", "estimate.output_tokens
 MAX_RETRY_AFTER_S = 3600.0
 
 
+_NUMBERS = (int, float)  # exact types: a bool is not a count
+
+
 def usage_problem(u: Usage, name: str) -> tuple[str, str] | None:
     """(field, message) for a usage or an estimate no call could have, or None."""
+    i, o, r = u.input_tokens, u.output_tokens, u.requests
+    if (
+        type(i) in _NUMBERS and type(o) in _NUMBERS and type(r) in _NUMBERS
+        and 0 <= i <= MAX_TOKENS_PER_CALL and 0 <= o <= MAX_TOKENS_PER_CALL
+        and 0 <= r <= MAX_TOKENS_PER_CALL
+    ):  # fmt: skip
+        return None  # the common case, in a few comparisons (NaN fails them: checked below)
     for fld, v in (
         ("input_tokens", u.input_tokens),
         ("output_tokens", u.output_tokens),
@@ -77,7 +89,11 @@ class Budgets:
     def __init__(self, policy: Policy, now: float) -> None:
         self.policy = policy
         self.books: dict[str, Book] = {}
+        self.tenants = frozenset(t.name for t in policy.tenants)
         self.where: dict[PermitId, Book] = {}
+        # The permits each owner asked for (some closed since: checked when read, pruned as it
+        # grows), so that its session's end closes its own without scanning every book.
+        self.by_owner: dict[str, list[PermitId]] = {}
         for spec in policy.budgets:
             self.books[spec.name] = Book(
                 spec, self._shares(policy, spec.name, now), self._half_life(policy), now
@@ -110,6 +126,8 @@ class Budgets:
             self._withdraw(event, now, out)
         elif isinstance(event, Charge):
             self._charge(event, now, out)
+        elif isinstance(event, OwnerGone):
+            self._owner_gone(event, now, out)
         elif isinstance(event, BudgetTick):
             for book in self.books.values():
                 book.serve(now, out)
@@ -118,11 +136,19 @@ class Budgets:
         return self._outcome(out)
 
     def wake_at(self) -> float | None:
-        times = [b.wake for b in self.books.values() if b.wake is not None]
-        return min(times) if times else None
+        soonest = None
+        for b in self.books.values():
+            if b.wake is not None and (soonest is None or b.wake < soonest):
+                soonest = b.wake
+        return soonest
 
     def views(self) -> tuple[BudgetView, ...]:
         return tuple(b.view() for b in self.books.values())
+
+    def positions(self, now: float) -> tuple[PermitQueued, ...]:
+        """Every waiting permit's place now (position, estimated wait, reason), changing nothing:
+        the shell tells a waiter anew when its position or reason moved."""
+        return tuple(q for b in self.books.values() if b.waiting for q in b.positions(now))
 
     def permit_owner(self, permit: PermitId) -> str | None:
         book = self.where.get(permit)
@@ -155,7 +181,7 @@ class Budgets:
             return self._refuse(
                 out, ev, R.UNKNOWN_BUDGET, f"unknown budget {ev.budget!r}: the policy's budgets are {names}"
             )
-        if self.policy.tenant(ev.tenant) is None:
+        if ev.tenant not in self.tenants:
             return self._refuse(out, ev, R.UNKNOWN_TENANT, f"tenant {ev.tenant!r} is not in the policy")
         cls = CLASS_OF[ev.qos]
         share = book.shares.get(ev.tenant)
@@ -176,6 +202,13 @@ class Budgets:
         p = Permit(ev.permit, ev.owner, share, cls, est, ev.estimate, est[book.unit], book.seq, now)
         book.enqueue(p)
         self.where[p.id] = book
+        mine = self.by_owner.get(ev.owner)
+        if mine is None:
+            self.by_owner[ev.owner] = [p.id]
+        else:
+            mine.append(p.id)
+            if len(mine) > 64 and len(mine) & (len(mine) - 1) == 0:  # at powers of two: amortized
+                mine[:] = [q for q in mine if q in self.where]
         book.serve(now, out)
         if p.granted_at is not None:
             return None
@@ -301,10 +334,29 @@ class Budgets:
         zero = Usage(0.0, 0.0, 0.0)
         book.seq += 1
         p = Permit(ev.permit, ev.owner, share, cls, zero.vector(), zero, 0.0, book.seq, now)
-        p.granted_at, p.borrowed = now, cls != G
+        p.granted_at, p.borrowed, p.counted = now, cls != G, cls != G
         book.permits[p.id] = p
         book.close(p, ev.usage.vector(), PermitEndReason.SETTLED, now, out)
         book.serve(now, out)
+
+    def _owner_gone(self, ev: OwnerGone, now: float, out: list[BudgetDecision]) -> None:
+        """Its waiting permits withdrawn, its open ones closed at their estimate (the call may
+        be in flight: charging the estimate is the side that cannot overrun the provider)."""
+        mine = self.by_owner.pop(ev.owner, [])
+        books = [b for b in self.books.values() if any(self.where.get(q) is b for q in mine)]
+        for book in books:
+            book.serve(now, out)  # to now first: a permit past its TTL expires as it would have
+        for pid in mine:
+            at = self.where.get(pid)
+            p = None if at is None else at.permits.get(pid)
+            if at is None or p is None or p.owner != ev.owner:
+                continue
+            if p.granted_at is None:
+                at.withdraw(p, now, out)
+            else:
+                at.close(p, p.estimate, PermitEndReason.SESSION_ENDED, now, out)
+        for book in books:
+            book.serve(now, out)  # a withdrawal may let those behind it through
 
     def _withdraw(self, ev: Withdraw, now: float, out: list[BudgetDecision]) -> None:
         p = self._open(ev.permit, ev.owner, True, now, out)
@@ -324,6 +376,7 @@ class Budgets:
         for book in self.books.values():
             book.serve(now, out)
         old_books, self.books, self.policy = self.books, {}, policy
+        self.tenants = frozenset(t.name for t in policy.tenants)
         for spec in policy.budgets:
             book = Book(spec, self._shares(policy, spec.name, now), self._half_life(policy), now)
             old = old_books.pop(spec.name, None)
@@ -333,6 +386,12 @@ class Budgets:
         for old in old_books.values():  # removed: its waiters are refused, its open permits dropped
             self._refuse_waiting(old.permits.values(), old, "its budget was removed from the policy", out)
         self.where = {pid: b for b in self.books.values() for pid in b.permits}
+        for owner in list(self.by_owner):
+            mine = [q for q in self.by_owner[owner] if q in self.where]
+            if mine:
+                self.by_owner[owner] = mine
+            else:
+                del self.by_owner[owner]
         for book in self.books.values():
             book.serve(now, out)
         return self._outcome(out)
@@ -343,6 +402,7 @@ class Budgets:
                 carry(old.shares[name], s)
         book.factor, book.blocked_until = old.factor, old.blocked_until
         book.last_decrease, book.next_recovery = old.last_decrease, old.next_recovery
+        book.throttled_at = old.throttled_at
         book.rescale()
         book.shared.last = old.shared.last
         book.shared.tokens = [min(t, c) for t, c in zip(old.shared.tokens, book.shared.cap, strict=True)]

@@ -10,8 +10,9 @@ buckets that enforce it (docs/design.md, "Token budgets"):
   never borrows past it;
 * the meters start full (they count a tenant's own rate, not the provider's tokens: the leaves
   and the shared bucket, which start empty, keep the provider's window);
-* its fair-share usage: the tokens it borrowed from the shared bucket, decayed with the policy's
-  usage half-life (spec.fairness), and the tokens of its open borrowing permits.
+* its fair-share usage: the tokens it borrowed in the shared tier (beyond its nominal, or
+  BestEffort), decayed with the policy's usage half-life (spec.fairness), and the tokens of its
+  open permits of that tier.
 """
 
 from __future__ import annotations

@@ -71,6 +71,9 @@ class LimitChangeReason(enum.StrEnum):
 class PermitEndReason(enum.StrEnum):
     SETTLED = "settled"
     EXPIRED = "expired"  # not settled within the budget's permitTTLSeconds: charged its estimate
+    # Its session ended (released, expired, withdrawn) before settling it: charged its estimate
+    # (the call may still be in flight at the provider; refunding it could overrun the window).
+    SESSION_ENDED = "session_ended"
     WITHDRAWN = "withdrawn"  # a waiting permit its caller (or its deadline) gave up
 
 
@@ -125,11 +128,19 @@ class Charge:
 
 
 @dataclass(frozen=True)
+class OwnerGone:
+    """The owner's session ended: its waiting permits are withdrawn, its open ones closed at
+    their estimate (PermitEndReason.SESSION_ENDED)."""
+
+    owner: str
+
+
+@dataclass(frozen=True)
 class BudgetTick:
     """Time passes: refills, TTLs, recovery, and the grants they allow."""
 
 
-BudgetEvent = PermitRequest | Settle | Withdraw | Charge | BudgetTick
+BudgetEvent = PermitRequest | Settle | Withdraw | Charge | OwnerGone | BudgetTick
 
 
 # ---------------------------------------------------------------- decisions

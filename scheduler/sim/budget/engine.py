@@ -17,11 +17,12 @@ import heapq
 import itertools
 import random
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from scheduler.core.types import QoS
+from scheduler.core.views import BudgetFeed
 from scheduler.sim.budget.pool import PoolConfig, SlotGate, budget_cap
 from scheduler.sim.budget.provider import Buckets, Provider, cost
 from scheduler.sim.budget.setup import BudgetSetup, Vec
@@ -127,7 +128,7 @@ class BudgetSim:
         self.rec = Record()
         self.dim = setup.dim
         # Tokens accepted in the trailing minute, and holders sampled (the autoscaler's cap).
-        self.recent: deque[tuple[float, float]] = deque()
+        self.recent: deque[tuple[float, Vec]] = deque()
         self.holding: deque[tuple[float, int]] = deque()
         self.g_leaf: dict[str, Buckets] = {}
         for p in plans:
@@ -263,7 +264,7 @@ class BudgetSim:
             self.limiter.throttled(c, retry, now)
             return
         c.accepted = now
-        self.recent.append((now, c.used[self.dim]))
+        self.recent.append((now, c.used))
         self.at(now + c.call.api_s, _DONE, c)
 
     def retry_at(self, c: CallRun, t: float) -> None:
@@ -310,10 +311,16 @@ class BudgetSim:
         while self.holding and self.holding[0][0] <= now - 60.0:
             self.holding.popleft()
         held = sum(h for _, h in self.holding) / len(self.holding)
-        per_session = sum(x for _, x in self.recent) / held if held > 0 else 0.0
         effective = self.limiter.effective_per_min()
         if self.cfg.autoscale:
-            cap = budget_cap(effective, per_session, self.cfg.slots_per_worker)
+            # The server's feed: every dimension the budget limits, the effective limit the same
+            # fraction of the configured one in each, and what a held slot's session was charged.
+            per_session = tuple(
+                sum(u[d] for _, u in self.recent) / held if held > 0 else 0.0 for d in range(4)
+            )
+            scale = effective / (self.setup.limits[self.dim] or 1.0)
+            feed = BudgetFeed(self.setup.name, _vec(x * scale for x in self.setup.limits), _vec(per_session))
+            cap = budget_cap(feed, self.cfg.slots_per_worker)
             ready_at = self.pool.scale(now, cap)
             if ready_at is not None:
                 self.at(ready_at, _WORKERS, None)
@@ -322,6 +329,11 @@ class BudgetSim:
             self.pool._pay(now)
         self.rec.workers.append((now, self.pool.paid(), self.pool.held))
         self.rec.limits.append((now, effective))
+
+
+def _vec(xs: Iterable[float]) -> Vec:
+    a, b, c, d = xs
+    return (a, b, c, d)
 
 
 def time_alone(s: SessionRun) -> float:

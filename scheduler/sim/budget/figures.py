@@ -160,6 +160,25 @@ def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(x, nd)
 
 
+def cap_json(capped: BudgetFigures, nocap: BudgetFigures) -> dict[str, Any]:
+    """`--json`'s `budget_cap`: slotsched's autoscaler with its budget cap and without, side by
+    side (worker-seconds, and the session completion stretch of all classes)."""
+
+    def one(f: BudgetFigures) -> dict[str, Any]:
+        v = f.stretches["all"]
+        return {
+            "contender": f.name,
+            "worker_seconds": round(f.worker_seconds, 1),
+            "stretch": {
+                "mean": _r(sum(v) / len(v) if v else None, 3),
+                "p90": _r(percentile(v, 90) if v else None, 3),
+            },
+            "finished": f.finished,
+        }
+
+    return {"with_cap": one(capped), "without_cap": one(nocap)}
+
+
 def budget_json(f: BudgetFigures) -> dict[str, Any]:
     """The `budget` entry of a contender in `simulate --compare --json`."""
     ttp: dict[str, Any] = {k: waits_json(f.waits[k]) for k in CLASS_KEYS}
@@ -174,7 +193,11 @@ def budget_json(f: BudgetFigures) -> dict[str, Any]:
         "attainment": {t: _r(v) for t, v in sorted(f.attainment.items())},
         "time_to_permit": ttp,
         "stretch": {
-            k: {"p50": _r(percentile(v, 50) if v else None, 3), "mean": _r(sum(v) / len(v) if v else None, 3)}
+            k: {
+                "p50": _r(percentile(v, 50) if v else None, 3),
+                "mean": _r(sum(v) / len(v) if v else None, 3),
+                "p90": _r(percentile(v, 90) if v else None, 3),
+            }
             for k, v in st.items()
         },
         "worker_seconds": round(f.worker_seconds, 1),

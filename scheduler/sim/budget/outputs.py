@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.policy.model import Policy
-from scheduler.sim.budget.figures import budget_json
+from scheduler.sim.budget.figures import budget_json, cap_json
 from scheduler.sim.budget.report import render_section
-from scheduler.sim.budget.run import BudgetResult, has_budget_run, run_budgets
+from scheduler.sim.budget.run import SLOTSCHED, BudgetResult, has_budget_run, run_budgets
 from scheduler.sim.budget.setup import setup_of
 from scheduler.sim.workload import SessionPlan
 from snapshots.extras import MissingExtra
@@ -27,8 +27,9 @@ def budget_compare(
     doc: dict[str, Any],
 ) -> list[BudgetResult]:
     """Run the budget contenders when the workload carries calls and the policy a budget; append
-    their section to `report` and their `budget` entries to `doc["policies"]` (a slot contender of
-    the same name gets it in its entry). Nothing when there is no budget run."""
+    their section to `report`, their `budget` entries to `doc["policies"]` (a slot contender of
+    the same name gets it in its entry), and slotsched's autoscaler with and without its budget
+    cap side by side to `doc["budget_cap"]`. Nothing when there is no budget run."""
     if not has_budget_run(policy, plans):
         return []
     fraction = getattr(args, "provider_limit", None) or 1.0
@@ -53,4 +54,9 @@ def budget_compare(
     policies = doc.setdefault("policies", {})
     for r in results:
         policies.setdefault(r.name, {})["budget"] = budget_json(r.figures)
+    mine = [r for r in results if r.autoscaler and r.contender.name == SLOTSCHED]
+    capped = next((r.figures for r in mine if r.capped), None)
+    nocap = next((r.figures for r in mine if not r.capped), None)
+    if capped is not None and nocap is not None:
+        doc["budget_cap"] = cap_json(capped, nocap)
     return results

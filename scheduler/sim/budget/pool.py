@@ -7,9 +7,11 @@ slots are scheduled; this one measures how tokens are, so every budget contender
 plain slot gate and the same autoscaler, and only the token limiter differs. The autoscaler is
 the HPA shape slotsched's uses (desired = ceil(demand / slots per worker) within min and max,
 scale up at once after a start delay, scale down to the highest desired of the stabilization
-window, draining workers before removal); with `cap` it also applies slotsched's budget cap:
-desired workers at most the budget's effective rate ÷ the observed tokens per minute of an active
-session (more workers than the budget can feed hold idle warm slots).
+window, draining workers before removal); with `cap` it also applies slotsched's budget cap, the
+server autoscaler's own (`slots.autoscaler.decision.budget_cap`, reason `budget`): a scale-up
+stops at the workers the budget's effective rate can feed, ÷ the observed rate of an active
+session (more would hold idle warm slots), never below the ready workers or min_workers (a budget
+is not demand: the cap adds no worker and drains none).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
+
+from scheduler.core.views import BudgetFeed
+from slots.autoscaler import decision
 
 STARTING, READY, DRAINING, GONE = range(4)
 
@@ -40,12 +45,22 @@ class PoolConfig:
         return max(self.workers, self.max_workers or self.workers)
 
 
-def budget_cap(effective_per_min: float, per_session_per_min: float, slots_per_worker: int) -> int | None:
-    """Workers the budget can feed: its effective rate over an active session's observed rate,
-    in workers (None: no rate observed yet, no cap)."""
-    if per_session_per_min <= 0 or effective_per_min <= 0:
-        return None
-    return max(1, math.ceil(effective_per_min / per_session_per_min / slots_per_worker))
+def budget_cap(feed: BudgetFeed, slots_per_worker: int) -> int | None:
+    """Workers the budget can feed (None: no rate observed yet, no cap): the server autoscaler's
+    very rule, asked through its pure decision's input."""
+    return decision.budget_cap(
+        decision.ScaleInput(
+            now=0.0,
+            workers=(),
+            slots_per_worker=slots_per_worker,
+            busy_by_class={},
+            pending_by_class={},
+            oldest_wait_by_class={},
+            floor_slots=0,
+            mean_hold_s=0.0,
+            budgets=(feed,),
+        )
+    )
 
 
 @dataclass
@@ -122,12 +137,12 @@ class SlotGate:
         c = self.cfg
         demand = self.held + len(self.waiting)
         desired = min(c.ceiling, max(c.min_workers, math.ceil(demand / c.slots_per_worker)))
-        if c.cap and cap is not None:
-            desired = max(c.min_workers, min(desired, cap))
+        active = [w for w in self.workers if w.state in (STARTING, READY)]
+        if c.cap and cap is not None:  # decide's step 4b: bounds a scale-up, drains nothing
+            desired = min(desired, max(len(active), c.min_workers, cap))
         self.desired_log.append((now, desired))
         while self.desired_log and self.desired_log[0][0] < now - c.stabilization_s:
             self.desired_log.popleft()
-        active = [w for w in self.workers if w.state in (STARTING, READY)]
         if desired > len(active):
             more = desired - len(active)
             for w in self.workers:  # a draining worker is the cheapest to bring back

@@ -23,7 +23,7 @@ COLUMNS = (
     "B p99 (s)",
     "BE p99 (s)",
     "attainment min",
-    "stretch p50 / mean",
+    "stretch p50 / mean / p90",
     "worker-s",
     "sessions done",
 )
@@ -38,6 +38,11 @@ def _stretch(f: BudgetFigures) -> tuple[float | None, float | None]:
     return (percentile(v, 50), sum(v) / len(v)) if v else (None, None)
 
 
+def _p90(f: BudgetFigures) -> float | None:
+    v = f.stretches["all"]
+    return percentile(v, 90) if v else None
+
+
 def row(f: BudgetFigures) -> str:
     g = f.waits["guaranteed"]
     p50, mean = _stretch(f)
@@ -50,7 +55,7 @@ def row(f: BudgetFigures) -> str:
         _s(f.p99("burstable")),
         _s(f.p99("besteffort")),
         _s(f.attainment_min, 2),
-        f"{_s(p50, 2)} / {_s(mean, 2)}",
+        f"{_s(p50, 2)} / {_s(mean, 2)} / {_s(_p90(f), 2)}",
         f"{f.worker_seconds:,.0f}",
         f"{f.finished}/{f.sessions}",
     )
@@ -60,7 +65,8 @@ def row(f: BudgetFigures) -> str:
 def checks(results: Sequence[BudgetResult], autoscaler: bool) -> list[str]:
     """The issue's figures for slotsched in one group, each with its numbers and a verdict."""
     group = [r for r in results if r.autoscaler == autoscaler]
-    me = next((r.figures for r in group if r.contender.name == SLOTSCHED), None)
+    me = next((r.figures for r in group if r.contender.name == SLOTSCHED and r.capped), None)
+    nocap = next((r.figures for r in group if not r.capped), None)
     if me is None:
         return []
     others = [r for r in group if r.contender.name != SLOTSCHED]
@@ -108,7 +114,28 @@ def checks(results: Sequence[BudgetResult], autoscaler: bool) -> list[str]:
             f"- with the budget cap: {me.worker_seconds:,.0f} worker-s, stretch mean {_s(mean, 2)} "
             f"({rivals}); no more worker-seconds than any: {ok(least)}"
         )
+    if nocap is not None:
+        (_, mean), (_, mean_off) = _stretch(me), _stretch(nocap)
+        p90, p90_off = _p90(me), _p90(nocap)
+        fewer = me.worker_seconds <= nocap.worker_seconds
+        same = _no_worse(mean, mean_off) and _no_worse(p90, p90_off)
+        lines.append(
+            f"- the budget cap against none ({nocap.name}): worker-s {me.worker_seconds:,.0f} vs "
+            f"{nocap.worker_seconds:,.0f}, stretch mean {_s(mean, 2)} vs {_s(mean_off, 2)}, p90 "
+            f"{_s(p90, 2)} vs {_s(p90_off, 2)}, sessions done {me.finished} vs {nocap.finished} — no more "
+            f"worker-seconds: {ok(fewer)}; the same stretch or better (within {STRETCH_TOLERANCE:.0%}): "
+            f"{ok(same and me.finished >= nocap.finished)}"
+        )
     return lines
+
+
+# Stretch is a ratio of times, noisy in the second decimal from one pool size to the next: "the
+# same" allows this much above the cap-less run's.
+STRETCH_TOLERANCE = 0.02
+
+
+def _no_worse(mine: float | None, theirs: float | None) -> bool:
+    return mine is not None and (theirs is None or mine <= theirs * (1 + STRETCH_TOLERANCE))
 
 
 def render_section(results: Sequence[BudgetResult], setup: BudgetSetup, images: Sequence[str]) -> str:
@@ -144,7 +171,8 @@ def render_section(results: Sequence[BudgetResult], setup: BudgetSetup, images: 
         "",
         *notes,
         f"- `{AUTOSCALER}`: the same limiter with the autoscaler "
-        "(slotsched's also caps workers by what the budget can feed).",
+        "(slotsched's also caps workers by what the budget can feed; "
+        "`slotsched+autoscaler-nocap` is slotsched without that cap).",
         "",
     ]
     return "\n".join(out)

@@ -5,7 +5,9 @@ policy a budget).
 Every contender sees the configured limit (what the platform believes); the provider enforces the
 real one (`--provider-limit`, its fraction of the configured). slotsched drives its budget core
 (`slotsched.py`); with the autoscaler it also caps the pool by what the budget can feed
-(`pool.budget_cap`); the others' autoscaler does not know the budget.
+(`pool.budget_cap`, the server autoscaler's cap); the others' autoscaler does not know the budget.
+One more run, `slotsched+autoscaler-nocap`, is slotsched's budgets with the autoscaler but without
+the cap: what the cap saves in worker-seconds, and what it costs in session completion stretch.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from scheduler.sim.workload import SessionPlan
 
 SLOTSCHED = "slotsched"
 AUTOSCALER = "+autoscaler"
+NOCAP = "-nocap"  # slotsched with the autoscaler, its budget cap off
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class BudgetResult:
     contender: BudgetContender
     autoscaler: bool
     figures: BudgetFigures
+    capped: bool = True  # False: slotsched's autoscaler without its budget cap (NOCAP)
 
 
 def pool_config(policy: Policy, autoscale: bool, cap: bool, workers: int | None = None) -> PoolConfig:
@@ -97,11 +101,14 @@ def run_one(
     until_s: float | None,
     seed: int = 0,
     pool: PoolConfig | None = None,
+    cap: bool = True,
 ) -> BudgetFigures:
+    """`cap`: slotsched's autoscaler applies its budget cap (False: the NOCAP run)."""
     limiter = c.make(policy, setup.name)
-    cfg = pool or pool_config(policy, autoscale, cap=autoscale and c.name == SLOTSCHED)
+    capped = cap and autoscale and c.name == SLOTSCHED
+    cfg = pool or pool_config(policy, autoscale, cap=capped)
     rec = BudgetSim(plans, setup, limiter, cfg, until_s, seed).run()
-    name = c.name + (AUTOSCALER if autoscale else "")
+    name = c.name + (AUTOSCALER if autoscale else "") + ("" if cap or not autoscale else NOCAP)
     f = budget_figures(name, rec, setup)
     if isinstance(limiter, Slotsched):
         f.limit_changes = len(limiter.limit_changes)
@@ -131,4 +138,10 @@ def run_budgets(
             out.append(
                 BudgetResult(name, c, autoscale, run_one(c, policy, plans, setup, autoscale, until_s, seed))
             )
+    me = next(c for c in ROSTER if c.name == SLOTSCHED)
+    name = SLOTSCHED + AUTOSCALER + NOCAP
+    if progress:
+        progress(name)
+    f = run_one(me, policy, plans, setup, True, until_s, seed, cap=False)
+    out.append(BudgetResult(name, me, True, f, capped=False))
     return out
