@@ -10,7 +10,8 @@ the hash tag `{PREFIX:POOL}`: each pool's leader lease, fencing term, journal an
 one slot, so pools spread over the shards). Each unit's replica is exactly the single-leader
 replica: nothing is told before it is durable, a paused old leader can append nothing (fenced),
 a take-over applies `Resumed(since)`; the pool's successor (named in the owners table) follows its
-journal as a hot standby, and every other replica holds nothing of it (`may_follow`). What decides who *tries* to lead a pool is `Ownership` (scheduler/state/ownership.py):
+journal as a hot standby, and every other replica holds nothing of it (`may_follow`). What
+decides who *tries* to lead a pool is `Ownership` (scheduler/state/ownership.py):
 a membership of replicas in the store and an owners table spreading the pools evenly
 (scheduler/state/pool_owners.py); a replica campaigns only for its pools and hands over a pool
 the table gives another (docs/design.md, "Pools across replicas").
