@@ -40,8 +40,11 @@ The journal path: every Acquire/Release reply waits for its batch's append, so w
 scheduler/state/resp.py (a lean RESP client: EVALSHA of the fenced script, EVAL when the server
 lost it, `WAIT` pipelined behind it): p50 0.14–0.15 ms on loopback, 0.21–0.23 through redis-py.
 Its failures are redis-py's exception types, turned into the seam's like every other call's;
-it reconnects on next use. `rediss://` (TLS), Sentinel (the primary moves: redis-py asks the
-sentinels at every reconnection) and Cluster (slot routing) keep redis-py's append, as does every other call.
+it reconnects on next use. A standby's tail (XREAD BLOCK and the snapshot's id) has a second such
+connection: redis-py parses a reply a line at a time, each an await, which was most of a
+follower's CPU (bench/scaleout.py). `rediss://` (TLS), Sentinel (the primary moves: redis-py asks
+the sentinels at every reconnection) and Cluster (slot routing) keep redis-py for both, as does
+every other call.
 """
 
 from __future__ import annotations
