@@ -3,7 +3,9 @@ used to give up when its next backoff sleep would pass the deadline (1 / 3 s gav
 1.5 s) while its message named a time it had not waited; now the last sleep ends at the deadline,
 one more attempt follows, and the message says how long it really tried.
 
-Bounds are generous (within 2x): what is checked is that it does not give up early.
+Bounds are generous (within 2x): what is checked is that it does not give up early. The upper
+bounds are on the time the SDK says it tried (its own record), the wall clock only bounds it from
+below: a busy machine stretches the test's clock, never the time the message names.
 """
 
 from __future__ import annotations
@@ -44,10 +46,12 @@ def test_a_refused_address_is_tried_for_the_whole_connect_timeout(timeout_s: flo
             return time.monotonic() - t0, ei.value
 
     took, err = asyncio.run(body())
-    assert timeout_s <= took < 2 * timeout_s, took
+    assert timeout_s <= took, took
     reported = _tried_for(err)
-    # The time it names is the time it tried (one decimal), not a rounded-down fraction of it.
-    assert reported >= timeout_s - 0.05 and abs(reported - took) < 0.3, (reported, took)
+    # The time it names is the time it tried (one decimal), not a rounded-down fraction of it,
+    # nor a time it did not wait.
+    assert timeout_s - 0.05 <= reported <= took + 0.05, (reported, took)
+    assert reported < 2 * timeout_s, reported
     assert "could not connect" in str(err) and target in str(err)
 
 
@@ -68,8 +72,8 @@ def test_a_silent_listener_is_waited_on_until_the_deadline_too() -> None:
                 with pytest.raises(Unavailable) as ei:
                     await client.session("mute", QoS.BURSTABLE).wait_granted(10)
                 took = time.monotonic() - t0
-                assert 1.5 <= took < 3.0, took
-                assert _tried_for(ei.value) >= 1.45
+                assert took >= 1.5, took
+                assert 1.45 <= _tried_for(ei.value) < 3.0, _tried_for(ei.value)
         finally:
             for w in held:
                 w.transport.abort()
@@ -85,5 +89,5 @@ def test_the_blocking_client_waits_the_whole_connect_timeout() -> None:
         with pytest.raises(Unavailable) as ei, client.session("never", QoS.BURSTABLE):
             pass
         took = time.monotonic() - t0
-    assert 2.0 <= took < 4.0, took
-    assert _tried_for(ei.value) >= 1.95
+    assert took >= 2.0, took
+    assert 1.95 <= _tried_for(ei.value) < 4.0, _tried_for(ei.value)

@@ -6,7 +6,10 @@ freeze all complete on the standby soon after it serves (keepalive's ping timeou
 silence bound), well before the 12 s freeze ends.
 
 The bound asserted is generous (4 s after the standby serves, twice the "about two seconds"
-asked); bench/frozen_leader.py measures it.
+asked); bench/frozen_leader.py measures it. The freeze itself is long (30 s; SIGCONT follows as
+soon as the client is done), so that on a busy machine the standby's take-over is not raced
+against the old leader waking: what is asserted is that the client is done on the standby
+before that, within the bound after the standby serves.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from tests.grpc_fixtures import TOKENS, policy_yaml, write_policy
 from tests.test_state_redis import NOT_SERVING, REDIS_BIN, SERVING, RedisProc, Sched
 
 ACME = TOKENS["acme"]
-FREEZE_S = 12.0
+FREEZE_S = 30.0
 AFTER_SERVING_S = 4.0
 
 pytestmark = pytest.mark.skipif(
@@ -59,7 +62,9 @@ def test_a_frozen_leaders_client_carries_on_against_the_standby(multiplex: bool)
                         release = asyncio.create_task(leaving.release())
                         fresh = client.session("fresh", QoS.BURSTABLE)
                         granted = asyncio.create_task(fresh.wait_granted(FREEZE_S))
-                        while b.health() != SERVING:
+                        # Polled in a thread: a blocking Check on this loop would stall the SDK
+                        # (its keepalive, its re-attach) for up to a second at each poll.
+                        while await asyncio.to_thread(b.health) != SERVING:
                             assert time.monotonic() - frozen < FREEZE_S - AFTER_SERVING_S, (
                                 "standby never served"
                             )

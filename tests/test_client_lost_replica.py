@@ -119,11 +119,11 @@ def test_a_replica_that_answers_nothing_is_left_for_the_next(monkeypatch: pytest
             mute_server, mute_target, mute = await _mute_server()
             try:
                 async with AsyncClient(
-                    [mute_target, real.target], token=ACME, connect_timeout_s=20, rpc_timeout_s=20
+                    [mute_target, real.target], token=ACME, connect_timeout_s=60, rpc_timeout_s=60
                 ) as client:
                     t0 = time.monotonic()
                     s = client.session("s", QoS.BURSTABLE)
-                    await s.wait_granted(15)
+                    await s.wait_granted(60)
                     took_acquire = time.monotonic() - t0
                     assert client.leader == real.target and mute.calls >= 1
                     client._follower.current = mute_target  # as if the mute one led again
@@ -133,8 +133,9 @@ def test_a_replica_that_answers_nothing_is_left_for_the_next(monkeypatch: pytest
                     took_get = time.monotonic() - t0
                     assert info.phase is Phase.HOLDING and client.leader == real.target
                     await s.release()
-                # Left after the 1 s bound (generously: within 3x), far before the 20 s timeouts.
-                assert took_acquire < 3.0 and took_get < 3.0, (took_acquire, took_get)
+                # Left after the 1 s bound, far before the 60 s timeouts (generously: a busy
+                # machine stretches the wall clock; the 1 s bound itself is the SDK's timer).
+                assert took_acquire < 20.0 and took_get < 20.0, (took_acquire, took_get)
             finally:
                 await mute_server.stop(None)
 
@@ -149,11 +150,12 @@ def test_a_channel_refused_not_leader_is_left_for_the_leader_it_names() -> None:
         async def body() -> None:
             old_server, old_target, old = await _mute_server(leader=real.target)
             try:
-                async with AsyncClient([old_target, real.target], token=ACME, connect_timeout_s=20) as client:
+                async with AsyncClient([old_target, real.target], token=ACME, connect_timeout_s=60) as client:
                     t0 = time.monotonic()
                     s = client.session("s", QoS.BURSTABLE)
-                    await s.wait_granted(15)
-                    assert time.monotonic() - t0 < 3.0 and old.calls == 1
+                    await s.wait_granted(60)
+                    # At once, not after connect_timeout_s (generous: a busy machine).
+                    assert time.monotonic() - t0 < 20.0 and old.calls == 1
                     assert client.leader == real.target
                     await s.release()
             finally:

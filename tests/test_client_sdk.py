@@ -609,7 +609,7 @@ def test_a_dead_address_fails_soon_saying_it_could_not_connect(caplog: pytest.Lo
                 async with client.session("never", QoS.BURSTABLE):
                     raise AssertionError("granted by nobody")
             took = time.monotonic() - t0
-            assert took < 4.0, took
+            assert took < 10.0, took  # connect_timeout_s, not reattach_timeout_s (generous: a busy machine)
             message = str(ei.value)
             assert "could not connect" in message and target in message, message
             assert "re-attach" not in message
@@ -638,8 +638,8 @@ def test_a_silent_address_does_not_hang_the_first_attach() -> None:
             async with AsyncClient(target, token=ACME, connect_timeout_s=1.0) as client:
                 t0 = time.monotonic()
                 with pytest.raises(Unavailable, match="could not connect") as ei:
-                    await client.session("mute", QoS.BURSTABLE).wait_granted(10)
-                assert time.monotonic() - t0 < 4.0 and target in str(ei.value)
+                    await client.session("mute", QoS.BURSTABLE).wait_granted(30)
+                assert time.monotonic() - t0 < 10.0 and target in str(ei.value)  # generous: a busy machine
         finally:
             for w in held:
                 w.transport.abort()
@@ -654,7 +654,7 @@ def test_sync_client_against_a_dead_address_fails_soon() -> None:
         t0 = time.monotonic()
         with pytest.raises(Unavailable, match="could not connect"), client.session("never", QoS.BURSTABLE):
             pass
-        assert time.monotonic() - t0 < 4.0
+        assert time.monotonic() - t0 < 10.0  # connect_timeout_s (1 s), generous: a busy machine
 
 
 def test_sync_client_basic_flow() -> None:

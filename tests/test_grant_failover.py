@@ -40,7 +40,13 @@ SECRETS = {kid: base64.b64encode(os.urandom(32)).decode() for kid in ("k1", "k2"
 KEY_FILES = {"a": ["k1"], "b": ["k1"], "c": ["k2", "k1"], "d": ["k2"]}
 
 
-async def _until(cond: Callable[[], bool], what: str, timeout: float = 15) -> None:
+#: Each failover here waits for the crashed leader's lease to lapse, so the TTL is the test's
+#: pace; at 1 s (a Redis call bounded by a third of it) a loop stalled on a busy machine lost the
+#: lease to the standby before any crash, and the first Acquire was refused (ERR NOTLEADER).
+LEADER_TTL_S = 3.0
+
+
+async def _until(cond: Callable[[], bool], what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, what
@@ -58,7 +64,7 @@ def test_a_failover_keeps_every_grant_and_a_rotation_reaches_the_worker(tmp_path
             paths[name].write_text("".join(f"{k}:{SECRETS[k]}\n" for k in kids))
 
         async def replica(name: str) -> RunningServer:
-            state = StateOptions(state=r.url, replica_id=name, leader_ttl_s=1.0)
+            state = StateOptions(state=r.url, replica_id=name, leader_ttl_s=LEADER_TTL_S)
             return await start_server(
                 policy, listens[name], None, False, state=state, heartbeat_interval_s=60,
                 grant_keys=GrantKeyring.load(str(paths[name])),  # each replica reads its own file

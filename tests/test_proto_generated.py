@@ -111,6 +111,8 @@ def test_services_and_rpcs() -> None:
         "RequestPermit": (False, False),
         "SettlePermit": (False, False),
         "Channel": (True, True),
+        "RequestPermit": (False, False),
+        "SettlePermit": (False, False),
     }
     assert set(methods(workers_pb2, "Workers")) == {"Register", "Heartbeat", "Drain", "Deregister"}
     assert set(methods(admin_pb2, "Admin")) == {

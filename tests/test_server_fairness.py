@@ -10,6 +10,7 @@ started in fair order; a flow past its queue bound is refused RATE_LIMITED namin
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import statistics
 import time
@@ -436,7 +437,7 @@ def test_refused_commands_leave_no_garbage_cycles(renewals: dict[str, int], what
     n = 200
     with running_server(yaml.safe_dump(doc, sort_keys=False)) as server:
 
-        async def go() -> tuple[int, pb.ChannelEvent]:
+        async def go() -> tuple[pb.ChannelEvent, list[tuple[int, collections.Counter[str]]]]:
             ch = _raw(server.target, (("authorization", f"Bearer {TOKENS['acme']}"),))
 
             def renews(base: int) -> list[pb.ChannelCommand]:
@@ -445,20 +446,33 @@ def test_refused_commands_leave_no_garbage_cycles(renewals: dict[str, int], what
 
             await ch.send(*renews(0))  # the first message: connection, caches, buckets warm
             await ch.answer(n - 1)
-            gc.collect()
-            gc.disable()
-            try:
-                await ch.send(*renews(1000))
-                last = await ch.answer(1000 + n - 1)
-                found = gc.collect()
-            finally:
-                gc.enable()
+            windows = []
+            for base in (1000, 2000, 3000):
+                gc.collect()
+                gc.disable()
+                gc.set_debug(gc.DEBUG_SAVEALL)  # keep what it finds, to name it
+                try:
+                    await ch.send(*renews(base))
+                    last = await ch.answer(base + n - 1)
+                    found = gc.collect()
+                    windows.append((found, collections.Counter(type(o).__qualname__ for o in gc.garbage)))
+                finally:
+                    gc.set_debug(0)
+                    gc.garbage.clear()
+                    gc.enable()
             await ch.grpc_channel.close(None)
-            return found, last
+            return last, windows
 
-        found, last = asyncio.run(go())
+        last, windows = asyncio.run(go())
     assert last.HasField("error"), last  # refused indeed: the test is about refusals
-    assert found < n // 2, f"{found} unreachable objects after {n} commands {what}"
+    # The collector is the process's: a window may also catch a one-off batch of another origin
+    # (on a busy machine, an earlier test's server released late by grpc's threads: its core,
+    # metrics, policy). A cycle per command is in every window, so the cleanest one is judged.
+    found, kinds = min(windows, key=lambda w: w[0])
+    assert found < n // 2, (
+        f"{found} unreachable objects after {n} commands {what}: {kinds.most_common(12)} "
+        f"(the three windows found {[w[0] for w in windows]})"
+    )
 
 
 def test_message_permits_bound_a_flows_messages_in_progress_and_pass_on_in_order() -> None:

@@ -392,7 +392,7 @@ _SERVE = textwrap.dedent(
     """
     import asyncio, sys
     from scheduler.serve import serve_forever
-    sys.exit(asyncio.run(serve_forever(sys.argv[1], "127.0.0.1:0", "127.0.0.1:0", grace_s=2.0)))
+    sys.exit(asyncio.run(serve_forever(sys.argv[1], "127.0.0.1:0", "127.0.0.1:0", grace_s=10.0)))
     """
 )
 
@@ -424,8 +424,8 @@ def test_sigterm_ends_streams_cleanly_and_exits_zero(tmp_path: Path) -> None:
         code, details, took = asyncio.run(go())
         # Ended by the server with a status (not a broken connection): re-attach elsewhere.
         assert code == grpc.StatusCode.UNAVAILABLE and "shutting down" in details
-        assert took < 3
-        assert proc.wait(timeout=5) == 0
+        assert took < 10  # within the grace (long: a busy machine is slow to stop a process)
+        assert proc.wait(timeout=30) == 0
         rest = proc.stdout.read()
         assert "shutting down" in rest and "stopped" in rest
     finally:

@@ -185,8 +185,17 @@ def test_a_malformed_format_3_snapshot_is_refused_with_what_is_wrong() -> None:
     doc = json.loads(state_write.state_bytes(state))
     bad = json.loads(json.dumps(doc))
     bad["core"]["requests"][0] = bad["core"]["requests"][0][:-1]
-    with pytest.raises(state_write.StateSnapshotError, match="every request row must have 9 columns"):
+    with pytest.raises(state_write.StateSnapshotError, match="every request row must have 10 columns"):
         state_read.read_state(json.dumps(bad).encode())
+    # A previous build's document (9 request columns, no `revoked`) is read, and a short row of
+    # it is refused too: the document's columns say which build wrote it, not a row's length.
+    old = json.loads(json.dumps(doc))
+    old["core"]["request_fields"] = old["core"]["request_fields"][:-1]
+    old["core"]["requests"] = [row[:-1] for row in old["core"]["requests"]]
+    state_read.read_state(json.dumps(old).encode())
+    old["core"]["requests"][0] = old["core"]["requests"][0][:-1]
+    with pytest.raises(state_write.StateSnapshotError, match="every request row must have 9 columns"):
+        state_read.read_state(json.dumps(old).encode())
     bad = json.loads(json.dumps(doc))
     bad["core"]["request_fields"].reverse()
     with pytest.raises(state_write.StateSnapshotError, match="not the columns of format 2"):

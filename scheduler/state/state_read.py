@@ -304,7 +304,7 @@ def _records_v2(doc: Doc) -> CoreRecords:
         epochs=tuple((SlotId(w, int(i)), int(e)) for w, i, e in doc["epochs"]),
         free_slots=tuple((int(seq), int(index), wid) for seq, index, wid in doc["free_slots"]),
         leases=_leases_v2(doc["leases"]),
-        requests=_requests_v2(doc["requests"]),
+        requests=_requests_v2(doc["requests"], columns[1]),
         expiries=_timers(timers["expiries"]),
         yield_deadlines=_timers(timers["yield_deadlines"]),
         maturing=_timers(timers["maturing"]),
@@ -385,12 +385,13 @@ def _leases_v2(rows: list[list[Any]]) -> tuple[LeaseRecord, ...]:
 _REQUEST_FIELDS_0 = REQUEST_FIELDS[:-1]
 
 
-def _requests_v2(rows: list[list[Any]]) -> tuple[RequestRecord, ...]:
-    if rows and len(rows[0]) == len(_REQUEST_FIELDS_0):
-        rows = [[*row, None] for row in rows]
-    s, tenant, qos, arrival, seq, enqueued_at, ref, earmark, tier, revoked = _columns(
-        rows, len(REQUEST_FIELDS), "request"
-    )
+def _requests_v2(rows: list[list[Any]], fields: tuple[str, ...]) -> tuple[RequestRecord, ...]:
+    # The document's own columns say which build wrote it (not a row's length: a row short of
+    # one column is malformed, not an older build's).
+    read = _columns(rows, len(fields), "request")
+    if fields == _REQUEST_FIELDS_0:
+        read = (*read, (None,) * len(read[0]))
+    s, tenant, qos, arrival, seq, enqueued_at, ref, earmark, tier, revoked = read
     _check_types(s, {str}, "a request's session")
     _check_types(tenant, {str}, "a request's tenant")
     _check_types(earmark, {str, type(None)}, "a request's earmark")
