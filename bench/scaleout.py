@@ -221,12 +221,19 @@ def split(
 
 
 async def one_n(
-    n: int, args: argparse.Namespace, root: str, state: str, pools: list[str], fig: dict[str, Any]
+    n: int,
+    args: argparse.Namespace,
+    root: str,
+    state: str,
+    pools: list[str],
+    fig: dict[str, Any],
+    running: list[Replica],
 ) -> dict[str, Any]:
     policy, keys = os.path.join(root, "policy.yaml"), os.path.join(root, "grant-keys")
     reps = [Replica(f"n{n}r{i}", root, policy, state, keys, prefix=f"scale{n}") for i in range(n)]
     net = Net([r.target for r in reps])
     out: dict[str, Any] = {"replicas": reps, "net": net, "state": state, "prefix": f"scale{n}"}
+    running += reps  # stopped by the caller whatever happens
     for r in reps:
         r.spawn()
     await asyncio.gather(*(r.wait_listening() for r in reps))
@@ -412,8 +419,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
         try:
             last: dict[str, Any] = {}
             for n in ns:
-                last = await one_n(n, args, root, state, pools, fig)
-                running += last["replicas"]
+                last = await one_n(n, args, root, state, pools, fig, running)
                 if n != max(ns):
                     stop_all([r.proc for r in last["replicas"] if r.proc is not None], grace_s=5)
                     await last["net"].close()
