@@ -143,3 +143,36 @@ def test_a_tenant_without_quota_in_the_pool_is_refused_naming_pool_and_class() -
         assert e.value.code is grpc.StatusCode.PERMISSION_DENIED and "gpu" in e.value.message
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("case", "cold", "code"),
+    [
+        # Every pool held here (led or followed): an unknown session is NOT_FOUND, as ever.
+        ("all held", set(), grpc.StatusCode.NOT_FOUND),
+        # A pool held cold (neither owner nor successor): the session may live there.
+        ("one cold", {"gpu"}, grpc.StatusCode.UNAVAILABLE),
+    ],
+)
+def test_a_session_unknown_here_is_not_found_only_if_every_pool_is_held(
+    case: str, cold: set[str], code: grpc.StatusCode
+) -> None:
+    async def main() -> None:
+        routes, _ = await _routes(led={"cpu-a"})  # the others followed hot, or held cold
+        for name in cold:
+            routes.units[name].hot = lambda: False
+        if not cold:  # NOT_FOUND comes from the unit led here, as before
+            assert routes.for_session("acme", "nobody").pool == "cpu-a"  # led here: it says NOT_FOUND
+            return
+        failure = _failure(lambda: routes.for_session("acme", "nobody"))
+        assert failure.code is code and failure.reason == errors.NOT_LEADER, case
+        assert "holds 2 of 3 pools" in failure.message
+        worker = _failure(lambda: routes.for_worker("w-unknown"))
+        assert worker.code is code
+        # A pool held cold tells no demand (an empty view would read as none): NOT_LEADER
+        # naming its leader.
+        refused = _failure(lambda: routes.describe("gpu"))
+        assert dict(refused.metadata)[wire.POOL] == "gpu"
+        assert routes.describe("cpu-a").capacity == 1  # a pool held here answers
+
+    asyncio.run(main())

@@ -267,3 +267,109 @@ def test_a_leader_hands_its_pool_to_the_new_owner_with_every_lease(redis_url: st
                 await r.stop()
 
     asyncio.run(go())
+
+
+def test_a_replica_neither_owner_nor_successor_holds_and_asks_nothing_of_a_pool(redis_url: str) -> None:
+    """Three replicas of one pool over real Redis: a owns it, b is its successor, c neither. c
+    loads nothing, follows nothing and never asks the store about the lease (no campaign), and
+    b neither while a is live; made
+    the successor it loads the pool hot; no longer the successor it drops it (an empty core).
+    When a stops, b (the successor, hot) takes over; c still never campaigns."""
+    from prometheus_client import CollectorRegistry
+
+    from scheduler.core.types import Acquire, QoS, SessionId, TenantName, WorkerId
+    from scheduler.policy.model import Policy, PoolSpec, TenantSpec
+    from scheduler.server.loop import SchedulerLoop
+    from scheduler.server.registry import WorkerRegistry
+    from scheduler.state.metrics import StateMetrics
+    from scheduler.state.redis_store import RedisStore
+    from scheduler.state.replica import Replica
+    from scheduler.state.roles import Role
+
+    policy = Policy(
+        pool=PoolSpec(slots_per_worker=4, workers=0, floor=0),
+        tenants=(TenantSpec("a", burstable_nominal=4, burstable_limit=4),),
+    )
+    table = {"owner": "a", "next": "b", "live": {"a", "b", "c"}}
+
+    def may_lead(name: str) -> bool:  # Ownership.should_lead's rule, over this test's table
+        return table["owner"] == name or (table["next"] == name and table["owner"] not in table["live"])
+
+    def may_follow(name: str) -> bool:
+        return name in (table["owner"], table["next"])
+
+    class Counting(RedisStore):
+        asked = 0
+
+        async def try_lead(self, ttl_s: float) -> bool:
+            self.asked += 1
+            return await super().try_lead(ttl_s)
+
+        async def leader_address(self) -> str | None:
+            self.asked += 1
+            return await super().leader_address()
+
+    async def go() -> None:
+        prefix = f"s{uuid.uuid4().hex[:8]}"
+        replicas: dict[str, Replica] = {}
+        loops: dict[str, SchedulerLoop] = {}
+        stores: dict[str, Counting] = {}
+
+        async def nothing(*_: object) -> None:
+            return None
+
+        for name in ("a", "b", "c"):
+            loop = SchedulerLoop(policy)
+            registry = WorkerRegistry(loop, 30.0)
+            stores[name] = Counting(redis_url, prefix, name)
+            r = Replica(
+                stores[name], loop, registry, policy, StateMetrics(CollectorRegistry()),
+                on_lead=nothing, on_step_down=nothing, leader_ttl_s=1.0, campaign_interval_s=0.05,
+                may_lead=lambda n=name: may_lead(n), may_follow=lambda n=name: may_follow(n),
+            )  # fmt: skip
+            loop.journal = r
+            replicas[name], loops[name] = r, loop
+            if name == "a":
+                registry.register(WorkerId("w1"), "h1:1", 4, {})
+        a, b, c = replicas["a"], replicas["b"], replicas["c"]
+        try:
+            for r in replicas.values():
+                await r.start()
+            assert a.role is Role.LEADER
+            loops["a"].submit(Acquire(SessionId("s1"), TenantName("a"), QoS.BURSTABLE))
+            await loops["a"].durable()
+            for _ in range(100):
+                if loops["b"].core.session(SessionId("s1")) is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert loops["b"].core.session(SessionId("s1")) is not None  # b follows hot
+            await asyncio.sleep(0.5)  # ten campaign intervals
+            assert c.snapshot_loads == 0 and loops["c"].core.session(SessionId("s1")) is None
+            assert stores["c"].asked == 0  # no campaign, no look at the lease
+            assert stores["b"].asked == 0  # the successor neither, while its owner is live
+            table["next"] = "c"  # c is the successor now: it loads; b drops the pool
+            for _ in range(100):
+                if (
+                    loops["c"].core.session(SessionId("s1")) is not None
+                    and b.snapshot_loads
+                    and b._pos is None
+                ):
+                    break
+                await asyncio.sleep(0.05)
+            assert loops["c"].core.session(SessionId("s1")) is not None
+            assert b._follow_task is None and loops["b"].core.session(SessionId("s1")) is None
+            asked_b = stores["b"].asked
+            table["live"] = {"b", "c"}
+            await a.stop()  # resigns: c, the successor, takes over hot; b never asks
+            for _ in range(100):
+                if c.role is Role.LEADER and c.last_takeover is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert c.role is Role.LEADER and c.last_takeover is not None and c.last_takeover.hot
+            assert loops["c"].core.session(SessionId("s1")) is not None
+            assert b.role is Role.STANDBY and stores["b"].asked == asked_b
+        finally:
+            for r in replicas.values():
+                await r.stop()
+
+    asyncio.run(go())

@@ -9,8 +9,9 @@ store (scheduler/state/config.py) under the pool's own prefix `PREFIX:POOL` (in 
 the hash tag `{PREFIX:POOL}`: each pool's leader lease, fencing term, journal and snapshot in
 one slot, so pools spread over the shards). Each unit's replica is exactly the single-leader
 replica: nothing is told before it is durable, a paused old leader can append nothing (fenced),
-a take-over applies `Resumed(since)`, and every replica follows every pool's journal as a hot
-standby. What decides who *tries* to lead a pool is `Ownership` (scheduler/state/ownership.py):
+a take-over applies `Resumed(since)`; the pool's successor (named in the owners table) follows its
+journal as a hot standby, and every other replica holds nothing of it (`may_follow`). What
+decides who *tries* to lead a pool is `Ownership` (scheduler/state/ownership.py):
 a membership of replicas in the store and an owners table spreading the pools evenly
 (scheduler/state/pool_owners.py); a replica campaigns only for its pools and hands over a pool
 the table gives another (docs/design.md, "Pools across replicas").
@@ -91,6 +92,7 @@ class PoolLeadership:
         self._grpc: GrpcServer | None = None
         self._watcher: PolicyWatcher | None = None
         self._told = False  # what health "" says now (NOT_SERVING until a member)
+        self._seen: tuple[int, frozenset[str], bool] | None = None  # the last table nudged for
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
         self._beat: asyncio.Task[None] | None = None
         self.fatal_event = asyncio.Event()
@@ -119,6 +121,7 @@ class PoolLeadership:
                 campaign_interval_s=state.campaign_interval_s,
                 where=url.redacted,
                 may_lead=partial(self.ownership.should_lead, name),
+                may_follow=partial(self.ownership.should_follow, name),
                 pool=name,
             )
             self.stores[name] = store
@@ -127,7 +130,7 @@ class PoolLeadership:
             ops = SessionOps(loop, build.keys)
             self.units[name] = PoolUnit(
                 name, loop, ops, registry, partial(self.leader_of, name), replica.leading,
-                partial(self.leadership, name),
+                partial(self.leadership, name), replica.hot,
             )  # fmt: skip
             self._tasks[name] = []
         self.router = self.routes = PoolRoutes(self.units, self.policy)
@@ -206,6 +209,7 @@ class PoolLeadership:
         self.ownership.address = address
         for replica in self.replicas.values():
             replica.advertise = address
+        await self.ownership.peek()  # the pools it will own or follow: loaded before it joins
         await asyncio.gather(*(r.start() for r in self.replicas.values()))  # none campaigns yet
         fatal = next((r.fatal for r in self.replicas.values() if r.fatal is not None), None)
         if fatal is not None:
@@ -216,6 +220,11 @@ class PoolLeadership:
     async def _step(self) -> None:
         await self.ownership.step()
         member = self.ownership.member
+        seen = (self.ownership.version, frozenset(m.replica_id for m in self.ownership.live), member)
+        if seen != self._seen:  # the pools' replicas look again at once (Replica.nudge)
+            self._seen = seen
+            for replica in self.replicas.values():
+                replica.nudge()
         if self._grpc is not None and member != self._told:  # health "": a member, or not
             self._told = member
             await self._grpc.set_serving(member)

@@ -232,6 +232,19 @@ def pool_not_led(pool: str, leader: str | None) -> RpcFailure:
     return RpcFailure(grpc.StatusCode.UNAVAILABLE, message, metadata=md, reason=NOT_LEADER, info=info)
 
 
+def not_held_here(held: int, pools: int) -> RpcFailure:
+    """Per-pool leadership: a session or worker none of the pools held here (led or followed
+    hot) knows, on a replica that holds others cold. It may live in one of those, so this is not
+    NOT_FOUND (a renewal refused so reads as a lost lease): UNAVAILABLE NOT_LEADER, to be asked
+    again at its pool's leader, which answers NOT_FOUND if it is indeed unknown."""
+    message = (
+        f"not known here: this replica holds {held} of {pools} pools (each pool is held by its "
+        "leader and its successor only); ask the leader of its pool"
+    )
+    md = ((RETRY_AFTER_KEY, "200"),)
+    return RpcFailure(grpc.StatusCode.UNAVAILABLE, message, metadata=md, reason=NOT_LEADER, info={})
+
+
 _CLOSED = {
     StreamClosed.SUPERSEDED: (grpc.StatusCode.ABORTED, "a newer Acquire stream attached to this session"),
     StreamClosed.SHUTTING_DOWN: (

@@ -13,9 +13,10 @@ pool's leader.
 
 With per-pool leadership a replica holds one unit per pool of the policy: a `SchedulerLoop`
 over `Policy.for_pool(pool)`, its `SessionOps` and `WorkerRegistry`, and its own `Replica` and
-store under the pool's prefix. A unit either leads its pool here (its loop serves) or follows
-the pool's journal as a hot standby (its loop is `shutting_down`), so every replica knows every
-pool's sessions as of its journal. The rules (docs/design.md, "Pools across replicas"):
+store under the pool's prefix. A unit either leads its pool here (its loop serves), follows
+the pool's journal as a hot standby (its loop is `shutting_down`: this replica is the pool's
+successor), or holds nothing of it (`hot` false: neither owner nor successor). The rules
+(docs/design.md, "Pools across replicas"):
 
 * a call about a live session goes to the unit whose core holds it, wherever the request says
   it should go (as a re-attach ignores placement today);
@@ -26,6 +27,9 @@ pool's sessions as of its journal. The rules (docs/design.md, "Pools across repl
   knows no other. Deviation: fallback across pools is not tried under per-pool leadership (a
   free slot in a pool led elsewhere is known only as of that pool's journal);
 * a unit that does not lead here answers `errors.pool_not_led(pool, its leader)`;
+* a call about a session (or worker) no unit here holds, on a replica holding some pool cold:
+  UNAVAILABLE NOT_LEADER (`errors.not_held_here`), never a NOT_FOUND it cannot know; a read of
+  a pool held cold (DescribePool, KEDA): NOT_LEADER naming its leader;
 * a call about no live session goes to the first unit leading here (it answers NOT_FOUND as
   today), else to the first unit;
 * a worker's call goes to the unit whose registry holds it (Register: the pool it names; a
@@ -82,6 +86,10 @@ class PoolUnit:
     #: Who leads the pool now, read from the state store (None: it did not answer, or the loop
     #: is not led per pool).
     leadership: Callable[[], Awaitable[PoolLeader | None]] = _no_leader
+    #: This core holds the pool as of its journal (it leads it, or follows it hot). False: the
+    #: replica is neither the pool's owner nor its successor and holds nothing of it (cold), so
+    #: it can tell nothing about the pool's sessions, workers or demand.
+    hot: Callable[[], bool] = lambda: True
 
     def __post_init__(self) -> None:
         self.ops.pooled = bool(self.pool)  # budgets are not served per pool (session_ops.py)
@@ -231,11 +239,23 @@ class PoolRoutes:
         return unit
 
     def describe(self, name: str | None) -> PoolView:
-        """A pool's view from its unit here, led or followed (KEDA, the autoscaler)."""
-        return self.for_pool(name or "").loop.core.describe(name)
+        """A pool's view from its unit here, led or followed (KEDA, the autoscaler); a pool held
+        cold here: NOT_LEADER naming its leader (an empty view would read as no demand)."""
+        unit = self.for_pool(name or "")
+        if not unit.hot():
+            raise unit.refusal()
+        return unit.loop.core.describe(name)
+
+    def _unknown_here(self) -> None:
+        """Nothing here holds it: NOT_FOUND only if every pool is held here (led or followed);
+        else it may live in a pool held cold here, so NOT_LEADER, to be asked again at its
+        pool's leader (the SDK's route follows it there), never a NOT_FOUND read as a lost lease."""
+        cold = [u for u in self.units.values() if not u.hot()]
+        if cold:
+            raise errors.not_held_here(len(self.units) - len(cold), len(self.units))
 
     def holding_worker(self, worker_id: str) -> PoolUnit | None:
-        """The unit whose registry holds the worker (every replica follows every pool's)."""
+        """The unit whose registry holds the worker (of the pools held here, led or followed)."""
         for unit in self.units.values():
             if worker_id in unit.registry.workers:
                 return unit
@@ -246,6 +266,7 @@ class PoolRoutes:
         everywhere, a unit led here (it answers NOT_FOUND, as with one pool)."""
         unit = self.holding_worker(worker_id)
         if unit is None:
+            self._unknown_here()
             unit = next((u for u in self.units.values() if u.leads), self.first())
         return self._served(unit)
 
@@ -273,6 +294,7 @@ class PoolRoutes:
         unit = self.holding(tenant, session_id)
         if unit is not None:
             return self._served(unit)
+        self._unknown_here()
         here = next((u for u in self.units.values() if u.leads), None)
         return here if here is not None else self._served(self.first())
 

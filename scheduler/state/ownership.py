@@ -10,6 +10,12 @@ campaign, and a leader of a pool the table gives another hands it over (it makes
 durable, resigns the lease, follows again); the new owner, a hot standby of the pool, wins within
 a campaign interval.
 
+Successors. The table also names each pool's successor (`pool_owners.follow`, stored under
+`NEXT` + pool): the one replica besides the owner that follows the pool hot
+(`should_follow`) and takes it if the owner leaves. The owner campaigns; the successor only once
+the owner is out of the membership; every other replica holds nothing of the pool and asks the
+store nothing about it (docs/design.md, "Pools across replicas").
+
 Timing. `beat_interval_s` (default 250 ms) and `member_ttl_s` (default 1 s, as the leader
 lease): a replica frozen or cut from the store drops out of the membership within a TTL, the
 next beat of any other replica rewrites the table, and the new owners campaign for its pools,
@@ -27,13 +33,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from scheduler.state.members import Member, Members
-from scheduler.state.pool_owners import assign
+from scheduler.state.pool_owners import assign, follow
 from scheduler.state.store import StoreUnavailable
 
 __all__ = ["Ownership"]
+
+#: The owners table holds each pool's successor under this prefix + the pool (not a pool name).
+NEXT = "\x01"
 
 #: A replica stops claiming its pools this fraction of the member TTL before its membership
 #: could lapse in the store (clock-rate drift, as the leader lease's MARGIN).
@@ -63,6 +72,8 @@ class Ownership:
         self.beat_interval_s = beat_interval_s
         self.live: list[Member] = []
         self.table: dict[str, str] = {}
+        self.next: dict[str, str] = {}  # pool -> its successor (pool_owners.successors)
+        self._live_ids: frozenset[str] = frozenset()
         self.version = 0
         self.reachable = False  # what the last beat found
         self.writes = 0  # tables this replica wrote (a change seen by several is written once)
@@ -74,7 +85,21 @@ class Ownership:
         return time.monotonic() < self._claim_until
 
     def should_lead(self, pool: str) -> bool:
-        return self.table.get(pool) == self.replica_id and self.member
+        """Campaign for (or keep leading) `pool`: this replica owns it, or is its successor and
+        its owner is out of the membership (the next table gives it here anyway: taking the
+        lease once it lapses saves a beat). Every other replica asks the store nothing of it."""
+        if not self.member:
+            return False
+        owner = self.table.get(pool)
+        if owner == self.replica_id:
+            return True
+        return self.next.get(pool) == self.replica_id and owner not in self._live_ids
+
+    def should_follow(self, pool: str) -> bool:
+        """Hold `pool` hot (follow its journal): its owner or its successor, or no table yet."""
+        if not self.table:
+            return True
+        return self.replica_id in (self.table.get(pool), self.next.get(pool))
 
     def mine(self) -> tuple[str, ...]:
         if not self.member:
@@ -92,13 +117,15 @@ class Ownership:
         try:
             self.live = await self.members.beat(self.replica_id, self.address, self.member_ttl_s)
             self._claim_until = t0 + self.member_ttl_s * (1 - MARGIN)
-            version, table = await self.members.owners()
+            version, raw = await self.members.owners()
             live = [m.replica_id for m in self.live]
-            want = assign(self._pools(), live, table)
-            if dict(want.owners) != table:
+            table, nxt = _split(raw)
+            want = assign(self._pools(), live, table, nxt)
+            want_next = follow(self._pools(), want.owners, live, nxt)
+            if _join(want.owners, want_next) != raw:
                 # Written only if the membership is still `live` (members.py): else the next beat,
                 # which reads it anew, decides.
-                if await self.members.set_owners(version, dict(want.owners), live):
+                if await self.members.set_owners(version, _join(want.owners, want_next), live):
                     self.writes += 1
                     log.info(
                         "pools: owners table v%d by %s, %d moved: %s",
@@ -107,9 +134,10 @@ class Ownership:
                         len(want.moved),
                         ", ".join(want.moved[:10]) + (" ..." if len(want.moved) > 10 else ""),
                     )
-                    version, table = version + 1, dict(want.owners)
+                    version, table, nxt = version + 1, dict(want.owners), want_next
                 else:  # another replica wrote first, or the membership moved: take what is there
-                    version, table = await self.members.owners()
+                    version, raw = await self.members.owners()
+                    table, nxt = _split(raw)
         except StoreUnavailable as e:
             if self.reachable:
                 log.warning(
@@ -118,6 +146,21 @@ class Ownership:
             self.reachable = False
             return
         self.version, self.table, self.reachable = version, table, True
+        self._live_ids = frozenset(live)
+        self.next = nxt
+
+    async def peek(self) -> None:
+        """Before joining: the table as it will be once this replica is a member (read, not
+        written), so that its replicas load the pools it will own or follow before it beats."""
+        try:
+            live = sorted({m.replica_id for m in await self.members.live()} | {self.replica_id})
+            _, raw = await self.members.owners()
+        except StoreUnavailable:
+            return  # no table: every pool is followed until the first beat
+        table, nxt = _split(raw)
+        self.table = dict(assign(self._pools(), live, table, nxt).owners)
+        self._live_ids = frozenset(live)
+        self.next = follow(self._pools(), self.table, live, nxt)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -133,3 +176,13 @@ class Ownership:
             await self.members.leave(self.replica_id)
         except StoreUnavailable as e:
             log.warning("pools: could not leave the membership (%s): it lapses by itself", e)
+
+
+def _split(raw: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The stored table: (pool -> owner, pool -> successor)."""
+    owners = {k: v for k, v in raw.items() if not k.startswith(NEXT)}
+    return owners, {k[len(NEXT) :]: v for k, v in raw.items() if k.startswith(NEXT)}
+
+
+def _join(owners: Mapping[str, str], nxt: Mapping[str, str]) -> dict[str, str]:
+    return {**owners, **{NEXT + k: v for k, v in nxt.items()}}

@@ -40,8 +40,11 @@ The journal path: every Acquire/Release reply waits for its batch's append, so w
 scheduler/state/resp.py (a lean RESP client: EVALSHA of the fenced script, EVAL when the server
 lost it, `WAIT` pipelined behind it): p50 0.14–0.15 ms on loopback, 0.21–0.23 through redis-py.
 Its failures are redis-py's exception types, turned into the seam's like every other call's;
-it reconnects on next use. `rediss://` (TLS), Sentinel (the primary moves: redis-py asks the
-sentinels at every reconnection) and Cluster (slot routing) keep redis-py's append, as does every other call.
+it reconnects on next use. A standby's tail (XREAD BLOCK and the snapshot's id) has a second such
+connection: redis-py parses a reply a line at a time, each an await, which was most of a
+follower's CPU (bench/scaleout.py). `rediss://` (TLS), Sentinel (the primary moves: redis-py asks
+the sentinels at every reconnection) and Cluster (slot routing) keep redis-py for both, as does
+every other call.
 """
 
 from __future__ import annotations
@@ -200,11 +203,23 @@ class RedisStore:
         # The hot journal append on its own lean connection where there is ONE known primary
         # (plain redis://); TLS, Sentinel (the primary moves) and Cluster keep redis-py's.
         self._fast: RespConnection | None = None
+        self._tail_conn: RespConnection | None = None
         # bench/failover.py --append both: the same append over redis-py, in the same run.
         lean = os.environ.get(APPEND_ENV, "resp") != "redis-py"
         if lean and self.target.mode == "redis" and not self.target.tls:
             host, port = self.target.hosts[0]
             self._fast = RespConnection(
+                host,
+                port,
+                timeout_s=timeout_s + wait_s,
+                db=self.target.db,
+                username=self.target.username,
+                password=self.target.password,
+            )
+            # A standby's tail on a lean connection of its own too: redis-py parses an XREAD
+            # reply a line at a time, each an await (most of a follower's CPU, bench/scaleout.py);
+            # its own, so a blocked XREAD never holds an append back.
+            self._tail_conn = RespConnection(
                 host,
                 port,
                 timeout_s=timeout_s + wait_s,
@@ -226,6 +241,8 @@ class RedisStore:
         with seam():
             if self._fast is not None:
                 await self._fast.close()
+            if self._tail_conn is not None:
+                await self._tail_conn.close()
             await self.redis.aclose()
 
     # ------------------------------------------------------------------ leadership
@@ -454,14 +471,32 @@ class RedisStore:
         id the stored snapshot covers, read after them (in one pipeline: Redis runs the HGET once
         the XREAD returned). A snapshot id past `after` whose entries did not come means the
         leader trimmed what the standby had not read (`gap`): it must reload the snapshot."""
-        with seam():
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.xread({self.k_journal: _sid(after)}, count=count, block=max(1, block_ms))
-            pipe.hget(self.k_snapshot, "stream_id")
-            got, snap = await pipe.execute()
         rows: list[Entry] = []
-        for _, entries in got or ():
-            rows.extend((_text(rid), bytes(fields[b"e"])) for rid, fields in entries)
+        with seam():
+            if self._tail_conn is not None:
+                xread = (
+                    "XREAD",
+                    "COUNT",
+                    count,
+                    "BLOCK",
+                    max(1, block_ms),
+                    "STREAMS",
+                    self.k_journal,
+                    _sid(after),
+                )
+                got, snap = await self._tail_conn.pipeline([xread, ("HGET", self.k_snapshot, "stream_id")])
+                for reply in (got, snap):
+                    if isinstance(reply, ResponseError):
+                        raise reply
+                for _, entries in got or ():  # [[key, [[id, [field, value, ...]], ...]]]
+                    rows.extend((_text(rid), bytes(_field(kv, b"e"))) for rid, kv in entries)
+            else:
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.xread({self.k_journal: _sid(after)}, count=count, block=max(1, block_ms))
+                pipe.hget(self.k_snapshot, "stream_id")
+                got, snap = await pipe.execute()
+                for _, entries in got or ():
+                    rows.extend((_text(rid), bytes(fields[b"e"])) for rid, fields in entries)
         covers = None if snap is None else id_key(_text(snap))
         # Entries read before the trim (the first at or before the snapshot's) are no gap.
         gap = (
@@ -479,6 +514,14 @@ class RedisStore:
 def _noscript(replies: list[Any] | BaseException) -> bool:
     """The server lost the script (SCRIPT FLUSH, a restart): EVALSHA wrote nothing."""
     return not isinstance(replies, BaseException) and str(replies[0]).startswith("NOSCRIPT")
+
+
+def _field(kv: list[bytes], name: bytes) -> bytes:
+    """A stream entry's field from its raw [field, value, ...] list."""
+    for i in range(0, len(kv) - 1, 2):
+        if kv[i] == name:
+            return kv[i + 1]
+    raise ResponseError(f"journal entry without field {name!r}")
 
 
 def _text(v: Any) -> str:

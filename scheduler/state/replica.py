@@ -96,6 +96,8 @@ RETRY_AFTER_S = 1.0
 #: is replaced within about a second; a standby campaigns every 100 ms (with ±50 % jitter).
 DEFAULT_LEADER_TTL_S = 1.0
 DEFAULT_CAMPAIGN_INTERVAL_S = 0.1
+#: A standby that may not lead its pool looks again this often without a `nudge`.
+IDLE_CHECK_S = 1.0
 #: The leader stops serving this fraction of the TTL before its lease could lapse in the store.
 MARGIN = 0.1
 # A snapshot is due once the journal tail holds this many entries per live lease or queued
@@ -130,13 +132,16 @@ class Replica(Compaction, Standby):
         where: str = "",
         on_store: Callable[[str | None], Awaitable[None]] | None = None,
         may_lead: Callable[[], bool] | None = None,
+        may_follow: Callable[[], bool] | None = None,
         pool: str = "",
     ) -> None:
         """`where` names the store in messages (its URL, password masked); `on_store` is told
-        when the store stops or starts answering (StoreReach). `may_lead` (a pool's replica
-        among many, ownership.py): campaign only while it says yes, and hand the lease over
-        when it says no while leading; None: always (one pool, as before). `pool` names the
-        pool in its log lines (per-pool leadership: a replica leads several)."""
+                when the store stops or starts answering (StoreReach). `may_lead` (a pool's replica
+                among many, ownership.py): campaign only while it says yes, and hand the lease over
+                when it says no while leading; None: always (one pool, as before). `may_follow` likewise:
+        hold the pool hot only while it says yes (its owner or successor), else hold nothing of it and
+        ask the store nothing (a cold load if it is ever to lead it). `pool` names the
+                pool in its log lines (per-pool leadership: a replica leads several)."""
         self.store = store
         self.reach = StoreReach(where or store.where, on_store)
         self.loop = loop
@@ -187,6 +192,8 @@ class Replica(Compaction, Standby):
         self._follow_broken = False
         self._first_load = asyncio.Event()
         self.may_lead = may_lead
+        self.may_follow = may_follow
+        self._nudged = asyncio.Event()  # the owners table changed (`nudge`)
         self._said = f"pool {pool}: " if pool else ""  # what its log lines begin with
 
     @property
@@ -342,8 +349,9 @@ class Replica(Compaction, Standby):
 
     async def start(self) -> None:
         """Load the state as a standby, then try once to lead; either way campaign on."""
-        self._follow_task = self._aloop.create_task(self._follow())
-        await self._first_load.wait()
+        if self.may_follow is None or self.may_follow():
+            self._follow_task = self._aloop.create_task(self._follow())
+            await self._first_load.wait()
         try:
             await self._campaign()
         except StoreUnavailable as e:
@@ -363,9 +371,20 @@ class Replica(Compaction, Standby):
                         await self.hand_over("another replica owns this pool now")
                         continue
                     await self._renew()
+                elif self.may_lead is not None and not self.may_lead():
+                    # Not its pool to take: nothing to try until the owners table changes (or
+                    # its membership), which `nudge` says; a slow check meanwhile, in case.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._nudged.wait(), IDLE_CHECK_S)
+                    self._nudged.clear()
+                    if self.may_follow is not None and DUTIES[self.role].follows:
+                        await self._follow_or_drop()
+                    self.leader_address = None  # the owners table says where the leader is
                 else:
                     # Jitter: standbys that saw the lease lapse together do not campaign in step.
                     await asyncio.sleep(self.campaign_interval_s * random.uniform(0.5, 1.5))
+                    if self.may_follow is not None and DUTIES[self.role].follows:
+                        await self._follow_or_drop()
                     await self._campaign()
             except (StoreUnavailable, StateUnavailable) as e:
                 # StateUnavailable: a take-over whose first batch (Resumed, the policy) failed to land.
@@ -422,8 +441,11 @@ class Replica(Compaction, Standby):
         the take-over recovers in full); otherwise note where the leader is."""
         if not DUTIES[self.role].campaigns or (self._pos is None and not self._follow_broken):
             return
+        if self.may_lead is not None and not self.may_lead():
+            self.leader_address = None  # not its pool (ownership.py): the owners table says where
+            return
         t0 = time.monotonic()
-        won = (self.may_lead is None or self.may_lead()) and await self.store.try_lead(self.leader_ttl_s)
+        won = await self.store.try_lead(self.leader_ttl_s)
         if won:
             if self.reach.ok is not True:  # try_lead answered (a replica that may not lead never asked)
                 await self.reach.answered()

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -69,6 +70,8 @@ class Standby:
     _follow_task: asyncio.Task[None] | None
     _follow_broken: bool
     _first_load: asyncio.Event
+    may_follow: Callable[[], bool] | None
+    _nudged: asyncio.Event
 
     async def _renew_if_due(self) -> None:
         raise NotImplementedError  # Replica's: keep the lease through a long recovery
@@ -208,8 +211,33 @@ class Standby:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def nudge(self) -> None:
+        """The owners table or this replica's membership changed: look again at once whether to
+        follow and whether to campaign (ownership.py)."""
+        self._nudged.set()
+
+    def hot(self) -> bool:
+        """This core is the pool's as of its journal: leading, or following it loaded."""
+        return DUTIES[self.role].serves or self._pos is not None
+
+    async def _follow_or_drop(self) -> None:
+        """Follow the pool while `may_follow` says so; else stop and hold nothing of it (an
+        empty core: loaded again, cold, if this replica is ever to lead or follow it)."""
+        if self.may_follow is None or self.may_follow():
+            self._ensure_following()
+            return
+        if self._follow_task is None and self._pos is None:
+            return
+        await self._stop_following()
+        self._pos = None
+        empty = LoopState(Pools(self.policy), {}, {}, {}, {}, {}, OrderedDict())
+        self.loop.load_state(empty)
+        self.registry.workers = {}
+
     def _ensure_following(self) -> None:
         if not DUTIES[self.role].follows or self._follow_broken:
+            return
+        if self.may_follow is not None and not self.may_follow():
             return
         if self._follow_task is None or self._follow_task.done():
             self._follow_task = self._aloop.create_task(self._follow())
