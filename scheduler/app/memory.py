@@ -36,7 +36,8 @@ class Memory:
             self.parts.register_static_pool()
 
     def policy(self) -> Policy:
-        return self.parts.policy()
+        # Read on every call (auth, fairness, rate limits: seven times an Acquire): one hop, not two.
+        return self.parts.loop.core.policy
 
     def bind_watcher(self, watcher: PolicyWatcher, secure: bool, plog: PolicyLog) -> None:
         self.parts.bind_watcher(watcher, secure, plog)
