@@ -66,6 +66,11 @@ def test_a_cut_replica_never_says_the_store_answers(may_lead: bool, caplog: pyte
         )
         r.reach = StoreReach(store.where, on_store, clock=store.clock)
         r._pos = "0-0"  # a loaded standby: it campaigns
+        if not may_lead:  # not its pool: its campaign asks the store nothing, 300 times over
+            for _ in range(300):
+                await r._campaign()
+                store.now += 0.1
+            return told, store
         task = asyncio.create_task(r._run())
         for _ in range(10_000):  # bounded: 300 tries, 30 s of the store's clock
             if store.calls >= 300:
@@ -78,8 +83,11 @@ def test_a_cut_replica_never_says_the_store_answers(may_lead: bool, caplog: pyte
     with caplog.at_level(logging.INFO, logger="slotsched.state"):
         told, store = asyncio.run(go())
     lines = [r.getMessage() for r in caplog.records if r.name == "slotsched.state"]
-    assert store.calls >= 300
     assert not [m for m in lines if "answers again" in m]
+    if not may_lead:  # it never asked the store, so it says nothing of it
+        assert store.calls == 0 and told == [] and not [m for m in lines if "unreachable" in m]
+        return
+    assert store.calls >= 300
     assert len(told) == 1 and told[0] is not None and "unreachable" in told[0]  # health: down, once
     unreachable = [m for m in lines if "unreachable" in m]
     assert 1 <= len(unreachable) <= 1 + store.now / REPORT_EVERY_S
