@@ -10,7 +10,7 @@ three, `reason` a row of `scheduler/api/reasons.py`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -90,39 +90,31 @@ class BudgetCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         m = self.m
-        permits = CounterMetricFamily(
+        yield _counter(
             "slotsched_budget_permits",
             "Permits granted, and permits that had to wait (queued, class unset), per budget and tenant.",
-            labels=["budget", "tenant", "class", "outcome"],
+            ["budget", "tenant", "class", "outcome"],
+            m.permits.items(),
         )
-        for (b, t, c, o), n in list(m.permits.items()):
-            permits.add_metric([b, t, c, o], n)
-        yield permits
-        refused = CounterMetricFamily(
+        yield _counter(
             "slotsched_budget_permit_refusals",
             "Permits refused, by reason (a row of the refusal reasons).",
-            labels=["budget", "tenant", "reason"],
+            ["budget", "tenant", "reason"],
+            m.refusals.items(),
         )
-        for (b, t, r), n in list(m.refusals.items()):
-            refused.add_metric([b, t, r], n)
-        yield refused
-        tokens = CounterMetricFamily(
+        yield _counter(
             "slotsched_budget_tokens_settled",
             "Tokens charged to a budget when its permits closed (settled usage, or the estimate "
             "of a permit that expired), by kind (input, output).",
-            labels=["budget", "tenant", "class", "kind"],
+            ["budget", "tenant", "class", "kind"],
+            m.tokens.items(),
         )
-        for (b, t, c, k), v in list(m.tokens.items()):
-            tokens.add_metric([b, t, c, k], v)
-        yield tokens
-        throttles = CounterMetricFamily(
+        yield _counter(
             "slotsched_budget_throttles",
             "Calls a settle reported the provider throttled (HTTP 429).",
-            labels=["budget", "tenant", "class"],
+            ["budget", "tenant", "class"],
+            m.throttles.items(),
         )
-        for (b, t, c), n in list(m.throttles.items()):
-            throttles.add_metric([b, t, c], n)
-        yield throttles
         wait = HistogramMetricFamily(
             "slotsched_budget_permit_wait_seconds",
             "Wait from a permit's request to its grant.",
@@ -168,3 +160,13 @@ class BudgetCollector(Collector):
         yield util
         yield waiting
         yield factor
+
+
+def _counter(
+    name: str, doc: str, labels: list[str], series: Iterable[tuple[tuple[str, ...], float]]
+) -> Metric:
+    """One counter family from its series (a copy: the loop may add a series meanwhile)."""
+    family = CounterMetricFamily(name, doc, labels=labels)
+    for key, v in list(series):
+        family.add_metric(list(key), v)
+    return family
