@@ -6,7 +6,6 @@ scale annotations."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -18,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from slots.autoscaler.decision import Reason, ScaleDecision, ScaleHistory
 from slots.autoscaler.metrics import AutoscalerMetrics
+from tests import test_deploy_overlays as overlays
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = {
@@ -38,21 +38,19 @@ def groups(name: str) -> list[dict[str, Any]]:
     return out
 
 
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
-    return path
+# Session fixture of tests/test_deploy_overlays.py: finds or installs promtool, and under CI fails
+# rather than skips when it cannot (this module runs first, alphabetically).
+promtool = overlays.promtool
 
 
 def run_promtool_test(
-    tmp_path: Path, rules: str, tests: list[dict[str, Any]]
+    promtool: str, tmp_path: Path, rules: str, tests: list[dict[str, Any]]
 ) -> subprocess.CompletedProcess[str]:
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups(rules)}, sort_keys=False))
     spec = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     return subprocess.run(
-        [promtool(), "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        [promtool, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
 
 
@@ -94,6 +92,7 @@ CASES = [
 
 @pytest.mark.parametrize(("rules", "series", "alert", "at", "fires"), CASES)
 def test_promtool_test_rules(
+    promtool: str,
     tmp_path: Path,
     rules: str,
     series: list[tuple[str, str]],
@@ -101,13 +100,14 @@ def test_promtool_test_rules(
     at: str,
     fires: list[dict[str, str]],
 ) -> None:
-    done = run_promtool_test(tmp_path, rules, [alert_case(series, alert, at, fires)])
+    done = run_promtool_test(promtool, tmp_path, rules, [alert_case(series, alert, at, fires)])
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
 
 
-def test_promtool_test_rules_catches_a_wrong_expectation(tmp_path: Path) -> None:
+def test_promtool_test_rules_catches_a_wrong_expectation(promtool: str, tmp_path: Path) -> None:
     """The harness can fail: an expectation the rule does not meet is reported."""
     done = run_promtool_test(
+        promtool,
         tmp_path,
         "base",
         [
