@@ -63,19 +63,9 @@ def _names(names: Sequence[str]) -> str:
 
 
 def parse_budgets(c: Checker, value: object, path: str = "spec.budgets") -> tuple[BudgetSpec, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        c.error(path, f"expected a list of budgets, got {describe(value)}")
-        return ()
     out: list[BudgetSpec] = []
     seen: dict[str, str] = {}
-    for i, item in enumerate(value):
-        p = f"{path}[{i}]"
-        if not isinstance(item, Mapping):
-            c.error(p, f"expected a mapping with keys {keys_text(BUDGET_KEYS)}, got {describe(item)}")
-            continue
-        m = c.section(item, p, BUDGET_KEYS)
+    for p, m in c.entries(value, path, BUDGET_KEYS, "budgets"):
         np = join(p, "name")
         name = c.string(m, "name", p)
         if "name" not in m:
@@ -87,11 +77,7 @@ def parse_budgets(c: Checker, value: object, path: str = "spec.budgets") -> tupl
                 "digits and '-', starting and ending with a letter or digit",
             )
             name = None
-        elif name is not None and name in seen:
-            c.error(np, f"duplicate budget name {name!r} (also at {seen[name]})")
-            name = None
-        elif name is not None:
-            seen[name] = np
+        name = c.once(name, np, seen, "budget name")
         limits = c.numbers(m, BUDGET_LIMIT_FIELDS, p)
         if not any(f.key in m for f in BUDGET_LIMIT_FIELDS):
             c.error(
@@ -148,26 +134,17 @@ def _complete(c: Checker, rate: BudgetRate | None, path: str, budget: BudgetSpec
 
 
 def _tenant_budget(
-    c: Checker, item: object, p: str, budgets: Mapping[str, BudgetSpec], seen: dict[str, str]
+    c: Checker, m: Mapping[str, object], p: str, budgets: Mapping[str, BudgetSpec], seen: dict[str, str]
 ) -> TenantBudgetQuota | None:
-    if not isinstance(item, Mapping):
-        c.error(p, f"expected a mapping with keys {keys_text(TENANT_BUDGET_KEYS)}, got {describe(item)}")
-        return None
-    m = c.section(item, p, TENANT_BUDGET_KEYS)
     bp = join(p, "budget")
-    name = c.string(m, "budget", p)
-    budget: BudgetSpec | None = None
-    if "budget" not in m:
-        c.error(bp, "required: the budget this share is of")
-    elif name is not None and name not in budgets:
-        c.error(bp, f"unknown budget {name!r}: the policy's budgets are {_names(list(budgets))}")
-        name = None
-    elif name is not None and name in seen:
-        c.error(bp, f"duplicate entry for budget {name!r} (also at {seen[name]})")
-        name = None
-    elif name is not None:
-        seen[name] = bp
-        budget = budgets[name]
+    listed = _names(list(budgets))
+    name = c.once(
+        c.reference(m, "budget", p, budgets, "the budget this share is of", listed),
+        bp,
+        seen,
+        "entry for budget",
+    )
+    budget = None if name is None else budgets[name]
     weight = c.number(m, _WEIGHT, p)
     gp, burst_p, ep = join(p, "guaranteed"), join(p, "burstable"), join(p, "bestEffort")
     reserved = _rate(c, m.get("guaranteed"), gp, budget)
@@ -211,11 +188,9 @@ def attach_tenant_budgets(
         if raw is None:
             continue
         path = f"spec.tenants[{i}].budgets"
-        if not isinstance(raw, list):
-            c.error(path, f"expected a list of shares of budgets, got {describe(raw)}")
-            continue
         seen: dict[str, str] = {}
-        found = [_tenant_budget(c, entry, f"{path}[{j}]", by_name, seen) for j, entry in enumerate(raw)]
+        entries = c.entries(raw, path, TENANT_BUDGET_KEYS, "shares of budgets")
+        found = [_tenant_budget(c, m, p, by_name, seen) for p, m in entries]
         name = item.get("name")
         if isinstance(name, str) and name in by_tenant:
             shares[name] = tuple(q for q in found if q is not None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from scheduler.policy.errors import DOCUMENT, Problem
@@ -130,6 +130,49 @@ class Checker:
             if v is not None:
                 changes[f.attr] = v
         return changes
+
+    def entries(
+        self, value: object, path: str, allowed: Sequence[str], what: str
+    ) -> Iterator[tuple[str, dict[str, object]]]:
+        """The items of the list of mappings at `path` (`what`: "budgets", say), each as its path
+        and its mapping restricted to `allowed`; absent or null is an empty list."""
+        if value is None:
+            return
+        if not isinstance(value, list):
+            self.error(path, f"expected a list of {what}, got {describe(value)}")
+            return
+        for i, item in enumerate(value):
+            p = f"{path}[{i}]"
+            if not isinstance(item, Mapping):
+                self.error(p, f"expected a mapping with keys {keys_text(allowed)}, got {describe(item)}")
+                continue
+            yield p, self.section(item, p, allowed)
+
+    def once(self, name: str | None, path: str, seen: dict[str, str], what: str) -> str | None:
+        """`name` the first time it is seen in its list (`seen`: name to where), else None with
+        an error naming the first place (`what`: "budget name", "entry for pool")."""
+        if name is None:
+            return None
+        if name in seen:
+            self.error(path, f"duplicate {what} {name!r} (also at {seen[name]})")
+            return None
+        seen[name] = path
+        return name
+
+    def reference(
+        self, m: Mapping[str, object], key: str, path: str, known: Collection[str], required: str, listed: str
+    ) -> str | None:
+        """The name at `m[key]` when it is one of `known`, else None with an error: `required`
+        says what the missing key names, `listed` the names an unknown one is told."""
+        kp = join(path, key)
+        if key not in m:
+            self.error(kp, f"required: {required}")
+            return None
+        name = self.string(m, key, path)
+        if name is not None and name not in known:
+            self.error(kp, f"unknown {key} {name!r}: the policy's {key}s are {listed}")
+            return None
+        return name
 
     def string(self, m: Mapping[str, object], key: str, path: str) -> str | None:
         if key not in m:

@@ -164,18 +164,8 @@ def _parse_pools(c: Checker, value: object, path: str, autoscaler: AutoscalerSpe
         c.error(path, "empty: list at least one pool (a policy of one pool may write spec.pool instead)")
     pools: list[PoolSpec] = []
     names: dict[str, str] = {}
-    for i, item in enumerate(value):
-        p = f"{path}[{i}]"
-        if not isinstance(item, Mapping):
-            c.error(p, f"expected a mapping with keys {keys_text(POOLS_ENTRY_KEYS)}, got {describe(item)}")
-            continue
-        m = c.section(item, p, POOLS_ENTRY_KEYS)
-        name = check_pool_name(c, m, p)
-        if name is not None and name in names:
-            c.error(join(p, "name"), f"duplicate pool name {name!r} (also at {names[name]})")
-            name = None
-        elif name is not None:
-            names[name] = join(p, "name")
+    for p, m in c.entries(value, path, POOLS_ENTRY_KEYS, "pools"):
+        name = c.once(check_pool_name(c, m, p), join(p, "name"), names, "pool name")
         lp = join(p, "labels")
         labels = pool_labels(c, m.get("labels"), lp)
         compatibility = compatibility_keys(c, m.get("compatibility"), join(p, "compatibility"), labels, lp)
@@ -219,31 +209,12 @@ def _tenant_pools(
     c: Checker, value: object, path: str, pool_names: Sequence[str], wide: tuple[int, int], wide_path: str
 ) -> tuple[TenantPoolQuota, ...]:
     """spec.tenants[i].pools: the tenant's quotas in named pools, over its tenant-wide ones."""
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        c.error(path, f"expected a list of quotas per pool, got {describe(value)}")
-        return ()
     quotas: list[TenantPoolQuota] = []
     seen: dict[str, str] = {}
-    for j, item in enumerate(value):
-        p = f"{path}[{j}]"
-        if not isinstance(item, Mapping):
-            c.error(p, f"expected a mapping with keys {keys_text(TENANT_POOL_KEYS)}, got {describe(item)}")
-            continue
-        m = c.section(item, p, TENANT_POOL_KEYS)
-        pp = join(p, "pool")
-        pool = c.string(m, "pool", p)
-        if "pool" not in m:
-            c.error(pp, "required: the pool these quotas apply in")
-        elif pool is not None and pool not in pool_names:
-            c.error(pp, f"unknown pool {pool!r}: the policy's pools are {_pool_list(pool_names)}")
-            pool = None
-        elif pool is not None and pool in seen:
-            c.error(pp, f"duplicate entry for pool {pool!r} (also at {seen[pool]})")
-            pool = None
-        elif pool is not None:
-            seen[pool] = pp
+    listed = _pool_list(pool_names)
+    for p, m in c.entries(value, path, TENANT_POOL_KEYS, "quotas per pool"):
+        pool = c.reference(m, "pool", p, pool_names, "the pool these quotas apply in", listed)
+        pool = c.once(pool, join(p, "pool"), seen, "entry for pool")
         changes = c.numbers(m, TENANT_POOL_FIELDS, p)
         # bestEffortLimit: null is "no cap in this pool", overriding a tenant-wide cap.
         be_v = c.number(m, _POOL_BE_LIMIT, p) if m.get("bestEffortLimit") is not None else None
