@@ -203,18 +203,7 @@ def _pool_budgets(c: Checker, raw: object, path: str, names: Sequence[str]) -> t
     if not isinstance(raw, list):
         c.error(path, f"expected a list of budget names (of {_names(names)}), got {describe(raw)}")
         return ()
-    seen: dict[str, str] = {}
-    for j, n in enumerate(raw):
-        p = f"{path}[{j}]"
-        if not isinstance(n, str):
-            c.error(p, f"expected a budget name, got {describe(n)}")
-        elif n not in names:
-            c.error(p, f"unknown budget {n!r}: the policy's budgets are {_names(names)}")
-        elif n in seen:
-            c.error(p, f"duplicate budget {n!r} (also at {seen[n]})")
-        else:
-            seen[n] = p
-    return tuple(seen)
+    return c.names(raw, path, names, "budget", _names(names))
 
 
 def attach_pool_budgets(c: Checker, spec: Mapping[str, object], policy: Policy) -> Policy:

@@ -174,6 +174,21 @@ class Checker:
             return None
         return name
 
+    def names(
+        self, items: Sequence[object], path: str, known: Collection[str], kind: str, listed: str
+    ) -> tuple[str, ...]:
+        """A list of names of `kind` ("pool"), each one of `known` (told as `listed`) and once."""
+        seen: dict[str, str] = {}
+        for j, n in enumerate(items):
+            p = f"{path}[{j}]"
+            if not isinstance(n, str):
+                self.error(p, f"expected a {kind} name, got {describe(n)}")
+            elif n not in known:
+                self.error(p, f"unknown {kind} {n!r}: the policy's {kind}s are {listed}")
+            else:
+                self.once(n, p, seen, kind)
+        return tuple(seen)
+
     def string(self, m: Mapping[str, object], key: str, path: str) -> str | None:
         if key not in m:
             return None

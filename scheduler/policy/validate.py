@@ -396,18 +396,7 @@ def _worker_pools(
             )
             found.append(())
             continue
-        seen: dict[str, str] = {}
-        for j, n in enumerate(listed):
-            p = f"{pp}[{j}]"
-            if not isinstance(n, str):
-                c.error(p, f"expected a pool name, got {describe(n)}")
-            elif n not in names:
-                c.error(p, f"unknown pool {n!r}: the policy's pools are {_pool_list(names)}")
-            elif n in seen:
-                c.error(p, f"duplicate pool {n!r} (also at {seen[n]})")
-            else:
-                seen[n] = p
-        found.append(tuple(seen))
+        found.append(c.names(listed, pp, names, "pool", _pool_list(names)))
     if c.errors or len(found) != len(access.workers):
         return access  # not built: the errors are reported
     spw = {p.name: p.slots_per_worker for p in pools}
