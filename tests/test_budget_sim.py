@@ -179,15 +179,28 @@ def test_the_shipped_sample_has_calls_and_a_budget(sample: tuple[object, list[Se
 
 
 def test_slotsched_in_virtual_time_against_no_limiter(sample: tuple[object, list[SessionPlan]]) -> None:
+    """The provider states no limit in its answers: only its 429s say the configured one is 20%
+    too high, and the feedback finds it."""
     policy, plans = sample
-    setup = setup_of(policy, real_fraction=0.8333)  # type: ignore[arg-type]
+    setup = setup_of(policy, real_fraction=0.8333, headers=False)  # type: ignore[arg-type]
     by = {c.name: c for c in ROSTER}
     mine = run_one(by["slotsched"], policy, plans, setup, False, 1500.0)  # type: ignore[arg-type]
     blind = run_one(by["no-limiter"], policy, plans, setup, False, 1500.0)  # type: ignore[arg-type]
     assert blind.provider_429s > 50 * max(1, mine.provider_429s)
     assert (mine.p99("within_reserved") or 0.0) <= 1.0 < (blind.p99("within_reserved") or 0.0)
     assert mine.utilization is not None and mine.utilization >= 0.85
-    assert mine.limit_changes > 0  # the 429s moved the effective limit: the feedback found it
+    assert mine.provider_429s > 0 and mine.limit_changes > 0  # the 429s moved the effective limit
+
+
+def test_slotsched_adopts_the_limit_the_provider_states(sample: tuple[object, list[SessionPlan]]) -> None:
+    """The provider states its limit in every answer (rate-limit headers): the first settle
+    carries it, and slotsched meets no 429 at all, at full use of the real limit."""
+    policy, plans = sample
+    setup = setup_of(policy, real_fraction=0.8333)  # type: ignore[arg-type]
+    me = next(c for c in ROSTER if c.name == SLOTSCHED)
+    mine = run_one(me, policy, plans, setup, False, 1500.0)  # type: ignore[arg-type]
+    assert mine.provider_429s == 0
+    assert mine.utilization is not None and mine.utilization >= 0.9
 
 
 def _arriving(n: int = 24) -> list[SessionPlan]:

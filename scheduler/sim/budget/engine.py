@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from scheduler.core.budget.types import ReportedLimits
 from scheduler.core.types import QoS
 from scheduler.core.views import BudgetFeed
 from scheduler.sim.budget.pool import PoolConfig, SlotGate, budget_cap
@@ -273,6 +274,10 @@ class BudgetSim:
     def retry_at_limiter(self, c: CallRun, t: float) -> None:
         """`c` asks its limiter again at `t` (a limiter's own 429, retried by the caller)."""
         self.at(t, _ASK, c)
+
+    def stated(self) -> ReportedLimits | None:
+        """What the provider's last answer stated of its limit (None: it states nothing)."""
+        return self.provider.stated() if self.setup.headers else None
 
     def wake_at(self, t: float) -> None:
         self.at(t, _WAKE, None)

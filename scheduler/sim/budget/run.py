@@ -127,8 +127,10 @@ def run_budgets(
     budget: str | None = None,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    headers: bool = True,
 ) -> list[BudgetResult]:
-    setup = setup_of(policy, budget, real_fraction)
+    """`headers`: the provider states its limit in its answers (False: only its 429s say it)."""
+    setup = setup_of(policy, budget, real_fraction, headers=headers)
     out = []
     for autoscale in (False, True):
         for c in ROSTER:
