@@ -18,7 +18,7 @@ from scheduler.sim.budget.advise import parse_target, scale_budget
 from scheduler.sim.budget.engine import BudgetSim
 from scheduler.sim.budget.figures import budget_figures
 from scheduler.sim.budget.limiters import Gateway, NoLimiter, PerWorker, SlidingWindow
-from scheduler.sim.budget.pool import READY, STARTING, PoolConfig, SlotGate, budget_cap
+from scheduler.sim.budget.pool import DRAINING, GONE, READY, STARTING, PoolConfig, SlotGate, budget_cap
 from scheduler.sim.budget.provider import Provider, cost
 from scheduler.sim.budget.run import ROSTER, SLOTSCHED, run_one
 from scheduler.sim.budget.setup import BudgetSetup, TenantShare, setup_of
@@ -105,6 +105,30 @@ def test_the_slot_gate_serves_classes_in_order() -> None:
     assert [w for w, _ in gate.grant()] == ["g"]
     gate.release(0, 1.0)
     assert [w for w, _ in gate.grant()] == ["b"]
+
+
+def test_the_slot_gate_counts_quota_claims() -> None:
+    """Waiters with a quota claim (the cap never withholds their workers): a's Guaranteed up to
+    its guaranteed (1), its Burstable up to its nominal (1); BestEffort and a tenant with no
+    quota have none."""
+    gate = SlotGate(PoolConfig(workers=1, slots_per_worker=1, quotas=(("a", 1, 1, 1.0),)))
+    for cls, who, tenant in ((0, "g1", "a"), (0, "g2", "a"), (1, "b1", "a"), (2, "e1", "a"), (1, "x", "z")):
+        gate.ask(cls, who, tenant)
+    assert gate.claimed() == 2
+    assert [w for w, _ in gate.grant()] == ["g1"]  # a holds its guaranteed: g2 claims nothing
+    assert gate.claimed() == 1
+    assert budget_cap(BudgetFeed("b", (0, 600, 0, 0), (0, 100, 0, 0)), 1) == 6
+    assert budget_cap(BudgetFeed("b", (0, 600, 0, 0), (0, 100, 0, 0)), 1, held=5, claimed=3) == 8
+
+
+def test_a_draining_worker_past_the_drain_timeout_moves_its_sessions() -> None:
+    gate = SlotGate(PoolConfig(workers=2, slots_per_worker=2, drain_timeout_s=120.0))
+    gate.ask(1, "s", "t")
+    assert gate.grant() == [("s", 0)]
+    gate.workers[0].state, gate.workers[0].drain_at = DRAINING, 0.0
+    assert gate.moves(119.0) == []
+    assert gate.moves(120.0) == [(0, 1)]
+    assert (gate.workers[0].state, gate.workers[1].held, gate.paid()) == (GONE, 1, 1)
 
 
 @pytest.mark.parametrize(
@@ -203,13 +227,19 @@ def test_slotsched_adopts_the_limit_the_provider_states(sample: tuple[object, li
     assert mine.utilization is not None and mine.utilization >= 0.9
 
 
-def _arriving(n: int = 24) -> list[SessionPlan]:
+def _arriving(
+    n: int = 24, tenants: tuple[str, ...] = ("t01", "t02"), qos: tuple[QoS, ...] = tuple(QoS)
+) -> list[SessionPlan]:
     """n sessions arriving 10 s apart (the autoscaler sees their rate before the next come), each
     40 calls of 1,000 input tokens, 4 s apart, 1 s each."""
     calls = tuple(LlmCall(4.0 * k, 1000, 10, 1.0) for k in range(40))
-    qos = (QoS.GUARANTEED, QoS.BURSTABLE, QoS.BEST_EFFORT)
     return [
-        SessionPlan(f"s{i:02d}", f"t0{1 + i % 2}", qos[i % 3], [Period(400.0, None, 10.0 * i, calls=calls)])
+        SessionPlan(
+            f"s{i:02d}",
+            tenants[i % len(tenants)],
+            qos[i % len(qos)],
+            [Period(400.0, None, 10.0 * i, calls=calls)],
+        )
         for i in range(n)
     ]
 
@@ -217,10 +247,11 @@ def _arriving(n: int = 24) -> list[SessionPlan]:
 @pytest.mark.parametrize("k", [0.02, 0.05, 0.1])
 def test_the_budget_cap_never_adds_worker_seconds(sample: tuple[object, list[SessionPlan]], k: float) -> None:
     """slotsched with the autoscaler, with its budget cap and without (the NOCAP run), on a small
-    workload the sample's budget (k times as large) binds: the cap never costs workers."""
+    workload the sample's budget (k times as large) binds: the cap never costs workers. The
+    sessions borrow (t06 has no slot quota): the cap may withhold their workers."""
     policy = scale_budget(sample[0], "claude", k)  # type: ignore[arg-type]
     policy = dataclasses.replace(policy, pool=dataclasses.replace(policy.pool, workers=1))
-    setup, plans = setup_of(policy), _arriving()
+    setup, plans = setup_of(policy), _arriving(tenants=("t06",), qos=(QoS.BURSTABLE, QoS.BEST_EFFORT))
     me = next(c for c in ROSTER if c.name == SLOTSCHED)
     capped = run_one(me, policy, plans, setup, True, 900.0)
     nocap = run_one(me, policy, plans, setup, True, 900.0, cap=False)

@@ -89,6 +89,8 @@ def pool_config(policy: Policy, autoscale: bool, cap: bool, workers: int | None 
         cap=cap,
         start_delay_s=policy.autoscaler.start_delay_s,
         stabilization_s=policy.autoscaler.scale_down_stabilization_s,
+        drain_timeout_s=policy.autoscaler.drain_timeout_s,
+        quotas=tuple((t.name, t.guaranteed, t.burstable_nominal, t.weight) for t in policy.tenants),
     )
 
 
