@@ -39,7 +39,7 @@ def _pairs(headers: Any) -> Iterable[tuple[Any, Any]]:
     if callable(items):
         return list(items())
     if isinstance(headers, list | tuple):
-        return [p for p in headers if isinstance(p, tuple | list) and len(p) == 2]
+        return [(p[0], p[1]) for p in headers if isinstance(p, tuple | list) and len(p) == 2]
     return []
 
 

@@ -158,7 +158,7 @@ class SlotGate:
         as the server asks them to yield within `drainTimeoutSeconds` (their checkpoint time is
         not counted; one with no free slot to go to stays): (from, to) per session moved."""
         self._pay(now)
-        out = []
+        out: list[tuple[int, int]] = []
         spw = self.cfg.slots_per_worker
         for i, w in enumerate(self.workers):
             if w.state != DRAINING or now - w.drain_at < self.cfg.drain_timeout_s:
