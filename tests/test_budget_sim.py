@@ -271,16 +271,20 @@ def test_figures_count_a_held_call_until_the_end() -> None:
 # ---------------------------------------------------------------- the CLI
 
 
+@pytest.mark.parametrize("headers", [True, False], ids=["stated", "no-provider-headers"])
 def test_compare_json_carries_a_budget_entry_per_contender(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], headers: bool
 ) -> None:
     rc = main(
         ["simulate", "--compare", "--policy", str(POLICY), "--workload", str(WORKLOAD), "--until", "900",
          "--provider-limit", "0.8333", "--out", str(tmp_path), "--json"]
+        + ([] if headers else ["--no-provider-headers"])
     )  # fmt: skip
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     doc = out["policies"]
+    # The provider's stated limit is adopted from the first settle; without it, a 429 teaches it.
+    assert (doc["slotsched"]["budget"]["provider_429s"] == 0) == headers
     names = [c.name + s for s in ("", "+autoscaler") for c in ROSTER] + ["slotsched+autoscaler-nocap"]
     for name in names:
         b = doc[name]["budget"]
