@@ -18,7 +18,7 @@ from scheduler.sim.budget.advise import parse_target, scale_budget
 from scheduler.sim.budget.engine import BudgetSim
 from scheduler.sim.budget.figures import budget_figures
 from scheduler.sim.budget.limiters import Gateway, NoLimiter, PerWorker, SlidingWindow
-from scheduler.sim.budget.pool import READY, STARTING, PoolConfig, SlotGate, budget_cap
+from scheduler.sim.budget.pool import DRAINING, GONE, READY, STARTING, PoolConfig, SlotGate, budget_cap
 from scheduler.sim.budget.provider import Provider, cost
 from scheduler.sim.budget.run import ROSTER, SLOTSCHED, run_one
 from scheduler.sim.budget.setup import BudgetSetup, TenantShare, setup_of
@@ -107,6 +107,30 @@ def test_the_slot_gate_serves_classes_in_order() -> None:
     assert [w for w, _ in gate.grant()] == ["b"]
 
 
+def test_the_slot_gate_counts_quota_claims() -> None:
+    """Waiters with a quota claim (the cap never withholds their workers): a's Guaranteed up to
+    its guaranteed (1), its Burstable up to its nominal (1); BestEffort and a tenant with no
+    quota have none."""
+    gate = SlotGate(PoolConfig(workers=1, slots_per_worker=1, quotas=(("a", 1, 1, 1.0),)))
+    for cls, who, tenant in ((0, "g1", "a"), (0, "g2", "a"), (1, "b1", "a"), (2, "e1", "a"), (1, "x", "z")):
+        gate.ask(cls, who, tenant)
+    assert gate.claimed() == 2
+    assert [w for w, _ in gate.grant()] == ["g1"]  # a holds its guaranteed: g2 claims nothing
+    assert gate.claimed() == 1
+    assert budget_cap(BudgetFeed("b", (0, 600, 0, 0), (0, 100, 0, 0)), 1) == 6
+    assert budget_cap(BudgetFeed("b", (0, 600, 0, 0), (0, 100, 0, 0)), 1, held=5, claimed=3) == 8
+
+
+def test_a_draining_worker_past_the_drain_timeout_moves_its_sessions() -> None:
+    gate = SlotGate(PoolConfig(workers=2, slots_per_worker=2, drain_timeout_s=120.0))
+    gate.ask(1, "s", "t")
+    assert gate.grant() == [("s", 0)]
+    gate.workers[0].state, gate.workers[0].drain_at = DRAINING, 0.0
+    assert gate.moves(119.0) == []
+    assert gate.moves(120.0) == [(0, 1)]
+    assert (gate.workers[0].state, gate.workers[1].held, gate.paid()) == (GONE, 1, 1)
+
+
 @pytest.mark.parametrize(
     ("cap", "desired"),
     [
@@ -179,24 +203,43 @@ def test_the_shipped_sample_has_calls_and_a_budget(sample: tuple[object, list[Se
 
 
 def test_slotsched_in_virtual_time_against_no_limiter(sample: tuple[object, list[SessionPlan]]) -> None:
+    """The provider states no limit in its answers: only its 429s say the configured one is 20%
+    too high, and the feedback finds it."""
     policy, plans = sample
-    setup = setup_of(policy, real_fraction=0.8333)  # type: ignore[arg-type]
+    setup = setup_of(policy, real_fraction=0.8333, headers=False)  # type: ignore[arg-type]
     by = {c.name: c for c in ROSTER}
     mine = run_one(by["slotsched"], policy, plans, setup, False, 1500.0)  # type: ignore[arg-type]
     blind = run_one(by["no-limiter"], policy, plans, setup, False, 1500.0)  # type: ignore[arg-type]
     assert blind.provider_429s > 50 * max(1, mine.provider_429s)
     assert (mine.p99("within_reserved") or 0.0) <= 1.0 < (blind.p99("within_reserved") or 0.0)
     assert mine.utilization is not None and mine.utilization >= 0.85
-    assert mine.limit_changes > 0  # the 429s moved the effective limit: the feedback found it
+    assert mine.provider_429s > 0 and mine.limit_changes > 0  # the 429s moved the effective limit
 
 
-def _arriving(n: int = 24) -> list[SessionPlan]:
+def test_slotsched_adopts_the_limit_the_provider_states(sample: tuple[object, list[SessionPlan]]) -> None:
+    """The provider states its limit in every answer (rate-limit headers): the first settle
+    carries it, and slotsched meets no 429 at all, at full use of the real limit."""
+    policy, plans = sample
+    setup = setup_of(policy, real_fraction=0.8333)  # type: ignore[arg-type]
+    me = next(c for c in ROSTER if c.name == SLOTSCHED)
+    mine = run_one(me, policy, plans, setup, False, 1500.0)  # type: ignore[arg-type]
+    assert mine.provider_429s == 0
+    assert mine.utilization is not None and mine.utilization >= 0.9
+
+
+def _arriving(
+    n: int = 24, tenants: tuple[str, ...] = ("t01", "t02"), qos: tuple[QoS, ...] = tuple(QoS)
+) -> list[SessionPlan]:
     """n sessions arriving 10 s apart (the autoscaler sees their rate before the next come), each
     40 calls of 1,000 input tokens, 4 s apart, 1 s each."""
     calls = tuple(LlmCall(4.0 * k, 1000, 10, 1.0) for k in range(40))
-    qos = (QoS.GUARANTEED, QoS.BURSTABLE, QoS.BEST_EFFORT)
     return [
-        SessionPlan(f"s{i:02d}", f"t0{1 + i % 2}", qos[i % 3], [Period(400.0, None, 10.0 * i, calls=calls)])
+        SessionPlan(
+            f"s{i:02d}",
+            tenants[i % len(tenants)],
+            qos[i % len(qos)],
+            [Period(400.0, None, 10.0 * i, calls=calls)],
+        )
         for i in range(n)
     ]
 
@@ -204,10 +247,11 @@ def _arriving(n: int = 24) -> list[SessionPlan]:
 @pytest.mark.parametrize("k", [0.02, 0.05, 0.1])
 def test_the_budget_cap_never_adds_worker_seconds(sample: tuple[object, list[SessionPlan]], k: float) -> None:
     """slotsched with the autoscaler, with its budget cap and without (the NOCAP run), on a small
-    workload the sample's budget (k times as large) binds: the cap never costs workers."""
+    workload the sample's budget (k times as large) binds: the cap never costs workers. The
+    sessions borrow (t06 has no slot quota): the cap may withhold their workers."""
     policy = scale_budget(sample[0], "claude", k)  # type: ignore[arg-type]
     policy = dataclasses.replace(policy, pool=dataclasses.replace(policy.pool, workers=1))
-    setup, plans = setup_of(policy), _arriving()
+    setup, plans = setup_of(policy), _arriving(tenants=("t06",), qos=(QoS.BURSTABLE, QoS.BEST_EFFORT))
     me = next(c for c in ROSTER if c.name == SLOTSCHED)
     capped = run_one(me, policy, plans, setup, True, 900.0)
     nocap = run_one(me, policy, plans, setup, True, 900.0, cap=False)
@@ -227,16 +271,20 @@ def test_figures_count_a_held_call_until_the_end() -> None:
 # ---------------------------------------------------------------- the CLI
 
 
+@pytest.mark.parametrize("headers", [True, False], ids=["stated", "no-provider-headers"])
 def test_compare_json_carries_a_budget_entry_per_contender(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], headers: bool
 ) -> None:
     rc = main(
         ["simulate", "--compare", "--policy", str(POLICY), "--workload", str(WORKLOAD), "--until", "900",
          "--provider-limit", "0.8333", "--out", str(tmp_path), "--json"]
+        + ([] if headers else ["--no-provider-headers"])
     )  # fmt: skip
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     doc = out["policies"]
+    # The provider's stated limit is adopted from the first settle; without it, a 429 teaches it.
+    assert (doc["slotsched"]["budget"]["provider_429s"] == 0) == headers
     names = [c.name + s for s in ("", "+autoscaler") for c in ROSTER] + ["slotsched+autoscaler-nocap"]
     for name in names:
         b = doc[name]["budget"]

@@ -12,6 +12,7 @@ import pytest
 
 from scheduler.client import AsyncClient, Client, NoQuota, PermitQueue, TokenUsage, UnknownBudget, usage_of
 from scheduler.client.errors import InvalidArgument
+from scheduler.client.ratelimits import stated_limits
 from tests.budget_fixtures import BUDGET, budget_policy_yaml
 from tests.grpc_fixtures import TOKENS, ServerThread, running_server
 
@@ -90,3 +91,64 @@ def test_the_blocking_client_settles_a_permit(server: ServerThread) -> None:
         with s.permit(BUDGET, estimate=(100, 100), timeout_s=30) as p:
             done = p.settle(SimpleNamespace(usage=SimpleNamespace(input_tokens=60, output_tokens=40)))
         assert done.charged.input_tokens == 60 and p.permit_id
+
+
+@pytest.mark.parametrize(
+    ("response", "headers", "expected"),
+    [
+        (  # a raw response (httpx's, an SDK's with_raw_response): its .headers, any case
+            SimpleNamespace(
+                headers={
+                    "Anthropic-RateLimit-Input-Tokens-Limit": "400000",
+                    "anthropic-ratelimit-output-tokens-limit": "80000",
+                    "anthropic-ratelimit-requests-limit": "4000",
+                    "anthropic-ratelimit-tokens-limit": "80000",  # the most restrictive: not one dimension
+                    "anthropic-ratelimit-input-tokens-remaining": "1000",  # not read
+                }
+            ),
+            None,
+            {"input_tokens_per_minute": 4e5, "output_tokens_per_minute": 8e4, "requests_per_minute": 4e3},
+        ),
+        (  # a 429's APIStatusError: its .response.headers, as pairs of bytes
+            SimpleNamespace(response=SimpleNamespace(headers=[(b"x-ratelimit-limit-tokens", b"30000")])),
+            None,
+            {"tokens_per_minute": 3e4},
+        ),
+        (  # a parsed message has no headers: they are passed apart
+            SimpleNamespace(usage=SimpleNamespace(input_tokens=1, output_tokens=1)),
+            {"x-ratelimit-limit-requests": "500", "x-ratelimit-limit-tokens": "nonsense"},
+            {"requests_per_minute": 500.0},
+        ),
+        ({"x-ratelimit-limit-tokens": "-1", "x-ratelimit-limit-requests": "inf"}, None, {}),
+        ((10, 10), None, {}),
+    ],
+)
+def test_the_providers_stated_limits_are_read_from_their_headers(
+    response: Any, headers: Any, expected: dict[str, float]
+) -> None:
+    assert stated_limits(response, headers) == expected
+
+
+def test_a_settle_carries_the_stated_limit_and_the_budget_adopts_it() -> None:
+    """The provider states 48,000 tokens a minute where the budget configures 60,000: after one
+    settle the budget's effective limit is 80% of it, no 429 needed. A server of its own: its
+    budget's limit moves."""
+    from scheduler.api.gen.slotsched.v1 import admin_pb2
+    from tests.grpc_fixtures import ADMIN_TOKEN
+    from tests.grpc_fixtures import Client as RawClient
+
+    async def main(target: str) -> float:
+        raw = SimpleNamespace(usage={"input_tokens": 5, "output_tokens": 5})
+        async with (
+            AsyncClient(target, TOKENS["acme"]) as client,
+            client.session("stated") as s,
+            s.permit(BUDGET, estimate=(10, 10), timeout_s=30) as p,
+        ):
+            await p.settle(raw, headers={"x-ratelimit-limit-tokens": "48000"})
+        async with RawClient(target, ADMIN_TOKEN) as c:
+            pool = await c.admin.DescribePool(admin_pb2.DescribePoolRequest(), metadata=c.md)
+        (b,) = pool.budgets
+        return b.factor
+
+    with running_server(budget_policy_yaml(workers=4, slots_per_worker=2)) as srv:
+        assert asyncio.run(main(srv.target)) == pytest.approx(0.8)

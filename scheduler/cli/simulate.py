@@ -126,6 +126,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="with --compare on a workload with calls and a policy with a budget: the provider's real "
         "limit as a fraction of the configured one (default 1; 0.8333: configured 20%% above it)",
     )
+    sim.add_argument(
+        "--no-provider-headers",
+        action="store_true",
+        help="with --compare on a budget run: the provider states no limit in its answers (as "
+        "Anthropic's and OpenAI's rate-limit headers do), so slotsched learns it from its 429s only",
+    )
     sim.add_argument("--budget", default=None, help="the spec.budgets entry to compare (default: the first)")
     sim.add_argument(
         "--advise",

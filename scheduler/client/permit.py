@@ -34,6 +34,7 @@ from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from scheduler.client.calls import SessionCalls
 from scheduler.client.channel import ClientLink
 from scheduler.client.errors import SlotschedError
+from scheduler.client.ratelimits import stated_limits
 from scheduler.client.reactions import from_rpc_error
 
 
@@ -208,20 +209,28 @@ class Permit:
             session_id=self.session_id, permit_id=self.permit_id, budget=self.budget
         )
 
-    async def settle(self, usage: Any) -> Settled:
-        """Settle with the usage the provider reported (`usage_of` reads the response)."""
+    async def settle(self, usage: Any, headers: Any = None) -> Settled:
+        """Settle with the usage the provider reported (`usage_of` reads the response), and the
+        limit its rate-limit headers state (`headers`, else the response's: `ratelimits`)."""
         req = self._base()
         req.usage.CopyFrom(usage_of(usage).pb())
+        if limits := stated_limits(usage, headers):
+            req.provider_limits.CopyFrom(pb.ProviderLimits(**limits))
         return await self._send(req)
 
-    async def throttled(self, retry_after_s: float | None = None, usage: Any = None) -> Settled:
-        """The provider throttled the call (HTTP 429, with its retry-after when it gave one)."""
+    async def throttled(
+        self, retry_after_s: float | None = None, usage: Any = None, headers: Any = None
+    ) -> Settled:
+        """The provider throttled the call (HTTP 429, with its retry-after when it gave one;
+        `headers`: the 429's, whose stated limit the budget adopts)."""
         req = self._base()
         req.throttled = True
         if retry_after_s is not None:
             req.retry_after.FromNanoseconds(round(retry_after_s * 1e9))
         if usage is not None:
             req.usage.CopyFrom(usage_of(usage).pb())
+        if limits := stated_limits(usage, headers):
+            req.provider_limits.CopyFrom(pb.ProviderLimits(**limits))
         return await self._send(req)
 
     async def withdraw(self) -> None:

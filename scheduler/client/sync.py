@@ -288,11 +288,13 @@ class SyncPermit:
     def queue(self) -> PermitQueue | None:
         return self.aio.queue
 
-    def settle(self, usage: Any) -> Settled:
-        return self._client.run(self.aio.settle(usage))
+    def settle(self, usage: Any, headers: Any = None) -> Settled:
+        return self._client.run(self.aio.settle(usage, headers))
 
-    def throttled(self, retry_after_s: float | None = None, usage: Any = None) -> Settled:
-        return self._client.run(self.aio.throttled(retry_after_s, usage))
+    def throttled(
+        self, retry_after_s: float | None = None, usage: Any = None, headers: Any = None
+    ) -> Settled:
+        return self._client.run(self.aio.throttled(retry_after_s, usage, headers))
 
     def withdraw(self) -> None:
         self._client.run(self.aio.withdraw())

@@ -34,6 +34,7 @@ from scheduler.core.budget.types import (
     PermitRefused,
     PermitRequest,
     PermitWithdrawn,
+    ReportedLimits,
     Settle,
     SettleRefused,
     Usage,
@@ -363,7 +364,8 @@ class SessionOps:
             retry = convert.from_dur(request.retry_after) if request.HasField("retry_after") else 0.0
         if desk.budgets.permit_owner(permit) is None and not desk.issued_here(permit):
             return self._orphan(tenant, key, request, usage)
-        return self._settled(desk.handle(Settle(permit, key, usage, retry), tenant), permit, tenant)
+        stated = _stated(request.provider_limits) if request.HasField("provider_limits") else None
+        return self._settled(desk.handle(Settle(permit, key, usage, retry, stated), tenant), permit, tenant)
 
     def _orphan(
         self, tenant: str, key: SessionId, request: scheduler_pb2.SettlePermitRequest, usage: Usage
@@ -398,6 +400,16 @@ class SessionOps:
 
 def _usage(u: scheduler_pb2.TokenUsage) -> Usage:
     return Usage(u.input_tokens, u.output_tokens, u.requests if u.HasField("requests") else 1.0)
+
+
+def _stated(p: scheduler_pb2.ProviderLimits) -> ReportedLimits:
+    """The provider's stated limit (a field unset: not stated; the core ignores nonsense)."""
+    return ReportedLimits(
+        p.requests_per_minute if p.HasField("requests_per_minute") else None,
+        p.input_tokens_per_minute if p.HasField("input_tokens_per_minute") else None,
+        p.output_tokens_per_minute if p.HasField("output_tokens_per_minute") else None,
+        p.tokens_per_minute if p.HasField("tokens_per_minute") else None,
+    )
 
 
 def _pb_usage(v: Vec) -> scheduler_pb2.TokenUsage:

@@ -100,6 +100,9 @@ class ScaleInput:
     floor_slots: int  # the floor in slots (PoolSpec.floor_slots of the current capacity)
     mean_hold_s: float  # mean time a lease holds its slot
     budgets: tuple[BudgetFeed, ...] = ()  # the pool's token budgets, for the cap (budget_cap)
+    # Queued sessions with a quota claim (Guaranteed within its tenant's guaranteed, Burstable
+    # below its nominal): the budget cap never withholds their workers (budget_cap).
+    claimed_pending: int = 0
 
     def __post_init__(self) -> None:
         if self.slots_per_worker < 1:
@@ -248,11 +251,13 @@ def budget_sessions(budgets: tuple[BudgetFeed, ...]) -> float | None:
 
 
 def budget_cap(inp: ScaleInput) -> int | None:
-    """Workers the pool's budgets can feed (see the module docstring), at least 1; None: no cap."""
+    """Workers the pool's budgets can feed (see the module docstring), at least 1, and at least
+    the workers for the sessions held and the queued ones with a quota claim; None: no cap."""
     sessions = budget_sessions(inp.budgets)
     if sessions is None:
         return None
-    return max(1, math.ceil(sessions / inp.slots_per_worker - _EPS))
+    claimed = sum(inp.busy_by_class.values()) + inp.claimed_pending
+    return max(1, math.ceil(max(sessions, claimed) / inp.slots_per_worker - _EPS))
 
 
 def drain_order(w: ScaleWorker) -> tuple[bool, float, float, str]:

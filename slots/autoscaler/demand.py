@@ -74,6 +74,18 @@ def scale_input_from_pool(
         floor_slots=view.floor,
         mean_hold_s=view.mean_hold_s,
         budgets=view.budgets,
+        claimed_pending=claimed_pending(view),
+    )
+
+
+def claimed_pending(view: PoolView) -> int:
+    """Queued sessions with a quota claim, which the budget cap never withholds a worker from: per
+    tenant, its Guaranteed waiters up to what its `guaranteed` leaves free, its Burstable ones up
+    to its `nominal` (the slot core's tiers 1 and 2, served by preemption when no slot is free)."""
+    return sum(
+        min(t.pending[0], max(0, t.guaranteed - t.held[0]))
+        + min(t.pending[1], max(0, t.burstable_nominal - t.held[1]))
+        for t in view.tenants
     )
 
 

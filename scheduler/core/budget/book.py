@@ -44,6 +44,7 @@ from scheduler.core.budget.types import (
     PermitQueued,
     PermitWaitReason,
     PermitWithdrawn,
+    ReportedLimits,
     Usage,
     Vec,
 )
@@ -90,6 +91,9 @@ class Book:
         # Tokens count fair share where the budget limits any; else requests do.
         self.unit = TOKENS if any(d != 0 for d in self.on) else 0
         self.factor = 1.0
+        # The provider's stated limit over the configured one (1: none stated, or above it): the
+        # factor never goes above it.
+        self.ceiling = 1.0
         self.blocked_until: float | None = None
         self.last_decrease: float | None = None
         self.next_recovery: float | None = None
@@ -328,7 +332,7 @@ class Book:
         sent = p.granted_at if p.granted_at is not None else now
         if self.last_decrease is None or sent >= self.last_decrease + EPISODE_S:
             self.throttled_at = self.factor
-            new = max(fb.minimum, self.factor * fb.decrease)
+            new = min(self.ceiling, max(fb.minimum, self.factor * fb.decrease))
             self.last_decrease = now
             if new < self.factor:
                 self.factor = new
@@ -338,11 +342,39 @@ class Book:
         if retry_after_s > 0 and (self.blocked_until is None or until > self.blocked_until):
             self.blocked_until = until
             changed = True
-        if self.factor < 1.0:
+        if self.factor < self.ceiling:
             self.next_recovery = max(now, self.blocked_until or now) + RECOVERY_PERIOD_S
         if changed:
             self.rescale()
             out.append(self._limit_changed(LimitChangeReason.THROTTLED))
+
+    def adopt(self, reported: ReportedLimits, now: float, out: list[BudgetDecision]) -> None:
+        """The provider stated its limit (its response headers): the effective limit is at once at
+        most that, as the same fraction of the configured one in every dimension (the lowest of
+        stated ÷ configured over the dimensions the budget limits and the provider states), never
+        above the configured one. No 429 is needed to learn it. A later statement replaces it (a
+        tier upgrade raises it; recovery climbs to it). A loss point above it is explained by it
+        and forgotten: recovery returns to the stated limit, not to a plateau below an overrun
+        the configured number caused."""
+        ratios = [
+            r / self.configured[d]
+            for d, r in enumerate(reported.vector())
+            if r is not None and d in self.on and math.isfinite(r) and r > 0 and self.configured[d] > 0
+        ]
+        if not ratios:
+            return
+        ceiling = min(1.0, min(ratios))
+        if ceiling == self.ceiling:
+            return
+        self.ceiling = ceiling
+        if self.throttled_at is not None and self.throttled_at > ceiling:
+            self.throttled_at = None
+        if self.factor > ceiling:
+            self.factor = ceiling
+            self.rescale()
+            out.append(self._limit_changed(LimitChangeReason.REPORTED))
+        elif self.factor < ceiling and self.next_recovery is None:
+            self.next_recovery = max(now, self.blocked_until or now) + RECOVERY_PERIOD_S
 
     def plateau(self) -> float:
         """Where quick recovery stops: a third of the way from the cut back to the last
@@ -367,8 +399,10 @@ class Book:
             elif self.bound:
                 self.factor += fb.recovery_per_minute / PROBE_SLOWDOWN
             self.bound = False
-            self.factor = min(1.0, self.factor)
-            self.next_recovery = self.next_recovery + RECOVERY_PERIOD_S if self.factor < 1.0 else None
+            self.factor = min(self.ceiling, self.factor)
+            self.next_recovery = (
+                self.next_recovery + RECOVERY_PERIOD_S if self.factor < self.ceiling else None
+            )
             if self.factor != before:
                 self.rescale()
                 out.append(self._limit_changed(LimitChangeReason.RECOVERED))

@@ -307,6 +307,8 @@ class Budgets:
             return
         book = self.where[p.id]
         book.close(p, ev.usage.vector(), PermitEndReason.SETTLED, now, out, throttled=retry is not None)
+        if ev.reported is not None:
+            book.adopt(ev.reported, now, out)
         if retry is not None:
             book.throttled(p, float(retry), now, out)
         book.serve(now, out)  # a refund may grant waiters
@@ -403,6 +405,9 @@ class Budgets:
         book.factor, book.blocked_until = old.factor, old.blocked_until
         book.last_decrease, book.next_recovery = old.last_decrease, old.next_recovery
         book.throttled_at = old.throttled_at
+        # A stated limit is a fraction of the configured one: kept only while that is the same
+        # (else the next statement sets it again).
+        book.ceiling = old.ceiling if old.configured == book.configured else 1.0
         book.rescale()
         book.shared.last = old.shared.last
         book.shared.tokens = [min(t, c) for t, c in zip(old.shared.tokens, book.shared.cap, strict=True)]

@@ -66,6 +66,7 @@ class SettleRefuseReason(enum.StrEnum):
 class LimitChangeReason(enum.StrEnum):
     THROTTLED = "throttled"  # the provider throttled a call: multiplicative decrease
     RECOVERED = "recovered"  # a minute without a throttle: additive increase
+    REPORTED = "reported"  # the provider reported its limit (response headers): adopted at once
 
 
 class PermitEndReason(enum.StrEnum):
@@ -94,14 +95,32 @@ class PermitRequest:
 
 
 @dataclass(frozen=True)
+class ReportedLimits:
+    """The provider's own limit per minute, as its response headers state it (Anthropic's
+    `anthropic-ratelimit-{requests,input-tokens,output-tokens}-limit`, OpenAI's
+    `x-ratelimit-limit-{requests,tokens}`); None where it stated none. Only the limit is read,
+    not `-remaining`: see docs/decisions/0016a-provider-reported-limits.md."""
+
+    requests: float | None = None
+    input_tokens: float | None = None
+    output_tokens: float | None = None
+    tokens: float | None = None
+
+    def vector(self) -> tuple[float | None, float | None, float | None, float | None]:
+        return (self.requests, self.input_tokens, self.output_tokens, self.tokens)
+
+
+@dataclass(frozen=True)
 class Settle:
     """The call is over: `usage` as the provider reported it. `throttled_retry_after_s` (not
-    None): the provider answered 429 with that retry-after (0 when it gave none)."""
+    None): the provider answered 429 with that retry-after (0 when it gave none). `reported`: the
+    limits the provider's response stated, if any (the budget adopts them at once)."""
 
     permit: PermitId
     owner: str
     usage: Usage
     throttled_retry_after_s: float | None = None
+    reported: ReportedLimits | None = None
 
 
 @dataclass(frozen=True)

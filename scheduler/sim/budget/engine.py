@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from scheduler.core.budget.types import ReportedLimits
 from scheduler.core.types import QoS
 from scheduler.core.views import BudgetFeed
 from scheduler.sim.budget.pool import PoolConfig, SlotGate, budget_cap
@@ -215,7 +216,7 @@ class BudgetSim:
             s.parked.append(c)
             if not s.asking:
                 s.asking = True
-                self.pool.ask(s.cls, s)
+                self.pool.ask(s.cls, s, s.plan.tenant)
                 self._grant_slots()
             return
         self._go(c)
@@ -274,6 +275,10 @@ class BudgetSim:
         """`c` asks its limiter again at `t` (a limiter's own 429, retried by the caller)."""
         self.at(t, _ASK, c)
 
+    def stated(self) -> ReportedLimits | None:
+        """What the provider's last answer stated of its limit (None: it states nothing)."""
+        return self.provider.stated() if self.setup.headers else None
+
     def wake_at(self, t: float) -> None:
         self.at(t, _WAKE, None)
 
@@ -297,7 +302,7 @@ class BudgetSim:
 
     def _release_slot(self, s: SessionRun) -> None:
         if s.worker is not None:
-            self.pool.release(s.worker, self.now)
+            self.pool.release(s.worker, self.now, s.cls, s.plan.tenant)
             s.worker = None
             self._grant_slots()
 
@@ -320,10 +325,13 @@ class BudgetSim:
             )
             scale = effective / (self.setup.limits[self.dim] or 1.0)
             feed = BudgetFeed(self.setup.name, _vec(x * scale for x in self.setup.limits), _vec(per_session))
-            cap = budget_cap(feed, self.cfg.slots_per_worker)
+            cap = budget_cap(feed, self.cfg.slots_per_worker, self.pool.held, self.pool.claimed())
             ready_at = self.pool.scale(now, cap)
             if ready_at is not None:
                 self.at(ready_at, _WORKERS, None)
+            for src, dst in self.pool.moves(now):
+                s = next(s for s in self.rec.sessions if s.worker == src)
+                s.worker = dst
             self._grant_slots()
         else:
             self.pool._pay(now)

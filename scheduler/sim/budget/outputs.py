@@ -34,13 +34,15 @@ def budget_compare(
         return []
     fraction = getattr(args, "provider_limit", None) or 1.0
     budget = getattr(args, "budget", None)
-    setup = setup_of(policy, budget, fraction)
+    headers = not getattr(args, "no_provider_headers", False)
+    setup = setup_of(policy, budget, fraction, headers=headers)
 
     def progress(name: str) -> None:
         if sys.stderr.isatty():
             print(f"\rbudget: {name:<28}", end="", file=sys.stderr, flush=True)
 
-    results = run_budgets(policy, plans, until_s, fraction, budget, getattr(args, "seed", 0) or 0, progress)
+    seed = getattr(args, "seed", 0) or 0
+    results = run_budgets(policy, plans, until_s, fraction, budget, seed, progress, headers)
     if sys.stderr.isatty():
         print("\r" + " " * 40 + "\r", end="", file=sys.stderr)
     images: list[str] = []

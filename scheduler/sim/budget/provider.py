@@ -6,6 +6,10 @@ A call is admitted when every bucket holds what it takes: 1 request, its input t
 estimate (max tokens: the provider cannot know the output yet); at completion the output estimate
 is corrected to the real output. Past it the call is answered 429 with a retry-after of the
 whole seconds until the bucket holds enough (providers send whole seconds).
+
+Every answer, a 429 too, states the limit in its headers, as Anthropic's and OpenAI's do
+(`anthropic-ratelimit-input-tokens-limit`, `x-ratelimit-limit-tokens`, ...): `stated()`, which a
+run turns off (`BudgetSetup.headers`) to show the 429-learning path.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from scheduler.core.budget.types import ReportedLimits
 from scheduler.sim.budget.setup import Vec
 
 
@@ -67,6 +72,11 @@ class Provider:
             return float(max(1, math.ceil(wait)))
         self.buckets.take(need)
         return None
+
+    def stated(self) -> ReportedLimits:
+        """The limits its response headers state (per minute; None where it has no limit)."""
+        r, i, o, t = (x if x > 0 else None for x in self.buckets.limits)
+        return ReportedLimits(r, i, o, t)
 
     def settle(self, estimate: Vec, used: Vec, now: float) -> None:
         """The call ended: charge or refund the difference between what it used and its estimate."""

@@ -88,9 +88,10 @@ def checks(results: Sequence[BudgetResult], autoscaler: bool) -> list[str]:
         f"{ok((me.attainment_min or 0) >= 0.8)}",
     ]
     if others:
-        fewer = all(me.provider_429s < o.figures.provider_429s for o in others)
+        # None at all is as few as any can have (a contender wasting its budget may have none too).
+        fewer = me.provider_429s == 0 or all(me.provider_429s < o.figures.provider_429s for o in others)
         lines.append(
-            "- fewer provider 429s than every other contender ("
+            "- fewer provider 429s than every other contender, or none ("
             + ", ".join(f"{o.name} {o.figures.provider_429s:,}" for o in others)
             + f"): {ok(fewer)}"
         )

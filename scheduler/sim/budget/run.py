@@ -89,6 +89,8 @@ def pool_config(policy: Policy, autoscale: bool, cap: bool, workers: int | None 
         cap=cap,
         start_delay_s=policy.autoscaler.start_delay_s,
         stabilization_s=policy.autoscaler.scale_down_stabilization_s,
+        drain_timeout_s=policy.autoscaler.drain_timeout_s,
+        quotas=tuple((t.name, t.guaranteed, t.burstable_nominal, t.weight) for t in policy.tenants),
     )
 
 
@@ -127,8 +129,10 @@ def run_budgets(
     budget: str | None = None,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    headers: bool = True,
 ) -> list[BudgetResult]:
-    setup = setup_of(policy, budget, real_fraction)
+    """`headers`: the provider states its limit in its answers (False: only its 429s say it)."""
+    setup = setup_of(policy, budget, real_fraction, headers=headers)
     out = []
     for autoscale in (False, True):
         for c in ROSTER:

@@ -43,6 +43,9 @@ class BudgetSetup:
     # A call's output estimate: its max tokens (the output it may not pass), or its real output if
     # larger (a call's max tokens is at least what it produced).
     max_tokens: int = 4096
+    # The provider states its limit in its response headers and the limiters that read them
+    # (slotsched's settle) learn it from there; False: it does not, only its 429s say it.
+    headers: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.real_fraction <= 10:
@@ -74,7 +77,11 @@ class BudgetSetup:
 
 
 def setup_of(
-    policy: Policy, budget: str | None = None, real_fraction: float = 1.0, max_tokens: int = 4096
+    policy: Policy,
+    budget: str | None = None,
+    real_fraction: float = 1.0,
+    max_tokens: int = 4096,
+    headers: bool = True,
 ) -> BudgetSetup:
     """The setup of one of the policy's budgets (default: its first), each tenant's share resolved
     into rates as the budget core resolves them (`scheduler/core/budget/shares.py`)."""
@@ -101,4 +108,4 @@ def setup_of(
             best_effort_limit=None if be is None or be[dim] >= limits[dim] else be[dim],
             reserved_vec=g if g is not None else (0.0, 0.0, 0.0, 0.0),
         )
-    return BudgetSetup(spec.name, limits, real_fraction, shares, max_tokens)
+    return BudgetSetup(spec.name, limits, real_fraction, shares, max_tokens, headers)

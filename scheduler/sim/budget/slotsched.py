@@ -1,9 +1,11 @@
 """slotsched's budgets as a budget-run limiter: the very core the server runs
 (`scheduler/core/budget`, `Budgets`), driven in virtual time. A ready call asks for a permit with
 its estimate (input tokens known, output bounded by its max tokens); a grant sends it; the call
-settles its permit with the usage the provider reported; a 429 settles it as throttled with the
-provider's retry-after (the core lowers the budget's effective limit and grants nothing until the
-retry-after passes) and the call asks for a new permit at once, in its place by class and share.
+settles its permit with the usage the provider reported and the limit its headers stated (the
+core adopts it: no 429 needed to learn a limit below the configured one); a 429 settles it as
+throttled with the provider's retry-after (the core lowers the budget's effective limit and
+grants nothing until the retry-after passes) and the call asks for a new permit at once, in its
+place by class and share.
 """
 
 from __future__ import annotations
@@ -81,7 +83,9 @@ class Slotsched:
         assert isinstance(c.handle, str)
         permit = PermitId(c.handle)
         self.open.pop(permit, None)
-        self._apply(Settle(permit, c.session.plan.session_id, Usage(0.0, 0.0, 0.0), retry_after_s), now)
+        assert self.sim is not None
+        nothing = Usage(0.0, 0.0, 0.0)
+        self._apply(Settle(permit, c.session.plan.session_id, nothing, retry_after_s, self.sim.stated()), now)
         self.request(c, now)
 
     def done(self, c: CallRun, now: float) -> None:
@@ -89,7 +93,8 @@ class Slotsched:
         permit = PermitId(c.handle)
         self.open.pop(permit, None)
         used = Usage(float(c.call.input_tokens), float(c.call.output_tokens), 1.0)
-        self._apply(Settle(permit, c.session.plan.session_id, used), now)
+        assert self.sim is not None
+        self._apply(Settle(permit, c.session.plan.session_id, used, reported=self.sim.stated()), now)
 
     def wake(self, now: float) -> None:
         if self.wake_armed is None or now < self.wake_armed - 1e-9:

@@ -394,7 +394,7 @@ class PermitQueued(_message.Message):
     def __init__(self, position: _Optional[int] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class SettlePermitRequest(_message.Message):
-    __slots__ = ("session_id", "permit_id", "budget", "usage", "throttled", "retry_after", "withdraw")
+    __slots__ = ("session_id", "permit_id", "budget", "usage", "throttled", "retry_after", "withdraw", "provider_limits")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PERMIT_ID_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
@@ -402,6 +402,7 @@ class SettlePermitRequest(_message.Message):
     THROTTLED_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
     WITHDRAW_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_LIMITS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     permit_id: str
     budget: str
@@ -409,7 +410,20 @@ class SettlePermitRequest(_message.Message):
     throttled: bool
     retry_after: _duration_pb2.Duration
     withdraw: bool
-    def __init__(self, session_id: _Optional[str] = ..., permit_id: _Optional[str] = ..., budget: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., throttled: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., withdraw: _Optional[bool] = ...) -> None: ...
+    provider_limits: ProviderLimits
+    def __init__(self, session_id: _Optional[str] = ..., permit_id: _Optional[str] = ..., budget: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., throttled: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., withdraw: _Optional[bool] = ..., provider_limits: _Optional[_Union[ProviderLimits, _Mapping]] = ...) -> None: ...
+
+class ProviderLimits(_message.Message):
+    __slots__ = ("requests_per_minute", "input_tokens_per_minute", "output_tokens_per_minute", "tokens_per_minute")
+    REQUESTS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    requests_per_minute: float
+    input_tokens_per_minute: float
+    output_tokens_per_minute: float
+    tokens_per_minute: float
+    def __init__(self, requests_per_minute: _Optional[float] = ..., input_tokens_per_minute: _Optional[float] = ..., output_tokens_per_minute: _Optional[float] = ..., tokens_per_minute: _Optional[float] = ...) -> None: ...
 
 class SettlePermitResponse(_message.Message):
     __slots__ = ("charged", "refunded", "withdrawn", "orphan")
