@@ -40,16 +40,18 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry
 
 from scheduler.app.running import Build, RunningServer
-from scheduler.autoscale_wiring import autoscalers, static_workers, vitals_of
+from scheduler.autoscale_wiring import autoscalers, static_workers, vitals_of, with_budgets
 from scheduler.core.types import WorkerId
+from scheduler.core.views import PoolView
 from scheduler.grants import GrantKeyring
 from scheduler.policy.errors import Problem
 from scheduler.policy.model import Policy
 from scheduler.server.app import GrpcServer, assemble_router
 from scheduler.server.auth import Authenticator
 from scheduler.server.loop import SchedulerLoop
+from scheduler.server.permits import PermitDesk
 from scheduler.server.policy_log import PolicyLog
-from scheduler.server.pool_routes import PoolLeader, PoolRoutes, PoolUnit
+from scheduler.server.pool_routes import PoolLeader, PoolRoutes, PoolUnit, budget_home
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.session_ops import SessionOps
 from slots.autoscaler.demand import MembershipError
@@ -277,7 +279,7 @@ class PoolLeadership:
         units = self.units
         return autoscalers(
             self.policy,
-            self.routes.describe,
+            self._describe,
             _RoutedMembership(self.routes),
             self.routes.first().loop.now,
             env,
@@ -287,6 +289,17 @@ class PoolLeadership:
             active=lambda name: name in units and units[name].leads,
             vitals=lambda: vitals_of(u.registry for u in units.values()),
         )
+
+    def _describe(self, name: str | None) -> PoolView:
+        """A pool's view for its autoscaler, with its budgets' feeds read from each budget's
+        home unit where that unit leads here (a budget counted on another replica caps
+        nothing here: the cap only withholds scale-ups)."""
+        policy = self.policy_in_force
+        return with_budgets(self.routes.describe(name), policy, partial(self._home_desk, policy))
+
+    def _home_desk(self, policy: Policy, budget: str) -> PermitDesk | None:
+        unit = self.units.get(budget_home(policy, budget))
+        return unit.loop.permits if unit is not None and unit.leads else None
 
     def bind_watcher(self, watcher: PolicyWatcher, secure: bool, plog: PolicyLog) -> None:
         """`--policy-source`: every new version of the SchedulingPolicy object is applied by
@@ -318,6 +331,13 @@ class PoolLeadership:
             led = [u for u in self.units.values() if u.leads]
             for unit in led:
                 unit.loop.apply_policy(policy.only_pool(unit.pool))
+            # A budget whose home moved to a unit leading here: that desk counts afresh, from
+            # empty, as a new term does (the old home may have granted this minute already).
+            homes = {b.name: budget_home(policy, b.name) for b in policy.budgets}
+            moved = {home for name, home in homes.items() if budget_home(old, name) != home}
+            for unit in led:
+                if unit.pool in moved:
+                    unit.loop.renew_permits()
             for unit in led:
                 await unit.loop.durable()
             plog.applied(generation, old, policy, f"the object {watcher.ref}")

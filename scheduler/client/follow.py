@@ -208,12 +208,11 @@ class Follower:
         if not self.follow or not connection_lost(err):
             return None
         pool = pool_named(err)
-        if pool is not None and self.key and not self.key.startswith("selector:") and pool != self.key:
-            # About another pool's leader: that route moves, not this one (the pool's own).
-            other = self.route(pool)
-            named_other = leader_named(err)
-            if named_other is not None and named_other != other.current:
-                other._move(named_other)
+        routed = bool(self.key) and not self.key.startswith("selector:")
+        if pool is not None and pool != self.key and (routed or _names_budget(err)):
+            # About another pool's leader (a permit's refusal names its budget's home pool:
+            # even the default route is not moved by it): that route moves, not this one.
+            self.follow_pool(pool, leader_named(err))
             return None
         now = time.monotonic()
         named = leader_named(err)
@@ -233,6 +232,12 @@ class Follower:
         if nxt != address:
             self._move(nxt)
         return _pause() if standby or nxt != address else None
+
+    def follow_pool(self, pool: str, leader: str | None) -> None:
+        """The route of `pool` goes to `leader` (None: it stays where it is)."""
+        other = self.route(pool)
+        if leader is not None and leader != other.current:
+            other._move(leader)
 
     def _move(self, address: str) -> None:
         self.current = address
@@ -261,6 +266,11 @@ class Follower:
         for task in list(self._closing):
             with contextlib.suppress(BaseException):
                 await task
+
+
+def _names_budget(err: grpc.aio.AioRpcError) -> bool:
+    """A permit's NOT_LEADER: it names the budget whose home pool it names (client/permit_routes.py)."""
+    return _trailer(err, wire.BUDGET) is not None
 
 
 def _pause() -> float:

@@ -354,14 +354,16 @@ class TokenUsage(_message.Message):
     def __init__(self, input_tokens: _Optional[float] = ..., output_tokens: _Optional[float] = ..., requests: _Optional[float] = ...) -> None: ...
 
 class RequestPermitRequest(_message.Message):
-    __slots__ = ("session_id", "budget", "estimate")
+    __slots__ = ("session_id", "budget", "estimate", "qos")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    QOS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     budget: str
     estimate: TokenUsage
-    def __init__(self, session_id: _Optional[str] = ..., budget: _Optional[str] = ..., estimate: _Optional[_Union[TokenUsage, _Mapping]] = ...) -> None: ...
+    qos: _common_pb2.QosClass
+    def __init__(self, session_id: _Optional[str] = ..., budget: _Optional[str] = ..., estimate: _Optional[_Union[TokenUsage, _Mapping]] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ...) -> None: ...
 
 class PermitEvent(_message.Message):
     __slots__ = ("permit_id", "budget", "granted", "queued")
@@ -394,7 +396,7 @@ class PermitQueued(_message.Message):
     def __init__(self, position: _Optional[int] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class SettlePermitRequest(_message.Message):
-    __slots__ = ("session_id", "permit_id", "budget", "usage", "throttled", "retry_after", "withdraw")
+    __slots__ = ("session_id", "permit_id", "budget", "usage", "throttled", "retry_after", "withdraw", "qos")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PERMIT_ID_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
@@ -402,6 +404,7 @@ class SettlePermitRequest(_message.Message):
     THROTTLED_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
     WITHDRAW_FIELD_NUMBER: _ClassVar[int]
+    QOS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     permit_id: str
     budget: str
@@ -409,7 +412,8 @@ class SettlePermitRequest(_message.Message):
     throttled: bool
     retry_after: _duration_pb2.Duration
     withdraw: bool
-    def __init__(self, session_id: _Optional[str] = ..., permit_id: _Optional[str] = ..., budget: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., throttled: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., withdraw: _Optional[bool] = ...) -> None: ...
+    qos: _common_pb2.QosClass
+    def __init__(self, session_id: _Optional[str] = ..., permit_id: _Optional[str] = ..., budget: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., throttled: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., withdraw: _Optional[bool] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ...) -> None: ...
 
 class SettlePermitResponse(_message.Message):
     __slots__ = ("charged", "refunded", "withdrawn", "orphan")
