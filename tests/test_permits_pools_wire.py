@@ -104,14 +104,13 @@ async def _counted_at_home(multiplex: bool) -> None:
 
         # A permit sent to a replica not leading the home: NOT_LEADER naming it (and the budget).
         elsewhere = owner["cpu-a"]
-        md = await not_leader(elsewhere, lambda stub: stub.RequestPermit(permit_request("x"), metadata=ACME_MD))
+        md = await not_leader(elsewhere, lambda st: st.RequestPermit(permit_request("x"), metadata=ACME_MD))
         assert (md[wire.POOL], md[LEADER_KEY], md[wire.BUDGET]) == (HOME, owner[HOME], BUDGET)
 
         targets = [s.target for s in servers]
         async with AsyncClient(targets, token=TOKENS["acme"], multiplex=multiplex) as client:
-            async with client.session("a", pool="cpu-a") as _, client.session("b", pool="gpu") as _:
-                sa = next(s for s in client.sessions if s.session_id == "a")
-                sb = next(s for s in client.sessions if s.session_id == "b")
+            sa, sb = client.session("a", pool="cpu-a"), client.session("b", pool="gpu")
+            async with sa, sb:
                 if multiplex:
                     # A third of a minute of the budget, within acme's nominal share: it waits
                     # (the home's buckets started empty); the second comes after it, in one count.
@@ -177,8 +176,8 @@ async def _home_failover() -> None:
         pool = next(p for p in ("cpu-a", "gpu") if owner[p] == survivor.target)  # survives the stop
         old = home_desk(home).incarnation
         async with AsyncClient([s.target for s in servers], token=TOKENS["acme"]) as client:
-            async with client.session("s", pool=pool) as _:
-                session = next(iter(client.sessions))
+            session = client.session("s", pool=pool)
+            async with session:
                 granted = await session.permit(BUDGET, (100, 100)).request()
                 assert granted.permit_id is not None and granted.permit_id.startswith(old + ".")
 
