@@ -170,6 +170,27 @@ def test_a_sessions_end_in_its_pool_closes_its_permits_at_the_home() -> None:
     asyncio.run(main())
 
 
+def test_a_budgets_gauges_are_its_home_desks_on_a_replica_of_several_units() -> None:
+    from scheduler.app.pools import _HomeViews
+    from scheduler.server.budget_metrics import BudgetMetrics
+
+    async def main() -> None:
+        routes = _routes(led={"cpu-a", "cpu-b", "gpu"})
+        _session(routes, "acme", "a", "cpu-a")
+        policy = _policy()
+        metrics, merged = BudgetMetrics(lambda t: t or ""), {}
+        views = {p: _HomeViews(metrics, p, lambda: policy, merged) for p in routes.units}
+        out = _permit(routes, "acme", permit_request("a", inp=10_000, out=10_000))  # waits at the home
+        assert isinstance(out, scheduler_pb2.PermitEvent) and out.HasField("queued")
+        views[HOME].budget_views(routes.units[HOME].loop.permits.views())
+        for pool in ("cpu-a", "gpu"):  # a desk not counting the budget (a take-over's new desk)
+            views[pool].budget_views(routes.units[pool].loop.permits.views())
+        (view,) = metrics.views
+        assert view.waiting == 1  # the home's, not an idle desk's
+
+    asyncio.run(main())
+
+
 def test_a_new_term_names_permits_afresh() -> None:
     async def main() -> None:
         loop = SchedulerLoop(parse_policy(budget_policy_yaml())[0])

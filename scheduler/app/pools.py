@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -41,6 +41,7 @@ from prometheus_client import CollectorRegistry
 
 from scheduler.app.running import Build, RunningServer
 from scheduler.autoscale_wiring import autoscalers, static_workers, vitals_of, with_budgets
+from scheduler.core.budget.types import BudgetDecision, BudgetView
 from scheduler.core.types import WorkerId
 from scheduler.core.views import PoolView
 from scheduler.grants import GrantKeyring
@@ -49,7 +50,7 @@ from scheduler.policy.model import Policy
 from scheduler.server.app import GrpcServer, assemble_router
 from scheduler.server.auth import Authenticator
 from scheduler.server.loop import SchedulerLoop
-from scheduler.server.permits import PermitDesk
+from scheduler.server.permits import BudgetMetrics, PermitDesk
 from scheduler.server.policy_log import PolicyLog
 from scheduler.server.pool_routes import PoolLeader, PoolRoutes, PoolUnit, budget_home
 from scheduler.server.registry import WorkerRegistry
@@ -103,10 +104,15 @@ class PoolLeadership:
         self.replicas: dict[str, Replica] = {}
         self.stores: dict[str, StateStore] = {}
         state_metrics = StateMetrics(build.metrics.registry, pools=True)
+        merged: dict[str, BudgetView] = {}  # each budget's gauges, from its home unit's desk
         for name in policy.pool_names():
             own = policy.only_pool(name)  # a whole policy of one pool: it round-trips the journal
             loop = SchedulerLoop(own, build.metrics)
             loop.shutting_down = True  # nothing runs on a pool's core until this replica leads it
+            if loop.budget_metrics is not None:  # a budget's gauges are its home desk's only
+                views = _HomeViews(loop.budget_metrics, name, self.policy, merged)
+                loop.budget_metrics = loop.permits.metrics = views
+                views.budget_views(loop.permits.views())
             registry = WorkerRegistry(loop, build.heartbeat_interval_s)
             store = url.store(f"{state.prefix}:{name}", self.replica_id, timeout_s)
             replica = Replica(
@@ -386,3 +392,28 @@ class _RoutedMembership:
 
     def deregister(self, worker_id: WorkerId) -> object:
         return self._registry(worker_id).deregister(worker_id)
+
+
+class _HomeViews:
+    """A pool unit's budget reports: its events as they come, but only the views (gauges) of the
+    budgets whose home is its pool, merged with the other units' (every unit of the replica
+    reports to one `BudgetMetrics`, and a desk that does not count a budget would show it idle)."""
+
+    def __init__(
+        self, inner: BudgetMetrics, pool: str, policy: Callable[[], Policy], merged: dict[str, BudgetView]
+    ) -> None:
+        self._inner = inner
+        self._pool = pool
+        self._policy = policy
+        self._merged = merged  # shared by the replica's units
+
+    def observe_budget(self, decision: BudgetDecision, tenant: str) -> None:
+        self._inner.observe_budget(decision, tenant)
+
+    def budget_views(self, views: tuple[BudgetView, ...]) -> None:
+        policy, merged = self._policy(), self._merged
+        for v in views:
+            if budget_home(policy, v.name) == self._pool:
+                merged[v.name] = v
+        names = {b.name for b in policy.budgets}
+        self._inner.budget_views(tuple(v for n, v in merged.items() if n in names))

@@ -209,9 +209,8 @@ class Follower:
             return None
         pool = pool_named(err)
         routed = bool(self.key) and not self.key.startswith("selector:")
-        if pool is not None and pool != self.key and (routed or _names_budget(err)):
-            # About another pool's leader (a permit's refusal names its budget's home pool:
-            # even the default route is not moved by it): that route moves, not this one.
+        if pool is not None and pool != self.key and (routed or _trailer(err, wire.BUDGET)):
+            # About another pool's leader (or a budget's home: permit_routes.py): that route moves.
             self.follow_pool(pool, leader_named(err))
             return None
         now = time.monotonic()
@@ -235,8 +234,7 @@ class Follower:
 
     def follow_pool(self, pool: str, leader: str | None) -> None:
         """The route of `pool` goes to `leader` (None: it stays where it is)."""
-        other = self.route(pool)
-        if leader is not None and leader != other.current:
+        if leader is not None and leader != (other := self.route(pool)).current:
             other._move(leader)
 
     def _move(self, address: str) -> None:
@@ -266,11 +264,6 @@ class Follower:
         for task in list(self._closing):
             with contextlib.suppress(BaseException):
                 await task
-
-
-def _names_budget(err: grpc.aio.AioRpcError) -> bool:
-    """A permit's NOT_LEADER: it names the budget whose home pool it names (client/permit_routes.py)."""
-    return _trailer(err, wire.BUDGET) is not None
 
 
 def _pause() -> float:

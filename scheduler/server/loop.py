@@ -60,7 +60,7 @@ from scheduler.dispatch import BY_TYPE, EventSpec
 from scheduler.policy.model import Policy
 from scheduler.ports import NO_EXTRAS, EndedSession, Extras, Journal, LoopState, Observer, PolicyApplied
 from scheduler.server.metrics import Metrics
-from scheduler.server.permits import PermitDesk
+from scheduler.server.permits import BudgetMetrics, PermitDesk
 from scheduler.server.stream import FINAL, GRANTED, OTHER, LeaseStream, Notice, StreamClosed
 
 _R = TypeVar("_R")
@@ -89,7 +89,9 @@ class SchedulerLoop:
         self.core = Pools(policy)
         self.metrics = metrics
         # The token budgets beside the slot core: their own core and timer, not journaled.
-        self.permits = PermitDesk(policy, clock, metrics.budget if metrics is not None else None)
+        #: What the budgets report to (per-pool leadership wraps it: a budget's home reports it).
+        self.budget_metrics: BudgetMetrics | None = metrics.budget if metrics is not None else None
+        self.permits = PermitDesk(policy, clock, self.budget_metrics)
         #: Where a session's end closes its permits: this loop's desk; under per-pool leadership
         #: every unit's desk of the replica (pool_routes.py: a budget counts at its home's unit).
         self.ends_permits: Callable[[SessionId], None] = self._end_permits
@@ -312,9 +314,7 @@ class SchedulerLoop:
         here): every bucket empty (the window assumed spent), a new incarnation in the permit
         ids (a permit of before is charged as a debt when settled)."""
         self.permits.close()
-        self.permits = PermitDesk(
-            self.core.policy, self._clock, self.metrics.budget if self.metrics is not None else None
-        )
+        self.permits = PermitDesk(self.core.policy, self._clock, self.budget_metrics)
 
     # ------------------------------------------------------------------ queries
 
