@@ -26,14 +26,14 @@ import grpc
 import pytest
 
 from scheduler.api import wire
-from scheduler.api.gen.slotsched.v1 import scheduler_pb2, scheduler_pb2_grpc
+from scheduler.api.gen.slotsched.v1 import admin_pb2, admin_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 from scheduler.client import AsyncClient, Permit
 from scheduler.client.follow import LEADER_KEY
 from scheduler.grants import GrantKeyring
 from scheduler.serve import RunningServer
 from scheduler.server.permits import PermitDesk
 from tests.budget_fixtures import BUDGET, HOME, permit_request, pools_budget_policy_yaml, settle_request
-from tests.grpc_fixtures import TOKENS, write_policy
+from tests.grpc_fixtures import ADMIN_TOKEN, TOKENS, write_policy
 from tests.test_pool_leadership import spread, start, trailers, until
 from tests.test_state_redis import REDIS_BIN, RedisProc
 
@@ -43,6 +43,7 @@ pytestmark = pytest.mark.skipif(
 
 ACME_MD = (("authorization", f"Bearer {TOKENS['acme']}"),)
 GLOBEX_MD = (("authorization", f"Bearer {TOKENS['globex']}"),)
+ADMIN_MD = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
 
 
 @contextlib.asynccontextmanager
@@ -88,6 +89,14 @@ async def not_leader(target: str, call: Any) -> dict[str, str]:
             return md
         await asyncio.sleep(int(md.get(wire.RETRY_AFTER_MS, "200")) / 1000)
     raise AssertionError("no leader named")
+
+
+async def described(target: str, pool: str) -> Any:
+    async with grpc.aio.insecure_channel(target) as ch:
+        resp = await admin_pb2_grpc.AdminStub(ch).DescribePool(
+            admin_pb2.DescribePoolRequest(pool=pool), metadata=ADMIN_MD, timeout=10
+        )
+    return list(resp.budgets)
 
 
 @pytest.mark.parametrize("multiplex", [True, False], ids=["channel", "per-session"])
@@ -140,6 +149,9 @@ async def _counted_at_home(multiplex: bool) -> None:
                 await small_task
                 assert small.permit_id is not None and desk.issued_here(small.permit_id)
                 assert small.expires_at is not None
+                # Status shows the budget under its home pool, from its leader, and nowhere else.
+                assert [b.name for b in await described(owner[HOME], HOME)] == [BUDGET]
+                assert [b.name for b in await described(owner["cpu-a"], "cpu-a")] == []
                 # The SDK learned the home, and moved only the budget's route there.
                 assert client.budget_homes == {BUDGET: HOME}
                 assert client.leader_of(HOME) == owner[HOME]

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2
@@ -107,6 +108,9 @@ class PoolUnit:
     #: replica is neither the pool's owner nor its successor and holds nothing of it (cold), so
     #: it can tell nothing about the pool's sessions, workers or demand.
     hot: Callable[[], bool] = lambda: True
+    #: This unit's desk counts the budget now (per-pool leadership: it is the budget's home and
+    #: leads here); what DescribePool shows of budgets (another desk's would read idle).
+    counts: Callable[[str], bool] = lambda budget: True
 
     @property
     def leads(self) -> bool:
@@ -219,6 +223,7 @@ class PoolRoutes:
             # every unit of this replica; its end reaches the home desks here the same way.
             unit.ops.permit_class = self.permit_class
             unit.loop.ends_permits = self.session_ended
+            unit.counts = partial(self._counts, unit)
 
     def policy(self) -> Policy:
         """The whole policy (each unit's core runs under its pool's projection)."""
@@ -383,6 +388,9 @@ class PoolRoutes:
                 "qos", "required: this replica does not hold the session's pool, so name its class"
             )
         return qos
+
+    def _counts(self, unit: PoolUnit, budget: str) -> bool:
+        return unit.leads and budget_home(self._policy(), budget) == unit.pool
 
     def session_ended(self, key: SessionId) -> None:
         """A session's end (on any unit here, led or followed) closes its permits on every
