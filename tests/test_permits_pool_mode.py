@@ -187,6 +187,8 @@ def test_a_budgets_gauges_are_its_home_desks_on_a_replica_of_several_units() -> 
             views[pool].budget_views(routes.units[pool].loop.permits.views())
         (view,) = metrics.views
         assert view.waiting == 1  # the home's, not an idle desk's
+        views[HOME].forget()  # the home steps down here: its next leader shows the budget
+        assert metrics.views == ()
 
     asyncio.run(main())
 

@@ -105,6 +105,7 @@ class PoolLeadership:
         self.stores: dict[str, StateStore] = {}
         state_metrics = StateMetrics(build.metrics.registry, pools=True)
         merged: dict[str, BudgetView] = {}  # each budget's gauges, from its home unit's desk
+        self._views: dict[str, _HomeViews] = {}
         for name in policy.pool_names():
             own = policy.only_pool(name)  # a whole policy of one pool: it round-trips the journal
             loop = SchedulerLoop(own, build.metrics)
@@ -113,6 +114,7 @@ class PoolLeadership:
                 views = _HomeViews(loop.budget_metrics, name, self.policy, merged)
                 loop.budget_metrics = loop.permits.metrics = views
                 views.budget_views(loop.permits.views())
+                self._views[name] = views
             registry = WorkerRegistry(loop, build.heartbeat_interval_s)
             store = url.store(f"{state.prefix}:{name}", self.replica_id, timeout_s)
             replica = Replica(
@@ -270,6 +272,8 @@ class PoolLeadership:
             await self._grpc.set_pool(pool, True)
 
     async def _on_step_down(self, pool: str) -> None:
+        if pool in self._views:
+            self._views[pool].forget()  # its budgets are counted by its next leader, not here
         for t in self._tasks[pool]:
             t.cancel()
         self._tasks[pool].clear()
@@ -417,3 +421,10 @@ class _HomeViews:
                 merged[v.name] = v
         names = {b.name for b in policy.budgets}
         self._inner.budget_views(tuple(v for n, v in merged.items() if n in names))
+
+    def forget(self) -> None:
+        """The pool stepped down here: its budgets' gauges go (the next leader's show them)."""
+        policy = self._policy()
+        for name in [n for n in self._merged if budget_home(policy, n) == self._pool]:
+            del self._merged[name]
+        self.budget_views(())
