@@ -10,7 +10,8 @@ named by cpu-b and gpu: its home is cpu-b):
   sessions' own routes stay where their pools are led);
 * another tenant cannot settle (or withdraw) a permit, even quoting its id and session id;
 * the home pool's failover: the new leader counts the budget afresh (its bucket starts empty, a
-  new incarnation), and a permit of the old leader, settled there, is charged as a debt.
+  new incarnation), and a permit of the old leader, settled there, is charged as a debt; a
+  permit on a Channel bound to another pool led on the home's replica is served there.
 """
 
 from __future__ import annotations
@@ -210,3 +211,11 @@ async def _home_failover() -> None:
                 after = await session.permit(BUDGET, (100, 100)).request()
                 assert after.permit_id is not None and after.permit_id.startswith(desk.incarnation + ".")
                 await after.settle((10, 10))
+                # The home and the session's pool now led by one replica: a permit sent on the
+                # session's own Channel (bound to its pool's unit) is served by the home's unit
+                # there, with no NOT_LEADER to follow.
+                client.budget_homes.clear()
+                again = await session.permit(BUDGET, (100, 100)).request()
+                assert again.permit_id is not None and desk.issued_here(again.permit_id)
+                assert client.budget_homes == {}
+                await again.settle((10, 10))

@@ -370,12 +370,11 @@ class PoolRoutes:
             raise unit.refusal(request.budget)
         return unit
 
-    def permit_class(self, tenant: str, session_id: str, declared: int) -> QoS | errors.RpcFailure:
+    def permit_class(self, key: SessionId, session_id: str, declared: int) -> QoS | errors.RpcFailure:
         """The class a permit of the session draws in (decision 0016b): the session's own where a
         unit here holds it (leads or follows its pool); NOT_FOUND when every pool is held here
         and none has it; else (its pool held cold here) the class the request declares, drawn
         on the tenant's own share like any permit, so no tenant can reach another's."""
-        key = convert.session_key(tenant, session_id)
         for unit in self.units.values():
             view = unit.loop.core.session(key)
             if view is not None:

@@ -126,7 +126,7 @@ class SessionOps:
         #: The class a permit of (tenant, session id, declared class) draws in, or the failure
         #: to answer: this loop's session; under per-pool leadership the replica's router sets
         #: it (pool_routes.py: a budget's home unit may not hold the session's pool).
-        self.permit_class: Callable[[str, str, int], QoS | errors.RpcFailure] = self._own_class
+        self.permit_class: Callable[[SessionId, str, int], QoS | errors.RpcFailure] = self._own_class
 
     def lease_id(self, wire_id: str, tenant: str) -> LeaseId:
         """The core id of a lease id as quoted (tag verified), checked to be the caller's."""
@@ -290,8 +290,8 @@ class SessionOps:
 
     # ------------------------------------------------------------------ token budgets
 
-    def _own_class(self, tenant: str, session_id: str, declared: int) -> QoS | errors.RpcFailure:
-        view = self.loop.session(convert.session_key(tenant, session_id))
+    def _own_class(self, key: SessionId, session_id: str, declared: int) -> QoS | errors.RpcFailure:
+        view = self.loop.session(key)
         if view is None:
             return errors.not_found(f"no live session {session_id}: a permit is for a session")
         return QoS(view.qos)
@@ -302,10 +302,10 @@ class SessionOps:
         require(request.budget, "budget")
         if not request.HasField("estimate"):
             raise errors.invalid_argument("estimate", "required")
-        qos = self.permit_class(tenant, request.session_id, request.qos)
+        key = convert.session_key(tenant, request.session_id)
+        qos = self.permit_class(key, request.session_id, request.qos)
         if isinstance(qos, errors.RpcFailure):
             return qos
-        key = convert.session_key(tenant, request.session_id)
         desk = self.loop.permits
         permit = desk.new_id()
         est = _usage(request.estimate)
@@ -368,7 +368,7 @@ class SessionOps:
     ) -> Outcome:
         """A permit of a former leader: its usage charged as a debt, so it is never lost."""
         require(request.budget, "budget")
-        qos = self.permit_class(tenant, request.session_id, request.qos)
+        qos = self.permit_class(key, request.session_id, request.qos)
         if isinstance(qos, errors.RpcFailure):
             return errors.not_found(
                 f"no live session {request.session_id} to charge permit {request.permit_id!r} to"
