@@ -10,6 +10,7 @@ Over real gRPC and redis with three replicas: tests/test_permits_pools_wire.py."
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import grpc
 import pytest
@@ -22,10 +23,18 @@ from scheduler.policy.model import Policy
 from scheduler.policy.yaml_io import parse_policy
 from scheduler.server import convert, errors
 from scheduler.server.loop import SchedulerLoop
+from scheduler.server.permits import PermitDesk
 from scheduler.server.pool_routes import PoolRoutes, PoolUnit, budget_home
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.session_ops import SessionOps
-from tests.budget_fixtures import BUDGET, HOME, budget_policy_yaml, permit_request, pools_budget_policy_yaml
+from tests.budget_fixtures import (
+    BUDGET,
+    HOME,
+    budget_policy_yaml,
+    permit_request,
+    pools_budget_policy_yaml,
+    settle_request,
+)
 
 B = common_pb2.QOS_CLASS_BURSTABLE
 G = common_pb2.QOS_CLASS_GUARANTEED
@@ -168,6 +177,45 @@ def test_a_sessions_end_in_its_pool_closes_its_permits_at_the_home() -> None:
         assert home.budgets.permit_owner(PermitId(out.permit_id)) is None
 
     asyncio.run(main())
+
+
+def test_a_pools_autoscaler_cap_reads_its_budgets_feed_at_the_home() -> None:
+    from scheduler.autoscale_wiring import with_budgets
+
+    async def main() -> None:
+        routes = _routes(led={"cpu-a", "cpu-b", "gpu"})
+        _session(routes, "acme", "g", "gpu")
+        home = routes.units[HOME]
+        out = await _granted(routes, "acme", permit_request("g", inp=10, out=10))
+        settle = settle_request("g", out.permit_id, 5, 5, budget=BUDGET)
+        assert not isinstance(
+            routes.for_permit("acme", settle).ops.settle_permit("acme", settle), errors.RpcFailure
+        )
+        policy = _policy()
+        gpu = routes.units["gpu"].loop.core.describe("gpu")
+
+        def desk_of(budget: str) -> PermitDesk | None:  # as app/pools.py: the home's, where it leads
+            unit = routes.units[budget_home(policy, budget)]
+            return unit.loop.permits if unit.leads else None
+
+        (feed,) = with_budgets(gpu, policy, desk_of).budgets  # gpu's sessions draw on llm
+        assert feed.budget == BUDGET and feed.per_session_per_minute[0] > 0
+        assert with_budgets(gpu, policy, routes.units["gpu"].loop.permits).budgets == ()  # not its desk
+        home.loop.shutting_down = True  # led elsewhere: no cap from here
+        assert with_budgets(gpu, policy, desk_of).budgets == ()
+
+    asyncio.run(main())
+
+
+async def _granted(routes: PoolRoutes, tenant: str, req: scheduler_pb2.RequestPermitRequest) -> Any:
+    """A small permit, once the home's buckets (empty at first) refill enough to grant it."""
+    unit = routes.for_permit(tenant, req)
+    done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    first = unit.ops.request_permit(tenant, req)
+    give_up = unit.ops.follow_permit(tenant, first, lambda o: done.done() or done.set_result(o))
+    out = first if give_up is None else await asyncio.wait_for(done, 30)
+    assert isinstance(out, scheduler_pb2.PermitEvent) and out.HasField("granted"), out
+    return out
 
 
 def test_a_budgets_gauges_are_its_home_desks_on_a_replica_of_several_units() -> None:
