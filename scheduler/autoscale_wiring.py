@@ -17,7 +17,7 @@ from dataclasses import replace
 from prometheus_client import CollectorRegistry
 
 from scheduler.core.types import WorkerId
-from scheduler.core.views import PoolView
+from scheduler.core.views import BudgetFeed, PoolView
 from scheduler.policy.model import Policy, PoolSpec
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.permits import PermitDesk
@@ -69,14 +69,25 @@ def pool_autoscalers(
     )
 
 
-def with_budgets(view: PoolView, policy: Policy, desk: PermitDesk) -> PoolView:
+def with_budgets(
+    view: PoolView, policy: Policy, desk: PermitDesk | Callable[[str], PermitDesk | None]
+) -> PoolView:
     """The pool's view with its budgets (spec.pools[].budgets) as the autoscaler's cap reads
-    them: the slot core knows nothing of budgets, the loop's PermitDesk counts them."""
+    them: the slot core knows nothing of budgets, the loop's PermitDesk counts them. Per-pool
+    leadership passes `desk` as a function: the desk counting a budget (its home unit's, when
+    it leads here), or None (counted on another replica: no cap from it here)."""
     spec = policy.pool_spec(view.name)
     names = spec.budgets if spec is not None else ()
     if not names:
         return view
-    return replace(view, budgets=desk.feeds(names))
+    if isinstance(desk, PermitDesk):
+        return replace(view, budgets=desk.feeds(names))
+    feeds: list[BudgetFeed] = []
+    for name in names:
+        home = desk(name)
+        if home is not None:
+            feeds.extend(home.feeds((name,)))
+    return replace(view, budgets=tuple(feeds))
 
 
 def vitals_of(registries: Iterable[WorkerRegistry]) -> dict[str, Vitals]:

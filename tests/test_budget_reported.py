@@ -1,6 +1,6 @@
 """The provider's stated limit (its rate-limit response headers, carried by a settle): the budget
 core adopts it at once, below the configured limit only, so no 429 is needed to learn it
-(docs/design.md, "Token budgets"; docs/decisions/0016a-provider-reported-limits.md). Budget `llm`
+(docs/design.md, "Token budgets"; docs/decisions/0016-provider-reported-limits.md). Budget `llm`
 of tests/budget_script.py: 6,000 tokens and 6,000 requests a minute."""
 
 from __future__ import annotations

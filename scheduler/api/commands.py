@@ -57,6 +57,9 @@ class Command:
     #: A first answer that waits (a queued permit) is followed by more answers on the same
     #: Channel `ref` (its grant); the per-session rpc answers once the wait is over.
     follows: bool = False
+    #: Routed by its budget, not its session: under per-pool leadership it goes to the replica
+    #: leading the budget's home pool (docs/design.md, "Token budgets"), wherever its session is.
+    by_budget: bool = False
 
 
 ACQUIRE: Final = Command(
@@ -145,6 +148,7 @@ REQUEST_PERMIT: Final = Command(
     meets="renew",  # met as a renewal: one try, never sent again (resend)
     attempts=1,
     follows=True,
+    by_budget=True,
 )
 SETTLE_PERMIT: Final = Command(
     "SettlePermit",
@@ -160,6 +164,7 @@ SETTLE_PERMIT: Final = Command(
     "which never knew the permit, it is charged once as a debt",
     meets="release",  # met as a release: it gives back, and is sent again through an outage
     attempts=5,
+    by_budget=True,
 )
 
 #: Every session command: the Channel's in its oneof's order, then GetSession.

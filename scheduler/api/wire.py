@@ -39,6 +39,10 @@ LEADER: Final = "x-slotsched-leader"
 #: Trailing, on NOT_LEADER with per-pool leadership (`serve --leadership pool`): the pool whose
 #: leader `LEADER` names; the SDK follows that leader for that pool's sessions only.
 POOL: Final = "x-slotsched-pool"
+#: Trailing, on a per-pool NOT_LEADER refusing a permit (RequestPermit, SettlePermit): the budget
+#: whose home pool `POOL` names; the SDK sends that budget's permits to that pool's leader, and
+#: moves nothing else (its session's own pool may be led right here).
+BUDGET: Final = "x-slotsched-budget"
 #: Trailing: the call's google.rpc.Status with its rich details (grpc_status's key).
 DETAILS: Final = "grpc-status-details-bin"
 #: Trailing on Admin.GetPolicy / ApplyPolicy: the policy generation, the state store
@@ -91,6 +95,8 @@ class Reason(StrEnum):
 LEADER_INFO: Final = "leader"
 #: ErrorInfo metadata key naming the pool on a per-pool NOT_LEADER (the same name as `POOL`).
 POOL_INFO: Final = "pool"
+#: ErrorInfo metadata key naming the budget on a permit's NOT_LEADER (the same name as `BUDGET`).
+BUDGET_INFO: Final = "budget"
 #: The codes every failure carries an ErrorInfo with, and the reason when none more specific.
 DEFAULT_REASONS: Final[Mapping[grpc.StatusCode, Reason]] = MappingProxyType(
     {
@@ -122,6 +128,8 @@ QUOTE_CHARS: Final = 64
 __all__ = [
     "AUTHORIZATION",
     "BEARER",
+    "BUDGET",
+    "BUDGET_INFO",
     "DEFAULT_REASONS",
     "DETAILS",
     "DOMAIN",

@@ -33,23 +33,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
 from scheduler.app.running import Build, RunningServer
-from scheduler.autoscale_wiring import autoscalers, static_workers, vitals_of
+from scheduler.autoscale_wiring import autoscalers, static_workers, vitals_of, with_budgets
+from scheduler.core.budget.types import BudgetDecision, BudgetView
 from scheduler.core.types import WorkerId
+from scheduler.core.views import PoolView
 from scheduler.grants import GrantKeyring
 from scheduler.policy.errors import Problem
 from scheduler.policy.model import Policy
 from scheduler.server.app import GrpcServer, assemble_router
 from scheduler.server.auth import Authenticator
 from scheduler.server.loop import SchedulerLoop
+from scheduler.server.permits import BudgetMetrics, PermitDesk
 from scheduler.server.policy_log import PolicyLog
-from scheduler.server.pool_routes import PoolLeader, PoolRoutes, PoolUnit
+from scheduler.server.pool_routes import PoolLeader, PoolRoutes, PoolUnit, budget_home
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.session_ops import SessionOps
 from slots.autoscaler.demand import MembershipError
@@ -101,10 +104,17 @@ class PoolLeadership:
         self.replicas: dict[str, Replica] = {}
         self.stores: dict[str, StateStore] = {}
         state_metrics = StateMetrics(build.metrics.registry, pools=True)
+        merged: dict[str, BudgetView] = {}  # each budget's gauges, from its home unit's desk
+        self._views: dict[str, _HomeViews] = {}
         for name in policy.pool_names():
             own = policy.only_pool(name)  # a whole policy of one pool: it round-trips the journal
             loop = SchedulerLoop(own, build.metrics)
             loop.shutting_down = True  # nothing runs on a pool's core until this replica leads it
+            if loop.budget_metrics is not None:  # a budget's gauges are its home desk's only
+                views = _HomeViews(loop.budget_metrics, name, self.policy, merged)
+                loop.budget_metrics = loop.permits.metrics = views
+                views.budget_views(loop.permits.views())
+                self._views[name] = views
             registry = WorkerRegistry(loop, build.heartbeat_interval_s)
             store = url.store(f"{state.prefix}:{name}", self.replica_id, timeout_s)
             replica = Replica(
@@ -262,6 +272,8 @@ class PoolLeadership:
             await self._grpc.set_pool(pool, True)
 
     async def _on_step_down(self, pool: str) -> None:
+        if pool in self._views:
+            self._views[pool].forget()  # its budgets are counted by its next leader, not here
         for t in self._tasks[pool]:
             t.cancel()
         self._tasks[pool].clear()
@@ -277,7 +289,7 @@ class PoolLeadership:
         units = self.units
         return autoscalers(
             self.policy,
-            self.routes.describe,
+            self._describe,
             _RoutedMembership(self.routes),
             self.routes.first().loop.now,
             env,
@@ -287,6 +299,17 @@ class PoolLeadership:
             active=lambda name: name in units and units[name].leads,
             vitals=lambda: vitals_of(u.registry for u in units.values()),
         )
+
+    def _describe(self, name: str | None) -> PoolView:
+        """A pool's view for its autoscaler, with its budgets' feeds read from each budget's
+        home unit where that unit leads here (a budget counted on another replica caps
+        nothing here: the cap only withholds scale-ups)."""
+        policy = self.policy_in_force
+        return with_budgets(self.routes.describe(name), policy, partial(self._home_desk, policy))
+
+    def _home_desk(self, policy: Policy, budget: str) -> PermitDesk | None:
+        unit = self.units.get(budget_home(policy, budget))
+        return unit.loop.permits if unit is not None and unit.leads else None
 
     def bind_watcher(self, watcher: PolicyWatcher, secure: bool, plog: PolicyLog) -> None:
         """`--policy-source`: every new version of the SchedulingPolicy object is applied by
@@ -318,6 +341,13 @@ class PoolLeadership:
             led = [u for u in self.units.values() if u.leads]
             for unit in led:
                 unit.loop.apply_policy(policy.only_pool(unit.pool))
+            # A budget whose home moved to a unit leading here: that desk counts afresh, from
+            # empty, as a new term does (the old home may have granted this minute already).
+            homes = {b.name: budget_home(policy, b.name) for b in policy.budgets}
+            moved = {home for name, home in homes.items() if budget_home(old, name) != home}
+            for unit in led:
+                if unit.pool in moved:
+                    unit.loop.renew_permits()
             for unit in led:
                 await unit.loop.durable()
             plog.applied(generation, old, policy, f"the object {watcher.ref}")
@@ -366,3 +396,35 @@ class _RoutedMembership:
 
     def deregister(self, worker_id: WorkerId) -> object:
         return self._registry(worker_id).deregister(worker_id)
+
+
+class _HomeViews:
+    """A pool unit's budget reports: its events as they come, but only the views (gauges) of the
+    budgets whose home is its pool, merged with the other units' (every unit of the replica
+    reports to one `BudgetMetrics`, and a desk that does not count a budget would show it idle)."""
+
+    def __init__(
+        self, inner: BudgetMetrics, pool: str, policy: Callable[[], Policy], merged: dict[str, BudgetView]
+    ) -> None:
+        self._inner = inner
+        self._pool = pool
+        self._policy = policy
+        self._merged = merged  # shared by the replica's units
+
+    def observe_budget(self, decision: BudgetDecision, tenant: str) -> None:
+        self._inner.observe_budget(decision, tenant)
+
+    def budget_views(self, views: tuple[BudgetView, ...]) -> None:
+        policy, merged = self._policy(), self._merged
+        for v in views:
+            if budget_home(policy, v.name) == self._pool:
+                merged[v.name] = v
+        names = {b.name for b in policy.budgets}
+        self._inner.budget_views(tuple(v for n, v in merged.items() if n in names))
+
+    def forget(self) -> None:
+        """The pool stepped down here: its budgets' gauges go (the next leader's show them)."""
+        policy = self._policy()
+        for name in [n for n in self._merged if budget_home(policy, n) == self._pool]:
+            del self._merged[name]
+        self.budget_views(())

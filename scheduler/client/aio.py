@@ -143,6 +143,8 @@ class AsyncClient:
         self._multiplex = multiplex = o.multiplex
         # The routes of sessions naming a pool or a selector (routes.py); "" is this client.
         self._routes: dict[str, PoolRoute] = {}
+        #: budget -> its home pool, where its permits go (permit_routes.py), as refusals named it.
+        self.budget_homes: dict[str, str] = {}
         # Every session on one Scheduler.Channel stream (mux.py); False: one Acquire per session.
         self._mux: SessionMux | None = SessionMux(self) if multiplex else None
 
@@ -186,6 +188,15 @@ class AsyncClient:
             follower = self._follower.route(key)
             route = self._routes[key] = PoolRoute(self, key, follower, multiplex=self._multiplex)
         return route
+
+    def link_of(self, pool: str) -> ClientLink:
+        """The route of `pool`'s calls (permit_routes.py: a budget's home pool)."""
+        return self._link(pool)
+
+    def follow_pool(self, pool: str, leader: str | None) -> None:
+        """`pool`'s route goes to `leader` (a refusal named it; None: it stays)."""
+        self._link(pool)
+        self._follower.follow_pool(pool, leader)
 
     def open_channel(self) -> ChannelCall:
         """A Channel stream to the leader (`ClientLink.open_channel`): the stub's following call."""

@@ -208,12 +208,10 @@ class Follower:
         if not self.follow or not connection_lost(err):
             return None
         pool = pool_named(err)
-        if pool is not None and self.key and not self.key.startswith("selector:") and pool != self.key:
-            # About another pool's leader: that route moves, not this one (the pool's own).
-            other = self.route(pool)
-            named_other = leader_named(err)
-            if named_other is not None and named_other != other.current:
-                other._move(named_other)
+        routed = bool(self.key) and not self.key.startswith("selector:")
+        if pool is not None and pool != self.key and (routed or _trailer(err, wire.BUDGET)):
+            # About another pool's leader (or a budget's home: permit_routes.py): that route moves.
+            self.follow_pool(pool, leader_named(err))
             return None
         now = time.monotonic()
         named = leader_named(err)
@@ -233,6 +231,11 @@ class Follower:
         if nxt != address:
             self._move(nxt)
         return _pause() if standby or nxt != address else None
+
+    def follow_pool(self, pool: str, leader: str | None) -> None:
+        """The route of `pool` goes to `leader` (None: it stays where it is)."""
+        if leader is not None and leader != (other := self.route(pool)).current:
+            other._move(leader)
 
     def _move(self, address: str) -> None:
         self.current = address

@@ -92,6 +92,14 @@ def on_channel(err: pb.SessionError) -> Reaction:
     return reaction if reaction in (Reaction.FOLLOW_LEADER, Reaction.PLACE_ELSEWHERE) else Reaction.FAIL
 
 
+def _about_elsewhere(err: grpc.aio.AioRpcError, link: ClientLink) -> bool:
+    """A permit's NOT_LEADER naming its budget's home pool, not this channel's route's pool: it
+    says where that budget is counted (client/permit_routes.py re-routes the permit), nothing of
+    this channel's replica, which is not left for it."""
+    md = dict((k, v) for k, v in err.trailing_metadata() or ())
+    return wire.BUDGET in md and md.get(wire.POOL) != getattr(link, "key", "")
+
+
 class MuxCall:
     """One session's stream on the channel, shaped like a server-streaming Acquire call."""
 
@@ -306,7 +314,7 @@ class _Conn:
             elif kind == "error":
                 err = from_session_error(ev.error)
                 reaction = on_channel(ev.error)
-                if reaction is Reaction.FOLLOW_LEADER:
+                if reaction is Reaction.FOLLOW_LEADER and not _about_elsewhere(err, self.mux.client):
                     refused_here = err
                 target = self.waiting.pop(ev.ref, None) if ev.ref else None
                 answer = target is not None  # to the command with this ref (an acquire's: refused)

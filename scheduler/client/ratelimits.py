@@ -1,5 +1,5 @@
 """The provider's own limit, read from its rate-limit response headers, for a permit's settle
-(docs/agent-runtimes.md, "Token budgets"; docs/decisions/0016a-provider-reported-limits.md).
+(docs/agent-runtimes.md, "Token budgets"; docs/decisions/0016-provider-reported-limits.md).
 
 `stated_limits(response, headers)` finds the headers without importing any provider's library:
 `headers` if given (a dict, `httpx.Headers`, any mapping or list of pairs), else the response's

@@ -75,6 +75,7 @@ from scheduler.client.errors import SlotschedError
 from scheduler.client.events import EventApplier
 from scheduler.client.forward import Forward
 from scheduler.client.permit import OnPermitQueued, Permit, estimate_of
+from scheduler.client.permit_routes import PermitLink
 from scheduler.client.phases import Phase
 from scheduler.client.release import Releaser
 from scheduler.client.renewer import Renewer
@@ -241,7 +242,10 @@ class AsyncSession:
         p:` around the call, then `await p.settle(response)` (client/permit.py). `estimate`: an
         `(input, max_output)` pair, a `TokenUsage`, or a usage object or dict. `on_queued(info)`
         on each update while it waits (`p.queue`); `timeout_s` gives up waiting (withdrawn)."""
-        return Permit(self._client, self.session_id, budget, estimate_of(estimate), on_queued, timeout_s)
+        link = PermitLink(
+            self._client, budget, self.qos.to_proto()
+        )  # to its budget's home (permit_routes.py)
+        return Permit(link, self.session_id, budget, estimate_of(estimate), on_queued, timeout_s)
 
     async def release(self) -> None:
         """End the session: Release the lease, or withdraw the queued request. Idempotent.

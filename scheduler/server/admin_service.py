@@ -259,6 +259,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             if t.best_effort_limit is not None:
                 stats.best_effort_limit = t.best_effort_limit
         for b in loop.permits.views():
+            if not unit.counts(b.name):
+                continue  # counted at its home pool's unit (per-pool leadership)
             out.budgets.add(
                 name=b.name, factor=b.factor, limits_per_minute=b.limits_per_minute,
                 available=b.shared_available, waiting=b.waiting, open=b.open,

@@ -217,11 +217,13 @@ def not_leader(leader: str | None = None, store_down: str | None = None) -> RpcF
     return RpcFailure(grpc.StatusCode.UNAVAILABLE, message, metadata=md, reason=NOT_LEADER, info=info)
 
 
-def pool_not_led(pool: str, leader: str | None) -> RpcFailure:
+def pool_not_led(pool: str, leader: str | None, budget: str = "") -> RpcFailure:
     """Per-pool leadership (`serve --leadership pool`): this replica does not lead `pool`.
     UNAVAILABLE NOT_LEADER as above, naming the pool (ErrorInfo `pool`, trailing
     `x-slotsched-pool`) beside its leader, so a client follows that leader for that pool's
-    sessions only; without a leader known (a take-over under way), retry shortly."""
+    sessions only; without a leader known (a take-over under way), retry shortly. A permit's
+    refusal also names its `budget` (`x-slotsched-budget`): `pool` is the budget's home, where
+    its permits go, not the session's pool (docs/design.md, "Token budgets")."""
     if leader:
         message = f"not the leader of pool {pool!r}: its leader is at {leader}"
         md: tuple[tuple[str, str], ...] = ((RETRY_AFTER_KEY, "0"), (LEADER_KEY, leader), (wire.POOL, pool))
@@ -229,6 +231,9 @@ def pool_not_led(pool: str, leader: str | None) -> RpcFailure:
     else:
         message = f"not the leader of pool {pool!r}: its leader is being elected"
         md, info = ((RETRY_AFTER_KEY, "200"), (wire.POOL, pool)), {wire.POOL_INFO: pool}
+    if budget:
+        message = f"budget {budget!r} is counted in pool {pool!r}, " + message
+        md, info = (*md, (wire.BUDGET, budget)), {**info, wire.BUDGET_INFO: budget}
     return RpcFailure(grpc.StatusCode.UNAVAILABLE, message, metadata=md, reason=NOT_LEADER, info=info)
 
 

@@ -60,7 +60,7 @@ from scheduler.dispatch import BY_TYPE, EventSpec
 from scheduler.policy.model import Policy
 from scheduler.ports import NO_EXTRAS, EndedSession, Extras, Journal, LoopState, Observer, PolicyApplied
 from scheduler.server.metrics import Metrics
-from scheduler.server.permits import PermitDesk
+from scheduler.server.permits import BudgetMetrics, PermitDesk
 from scheduler.server.stream import FINAL, GRANTED, OTHER, LeaseStream, Notice, StreamClosed
 
 _R = TypeVar("_R")
@@ -89,7 +89,12 @@ class SchedulerLoop:
         self.core = Pools(policy)
         self.metrics = metrics
         # The token budgets beside the slot core: their own core and timer, not journaled.
-        self.permits = PermitDesk(policy, clock, metrics.budget if metrics is not None else None)
+        #: What the budgets report to (per-pool leadership wraps it: a budget's home reports it).
+        self.budget_metrics: BudgetMetrics | None = metrics.budget if metrics is not None else None
+        self.permits = PermitDesk(policy, clock, self.budget_metrics)
+        #: Where a session's end closes its permits: this loop's desk; under per-pool leadership
+        #: every unit's desk of the replica (pool_routes.py: a budget counts at its home's unit).
+        self.ends_permits: Callable[[SessionId], None] = self._end_permits
         self._aloop = asyncio.get_running_loop()
         self.observers: list[Observer] = []
         self.shutting_down = False
@@ -301,13 +306,15 @@ class SchedulerLoop:
     def resume(self) -> None:
         """Serve again after `load_state` (and after a step-down's `begin_shutdown`)."""
         self.shutting_down = False
-        # A new term counts budgets afresh: every bucket empty (the window assumed spent), a new
-        # incarnation in its permit ids (a former term's permit is charged when settled).
-        self.permits.close()
-        self.permits = PermitDesk(
-            self.core.policy, self._clock, self.metrics.budget if self.metrics is not None else None
-        )
+        self.renew_permits()
         self._arm()
+
+    def renew_permits(self) -> None:
+        """Count budgets afresh (a new term; per-pool leadership: a budget whose home moved
+        here): every bucket empty (the window assumed spent), a new incarnation in the permit
+        ids (a permit of before is charged as a debt when settled)."""
+        self.permits.close()
+        self.permits = PermitDesk(self.core.policy, self._clock, self.budget_metrics)
 
     # ------------------------------------------------------------------ queries
 
@@ -428,12 +435,15 @@ class SchedulerLoop:
                 self._finish(lease.session, EndReason.EXPIRED, lease.resume_from, now)
             # Renewed, Refused, Rejected answer the caller; they are not stream events.
 
+    def _end_permits(self, key: SessionId) -> None:
+        self.permits.session_ended(key)
+
     def _finish(self, key: SessionId, reason: EndReason, snap: SnapshotRef | None, now: float) -> None:
         """The session is over: its stream (if any) ends after the event just queued."""
         qos = self._qos.get(key)
         self.forget(key)
         self._streams.pop(key, None)
-        self.permits.session_ended(key)  # its permits end with it (docs/design.md, "Token budgets")
+        self.ends_permits(key)  # its permits end with it (docs/design.md, "Token budgets")
         if qos is not None:
             self._ended[key] = EndedSession(reason, qos, snap, now)
             if len(self._ended) > _ENDED_KEEP:

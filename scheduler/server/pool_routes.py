@@ -33,18 +33,25 @@ successor), or holds nothing of it (`hot` false: neither owner nor successor). T
 * a call about no live session goes to the first unit leading here (it answers NOT_FOUND as
   today), else to the first unit;
 * a worker's call goes to the unit whose registry holds it (Register: the pool it names; a
-  worker registered in another pool deregisters first).
+  worker registered in another pool deregisters first);
+* a permit (RequestPermit, SettlePermit: `Command.by_budget`) goes to its budget's **home**
+  unit (`budget_home`: from the policy alone, so every replica agrees), wherever its session
+  is, since a budget is counted in one place; led elsewhere, NOT_LEADER naming the home pool,
+  its leader and the budget. Its session is checked where this replica holds it
+  (`permit_class`), else the class the request declares is drawn on, from the tenant's own
+  share (decision 0018).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from functools import partial
+from typing import Any, Protocol
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2
 from scheduler.core.placement import Catalog, candidates, default_pool
-from scheduler.core.types import Acquire, Refused, TenantName
+from scheduler.core.types import Acquire, QoS, Refused, SessionId, TenantName
 from scheduler.core.views import PoolView
 from scheduler.policy.model import Policy
 from scheduler.server import convert, errors
@@ -52,7 +59,18 @@ from scheduler.server.loop import NO_PLACEMENT, SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
 from scheduler.server.session_ops import SessionOps, placement_of, qos_of, snapshot_of
 
-__all__ = ["OneLoop", "PoolLeader", "PoolRoutes", "PoolUnit", "Router"]
+__all__ = ["OneLoop", "PoolLeader", "PoolRoutes", "PoolUnit", "Router", "budget_home"]
+
+
+def budget_home(policy: Policy, budget: str) -> str:
+    """The pool a budget is counted in under per-pool leadership, from the policy alone (every
+    replica agrees): the first pool naming it in `spec.pools[].budgets`, else the default pool,
+    else the first pool. A budget the policy does not have goes there too (its unit refuses it)."""
+    specs = policy.pool_specs()
+    for spec in specs:
+        if budget in spec.budgets:
+            return spec.name
+    return default_pool(policy) or specs[0].name
 
 
 @dataclass(frozen=True)
@@ -90,20 +108,21 @@ class PoolUnit:
     #: replica is neither the pool's owner nor its successor and holds nothing of it (cold), so
     #: it can tell nothing about the pool's sessions, workers or demand.
     hot: Callable[[], bool] = lambda: True
-
-    def __post_init__(self) -> None:
-        self.ops.pooled = bool(self.pool)  # budgets are not served per pool (session_ops.py)
+    #: This unit's desk counts the budget now (per-pool leadership: it is the budget's home and
+    #: leads here); what DescribePool shows of budgets (another desk's would read idle).
+    counts: Callable[[str], bool] = lambda budget: True
 
     @property
     def leads(self) -> bool:
         return not self.loop.shutting_down and self.lease_holds()
 
-    def refusal(self) -> errors.RpcFailure:
+    def refusal(self, budget: str = "") -> errors.RpcFailure:
         """What a call to this unit gets here while it does not serve: NOT_LEADER naming the
-        pool's leader, or (a loop not led per pool) UNAVAILABLE shutting down."""
+        pool's leader (and the `budget` of a permit, whose home this pool is), or (a loop not
+        led per pool) UNAVAILABLE shutting down."""
         if self.leader is None:
             return errors.unavailable()
-        return errors.pool_not_led(self.pool, self.leader())
+        return errors.pool_not_led(self.pool, self.leader(), budget)
 
     def ended(self, failure: errors.RpcFailure) -> errors.RpcFailure:
         """What a call this unit was serving is told when the unit stops serving it (`failure`
@@ -129,6 +148,7 @@ class Router(Protocol):
     def for_pool(self, name: str) -> PoolUnit: ...
     def for_session(self, tenant: str, session_id: str) -> PoolUnit: ...
     def for_acquire(self, tenant: str, request: scheduler_pb2.AcquireRequest) -> PoolUnit: ...
+    def for_permit(self, tenant: str, request: Any) -> PoolUnit: ...
     def for_worker(self, worker_id: str) -> PoolUnit: ...
     def for_register(self, worker_id: str, pool: str) -> PoolUnit: ...
     def applying(self) -> SchedulerLoop: ...
@@ -172,6 +192,9 @@ class OneLoop:
     def for_acquire(self, tenant: str, request: scheduler_pb2.AcquireRequest) -> PoolUnit:
         return self.for_session(tenant, request.session_id)  # the core places it among its pools
 
+    def for_permit(self, tenant: str, request: Any) -> PoolUnit:
+        return self.for_session(tenant, request.session_id)  # one loop counts every budget
+
     def for_worker(self, worker_id: str) -> PoolUnit:
         return self.unit
 
@@ -195,6 +218,12 @@ class PoolRoutes:
         self.units = dict(units)
         self._policy = policy
         self._catalog: Catalog | None = None
+        for unit in self.units.values():
+            # A budget's home unit may not hold the permit's session: it is looked up here, on
+            # every unit of this replica; its end reaches the home desks here the same way.
+            unit.ops.permit_class = self.permit_class
+            unit.loop.ends_permits = self.session_ended
+            unit.counts = partial(self._counts, unit)
 
     def policy(self) -> Policy:
         """The whole policy (each unit's core runs under its pool's projection)."""
@@ -323,3 +352,47 @@ class PoolRoutes:
         request.selector.clear()
         del request.fallback_pools[:]
         return self._served(unit)
+
+    # ------------------------------------------------------------------ permits
+
+    def for_permit(self, tenant: str, request: Any) -> PoolUnit:
+        """Where a RequestPermit or SettlePermit goes: its budget's home unit (`budget_home`),
+        if it leads here; else NOT_LEADER naming the home pool, its leader and the budget."""
+        if not request.budget:
+            raise errors.invalid_argument(
+                "budget", "required: under per-pool leadership it says where the permit is counted"
+            )
+        pool = budget_home(self._policy(), request.budget)
+        unit = self.units.get(pool)
+        if unit is None:  # a pool this replica has no unit for yet (a change in flight)
+            raise errors.pool_not_led(pool, None, request.budget)
+        if not unit.leads:
+            raise unit.refusal(request.budget)
+        return unit
+
+    def permit_class(self, key: SessionId, session_id: str, declared: int) -> QoS | errors.RpcFailure:
+        """The class a permit of the session draws in (decision 0018): the session's own where a
+        unit here holds it (leads or follows its pool); NOT_FOUND when every pool is held here
+        and none has it; else (its pool held cold here) the class the request declares, drawn
+        on the tenant's own share like any permit, so no tenant can reach another's."""
+        for unit in self.units.values():
+            view = unit.loop.core.session(key)
+            if view is not None:
+                return QoS(view.qos)
+        if all(u.hot() for u in self.units.values()):
+            return errors.not_found(f"no live session {session_id}: a permit is for a session")
+        qos = convert.PB_TO_QOS.get(declared)
+        if qos is None:
+            raise errors.invalid_argument(
+                "qos", "required: this replica does not hold the session's pool, so name its class"
+            )
+        return qos
+
+    def _counts(self, unit: PoolUnit, budget: str) -> bool:
+        return unit.leads and budget_home(self._policy(), budget) == unit.pool
+
+    def session_ended(self, key: SessionId) -> None:
+        """A session's end (on any unit here, led or followed) closes its permits on every
+        unit's desk here: the one counting its budget is its home's, not its pool's."""
+        for unit in self.units.values():
+            unit.loop.permits.session_ended(key)

@@ -141,11 +141,14 @@ def _unary_rpc(command: Command) -> Callable[[SchedulerService, Any, Any], Await
     caller once the event is durable: the reply, or the failure it came to."""
     op = UNARY_OPS[command]
     follow = FOLLOW_OPS.get(command)
+    by_budget = command.by_budget
 
     async def rpc(self: SchedulerService, request: Any, context: Any) -> Any:
         tenant = self._tenant(context, command)
         await self._auth.gate.admit(tenant)  # fair admission in the tenant's flow (fairness.py)
-        unit = self._router.for_session(tenant, request.session_id)
+        router = self._router
+        sid = request.session_id
+        unit = router.for_permit(tenant, request) if by_budget else router.for_session(tenant, sid)
         outcome = op(unit.ops, tenant, request)
         if follow is not None:  # a waiting first answer: the call answers once the wait is over
             outcome = await _follow(follow, unit, tenant, outcome)

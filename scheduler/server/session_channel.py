@@ -179,6 +179,8 @@ class _Channel:
         pool); RpcFailure: NOT_LEADER for a pool led elsewhere."""
         if command is commands.ACQUIRE:
             return self.router.for_acquire(self.tenant, req)
+        if command is not None and command.by_budget:
+            return self.router.for_permit(self.tenant, req)
         return self.router.for_session(self.tenant, req.session_id if req is not None else "")
 
     def _bind(self, cmd: scheduler_pb2.ChannelCommand) -> None:
@@ -189,15 +191,18 @@ class _Channel:
         self.unit = self._route(command, getattr(cmd, field) if field else None)
         self.loop, self.ops = self.unit.loop, self.unit.ops
 
-    def _same_unit(self, command: commands.Command, req: Any) -> None:
-        """A command of a bound channel for another pool: NOT_LEADER if another replica leads
-        it, else FAILED_PRECONDITION (open a Channel for that pool)."""
+    def _same_unit(self, command: commands.Command, req: Any) -> PoolUnit:
+        """The unit a command of a bound channel goes to: its own; for another pool NOT_LEADER
+        if another replica leads it, else FAILED_PRECONDITION (open a Channel for that pool).
+        A permit is served by its budget's home unit whichever pool the channel serves here:
+        it is not journaled, so the channel's wait for durability is not its unit's to give."""
         unit = self._route(command, req)
-        if unit is not self.unit:
+        if unit is not self.unit and not command.by_budget:
             assert self.unit is not None
             raise errors.failed_precondition(
                 f"this Channel serves pool {self.unit.pool!r}; open another Channel for pool {unit.pool!r}"
             )
+        return unit
 
     def push(self, entry: OutboxEntry) -> None:
         outbox = self.outbox
@@ -388,26 +393,26 @@ class _Channel:
                 if refused is not None:
                     out = refused
                 else:
-                    self._same_unit(command, req)
+                    unit = self._same_unit(command, req)
                     if command is commands.ACQUIRE:
                         self._acquire(req)  # its answer is its lease events
                         return
-                    out = UNARY_OPS[command](self.ops, tenant, req)
+                    out = UNARY_OPS[command](unit.ops, tenant, req)
                     if command.follows:
-                        self._follow(command, sid, cmd.ref, out)
+                        self._follow(command, unit, sid, cmd.ref, out)
         except errors.RpcFailure as f:
             # Kept as an answer: without its traceback, which would hold this frame (and the
             # command) in a cycle until the collector's next pass.
             out = f.with_traceback(None)
         self.push(AnswerEntry(sid, cmd.ref, out, command.answer if command is not None else None))
 
-    def _follow(self, command: commands.Command, sid: str, ref: int, first: Outcome) -> None:
+    def _follow(self, command: commands.Command, unit: PoolUnit, sid: str, ref: int, first: Outcome) -> None:
         """A command answered again later on its ref (a queued permit's grant or refusal)."""
 
         def tell(outcome: Outcome) -> None:
             self.push(AnswerEntry(sid, ref, outcome, command.answer))
 
-        give_up = FOLLOW_OPS[command](self.ops, self.tenant, first, tell)
+        give_up = FOLLOW_OPS[command](unit.ops, self.tenant, first, tell)
         if give_up is not None:
             self.following.append(give_up)
 

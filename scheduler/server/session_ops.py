@@ -124,9 +124,10 @@ class SessionOps:
     def __init__(self, loop: SchedulerLoop, keys: GrantKeyring) -> None:
         self.loop = loop
         self.keys = keys
-        #: Under per-pool leadership (set by its `PoolUnit`): budgets are refused, since each
-        #: pool's replica would count them apart and the fleet could overrun the provider.
-        self.pooled = False
+        #: The class a permit of (tenant, session id, declared class) draws in, or the failure
+        #: to answer: this loop's session; under per-pool leadership the replica's router sets
+        #: it (pool_routes.py: a budget's home unit may not hold the session's pool).
+        self.permit_class: Callable[[SessionId, str, int], QoS | errors.RpcFailure] = self._own_class
 
     def lease_id(self, wire_id: str, tenant: str) -> LeaseId:
         """The core id of a lease id as quoted (tag verified), checked to be the caller's."""
@@ -290,12 +291,11 @@ class SessionOps:
 
     # ------------------------------------------------------------------ token budgets
 
-    def _no_budgets_here(self) -> None:
-        if self.pooled:
-            raise errors.failed_precondition(
-                "token budgets are not served under per-pool leadership (serve --leadership pool): "
-                "each pool's replica would count them apart; run one leader for every pool"
-            )
+    def _own_class(self, key: SessionId, session_id: str, declared: int) -> QoS | errors.RpcFailure:
+        view = self.loop.session(key)
+        if view is None:
+            return errors.not_found(f"no live session {session_id}: a permit is for a session")
+        return QoS(view.qos)
 
     def request_permit(self, tenant: str, request: scheduler_pb2.RequestPermitRequest) -> Outcome:
         """A permit for one call of the session on `budget`, in the session's class."""
@@ -303,15 +303,14 @@ class SessionOps:
         require(request.budget, "budget")
         if not request.HasField("estimate"):
             raise errors.invalid_argument("estimate", "required")
-        self._no_budgets_here()
         key = convert.session_key(tenant, request.session_id)
-        view = self.loop.session(key)
-        if view is None:
-            return errors.not_found(f"no live session {request.session_id}: a permit is for a session")
+        qos = self.permit_class(key, request.session_id, request.qos)
+        if isinstance(qos, errors.RpcFailure):
+            return qos
         desk = self.loop.permits
         permit = desk.new_id()
         est = _usage(request.estimate)
-        ev = PermitRequest(permit, key, TenantName(tenant), BudgetName(request.budget), QoS(view.qos), est)
+        ev = PermitRequest(permit, key, TenantName(tenant), BudgetName(request.budget), qos, est)
         for d in desk.handle(ev, tenant):
             if getattr(d, "permit", None) == permit:
                 return self.permit_answer(d, tenant)
@@ -351,7 +350,6 @@ class SessionOps:
         """Settle, report a throttle on, or withdraw the session's permit."""
         check_session_id(request.session_id)
         require(request.permit_id, "permit_id")
-        self._no_budgets_here()
         key = convert.session_key(tenant, request.session_id)
         desk, permit = self.loop.permits, PermitId(request.permit_id)
         if request.withdraw:
@@ -372,13 +370,13 @@ class SessionOps:
     ) -> Outcome:
         """A permit of a former leader: its usage charged as a debt, so it is never lost."""
         require(request.budget, "budget")
-        view = self.loop.session(key)
-        if view is None:
+        qos = self.permit_class(key, request.session_id, request.qos)
+        if isinstance(qos, errors.RpcFailure):
             return errors.not_found(
                 f"no live session {request.session_id} to charge permit {request.permit_id!r} to"
             )
         permit = PermitId(request.permit_id)
-        ev = Charge(permit, key, TenantName(tenant), BudgetName(request.budget), QoS(view.qos), usage)
+        ev = Charge(permit, key, TenantName(tenant), BudgetName(request.budget), qos, usage)
         out = self._settled(self.loop.permits.handle(ev, tenant), permit, tenant)
         if isinstance(out, scheduler_pb2.SettlePermitResponse):
             out.orphan = True

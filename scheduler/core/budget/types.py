@@ -99,7 +99,7 @@ class ReportedLimits:
     """The provider's own limit per minute, as its response headers state it (Anthropic's
     `anthropic-ratelimit-{requests,input-tokens,output-tokens}-limit`, OpenAI's
     `x-ratelimit-limit-{requests,tokens}`); None where it stated none. Only the limit is read,
-    not `-remaining`: see docs/decisions/0016a-provider-reported-limits.md."""
+    not `-remaining`: see docs/decisions/0016-provider-reported-limits.md."""
 
     requests: float | None = None
     input_tokens: float | None = None

@@ -354,14 +354,16 @@ class TokenUsage(_message.Message):
     def __init__(self, input_tokens: _Optional[float] = ..., output_tokens: _Optional[float] = ..., requests: _Optional[float] = ...) -> None: ...
 
 class RequestPermitRequest(_message.Message):
-    __slots__ = ("session_id", "budget", "estimate")
+    __slots__ = ("session_id", "budget", "estimate", "qos")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    QOS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     budget: str
     estimate: TokenUsage
-    def __init__(self, session_id: _Optional[str] = ..., budget: _Optional[str] = ..., estimate: _Optional[_Union[TokenUsage, _Mapping]] = ...) -> None: ...
+    qos: _common_pb2.QosClass
+    def __init__(self, session_id: _Optional[str] = ..., budget: _Optional[str] = ..., estimate: _Optional[_Union[TokenUsage, _Mapping]] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ...) -> None: ...
 
 class PermitEvent(_message.Message):
     __slots__ = ("permit_id", "budget", "granted", "queued")
@@ -394,7 +396,7 @@ class PermitQueued(_message.Message):
     def __init__(self, position: _Optional[int] = ..., estimated_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class SettlePermitRequest(_message.Message):
-    __slots__ = ("session_id", "permit_id", "budget", "usage", "throttled", "retry_after", "withdraw", "provider_limits")
+    __slots__ = ("session_id", "permit_id", "budget", "usage", "throttled", "retry_after", "withdraw", "provider_limits", "qos")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PERMIT_ID_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
@@ -403,6 +405,7 @@ class SettlePermitRequest(_message.Message):
     RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
     WITHDRAW_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_LIMITS_FIELD_NUMBER: _ClassVar[int]
+    QOS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     permit_id: str
     budget: str
@@ -411,7 +414,8 @@ class SettlePermitRequest(_message.Message):
     retry_after: _duration_pb2.Duration
     withdraw: bool
     provider_limits: ProviderLimits
-    def __init__(self, session_id: _Optional[str] = ..., permit_id: _Optional[str] = ..., budget: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., throttled: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., withdraw: _Optional[bool] = ..., provider_limits: _Optional[_Union[ProviderLimits, _Mapping]] = ...) -> None: ...
+    qos: _common_pb2.QosClass
+    def __init__(self, session_id: _Optional[str] = ..., permit_id: _Optional[str] = ..., budget: _Optional[str] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., throttled: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., withdraw: _Optional[bool] = ..., provider_limits: _Optional[_Union[ProviderLimits, _Mapping]] = ..., qos: _Optional[_Union[_common_pb2.QosClass, str]] = ...) -> None: ...
 
 class ProviderLimits(_message.Message):
     __slots__ = ("requests_per_minute", "input_tokens_per_minute", "output_tokens_per_minute", "tokens_per_minute")
