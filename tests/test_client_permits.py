@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from scheduler.client import AsyncClient, Client, NoQuota, PermitQueue, TokenUsage, UnknownBudget, usage_of
-from scheduler.client.errors import InvalidArgument
+from scheduler.client.errors import InvalidArgument, PermitRefused
 from scheduler.client.ratelimits import stated_limits
 from tests.budget_fixtures import BUDGET, budget_policy_yaml
 from tests.grpc_fixtures import TOKENS, ServerThread, running_server
@@ -152,3 +152,49 @@ def test_a_settle_carries_the_stated_limit_and_the_budget_adopts_it() -> None:
 
     with running_server(budget_policy_yaml(workers=4, slots_per_worker=2)) as srv:
         assert asyncio.run(main(srv.target)) == pytest.approx(0.8)
+
+
+def test_a_permit_waiting_longer_than_the_silence_cut_is_not_taken_for_a_hung_replica() -> None:
+    """Per-session rpcs on a client of two targets: a RequestPermit's answer comes when the wait
+    is over, so its silence is the wait; it used to be cut at SILENCE_S (3 s) as a hung replica,
+    tried on the other target (nothing listens there) and failed."""
+    from scheduler.client import channel as sdk_channel
+    from tests.fixtures_s3 import free_port
+
+    nobody = f"127.0.0.1:{free_port()}"
+
+    async def main(server: ServerThread) -> None:
+        client = AsyncClient(f"{server.target},{nobody}", TOKENS["acme"], multiplex=False)
+        async with client, client.session("patient") as s:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            # A server of its own: buckets start empty and refill at 1,000 tokens/s, so 5,000
+            # tokens wait about 5 s.
+            async with s.permit(BUDGET, estimate=(4000, 1000), timeout_s=60) as p:
+                waited = loop.time() - start
+                assert p.permit_id
+            assert p.settled is not None
+            # Proof the case was the one meant (not a timing assert on the product).
+            assert waited > sdk_channel.SILENCE_S, waited
+
+    with running_server(budget_policy_yaml(workers=1, slots_per_worker=2)) as own:
+        asyncio.run(main(own))
+
+
+def test_withdrawing_a_waiting_permit_ends_its_request(server: ServerThread) -> None:
+    """On the Channel (where a waiting permit is told its id), `withdraw()` from another task
+    while `request()` waits: the request ends PermitRefused at once (it was left waiting until
+    its own timeout). Per-session rpcs tell no id while waiting: cancelling the call withdraws."""
+
+    async def main() -> None:
+        client = AsyncClient(server.target, TOKENS["acme"])
+        async with client, client.session("withdraw") as s:
+            told = asyncio.Event()
+            p = s.permit(BUDGET, estimate=(20_000, 5_000), on_queued=lambda _q: told.set(), timeout_s=600)
+            waiting = asyncio.create_task(p.request())
+            await asyncio.wait_for(told.wait(), 30)
+            await p.withdraw()
+            with pytest.raises(PermitRefused, match="withdrawn by its session"):
+                await asyncio.wait_for(waiting, 30)
+
+    asyncio.run(main())

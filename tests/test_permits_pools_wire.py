@@ -29,6 +29,7 @@ import pytest
 from scheduler.api import wire
 from scheduler.api.gen.slotsched.v1 import admin_pb2, admin_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 from scheduler.client import AsyncClient, Permit
+from scheduler.client.errors import PermitRefused
 from scheduler.client.follow import LEADER_KEY
 from scheduler.grants import GrantKeyring
 from scheduler.serve import RunningServer
@@ -144,7 +145,8 @@ async def _counted_at_home(multiplex: bool) -> None:
                         assert not any(u.loop.permits.budgets.by_owner for u in s.pools.units.values())
                 if multiplex:
                     await big.withdraw()  # the first leaves: the second is granted
-                    big_task.cancel()  # (its wait is not told of a withdrawal by its own hand)
+                    with pytest.raises(PermitRefused, match="withdrawn"):  # its wait ends too
+                        await big_task
                 else:
                     await first.settle((100, 100))
                 await small_task

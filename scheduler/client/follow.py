@@ -333,7 +333,12 @@ class _Method:
 
 
 class _UnaryCall(_Method):
-    async def __call__(self, request: Any, *, timeout: float | None = None, **kw: Any) -> Any:
+    async def __call__(
+        self, request: Any, *, timeout: float | None = None, patient: bool = False, **kw: Any
+    ) -> Any:
+        """`patient`: the rpc's answer may come long after its request, by design (a permit's
+        wait), so its silence is not a sign of a hung replica and it is not cut at SILENCE_S
+        (keepalive pings still end it on a frozen or lost one)."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         end = start + self.follower.failover_timeout_s
@@ -344,7 +349,8 @@ class _UnaryCall(_Method):
             left = None if timeout is None else max(0.001, start + timeout - loop.time())
             # With another replica to ask, an attempt is cut at SILENCE_S: one that answers
             # nothing that long (frozen, hung) is left as a lost connection, not waited out.
-            bound = sdk_channel.SILENCE_S if self.follower.follow and len(self.follower.targets) > 1 else None
+            several = self.follower.follow and len(self.follower.targets) > 1
+            bound = sdk_channel.SILENCE_S if several and not patient else None
             cut = bound is not None and (left is None or bound < left)
             try:
                 return await method(request, timeout=bound if cut else left, **kw)

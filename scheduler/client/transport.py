@@ -93,8 +93,10 @@ class RpcTransport:
         more: Callable[[Any], bool], timeout: float,
     ) -> Any:  # fmt: skip
         """The rpc answers once the wait is over (its last answer): nothing to `tell`; the
-        timeout is the whole wait's (the server withdraws a permit at the call's deadline)."""
-        return await getattr(self._stub, command.rpc)(request, metadata=metadata, timeout=timeout)
+        timeout is the whole wait's (the server withdraws a permit at the call's deadline), so
+        the call is `patient`: a long silence is the wait, not a hung replica (follow.py)."""
+        rpc = getattr(self._stub, command.rpc)
+        return await rpc(request, metadata=metadata, timeout=timeout, patient=True)
 
 
 __all__ = ["ChannelCall", "LeaseCall", "Metadata", "RpcTransport", "SessionTransport"]

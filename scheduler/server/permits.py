@@ -46,7 +46,8 @@ VIEWS_EVERY_S = 0.5  # the budget gauges' freshness
 
 #: Told a waiting permit's later decisions: a new place (a PermitQueued, when its position or
 #: reason changed), then its grant, or a refusal when the policy changed.
-#: A SettleRefused (NOT_OPEN) ends the wait of a permit withdrawn because its session ended.
+#: A SettleRefused (NOT_OPEN) ends the wait of a permit withdrawn by its session (its end, or a
+#: settle with `withdraw` while the request still waits).
 Watcher = Callable[[PermitGranted | PermitRefused | PermitQueued | SettleRefused], None]
 
 
@@ -171,12 +172,12 @@ class PermitDesk:
             elif isinstance(d, PermitEnded | PermitWithdrawn):
                 gone = self._watchers.pop(d.permit, None)
                 self._told.pop(d.permit, None)
-                if gone is not None and self._ending and isinstance(d, PermitWithdrawn):
-                    gone(
-                        SettleRefused(
-                            d.permit, SettleRefuseReason.NOT_OPEN, f"permit {d.permit!r}: its session ended"
-                        )
-                    )
+                # A wait ends with its permit: withdrawn by its session's end or by a settle
+                # (`withdraw`) while its request still waits on another call or ref. A caller
+                # that left withdrew through `watch`'s cancel, which popped its watcher first.
+                if gone is not None and isinstance(d, PermitWithdrawn):
+                    why = "its session ended" if self._ending else "withdrawn by its session"
+                    gone(SettleRefused(d.permit, SettleRefuseReason.NOT_OPEN, f"permit {d.permit!r}: {why}"))
                 if isinstance(d, PermitEnded):
                     self.rates.observe(d.budget, d.owner, d.charged, self._clock())
                 tenant = self._tenants.pop(d.permit, tenant) if isinstance(d, PermitWithdrawn) else d.tenant
