@@ -7,14 +7,13 @@ refuses with UNAVAILABLE, reason NOT_LEADER, naming the leader in the trailing m
 replica's connection errors, into a retry on the leader, so the session code (stream, renewals,
 yields, the channel multiplexer) keeps calling `client.stub()` and never learns about replicas.
 
-A leader a NOT_LEADER names may be no configured target (on Kubernetes, a pod IP that changes with
-every restart), so a long-lived client would gain a channel per failover: the channel of an address
-that is neither a target nor the leader is closed once no call or stream is in flight on it.
+A leader a NOT_LEADER names may be no configured target (a pod IP that changes with every
+restart): the channel of an address neither a target nor the leader is closed once idle.
 
 Per-pool leadership (`serve --leadership pool`): each pool has its own leader, and a refusal names
 the pool too (trailing `x-slotsched-pool`). A client routes its sessions by pool (`route`): each
-route has its own leader, all of them share the client's channels (one per replica), and a
-refusal naming a pool moves only the route of that pool.
+route has its own leader, all share the client's channels, and a refusal naming a pool moves only
+that pool's route.
 """
 
 from __future__ import annotations
@@ -336,9 +335,7 @@ class _UnaryCall(_Method):
     async def __call__(
         self, request: Any, *, timeout: float | None = None, patient: bool = False, **kw: Any
     ) -> Any:
-        """`patient`: the rpc's answer may come long after its request, by design (a permit's
-        wait), so its silence is not a sign of a hung replica and it is not cut at SILENCE_S
-        (keepalive pings still end it on a frozen or lost one)."""
+        # `patient`: its answer comes when a wait is over (a permit's), not cut at SILENCE_S.
         loop = asyncio.get_running_loop()
         start = loop.time()
         end = start + self.follower.failover_timeout_s
@@ -349,8 +346,8 @@ class _UnaryCall(_Method):
             left = None if timeout is None else max(0.001, start + timeout - loop.time())
             # With another replica to ask, an attempt is cut at SILENCE_S: one that answers
             # nothing that long (frozen, hung) is left as a lost connection, not waited out.
-            several = self.follower.follow and len(self.follower.targets) > 1
-            bound = sdk_channel.SILENCE_S if several and not patient else None
+            several = self.follower.follow and len(self.follower.targets) > 1 and not patient
+            bound = sdk_channel.SILENCE_S if several else None
             cut = bound is not None and (left is None or bound < left)
             try:
                 return await method(request, timeout=bound if cut else left, **kw)
