@@ -31,7 +31,8 @@ from google.rpc import error_details_pb2, status_pb2
 
 from scheduler.api.gen.slotsched.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from scheduler.client import AsyncClient, Phase, QoS
-from scheduler.client.follow import LEADER_KEY, Follower, parse_targets
+from scheduler.client.channel import parse_targets
+from scheduler.client.follow import LEADER_KEY, Follower
 from scheduler.grants import GrantKeyring
 from scheduler.serve import RunningServer, StateOptions, default_advertise, start_server
 from scheduler.state.redis_store import id_key as _id

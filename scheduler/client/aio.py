@@ -25,10 +25,11 @@ from scheduler.client.channel import (
     ClientLink,
     call_metadata,
     merged_options,
+    parse_targets,
     tls_credentials,
 )
 from scheduler.client.errors import InvalidArgument
-from scheduler.client.follow import Follower, FollowingStub, parse_targets
+from scheduler.client.follow import Follower, FollowingStub
 from scheduler.client.mux import SessionMux
 from scheduler.client.options import ClientOptions
 from scheduler.client.reactions import from_rpc_error

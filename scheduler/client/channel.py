@@ -163,3 +163,20 @@ class ClientLink(Protocol):
         """Where sessions' Acquire, Renew, Yield and Release go: the channel multiplexer or the
         per-session rpcs (neither sends a command again: `calls.py` does)."""
         ...
+
+
+_GRPC_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:", "xds:")
+
+
+def parse_targets(target: str | Sequence[str]) -> list[str]:
+    """One address, "host1:port,host2:port", or a list of them. A gRPC URI whose scheme takes a
+    comma-separated list itself (`ipv4:a,b`) is one target."""
+    if isinstance(target, str):
+        text = target.strip()
+        items = [text] if text.startswith(_GRPC_SCHEMES) else text.split(",")
+    else:
+        items = list(target)
+    targets = [t.strip() for t in items if t.strip()]
+    if not targets:
+        raise ValueError(f"no scheduler address in target {target!r}")
+    return targets

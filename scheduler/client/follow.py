@@ -29,7 +29,7 @@ import grpc.aio
 
 from scheduler.api import wire
 from scheduler.client import channel as sdk_channel  # SILENCE_S read when used (tests lower it)
-from scheduler.client.channel import open_channel
+from scheduler.client.channel import open_channel, parse_targets
 from scheduler.client.retry import FAILOVER
 
 #: Trailing metadata a standby's NOT_LEADER refusal names the leader's HOST:PORT in (the
@@ -41,21 +41,6 @@ DEFAULT_FAILOVER_TIMEOUT_S = 5.0
 #: A leader that failed a call (not a NOT_LEADER refusal) is not followed when a standby names
 #: it, for this long: its lease may still be running out in Redis (the TTL, 1 s by default).
 SUSPECT_S = 2.0
-_GRPC_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:", "xds:")
-
-
-def parse_targets(target: str | Sequence[str]) -> list[str]:
-    """One address, "host1:port,host2:port", or a list of them. A gRPC URI whose scheme takes a
-    comma-separated list itself (`ipv4:a,b`) is one target."""
-    if isinstance(target, str):
-        text = target.strip()
-        items = [text] if text.startswith(_GRPC_SCHEMES) else text.split(",")
-    else:
-        items = list(target)
-    targets = [t.strip() for t in items if t.strip()]
-    if not targets:
-        raise ValueError(f"no scheduler address in target {target!r}")
-    return targets
 
 
 def connection_lost(err: grpc.aio.AioRpcError) -> bool:
@@ -275,10 +260,10 @@ class FollowingStub:
 
     * unary calls answered UNAVAILABLE are retried on the leader named in NOT_LEADER (at once),
       else on the next target (after 50-100 ms), within the call's timeout and the follower's
-      `failover_timeout_s`; then the last error is raised. With several targets an attempt that
-      gets no answer within `SILENCE_S` counts as UNAVAILABLE (a frozen or hung replica). With
-      `retry=False` a unary call is tried once: its failure moves the client on as above and is
-      raised, for the caller to decide (a session's commands: `calls.py`, their one retry layer);
+      `failover_timeout_s`; then the last error is raised. With several targets an attempt not
+      answered within `SILENCE_S` counts as UNAVAILABLE (a hung replica), unless `patient` (its
+      answer comes when a wait is over: a permit's). With `retry=False` a unary call is tried
+      once: its failure moves the client on and is raised (a session's commands: `calls.py`);
     * a server stream that fails UNAVAILABLE before its first message is opened again the same
       way (its request is idempotent: Acquire re-attaches); after a message, the error reaches
       the caller, which re-attaches (the client moved on already);
@@ -334,8 +319,7 @@ class _Method:
 class _UnaryCall(_Method):
     async def __call__(
         self, request: Any, *, timeout: float | None = None, patient: bool = False, **kw: Any
-    ) -> Any:
-        # `patient`: its answer comes when a wait is over (a permit's), not cut at SILENCE_S.
+    ) -> Any:  # noqa: E501
         loop = asyncio.get_running_loop()
         start = loop.time()
         end = start + self.follower.failover_timeout_s
