@@ -273,8 +273,9 @@ class Replica(Compaction, Standby):
         if not self._batch:
             self._flushing = False
             return
-        batch, fut = self._batch, self._batch_fut
+        records, fut = self._batch, self._batch_fut
         self._batch, self._batch_fut = [], None
+        batch = [codec.pack(records)]  # one journal entry per batch
         assert fut is not None
         self._inflight_fut = fut
         # A snapshot only between events, while the state is exactly the journal so far.

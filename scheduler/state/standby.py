@@ -135,20 +135,26 @@ class Standby:
 
     def _apply(self, rows: list[Entry]) -> int:
         """Replay journal entries into the core and bookkeeping, exactly as recovery does (no
-        fan-out, timers or journal: see `SchedulerLoop.replay`); advances the position."""
+        fan-out, timers or journal: see `SchedulerLoop.replay`); advances the position. The
+        number of records applied (an entry holds a batch: codec.pack)."""
+        n = 0
+        replay = self.loop.replay
         for rid, raw in rows:
             try:
-                rec, at, x = codec.decode(raw)
+                records = codec.decode_entry(raw)
             except codec.CodecError as e:
                 raise StateError(str(e)) from e
-            decisions: list[Decision] = self.loop.replay(rec, at, x)
-            if spec_of(rec).membership:
-                self.registry.replay(rec, decisions, at, dict(x.labels), x.static)  # type: ignore[arg-type]
-            self._last_now = max(self._last_now, at)
+            for rec, at, x in records:
+                decisions: list[Decision] = replay(rec, at, x)
+                if spec_of(rec).membership:
+                    self.registry.replay(rec, decisions, at, dict(x.labels), x.static)  # type: ignore[arg-type]
+                if at > self._last_now:
+                    self._last_now = at
+            n += len(records)
             self._fresh = False
             if self._pos is not None:
                 self._pos = rid
-        return len(rows)
+        return n
 
     # ------------------------------------------------------------------ hot standby
 
