@@ -31,7 +31,8 @@ The replica knows the server only through scheduler/ports.py: it drives a `Repli
 loop) and a `WorkerBook` (the registry), and is the loop's `Journal`; scheduler/app/ wires them.
 
 Hot standby. A replica that does not lead loads the snapshot once, then follows the journal as
-the leader appends it (`tail`, blocking at most `tail_block_ms`), applying every entry through
+the leader appends it (`tail`, blocking at most `tail_block_ms`; after a read that found entries
+it waits `tail_pace_s`, so that under load one read carries several batches), applying every entry through
 `loop.replay` (core + bookkeeping, no fan-out, metrics, observers or timers: the loop stays
 `shutting_down`, the leader gate refuses every call) and `registry.replay`, so its core is live.
 If the leader trimmed the journal past the standby's position (a snapshot it had not read up to),
@@ -100,6 +101,7 @@ DEFAULT_CAMPAIGN_INTERVAL_S = 0.1
 IDLE_CHECK_S = 1.0
 #: The leader stops serving this fraction of the TTL before its lease could lapse in the store.
 MARGIN = 0.1
+FOLLOW_PACE_S = 0.01  # a standby's wait after a read that found entries (`tail_pace_s`)
 # A snapshot is due once the journal tail holds this many entries per live lease or queued
 # session (and at least `snapshot_every`): see the module docstring, Snapshots.
 SNAPSHOT_RATIO = 0.05
@@ -156,6 +158,11 @@ class Replica(Compaction, Standby):
         self.campaign_interval_s = campaign_interval_s
         # A standby's XREAD blocks at most this long, well inside the store's socket timeout.
         self.tail_block_ms = max(10, int(min(200.0, leader_ttl_s * 1000 / 8)))
+        # After a read that found entries, a standby waits this long before the next: under load
+        # each read then carries several batches, not one (a read costs the standby about what
+        # applying a few records does). Its core stays this much more behind; a take-over reads
+        # the tail anyway. Kept well under a campaign interval.
+        self.tail_pace_s = min(FOLLOW_PACE_S, campaign_interval_s / 5)
         self.advertise = advertise  # host:port clients are sent to while this replica leads
         self.leader_address: str | None = None  # a standby's view of where the leader is
         self.last_takeover: TakeOver | None = None

@@ -61,6 +61,7 @@ class Standby:
     role: Role
     leader_ttl_s: float
     tail_block_ms: int
+    tail_pace_s: float
     snapshot_loads: int
     _aloop: asyncio.AbstractEventLoop
     _pos: Position | None
@@ -189,6 +190,7 @@ class Standby:
                     await self.reach.answered()
                 if tail.entries:
                     self.metrics.standby_applied.inc(self._apply(tail.entries))
+                    await asyncio.sleep(self.tail_pace_s)  # let the next read carry several batches
             except asyncio.CancelledError:
                 if self._pos is not None and not self._first_load.is_set():
                     self._pos = None  # cancelled inside a load: the core is half-restored
