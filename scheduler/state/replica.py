@@ -30,18 +30,18 @@ Snapshots (when one is due, how it is cut and stored, and the journal trimmed): 
 The replica knows the server only through scheduler/ports.py: it drives a `ReplicaHost` (the
 loop) and a `WorkerBook` (the registry), and is the loop's `Journal`; scheduler/app/ wires them.
 
-Hot standby. A replica that does not lead loads the snapshot once, then follows the journal as
-the leader appends it (`tail`, blocking at most `tail_block_ms`; after a read that found entries
-it waits `tail_pace_s`, so that under load one read carries several batches), applying every entry through
-`loop.replay` (core + bookkeeping, no fan-out, metrics, observers or timers: the loop stays
-`shutting_down`, the leader gate refuses every call) and `registry.replay`, so its core is live.
-If the leader trimmed the journal past the standby's position (a snapshot it had not read up to),
-the standby reloads the snapshot; an entry it cannot decode stops the following. A standby
-campaigns only once loaded. Winning the lease is a new term (a new fencing token), so nothing more reaches
+Hot standby. A replica that does not lead loads the snapshot once, then follows the journal as the
+leader appends it (`tail`, blocking at most `tail_block_ms`; after a read that brought many records
+it waits `tail_pace_s`, so that under load one read carries several batches), applying every entry
+through `loop.replay` (core + bookkeeping, no fan-out, metrics, observers or timers: the loop stays
+`shutting_down`, the leader gate refuses every call) and `registry.replay`, so its core is live. If
+the leader trimmed the journal past the standby's position (a snapshot it had not read up to), the
+standby reloads the snapshot; an entry it cannot decode stops the following. A standby campaigns
+only once loaded. Winning the lease is a new term (a new fencing token), so nothing more reaches
 the journal from the last leader; the standby then reads the journal's tail once (the last few
 entries), and serves. A full recovery (snapshot + the whole journal after it) happens only when
-there is nothing live to take over from: at a cold start, after a step-down (this core holds
-events that never reached the journal), or when the tail cannot be applied.
+there is nothing live to take over from: at a cold start, after a step-down (this core holds events
+that never reached the journal), or when the tail cannot be applied.
 
 Take-over (hot or full): give every registered worker a fresh heartbeat, publish this replica's
 address (`--advertise`: what standbys name in NOT_LEADER), then carry the leases across the
@@ -158,10 +158,10 @@ class Replica(Compaction, Standby):
         self.campaign_interval_s = campaign_interval_s
         # A standby's XREAD blocks at most this long, well inside the store's socket timeout.
         self.tail_block_ms = max(10, int(min(200.0, leader_ttl_s * 1000 / 8)))
-        # After a read that found entries, a standby waits this long before the next: under load
-        # each read then carries several batches, not one (a read costs the standby about what
-        # applying a few records does). Its core stays this much more behind; a take-over reads
-        # the tail anyway. Kept well under a campaign interval.
+        # After a read that brought many records (standby.PACE_RECORDS: under load), a standby
+        # waits this long before the next, so each read carries several batches, not one (a read
+        # costs the standby about what applying a few records does). Its core stays this much
+        # more behind; a take-over reads the tail anyway. Kept well under a campaign interval.
         self.tail_pace_s = min(FOLLOW_PACE_S, campaign_interval_s / 5)
         self.advertise = advertise  # host:port clients are sent to while this replica leads
         self.leader_address: str | None = None  # a standby's view of where the leader is
