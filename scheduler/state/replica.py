@@ -84,7 +84,7 @@ from scheduler.state.compaction import Compaction
 from scheduler.state.metrics import StateMetrics
 from scheduler.state.reach import StoreReach
 from scheduler.state.roles import DUTIES, Role, Trigger, move
-from scheduler.state.standby import Standby, StateError, TakeOver
+from scheduler.state.standby import FOLLOW_PACE_S, Standby, StateError, TakeOver
 from scheduler.state.state_write import Captured
 from scheduler.state.store import AppendDone, StaleTerm, StateStore, StoreUnavailable
 
@@ -101,7 +101,6 @@ DEFAULT_CAMPAIGN_INTERVAL_S = 0.1
 IDLE_CHECK_S = 1.0
 #: The leader stops serving this fraction of the TTL before its lease could lapse in the store.
 MARGIN = 0.1
-FOLLOW_PACE_S = 0.01  # a standby's wait after a read that found entries (`tail_pace_s`)
 # A snapshot is due once the journal tail holds this many entries per live lease or queued
 # session (and at least `snapshot_every`): see the module docstring, Snapshots.
 SNAPSHOT_RATIO = 0.05
@@ -158,11 +157,7 @@ class Replica(Compaction, Standby):
         self.campaign_interval_s = campaign_interval_s
         # A standby's XREAD blocks at most this long, well inside the store's socket timeout.
         self.tail_block_ms = max(10, int(min(200.0, leader_ttl_s * 1000 / 8)))
-        # After a read that brought many records (standby.PACE_RECORDS: under load), a standby
-        # waits this long before the next, so each read carries several batches, not one (a read
-        # costs the standby about what applying a few records does). Its core stays this much
-        # more behind; a take-over reads the tail anyway. Kept well under a campaign interval.
-        self.tail_pace_s = min(FOLLOW_PACE_S, campaign_interval_s / 5)
+        self.tail_pace_s = min(FOLLOW_PACE_S, campaign_interval_s / 5)  # standby.py: under load
         self.advertise = advertise  # host:port clients are sent to while this replica leads
         self.leader_address: str | None = None  # a standby's view of where the leader is
         self.last_takeover: TakeOver | None = None

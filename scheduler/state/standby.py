@@ -35,10 +35,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("slotsched.state")
 
 
-# A read that brought at least this many records makes the standby wait `tail_pace_s` before the
-# next (replica.py): under load, where a read per batch costs the standby more than the records'
-# replay; a light load is followed as it comes (a snapshot's trim then rarely finds it behind).
+# A read that brought at least PACE_RECORDS records makes the standby wait `tail_pace_s` (this,
+# or less with a short campaign interval) before the next: under load, where a read per batch
+# costs the standby more than replaying the batch, so each read then carries several. Its core
+# stays that much more behind (a take-over reads the tail anyway). A light load is followed as it
+# comes: a snapshot's trim then rarely finds it behind.
 PACE_RECORDS = 16
+FOLLOW_PACE_S = 0.01
 
 
 class StateError(RuntimeError):
