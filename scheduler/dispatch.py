@@ -102,6 +102,9 @@ class EventSpec:
 # ------------------------------------------------------------------ per event
 
 
+_QOS = {q.value: q for q in QoS}  # an unknown value: KeyError, which the codec reports
+
+
 def _enc_acquire(e: Acquire, doc: Doc, x: Extras) -> None:
     doc.update(session=e.session, tenant=e.tenant, qos=e.qos.value, resume_from=ref_to_doc(e.resume_from))
     if x.wait_timeout_s is not None:
@@ -115,18 +118,20 @@ def _enc_acquire(e: Acquire, doc: Doc, x: Extras) -> None:
 
 
 def _dec_acquire(doc: Doc) -> tuple[Acquire, Extras]:
-    session, tenant = SessionId(doc["session"]), TenantName(doc["tenant"])
+    # A follower decodes every Acquire its leader took: the common case (no selector, fallback
+    # or wait timeout) builds nothing it does not need, and a qos is a dict lookup, not an enum call.
+    selector, fallback = doc.get("selector"), doc.get("fallback")
     e = Acquire(
-        session,
-        tenant,
-        QoS(doc["qos"]),
+        SessionId(doc["session"]),
+        TenantName(doc["tenant"]),
+        _QOS[doc["qos"]],
         ref_from_doc(doc.get("resume_from")),
         str(doc.get("pool", "")),
-        tuple((str(k), str(v)) for k, v in doc.get("selector") or ()),
-        tuple(str(p) for p in doc.get("fallback") or ()),
+        tuple((str(k), str(v)) for k, v in selector) if selector else (),
+        tuple(str(p) for p in fallback) if fallback else (),
     )
     wt = doc.get("wait_timeout_s")
-    return e, Extras(wait_timeout_s=None if wt is None else float(wt))
+    return e, NO_EXTRAS if wt is None else Extras(wait_timeout_s=float(wt))
 
 
 def _acquire_before(b: Books, e: Acquire, x: Extras) -> None:
