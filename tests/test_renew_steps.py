@@ -213,3 +213,25 @@ def test_a_batch_is_one_entry_that_an_entry_reader_splits_and_a_record_reader_re
     assert [(r, at) for r, at, _ in got] == [(Tick(), 1.0), (Renew(SessionId("s"), "w/0#1", 1, 45.5), 2.0)]  # type: ignore[arg-type]
     with pytest.raises(codec.CodecError):  # a build that reads one record an entry fails loudly
         codec.decode(entry)
+
+
+def test_with_several_pools_a_renewal_at_which_another_pools_timer_fires_is_journaled() -> None:
+    """One loop over several pools fires every pool's due timers at any event: a renewal at which
+    another pool's lease expired changed that pool's state, so it is not quiet."""
+    from tests.test_core_pools import _pools  # cpu and gpu pools, one slot each
+
+    p = _pools({"cpu": 1, "gpu": 1})
+    a = [d for d in p.handle(Acquire(SessionId("a"), TenantName("acme"), QoS.BURSTABLE, pool="cpu"), 1.0)]
+    b = [d for d in p.handle(Acquire(SessionId("b"), TenantName("acme"), QoS.BURSTABLE, pool="gpu"), 2.0)]
+    (la,) = [d.lease for d in a if isinstance(d, Granted)]
+    (lb,) = [d.lease for d in b if isinstance(d, Granted)]
+    renew_a = Renew(la.session, la.lease_id, la.epoch)
+    first = p.handle(renew_a, 17.0)
+    assert isinstance(first[0], Renewed) and not first[0].quiet  # moved a's expiry, to 62
+    (quiet,) = p.handle(renew_a, 20.0)
+    assert isinstance(quiet, Renewed) and quiet.quiet
+    assert lb.expires_at + TTL <= first[0].lease.expires_at  # alone, a's renewal then is quiet
+    out = p.handle(renew_a, lb.expires_at)  # b's lease (gpu) expires at this event
+    renewed = [d for d in out if isinstance(d, Renewed)]
+    assert any(type(d).__name__ == "Expired" for d in out)
+    assert renewed and not renewed[0].quiet and renewed[0].lease.expires_at == first[0].lease.expires_at
