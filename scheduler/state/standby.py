@@ -42,6 +42,9 @@ log = logging.getLogger("slotsched.state")
 # comes: a snapshot's trim then rarely finds it behind.
 PACE_RECORDS = 16
 FOLLOW_PACE_S = 0.01
+# Journal entries read (and applied, between two awaits) at a time: an entry is a whole group
+# commit (codec.pack), up to hundreds of records, so fewer than the store's default of records.
+ENTRIES_PER_READ = 200
 
 
 class StateError(RuntimeError):
@@ -95,7 +98,7 @@ class Standby:
             return None
         n = 0
         try:
-            async for chunk in self.store.journal_after(self._pos):
+            async for chunk in self.store.journal_after(self._pos, ENTRIES_PER_READ):
                 n += self._apply(chunk)
                 await self._renew_if_due()  # a standby that had just loaded may have a long tail
         except (codec.CodecError, StateError) as e:
@@ -109,7 +112,7 @@ class Standby:
         after = await self._load_state_snapshot()
         await self._renew_if_due()
         n = 0
-        async for chunk in self.store.journal_after(after):
+        async for chunk in self.store.journal_after(after, ENTRIES_PER_READ):
             n += self._apply(chunk)
             await self._renew_if_due()
         self._since_snapshot = n  # a long tail makes the next batch snapshot
@@ -190,7 +193,7 @@ class Standby:
                         log.info("standby: no state snapshot covers the journal; following it from its start")
                     self._first_load.set()
                 pos = self._pos
-                tail = await self.store.tail(pos, self.tail_block_ms)
+                tail = await self.store.tail(pos, self.tail_block_ms, ENTRIES_PER_READ)
                 if tail.gap:  # entries after our position were trimmed before we read them
                     log.info("standby: the journal was trimmed past %s: reloading the snapshot", pos)
                     self._pos = None
