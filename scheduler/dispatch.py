@@ -25,6 +25,7 @@ from scheduler.core.types import (
     Rejected,
     Release,
     Renew,
+    Renewed,
     Resumed,
     SessionId,
     SnapshotRef,
@@ -94,9 +95,14 @@ class EventSpec:
     decided: Callable[[Books, Any, list[Decision]], None] | None = None
     after: Callable[[Books, Any, float], None] | None = None
     membership: bool = False  # the worker registry mirrors it on replay
+    # What of the event the journal keeps, given its decisions (None: nothing); unset: the event.
+    journal_as: Callable[[Any, list[Decision]], Any] | None = None
 
 
 # ------------------------------------------------------------------ per event
+
+
+_QOS = {q.value: q for q in QoS}  # an unknown value: KeyError, which the codec reports
 
 
 def _enc_acquire(e: Acquire, doc: Doc, x: Extras) -> None:
@@ -112,18 +118,20 @@ def _enc_acquire(e: Acquire, doc: Doc, x: Extras) -> None:
 
 
 def _dec_acquire(doc: Doc) -> tuple[Acquire, Extras]:
-    session, tenant = SessionId(doc["session"]), TenantName(doc["tenant"])
+    # A follower decodes every Acquire its leader took: the common case (no selector, fallback
+    # or wait timeout) builds nothing it does not need, and a qos is a dict lookup, not an enum call.
+    selector, fallback = doc.get("selector"), doc.get("fallback")
     e = Acquire(
-        session,
-        tenant,
-        QoS(doc["qos"]),
+        SessionId(doc["session"]),
+        TenantName(doc["tenant"]),
+        _QOS[doc["qos"]],
         ref_from_doc(doc.get("resume_from")),
         str(doc.get("pool", "")),
-        tuple((str(k), str(v)) for k, v in doc.get("selector") or ()),
-        tuple(str(p) for p in doc.get("fallback") or ()),
+        tuple((str(k), str(v)) for k, v in selector) if selector else (),
+        tuple(str(p) for p in fallback) if fallback else (),
     )
     wt = doc.get("wait_timeout_s")
-    return e, Extras(wait_timeout_s=None if wt is None else float(wt))
+    return e, NO_EXTRAS if wt is None else Extras(wait_timeout_s=float(wt))
 
 
 def _acquire_before(b: Books, e: Acquire, x: Extras) -> None:
@@ -141,8 +149,30 @@ def _enc_lease_op(e: Renew | Release, doc: Doc, x: Extras) -> None:
     doc.update(session=e.session, lease_id=e.lease_id, epoch=e.epoch)
 
 
+def _enc_renew(e: Renew, doc: Doc, x: Extras) -> None:
+    doc.update(session=e.session, lease_id=e.lease_id, epoch=e.epoch)
+    if e.until is not None:
+        doc["until"] = e.until
+
+
 def _dec_renew(doc: Doc) -> tuple[Renew, Extras]:
-    return Renew(SessionId(doc["session"]), LeaseId(doc["lease_id"]), int(doc["epoch"])), NO_EXTRAS
+    until = doc.get("until")
+    session, lease_id = SessionId(doc["session"]), LeaseId(doc["lease_id"])
+    return Renew(session, lease_id, int(doc["epoch"]), None if until is None else float(until)), NO_EXTRAS
+
+
+def _dec_renew_exact(doc: Doc) -> tuple[Renew, Extras]:
+    """A `renew` record of before steps: its leader set now + TTL, so does its replay (until 0)."""
+    return Renew(SessionId(doc["session"]), LeaseId(doc["lease_id"]), int(doc["epoch"]), 0.0), NO_EXTRAS
+
+
+def _renew_journaled(e: Renew, decisions: list[Decision]) -> Renew | None:
+    """Nothing of a quiet renewal (it changed nothing); of one that moved the expiry, that
+    expiry, which its replay sets again (the follower need not know the step rule)."""
+    for d in decisions:
+        if isinstance(d, Renewed) and d.lease.session == e.session:
+            return None if d.quiet else Renew(e.session, e.lease_id, e.epoch, d.lease.expires_at)
+    return e  # refused: replayed, refused again
 
 
 def _dec_release(doc: Doc) -> tuple[Release, Extras]:
@@ -258,7 +288,8 @@ TABLE: tuple[EventSpec, ...] = (
         Acquire, "acquire", _enc_acquire, _dec_acquire, before=_acquire_before, decided=_acquire_decided
     ),
     EventSpec(Release, "release", _enc_lease_op, _dec_release),
-    EventSpec(Renew, "renew", _enc_lease_op, _dec_renew),
+    # `renew_until`, not `renew`: a build that would replay it as now + TTL refuses it instead.
+    EventSpec(Renew, "renew_until", _enc_renew, _dec_renew, journal_as=_renew_journaled),
     EventSpec(Yield, "yield", _enc_yield, _dec_yield),
     EventSpec(Tick, "tick", _enc_nothing, _dec_tick),
     EventSpec(Resumed, "resumed", _enc_resumed, _dec_resumed, after=_resumed_after),
@@ -266,6 +297,7 @@ TABLE: tuple[EventSpec, ...] = (
 )
 BY_TYPE: dict[type, EventSpec] = {s.type: s for s in TABLE}
 BY_NAME: dict[str, EventSpec] = {s.name: s for s in TABLE}
+BY_NAME["renew"] = EventSpec(Renew, "renew", _enc_lease_op, _dec_renew_exact)  # read, no longer written
 
 
 def spec_of(event: Applied) -> EventSpec:

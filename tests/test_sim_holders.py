@@ -16,17 +16,18 @@ from scheduler.sim.workload import write_workload
 from tests.test_sim_scenarios import plan, pool_policy
 
 
-def test_a_crashing_holder_renews_until_it_dies_and_expires_one_ttl_after_its_last_renewal() -> None:
+def test_a_crashing_holder_renews_until_it_dies_and_expires_where_its_last_renewal_put_it() -> None:
     pol = pool_policy(TenantSpec("t"), workers=1, slots=1, ttl=30)
     plans = [
         plan("dead", "t", QoS.BEST_EFFORT, 0.0, 500.0, crash=50.0),
         plan("next", "t", QoS.BEST_EFFORT, 1.0, 10.0),
     ]
     stats = Simulator(pol, plans, SimConfig()).run()
-    # Alive until 50 s: renewed at 15, 30 and 45 s; the lease runs out at 45 + 30 = 75 s, so the
-    # next session (arrived at 1 s) waits 74 s — not 29 s, as if it had died at its grant.
+    # Alive until 50 s: renewed at 15 s (expiry to 15 + 30 + a step of 15 = 60), at 30 s (60
+    # already covers 30 + 30: unchanged) and at 45 s (to 90); the lease runs out at 90 s, so the
+    # next session (arrived at 1 s) waits 89 s — not 29 s, as if it had died at its grant.
     assert stats.expiries == 1
-    assert stats.waits["besteffort"] == [0.0, 74.0]
+    assert stats.waits["besteffort"] == [0.0, 89.0]
     assert stats.completed == 1 and stats.unfinished == 1
 
 
@@ -42,9 +43,9 @@ def test_a_holder_that_will_crash_answers_a_yield_while_it_is_alive() -> None:
     assert stats.waits["guaranteed"] == [2.0]
     assert stats.revocations == 0 and stats.preemptions == 1
     # Re-granted at 17 s (the Guaranteed session held 12-17 s), it dies at 67 s (last renewal
-    # 62 s) and expires at 92 s.
+    # 62 s, which moved its expiry to 62 + 30 + a step of 15) and expires at 107 s.
     assert stats.expiries == 1
-    assert stats.slot_seconds["batch"]["besteffort"] == 12.0 + (92.0 - 17.0)
+    assert stats.slot_seconds["batch"]["besteffort"] == 12.0 + (107.0 - 17.0)
 
 
 def test_until_counts_held_time_up_to_the_cut_off() -> None:

@@ -69,11 +69,11 @@ def journal_state(directory: str, policy_text: str) -> tuple[state_write.State, 
     last, n = float("-inf"), 0
     for args in _commands(b"".join(f.read_bytes() for f in files)):
         if args[0].upper() == b"XADD" and args[1].endswith(b":journal"):
-            rec, at, x = codec.decode(args[4])
-            decisions = loop.replay(rec, at, x)
-            if spec_of(rec).membership:
-                registry.replay(rec, decisions, at, dict(x.labels), x.static)  # type: ignore[arg-type]
-            last, n = max(last, at), n + 1
+            for rec, at, x in codec.decode_entry(args[4]):  # an entry is a batch (codec.pack)
+                decisions = loop.replay(rec, at, x)
+                if spec_of(rec).membership:
+                    registry.replay(rec, decisions, at, dict(x.labels), x.static)  # type: ignore[arg-type]
+                last, n = max(last, at), n + 1
     return state_write.State(loop.export_state(), registry.workers, last), n
 
 

@@ -38,7 +38,9 @@ class _Store:
         return True
 
     def sessions(self, i: int) -> list[str]:
-        return [codec.decode(r)[0].session for r in self.sent[i]]  # type: ignore[union-attr]
+        # One journal entry per batch (codec.pack), its records in order.
+        assert len(self.sent[i]) == 1
+        return [rec.session for rec, _, _ in codec.decode_entry(self.sent[i][0])]  # type: ignore[union-attr]
 
 
 def _replica(loop: SchedulerLoop, store: _Store, stepped: list[bool]) -> Replica:

@@ -42,6 +42,8 @@ from scheduler.core.types import (
     Refused,
     RefuseReason,
     Rejected,
+    Renew,
+    Renewed,
     Resumed,
     Revoked,
     SessionId,
@@ -134,7 +136,8 @@ class Pools:
         if now > self._now:
             self._now = now  # a pool's views are as of the latest event of any
         heap = self._heap
-        out = self._fire_due(now) if heap and heap[0][0] <= now else []
+        fired = bool(heap) and heap[0][0] <= now
+        out = self._fire_due(now) if fired else []
         if isinstance(event, Acquire):
             out += self._acquire(event, now)
         elif isinstance(event, LeaseCommand):
@@ -148,7 +151,10 @@ class Pools:
             )
             if isinstance(event, Yield) and event.snapshot is not None:
                 event = replace(event, snapshot=self._stamped(name, event.snapshot))
-            out += self._in(name, event, now)
+            got = self._in(name, event, now)
+            if fired and isinstance(event, Renew):  # other pools' timers ran: not quiet
+                got = [replace(d, quiet=False) if isinstance(d, Renewed) else d for d in got]
+            out += got
         elif isinstance(event, WorkerAdded):
             out += self._worker_added(event, now)
         elif isinstance(event, WorkerDraining | WorkerRemoved):

@@ -7,7 +7,7 @@ never reads a clock. Decisions are frozen dataclasses, so a replay can compare t
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, NewType
 
 # Defined with the stores (which import nothing of scheduler/); re-exported here.
@@ -136,9 +136,14 @@ class Release:
 
 @dataclass(frozen=True)
 class Renew:
+    """Keeps a lease alive. `until` is None from a caller (the core's rule: a renewal that would
+    move the expiry moves it a step past a TTL, `Core._renew`); a journaled renewal carries the
+    expiry its leader set, which its replay sets again (0.0: a record of before steps, now + TTL)."""
+
     session: SessionId
     lease_id: LeaseId
     epoch: int
+    until: float | None = None
 
 
 @dataclass(frozen=True)
@@ -257,7 +262,11 @@ class Ended(NamedTuple):
 
 @dataclass(frozen=True)
 class Renewed:
+    """`quiet`: the renewal changed nothing of the state (the lease's expiry was already past
+    now + TTL and no timer was due), so replaying it would change nothing: the journal skips it."""
+
     lease: Lease
+    quiet: bool = field(default=False, compare=False)  # a hint to the journal, not a decision
 
 
 @dataclass(frozen=True)

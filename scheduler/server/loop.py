@@ -384,7 +384,9 @@ class SchedulerLoop:
         if spec.after is not None:
             spec.after(self, event, now)
         if self.journal is not None:
-            self.journal.record(event, now, extras)
+            kept = event if spec.journal_as is None else spec.journal_as(event, decisions)
+            if kept is not None:  # a quiet renewal changed nothing: no record
+                self.journal.record(kept, now, extras)
         for obs in self.observers:
             obs(event, decisions, now)
         self._arm()

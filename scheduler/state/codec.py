@@ -4,7 +4,8 @@ A record is what `SchedulerLoop` applied to the core and when, plus the server-s
 core does not hold but a recovered server needs (a session's wait_timeout, a worker's labels).
 Replaying records in order through `Core.handle(event, at)` rebuilds the same core.
 
-Format (version 1), compact JSON, keys sorted, no whitespace:
+A journal entry holds the records of one group commit, one per line (`pack`; a lone record is
+its own entry). A record, format (version 1), compact JSON, keys sorted, no whitespace:
 
     {"v": 1, "at": <float seconds>, "t": <type>, ...fields}
 
@@ -15,7 +16,8 @@ Format (version 1), compact JSON, keys sorted, no whitespace:
 | `worker_removed` | `worker` |
 | `acquire` | `session`, `tenant`, `qos`, `resume_from` (snapshot or null); optional `wait_timeout_s` |
 | `release` | `session`, `lease_id` (string or null: withdraw the queued request), `epoch` |
-| `renew` | `session`, `lease_id`, `epoch` |
+| `renew_until` | `session`, `lease_id`, `epoch`; `until`: the expiry the renewal set (absent if refused) |
+| `renew` | `session`, `lease_id`, `epoch`: read only (written before expiry steps; replayed: now + TTL) |
 | `yield` | `session`, `lease_id`, `epoch`, `snapshot` (snapshot or null) |
 | `tick` | (none) |
 | `resumed` | `since`: the last `now` before an outage a new leader bridged (see `Resumed`) |
@@ -23,12 +25,15 @@ Format (version 1), compact JSON, keys sorted, no whitespace:
 
 `qos` is guaranteed, burstable or besteffort. A snapshot ref is `{"uri", "size_bytes", "sha256",
 "created"}`. A reader refuses a record with an unknown `v` or `t` (`CodecError`) rather than
-guess: a newer writer's journal must not be half-understood.
+guess: a newer writer's journal must not be half-understood (hence `renew_until`: a build that
+knew only `renew` would replay it as now + TTL, short of the expiry its leader set).
+
+A renewal that changed nothing (`Renewed.quiet`: the expiry already past now + TTL) is not
+journaled at all: replayed, it would change nothing either.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -51,7 +56,17 @@ PolicyRecord = PolicyApplied
 
 Record = Event | PolicyRecord
 
-__all__ = ["FORMAT_VERSION", "CodecError", "Extras", "PolicyRecord", "Record", "decode", "encode"]
+__all__ = [
+    "FORMAT_VERSION",
+    "CodecError",
+    "Extras",
+    "PolicyRecord",
+    "Record",
+    "decode",
+    "decode_entry",
+    "encode",
+    "pack",
+]
 
 
 def encode(record: Record, at: float, extras: Extras | None = None) -> bytes:
@@ -68,10 +83,25 @@ def encode(record: Record, at: float, extras: Extras | None = None) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
 
 
+def pack(records: list[bytes]) -> bytes:
+    """One journal entry holding a batch's records, in order: one line each (compact JSON holds
+    no raw newline). One entry per group commit, not one per record: the leader's script adds one
+    stream entry and a follower reads and parses one reply element per batch (`decode_entry`). A
+    single record is its own entry, as before batches were packed."""
+    return records[0] if len(records) == 1 else b"\n".join(records)
+
+
+def decode_entry(raw: bytes) -> list[tuple[Record, float, Extras]]:
+    """Every record of one journal entry (`pack`), in order. Raises CodecError."""
+    if b"\n" not in raw:
+        return [decode(raw)]
+    return [decode(line) for line in raw.split(b"\n")]
+
+
 def decode(raw: bytes | str) -> tuple[Record, float, Extras]:
     """The record, the `now` it was applied at, and its extras. Raises CodecError."""
     try:
-        doc = json.loads(raw)
+        doc = orjson.loads(raw)  # the same documents json.loads reads, in a third of the time
         if not isinstance(doc, dict):
             raise CodecError("a journal record must be a JSON object")
         if doc.get("v") != FORMAT_VERSION:

@@ -30,17 +30,18 @@ Snapshots (when one is due, how it is cut and stored, and the journal trimmed): 
 The replica knows the server only through scheduler/ports.py: it drives a `ReplicaHost` (the
 loop) and a `WorkerBook` (the registry), and is the loop's `Journal`; scheduler/app/ wires them.
 
-Hot standby. A replica that does not lead loads the snapshot once, then follows the journal as
-the leader appends it (`tail`, blocking at most `tail_block_ms`), applying every entry through
-`loop.replay` (core + bookkeeping, no fan-out, metrics, observers or timers: the loop stays
-`shutting_down`, the leader gate refuses every call) and `registry.replay`, so its core is live.
-If the leader trimmed the journal past the standby's position (a snapshot it had not read up to),
-the standby reloads the snapshot; an entry it cannot decode stops the following. A standby
-campaigns only once loaded. Winning the lease is a new term (a new fencing token), so nothing more reaches
+Hot standby. A replica that does not lead loads the snapshot once, then follows the journal as the
+leader appends it (`tail`, blocking at most `tail_block_ms`; after a read that brought many records
+it waits `tail_pace_s`, so that under load one read carries several batches), applying every entry
+through `loop.replay` (core + bookkeeping, no fan-out, metrics, observers or timers: the loop stays
+`shutting_down`, the leader gate refuses every call) and `registry.replay`, so its core is live. If
+the leader trimmed the journal past the standby's position (a snapshot it had not read up to), the
+standby reloads the snapshot; an entry it cannot decode stops the following. A standby campaigns
+only once loaded. Winning the lease is a new term (a new fencing token), so nothing more reaches
 the journal from the last leader; the standby then reads the journal's tail once (the last few
 entries), and serves. A full recovery (snapshot + the whole journal after it) happens only when
-there is nothing live to take over from: at a cold start, after a step-down (this core holds
-events that never reached the journal), or when the tail cannot be applied.
+there is nothing live to take over from: at a cold start, after a step-down (this core holds events
+that never reached the journal), or when the tail cannot be applied.
 
 Take-over (hot or full): give every registered worker a fresh heartbeat, publish this replica's
 address (`--advertise`: what standbys name in NOT_LEADER), then carry the leases across the
@@ -83,7 +84,7 @@ from scheduler.state.compaction import Compaction
 from scheduler.state.metrics import StateMetrics
 from scheduler.state.reach import StoreReach
 from scheduler.state.roles import DUTIES, Role, Trigger, move
-from scheduler.state.standby import Standby, StateError, TakeOver
+from scheduler.state.standby import FOLLOW_PACE_S, Standby, StateError, TakeOver
 from scheduler.state.state_write import Captured
 from scheduler.state.store import AppendDone, StaleTerm, StateStore, StoreUnavailable
 
@@ -156,6 +157,7 @@ class Replica(Compaction, Standby):
         self.campaign_interval_s = campaign_interval_s
         # A standby's XREAD blocks at most this long, well inside the store's socket timeout.
         self.tail_block_ms = max(10, int(min(200.0, leader_ttl_s * 1000 / 8)))
+        self.tail_pace_s = min(FOLLOW_PACE_S, campaign_interval_s / 5)  # standby.py: under load
         self.advertise = advertise  # host:port clients are sent to while this replica leads
         self.leader_address: str | None = None  # a standby's view of where the leader is
         self.last_takeover: TakeOver | None = None
@@ -273,8 +275,9 @@ class Replica(Compaction, Standby):
         if not self._batch:
             self._flushing = False
             return
-        batch, fut = self._batch, self._batch_fut
+        records, fut = self._batch, self._batch_fut
         self._batch, self._batch_fut = [], None
+        batch = [codec.pack(records)]  # one journal entry per batch
         assert fut is not None
         self._inflight_fut = fut
         # A snapshot only between events, while the state is exactly the journal so far.

@@ -35,6 +35,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("slotsched.state")
 
 
+# A read that brought at least PACE_RECORDS records makes the standby wait `tail_pace_s` (this,
+# or less with a short campaign interval) before the next: under load, where a read per batch
+# costs the standby more than replaying the batch, so each read then carries several. Its core
+# stays that much more behind (a take-over reads the tail anyway). A light load is followed as it
+# comes: a snapshot's trim then rarely finds it behind.
+PACE_RECORDS = 16
+FOLLOW_PACE_S = 0.01
+# Journal entries read (and applied, between two awaits) at a time: an entry is a whole group
+# commit (codec.pack), up to hundreds of records, so fewer than the store's default of records.
+ENTRIES_PER_READ = 200
+
+
 class StateError(RuntimeError):
     """The durable state cannot be recovered by this build: fail loudly, do not serve."""
 
@@ -61,6 +73,7 @@ class Standby:
     role: Role
     leader_ttl_s: float
     tail_block_ms: int
+    tail_pace_s: float
     snapshot_loads: int
     _aloop: asyncio.AbstractEventLoop
     _pos: Position | None
@@ -85,7 +98,7 @@ class Standby:
             return None
         n = 0
         try:
-            async for chunk in self.store.journal_after(self._pos):
+            async for chunk in self.store.journal_after(self._pos, ENTRIES_PER_READ):
                 n += self._apply(chunk)
                 await self._renew_if_due()  # a standby that had just loaded may have a long tail
         except (codec.CodecError, StateError) as e:
@@ -99,7 +112,7 @@ class Standby:
         after = await self._load_state_snapshot()
         await self._renew_if_due()
         n = 0
-        async for chunk in self.store.journal_after(after):
+        async for chunk in self.store.journal_after(after, ENTRIES_PER_READ):
             n += self._apply(chunk)
             await self._renew_if_due()
         self._since_snapshot = n  # a long tail makes the next batch snapshot
@@ -135,20 +148,26 @@ class Standby:
 
     def _apply(self, rows: list[Entry]) -> int:
         """Replay journal entries into the core and bookkeeping, exactly as recovery does (no
-        fan-out, timers or journal: see `SchedulerLoop.replay`); advances the position."""
+        fan-out, timers or journal: see `SchedulerLoop.replay`); advances the position. The
+        number of records applied (an entry holds a batch: codec.pack)."""
+        n = 0
+        replay = self.loop.replay
         for rid, raw in rows:
             try:
-                rec, at, x = codec.decode(raw)
+                records = codec.decode_entry(raw)
             except codec.CodecError as e:
                 raise StateError(str(e)) from e
-            decisions: list[Decision] = self.loop.replay(rec, at, x)
-            if spec_of(rec).membership:
-                self.registry.replay(rec, decisions, at, dict(x.labels), x.static)  # type: ignore[arg-type]
-            self._last_now = max(self._last_now, at)
+            for rec, at, x in records:
+                decisions: list[Decision] = replay(rec, at, x)
+                if spec_of(rec).membership:
+                    self.registry.replay(rec, decisions, at, dict(x.labels), x.static)  # type: ignore[arg-type]
+                if at > self._last_now:
+                    self._last_now = at
+            n += len(records)
             self._fresh = False
             if self._pos is not None:
                 self._pos = rid
-        return len(rows)
+        return n
 
     # ------------------------------------------------------------------ hot standby
 
@@ -174,7 +193,7 @@ class Standby:
                         log.info("standby: no state snapshot covers the journal; following it from its start")
                     self._first_load.set()
                 pos = self._pos
-                tail = await self.store.tail(pos, self.tail_block_ms)
+                tail = await self.store.tail(pos, self.tail_block_ms, ENTRIES_PER_READ)
                 if tail.gap:  # entries after our position were trimmed before we read them
                     log.info("standby: the journal was trimmed past %s: reloading the snapshot", pos)
                     self._pos = None
@@ -182,7 +201,10 @@ class Standby:
                 if self.reach.ok is not True:
                     await self.reach.answered()
                 if tail.entries:
-                    self.metrics.standby_applied.inc(self._apply(tail.entries))
+                    n = self._apply(tail.entries)
+                    self.metrics.standby_applied.inc(n)
+                    if n >= PACE_RECORDS:  # under load: let the next read carry several batches
+                        await asyncio.sleep(self.tail_pace_s)
             except asyncio.CancelledError:
                 if self._pos is not None and not self._first_load.is_set():
                     self._pos = None  # cancelled inside a load: the core is half-restored

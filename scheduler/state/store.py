@@ -150,8 +150,9 @@ class StateStore(Protocol):
         """Every entry after `after` (START: all), in order, in chunks."""
         ...
 
-    async def tail(self, after: Position, block_ms: int) -> Tail:
-        """The entries after `after`, waiting up to `block_ms` for the first (see `Tail`)."""
+    async def tail(self, after: Position, block_ms: int, count: int = 2000) -> Tail:
+        """The entries after `after` (at most `count`), waiting up to `block_ms` for the first
+        (see `Tail`)."""
         ...
 
     async def trimmed_past(self, after: Position) -> bool:
