@@ -38,13 +38,11 @@ class StreamAttacher:
 
     def _request(self) -> scheduler_pb2.AcquireRequest:
         state, spec = self._state, self._state.spec
-        req = scheduler_pb2.AcquireRequest(
-            session_id=spec.session_id,
-            qos=spec.qos.to_proto(),
-            pool=spec.pool,
-            selector=dict(spec.selector),
-            fallback_pools=spec.fallback,
-        )
+        req = scheduler_pb2.AcquireRequest(session_id=spec.session_id, qos=spec.qos.to_proto(), pool=spec.pool)
+        if spec.selector:
+            req.selector.update(spec.selector)
+        if spec.fallback:
+            req.fallback_pools.extend(spec.fallback)
         # On a re-attach the server ignores these; if it lost the session they start it afresh
         # from the latest snapshot we know of.
         if state.resume_from is not None:
@@ -82,7 +80,8 @@ class StreamAttacher:
                     # Acquire at once (Queued or Granted), so wait for that within the deadline.
                     left = max(0.05, client.connect_timeout_s - (loop.time() - started))
                     try:
-                        first = await asyncio.wait_for(anext(events, None), left)
+                        async with asyncio.timeout(left):  # (no task made, as wait_for would)
+                            first = await anext(events, None)
                     except TimeoutError:
                         call.cancel()
                         raise NoAnswer(f"no answer within {left:.1f}s") from None

@@ -316,6 +316,7 @@ class SessionTasks:
     async def shutdown(self) -> None:
         self._state.closing = True
         self._renewer.stop()
+        self._queue.stop()
         current = asyncio.current_task()
         for task in (self._stream, self._queue.task):
             if task is not None and task is not current:
