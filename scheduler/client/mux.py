@@ -56,6 +56,7 @@ from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from scheduler.client import channel
 from scheduler.client.channel import ClientLink
 from scheduler.client.reactions import Reaction, reason_of_status, rule
+from scheduler.client.ticks import ticks
 from scheduler.client.transport import ChannelCall
 
 #: Older servers refused an acquire on a full channel RATE_LIMITED, saying this in the message.
@@ -199,6 +200,9 @@ class _Conn:
             asyncio.create_task(self._read(), name="slotsched-channel-read"),
             asyncio.create_task(self._watch(), name="slotsched-channel-watch"),
         )
+
+    def now(self) -> float:
+        return self._clock()
 
     def send(self, command: pb.ChannelCommand) -> None:
         self.pending.append(command)
@@ -483,11 +487,10 @@ class SessionMux:
         fut.add_done_callback(_consume)  # a caller that timed out no longer reads its failure
         conn.waiting[ref] = fut
         conn.send(pb.ChannelCommand(ref=ref, **kind))
-        # The bare future with a timer that fails it at the deadline: no shield, no wait_for, no
+        # The bare future and a deadline (ticks.py) that fails it: no shield, no wait_for, no
         # timeout scope (the cheapest wait asyncio has; every Renew and Release waits here). Its
         # answer, if it comes after, is dropped (`_dispatch` skips a done future).
-        loop = asyncio.get_running_loop()
-        timer = None if timeout is None else loop.call_at(loop.time() + timeout, _expire, fut)
+        timer = None if timeout is None else ticks().call_at(conn.now() + timeout, _expire, fut)
         try:
             return await fut
         except _Expired:

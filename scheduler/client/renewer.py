@@ -20,14 +20,15 @@ from scheduler.client.channel import ClientLink
 from scheduler.client.phases import Phase, SessionEvent
 from scheduler.client.reactions import Reaction, from_rpc_error, react
 from scheduler.client.state import SessionState
+from scheduler.client.ticks import Tick, ticks
 from scheduler.client.types import LeaseInfo, timestamp
 
 
 class Renewer:
     """The renewals of one session (at most one schedule at a time, for the lease held).
 
-    Between two ticks a held lease costs a timer, not a sleeping task: a task is made at each
-    tick for the Renew it sends (a client holding 100,000 sessions keeps 100,000 timers)."""
+    Between two ticks a held lease costs an entry in the loop's deadlines (`ticks.py`), not a
+    sleeping task: a task is made at each tick for the Renew it sends."""
 
     def __init__(
         self,
@@ -42,7 +43,7 @@ class Renewer:
         self._yield_asked = yield_asked
         #: The Renew being sent now (None between ticks).
         self.task: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Tick | None = None
         self._schedule = 0  # bumped by `stop`: a tick of an older schedule does nothing
 
     def start(self, lease: LeaseInfo, interval: float, immediate: bool) -> None:
@@ -64,10 +65,9 @@ class Renewer:
         the next one go at once), else at its time."""
         if schedule != self._schedule:
             return  # stopped (maybe from within the Renew that just ended)
-        loop = asyncio.get_running_loop()
         when = start + tick * interval
-        if when > loop.time():
-            self._timer = loop.call_at(when, self._tick, schedule, lease, interval, start, tick)
+        if when > asyncio.get_running_loop().time():
+            self._timer = ticks().call_at(when, self._tick, schedule, lease, interval, start, tick)
         else:
             self._tick(schedule, lease, interval, start, tick)
 

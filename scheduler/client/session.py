@@ -306,6 +306,7 @@ class SessionTasks:
         if self._stream is not None:
             return
         self._client.sessions.add(self._session)
+        self._attacher.begin()
         name = f"slotsched-stream-{self._session.session_id}"
         self._stream = asyncio.create_task(self._attacher.run(), name=name)
         self._queue.start()

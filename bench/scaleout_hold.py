@@ -1,0 +1,233 @@
+"""bench/scaleout.py's holding phase: one replica holding K sessions at the default lease TTL
+(30 s; the SDK renews each lease every TTL/3), in memory mode and with Redis, and what share of a
+core that takes, by process.
+
+Processes: the server (`serve` in memory mode, then `serve --state redis://` against a
+redis-server with AOF and `appendfsync always`, as deploy/ runs it), and the load generator in its
+own process (`scaleout.py --load hold`): one `AsyncClient` that opens K sessions (`start()`, each
+held until the end, renewed by the SDK itself; the client spreads them over channels of 10,000)
+and reports when all are granted. Then over `--hold-seconds` (whole renewal periods) the CPU each
+process spends is read from /proc: the server's share of a core is what is measured; the
+generator's and Redis's are shown beside it (the generator is not what is measured, but a
+generator short of CPU renews late, and `hold_leases_lost` says whether any lease was lost).
+
+Figures, per mode: `hold_cpu_share_<mode>` (the server's share of one core holding K), its idle
+share before any session, `sessions_per_core_<mode>` = K / (share - idle) (what one core holds at
+the default TTL, renewals only), and `hold_cpu_share_100k_<mode>` = idle + 100,000 x (share - idle)
+/ K, the extrapolation when K < 100,000 (the cost is per renewal: linear in K).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+from bench.procs import free_port, start_redis, stop_all  # noqa: E402
+from scheduler.client.aio import AsyncClient, AsyncSession  # noqa: E402
+from scheduler.policy.identities import hash_token  # noqa: E402
+
+TOKEN = "hold-token"
+SLOTS_PER_WORKER = 1000
+_SERVE = (
+    "import asyncio, sys\n"
+    "from scheduler.serve import StateOptions, serve_forever\n"
+    "state = StateOptions(state=sys.argv[2]) if sys.argv[2] else None\n"
+    "sys.exit(asyncio.run(serve_forever(sys.argv[1], sys.argv[3], None, state=state)))\n"
+)
+
+
+def log(msg: str) -> None:
+    print(f"[scaleout hold] {msg}", file=sys.stderr, flush=True)
+
+
+def hold_policy(k: int) -> str:
+    """One tenant that may hold k Burstable leases, on enough slots; the default lease TTL."""
+    workers = k // SLOTS_PER_WORKER + 1
+    return (
+        "apiVersion: slotsched.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: hold}\nspec:\n"
+        f"  pool: {{slotsPerWorker: {SLOTS_PER_WORKER}, workers: {workers}, minWorkers: 1, "
+        f"maxWorkers: {workers}, floor: 0}}\n"
+        "  tenants:\n    - name: hold\n"
+        f"      burstable: {{nominal: {k}, limit: {k}}}\n"
+        f'      tokens: ["{hash_token(TOKEN)}"]\n'
+    )
+
+
+def cpu_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------- the load generator (a child)
+
+
+async def load_hold(args: argparse.Namespace) -> None:
+    """Open K sessions, say `held`, then answer each `mark` line on stdin with the renewals seen
+    and the leases lost so far; `stop` releases everything."""
+    k = args.hold_sessions
+    renewals = [0]
+    async with AsyncClient(args.targets, token=TOKEN, rpc_timeout_s=10.0) as client:
+        sessions: list[AsyncSession] = []
+        t0 = time.monotonic()
+        for i in range(k):
+            s = client.session(f"hold-{i}")
+            s.start()
+            sessions.append(s)
+            if i % 500 == 499:  # let the grants flow while acquiring
+                await asyncio.sleep(0)
+                while sum(1 for x in sessions[-500:] if x.lease is None) > 250:
+                    await asyncio.sleep(0.01)
+        for s in sessions:
+            await s.wait_granted(timeout=120)
+        took = time.monotonic() - t0
+
+        def count(s: AsyncSession) -> Any:
+            def changed() -> None:
+                renewals[0] += 1  # each renewal's answer is a state change of a held session
+
+            return changed
+
+        for s in sessions:
+            s.add_listener(count(s))
+        print(f"held {k} {took:.1f}", flush=True)
+        loop = asyncio.get_running_loop()
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            if not line.startswith("mark"):
+                break
+            lost = sum(1 for s in sessions if s.lost_lease.is_set() or s.lease is None)
+            print(f"mark {renewals[0]} {lost}", flush=True)
+        lost = sum(1 for s in sessions if s.lost_lease.is_set() or s.lease is None)
+        print(json.dumps({"lost": lost, "renewals": renewals[0]}), flush=True)
+        # (closing the client releases every session)
+
+
+# ---------------------------------------------------------------- the driver
+
+
+def _server(root: str, mode: str, k: int, state: str | None) -> tuple[subprocess.Popen[str], str]:
+    policy = Path(root, f"hold-{mode}.yaml")
+    policy.write_text(hold_policy(k))
+    address = f"127.0.0.1:{free_port()}"
+    out = open(os.path.join(root, f"hold-{mode}.log"), "a")  # noqa: SIM115 - the child keeps it
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVE, str(policy), state or "", address],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=out, stderr=out, text=True,
+    )  # fmt: skip
+    return proc, address
+
+
+async def _wait_serving(address: str, timeout_s: float = 60) -> None:
+    import grpc
+
+    from scheduler.api.gen.slotsched.v1 import scheduler_pb2, scheduler_pb2_grpc
+
+    deadline = time.monotonic() + timeout_s
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = scheduler_pb2_grpc.SchedulerStub(channel)  # type: ignore[no-untyped-call]
+        while True:
+            try:
+                await stub.GetSession(
+                    scheduler_pb2.GetSessionRequest(session_id="nobody"),
+                    metadata=(("authorization", f"Bearer {TOKEN}"),),
+                    timeout=2,
+                )
+                return
+            except grpc.aio.AioRpcError as e:
+                if e.code() == grpc.StatusCode.NOT_FOUND:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the server at {address} did not start") from e
+                await asyncio.sleep(0.2)
+
+
+def hold_one(args: argparse.Namespace, root: str, mode: str, script: str) -> dict[str, Any]:
+    k = args.hold_sessions
+    redis = None
+    state = None
+    if mode == "redis":
+        port = free_port()
+        redis = start_redis(port, root)
+        state = f"redis://127.0.0.1:{port}/0"
+    server, address = _server(root, mode, k, state)
+    gen: subprocess.Popen[str] | None = None
+    try:
+        asyncio.run(_wait_serving(address))
+        time.sleep(1.0)
+        pids = {"server": server.pid} | ({"redis": redis.pid} if redis else {})
+        c0, t0 = {n: cpu_of(p) for n, p in pids.items()}, time.monotonic()
+        time.sleep(args.idle)
+        idle = {n: (cpu_of(p) - c0[n]) / (time.monotonic() - t0) for n, p in pids.items()}
+        cmd = [sys.executable, script, "--load", "hold", "--targets", address, "--hold-sessions", str(k)]
+        gen = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert gen.stdin is not None and gen.stdout is not None
+        line = gen.stdout.readline()
+        if not line.startswith("held"):
+            raise RuntimeError(f"the hold generator answered {line!r}")
+        log(f"{mode}: {k} sessions granted in {float(line.split()[2]):.1f} s; settling one renewal period")
+        time.sleep(10.0)  # a renewal period: the renewals of the acquire phase spread out
+        pids["generator"] = gen.pid
+
+        def mark() -> tuple[int, int]:
+            assert gen is not None and gen.stdin is not None and gen.stdout is not None
+            gen.stdin.write("mark\n")
+            gen.stdin.flush()
+            _, renewed, lost = gen.stdout.readline().split()
+            return int(renewed), int(lost)
+
+        r0, _ = mark()
+        c0, t0 = {n: cpu_of(p) for n, p in pids.items()}, time.monotonic()
+        time.sleep(args.hold_seconds)
+        wall = time.monotonic() - t0
+        share = {n: (cpu_of(p) - c0[n]) / wall for n, p in pids.items()}
+        r1, lost = mark()
+        gen.stdin.write("stop\n")
+        gen.stdin.flush()
+        gen.wait(timeout=120)
+    finally:
+        if gen is not None and gen.poll() is None:
+            gen.kill()
+        stop_all([server], grace_s=5)
+        if redis is not None:
+            redis.kill()
+    used = share["server"] - idle["server"]
+    # Below a few CPU ticks (10 ms each) over the window the cost per session is not measured.
+    per = used / k if used * wall >= 0.05 else None
+    fig = {
+        f"hold_cpu_share_{mode}": share["server"],
+        f"hold_idle_share_{mode}": idle["server"],
+        f"hold_generator_share_{mode}": share["generator"],
+        f"hold_renewals_per_s_{mode}": (r1 - r0) / wall,
+        f"sessions_per_core_{mode}": "na" if per is None else 1.0 / per,
+        f"hold_cpu_share_100k_{mode}": "na" if per is None else idle["server"] + 100_000 * per,
+        f"hold_leases_lost_{mode}": lost,
+    }
+    if redis is not None:
+        fig["hold_redis_share"] = share["redis"]
+    log(
+        f"{mode}: holding {k} sessions, {fig[f'hold_renewals_per_s_{mode}']:.0f} renewals/s: server "
+        f"{share['server']:.3f} of a core (idle {idle['server']:.3f}), generator {share['generator']:.3f}"
+        + (f", redis {share['redis']:.3f}" if redis is not None else "")
+        + (f"; {1 / per:.0f} sessions per core; 100,000 would take {idle['server'] + 1e5 * per:.2f} of a core"
+           if per is not None else "; too little CPU to say per session")
+        + f"; leases lost {lost}"
+    )  # fmt: skip
+    return fig
+
+
+def hold_phase(args: argparse.Namespace, root: str, script: str) -> dict[str, Any]:
+    fig: dict[str, Any] = {"sessions_held": args.hold_sessions}
+    for mode in ("memory", "redis"):
+        fig |= hold_one(args, root, mode, script)
+    fig["hold_leases_lost"] = fig["hold_leases_lost_memory"] + fig["hold_leases_lost_redis"]
+    return fig
