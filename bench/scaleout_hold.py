@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -72,20 +71,21 @@ def cpu_of(pid: int) -> float:
 
 async def load_hold(args: argparse.Namespace) -> None:
     """Open K sessions, say `held`, then answer each `mark` line on stdin with the renewals seen
-    and the leases lost so far; `stop` releases everything."""
+    and the leases lost so far (the driver kills it after the last)."""
     k = args.hold_sessions
     renewals = [0]
-    async with AsyncClient(args.targets, token=TOKEN, rpc_timeout_s=10.0) as client:
+    # A Redis leader that misses a journal append's deadline steps down and comes back: the
+    # sessions wait for it rather than fail (the connect deadline is for a wrong address).
+    async with AsyncClient(args.targets, token=TOKEN, connect_timeout_s=120.0) as client:
         sessions: list[AsyncSession] = []
         t0 = time.monotonic()
         for i in range(k):
             s = client.session(f"hold-{i}")
             s.start()
             sessions.append(s)
-            if i % 500 == 499:  # let the grants flow while acquiring
-                await asyncio.sleep(0)
-                while sum(1 for x in sessions[-500:] if x.lease is None) > 250:
-                    await asyncio.sleep(0.01)
+            if i % 128 == 127:  # at most about 256 acquires in flight: a burst, not a flood
+                while sum(1 for x in sessions[-256:] if x.lease is None) > 128:
+                    await asyncio.sleep(0.005)
         for s in sessions:
             await s.wait_granted(timeout=120)
         took = time.monotonic() - t0
@@ -106,9 +106,6 @@ async def load_hold(args: argparse.Namespace) -> None:
                 break
             lost = sum(1 for s in sessions if s.lost_lease.is_set() or s.lease is None)
             print(f"mark {renewals[0]} {lost}", flush=True)
-        lost = sum(1 for s in sessions if s.lost_lease.is_set() or s.lease is None)
-        print(json.dumps({"lost": lost, "renewals": renewals[0]}), flush=True)
-        # (closing the client releases every session)
 
 
 # ---------------------------------------------------------------- the driver
@@ -191,9 +188,8 @@ def hold_one(args: argparse.Namespace, root: str, mode: str, script: str) -> dic
         wall = time.monotonic() - t0
         share = {n: (cpu_of(p) - c0[n]) / wall for n, p in pids.items()}
         r1, lost = mark()
-        gen.stdin.write("stop\n")
-        gen.stdin.flush()
-        gen.wait(timeout=120)
+        gen.kill()  # (releasing K sessions one by one would take long: the server goes anyway)
+        gen.wait(timeout=30)
     finally:
         if gen is not None and gen.poll() is None:
             gen.kill()

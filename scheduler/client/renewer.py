@@ -135,10 +135,13 @@ class Renewer:
         current = state.lease
         if current is None or current.key != lease.key:
             return True
+        changes: dict[str, object] = {}
         if resp.HasField("expires_at"):
-            current = replace(current, expires_at=timestamp(resp.expires_at))
+            changes["expires_at"] = timestamp(resp.expires_at)
         if resp.grant:  # the grant Checkpoint and Stop show the worker, valid past the new expiry
-            current = replace(current, grant=resp.grant)
+            changes["grant"] = resp.grant
+        if changes:
+            current = replace(current, **changes)  # (one copy of the lease, not one a field)
         state.lease = current
         if resp.state == common_pb2.LEASE_STATE_YIELDING and state.phase is Phase.HOLDING:
             # We missed YieldRequested (e.g. while re-attaching): yield now.
