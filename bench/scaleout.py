@@ -72,7 +72,6 @@ from bench.pools_procs import MD, B, Net, Replica, pools_policy, settled  # noqa
 from bench.procs import free_port, start_redis, stop_all  # noqa: E402
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2  # noqa: E402
 
-
 #: The last line's keys after the issue's: the SDK phase's projection, and the holding phase's.
 HOLD_KEYS = (
     "sdk_channel_pairs_ratio_c64_one_core",

@@ -77,7 +77,10 @@ async def load_sdk(args: argparse.Namespace) -> None:
     """The load generator (a child process): prints one JSON line of blocks."""
     targets = dict(t.split("=", 1) for t in args.targets.split(","))
     server_pid = int(args.server_pid)
-    pair: dict[str, Any] = {"sdk": SdkTarget(targets["slotsched"]), "channel": ChannelTarget(targets["slotsched"])}
+    pair: dict[str, Any] = {
+        "sdk": SdkTarget(targets["slotsched"]),
+        "channel": ChannelTarget(targets["slotsched"]),
+    }
     noop = Target(targets["noop"], "noop")
     blocks: list[dict[str, Any]] = []
     try:
@@ -92,7 +95,11 @@ async def load_sdk(args: argparse.Namespace) -> None:
                 lat, rate = await t.concurrent(64, args.seconds / args.rounds)
                 c1, s1 = time.process_time(), cpu_seconds(server_pid)
                 n = max(1, len(lat))
-                block[name] = {"rate": rate, "client_us": (c1 - c0) * 1e6 / n, "server_us": (s1 - s0) * 1e6 / n}
+                block[name] = {
+                    "rate": rate,
+                    "client_us": (c1 - c0) * 1e6 / n,
+                    "server_us": (s1 - s0) * 1e6 / n,
+                }
             for name, t in (*pair.items(), ("noop", noop)):
                 block[f"{name}_p50_ms"] = statistics.median(await t.sequential(args.iterations)) * 1e3
             blocks.append(block)
@@ -119,7 +126,9 @@ def figures(blocks: list[dict[str, Any]]) -> dict[str, float]:
 
     fig = {
         "sdk_channel_pairs_ratio_c64": med(b["sdk"]["rate"] / b["channel"]["rate"] for b in blocks),
-        "sdk_channel_pairs_ratio_c64_one_core": med(one_core("sdk", b) / one_core("channel", b) for b in blocks),
+        "sdk_channel_pairs_ratio_c64_one_core": med(
+            one_core("sdk", b) / one_core("channel", b) for b in blocks
+        ),
         "sdk_p50_ratio_c1": med(b["sdk_p50_ms"] / b["noop_p50_ms"] for b in blocks),
         "channel_p50_ratio_c1": med(b["channel_p50_ms"] / b["noop_p50_ms"] for b in blocks),
     }
@@ -137,7 +146,8 @@ def sdk_phase(args: argparse.Namespace, root: str, script: str) -> dict[str, flo
     server, address = _spawn([sys.executable, "-c", _SERVE, str(policy)])
     noop, noop_address = _spawn([sys.executable, str(ROOT / "bench" / "grpc_latency.py"), "--noop-server"])
     try:
-        cmd = [sys.executable, script, "--load", "sdk", "--targets", f"slotsched={address},noop={noop_address}",
+        spec = f"slotsched={address},noop={noop_address}"
+        cmd = [sys.executable, script, "--load", "sdk", "--targets", spec,
                "--seconds", str(args.sdk_seconds), "--rounds", str(args.sdk_rounds),
                "--iterations", str(args.sdk_iterations), "--server-pid", str(server.pid)]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -149,7 +159,8 @@ def sdk_phase(args: argparse.Namespace, root: str, script: str) -> dict[str, flo
     finally:
         stop_all([server, noop], grace_s=5)
     log(
-        f"c64: SDK {fig['sdk_pairs_per_s_c64']:.0f} pairs/s, raw Channel {fig['channel_pairs_per_s_c64']:.0f} "
+        f"c64: SDK {fig['sdk_pairs_per_s_c64']:.0f} pairs/s, "
+        f"raw Channel {fig['channel_pairs_per_s_c64']:.0f} "
         f"(ratio {fig['sdk_channel_pairs_ratio_c64']:.2f}; one core per process "
         f"{fig['sdk_channel_pairs_ratio_c64_one_core']:.2f}); client µs/pair SDK "
         f"{fig['sdk_client_us_per_pair']:.0f}, Channel {fig['channel_client_us_per_pair']:.0f}; server "

@@ -51,7 +51,9 @@ class StreamAttacher:
 
     def _request(self) -> scheduler_pb2.AcquireRequest:
         state, spec = self._state, self._state.spec
-        req = scheduler_pb2.AcquireRequest(session_id=spec.session_id, qos=spec.qos.to_proto(), pool=spec.pool)
+        req = scheduler_pb2.AcquireRequest(
+            session_id=spec.session_id, qos=spec.qos.to_proto(), pool=spec.pool
+        )
         if spec.selector:
             req.selector.update(spec.selector)
         if spec.fallback:

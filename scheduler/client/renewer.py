@@ -74,7 +74,8 @@ class Renewer:
     def _tick(self, schedule: int, lease: LeaseInfo, interval: float, start: float, tick: int) -> None:
         self._timer = None
         self.task = asyncio.create_task(
-            self._renew(schedule, lease, interval, start, tick), name=f"slotsched-renew-{self._state.session_id}"
+            self._renew(schedule, lease, interval, start, tick),
+            name=f"slotsched-renew-{self._state.session_id}",
         )
 
     async def _renew(self, schedule: int, lease: LeaseInfo, interval: float, start: float, tick: int) -> None:
@@ -135,13 +136,10 @@ class Renewer:
         current = state.lease
         if current is None or current.key != lease.key:
             return True
-        changes: dict[str, object] = {}
-        if resp.HasField("expires_at"):
-            changes["expires_at"] = timestamp(resp.expires_at)
-        if resp.grant:  # the grant Checkpoint and Stop show the worker, valid past the new expiry
-            changes["grant"] = resp.grant
-        if changes:
-            current = replace(current, **changes)  # (one copy of the lease, not one a field)
+        # One copy of the lease, not one a field. The grant: what Checkpoint and Stop show the
+        # worker, valid past the new expiry.
+        expires = timestamp(resp.expires_at) if resp.HasField("expires_at") else current.expires_at
+        current = replace(current, expires_at=expires, grant=resp.grant or current.grant)
         state.lease = current
         if resp.state == common_pb2.LEASE_STATE_YIELDING and state.phase is Phase.HOLDING:
             # We missed YieldRequested (e.g. while re-attaching): yield now.

@@ -35,7 +35,6 @@ from scheduler.api.wire import MAX_LONG_STRING_BYTES, MAX_STRING_BYTES
 from scheduler.client.phases import Phase
 from scheduler.grants import core_lease_id
 
-
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: The range a Timestamp may hold (0001-01-01 to 9999-12-31), as protobuf checks it.
 _MIN_SECONDS, _MAX_SECONDS = -62135596800, 253402300799
