@@ -11,9 +11,11 @@ from scheduler.client import ticks as ticks_module
 from scheduler.client.ticks import ticks
 
 
-async def _until(cond: Any) -> None:
-    while not cond():
-        await asyncio.sleep(0.001)
+async def _until(cond: Any, timeout_s: float = 10.0) -> None:
+    """Wait for `cond()` (a bound only against a hang: a deadline that never runs fails here)."""
+    async with asyncio.timeout(timeout_s):
+        while not cond():
+            await asyncio.sleep(0.001)
 
 
 def test_due_deadlines_run_in_order_and_cancelled_ones_never() -> None:
