@@ -82,6 +82,7 @@ HOLD_KEYS = (
     "sessions_per_core_redis",
     "hold_cpu_share_100k_memory",
     "hold_cpu_share_100k_redis",
+    "hold_renewal_pace",
     "hold_leases_lost",
 )
 

@@ -12,15 +12,18 @@ generator's and Redis's are shown beside it (the generator is not what is measur
 generator short of CPU renews late, and `hold_leases_lost` says whether any lease was lost).
 
 Figures, per mode: `hold_cpu_share_<mode>` (the server's share of one core holding K), its idle
-share before any session, `sessions_per_core_<mode>` = K / (share - idle) (what one core holds at
-the default TTL, renewals only), and `hold_cpu_share_100k_<mode>` = idle + 100,000 x (share - idle)
-/ K, the extrapolation when K < 100,000 (the cost is per renewal: linear in K).
+share before any session, the renewals a second made and their pace (over the K x 3 / TTL due: a
+generator short of CPU renews late and shows below 1), the server's CPU per renewal made,
+`sessions_per_core_<mode>` = TTL / 3 / (CPU per renewal) (what one core holds at the default TTL,
+renewals only), and `hold_cpu_share_100k_<mode>` = idle + 100,000 x 3 / TTL x (CPU per renewal),
+the extrapolation when K < 100,000 (the cost is per renewal: linear in K).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -35,6 +38,8 @@ from scheduler.client.aio import AsyncClient, AsyncSession  # noqa: E402
 from scheduler.policy.identities import hash_token  # noqa: E402
 
 TOKEN = "hold-token"
+#: The default lease TTL (policy `timing.leaseTTLSeconds`): the SDK renews every third of it.
+TTL_S = 30.0
 SLOTS_PER_WORKER = 1000
 _SERVE = (
     "import asyncio, sys\n"
@@ -83,6 +88,16 @@ async def load_hold(args: argparse.Namespace) -> None:
             s = client.session(f"hold-{i}")
             s.start()
             sessions.append(s)
+            if i % 5000 == 4999:
+                print(
+                    f"[scaleout hold] {i + 1} sessions opened in {time.monotonic() - t0:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                # The objects of the sessions held so far live as long as the run: out of the
+                # collector's sight, or each full collection walks millions of them (a stall of
+                # seconds, read by the channel's silence bound as a frozen server).
+                gc.freeze()
             if i % 128 == 127:  # at most about 256 acquires in flight: a burst, not a flood
                 while sum(1 for x in sessions[-256:] if x.lease is None) > 128:
                     await asyncio.sleep(0.005)
@@ -98,6 +113,7 @@ async def load_hold(args: argparse.Namespace) -> None:
 
         for s in sessions:
             s.add_listener(count(s))
+        gc.freeze()
         print(f"held {k} {took:.1f}", flush=True)
         loop = asyncio.get_running_loop()
         while True:
@@ -197,13 +213,20 @@ def hold_one(args: argparse.Namespace, root: str, mode: str, script: str) -> dic
         if redis is not None:
             redis.kill()
     used = share["server"] - idle["server"]
-    # Below a few CPU ticks (10 ms each) over the window the cost per session is not measured.
-    per = used / k if used * wall >= 0.05 else None
+    rate = (r1 - r0) / wall
+    due = k * 3.0 / TTL_S  # the renewals a second K sessions need
+    # The server's CPU per renewal it made (below a few 10 ms CPU ticks over the window: not
+    # measured); a session costs that x 3 / TTL of a core. The pace says whether the generator
+    # kept up: a late renewal still renews, so a generator short of CPU shows as a pace below 1.
+    per_renewal = used / rate if used * wall >= 0.05 and rate > 0 else None
+    per = None if per_renewal is None else per_renewal * 3.0 / TTL_S
     fig = {
         f"hold_cpu_share_{mode}": share["server"],
         f"hold_idle_share_{mode}": idle["server"],
         f"hold_generator_share_{mode}": share["generator"],
-        f"hold_renewals_per_s_{mode}": (r1 - r0) / wall,
+        f"hold_renewals_per_s_{mode}": rate,
+        f"hold_renewal_pace_{mode}": rate / due,
+        f"hold_us_per_renewal_{mode}": "na" if per_renewal is None else per_renewal * 1e6,
         f"sessions_per_core_{mode}": "na" if per is None else 1.0 / per,
         f"hold_cpu_share_100k_{mode}": "na" if per is None else idle["server"] + 100_000 * per,
         f"hold_leases_lost_{mode}": lost,
@@ -211,11 +234,16 @@ def hold_one(args: argparse.Namespace, root: str, mode: str, script: str) -> dic
     if redis is not None:
         fig["hold_redis_share"] = share["redis"]
     log(
-        f"{mode}: holding {k} sessions, {fig[f'hold_renewals_per_s_{mode}']:.0f} renewals/s: server "
-        f"{share['server']:.3f} of a core (idle {idle['server']:.3f}), generator {share['generator']:.3f}"
+        f"{mode}: holding {k} sessions, {rate:.0f} renewals/s (pace {rate / due:.2f} of the {due:.0f} due): "
+        f"server {share['server']:.3f} of a core (idle {idle['server']:.3f}), "
+        f"generator {share['generator']:.3f}"
         + (f", redis {share['redis']:.3f}" if redis is not None else "")
-        + (f"; {1 / per:.0f} sessions per core; 100,000 would take {idle['server'] + 1e5 * per:.2f} of a core"
-           if per is not None else "; too little CPU to say per session")
+        + (
+            f"; {per_renewal * 1e6:.0f} µs per renewal: {1 / per:.0f} sessions per core; 100,000 would take "
+            f"{idle['server'] + 1e5 * per:.2f} of a core"
+            if per is not None and per_renewal is not None
+            else "; too little CPU to say per session"
+        )
         + f"; leases lost {lost}"
     )  # fmt: skip
     return fig
@@ -226,4 +254,5 @@ def hold_phase(args: argparse.Namespace, root: str, script: str) -> dict[str, An
     for mode in ("memory", "redis"):
         fig |= hold_one(args, root, mode, script)
     fig["hold_leases_lost"] = fig["hold_leases_lost_memory"] + fig["hold_leases_lost_redis"]
+    fig["hold_renewal_pace"] = min(fig["hold_renewal_pace_memory"], fig["hold_renewal_pace_redis"])
     return fig

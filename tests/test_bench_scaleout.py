@@ -43,6 +43,7 @@ MORE_KEYS = (
     "sessions_per_core_redis",
     "hold_cpu_share_100k_memory",
     "hold_cpu_share_100k_redis",
+    "hold_renewal_pace",
     "hold_leases_lost",
 )
 
