@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import subprocess
@@ -102,7 +103,10 @@ async def load_hold(args: argparse.Namespace) -> None:
                 while sum(1 for x in sessions[-256:] if x.lease is None) > 128:
                     await asyncio.sleep(0.005)
         for s in sessions:
-            await s.wait_granted(timeout=120)
+            # A generator short of CPU may renew too late and see a lease expire: counted as
+            # lost below (`mark`), not a crash.
+            with contextlib.suppress(Exception):
+                await s.wait_granted(timeout=120)
         took = time.monotonic() - t0
 
         def count(s: AsyncSession) -> Any:
