@@ -20,8 +20,9 @@ does it once:
   (default 10 s); then it fails with `Unavailable` saying it could not connect, and to where.
   (If the server lost its state, e.g. an in-memory restart, the re-attach becomes a new request
   carrying the session's last snapshot, and `on_grant` sees the new lease.)
-* a renew task renews at TTL/3 on a fixed, jitter-free schedule counted from the grant
-  (`renew_interval_s` overrides it); a renew answered YIELDING starts the yield path even if the
+* renewals at TTL/3 on a fixed, jitter-free schedule counted from the grant
+  (`renew_interval_s` overrides it; a deadline between ticks, a task for each Renew, `renewer.py`);
+  a renew answered YIELDING starts the yield path even if the
   YieldRequested event was missed.
 * an action task runs the runtime's callbacks in order, so the stream is never blocked by them:
   `on_grant(lease)` after every new grant (first grant, re-grant after a yield or a revocation;
