@@ -110,8 +110,14 @@ async def load_hold(args: argparse.Namespace) -> None:
         took = time.monotonic() - t0
 
         def count(s: AsyncSession) -> Any:
+            seen = [s.lease.expires_at if s.lease is not None else None]
+
             def changed() -> None:
-                renewals[0] += 1  # each renewal's answer is a state change of a held session
+                # A renewal moves the lease's expiry (other changes, e.g. a re-attach, do not).
+                expires = s.lease.expires_at if s.lease is not None else None
+                if expires is not None and seen[0] is not None and expires > seen[0]:
+                    renewals[0] += 1
+                seen[0] = expires or seen[0]
 
             return changed
 
@@ -125,7 +131,8 @@ async def load_hold(args: argparse.Namespace) -> None:
             if not line.startswith("mark"):
                 break
             lost = sum(1 for s in sessions if s.lost_lease.is_set() or s.lease is None)
-            print(f"mark {renewals[0]} {lost}", flush=True)
+            detached = sum(1 for s in sessions if not s._attached)  # re-attaching (a leader lost)
+            print(f"mark {renewals[0]} {lost} {detached}", flush=True)
 
 
 # ---------------------------------------------------------------- the driver
@@ -199,7 +206,9 @@ def hold_one(args: argparse.Namespace, root: str, mode: str, script: str) -> dic
             assert gen is not None and gen.stdin is not None and gen.stdout is not None
             gen.stdin.write("mark\n")
             gen.stdin.flush()
-            _, renewed, lost = gen.stdout.readline().split()
+            _, renewed, lost, detached = gen.stdout.readline().split()
+            if int(detached):
+                log(f"{mode}: {detached} sessions re-attaching (the server stopped serving them)")
             return int(renewed), int(lost)
 
         r0, _ = mark()
@@ -255,8 +264,9 @@ def hold_one(args: argparse.Namespace, root: str, mode: str, script: str) -> dic
 
 def hold_phase(args: argparse.Namespace, root: str, script: str) -> dict[str, Any]:
     fig: dict[str, Any] = {"sessions_held": args.hold_sessions}
-    for mode in ("memory", "redis"):
+    modes = args.hold_modes.split(",")
+    for mode in modes:
         fig |= hold_one(args, root, mode, script)
-    fig["hold_leases_lost"] = fig["hold_leases_lost_memory"] + fig["hold_leases_lost_redis"]
-    fig["hold_renewal_pace"] = min(fig["hold_renewal_pace_memory"], fig["hold_renewal_pace_redis"])
+    fig["hold_leases_lost"] = sum(fig[f"hold_leases_lost_{m}"] for m in modes)
+    fig["hold_renewal_pace"] = min(fig[f"hold_renewal_pace_{m}"] for m in modes)
     return fig
