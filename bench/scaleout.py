@@ -30,9 +30,20 @@ pools is killed (SIGKILL): `pool_failover_ms_max`, until a survivor answers a Ge
 its pools; it rejoins; then a pool's leader and its successor (the owners table) together:
 `double_failure_ms_max`. `leases_lost`: held sessions whose lease id or epoch changed.
 
+The SDK (`bench/scaleout_sdk.py`): the multiplexed SDK against the raw Channel from one load
+generator process, against a memory-mode server: `sdk_channel_pairs_ratio_c64` (pairs/s at 64
+sessions, measured; `_one_core`: projected from the CPU per pair with a core per process) and
+`sdk_p50_ratio_c1` (Acquire -> Granted p50 through the SDK over a no-op call's).
+
+Holding (`bench/scaleout_hold.py`): one replica holding `--hold-sessions` K sessions through the
+SDK at the default TTL, in memory mode and with Redis: the server's share of a core
+(`hold_cpu_share_memory`, `hold_cpu_share_redis`), sessions one core holds
+(`sessions_per_core_*`) and the share 100,000 would take (`hold_cpu_share_100k_*`).
+
 Usage: `python bench/scaleout.py [--pools P] [--idle S] [--seconds S] [--renew-sessions K]
-[--replicas 1,2,3]`. Progress on stderr; the last line is `key=value` pairs. The SDK figures are
-grpc_latency.py's (`na` here).
+[--replicas 1,2,3] [--no-failures] [--sdk-seconds S] [--sdk-rounds R] [--no-sdk]
+[--hold-sessions K] [--hold-seconds S] [--no-hold]`. Progress on stderr; the last line is
+`key=value` pairs.
 """
 
 from __future__ import annotations
@@ -55,10 +66,25 @@ sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
 
+from bench import scaleout_hold, scaleout_sdk  # noqa: E402
 from bench.pools_failover import failover_of, get_session  # noqa: E402
 from bench.pools_procs import MD, B, Net, Replica, pools_policy, settled  # noqa: E402
 from bench.procs import free_port, start_redis, stop_all  # noqa: E402
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2  # noqa: E402
+
+#: The last line's keys after the issue's: the SDK phase's projection, and the holding phase's.
+HOLD_KEYS = (
+    "sdk_channel_pairs_ratio_c64_one_core",
+    "sessions_held",
+    "hold_cpu_share_memory",
+    "hold_cpu_share_redis",
+    "sessions_per_core_memory",
+    "sessions_per_core_redis",
+    "hold_cpu_share_100k_memory",
+    "hold_cpu_share_100k_redis",
+    "hold_renewal_pace",
+    "hold_leases_lost",
+)
 
 
 def log(msg: str) -> None:
@@ -447,6 +473,16 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
     return fig
 
 
+async def drive_all(args: argparse.Namespace) -> dict[str, Any]:
+    fig: dict[str, Any] = await drive(args) if args.replicas else {}
+    with tempfile.TemporaryDirectory(prefix="slotsched-scaleout-sdk-") as root:
+        if not args.no_sdk:
+            fig |= await asyncio.to_thread(scaleout_sdk.sdk_phase, args, root, str(Path(__file__)))
+        if not args.no_hold:
+            fig |= await asyncio.to_thread(scaleout_hold.hold_phase, args, root, str(Path(__file__)))
+    return fig
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pools", type=int, default=30)
@@ -455,21 +491,36 @@ def main() -> None:
     ap.add_argument("--renew-sessions", type=int, default=50)
     ap.add_argument("--replicas", default="1,2,3")
     ap.add_argument("--no-failures", action="store_true")
-    ap.add_argument("--load", choices=("pairs", "renew"), help=argparse.SUPPRESS)
+    ap.add_argument("--sdk-seconds", type=float, default=12.0, help="c64 seconds, SDK and Channel together")
+    ap.add_argument("--sdk-rounds", type=int, default=6, help="interleaved blocks of the SDK phase")
+    ap.add_argument("--sdk-iterations", type=int, default=300, help="c1 operations per target per block")
+    ap.add_argument("--no-sdk", action="store_true")
+    ap.add_argument("--hold-sessions", type=int, default=5000, help="sessions one replica holds")
+    ap.add_argument("--hold-seconds", type=float, default=20.0, help="measured while holding them")
+    ap.add_argument("--hold-modes", default="memory,redis", help="of the holding phase: memory, redis")
+    ap.add_argument("--no-hold", action="store_true")
+    ap.add_argument("--load", choices=("pairs", "renew", "sdk", "hold"), help=argparse.SUPPRESS)
+    ap.add_argument("--server-pid", help=argparse.SUPPRESS)
+    ap.add_argument("--iterations", type=int, default=300, help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, default=6, help=argparse.SUPPRESS)
     ap.add_argument("--targets", help=argparse.SUPPRESS)
     ap.add_argument("--tag", default="x", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.load in ("sdk", "hold"):
+        asyncio.run(scaleout_sdk.load_sdk(args) if args.load == "sdk" else scaleout_hold.load_hold(args))
+        return
     if args.load:
         asyncio.run(load_main(args))
         return
-    fig = asyncio.run(drive(args))
+    fig = asyncio.run(drive_all(args))
     for k, v in fig.items():
         log(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}")
     last = {
         k: fig.get(k, "na") for k in ("capacity_ratio_n4", "idle_baseline_core_share", "durable_renew_ratio")
     }
-    last |= {"sdk_channel_pairs_ratio_c64": "na", "sdk_p50_ratio_c1": "na"}  # grpc_latency.py's figures
+    last |= {k: fig.get(k, "na") for k in ("sdk_channel_pairs_ratio_c64", "sdk_p50_ratio_c1")}
     last |= {k: fig.get(k, "na") for k in ("pool_failover_ms_max", "double_failure_ms_max", "leases_lost")}
+    last |= {k: fig.get(k, "na") for k in HOLD_KEYS}
     print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in last.items()))
 
 

@@ -26,6 +26,7 @@ from scheduler.client.events import EventApplier
 from scheduler.client.phases import Phase
 from scheduler.client.reactions import Call, Reaction, from_rpc_error, react
 from scheduler.client.state import SessionState, log
+from scheduler.client.transport import LeaseCall
 
 
 class StreamAttacher:
@@ -35,16 +36,28 @@ class StreamAttacher:
         self._state = state
         self._client = client
         self._events = events
+        self._first: LeaseCall | None = None  # attached by `begin`, before the task first runs
+
+    def begin(self) -> None:
+        """Send the first Acquire now, from the caller (`start()`), rather than when the stream
+        task first runs: on a channel it goes out in the writer's next batch, a loop turn
+        sooner. Whatever fails here is met by `run`, which attaches again."""
+        try:
+            self._first = self._client.transport().attach(self._request(), self._client.metadata)
+        except Exception:  # (e.g. a closed client): `run` attaches and meets the error
+            self._first = None
+        else:
+            self._state.attached = True
 
     def _request(self) -> scheduler_pb2.AcquireRequest:
         state, spec = self._state, self._state.spec
         req = scheduler_pb2.AcquireRequest(
-            session_id=spec.session_id,
-            qos=spec.qos.to_proto(),
-            pool=spec.pool,
-            selector=dict(spec.selector),
-            fallback_pools=spec.fallback,
+            session_id=spec.session_id, qos=spec.qos.to_proto(), pool=spec.pool
         )
+        if spec.selector:
+            req.selector.update(spec.selector)
+        if spec.fallback:
+            req.fallback_pools.extend(spec.fallback)
         # On a re-attach the server ignores these; if it lost the session they start it afresh
         # from the latest snapshot we know of.
         if state.resume_from is not None:
@@ -74,7 +87,9 @@ class StreamAttacher:
         while not state.closing:
             failure: SlotschedError
             try:
-                call = client.transport().attach(self._request(), client.metadata)
+                call, self._first = self._first, None
+                if call is None:
+                    call = client.transport().attach(self._request(), client.metadata)
                 state.attached = True
                 events = call.__aiter__()
                 if not state.reached:
@@ -82,7 +97,8 @@ class StreamAttacher:
                     # Acquire at once (Queued or Granted), so wait for that within the deadline.
                     left = max(0.05, client.connect_timeout_s - (loop.time() - started))
                     try:
-                        first = await asyncio.wait_for(anext(events, None), left)
+                        async with asyncio.timeout(left):  # (no task made, as wait_for would)
+                            first = await anext(events, None)
                     except TimeoutError:
                         call.cancel()
                         raise NoAnswer(f"no answer within {left:.1f}s") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
@@ -40,24 +41,41 @@ Action: TypeAlias = Callable[[], Awaitable[None]]
 class CallbackQueue:
     """The session's callbacks run one after the other by one task, so the stream is never
     blocked by them and `on_grant` and `on_yield` never overlap; a callback that raises is
-    reported to `failed` (logged and kept in `callback_errors`) and the next one runs."""
+    reported to `failed` (logged and kept in `callback_errors`) and the next one runs.
+
+    The task exists only while there is something to run (made by `put` once `start` was
+    called, gone when the queue is empty): a session without callbacks makes none, and a
+    queue `stop`ped runs nothing more."""
 
     def __init__(self, name: str, failed: Callable[[BaseException], None]) -> None:
         self._name = name
         self._failed = failed
-        self._actions: asyncio.Queue[Action] = asyncio.Queue()
+        self._actions: deque[Action] = deque()
+        self._started = False
+        self.stopped = False
         self.task: asyncio.Task[None] | None = None
 
     def put(self, action: Action) -> None:
-        self._actions.put_nowait(action)
+        self._actions.append(action)
+        self._kick()
 
     def start(self) -> None:
-        if self.task is None:
+        self._started = True
+        self._kick()
+
+    def stop(self) -> None:
+        """Nothing more runs (the session's shutdown cancels `task`)."""
+        self.stopped = True
+        self._actions.clear()
+
+    def _kick(self) -> None:
+        if self._started and not self.stopped and self._actions and (self.task is None or self.task.done()):
             self.task = asyncio.create_task(self._run(), name=f"slotsched-actions-{self._name}")
 
     async def _run(self) -> None:
-        while True:
-            action = await self._actions.get()
+        actions = self._actions
+        while actions and not self.stopped:
+            action = actions.popleft()
             try:
                 await action()
             except asyncio.CancelledError:

@@ -36,7 +36,7 @@ from scheduler.api.commands import Command
 from scheduler.client.channel import ClientLink
 from scheduler.client.follow import leader_named
 from scheduler.client.reactions import Call, Reaction, react, retry_after_of
-from scheduler.client.retry import FAILOVER
+from scheduler.client.retry import FAILOVER, RetryPolicy
 
 
 def column(command: Command) -> Call:
@@ -88,7 +88,7 @@ class SessionCalls:
         after a RECHECK reaction (`more`: whether the policy allows another try)."""
         client = self._client
         call = column(command)
-        policy = replace(client.command_backoff, attempts=command.attempts)
+        policy: RetryPolicy | None = None  # made at the first failure (most calls have none)
         loop = asyncio.get_running_loop()
         tries = 0
         while True:
@@ -114,6 +114,8 @@ class SessionCalls:
                 if loop.time() + pause >= follow_until:
                     break
                 await asyncio.sleep(pause)
+            if policy is None:
+                policy = replace(client.command_backoff, attempts=command.attempts)
             more = policy.allows(tries)
             if reaction is Reaction.SETTLED:
                 return None

@@ -8,6 +8,7 @@ Ended{session_over} ends it.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -19,14 +20,21 @@ from scheduler.client.errors import GrantFailed, SessionEnded
 from scheduler.client.phases import SessionEvent
 from scheduler.client.renewer import Renewer
 from scheduler.client.state import SessionState, log
-from scheduler.client.types import ClientSnapshotRef, LeaseInfo, QueueInfo, end_reason_name, lease_key
+from scheduler.client.types import (
+    ClientSnapshotRef,
+    LeaseInfo,
+    QueueInfo,
+    end_reason_name,
+    lease_key,
+    timestamp,
+)
 from scheduler.client.yielder import Yielder
 
 _OURS = (scheduler_pb2.END_REASON_RELEASED, scheduler_pb2.END_REASON_WITHDRAWN)
 
 
 def _event_time(ev: scheduler_pb2.LeaseEvent) -> datetime | None:
-    return ev.at.ToDatetime(tzinfo=UTC) if ev.HasField("at") else None
+    return timestamp(ev.at) if ev.HasField("at") else None
 
 
 class EventApplier:
@@ -52,7 +60,8 @@ class EventApplier:
 
     def apply(self, ev: scheduler_pb2.LeaseEvent) -> None:
         if ev.HasField("at"):  # server clock minus ours (plus the one-way delay): for deadlines
-            self._state.skew_s = (ev.at.ToDatetime(tzinfo=UTC) - datetime.now(UTC)).total_seconds()
+            at = ev.at
+            self._state.skew_s = at.seconds + at.nanos * 1e-9 - time.time()
         handler = HANDLERS.get(ev.WhichOneof("event") or "")
         if handler is not None:
             handler(self, ev)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -55,6 +56,7 @@ from scheduler.api.gen.slotsched.v1 import scheduler_pb2 as pb
 from scheduler.client import channel
 from scheduler.client.channel import ClientLink
 from scheduler.client.reactions import Reaction, reason_of_status, rule
+from scheduler.client.ticks import ticks
 from scheduler.client.transport import ChannelCall
 
 #: Older servers refused an acquire on a full channel RATE_LIMITED, saying this in the message.
@@ -108,20 +110,31 @@ class MuxCall:
         self.session_id = request.session_id
         self.conn: _Conn | None = None
         self.ref = 0
-        self.items: asyncio.Queue[Any] = asyncio.Queue()
+        # What the reader fed and the session has not taken yet, and the future it sleeps on
+        # while there is none (a deque and a future: an asyncio.Queue costs more per event).
+        self.items: deque[Any] = deque()
+        self._waiter: asyncio.Future[None] | None = None
         self.done = False
 
     def feed(self, item: Any) -> None:
         if not self.done:
             self.done = item is _END or isinstance(item, BaseException)
-            self.items.put_nowait(item)
+            self.items.append(item)
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     def __aiter__(self) -> AsyncIterator[pb.LeaseEvent]:
         return self._events()
 
     async def _events(self) -> AsyncIterator[pb.LeaseEvent]:
+        items = self.items
         while True:
-            item = await self.items.get()
+            while not items:
+                self._waiter = asyncio.get_running_loop().create_future()
+                await self._waiter
+            self._waiter = None
+            item = items.popleft()
             if item is _END:
                 return
             if isinstance(item, BaseException):
@@ -195,6 +208,9 @@ class _Conn:
             asyncio.create_task(self._read(), name="slotsched-channel-read"),
             asyncio.create_task(self._watch(), name="slotsched-channel-watch"),
         )
+
+    def now(self) -> float:
+        return self._clock()
 
     def send(self, command: pb.ChannelCommand) -> None:
         self.pending.append(command)
@@ -479,12 +495,19 @@ class SessionMux:
         fut.add_done_callback(_consume)  # a caller that timed out no longer reads its failure
         conn.waiting[ref] = fut
         conn.send(pb.ChannelCommand(ref=ref, **kind))
+        # The bare future and a deadline (ticks.py) that fails it: no shield, no wait_for, no
+        # timeout scope (the cheapest wait asyncio has; every Renew and Release waits here). Its
+        # answer, if it comes after, is dropped (`_dispatch` skips a done future).
+        timer = None if timeout is None else ticks().call_at(conn.now() + timeout, _expire, fut)
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except TimeoutError:
+            return await fut
+        except _Expired:
             conn.waiting.pop(ref, None)
             conn.mux.idle(conn)
             raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     async def command_following(
         self, timeout: float | None, tell: Callable[[Any], None], more: Callable[[Any], bool], **kind: Any
@@ -497,7 +520,8 @@ class SessionMux:
         conn.waiting[ref] = following
         conn.send(pb.ChannelCommand(ref=ref, **kind))
         try:
-            return await asyncio.wait_for(asyncio.shield(following.first), timeout)
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(following.first)
         except TimeoutError:
             conn.waiting.pop(ref, None)
             conn.mux.idle(conn)
@@ -530,6 +554,15 @@ class SessionMux:
         for task in list(self._closing):
             with contextlib.suppress(BaseException):
                 await task
+
+
+class _Expired(Exception):
+    """A command's deadline passed before its answer (raised into its future by `_expire`)."""
+
+
+def _expire(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.set_exception(_Expired())
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:

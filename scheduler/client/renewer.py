@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC
 
 import grpc.aio
 
@@ -21,11 +20,15 @@ from scheduler.client.channel import ClientLink
 from scheduler.client.phases import Phase, SessionEvent
 from scheduler.client.reactions import Reaction, from_rpc_error, react
 from scheduler.client.state import SessionState
-from scheduler.client.types import LeaseInfo
+from scheduler.client.ticks import Tick, ticks
+from scheduler.client.types import LeaseInfo, timestamp
 
 
 class Renewer:
-    """The renew task of one session (at most one at a time, for the lease held)."""
+    """The renewals of one session (at most one schedule at a time, for the lease held).
+
+    Between two ticks a held lease costs an entry in the loop's deadlines (`ticks.py`), not a
+    sleeping task: a task is made at each tick for the Renew it sends."""
 
     def __init__(
         self,
@@ -38,24 +41,45 @@ class Renewer:
         self._client = client
         self._calls = calls
         self._yield_asked = yield_asked
+        #: The Renew being sent now (None between ticks).
         self.task: asyncio.Task[None] | None = None
+        self._timer: Tick | None = None
+        self._schedule = 0  # bumped by `stop`: a tick of an older schedule does nothing
 
     def start(self, lease: LeaseInfo, interval: float, immediate: bool) -> None:
         self.stop()
-        self.task = asyncio.create_task(
-            self._run(lease, interval, immediate), name=f"slotsched-renew-{self._state.session_id}"
-        )
+        start = asyncio.get_running_loop().time()
+        self._at(self._schedule, lease, interval, start, 0 if immediate else 1)
 
     def stop(self) -> None:
+        self._schedule += 1
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.task is not None and self.task is not asyncio.current_task():
             self.task.cancel()
         self.task = None
 
-    async def _run(self, lease: LeaseInfo, interval: float, immediate: bool) -> None:
+    def _at(self, schedule: int, lease: LeaseInfo, interval: float, start: float, tick: int) -> None:
+        """Tick `tick` of the schedule counted from `start`: now if it is due (a late Renew makes
+        the next one go at once), else at its time."""
+        if schedule != self._schedule:
+            return  # stopped (maybe from within the Renew that just ended)
+        when = start + tick * interval
+        if when > asyncio.get_running_loop().time():
+            self._timer = ticks().call_at(when, self._tick, schedule, lease, interval, start, tick)
+        else:
+            self._tick(schedule, lease, interval, start, tick)
+
+    def _tick(self, schedule: int, lease: LeaseInfo, interval: float, start: float, tick: int) -> None:
+        self._timer = None
+        self.task = asyncio.create_task(
+            self._renew(schedule, lease, interval, start, tick),
+            name=f"slotsched-renew-{self._state.session_id}",
+        )
+
+    async def _renew(self, schedule: int, lease: LeaseInfo, interval: float, start: float, tick: int) -> None:
         state = self._state
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        tick = 0 if immediate else 1
 
         def wanted() -> bool:
             return state.is_current(lease.lease_id, lease.epoch) and not state.release_requested
@@ -68,24 +92,23 @@ class Renewer:
                 epoch=lease.epoch,
             )
 
-        while True:
-            delay = start + tick * interval - loop.time()
-            tick += 1
-            if delay > 0:
-                await asyncio.sleep(delay)
-            if not wanted():
+        if not wanted():
+            return
+        timeout = min(self._client.rpc_timeout_s, max(interval, 0.5))
+        try:
+            resp = await self._calls.send(commands.RENEW, request, timeout=timeout, wanted=wanted)
+        except Abandoned:
+            return
+        except grpc.aio.AioRpcError as e:
+            if self._refused(lease, e):
                 return
-            timeout = min(self._client.rpc_timeout_s, max(interval, 0.5))
-            try:
-                resp = await self._calls.send(commands.RENEW, request, timeout=timeout, wanted=wanted)
-            except Abandoned:
-                return
-            except grpc.aio.AioRpcError as e:
-                if self._refused(lease, e):
-                    return
-                continue  # SKIP: the next tick renews, two chances before expiry
+            # SKIP: the next tick renews, two chances before expiry
+        else:
             if self._answered(lease, resp):
                 return
+        if self.task is asyncio.current_task():
+            self.task = None
+        self._at(schedule, lease, interval, start, tick + 1)
 
     def _refused(self, lease: LeaseInfo, e: grpc.aio.AioRpcError) -> bool:
         """Note a refused Renew; True when the lease is gone and the renewals stop."""
@@ -113,10 +136,10 @@ class Renewer:
         current = state.lease
         if current is None or current.key != lease.key:
             return True
-        if resp.HasField("expires_at"):
-            current = replace(current, expires_at=resp.expires_at.ToDatetime(tzinfo=UTC))
-        if resp.grant:  # the grant Checkpoint and Stop show the worker, valid past the new expiry
-            current = replace(current, grant=resp.grant)
+        # One copy of the lease, not one a field. The grant: what Checkpoint and Stop show the
+        # worker, valid past the new expiry.
+        expires = timestamp(resp.expires_at) if resp.HasField("expires_at") else current.expires_at
+        current = replace(current, expires_at=expires, grant=resp.grant or current.grant)
         state.lease = current
         if resp.state == common_pb2.LEASE_STATE_YIELDING and state.phase is Phase.HOLDING:
             # We missed YieldRequested (e.g. while re-attaching): yield now.

@@ -20,8 +20,9 @@ does it once:
   (default 10 s); then it fails with `Unavailable` saying it could not connect, and to where.
   (If the server lost its state, e.g. an in-memory restart, the re-attach becomes a new request
   carrying the session's last snapshot, and `on_grant` sees the new lease.)
-* a renew task renews at TTL/3 on a fixed, jitter-free schedule counted from the grant
-  (`renew_interval_s` overrides it); a renew answered YIELDING starts the yield path even if the
+* renewals at TTL/3 on a fixed, jitter-free schedule counted from the grant
+  (`renew_interval_s` overrides it; a deadline between ticks, a task for each Renew, `renewer.py`);
+  a renew answered YIELDING starts the yield path even if the
   YieldRequested event was missed.
 * an action task runs the runtime's callbacks in order, so the stream is never blocked by them:
   `on_grant(lease)` after every new grant (first grant, re-grant after a yield or a revocation;
@@ -310,6 +311,7 @@ class SessionTasks:
         if self._stream is not None:
             return
         self._client.sessions.add(self._session)
+        self._attacher.begin()
         name = f"slotsched-stream-{self._session.session_id}"
         self._stream = asyncio.create_task(self._attacher.run(), name=name)
         self._queue.start()
@@ -320,6 +322,7 @@ class SessionTasks:
     async def shutdown(self) -> None:
         self._state.closing = True
         self._renewer.stop()
+        self._queue.stop()
         current = asyncio.current_task()
         for task in (self._stream, self._queue.task):
             if task is not None and task is not current:

@@ -83,7 +83,8 @@ class SessionState:
     #: Told when the lease the renewals are for is gone (the renewer's `stop`).
     stop_renewals: Callable[[], None] = _nothing
     _phase: Phase = field(default=Phase.STARTING, init=False)
-    _changed: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    #: Futures of `wait_until` callers, resolved by the next `notify`.
+    _waiters: list[asyncio.Future[None]] = field(default_factory=list, init=False)
     _listeners: list[Callable[[], None]] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
@@ -108,8 +109,10 @@ class SessionState:
         self._listeners.append(fn)
 
     def notify(self) -> None:
-        old, self._changed = self._changed, asyncio.Event()
-        old.set()
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
         for fn in self._listeners:
             try:
                 fn()
@@ -118,12 +121,21 @@ class SessionState:
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None) -> None:
         """Wait until `predicate()` holds (checked after every change); TimeoutError after `timeout`."""
+        if predicate():
+            return
+        # A timeout scope, not `wait_for`: no task made per wait (every release waits here).
+        if timeout is None:
+            await self._until(predicate)
+            return
+        async with asyncio.timeout(timeout):
+            await self._until(predicate)
 
-        async def _wait() -> None:
-            while not predicate():
-                await self._changed.wait()
-
-        await asyncio.wait_for(_wait(), timeout)
+    async def _until(self, predicate: Callable[[], bool]) -> None:
+        loop = asyncio.get_running_loop()
+        while not predicate():
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(fut)
+            await fut
 
     # ------------------------------------------------------------------------------- reading
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
@@ -35,8 +35,17 @@ from scheduler.api.wire import MAX_LONG_STRING_BYTES, MAX_STRING_BYTES
 from scheduler.client.phases import Phase
 from scheduler.grants import core_lease_id
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: The range a Timestamp may hold (0001-01-01 to 9999-12-31), as protobuf checks it.
+_MIN_SECONDS, _MAX_SECONDS = -62135596800, 253402300799
 
-def _ts_to_dt(ts: timestamp_pb2.Timestamp) -> datetime:
+
+def timestamp(ts: timestamp_pb2.Timestamp) -> datetime:
+    """`ts.ToDatetime(tzinfo=UTC)`, the same value at a fraction of its cost (every event carries
+    a few timestamps); one out of range is left to protobuf, which refuses it."""
+    seconds, nanos = ts.seconds, ts.nanos
+    if _MIN_SECONDS <= seconds <= _MAX_SECONDS and 0 <= nanos < 1_000_000_000:
+        return _EPOCH + timedelta(seconds=seconds, microseconds=nanos // 1000)
     return ts.ToDatetime(tzinfo=UTC)
 
 
@@ -45,7 +54,7 @@ def _opt_ts(msg: object, field: str) -> datetime | None:
     if not msg.HasField(field):  # type: ignore[attr-defined]
         return None
     value: timestamp_pb2.Timestamp = getattr(msg, field)
-    return _ts_to_dt(value)
+    return timestamp(value)
 
 
 def _opt_seconds(msg: object, field: str) -> float | None:
