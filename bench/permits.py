@@ -5,15 +5,23 @@ permits measured never wait on tokens, only on the server) and one load generato
 process) on one open `Scheduler.Channel`, with 64 sessions holding leases:
 
 * round trip at c1: `request_permit` until its `permit` answer (granted), vs `renew` until its
-  `renewed` answer, one at a time, interleaved in rounds; the medians' ratio;
-* throughput at c64: 64 loops each sending `request_permit` and awaiting the grant (the permit's
-  settle is sent without waiting, in the next message: a caller settles after its LLM call, not
-  before its next permit), vs 64 loops renewing; permits per second over renewals per second.
+  `renewed` answer, one at a time, interleaved in rounds; the medians' ratio. The permit's
+  settle goes alone once it is granted, answered before the next request and not timed (a lone
+  session's shape: its LLM call, then its settle, then its next permit);
+* throughput at c64: 64 loops each sending `request_permit` and awaiting the grant, the permit's
+  settle sent as its own `settle_permit` command without waiting, in the next message (as the
+  SDK settles: after the LLM call, not before its next permit), vs 64 loops renewing; permits
+  per second over renewals per second;
+* CPU time per operation at c64, by process (server and load generator, from /proc): what a
+  permit (its request and its settle) costs the server next to a renewal, whatever else runs on
+  the machine.
 
-Usage: `python bench/permits.py [--iterations N] [--seconds S] [--rounds K]`. The last line is
-`permit_rtt_ratio_vs_renew=R permits_per_s_ratio_vs_renew=R commands_per_s_ratio_vs_renew=R`
-(issue bars on the first two: <= 1.2 and >= 0.8). A permit is two commands (its request and its
-settle) against a renewal's one: the third figure counts commands, 2 x permits over renewals.
+Usage: `python bench/permits.py [--iterations N] [--seconds S] [--rounds K] [--profile F]`
+(`--profile F`: the server's cProfile stats written to F). The last line is
+`permit_rtt_ratio_vs_renew=R permits_per_s_ratio_vs_renew=R commands_per_s_ratio_vs_renew=R
+server_cpu_ratio_permit_vs_renew=R` (issue bars on the first two: <= 1.2 and >= 0.8). A permit
+is two commands (its request and its settle) against a renewal's one: the third figure counts
+commands, 2 x permits over renewals; the fourth is the server's CPU per permit over per renewal.
 """
 
 from __future__ import annotations
@@ -42,9 +50,13 @@ TOKEN = "bench-token"
 BUDGET = "llm"
 SESSIONS = 64
 _SERVE = (
-    "import asyncio, sys\n"
+    "import asyncio, cProfile, sys\n"
     "from scheduler.serve import serve_forever\n"
-    "sys.exit(asyncio.run(serve_forever(sys.argv[1], '127.0.0.1:0', None)))\n"
+    "prof = cProfile.Profile() if len(sys.argv) > 2 else None\n"
+    "prof and prof.enable()\n"
+    "rc = asyncio.run(serve_forever(sys.argv[1], '127.0.0.1:0', None))\n"
+    "prof and (prof.disable(), prof.dump_stats(sys.argv[2]))\n"
+    "sys.exit(rc)\n"
 )
 
 
@@ -104,6 +116,15 @@ class Gen:
             await self.call.write(scheduler_pb2.ChannelRequest(commands=batch))
 
     async def _read(self) -> None:
+        try:
+            await self._dispatch()
+        except BaseException as e:  # every waiter fails with it: the bench stops, not hangs
+            for fut in self.waiting.values():
+                if not fut.done():
+                    fut.set_exception(RuntimeError(f"channel reader failed: {e!r}"))
+            raise
+
+    async def _dispatch(self) -> None:
         while True:
             resp = await self.call.read()
             for ev in resp.events:
@@ -137,16 +158,25 @@ class Gen:
         assert fut is not None
         return fut
 
-    async def permit(self, sid: str) -> None:
+    async def request(self, sid: str) -> str:
+        """A permit for `sid`, granted: its id."""
         est = scheduler_pb2.TokenUsage(input_tokens=100, output_tokens=100)
         fut = self.send(
             request_permit=scheduler_pb2.RequestPermitRequest(session_id=sid, budget=BUDGET, estimate=est)
         )
         assert fut is not None
         ev = await fut
+        return str(ev.permit_id)
+
+    def settle(self, sid: str, permit: str, wait: bool) -> asyncio.Future[Any] | None:
+        """The permit's settle, its own command (an error answer stops the bench, waited or not)."""
         usage = scheduler_pb2.TokenUsage(input_tokens=100, output_tokens=50)
-        settle = scheduler_pb2.SettlePermitRequest(session_id=sid, permit_id=ev.permit_id, usage=usage)
-        self.send(wait=False, settle_permit=settle)  # not waited on (module doc)
+        settle = scheduler_pb2.SettlePermitRequest(session_id=sid, permit_id=permit, usage=usage)
+        return self.send(wait=wait, settle_permit=settle)
+
+    async def permit(self, sid: str) -> None:
+        """A permit for `sid`, its settle sent without waiting, in the next message (module doc)."""
+        self.settle(sid, await self.request(sid), wait=False)
 
 
 async def _rtt(gen: Gen, kind: str, n: int) -> list[float]:
@@ -154,13 +184,28 @@ async def _rtt(gen: Gen, kind: str, n: int) -> list[float]:
     for i in range(n):
         sid = f"s{i % SESSIONS}"
         t0 = time.perf_counter()
-        await (gen.permit(sid) if kind == "permit" else gen.renew(sid))
-        out.append(time.perf_counter() - t0)
+        if kind == "permit":
+            permit = await gen.request(sid)
+            out.append(time.perf_counter() - t0)
+            settled = gen.settle(sid, permit, wait=True)  # alone, answered before the next (not timed)
+            assert settled is not None
+            await settled
+        else:
+            await gen.renew(sid)
+            out.append(time.perf_counter() - t0)
     return out
 
 
-async def _rate(gen: Gen, kind: str, seconds: float) -> float:
+def cpu_s(pid: int) -> float:
+    """A process's CPU time so far (user + system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _rate(gen: Gen, kind: str, seconds: float, server: int, out: dict[str, list[float]]) -> float:
+    """Operations per second at c64; each process's CPU time per operation appended to `out`."""
     done = 0
+    cpu0 = (cpu_s(server), time.process_time())
     stop = time.perf_counter() + seconds
 
     async def loop(sid: str) -> None:
@@ -171,10 +216,13 @@ async def _rate(gen: Gen, kind: str, seconds: float) -> float:
 
     t0 = time.perf_counter()
     await asyncio.gather(*(loop(f"s{i}") for i in range(SESSIONS)))
-    return done / (time.perf_counter() - t0)
+    rate = done / (time.perf_counter() - t0)
+    out[f"{kind}_server_cpu"].append((cpu_s(server) - cpu0[0]) / max(1, done))
+    out[f"{kind}_client_cpu"].append((time.process_time() - cpu0[1]) / max(1, done))
+    return rate
 
 
-async def client_main(target: str, iterations: int, seconds: float, rounds: int) -> None:
+async def client_main(target: str, server: int, iterations: int, seconds: float, rounds: int) -> None:
     gen = Gen(target)
     for i in range(SESSIONS):
         req = scheduler_pb2.AcquireRequest(session_id=f"s{i}", qos=common_pb2.QOS_CLASS_BURSTABLE)
@@ -182,12 +230,16 @@ async def client_main(target: str, iterations: int, seconds: float, rounds: int)
     await asyncio.wait_for(gen.granted.wait(), 30)
     await _rtt(gen, "permit", 200)  # warm up (the budget's buckets start empty)
     await _rtt(gen, "renew", 200)
-    out: dict[str, list[float]] = {"permit_rtt": [], "renew_rtt": [], "permit_rate": [], "renew_rate": []}
+    out: dict[str, list[float]] = {
+        f"{kind}_{what}": []
+        for kind in ("permit", "renew")
+        for what in ("rtt", "rate", "server_cpu", "client_cpu")
+    }
     for _ in range(rounds):
         for kind in ("permit", "renew"):
             out[f"{kind}_rtt"].append(statistics.median(await _rtt(gen, kind, iterations // rounds)))
         for kind in ("permit", "renew"):
-            out[f"{kind}_rate"].append(await _rate(gen, kind, seconds / rounds / 2))
+            out[f"{kind}_rate"].append(await _rate(gen, kind, seconds / rounds / 2, server, out))
     print(json.dumps(out), flush=True)
     os._exit(0)  # the channel and its tasks go with the process
 
@@ -197,19 +249,23 @@ def main() -> int:
     p.add_argument("--iterations", type=int, default=2000, help="sequential operations per kind at c1")
     p.add_argument("--seconds", type=float, default=8.0, help="total duration of the c64 runs per kind")
     p.add_argument("--rounds", type=int, default=8, help="interleaved blocks per measurement")
-    p.add_argument("--client", nargs=1, help=argparse.SUPPRESS)
+    p.add_argument("--profile", help="write the server's cProfile stats to this file")
+    p.add_argument("--client", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.client:
-        asyncio.run(client_main(args.client[0], args.iterations, args.seconds, args.rounds))
+        target, pid = args.client
+        asyncio.run(client_main(target, int(pid), args.iterations, args.seconds, args.rounds))
         return 0
     with tempfile.TemporaryDirectory(prefix="slotsched-bench-") as d:
         path = Path(d) / "policy.yaml"
         path.write_text(policy())
-        server, target = _spawn([sys.executable, "-c", _SERVE, str(path)], "serving gRPC on")
+        profile = [str(Path(args.profile).resolve())] if args.profile else []
+        server, target = _spawn([sys.executable, "-c", _SERVE, str(path), *profile], "serving gRPC on")
         try:
             me = str(Path(__file__).resolve())
-            cmd = [sys.executable, me, "--client", target, "--iterations", str(args.iterations),
-                   "--seconds", str(args.seconds), "--rounds", str(args.rounds)]  # fmt: skip
+            cmd = [sys.executable, me, "--client", target, str(server.pid),
+                   "--iterations", str(args.iterations), "--seconds", str(args.seconds),
+                   "--rounds", str(args.rounds)]  # fmt: skip
             done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False, timeout=600)
             if done.returncode != 0:
                 print(done.stderr[-2000:], file=sys.stderr)
@@ -223,9 +279,15 @@ def main() -> int:
     )
     print(f"c{SESSIONS} per second: permits {med['permit_rate']:.0f}, renewals {med['renew_rate']:.0f}")
     print(
+        f"c{SESSIONS} CPU per operation: server {med['permit_server_cpu'] * 1e6:.0f} us a permit "
+        f"(request and settle), {med['renew_server_cpu'] * 1e6:.0f} us a renewal; load generator "
+        f"{med['permit_client_cpu'] * 1e6:.0f} us, {med['renew_client_cpu'] * 1e6:.0f} us"
+    )
+    print(
         f"permit_rtt_ratio_vs_renew={med['permit_rtt'] / med['renew_rtt']:.3f} "
         f"permits_per_s_ratio_vs_renew={med['permit_rate'] / med['renew_rate']:.3f} "
-        f"commands_per_s_ratio_vs_renew={2 * med['permit_rate'] / med['renew_rate']:.3f}"
+        f"commands_per_s_ratio_vs_renew={2 * med['permit_rate'] / med['renew_rate']:.3f} "
+        f"server_cpu_ratio_permit_vs_renew={med['permit_server_cpu'] / med['renew_server_cpu']:.3f}"
     )
     return 0
 

@@ -305,15 +305,15 @@ class SessionOps:
             raise errors.invalid_argument("estimate", "required")
         self._no_budgets_here()
         key = convert.session_key(tenant, request.session_id)
-        view = self.loop.session(key)
-        if view is None:
+        qos = self.loop.live_qos(key)  # (not the session's view: a lookup, on the hot path)
+        if qos is None:
             return errors.not_found(f"no live session {request.session_id}: a permit is for a session")
         desk = self.loop.permits
         permit = desk.new_id()
         est = _usage(request.estimate)
-        ev = PermitRequest(permit, key, TenantName(tenant), BudgetName(request.budget), QoS(view.qos), est)
+        ev = PermitRequest(permit, key, TenantName(tenant), BudgetName(request.budget), qos, est)
         for d in desk.handle(ev, tenant):
-            if getattr(d, "permit", None) == permit:
+            if d.permit == permit:  # type: ignore[union-attr]
                 return self.permit_answer(d, tenant)
         return errors.unavailable()  # pragma: no cover - the core answers every request
 
@@ -325,8 +325,10 @@ class SessionOps:
             return errors.from_budget_refused(d.reason.value, d.message, tenant)
         if isinstance(d, PermitGranted):
             ev = scheduler_pb2.PermitEvent(permit_id=d.permit, budget=d.budget)
-            ev.granted.expires_at.CopyFrom(convert.ts(d.expires_at))
-            ev.granted.waited.CopyFrom(convert.dur(d.waited_s))
+            granted = ev.granted
+            # Field by field: a Timestamp or Duration built and copied cost more than the rest.
+            convert.set_ts(granted.expires_at, d.expires_at)
+            convert.set_dur(granted.waited, d.waited_s)
             return ev
         assert isinstance(d, PermitQueued)
         ev = scheduler_pb2.PermitEvent(permit_id=d.permit, budget=d.budget)
@@ -387,14 +389,15 @@ class SessionOps:
     @staticmethod
     def _settled(decisions: tuple[object, ...], permit: PermitId, tenant: str) -> Outcome:
         for d in decisions:
+            if isinstance(d, PermitEnded) and d.permit == permit:  # (the common answer first)
+                out = scheduler_pb2.SettlePermitResponse()
+                _fill(out.charged, d.charged)  # filled in place: no messages built and copied
+                _fill(out.refunded, d.refunded)
+                return out
             if isinstance(d, SettleRefused) and d.permit == permit:
                 return errors.from_budget_refused(d.reason.value, d.message, tenant, d.field or "usage")
             if isinstance(d, PermitWithdrawn) and d.permit == permit:
                 return scheduler_pb2.SettlePermitResponse(withdrawn=True)
-            if isinstance(d, PermitEnded) and d.permit == permit:
-                return scheduler_pb2.SettlePermitResponse(
-                    charged=_pb_usage(d.charged), refunded=_pb_usage(d.refunded)
-                )
         return errors.unavailable()  # pragma: no cover - the core answers every settle
 
 
@@ -412,8 +415,8 @@ def _stated(p: scheduler_pb2.ProviderLimits) -> ReportedLimits:
     )
 
 
-def _pb_usage(v: Vec) -> scheduler_pb2.TokenUsage:
-    return scheduler_pb2.TokenUsage(input_tokens=v[_IN], output_tokens=v[_OUT], requests=v[_REQ])
+def _fill(u: scheduler_pb2.TokenUsage, v: Vec) -> None:
+    u.input_tokens, u.output_tokens, u.requests = v[_IN], v[_OUT], v[_REQ]
 
 
 #: A unary command's operation: (ops, tenant, request) -> its Outcome (or raises a failure found
