@@ -81,7 +81,9 @@ class Permit:
 
 
 class Book:
-    def __init__(self, spec: BudgetSpec, shares: dict[str, Share], half_life: float, now: float) -> None:
+    def __init__(
+        self, spec: BudgetSpec, shares: dict[str, Share], half_life: float, now: float, fast: bool = True
+    ) -> None:
         self.spec = spec
         self.name = BudgetName(spec.name)
         self.on = dims_on(spec)
@@ -115,6 +117,11 @@ class Book:
         self.expiry: list[tuple[float, int, PermitId]] = []
         self.seq = 0
         self.wake: float | None = None
+        # The one-step paths (`serve_alone`, `after_close`); False: every pass the full `serve`
+        # (tests/test_budget_differential.py checks both decide the same).
+        self.fast = fast
+        # Per (tenant, class): what its permits fit in at most, and where (core.Budgets._too_large).
+        self.capacities: dict[tuple[str, int], tuple[list[float], str]] = {}
         self.rescale()
 
     # --- rates --------------------------------------------------------------------------------
@@ -168,17 +175,61 @@ class Book:
         self.shared.refill(now)
         self.shared.add(over)
 
-    def serve(self, now: float, out: list[BudgetDecision]) -> None:
+    def serve(self, now: float, out: list[BudgetDecision], wake: bool = True) -> None:
+        """The pass (`wake` False: the next wake-up not found, for a caller whose next pass at
+        `now` finds it, or `serve_wake`)."""
+        self._to(now, out)
+        if self.blocked_until is None and self.waiting:
+            if self.waiting_by[G]:
+                self._serve_guaranteed(now, out)
+            self._serve_shared(now, out)
+        if wake or not self.fast:
+            self.wake = self._wake(now)
+
+    def serve_wake(self, now: float) -> None:
+        """The next wake-up, after a `serve(now, out, wake=False)` that nothing followed."""
+        self.wake = self._wake(now)
+
+    def _to(self, now: float, out: list[BudgetDecision]) -> None:
+        """The pass's first half: refill, expire permits past their TTL, recover the limit."""
         self.advance(now)
         self._expire(now, out)
         self._recover(now, out)
         if self.blocked_until is not None and now >= self.blocked_until:
             self.blocked_until = None
-        if self.blocked_until is None and self.waiting:
-            if self.waiting_by[G]:
-                self._serve_guaranteed(now, out)
-            self._serve_shared(now, out)
+
+    def serve_alone(self, p: Permit, now: float, out: list[BudgetDecision]) -> None:
+        """`serve` when `p`, just enqueued, is the only permit waiting (the hot path: a budget
+        nobody waits on): the same decisions and the same buckets moved, in one step. `p` is
+        then the head if it is within its ceiling; `head` refilled its nominal meter and decayed
+        its share while ranking it, so this does too (a meter refilled at two times and one
+        refilled at the later only differ in their last bits)."""
+        if not self.fast:
+            return self.serve(now, out)
+        self._to(now, out)
+        if self.blocked_until is None:
+            if p.cls == G:
+                leaf = p.share.leaf
+                if leaf is not None and leaf.covers(p.estimate):
+                    self._grant(p, now, out)
+            elif self.within_ceiling(p, now):
+                tier = self.tier(p, now)
+                p.share.share(now, self.half_life)
+                if self.shared.covers(p.estimate):
+                    self._grant(p, now, out, tier)
+                else:
+                    self.bound = True  # as _serve_shared: the limit held it back
         self.wake = self._wake(now)
+        return None
+
+    def after_close(self, now: float, out: list[BudgetDecision]) -> None:
+        """`serve` again at the `now` of the pass that closed a permit (a settle): with nobody
+        waiting it only finds the next wake-up (the refill, expiries and recovery were done at
+        `now` already, and a close changes none of them)."""
+        if self.waiting or not self.fast:
+            self.serve(now, out)
+        else:
+            self.wake = self._wake(now)
 
     def _serve_guaranteed(self, now: float, out: list[BudgetDecision]) -> None:
         for s in self.shares.values():
@@ -239,7 +290,8 @@ class Book:
                 return
             self._grant(p, now, out)
 
-    def _grant(self, p: Permit, now: float, out: list[BudgetDecision]) -> None:
+    def _grant(self, p: Permit, now: float, out: list[BudgetDecision], tier: Tier | None = None) -> None:
+        """Grant `p` (`tier`: its tier at `now`, when the caller has it)."""
         s = p.share
         s.queues[p.cls].popleft()
         s.waiting -= 1
@@ -254,7 +306,7 @@ class Book:
             p.borrowed = True
             # As the slot order's share: only what is borrowed beyond what the tenant can count
             # on (its nominal) weighs against it in the shared tier.
-            p.counted = self.tier(p, now) == Tier.SHARED
+            p.counted = (self.tier(p, now) if tier is None else tier) == Tier.SHARED
             self.shared.take(p.estimate)
             ceiling = s.ceilings[p.cls]
             if ceiling is not None:
