@@ -319,17 +319,17 @@ class SessionOps:
 
     def permit_answer(self, d: object, tenant: str) -> Outcome:
         """A permit decision on the wire: a PermitEvent, or the refusal's failure."""
-        if isinstance(d, PermitRefused):
-            return errors.from_budget_refused(d.reason.value, d.message, tenant, d.field, d.retry_after_s)
-        if isinstance(d, SettleRefused):  # its session ended while it waited (PERMIT_CLOSED)
-            return errors.from_budget_refused(d.reason.value, d.message, tenant)
-        if isinstance(d, PermitGranted):
+        if isinstance(d, PermitGranted):  # (the common answer first)
             ev = scheduler_pb2.PermitEvent(permit_id=d.permit, budget=d.budget)
             granted = ev.granted
             # Field by field: a Timestamp or Duration built and copied cost more than the rest.
             convert.set_ts(granted.expires_at, d.expires_at)
             convert.set_dur(granted.waited, d.waited_s)
             return ev
+        if isinstance(d, PermitRefused):
+            return errors.from_budget_refused(d.reason.value, d.message, tenant, d.field, d.retry_after_s)
+        if isinstance(d, SettleRefused):  # its session ended while it waited (PERMIT_CLOSED)
+            return errors.from_budget_refused(d.reason.value, d.message, tenant)
         assert isinstance(d, PermitQueued)
         ev = scheduler_pb2.PermitEvent(permit_id=d.permit, budget=d.budget)
         ev.queued.position = d.position

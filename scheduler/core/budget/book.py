@@ -313,8 +313,8 @@ class Book:
                 ceiling.take(p.estimate)
             if not p.counted and s.nominal is not None:
                 # Within nominal only: a grant beyond it never eats the nominal (as a borrowing
-                # slot lease is not a nominal one), it counts in the share instead.
-                s.nominal.refill(now)
+                # slot lease is not a nominal one), it counts in the share instead. (Refilled to
+                # `now` already: the tier that found it within nominal did.)
                 s.nominal.take(p.estimate, floor=True)
             if p.counted:
                 s.decayed(now, self.half_life)
@@ -590,11 +590,13 @@ class Book:
     def _wake(self, now: float) -> float | None:
         """The earliest time something here may change without an event: a retry-after passing,
         a permit's TTL, a recovery step, a waiter's refill."""
+        while self.expiry and self.permits.get(self.expiry[0][2]) is None:
+            heapq.heappop(self.expiry)  # settled: drop it, so the next TTL is the top
+        if not self.waiting and self.blocked_until is None and self.next_recovery is None:
+            return self.expiry[0][0] if self.expiry else None  # (the hot path: the next TTL)
         times: list[float] = []
         if self.blocked_until is not None:
             times.append(self.blocked_until)
-        while self.expiry and self.permits.get(self.expiry[0][2]) is None:
-            heapq.heappop(self.expiry)  # settled: drop it, so the next TTL is the top
         if self.expiry:
             times.append(self.expiry[0][0])
         if self.next_recovery is not None:

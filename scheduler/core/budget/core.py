@@ -52,6 +52,8 @@ MAX_RETRY_AFTER_S = 3600.0
 
 
 _NUMBERS = (int, float)  # exact types: a bool is not a count
+# The decisions after which a permit is neither open nor waiting (exact types: the union is closed).
+_CLOSING = frozenset({PermitEnded, PermitWithdrawn, PermitRefused})
 
 
 def usage_problem(u: Usage, name: str) -> tuple[str, str] | None:
@@ -160,8 +162,8 @@ class Budgets:
 
     def _outcome(self, out: list[BudgetDecision]) -> Outcome:
         for d in out:
-            if isinstance(d, PermitEnded | PermitWithdrawn | PermitRefused):
-                self.where.pop(d.permit, None)
+            if type(d) in _CLOSING:
+                self.where.pop(d.permit, None)  # type: ignore[union-attr]
         return Outcome(tuple(out), self.wake_at())
 
     # --- permits ------------------------------------------------------------------------------
