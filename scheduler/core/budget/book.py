@@ -191,10 +191,16 @@ class Book:
         self.wake = self._wake(now)
 
     def _to(self, now: float, out: list[BudgetDecision]) -> None:
-        """The pass's first half: refill, expire permits past their TTL, recover the limit."""
-        self.advance(now)
-        self._expire(now, out)
-        self._recover(now, out)
+        """The pass's first half: refill, expire permits past their TTL, recover the limit
+        (each only when due: the tests are the callees' own first ones, inlined on the hot path)."""
+        if self.leaves:
+            self.advance(now)
+        else:
+            self.shared.refill(now)  # `advance` without leaves
+        if self.expiry and self.expiry[0][0] <= now:
+            self._expire(now, out)
+        if self.next_recovery is not None and now >= self.next_recovery:
+            self._recover(now, out)
         if self.blocked_until is not None and now >= self.blocked_until:
             self.blocked_until = None
 
