@@ -16,8 +16,13 @@ process) on one open `Scheduler.Channel`, with 64 sessions holding leases:
   permit (its request and its settle) costs the server next to a renewal, whatever else runs on
   the machine.
 
-Usage: `python bench/permits.py [--iterations N] [--seconds S] [--rounds K] [--profile F]`
-(`--profile F`: the server's cProfile stats written to F). The last line is
+`--in-process` measures no wire: the CPU time per operation of the budget core alone (a
+request and its settle) and of the server's operations (`SessionOps`: a permit's request and
+settle, a renewal), `--iterations` of each in `--rounds` blocks, min and median; its last line
+is `core_permit_us=U ops_permit_us=U ops_renew_us=U ops_cpu_ratio_permit_vs_renew=R` (the mins).
+
+Usage: `python bench/permits.py [--iterations N] [--seconds S] [--rounds K] [--profile F]
+[--in-process]` (`--profile F`: the server's cProfile stats written to F). The last line is
 `permit_rtt_ratio_vs_renew=R permits_per_s_ratio_vs_renew=R commands_per_s_ratio_vs_renew=R
 server_cpu_ratio_permit_vs_renew=R` (issue bars on the first two: <= 1.2 and >= 0.8). A permit
 is two commands (its request and its settle) against a renewal's one: the third figure counts
@@ -244,14 +249,115 @@ async def client_main(target: str, server: int, iterations: int, seconds: float,
     os._exit(0)  # the channel and its tasks go with the process
 
 
+# ---------------------------------------------------------------- in process (--in-process)
+
+
+async def _in_process(iterations: int, rounds: int) -> dict[str, list[float]]:
+    """CPU time per operation without gRPC, in `rounds` blocks: the budget core alone (a request
+    and its settle, `Budgets.handle`, events built), and the server's operations on one loop
+    (`SessionOps.request_permit` then `settle_permit`, vs `renew`, request messages built)."""
+    import gc
+
+    from scheduler.core.budget.core import Budgets
+    from scheduler.core.budget.types import BudgetName, PermitId, PermitRequest, Settle, Usage
+    from scheduler.core.types import QoS, SessionId, TenantName, WorkerAdded, WorkerId
+    from scheduler.grants import GrantKeyring
+    from scheduler.policy.yaml_io import parse_policy
+    from scheduler.server.loop import SchedulerLoop
+    from scheduler.server.metrics import Metrics
+    from scheduler.server.session_ops import SessionOps
+
+    pol, _ = parse_policy(policy())
+    core, now, n = Budgets(pol, 0.0), 100.0, 0
+    est, used = Usage(100.0, 100.0), Usage(100.0, 50.0)
+
+    def core_permits(k: int) -> None:
+        nonlocal now, n
+        for _ in range(k):
+            n += 1
+            pid, owner = PermitId(f"x.{n}"), f"bench/s{n % SESSIONS}"
+            now += 1e-4
+            ev = PermitRequest(pid, owner, TenantName("bench"), BudgetName(BUDGET), QoS.BURSTABLE, est)
+            core.handle(ev, now)
+            now += 1e-4
+            core.handle(Settle(pid, owner, used), now)
+
+    loop = SchedulerLoop(pol, Metrics())
+    for w in range(8):
+        loop.submit(WorkerAdded(WorkerId(f"w{w}"), 16))
+    ops = SessionOps(loop, GrantKeyring.generate())
+    for i in range(SESSIONS):
+        req = scheduler_pb2.AcquireRequest(session_id=f"s{i}", qos=common_pb2.QOS_CLASS_BURSTABLE)
+        ops.open("bench", req)
+    wire = {}
+    for i in range(SESSIONS):
+        view = loop.session(SessionId(f"bench/s{i}"))
+        assert view is not None and view.lease is not None
+        wire[f"s{i}"] = (ops.keys.wire_lease_id(view.lease.lease_id), view.lease.epoch)
+    pb_est = scheduler_pb2.TokenUsage(input_tokens=100, output_tokens=100)
+    pb_used = scheduler_pb2.TokenUsage(input_tokens=100, output_tokens=50)
+
+    def permits(k: int) -> None:
+        for i in range(k):
+            sid = f"s{i % SESSIONS}"
+            req = scheduler_pb2.RequestPermitRequest(session_id=sid, budget=BUDGET, estimate=pb_est)
+            ev = ops.request_permit("bench", req)
+            settle = scheduler_pb2.SettlePermitRequest(session_id=sid, permit_id=ev.permit_id, usage=pb_used)
+            ops.settle_permit("bench", settle)
+
+    def renewals(k: int) -> None:
+        for i in range(k):
+            sid = f"s{i % SESSIONS}"
+            lease_id, epoch = wire[sid]
+            ops.renew("bench", scheduler_pb2.RenewRequest(session_id=sid, lease_id=lease_id, epoch=epoch))
+
+    kinds = {"core_permit": core_permits, "ops_permit": permits, "ops_renew": renewals}
+    for run in kinds.values():
+        run(300)  # warm up (the budget's buckets start empty)
+    gc.collect()
+    gc.freeze()  # as the server does (app/forever.py)
+    out: dict[str, list[float]] = {k: [] for k in kinds}
+    block = max(1, iterations // rounds)
+    for _ in range(rounds):
+        for kind, run in kinds.items():
+            t0 = time.process_time()
+            run(block)
+            out[kind].append((time.process_time() - t0) / block)
+    return out
+
+
+def in_process(iterations: int, rounds: int) -> None:
+    r = asyncio.run(_in_process(iterations, rounds))
+    lo = {k: min(v) * 1e6 for k, v in r.items()}
+    mid = {k: statistics.median(v) * 1e6 for k, v in r.items()}
+    print(
+        f"in process, CPU per operation (min / median of {rounds} blocks): budget core a permit "
+        f"(request and settle) {lo['core_permit']:.1f} / {mid['core_permit']:.1f} us; server "
+        f"operations a permit {lo['ops_permit']:.1f} / {mid['ops_permit']:.1f} us, a renewal "
+        f"{lo['ops_renew']:.1f} / {mid['ops_renew']:.1f} us"
+    )
+    print(
+        f"core_permit_us={lo['core_permit']:.2f} ops_permit_us={lo['ops_permit']:.2f} "
+        f"ops_renew_us={lo['ops_renew']:.2f} "
+        f"ops_cpu_ratio_permit_vs_renew={lo['ops_permit'] / lo['ops_renew']:.3f}"
+    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--iterations", type=int, default=2000, help="sequential operations per kind at c1")
     p.add_argument("--seconds", type=float, default=8.0, help="total duration of the c64 runs per kind")
     p.add_argument("--rounds", type=int, default=8, help="interleaved blocks per measurement")
     p.add_argument("--profile", help="write the server's cProfile stats to this file")
+    p.add_argument(
+        "--in-process", action="store_true",
+        help="no gRPC: the budget core's and the server operations' CPU per permit and renewal",
+    )  # fmt: skip
     p.add_argument("--client", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.in_process:
+        in_process(args.iterations, args.rounds)
+        return 0
     if args.client:
         target, pid = args.client
         asyncio.run(client_main(target, int(pid), args.iterations, args.seconds, args.rounds))
