@@ -21,6 +21,7 @@ import pytest
 from budget_script import BUDGET, B, E, G, event, policy
 
 from scheduler.core.budget.core import Budgets
+from scheduler.core.budget.places import queued
 from scheduler.core.budget.types import (
     BudgetName,
     BudgetTick,
@@ -165,7 +166,7 @@ def _probe(core: Budgets, now: float) -> None:
         waiting = [p for p in book.permits.values() if p.granted_at is None]
         assert sorted(told) == sorted(p.id for p in waiting) or book.name != BUDGET
         for p in waiting:
-            want, got = book.queued(p, now), told[p.id]
+            want, got = queued(book, p, now), told[p.id]
             assert (got.position, got.reason) == (want.position, want.reason), (got, want)
             if book.shared.last != now:
                 continue  # not served at `now` (a refused settle): positions refills, queued not

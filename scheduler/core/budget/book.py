@@ -25,7 +25,6 @@ from __future__ import annotations
 import enum
 import heapq
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from scheduler.core.budget.buckets import ZERO, Bucket, vsub
@@ -41,8 +40,6 @@ from scheduler.core.budget.types import (
     PermitEndReason,
     PermitGranted,
     PermitId,
-    PermitQueued,
-    PermitWaitReason,
     PermitWithdrawn,
     ReportedLimits,
     Usage,
@@ -490,7 +487,7 @@ class Book:
         self.dequeue(p)
         out.append(PermitWithdrawn(p.id, self.name, now - p.requested_at))
 
-    def _lent_rate(self) -> list[float]:
+    def lent_rate(self) -> list[float]:
         """The refill full leaves lend the shared bucket now (a wait estimate counts it)."""
         lent = [0.0, 0.0, 0.0, 0.0]
         for s in self.leaves:
@@ -498,100 +495,6 @@ class Book:
                 for d in self.on:
                     lent[d] += s.leaf.rate[d]
         return lent
-
-    def queued(self, p: Permit, now: float) -> PermitQueued:
-        """Where a waiting permit stands: the permits ahead of it on what it waits on, the time
-        their estimates and its own take to refill, and why."""
-        s = p.share
-        own = s.bucket(p.cls)
-        mine = list(s.queues[p.cls])
-        need_own = _sum(q.estimate for q in mine[: mine.index(p) + 1])
-        own_wait = 0.0 if own is None else own.wait(need_own, capped=False)
-        if p.cls == G:
-            position, shared_wait = mine.index(p), 0.0
-        else:
-            k = self.key(p, now)
-            ahead = [
-                q for t in self.shares.values() for c in (B, BE) for q in t.queues[c]
-                if q is not p and self.key(q, now) < k
-            ]  # fmt: skip
-            position = len(ahead)
-            need = _sum([*(q.estimate for q in ahead), p.estimate])
-            shared_wait = self.shared.wait(need, self._lent_rate(), capped=False)
-        wait = max(own_wait, shared_wait)
-        if self.blocked_until is not None:
-            reason = PermitWaitReason.PROVIDER_THROTTLED
-            wait = max(wait, self.blocked_until - now)
-        elif p.cls == G or (own is not None and not own.covers(need_own)):
-            reason = PermitWaitReason.TENANT_BUDGET
-        else:
-            reason = PermitWaitReason.BUDGET_EXHAUSTED
-        return PermitQueued(p.id, self.name, position, None if math.isinf(wait) else wait, reason)
-
-    def positions(self, now: float) -> list[PermitQueued]:
-        """Every waiting permit's place as `queued` would tell it now, in one pass (sorted once,
-        prefix sums), moving no bucket: a query the shell makes to tell waiters whose position
-        or reason changed, which must not change what the core decides next."""
-        out: list[PermitQueued] = []
-        if not self.waiting:
-            return out
-        blocked = self.blocked_until is not None
-        lent = self._lent_rate()
-        borrowers = [
-            (self._peek_key(q, now), q)
-            for s in self.borrowers.values() for c in (B, BE) for q in s.queues[c]
-        ]  # fmt: skip
-        borrowers.sort(key=lambda kq: kq[0])
-        shared_need = [0.0, 0.0, 0.0, 0.0]
-        shared_wait: dict[PermitId, float] = {}
-        for _, q in borrowers:
-            for d in range(4):
-                shared_need[d] += q.estimate[d]
-            need = (shared_need[0], shared_need[1], shared_need[2], shared_need[3])
-            shared_wait[q.id] = _peek(self.shared, now).wait(need, lent, capped=False)
-        rank = {q.id: i for i, (_, q) in enumerate(borrowers)}
-        for s in self.shares.values():
-            if not s.waiting:
-                continue
-            for cls in (G, B, BE):
-                own = s.bucket(cls)
-                peeked = None if own is None else _peek(own, now)
-                need_own = [0.0, 0.0, 0.0, 0.0]
-                for i, q in enumerate(s.queues[cls]):
-                    for d in range(4):
-                        need_own[d] += q.estimate[d]
-                    mine: Vec = (need_own[0], need_own[1], need_own[2], need_own[3])
-                    wait = 0.0 if peeked is None else peeked.wait(mine, capped=False)
-                    position = i if cls == G else rank[q.id]
-                    if cls != G:
-                        wait = max(wait, shared_wait[q.id])
-                    if blocked:
-                        reason = PermitWaitReason.PROVIDER_THROTTLED
-                        wait = max(wait, (self.blocked_until or now) - now)
-                    elif cls == G or (peeked is not None and not peeked.covers(mine)):
-                        reason = PermitWaitReason.TENANT_BUDGET
-                    else:
-                        reason = PermitWaitReason.BUDGET_EXHAUSTED
-                    est = None if math.isinf(wait) else wait
-                    out.append(PermitQueued(q.id, self.name, position, est, reason))
-        return out
-
-    def _peek_key(self, p: Permit, now: float) -> tuple[Tier, float, int, int]:
-        """`key` without refilling a meter or decaying a share (the same arithmetic)."""
-        if p.cls == BE:
-            tier = Tier.SHARED
-        else:
-            meter = p.share.nominal
-            covered = meter is not None and _peek(meter, now).covers(p.estimate)
-            tier = Tier.BURSTABLE_NOMINAL if covered else Tier.SHARED
-        s = p.share
-        if self.half_life <= 0:
-            share = s.in_flight / s.weight
-        elif now > s.usage_at:
-            share = s.usage * math.pow(2.0, -(now - s.usage_at) / self.half_life) / s.weight
-        else:
-            share = s.usage / s.weight
-        return (tier, share, p.cls, p.seq)
 
     def _wake(self, now: float) -> float | None:
         """The earliest time something here may change without an event: a retry-after passing,
@@ -628,7 +531,7 @@ class Book:
                     out.append(s.nominal.wait(q[0].estimate))  # its tier may rise
         head = self.head(now)
         if head is not None:
-            out.append(self.shared.wait(head.estimate, self._lent_rate()))
+            out.append(self.shared.wait(head.estimate, self.lent_rate()))
         return out
 
     def view(self) -> BudgetView:
@@ -637,18 +540,3 @@ class Book:
             self.name, self.factor, eff, self.configured, self.shared.level(), self.waiting,
             len(self.permits) - self.waiting, self.blocked_until,
         )  # fmt: skip
-
-
-def _peek(b: Bucket, now: float) -> Bucket:
-    """A copy of `b` refilled to `now`: what it would hold, the original untouched."""
-    copy = Bucket(b.on, b.rate, b.cap, list(b.tokens), b.last)
-    copy.refill(now)
-    return copy
-
-
-def _sum(vs: Iterable[Vec]) -> Vec:
-    t = [0.0, 0.0, 0.0, 0.0]
-    for v in vs:
-        for d in range(4):
-            t[d] += v[d]
-    return (t[0], t[1], t[2], t[3])

@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterable
 
 from scheduler.core.budget.book import Book, Permit
+from scheduler.core.budget.places import positions, queued
 from scheduler.core.budget.shares import BE, CLASS_OF, CLASSES, G, Share, carry, make_share
 from scheduler.core.budget.types import (
     DIMENSION_NAMES,
@@ -153,7 +154,7 @@ class Budgets:
     def positions(self, now: float) -> tuple[PermitQueued, ...]:
         """Every waiting permit's place now (position, estimated wait, reason), changing nothing:
         the shell tells a waiter anew when its position or reason moved."""
-        return tuple(q for b in self.books.values() if b.waiting for q in b.positions(now))
+        return tuple(q for b in self.books.values() if b.waiting for q in positions(b, now))
 
     def permit_owner(self, permit: PermitId) -> str | None:
         book = self.where.get(permit)
@@ -222,9 +223,9 @@ class Budgets:
             return None
         full = self._queue_full(book, p)
         if full is None:
-            out.append(book.queued(p, now))
+            out.append(queued(book, p, now))
             return None
-        wait = book.queued(p, now).estimated_wait_s
+        wait = queued(book, p, now).estimated_wait_s
         book.dequeue(p)
         self._refuse(out, ev, full[0], full[1], retry_after_s=_retry_after(wait))
         book.serve(now, out)  # it may have headed the queue
