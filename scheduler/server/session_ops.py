@@ -313,7 +313,7 @@ class SessionOps:
         est = _usage(request.estimate)
         ev = PermitRequest(permit, key, TenantName(tenant), BudgetName(request.budget), qos, est)
         for d in desk.handle(ev, tenant):
-            if d.permit == permit:  # type: ignore[union-attr]
+            if getattr(d, "permit", None) == permit:  # (a LimitChanged names none)
                 return self.permit_answer(d, tenant)
         return errors.unavailable()  # pragma: no cover - the core answers every request
 
