@@ -17,8 +17,10 @@ _T = TypeVar("_T")
 def quick(cls: type[_T]) -> type[_T]:
     """A frozen dataclass built in one step: its generated `__init__` sets each field with its
     own `object.__setattr__` (about 110 ns a field), this one sets the instance's `__dict__` at
-    once. Same fields, defaults, equality and immutability; the permit's hot path builds seven of
-    these a permit (an event, its decisions, its outcome), a third of the budget core's time."""
+    once. Same fields, defaults, equality and immutability; a permit builds eight of these (its
+    two events and their usages, two decisions, two outcomes): one step each cut a sixth of the
+    instructions of a request and its settle."""
+    assert not hasattr(cls, "__post_init__"), "quick: no __post_init__ (this __init__ calls none)"
     params, items, env = [], [], {"_set": object.__setattr__}
     for f in fields(cls):  # type: ignore[arg-type]
         assert f.default_factory is MISSING, "quick: no default factories"
