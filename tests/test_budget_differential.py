@@ -21,6 +21,7 @@ import pytest
 from budget_script import BUDGET, B, E, G, event, policy
 
 from scheduler.core.budget.core import Budgets
+from scheduler.core.budget.places import queued
 from scheduler.core.budget.types import (
     BudgetName,
     BudgetTick,
@@ -61,9 +62,14 @@ def _policy(keys: dict[str, Any]) -> Any:
     return policy(budget=keys.get("budget"), **{k: v for k, v in keys.items() if k != "budget"})
 
 
-def _run(seed: int, keys: dict[str, Any], probe: bool = False) -> list[Any]:
+def _run(
+    seed: int, keys: dict[str, Any], probe: bool = False, fast: bool = True, twin: bool = False
+) -> list[Any]:
+    """A seeded run's log; `twin`: also a core without the one-step paths, fed the same events,
+    must decide exactly the same (==, not to 9 digits) and end each event in the same state."""
     rnd = random.Random(seed)
-    core = Budgets(_policy(keys), 0.0)
+    core = Budgets(_policy(keys), 0.0, fast=fast)
+    slow = Budgets(_policy(keys), 0.0, fast=False) if twin else None
     now, wake = 0.0, None
     log: list[Any] = []
     open_: dict[str, PermitGranted] = {}
@@ -73,6 +79,9 @@ def _run(seed: int, keys: dict[str, Any], probe: bool = False) -> list[Any]:
     def apply(t: float, ev: Any) -> None:
         nonlocal wake
         out = core.handle(ev, t)
+        if slow is not None:
+            assert slow.handle(ev, t) == out
+            assert _state(slow) == _state(core)
         wake = out.wake_at
         log.append((_norm(t), _norm(out.wake_at)))
         if probe:
@@ -123,6 +132,27 @@ def _run(seed: int, keys: dict[str, Any], probe: bool = False) -> list[Any]:
     return log
 
 
+def _state(core: Budgets) -> list[Any]:
+    """Every number a later decision reads, exactly: buckets, shares, the limit's feedback."""
+
+    def bucket(b: Any) -> Any:
+        return None if b is None else (tuple(b.tokens), b.last, tuple(b.rate), tuple(b.cap))
+
+    out: list[Any] = []
+    for book in core.books.values():
+        out.append(
+            (book.name, bucket(book.shared), book.factor, book.ceiling, book.bound, book.blocked_until,
+             book.last_decrease, book.next_recovery, book.throttled_at, book.waiting, book.wake,
+             sorted((p.id, p.granted_at, p.expires_at, p.borrowed, p.counted) for p in book.permits.values()))
+        )  # fmt: skip
+        for sh in book.shares.values():
+            out.append(
+                (sh.tenant, bucket(sh.leaf), bucket(sh.nominal), *(bucket(c) for c in sh.ceilings),
+                 sh.usage, sh.usage_at, sh.in_flight, sh.waiting, [[q.id for q in qu] for qu in sh.queues])
+            )  # fmt: skip
+    return out
+
+
 def _probe(core: Budgets, now: float) -> None:
     """`positions` tells each waiting permit what `queued` would with every meter refilled to
     now (on a copy: it refills them; `positions` reads them as of now without moving them)."""
@@ -136,7 +166,7 @@ def _probe(core: Budgets, now: float) -> None:
         waiting = [p for p in book.permits.values() if p.granted_at is None]
         assert sorted(told) == sorted(p.id for p in waiting) or book.name != BUDGET
         for p in waiting:
-            want, got = book.queued(p, now), told[p.id]
+            want, got = queued(book, p, now), told[p.id]
             assert (got.position, got.reason) == (want.position, want.reason), (got, want)
             if book.shared.last != now:
                 continue  # not served at `now` (a refused settle): positions refills, queued not
@@ -146,17 +176,27 @@ def _probe(core: Budgets, now: float) -> None:
                 assert got.estimated_wait_s == pytest.approx(want.estimated_wait_s, rel=1e-9, abs=1e-9)
 
 
-def fingerprint(probe: bool = False, seeds: int = 40) -> str:
+def fingerprint(probe: bool = False, seeds: int = 40, fast: bool = True) -> str:
     h = hashlib.sha256()
     for i, keys in enumerate(POLICIES):
         for seed in range(seeds):
-            for entry in _run(1000 * i + seed, keys, probe):
+            for entry in _run(1000 * i + seed, keys, probe, fast):
                 h.update(repr(entry).encode())
     return h.hexdigest()
 
 
 def test_the_optimized_core_decides_as_the_original_did() -> None:
     assert fingerprint() == FINGERPRINT
+
+
+def test_the_one_step_paths_decide_as_the_full_pass() -> None:
+    """A request nobody else waits with (Book.serve_alone) and a settle's pass with nobody
+    waiting (Book.after_close, a pass without its wake-up) decide as the full `serve` each time:
+    the runs hit them granted, waiting on a bucket, and blocked by a throttle."""
+    assert fingerprint(fast=False) == FINGERPRINT
+    for i, keys in enumerate(POLICIES):
+        for seed in range(40):
+            _run(1000 * i + seed, keys, twin=True)
 
 
 def test_positions_tell_what_queued_would_and_change_no_decision() -> None:

@@ -28,10 +28,25 @@ from scheduler.core.budget.types import (
     PermitQueued,
     PermitRefused,
 )
+from scheduler.core.types import QoS
 from scheduler.server.metrics import TIME_TO_SLOT_BUCKETS, _Histogram
 
 NO_BUDGET = ""  # a refusal naming a budget the policy lacks
 _DIMS = tuple(n.replace(" ", "_") for n in DIMENSION_NAMES)  # requests, input_tokens, ...
+
+
+class _Series:
+    """One (budget, tenant, class)'s keys in the counters, resolved once (the permit's hot path
+    bumps them twice a permit: its grant, its end)."""
+
+    __slots__ = ("granted", "input", "output", "key", "wait")
+
+    def __init__(self, key: tuple[str, str, str]) -> None:
+        self.key = key
+        self.granted = (*key, "granted")
+        self.input = (*key, "input")
+        self.output = (*key, "output")
+        self.wait: _Histogram | None = None  # made at its first grant (a series only then)
 
 
 class BudgetMetrics:
@@ -47,28 +62,40 @@ class BudgetMetrics:
         self.wait: dict[tuple[str, str, str], _Histogram] = {}
         self.views: tuple[BudgetView, ...] = ()
         self._queued_class: dict[str, str] = {}  # a waiting permit's class, for its refusal
+        # (budget as named, tenant label, class) -> its series: valid while `budgets` is.
+        self._series: dict[tuple[str, str, QoS], _Series] = {}
 
     def _budget(self, name: str) -> str:
         return name if name in self.budgets else NO_BUDGET
 
+    def _of(self, budget: str, tenant: str, qos: QoS) -> _Series:
+        s = self._series.get((budget, tenant, qos))
+        if s is None:
+            s = self._series[(budget, tenant, qos)] = _Series((self._budget(budget), tenant, qos.value))
+        return s
+
     def observe_budget(self, d: BudgetDecision, tenant: str) -> None:
         t = self._tenant(tenant)
         if isinstance(d, PermitGranted):
-            key = (self._budget(d.budget), t, d.qos.value)
-            self._bump(self.permits, (*key, "granted"))
-            self.wait.setdefault(key, _Histogram(TIME_TO_SLOT_BUCKETS)).observe(d.waited_s)
+            s = self._of(d.budget, t, d.qos)
+            permits = self.permits
+            permits[s.granted] = permits.get(s.granted, 0) + 1
+            h = s.wait
+            if h is None:
+                h = s.wait = self.wait.setdefault(s.key, _Histogram(TIME_TO_SLOT_BUCKETS))
+            h.observe(d.waited_s)
+        elif isinstance(d, PermitEnded):
+            s = self._of(d.budget, t, d.qos)
+            tokens, charged = self.tokens, d.charged
+            tokens[s.input] = tokens.get(s.input, 0.0) + charged[INPUT]
+            tokens[s.output] = tokens.get(s.output, 0.0) + charged[OUTPUT]
+            if d.throttled:
+                self._bump(self.throttles, s.key)
         elif isinstance(d, PermitQueued):
             self._bump(self.permits, (self._budget(d.budget), t, "", "queued"))
         elif isinstance(d, PermitRefused):
             reason = reasons.BUDGET[d.reason.value].name
             self._bump(self.refusals, (self._budget(d.budget), t, reason))
-        elif isinstance(d, PermitEnded):
-            key = (self._budget(d.budget), t, d.qos.value)
-            for kind, dim in (("input", INPUT), ("output", OUTPUT)):
-                k4 = (*key, kind)
-                self.tokens[k4] = self.tokens.get(k4, 0.0) + d.charged[dim]
-            if d.throttled:
-                self._bump(self.throttles, key)
         elif isinstance(d, LimitChanged):
             pass  # the effective limit is a gauge, read from the views
 
@@ -78,7 +105,10 @@ class BudgetMetrics:
 
     def budget_views(self, views: tuple[BudgetView, ...]) -> None:
         self.views = views
-        self.budgets = frozenset(v.name for v in views)
+        names = frozenset(v.name for v in views)
+        if names != self.budgets:  # a budget's label changed: series resolved again
+            self.budgets = names
+            self._series.clear()
 
 
 class BudgetCollector(Collector):

@@ -75,6 +75,19 @@ def ts(t: float) -> Timestamp:
     return Timestamp(seconds=s, nanos=int((t - s) * 1e9))
 
 
+def set_ts(msg: Timestamp, t: float) -> None:
+    """`ts(t)` written into `msg` in place (no message built and copied: the permit's hot path)."""
+    s = math.floor(t)
+    msg.seconds, msg.nanos = s, int((t - s) * 1e9)
+
+
+def set_dur(msg: Duration, d: float) -> None:
+    """`dur(d)` written into `msg` in place."""
+    d = max(0.0, d)
+    s = math.floor(d)
+    msg.seconds, msg.nanos = s, int((d - s) * 1e9)
+
+
 def from_ts(t: Timestamp) -> float:
     return t.seconds + t.nanos / 1e9
 

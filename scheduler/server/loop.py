@@ -321,6 +321,10 @@ class SchedulerLoop:
     def session(self, key: SessionId) -> SessionView | None:
         return self.core.session(key)
 
+    def live_qos(self, key: SessionId) -> QoS | None:
+        """A live session's class (None: not live): a lookup, where `session` builds a view."""
+        return self._qos.get(key)
+
     def ended(self, key: SessionId) -> EndedSession | None:
         return self._ended.get(key)
 

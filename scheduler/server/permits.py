@@ -91,8 +91,9 @@ class PermitDesk:
 
     def handle(self, event: BudgetEvent, tenant: str = "") -> tuple[BudgetDecision, ...]:
         """Apply one event now; tell watchers and metrics; re-arm the timer."""
-        outcome = self.budgets.handle(event, self._clock())
-        self._after(outcome.decisions, outcome.wake_at, tenant)
+        now = self._clock()
+        outcome = self.budgets.handle(event, now)
+        self._after(outcome.decisions, outcome.wake_at, tenant, now)
         return outcome.decisions
 
     def watch(self, permit: PermitId, watcher: Watcher) -> Callable[[], None]:
@@ -133,8 +134,9 @@ class PermitDesk:
 
     def apply_policy(self, policy: Policy) -> None:
         self.rates.forget({b.name for b in policy.budgets})
-        outcome = self.budgets.apply_policy(policy, self._clock())
-        self._after(outcome.decisions, outcome.wake_at, "")
+        now = self._clock()
+        outcome = self.budgets.apply_policy(policy, now)
+        self._after(outcome.decisions, outcome.wake_at, "", now)
 
     def views(self) -> tuple[BudgetView, ...]:
         return self.budgets.views()
@@ -147,10 +149,17 @@ class PermitDesk:
 
     # ------------------------------------------------------------------ after each event
 
-    def _after(self, decisions: tuple[BudgetDecision, ...], wake_at: float | None, tenant: str) -> None:
+    def _after(
+        self, decisions: tuple[BudgetDecision, ...], wake_at: float | None, tenant: str, now: float
+    ) -> None:
+        """Tell watchers, metrics and the log of an event's decisions (made at `now`)."""
         metrics = self.metrics
         for d in decisions:
-            if isinstance(d, PermitQueued):
+            if type(d) is PermitEnded and not self._watchers:  # (the hot path: a settle's end)
+                self._told.pop(d.permit, None)
+                self.rates.observe(d.budget, d.owner, d.charged, now)
+                tenant = d.tenant
+            elif isinstance(d, PermitQueued):
                 self._tenants[d.permit] = tenant
                 self._told[d.permit] = (d.position, d.reason.value)
             elif isinstance(d, PermitGranted | PermitRefused):
@@ -167,7 +176,7 @@ class PermitDesk:
                 log.info(
                     "budget %s: effective limit %.0f%% of configured (%s)%s",
                     d.budget, d.factor * 100, d.reason.value,
-                    "" if d.blocked_until is None else f", blocked {d.blocked_until - self._clock():.1f} s",
+                    "" if d.blocked_until is None else f", blocked {d.blocked_until - now:.1f} s",
                 )  # fmt: skip
             elif isinstance(d, PermitEnded | PermitWithdrawn):
                 gone = self._watchers.pop(d.permit, None)
@@ -179,11 +188,10 @@ class PermitDesk:
                     why = "its session ended" if self._ending else "withdrawn by its session"
                     gone(SettleRefused(d.permit, SettleRefuseReason.NOT_OPEN, f"permit {d.permit!r}: {why}"))
                 if isinstance(d, PermitEnded):
-                    self.rates.observe(d.budget, d.owner, d.charged, self._clock())
+                    self.rates.observe(d.budget, d.owner, d.charged, now)
                 tenant = self._tenants.pop(d.permit, tenant) if isinstance(d, PermitWithdrawn) else d.tenant
             if metrics is not None:
                 metrics.observe_budget(d, tenant)
-        now = self._clock()
         if metrics is not None and decisions and now >= self._views_at:
             # The gauges' views, at most every VIEWS_EVERY_S (a scrape reads them; building
             # them per permit cost a fifth of its time).

@@ -292,10 +292,10 @@ class SessionOps:
     # ------------------------------------------------------------------ token budgets
 
     def _own_class(self, key: SessionId, session_id: str, declared: int) -> QoS | errors.RpcFailure:
-        view = self.loop.session(key)
-        if view is None:
+        qos = self.loop.live_qos(key)  # (not the session's view: a lookup, on the hot path)
+        if qos is None:
             return errors.not_found(f"no live session {session_id}: a permit is for a session")
-        return QoS(view.qos)
+        return qos
 
     def request_permit(self, tenant: str, request: scheduler_pb2.RequestPermitRequest) -> Outcome:
         """A permit for one call of the session on `budget`, in the session's class."""
@@ -312,21 +312,23 @@ class SessionOps:
         est = _usage(request.estimate)
         ev = PermitRequest(permit, key, TenantName(tenant), BudgetName(request.budget), qos, est)
         for d in desk.handle(ev, tenant):
-            if getattr(d, "permit", None) == permit:
+            if getattr(d, "permit", None) == permit:  # (a LimitChanged names none)
                 return self.permit_answer(d, tenant)
         return errors.unavailable()  # pragma: no cover - the core answers every request
 
     def permit_answer(self, d: object, tenant: str) -> Outcome:
         """A permit decision on the wire: a PermitEvent, or the refusal's failure."""
+        if isinstance(d, PermitGranted):  # (the common answer first)
+            ev = scheduler_pb2.PermitEvent(permit_id=d.permit, budget=d.budget)
+            granted = ev.granted
+            # Field by field: a Timestamp or Duration built and copied cost more than the rest.
+            convert.set_ts(granted.expires_at, d.expires_at)
+            convert.set_dur(granted.waited, d.waited_s)
+            return ev
         if isinstance(d, PermitRefused):
             return errors.from_budget_refused(d.reason.value, d.message, tenant, d.field, d.retry_after_s)
         if isinstance(d, SettleRefused):  # its session ended while it waited (PERMIT_CLOSED)
             return errors.from_budget_refused(d.reason.value, d.message, tenant)
-        if isinstance(d, PermitGranted):
-            ev = scheduler_pb2.PermitEvent(permit_id=d.permit, budget=d.budget)
-            ev.granted.expires_at.CopyFrom(convert.ts(d.expires_at))
-            ev.granted.waited.CopyFrom(convert.dur(d.waited_s))
-            return ev
         assert isinstance(d, PermitQueued)
         ev = scheduler_pb2.PermitEvent(permit_id=d.permit, budget=d.budget)
         ev.queued.position = d.position
@@ -385,14 +387,15 @@ class SessionOps:
     @staticmethod
     def _settled(decisions: tuple[object, ...], permit: PermitId, tenant: str) -> Outcome:
         for d in decisions:
+            if isinstance(d, PermitEnded) and d.permit == permit:  # (the common answer first)
+                out = scheduler_pb2.SettlePermitResponse()
+                _fill(out.charged, d.charged)  # filled in place: no messages built and copied
+                _fill(out.refunded, d.refunded)
+                return out
             if isinstance(d, SettleRefused) and d.permit == permit:
                 return errors.from_budget_refused(d.reason.value, d.message, tenant, d.field or "usage")
             if isinstance(d, PermitWithdrawn) and d.permit == permit:
                 return scheduler_pb2.SettlePermitResponse(withdrawn=True)
-            if isinstance(d, PermitEnded) and d.permit == permit:
-                return scheduler_pb2.SettlePermitResponse(
-                    charged=_pb_usage(d.charged), refunded=_pb_usage(d.refunded)
-                )
         return errors.unavailable()  # pragma: no cover - the core answers every settle
 
 
@@ -410,8 +413,8 @@ def _stated(p: scheduler_pb2.ProviderLimits) -> ReportedLimits:
     )
 
 
-def _pb_usage(v: Vec) -> scheduler_pb2.TokenUsage:
-    return scheduler_pb2.TokenUsage(input_tokens=v[_IN], output_tokens=v[_OUT], requests=v[_REQ])
+def _fill(u: scheduler_pb2.TokenUsage, v: Vec) -> None:
+    u.input_tokens, u.output_tokens, u.requests = v[_IN], v[_OUT], v[_REQ]
 
 
 #: A unary command's operation: (ops, tenant, request) -> its Outcome (or raises a failure found

@@ -25,7 +25,6 @@ from __future__ import annotations
 import enum
 import heapq
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from scheduler.core.budget.buckets import ZERO, Bucket, vsub
@@ -41,8 +40,6 @@ from scheduler.core.budget.types import (
     PermitEndReason,
     PermitGranted,
     PermitId,
-    PermitQueued,
-    PermitWaitReason,
     PermitWithdrawn,
     ReportedLimits,
     Usage,
@@ -81,7 +78,9 @@ class Permit:
 
 
 class Book:
-    def __init__(self, spec: BudgetSpec, shares: dict[str, Share], half_life: float, now: float) -> None:
+    def __init__(
+        self, spec: BudgetSpec, shares: dict[str, Share], half_life: float, now: float, fast: bool = True
+    ) -> None:
         self.spec = spec
         self.name = BudgetName(spec.name)
         self.on = dims_on(spec)
@@ -115,6 +114,11 @@ class Book:
         self.expiry: list[tuple[float, int, PermitId]] = []
         self.seq = 0
         self.wake: float | None = None
+        # The one-step paths (`serve_alone`, `after_close`); False: every pass the full `serve`
+        # (tests/test_budget_differential.py checks both decide the same).
+        self.fast = fast
+        # Per (tenant, class): what its permits fit in at most, and where (core.Budgets._too_large).
+        self.capacities: dict[tuple[str, int], tuple[list[float], str]] = {}
         self.rescale()
 
     # --- rates --------------------------------------------------------------------------------
@@ -168,17 +172,67 @@ class Book:
         self.shared.refill(now)
         self.shared.add(over)
 
-    def serve(self, now: float, out: list[BudgetDecision]) -> None:
-        self.advance(now)
-        self._expire(now, out)
-        self._recover(now, out)
-        if self.blocked_until is not None and now >= self.blocked_until:
-            self.blocked_until = None
+    def serve(self, now: float, out: list[BudgetDecision], wake: bool = True) -> None:
+        """The pass (`wake` False: the next wake-up not found, for a caller whose next pass at
+        `now` finds it, or `serve_wake`)."""
+        self._to(now, out)
         if self.blocked_until is None and self.waiting:
             if self.waiting_by[G]:
                 self._serve_guaranteed(now, out)
             self._serve_shared(now, out)
+        if wake or not self.fast:
+            self.wake = self._wake(now)
+
+    def serve_wake(self, now: float) -> None:
+        """The next wake-up, after a `serve(now, out, wake=False)` that nothing followed."""
         self.wake = self._wake(now)
+
+    def _to(self, now: float, out: list[BudgetDecision]) -> None:
+        """The pass's first half: refill, expire permits past their TTL, recover the limit
+        (each only when due: the tests are the callees' own first ones, inlined on the hot path)."""
+        if self.leaves:
+            self.advance(now)
+        else:
+            self.shared.refill(now)  # `advance` without leaves
+        if self.expiry and self.expiry[0][0] <= now:
+            self._expire(now, out)
+        if self.next_recovery is not None and now >= self.next_recovery:
+            self._recover(now, out)
+        if self.blocked_until is not None and now >= self.blocked_until:
+            self.blocked_until = None
+
+    def serve_alone(self, p: Permit, now: float, out: list[BudgetDecision]) -> None:
+        """`serve` when `p`, just enqueued, is the only permit waiting (the hot path: a budget
+        nobody waits on): the same decisions and the same buckets moved, in one step. `p` is
+        then the head if it is within its ceiling; `head` refilled its nominal meter and decayed
+        its share while ranking it, so this does too (a meter refilled at two times and one
+        refilled at the later only differ in their last bits)."""
+        if not self.fast:
+            return self.serve(now, out)
+        self._to(now, out)
+        if self.blocked_until is None:
+            if p.cls == G:
+                leaf = p.share.leaf
+                if leaf is not None and leaf.covers(p.estimate):
+                    self._grant(p, now, out)
+            elif self.within_ceiling(p, now):
+                tier = self.tier(p, now)
+                p.share.share(now, self.half_life)
+                if self.shared.covers(p.estimate):
+                    self._grant(p, now, out, tier)
+                else:
+                    self.bound = True  # as _serve_shared: the limit held it back
+        self.wake = self._wake(now)
+        return None
+
+    def after_close(self, now: float, out: list[BudgetDecision]) -> None:
+        """`serve` again at the `now` of the pass that closed a permit (a settle): with nobody
+        waiting it only finds the next wake-up (the refill, expiries and recovery were done at
+        `now` already, and a close changes none of them)."""
+        if self.waiting or not self.fast:
+            self.serve(now, out)
+        else:
+            self.wake = self._wake(now)
 
     def _serve_guaranteed(self, now: float, out: list[BudgetDecision]) -> None:
         for s in self.shares.values():
@@ -239,7 +293,8 @@ class Book:
                 return
             self._grant(p, now, out)
 
-    def _grant(self, p: Permit, now: float, out: list[BudgetDecision]) -> None:
+    def _grant(self, p: Permit, now: float, out: list[BudgetDecision], tier: Tier | None = None) -> None:
+        """Grant `p` (`tier`: its tier at `now`, when the caller has it)."""
         s = p.share
         s.queues[p.cls].popleft()
         s.waiting -= 1
@@ -254,15 +309,15 @@ class Book:
             p.borrowed = True
             # As the slot order's share: only what is borrowed beyond what the tenant can count
             # on (its nominal) weighs against it in the shared tier.
-            p.counted = self.tier(p, now) == Tier.SHARED
+            p.counted = (self.tier(p, now) if tier is None else tier) == Tier.SHARED
             self.shared.take(p.estimate)
             ceiling = s.ceilings[p.cls]
             if ceiling is not None:
                 ceiling.take(p.estimate)
             if not p.counted and s.nominal is not None:
                 # Within nominal only: a grant beyond it never eats the nominal (as a borrowing
-                # slot lease is not a nominal one), it counts in the share instead.
-                s.nominal.refill(now)
+                # slot lease is not a nominal one), it counts in the share instead. (Refilled to
+                # `now` already: the tier that found it within nominal did.)
                 s.nominal.take(p.estimate, floor=True)
             if p.counted:
                 s.decayed(now, self.half_life)
@@ -432,7 +487,7 @@ class Book:
         self.dequeue(p)
         out.append(PermitWithdrawn(p.id, self.name, now - p.requested_at))
 
-    def _lent_rate(self) -> list[float]:
+    def lent_rate(self) -> list[float]:
         """The refill full leaves lend the shared bucket now (a wait estimate counts it)."""
         lent = [0.0, 0.0, 0.0, 0.0]
         for s in self.leaves:
@@ -441,108 +496,16 @@ class Book:
                     lent[d] += s.leaf.rate[d]
         return lent
 
-    def queued(self, p: Permit, now: float) -> PermitQueued:
-        """Where a waiting permit stands: the permits ahead of it on what it waits on, the time
-        their estimates and its own take to refill, and why."""
-        s = p.share
-        own = s.bucket(p.cls)
-        mine = list(s.queues[p.cls])
-        need_own = _sum(q.estimate for q in mine[: mine.index(p) + 1])
-        own_wait = 0.0 if own is None else own.wait(need_own, capped=False)
-        if p.cls == G:
-            position, shared_wait = mine.index(p), 0.0
-        else:
-            k = self.key(p, now)
-            ahead = [
-                q for t in self.shares.values() for c in (B, BE) for q in t.queues[c]
-                if q is not p and self.key(q, now) < k
-            ]  # fmt: skip
-            position = len(ahead)
-            need = _sum([*(q.estimate for q in ahead), p.estimate])
-            shared_wait = self.shared.wait(need, self._lent_rate(), capped=False)
-        wait = max(own_wait, shared_wait)
-        if self.blocked_until is not None:
-            reason = PermitWaitReason.PROVIDER_THROTTLED
-            wait = max(wait, self.blocked_until - now)
-        elif p.cls == G or (own is not None and not own.covers(need_own)):
-            reason = PermitWaitReason.TENANT_BUDGET
-        else:
-            reason = PermitWaitReason.BUDGET_EXHAUSTED
-        return PermitQueued(p.id, self.name, position, None if math.isinf(wait) else wait, reason)
-
-    def positions(self, now: float) -> list[PermitQueued]:
-        """Every waiting permit's place as `queued` would tell it now, in one pass (sorted once,
-        prefix sums), moving no bucket: a query the shell makes to tell waiters whose position
-        or reason changed, which must not change what the core decides next."""
-        out: list[PermitQueued] = []
-        if not self.waiting:
-            return out
-        blocked = self.blocked_until is not None
-        lent = self._lent_rate()
-        borrowers = [
-            (self._peek_key(q, now), q)
-            for s in self.borrowers.values() for c in (B, BE) for q in s.queues[c]
-        ]  # fmt: skip
-        borrowers.sort(key=lambda kq: kq[0])
-        shared_need = [0.0, 0.0, 0.0, 0.0]
-        shared_wait: dict[PermitId, float] = {}
-        for _, q in borrowers:
-            for d in range(4):
-                shared_need[d] += q.estimate[d]
-            need = (shared_need[0], shared_need[1], shared_need[2], shared_need[3])
-            shared_wait[q.id] = _peek(self.shared, now).wait(need, lent, capped=False)
-        rank = {q.id: i for i, (_, q) in enumerate(borrowers)}
-        for s in self.shares.values():
-            if not s.waiting:
-                continue
-            for cls in (G, B, BE):
-                own = s.bucket(cls)
-                peeked = None if own is None else _peek(own, now)
-                need_own = [0.0, 0.0, 0.0, 0.0]
-                for i, q in enumerate(s.queues[cls]):
-                    for d in range(4):
-                        need_own[d] += q.estimate[d]
-                    mine: Vec = (need_own[0], need_own[1], need_own[2], need_own[3])
-                    wait = 0.0 if peeked is None else peeked.wait(mine, capped=False)
-                    position = i if cls == G else rank[q.id]
-                    if cls != G:
-                        wait = max(wait, shared_wait[q.id])
-                    if blocked:
-                        reason = PermitWaitReason.PROVIDER_THROTTLED
-                        wait = max(wait, (self.blocked_until or now) - now)
-                    elif cls == G or (peeked is not None and not peeked.covers(mine)):
-                        reason = PermitWaitReason.TENANT_BUDGET
-                    else:
-                        reason = PermitWaitReason.BUDGET_EXHAUSTED
-                    est = None if math.isinf(wait) else wait
-                    out.append(PermitQueued(q.id, self.name, position, est, reason))
-        return out
-
-    def _peek_key(self, p: Permit, now: float) -> tuple[Tier, float, int, int]:
-        """`key` without refilling a meter or decaying a share (the same arithmetic)."""
-        if p.cls == BE:
-            tier = Tier.SHARED
-        else:
-            meter = p.share.nominal
-            covered = meter is not None and _peek(meter, now).covers(p.estimate)
-            tier = Tier.BURSTABLE_NOMINAL if covered else Tier.SHARED
-        s = p.share
-        if self.half_life <= 0:
-            share = s.in_flight / s.weight
-        elif now > s.usage_at:
-            share = s.usage * math.pow(2.0, -(now - s.usage_at) / self.half_life) / s.weight
-        else:
-            share = s.usage / s.weight
-        return (tier, share, p.cls, p.seq)
-
     def _wake(self, now: float) -> float | None:
         """The earliest time something here may change without an event: a retry-after passing,
         a permit's TTL, a recovery step, a waiter's refill."""
+        while self.expiry and self.permits.get(self.expiry[0][2]) is None:
+            heapq.heappop(self.expiry)  # settled: drop it, so the next TTL is the top
+        if not self.waiting and self.blocked_until is None and self.next_recovery is None:
+            return self.expiry[0][0] if self.expiry else None  # (the hot path: the next TTL)
         times: list[float] = []
         if self.blocked_until is not None:
             times.append(self.blocked_until)
-        while self.expiry and self.permits.get(self.expiry[0][2]) is None:
-            heapq.heappop(self.expiry)  # settled: drop it, so the next TTL is the top
         if self.expiry:
             times.append(self.expiry[0][0])
         if self.next_recovery is not None:
@@ -568,7 +531,7 @@ class Book:
                     out.append(s.nominal.wait(q[0].estimate))  # its tier may rise
         head = self.head(now)
         if head is not None:
-            out.append(self.shared.wait(head.estimate, self._lent_rate()))
+            out.append(self.shared.wait(head.estimate, self.lent_rate()))
         return out
 
     def view(self) -> BudgetView:
@@ -577,18 +540,3 @@ class Book:
             self.name, self.factor, eff, self.configured, self.shared.level(), self.waiting,
             len(self.permits) - self.waiting, self.blocked_until,
         )  # fmt: skip
-
-
-def _peek(b: Bucket, now: float) -> Bucket:
-    """A copy of `b` refilled to `now`: what it would hold, the original untouched."""
-    copy = Bucket(b.on, b.rate, b.cap, list(b.tokens), b.last)
-    copy.refill(now)
-    return copy
-
-
-def _sum(vs: Iterable[Vec]) -> Vec:
-    t = [0.0, 0.0, 0.0, 0.0]
-    for v in vs:
-        for d in range(4):
-            t[d] += v[d]
-    return (t[0], t[1], t[2], t[3])

@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterable
 
 from scheduler.core.budget.book import Book, Permit
+from scheduler.core.budget.places import positions, queued
 from scheduler.core.budget.shares import BE, CLASS_OF, CLASSES, G, Share, carry, make_share
 from scheduler.core.budget.types import (
     DIMENSION_NAMES,
@@ -52,6 +53,8 @@ MAX_RETRY_AFTER_S = 3600.0
 
 
 _NUMBERS = (int, float)  # exact types: a bool is not a count
+# The decisions after which a permit is neither open nor waiting (exact types: the union is closed).
+_CLOSING = frozenset({PermitEnded, PermitWithdrawn, PermitRefused})
 
 
 def usage_problem(u: Usage, name: str) -> tuple[str, str] | None:
@@ -86,8 +89,11 @@ def _retry_after(wait: float | None) -> float:
 
 
 class Budgets:
-    def __init__(self, policy: Policy, now: float) -> None:
+    def __init__(self, policy: Policy, now: float, fast: bool = True) -> None:
+        """`fast`: the books' one-step paths (Book.serve_alone, Book.after_close), which decide
+        as the full pass does; False only to check that (tests/test_budget_differential.py)."""
         self.policy = policy
+        self.fast = fast
         self.books: dict[str, Book] = {}
         self.tenants = frozenset(t.name for t in policy.tenants)
         self.where: dict[PermitId, Book] = {}
@@ -96,7 +102,7 @@ class Budgets:
         self.by_owner: dict[str, list[PermitId]] = {}
         for spec in policy.budgets:
             self.books[spec.name] = Book(
-                spec, self._shares(policy, spec.name, now), self._half_life(policy), now
+                spec, self._shares(policy, spec.name, now), self._half_life(policy), now, fast
             )
 
     @staticmethod
@@ -148,7 +154,7 @@ class Budgets:
     def positions(self, now: float) -> tuple[PermitQueued, ...]:
         """Every waiting permit's place now (position, estimated wait, reason), changing nothing:
         the shell tells a waiter anew when its position or reason moved."""
-        return tuple(q for b in self.books.values() if b.waiting for q in b.positions(now))
+        return tuple(q for b in self.books.values() if b.waiting for q in positions(b, now))
 
     def permit_owner(self, permit: PermitId) -> str | None:
         book = self.where.get(permit)
@@ -157,8 +163,8 @@ class Budgets:
 
     def _outcome(self, out: list[BudgetDecision]) -> Outcome:
         for d in out:
-            if isinstance(d, PermitEnded | PermitWithdrawn | PermitRefused):
-                self.where.pop(d.permit, None)
+            if type(d) in _CLOSING:
+                self.where.pop(d.permit, None)  # type: ignore[union-attr]
         return Outcome(tuple(out), self.wake_at())
 
     # --- permits ------------------------------------------------------------------------------
@@ -209,14 +215,17 @@ class Budgets:
             mine.append(p.id)
             if len(mine) > 64 and len(mine) & (len(mine) - 1) == 0:  # at powers of two: amortized
                 mine[:] = [q for q in mine if q in self.where]
-        book.serve(now, out)
+        if book.waiting == 1:
+            book.serve_alone(p, now, out)  # nobody else waits: one step (the hot path)
+        else:
+            book.serve(now, out)
         if p.granted_at is not None:
             return None
         full = self._queue_full(book, p)
         if full is None:
-            out.append(book.queued(p, now))
+            out.append(queued(book, p, now))
             return None
-        wait = book.queued(p, now).estimated_wait_s
+        wait = queued(book, p, now).estimated_wait_s
         book.dequeue(p)
         self._refuse(out, ev, full[0], full[1], retry_after_s=_retry_after(wait))
         book.serve(now, out)  # it may have headed the queue
@@ -225,6 +234,22 @@ class Budgets:
     @staticmethod
     def _too_large(book: Book, share: Share, cls: int, est: Vec) -> tuple[str, str] | None:
         """An estimate above a bucket's capacity (one minute of its rate) never fits."""
+        known = book.capacities.get((share.tenant, cls))
+        if known is None:
+            known = book.capacities[(share.tenant, cls)] = Budgets._capacity(book, share, cls)
+        cap, where = known
+        for d in book.on:
+            if est[d] > cap[d]:
+                return _FIELDS[d], (
+                    f"{_FIELDS[d]}: {est[d]:g} {DIMENSION_NAMES[d]} is more than {where} of budget "
+                    f"{book.name!r} holds ({cap[d]:g} a minute): it could never be granted"
+                )
+        return None
+
+    @staticmethod
+    def _capacity(book: Book, share: Share, cls: int) -> tuple[list[float], str]:
+        """What a permit of the share's class fits in at most, and where that is (fixed for the
+        book's life: its shares and rates come with the policy)."""
         own = share.limit[cls]
         assert own is not None
         cap = list(own)
@@ -237,13 +262,7 @@ class Budgets:
                         shared[d],
                         "the budget's shared rate (its limit less the Guaranteed rates)",
                     )
-        for d in book.on:
-            if est[d] > cap[d]:
-                return _FIELDS[d], (
-                    f"{_FIELDS[d]}: {est[d]:g} {DIMENSION_NAMES[d]} is more than {where} of budget "
-                    f"{book.name!r} holds ({cap[d]:g} a minute): it could never be granted"
-                )
-        return None
+        return cap, where
 
     def _queue_full(self, book: Book, p: Permit) -> tuple[PermitRefuseReason, str] | None:
         """The waiting caps, as the slot queue's: BestEffort refused at a fraction of them."""
@@ -268,20 +287,22 @@ class Budgets:
         waiting, for a withdrawal) or is another owner's."""
         book = self.where.get(permit)
         if book is not None:
-            book.serve(now, out)
+            book.serve(now, out, wake=False)  # the caller's next pass finds it (else below)
         p = None if book is None else book.permits.get(permit)
         if p is None or (p.granted_at is None) != waiting:
             state = "waiting" if waiting else "open"
             out.append(
                 SettleRefused(permit, SettleRefuseReason.NOT_OPEN, f"permit {permit!r} is not {state}")
             )
-            return None
-        if p.owner != owner:
+        elif p.owner != owner:
             out.append(
                 SettleRefused(permit, SettleRefuseReason.NOT_OWNER, f"permit {permit!r} is another session's")
             )
-            return None
-        return p
+        else:
+            return p
+        if book is not None:
+            book.serve_wake(now)
+        return None
 
     def _settle(self, ev: Settle, now: float, out: list[BudgetDecision]) -> None:
         problem = usage_problem(ev.usage, "usage")
@@ -311,7 +332,11 @@ class Budgets:
             book.adopt(ev.reported, now, out)
         if retry is not None:
             book.throttled(p, float(retry), now, out)
-        book.serve(now, out)  # a refund may grant waiters
+            book.serve(now, out)
+        elif ev.reported is not None:
+            book.serve(now, out)
+        else:
+            book.after_close(now, out)  # a refund may grant waiters
 
     def _charge(self, ev: Charge, now: float, out: list[BudgetDecision]) -> None:
         """A permit granted now with a zero estimate and settled at once: its whole usage a debt."""
@@ -380,7 +405,7 @@ class Budgets:
         old_books, self.books, self.policy = self.books, {}, policy
         self.tenants = frozenset(t.name for t in policy.tenants)
         for spec in policy.budgets:
-            book = Book(spec, self._shares(policy, spec.name, now), self._half_life(policy), now)
+            book = Book(spec, self._shares(policy, spec.name, now), self._half_life(policy), now, self.fast)
             old = old_books.pop(spec.name, None)
             if old is not None:
                 self._inherit(book, old, now, out)

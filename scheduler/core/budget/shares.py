@@ -70,7 +70,12 @@ class Share:
 
     def allowed(self, cls: int, on: tuple[int, ...]) -> bool:
         lim = self.limit[cls]
-        return lim is not None and all(lim[d] > 0 for d in on)
+        if lim is None:
+            return False
+        for d in on:  # noqa: SIM110 - a loop, not all(...): the generator costs more (hot path)
+            if not lim[d] > 0:
+                return False
+        return True
 
     def bucket(self, cls: int) -> Bucket | None:
         """What a permit of the class draws its own rate from: the leaf, or its class ceiling."""

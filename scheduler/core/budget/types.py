@@ -6,10 +6,38 @@ decisions are frozen, so a replay compares them with `==`.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import NewType
+from dataclasses import MISSING, dataclass, fields
+from typing import NewType, TypeVar
 
 from scheduler.core.types import QoS, TenantName
+
+_T = TypeVar("_T")
+
+
+def quick(cls: type[_T]) -> type[_T]:
+    """A frozen dataclass built in one step: its generated `__init__` sets each field with its
+    own `object.__setattr__` (about 110 ns a field), this one sets the instance's `__dict__` at
+    once. Same fields, defaults, equality and immutability; a permit builds eight of these (its
+    two events and their usages, two decisions, two outcomes): one step each cut a sixth of the
+    instructions of a request and its settle."""
+    assert not hasattr(cls, "__post_init__"), "quick: no __post_init__ (this __init__ calls none)"
+    params, items, env = [], [], {"_set": object.__setattr__}
+    for f in fields(cls):  # type: ignore[arg-type]
+        assert f.default_factory is MISSING, "quick: no default factories"
+        if f.default is MISSING:
+            params.append(f.name)
+        else:
+            env[f"_d_{f.name}"] = f.default
+            params.append(f"{f.name}=_d_{f.name}")
+        items.append(f"{f.name!r}: {f.name}")
+    src = f"def __init__(self, {', '.join(params)}):\n    _set(self, '__dict__', {{{', '.join(items)}}})\n"
+    ns: dict[str, object] = {}
+    exec(src, env, ns)  # as dataclasses builds its own __init__
+    init = ns["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"  # type: ignore[attr-defined]
+    cls.__init__ = init  # type: ignore[method-assign, assignment]
+    return cls
+
 
 PermitId = NewType("PermitId", str)
 BudgetName = NewType("BudgetName", str)
@@ -24,6 +52,7 @@ DIMENSION_NAMES: tuple[str, str, str, str] = ("requests", "input tokens", "outpu
 MAX_TOKENS_PER_CALL = 10**9
 
 
+@quick
 @dataclass(frozen=True)
 class Usage:
     """What a call costs: its input tokens, its output tokens (an estimate: the call's max
@@ -81,6 +110,7 @@ class PermitEndReason(enum.StrEnum):
 # ---------------------------------------------------------------- events
 
 
+@quick
 @dataclass(frozen=True)
 class PermitRequest:
     """A session asks for a permit on `budget` for one call. `owner` is the key the settle must
@@ -94,6 +124,7 @@ class PermitRequest:
     estimate: Usage
 
 
+@quick
 @dataclass(frozen=True)
 class ReportedLimits:
     """The provider's own limit per minute, as its response headers state it (Anthropic's
@@ -110,6 +141,7 @@ class ReportedLimits:
         return (self.requests, self.input_tokens, self.output_tokens, self.tokens)
 
 
+@quick
 @dataclass(frozen=True)
 class Settle:
     """The call is over: `usage` as the provider reported it. `throttled_retry_after_s` (not
@@ -123,6 +155,7 @@ class Settle:
     reported: ReportedLimits | None = None
 
 
+@quick
 @dataclass(frozen=True)
 class Withdraw:
     """A waiting permit is given up (its caller, its deadline, its session ending)."""
@@ -131,6 +164,7 @@ class Withdraw:
     owner: str
 
 
+@quick
 @dataclass(frozen=True)
 class Charge:
     """A settle of a permit this core never granted (one a leader granted before a failover):
@@ -146,6 +180,7 @@ class Charge:
     usage: Usage
 
 
+@quick
 @dataclass(frozen=True)
 class OwnerGone:
     """The owner's session ended: its waiting permits are withdrawn, its open ones closed at
@@ -154,6 +189,7 @@ class OwnerGone:
     owner: str
 
 
+@quick
 @dataclass(frozen=True)
 class BudgetTick:
     """Time passes: refills, TTLs, recovery, and the grants they allow."""
@@ -165,6 +201,7 @@ BudgetEvent = PermitRequest | Settle | Withdraw | Charge | OwnerGone | BudgetTic
 # ---------------------------------------------------------------- decisions
 
 
+@quick
 @dataclass(frozen=True)
 class PermitGranted:
     permit: PermitId
@@ -178,6 +215,7 @@ class PermitGranted:
     borrowed: bool  # drawn from the budget's shared bucket (not the tenant's reserved rate)
 
 
+@quick
 @dataclass(frozen=True)
 class PermitQueued:
     permit: PermitId
@@ -187,6 +225,7 @@ class PermitQueued:
     reason: PermitWaitReason
 
 
+@quick
 @dataclass(frozen=True)
 class PermitRefused:
     permit: PermitId
@@ -197,6 +236,7 @@ class PermitRefused:
     retry_after_s: float | None = None  # the queue caps: when to try again
 
 
+@quick
 @dataclass(frozen=True)
 class PermitEnded:
     """A granted permit closed: `charged` is what its budget counts for it (the usage settled,
@@ -213,6 +253,7 @@ class PermitEnded:
     throttled: bool = False
 
 
+@quick
 @dataclass(frozen=True)
 class PermitWithdrawn:
     permit: PermitId
@@ -220,6 +261,7 @@ class PermitWithdrawn:
     waited_s: float
 
 
+@quick
 @dataclass(frozen=True)
 class SettleRefused:
     permit: PermitId
@@ -228,6 +270,7 @@ class SettleRefused:
     field: str = ""
 
 
+@quick
 @dataclass(frozen=True)
 class LimitChanged:
     """A budget's effective limit moved (the shell logs it and exports the gauge)."""
@@ -250,6 +293,7 @@ BudgetDecision = (
 )
 
 
+@quick
 @dataclass(frozen=True)
 class Outcome:
     """What one event decided, and when the core next needs a BudgetTick (None: nothing is
@@ -259,6 +303,7 @@ class Outcome:
     wake_at: float | None
 
 
+@quick
 @dataclass(frozen=True)
 class BudgetView:
     """One budget as `slotsched status` and the metrics read it."""
