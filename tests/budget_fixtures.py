@@ -29,6 +29,12 @@ def budget_policy_yaml(
             "maxPendingPerTenant": max_pending_per_tenant,
         }
     ]
+    _share_the_budget(spec)
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def _share_the_budget(spec: dict[str, Any]) -> None:
+    """acme: Guaranteed 10%, Burstable 40% to 100% of `llm`; globex: Burstable alike."""
     burst = {"nominal": {"percent": 40}, "limit": {"percent": 100}}
     shares = {
         "acme": {"budget": BUDGET, "guaranteed": {"percent": 10}, "burstable": burst},
@@ -37,7 +43,6 @@ def budget_policy_yaml(
     for t in spec["tenants"]:
         if t["name"] in shares:
             t["budgets"] = [shares[t["name"]]]
-    return yaml.safe_dump(doc, sort_keys=False)
 
 
 def permit_request(session_id: str, inp: float = 100, out: float = 100, budget: str = BUDGET) -> Any:
@@ -69,14 +74,7 @@ def pools_budget_policy_yaml(*, tokens_per_minute: int = 60_000, **kw: Any) -> s
     spec["budgets"] = [
         {"name": BUDGET, "tokensPerMinute": tokens_per_minute, "requestsPerMinute": 600, "maxPending": 100}
     ]
-    burst = {"nominal": {"percent": 40}, "limit": {"percent": 100}}
-    shares = {
-        "acme": {"budget": BUDGET, "guaranteed": {"percent": 10}, "burstable": burst},
-        "globex": {"budget": BUDGET, "burstable": burst},
-    }
-    for t in spec["tenants"]:
-        if t["name"] in shares:
-            t["budgets"] = [shares[t["name"]]]
+    _share_the_budget(spec)
     for p in spec["pools"]:
         if p["name"] in (HOME, "gpu"):
             p["budgets"] = [BUDGET]

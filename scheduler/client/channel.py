@@ -17,6 +17,7 @@ import grpc.aio
 
 from scheduler.api import wire
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2_grpc
+from scheduler.client.forward import Forward
 from scheduler.client.reactions import Call, Reaction, codes
 from scheduler.client.retry import RetryPolicy
 from scheduler.client.transport import ChannelCall, SessionTransport
@@ -163,6 +164,25 @@ class ClientLink(Protocol):
         """Where sessions' Acquire, Renew, Yield and Release go: the channel multiplexer or the
         per-session rpcs (neither sends a command again: `calls.py` does)."""
         ...
+
+
+class ForwardedSettings:
+    """A `ClientLink`'s settings read live from the link it serves under (`_settings`: a pool's
+    route reads its client's, a budget's permits the link they go through now), declared once."""
+
+    _settings: Any
+    target = Forward[str]("_settings")
+    metadata = Forward[tuple[tuple[str, str], ...]]("_settings")
+    rpc_timeout_s = Forward[float]("_settings")
+    reattach_timeout_s = Forward[float]("_settings")
+    connect_timeout_s = Forward[float]("_settings")
+    renew_interval_s = Forward[float | None]("_settings")
+    reattach = Forward[RetryPolicy]("_settings")
+    command_backoff = Forward[RetryPolicy]("_settings")
+    follow_leader = Forward[bool]("_settings")
+    failover_timeout_s = Forward[float]("_settings")
+    wake = Forward[Wake]("_settings")
+    sessions = Forward[set[Any]]("_settings")
 
 
 _GRPC_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:", "xds:")

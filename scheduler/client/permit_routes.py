@@ -29,12 +29,10 @@ from google.protobuf.message import Message
 
 from scheduler.api import wire
 from scheduler.api.commands import Command
-from scheduler.client.channel import ClientLink
+from scheduler.client.channel import ClientLink, ForwardedSettings
 from scheduler.client.follow import leader_named, pool_named
-from scheduler.client.forward import Forward
-from scheduler.client.retry import FAILOVER, RetryPolicy
+from scheduler.client.retry import FAILOVER
 from scheduler.client.transport import ChannelCall, LeaseCall, Metadata, SessionTransport
-from scheduler.client.wake import Wake
 
 
 class PermitRoot(Protocol):
@@ -71,22 +69,9 @@ def _retry_after_s(err: grpc.aio.AioRpcError) -> float:
     return FAILOVER.delay(0)
 
 
-class PermitLink:
+class PermitLink(ForwardedSettings):
     """The `ClientLink` of one session's permits on one budget (module doc): the route of the
     budget's home pool once known, else the session's own link."""
-
-    target = Forward[str]("link")
-    metadata = Forward[tuple[tuple[str, str], ...]]("link")
-    rpc_timeout_s = Forward[float]("link")
-    reattach_timeout_s = Forward[float]("link")
-    connect_timeout_s = Forward[float]("link")
-    renew_interval_s = Forward[float | None]("link")
-    reattach = Forward[RetryPolicy]("link")
-    command_backoff = Forward[RetryPolicy]("link")
-    follow_leader = Forward[bool]("link")
-    failover_timeout_s = Forward[float]("link")
-    wake = Forward[Wake]("link")
-    sessions = Forward[set[Any]]("link")
 
     def __init__(self, session_link: ClientLink, budget: str, qos: int) -> None:
         self._session_link = session_link
@@ -94,6 +79,10 @@ class PermitLink:
         self.qos = qos
         root: Any = getattr(session_link, "client", session_link)  # a pool's route, or the client
         self._root: PermitRoot | None = root if hasattr(root, "budget_homes") else None
+
+    @property
+    def _settings(self) -> ClientLink:
+        return self.link
 
     @property
     def link(self) -> ClientLink:

@@ -17,13 +17,10 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from scheduler.api.gen.slotsched.v1 import scheduler_pb2_grpc
-from scheduler.client.channel import ClientLink
+from scheduler.client.channel import ClientLink, ForwardedSettings
 from scheduler.client.follow import FollowingStub
-from scheduler.client.forward import Forward
 from scheduler.client.mux import SessionMux
-from scheduler.client.retry import RetryPolicy
 from scheduler.client.transport import ChannelCall, RpcTransport, SessionTransport
-from scheduler.client.wake import Wake
 
 
 class RouteOwner(ClientLink, Protocol):
@@ -49,25 +46,12 @@ def route_key(pool: str, selector: Sequence[tuple[str, str]]) -> str:
     return ""
 
 
-class PoolRoute:
+class PoolRoute(ForwardedSettings):
     """The `ClientLink` of one route's sessions (module doc): the client's settings, read live,
     over this route's follower, stubs and multiplexer."""
 
-    target = Forward[str]("client")
-    metadata = Forward[tuple[tuple[str, str], ...]]("client")
-    rpc_timeout_s = Forward[float]("client")
-    reattach_timeout_s = Forward[float]("client")
-    connect_timeout_s = Forward[float]("client")
-    renew_interval_s = Forward[float | None]("client")
-    reattach = Forward[RetryPolicy]("client")
-    command_backoff = Forward[RetryPolicy]("client")
-    follow_leader = Forward[bool]("client")
-    failover_timeout_s = Forward[float]("client")
-    wake = Forward[Wake]("client")
-    sessions = Forward[set[Any]]("client")
-
     def __init__(self, client: RouteOwner, key: str, follower: Any, *, multiplex: bool) -> None:
-        self.client = client
+        self.client = self._settings = client
         self.key = key
         self.follower = follower
         self._stub: Any = None
