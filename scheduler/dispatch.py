@@ -295,9 +295,10 @@ TABLE: tuple[EventSpec, ...] = (
     EventSpec(Resumed, "resumed", _enc_resumed, _dec_resumed, after=_resumed_after),
     EventSpec(PolicyApplied, "policy", _enc_policy, _dec_policy),
 )
+#: Records older builds wrote, still read (replayed as they were meant), never written.
+READ_ONLY: tuple[EventSpec, ...] = (EventSpec(Renew, "renew", _enc_lease_op, _dec_renew_exact),)
 BY_TYPE: dict[type, EventSpec] = {s.type: s for s in TABLE}
-BY_NAME: dict[str, EventSpec] = {s.name: s for s in TABLE}
-BY_NAME["renew"] = EventSpec(Renew, "renew", _enc_lease_op, _dec_renew_exact)  # read, no longer written
+BY_NAME: dict[str, EventSpec] = {s.name: s for s in (*TABLE, *READ_ONLY)}
 
 
 def spec_of(event: Applied) -> EventSpec:
