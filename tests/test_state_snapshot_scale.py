@@ -39,6 +39,7 @@ from scheduler.state import state_read, state_write
 from scheduler.state.compaction import snapshot_due
 from scheduler.state.redis_store import RedisStore
 from scheduler.state.replica import Replica, StateMetrics
+from scheduler.state.store import StoreUnavailable
 from tests.test_core_state_io import POLICY, SNAP, _apply, _Gen, _observe, _scenario, export_doc, from_doc
 from tests.test_state_codec import _busy_state, _fingerprint
 
@@ -321,6 +322,28 @@ def test_the_next_snapshot_waits_for_the_duty_times_the_last_ones_cost() -> None
         assert r._cut_snapshot() is None
         r._last_snapshot -= 0.5
         assert r._cut_snapshot() is not None
+
+    asyncio.run(go())
+
+
+def test_a_snapshot_not_stored_does_not_space_the_next() -> None:
+    async def go() -> None:
+        async def down(*_: Any) -> None:
+            raise StoreUnavailable("timed out after 10 s")
+
+        loop = SchedulerLoop(POLICY)
+        r = _replica(loop, snapshot_every=100, snapshot_interval_s=3600, snapshot_duty=20)
+        r.store.save_snapshot = down  # type: ignore[method-assign]
+        r._snapshot_cost, r._last_snapshot = 0.01, r._last_snapshot - 1.0
+        r._since_snapshot = 100
+        cut = r._cut_snapshot()
+        assert cut is not None
+        r._since_snapshot = 7
+        r._save_snapshot(cut, "1-0", "me:1")
+        assert r._snapshot_task is not None
+        await r._snapshot_task
+        assert r._snapshot_cost == 0.01  # the wait of a failed store is not a snapshot's cost
+        assert r._since_snapshot == 107  # its events count towards the next
 
     asyncio.run(go())
 

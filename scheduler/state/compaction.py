@@ -153,30 +153,31 @@ class Compaction:
     async def _store_snapshot(self, snap: Captured, last_id: Position, token: str) -> None:
         t0 = time.perf_counter()
         try:
-            try:
-                data = await asyncio.to_thread(state_write.write_state, snap)
-            except StateSnapshotError as e:
-                self._snapshots_ok = False
-                log.error("snapshots disabled, the journal will not be compacted: %s", e)
-                return
-            try:
-                await self.store.save_snapshot(
-                    data, state_write.current_fingerprint(), last_id, snap.last_now, token
-                )
-                log.info(
-                    "snapshot at journal id %s (%d sessions, %d bytes, %.0f ms + %.0f ms to "
-                    "capture); journal trimmed",
-                    last_id,
-                    snap.size,
-                    len(data),
-                    (time.perf_counter() - t0) * 1e3,
-                    self._capture_s * 1e3,
-                )
-            except (StoreUnavailable, StaleTerm) as e:
-                # Not fatal: the journal still holds everything after the previous snapshot;
-                # the events this one covered count towards the next.
-                self._since_snapshot += self._snapshot_events
-                log.warning("snapshot not stored (%s)", e)
-        finally:
-            # What it took, stored or not: the next is not due before `snapshot_duty` x this.
-            self._snapshot_cost = self._capture_s + time.perf_counter() - t0
+            data = await asyncio.to_thread(state_write.write_state, snap)
+        except StateSnapshotError as e:
+            self._snapshots_ok = False
+            log.error("snapshots disabled, the journal will not be compacted: %s", e)
+            return
+        try:
+            await self.store.save_snapshot(
+                data, state_write.current_fingerprint(), last_id, snap.last_now, token
+            )
+        except (StoreUnavailable, StaleTerm) as e:
+            # Not fatal: the journal still holds everything after the previous snapshot; the
+            # events this one covered count towards the next. What it took is not counted: a
+            # store that failed (a timeout) says nothing of what the next will cost.
+            self._since_snapshot += self._snapshot_events
+            log.warning("snapshot not stored (%s)", e)
+            return
+        took = time.perf_counter() - t0
+        # The next is not due before `snapshot_duty` x this (capture + encode + store).
+        self._snapshot_cost = self._capture_s + took
+        log.info(
+            "snapshot at journal id %s (%d sessions, %d bytes, %.0f ms + %.0f ms to capture); "
+            "journal trimmed",
+            last_id,
+            snap.size,
+            len(data),
+            took * 1e3,
+            self._capture_s * 1e3,
+        )
