@@ -152,6 +152,7 @@ def test_leader_and_standby_equal_the_whole_journal_across_snapshots_and_failove
             state = StateOptions(state=r.url, replica_id=f"r{i}", leader_ttl_s=1.0, snapshot_every=3)
             s = await start_server(path, "127.0.0.1:0", None, state=state, grant_keys=keys)
             replica_of(s).snapshot_ratio = 0.0  # every 3 entries, however big the state
+            replica_of(s).snapshot_duty = 0.0  # ... and however little time passed
             servers.append(s)
             return s
 

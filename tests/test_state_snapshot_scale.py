@@ -1,6 +1,7 @@
 """State snapshot format 3 and the leader's snapshot cadence: the compact format round-trips any
 reachable state, older formats are still read, a capture taken on the loop is not changed by
-what the loop does while it is encoded in a thread, and a snapshot is due by the tail bound.
+what the loop does while it is encoded in a thread, and a snapshot is due by the tail bound and
+the duty cycle (compaction.snapshot_due's table).
 No Redis here (tests/test_state_redis.py runs the real store); figures are bench/recovery.py's."""
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from scheduler.ports import EndedSession, Extras, LoopState, StateUnavailable, W
 from scheduler.server.loop import SchedulerLoop
 from scheduler.server.registry import WorkerRegistry
 from scheduler.state import state_read, state_write
+from scheduler.state.compaction import snapshot_due
 from scheduler.state.redis_store import RedisStore
 from scheduler.state.replica import Replica, StateMetrics
+from scheduler.state.store import StoreUnavailable
 from tests.test_core_state_io import POLICY, SNAP, _apply, _Gen, _observe, _scenario, export_doc, from_doc
 from tests.test_state_codec import _busy_state, _fingerprint
 
@@ -210,9 +213,46 @@ def test_a_malformed_format_3_snapshot_is_refused_with_what_is_wrong() -> None:
         state_read.read_state(json.dumps(bad).encode())
 
 
+# (tail entries, live sessions, s since the last cut, the last one's cost in s, duty) -> due;
+# every=1000, ratio=0.05, interval=60 s.
+DUE_TABLE = [
+    # the tail bound, as before the duty cycle (nothing stored yet: no cost)
+    ((0, 0, 3600.0, 0.0, 20.0), False),  # nothing new, nothing to cut
+    ((999, 0, 1.0, 0.0, 20.0), False),
+    ((1000, 0, 0.0, 0.0, 20.0), True),  # max(every, ...)
+    ((1499, 30_000, 1.0, 0.0, 20.0), False),
+    ((1500, 30_000, 1.0, 0.0, 20.0), True),  # ratio x live
+    ((1500, 30_000, 1.0, 0.01, 20.0), True),  # a cheap snapshot: the tail bound decides
+    ((1, 0, 60.0, 0.0, 20.0), True),  # the interval, with one entry
+    ((1, 0, 59.9, 0.0, 20.0), False),
+    # at scale: 30,000 sessions journal ~1,500 entries a second; a snapshot took 0.5 s
+    ((1500, 30_000, 1.0, 0.5, 20.0), False),  # the old rule: one every second
+    ((9900, 30_000, 9.9, 0.5, 20.0), False),  # the tail past its bound, the duty not yet
+    ((15_000, 30_000, 10.0, 0.5, 20.0), True),  # 20 x 0.5 s: 1/20 of the time at most
+    ((1400, 30_000, 10.0, 0.5, 20.0), False),  # the duty met, the tail bound not
+    # the interval waits for the duty too: a 4 s snapshot, one entry a minute
+    ((1, 0, 60.0, 4.0, 20.0), False),
+    ((1, 0, 80.0, 4.0, 20.0), True),
+    ((0, 0, 80.0, 4.0, 20.0), False),
+    # duty 0: the tail bound alone
+    ((1500, 30_000, 0.0, 0.5, 0.0), True),
+]
+
+
+@pytest.mark.parametrize(("args", "due"), DUE_TABLE)
+def test_when_a_snapshot_is_due(args: tuple[int, int, float, float, float], due: bool) -> None:
+    tail, live, since, cost, duty = args
+    got = snapshot_due(tail, live, since, cost, every=1000, ratio=0.05, interval_s=60.0, duty=duty)
+    assert got is due
+
+
 class _Store:
     token = "me:1"
     where = "the test's store"
+    saved = 0
+
+    async def save_snapshot(self, *_: Any) -> None:
+        self.saved += 1
 
     def append_nowait(self, records: list[bytes], token: str, done: Any) -> bool:
         return False  # no lean connection: the replica awaits `append`
@@ -264,6 +304,50 @@ def test_a_snapshot_is_due_after_the_tail_bound_and_one_at_a_time() -> None:
     asyncio.run(go())
 
 
+def test_the_next_snapshot_waits_for_the_duty_times_the_last_ones_cost() -> None:
+    async def go() -> None:
+        loop = SchedulerLoop(POLICY)
+        r = _replica(loop, snapshot_every=100, snapshot_interval_s=3600, snapshot_duty=20)
+        r._since_snapshot = 100
+        cut = r._cut_snapshot()
+        assert cut is not None and r._snapshot_cost == 0.0
+        r._save_snapshot(cut, "1-0", "me:1")
+        assert r._snapshot_task is not None
+        await r._snapshot_task  # encoded in a thread and stored: what it took is kept
+        assert r.store.saved == 1  # type: ignore[attr-defined]
+        assert r._snapshot_cost >= r._capture_s > 0
+        r._snapshot_cost = 1.0  # say it took 1 s: the next is due 20 s after this one's cut
+        r._since_snapshot = 10_000
+        r._last_snapshot -= 19.5
+        assert r._cut_snapshot() is None
+        r._last_snapshot -= 0.5
+        assert r._cut_snapshot() is not None
+
+    asyncio.run(go())
+
+
+def test_a_snapshot_not_stored_does_not_space_the_next() -> None:
+    async def go() -> None:
+        async def down(*_: Any) -> None:
+            raise StoreUnavailable("timed out after 10 s")
+
+        loop = SchedulerLoop(POLICY)
+        r = _replica(loop, snapshot_every=100, snapshot_interval_s=3600, snapshot_duty=20)
+        r.store.save_snapshot = down  # type: ignore[method-assign]
+        r._snapshot_cost, r._last_snapshot = 0.01, r._last_snapshot - 1.0
+        r._since_snapshot = 100
+        cut = r._cut_snapshot()
+        assert cut is not None
+        r._since_snapshot = 7
+        r._save_snapshot(cut, "1-0", "me:1")
+        assert r._snapshot_task is not None
+        await r._snapshot_task
+        assert r._snapshot_cost == 0.01  # the wait of a failed store is not a snapshot's cost
+        assert r._since_snapshot == 107  # its events count towards the next
+
+    asyncio.run(go())
+
+
 # ------------------------------------------------------------------ with a real redis-server
 
 SMALL = Policy(
@@ -298,8 +382,17 @@ async def _snapshot_while_serving(url: str) -> None:
     def replica(loop: SchedulerLoop, registry: WorkerRegistry, name: str) -> Replica:
         store = RedisStore(url, "snap", name, timeout_s=10.0)
         metrics = StateMetrics(CollectorRegistry())
+        # Every 40 entries, however little time passed (no duty cycle): several snapshots in flight.
         return Replica(
-            store, loop, registry, SMALL, metrics, on_lead=nothing, on_step_down=nothing, snapshot_every=40
+            store,
+            loop,
+            registry,
+            SMALL,
+            metrics,
+            on_lead=nothing,
+            on_step_down=nothing,
+            snapshot_every=40,
+            snapshot_duty=0.0,
         )
 
     clock = iter(range(10**6))

@@ -80,7 +80,7 @@ from scheduler.core.types import Resumed
 from scheduler.policy.model import Policy
 from scheduler.ports import NOT_LEADER, Applied, Extras, ReplicaHost, StateUnavailable, WorkerBook
 from scheduler.state import codec
-from scheduler.state.compaction import Compaction
+from scheduler.state.compaction import SNAPSHOT_DUTY, SNAPSHOT_RATIO, Compaction
 from scheduler.state.metrics import StateMetrics
 from scheduler.state.reach import StoreReach
 from scheduler.state.roles import DUTIES, Role, Trigger, move
@@ -101,9 +101,6 @@ DEFAULT_CAMPAIGN_INTERVAL_S = 0.1
 IDLE_CHECK_S = 1.0
 #: The leader stops serving this fraction of the TTL before its lease could lapse in the store.
 MARGIN = 0.1
-# A snapshot is due once the journal tail holds this many entries per live lease or queued
-# session (and at least `snapshot_every`): see the module docstring, Snapshots.
-SNAPSHOT_RATIO = 0.05
 
 
 def unavailable(message: str) -> StateUnavailable:
@@ -130,6 +127,7 @@ class Replica(Compaction, Standby):
         campaign_interval_s: float = DEFAULT_CAMPAIGN_INTERVAL_S,
         advertise: str = "",
         snapshot_ratio: float = SNAPSHOT_RATIO,
+        snapshot_duty: float = SNAPSHOT_DUTY,
         where: str = "",
         on_store: Callable[[str | None], Awaitable[None]] | None = None,
         may_lead: Callable[[], bool] | None = None,
@@ -165,6 +163,7 @@ class Replica(Compaction, Standby):
         self.snapshot_every = snapshot_every
         self.snapshot_interval_s = snapshot_interval_s
         self.snapshot_ratio = snapshot_ratio
+        self.snapshot_duty = snapshot_duty
         self.role = Role.STANDBY  # roles.py: what it does, and how it moves
         self.fatal: BaseException | None = None
         self.fatal_event = asyncio.Event()
@@ -182,6 +181,8 @@ class Replica(Compaction, Standby):
         self._snapshot_task: asyncio.Task[None] | None = None
         self._snapshot_size = 0  # live leases + queued sessions at the last cut
         self._snapshot_events = 0  # journal entries the snapshot being stored covers
+        self._snapshot_cost = 0.0  # the last snapshot's capture + encode + store (s, wall)
+        self._capture_s = 0.0
         self._last_now = float("-inf")
         self._task: asyncio.Task[None] | None = None
         self._deadline = float("-inf")  # monotonic: serve no later than this without a renewal
