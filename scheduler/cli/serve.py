@@ -138,7 +138,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=int,
         default=1000,
         help="snapshot the state and trim the journal once the journal tail holds N events or 5%% "
-        "of the live sessions, whichever is more (default %(default)s)",
+        "of the live sessions, whichever is more, and at least 20 times the last snapshot's own "
+        "time after it (so snapshots take at most about 5%% of the leader's time) (default %(default)s)",
     )
     s.add_argument(
         "--snapshot-interval",

@@ -20,7 +20,7 @@ snapshot took to capture, encode and store (wall time). The second rule bounds w
 cost: at most about 1 / `snapshot_duty` of the leader's time, whatever the rate of entries. The
 tail rule alone does not: renewals arrive at live / 10 a second at the default TTL (about half
 journaled), so a snapshot of the whole state would be due every second or so whatever the
-number of sessions, its cost growing with the sessions squared (decision 0022c). What it costs
+number of sessions, its cost growing with the sessions squared (decision 0022). What it costs
 recovery: a tail of at most max(tail_bound, the entries of `snapshot_duty` x one snapshot's
 time) + the entries that arrive while one is encoded and stored. Replaying an entry costs a
 follower less than deciding it cost the leader, so replaying the duty's part of the tail takes
