@@ -8,7 +8,8 @@ re-attaching. Each runtime re-implementing that loop would get the corner cases 
 different way (double yields, renewing a fenced epoch, re-attaching after a release), so the SDK
 does it once:
 
-* a stream task consumes `Acquire`, keeps `.lease` / `.queue` / `.resume_from` current and, when
+* the session's attachment (on a channel, fed by its reader; else, or once it broke, a stream
+  task) consumes `Acquire`, keeps `.lease` / `.queue` / `.resume_from` current and, when
   the stream breaks (UNAVAILABLE, RST, server restart), calls `Acquire` again with the same
   session id with exponential backoff (0.1 s doubling to 2 s by default, giving up after
   `reattach_timeout_s`). The server replays the session's current state, so the lease is kept.
@@ -284,7 +285,7 @@ class AsyncSession:
 
 
 class SessionTasks:
-    """A session's background tasks (its stream's, its callbacks', its renewals'): started
+    """A session's background work (its attachment, its callbacks' task, its renewals): started
     together with the session, stopped together at its end."""
 
     def __init__(
@@ -302,31 +303,28 @@ class SessionTasks:
         self._attacher = attacher
         self._queue = queue
         self._renewer = renewer
-        self._stream: asyncio.Task[None] | None = None
-
-    @property
-    def started(self) -> bool:
-        return self._stream is not None
+        self.started = False
 
     def start(self) -> None:
-        if self._stream is not None:
+        if self.started:
             return
+        self.started = True
         assert self._session is not None
         self._client.sessions.add(self._session)
-        self._attacher.begin()
-        name = f"slotsched-stream-{self._session.session_id}"
-        self._stream = asyncio.create_task(self._attacher.run(), name=name)
+        self._attacher.begin()  # (its stream task, if it needs one: `attach.py`)
         self._queue.start()
 
     async def stop_stream(self) -> None:
-        await _cancel(self._stream)
+        self._attacher.stop()
+        await _cancel(self._attacher.task)
 
     async def shutdown(self) -> None:
         self._state.closing = True
         self._renewer.stop()
         self._queue.stop()
+        self._attacher.stop()
         current = asyncio.current_task()
-        for task in (self._stream, self._queue.task):
+        for task in (self._attacher.task, self._queue.task):
             if task is not None and task is not current:
                 await _cancel(task)
         if self._session is not None:
