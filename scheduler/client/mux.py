@@ -513,8 +513,9 @@ class SessionMux:
         (request,) = kind.values()
         conn = self._of(request.session_id)
         ref = self.next_ref()
+        # No done-callback (a loop handle per answer): the caller awaits `fut` at once, so reads
+        # its failure, and a caller cancelled cancels `fut`, which nothing then fails.
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        fut.add_done_callback(_consume)  # a caller that timed out no longer reads its failure
         conn.waiting[ref] = fut
         conn.send(pb.ChannelCommand(ref=ref, **kind))
         # The bare future and a deadline (ticks.py) that fails it: no shield, no wait_for, no
