@@ -38,10 +38,13 @@ from scheduler.client.follow import leader_named
 from scheduler.client.reactions import Call, Reaction, react, retry_after_of
 from scheduler.client.retry import FAILOVER, RetryPolicy
 
+_COLUMNS = {c.value: c for c in Call}
+
 
 def column(command: Command) -> Call:
     """The column of `reactions.py` that meets `command`'s failures (its row's `meets`)."""
-    return Call(command.meets)
+    found = _COLUMNS.get(command.meets)
+    return found if found is not None else Call(command.meets)  # (raises for an unknown one)
 
 
 class Verdict(enum.Enum):

@@ -47,14 +47,14 @@ class EventApplier:
         renewer: Renewer,
         yielder: Yielder,
         queue: CallbackQueue,
-        give_back: Callable[[], Awaitable[None]],
+        give_back: Callable[[], Callable[[], Awaitable[None]] | None],
     ) -> None:
         self._state = state
         self._client = client
         self._renewer = renewer
         self._yielder = yielder
         self._queue = queue
-        self._give_back_lease = give_back  # the session's aclose
+        self._give_back_lease = give_back  # the session's aclose, by a weak reference (no cycle)
         self._renew_interval_s: float | None = None
         self._give_back_task: asyncio.Task[None] | None = None
 
@@ -168,7 +168,9 @@ class EventApplier:
 
     async def _close_quietly(self) -> None:
         try:
-            await self._give_back_lease()
+            aclose = self._give_back_lease()
+            if aclose is not None:  # (else the session is gone, and nothing holds its lease)
+                await aclose()
         except Exception as e:  # e.g. the client was closed first: nothing left to release with
             log.warning("slotsched: giving back the lease of %s failed: %r", self._state.session_id, e)
 

@@ -57,7 +57,7 @@ from scheduler.client import channel
 from scheduler.client.channel import ClientLink
 from scheduler.client.reactions import Reaction, reason_of_status, rule
 from scheduler.client.ticks import ticks
-from scheduler.client.transport import ChannelCall
+from scheduler.client.transport import ChannelCall, Sink
 
 #: Older servers refused an acquire on a full channel RATE_LIMITED, saying this in the message.
 _CHANNEL_FULL_TEXT = "open another channel"
@@ -103,7 +103,8 @@ def _about_elsewhere(err: grpc.aio.AioRpcError, link: ClientLink) -> bool:
 
 
 class MuxCall:
-    """One session's stream on the channel, shaped like a server-streaming Acquire call."""
+    """One session's stream on the channel, shaped like a server-streaming Acquire call, or
+    handing its events to a `sink` directly."""
 
     def __init__(self, request: pb.AcquireRequest) -> None:
         self.request = request  # sent again on another channel if this one is full
@@ -115,14 +116,35 @@ class MuxCall:
         self.items: deque[Any] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self.done = False
+        #: Set (by the session's attacher) to be handed each event and the end at once, from
+        #: the channel's reader, instead of queueing them for an iterating task.
+        self.sink: Sink | None = None
 
     def feed(self, item: Any) -> None:
-        if not self.done:
-            self.done = item is _END or isinstance(item, BaseException)
-            self.items.append(item)
-            waiter = self._waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
+        if self.done:
+            return
+        sink = self.sink
+        if sink is not None:  # handed over at once: no queue, no wake-up (transport.Sink)
+            if item is _END:
+                self.done, self.sink = True, None
+                sink.closed(None)
+                return
+            if isinstance(item, BaseException):
+                self.done, self.sink = True, None
+                sink.closed(item)
+                return
+            try:
+                sink.event(item)
+            except Exception as e:  # a session's fault: never the channel reader's
+                asyncio.get_running_loop().call_exception_handler(
+                    {"message": f"slotsched: session {self.session_id} failed on an event", "exception": e}
+                )
+            return
+        self.done = item is _END or isinstance(item, BaseException)
+        self.items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def __aiter__(self) -> AsyncIterator[pb.LeaseEvent]:
         return self._events()
@@ -491,8 +513,9 @@ class SessionMux:
         (request,) = kind.values()
         conn = self._of(request.session_id)
         ref = self.next_ref()
+        # No done-callback (a loop handle per answer): the caller awaits `fut` at once, so reads
+        # its failure, and a caller cancelled cancels `fut`, which nothing then fails.
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        fut.add_done_callback(_consume)  # a caller that timed out no longer reads its failure
         conn.waiting[ref] = fut
         conn.send(pb.ChannelCommand(ref=ref, **kind))
         # The bare future and a deadline (ticks.py) that fails it: no shield, no wait_for, no

@@ -43,8 +43,8 @@ class SessionSpec:
     fallback: tuple[str, ...] = ()
 
 
-def _nothing() -> None:
-    pass
+def nothing() -> None:
+    """No renewals to stop (`SessionState.stop_renewals` before and after the session's life)."""
 
 
 @dataclass(eq=False)
@@ -81,7 +81,7 @@ class SessionState:
     #: Set when the session is over.
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     #: Told when the lease the renewals are for is gone (the renewer's `stop`).
-    stop_renewals: Callable[[], None] = _nothing
+    stop_renewals: Callable[[], None] = nothing
     _phase: Phase = field(default=Phase.STARTING, init=False)
     #: Futures of `wait_until` callers, resolved by the next `notify`.
     _waiters: list[asyncio.Future[None]] = field(default_factory=list, init=False)
@@ -107,6 +107,12 @@ class SessionState:
     def add_listener(self, fn: Callable[[], None]) -> None:
         """Call `fn()` (in the loop, must not block) after every state change."""
         self._listeners.append(fn)
+
+    def callback_failed(self, e: BaseException) -> None:
+        """A runtime's callback raised (`callbacks.CallbackQueue`): logged and kept."""
+        log.warning("slotsched: callback for %s failed: %r", self.session_id, e)
+        self.callback_errors.append(e)
+        self.notify()
 
     def notify(self) -> None:
         waiters, self._waiters = self._waiters, []

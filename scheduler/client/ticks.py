@@ -30,6 +30,10 @@ _RESOLUTION = time.get_clock_info("monotonic").resolution
 _REBUILD_AT = 1024
 
 
+def _nothing() -> None:
+    pass
+
+
 class Tick:
     """One deadline in the heap; `cancel()` keeps `fn` from running."""
 
@@ -44,6 +48,7 @@ class Tick:
     def cancel(self) -> None:
         if not self.cancelled:
             self.cancelled = True
+            self.fn, self.args = _nothing, ()  # not kept till it leaves the heap
             self._owner.dropped()
 
 

@@ -34,6 +34,16 @@ class LeaseCall(Protocol):
     def cancel(self) -> bool: ...
 
 
+class Sink(Protocol):
+    """Where a channel's session call (`mux.MuxCall`) hands its events once one is set: each
+    event as it is read, then the end (None: closed OK after the session's end; else the
+    AioRpcError the iterator would raise), with no task iterating the call."""
+
+    def event(self, ev: pb.LeaseEvent) -> None: ...
+
+    def closed(self, err: BaseException | None) -> None: ...
+
+
 class ChannelCall(Protocol):
     """One open `Scheduler.Channel` stream, as the multiplexer (`mux.py`) uses it. It is the
     client's following call (`follow.py`): until its first answer it re-opens at the leader,
@@ -99,4 +109,4 @@ class RpcTransport:
         return await rpc(request, metadata=metadata, timeout=timeout, patient=True)
 
 
-__all__ = ["ChannelCall", "LeaseCall", "Metadata", "RpcTransport", "SessionTransport"]
+__all__ = ["ChannelCall", "LeaseCall", "Metadata", "RpcTransport", "SessionTransport", "Sink"]
