@@ -73,3 +73,24 @@ def test_a_failing_callback_is_reported_and_the_others_run() -> None:
         assert isinstance(errors[0]["exception"], ValueError) and ran == [1]
 
     asyncio.run(body())
+
+
+def test_a_finished_loop_and_its_deadlines_are_let_go() -> None:
+    """Each sync Client runs its own loop: the deadlines of one that ended must not keep it (and
+    its sessions) alive."""
+    import gc
+    import weakref
+
+    from scheduler.client import ticks as ticks_module
+
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def one() -> None:
+        loop = asyncio.get_running_loop()
+        loops.append(weakref.ref(loop))
+        ticks_module.ticks().call_at(loop.time() + 3600, lambda: None)
+
+    for _ in range(3):
+        asyncio.run(one())
+    gc.collect()
+    assert [r() for r in loops] == [None, None, None]

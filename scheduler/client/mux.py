@@ -125,17 +125,13 @@ class MuxCall:
             return
         sink = self.sink
         if sink is not None:  # handed over at once: no queue, no wake-up (transport.Sink)
-            if item is _END:
-                self.done, self.sink = True, None
-                sink.closed(None)
-                return
-            if isinstance(item, BaseException):
-                self.done, self.sink = True, None
-                sink.closed(item)
-                return
-            try:
-                sink.event(item)
-            except Exception as e:  # a session's fault: never the channel reader's
+            try:  # a session's fault stays its own: never the channel reader's
+                if item is _END or isinstance(item, BaseException):
+                    self.done, self.sink = True, None
+                    sink.closed(item if isinstance(item, BaseException) else None)
+                else:
+                    sink.event(item)
+            except Exception as e:
                 asyncio.get_running_loop().call_exception_handler(
                     {"message": f"slotsched: session {self.session_id} failed on an event", "exception": e}
                 )
@@ -346,7 +342,7 @@ class _Conn:
                 lease_event = ev.event
                 call.feed(lease_event)
                 if lease_event.WhichOneof("event") == "ended" and lease_event.ended.session_over:
-                    del self.sessions[ev.session_id]
+                    self.sessions.pop(ev.session_id, None)  # (the session may have left on its event)
                     self.full = False
                     finishing.append(call)
             elif kind == "error":

@@ -55,8 +55,16 @@ class Tick:
 class Ticks:
     """The deadlines of one event loop (module doc)."""
 
+    @property
+    def _loop(self) -> AbstractEventLoop:
+        loop = self._loop_ref()
+        assert loop is not None, "a loop's deadlines outlived it"
+        return loop
+
     def __init__(self, loop: AbstractEventLoop) -> None:
-        self._loop = loop
+        # Weakly: `_OF_LOOP` maps the loop to this, and a strong reference back would keep every
+        # loop ever used (each sync Client's) alive with its pending deadlines' sessions.
+        self._loop_ref = weakref.ref(loop)
         self._heap: list[tuple[float, int, Tick]] = []
         self._seq = 0
         self._timer: TimerHandle | None = None
@@ -112,15 +120,24 @@ class Ticks:
                 )
 
 
+#: A loop that takes no attribute (uvloop's): its deadlines in a table keyed by it instead, which
+#: keeps it alive (the value's armed timer holds it) until the process ends.
 _OF_LOOP: weakref.WeakKeyDictionary[AbstractEventLoop, Ticks] = weakref.WeakKeyDictionary()
 
 
 def ticks() -> Ticks:
-    """The running loop's deadlines (made on first use)."""
+    """The running loop's deadlines (made on first use), kept on the loop itself so that a loop
+    that ended (each sync Client's) is let go with them."""
     loop = get_running_loop()
-    found = _OF_LOOP.get(loop)
+    found: Ticks | None = getattr(loop, "_slotsched_ticks", None)  # (an empty Ticks is falsy)
     if found is None:
-        found = _OF_LOOP[loop] = Ticks(loop)
+        found = _OF_LOOP.get(loop)
+    if found is None:
+        found = Ticks(loop)
+        try:
+            loop._slotsched_ticks = found  # type: ignore[attr-defined]
+        except AttributeError:
+            _OF_LOOP[loop] = found
     return found
 
 

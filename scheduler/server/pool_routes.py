@@ -372,14 +372,15 @@ class PoolRoutes:
 
     def permit_class(self, key: SessionId, session_id: str, declared: int) -> QoS | errors.RpcFailure:
         """The class a permit of the session draws in (decision 0018): the session's own where a
-        unit here holds it (leads or follows its pool); NOT_FOUND when every pool is held here
-        and none has it; else (its pool held cold here) the class the request declares, drawn
-        on the tenant's own share like any permit, so no tenant can reach another's."""
+        unit here holds it (leads or follows its pool); NOT_FOUND when every pool is led here
+        and none has it; else (its pool held cold here, or followed: a follower's journal may
+        not have the session's grant yet) the class the request declares, drawn on the tenant's
+        own share like any permit, so no tenant can reach another's."""
         for unit in self.units.values():
             view = unit.loop.core.session(key)
             if view is not None:
                 return QoS(view.qos)
-        if all(u.hot() for u in self.units.values()):
+        if all(u.leads for u in self.units.values()):
             return errors.not_found(f"no live session {session_id}: a permit is for a session")
         qos = convert.PB_TO_QOS.get(declared)
         if qos is None:
