@@ -139,6 +139,36 @@ def test_append_through_resp_is_fenced_and_survives_script_flush() -> None:
             r.kill()
 
 
+def test_the_lease_renews_through_resp_fenced_and_after_a_script_flush() -> None:
+    """The leader lease's renewal on its own lean connection: kept by its term's token only,
+    the lease's TTL moved, and again after the server lost the script (NOSCRIPT, then EVAL)."""
+    with tempfile.TemporaryDirectory(prefix="slotsched-resp-") as d:
+        r = RedisProc(d).start()
+
+        async def go() -> None:
+            a = RedisStore(r.url, "t", "a")
+            b = RedisStore(r.url, "t", "b")
+            assert a._lease_conn is not None  # plain redis:// takes the lean path
+            try:
+                assert await a.try_lead(5.0)
+                assert await a.extend_lead(60.0, 1.5)
+                assert await a.redis.pttl(a.k_leader) > 5_000  # moved to about 60 s
+                assert await a.alive() == 1.5
+                assert not await b.extend_lead(60.0, 2.0)  # another term's token keeps nothing
+                assert await a.alive() == 1.5
+                await a.redis.script_flush()
+                assert await a.extend_lead(30.0, 3.0)
+                assert await a.alive() == 3.0
+            finally:
+                await a.close()
+                await b.close()
+
+        try:
+            asyncio.run(go())
+        finally:
+            r.kill()
+
+
 def _text(v: bytes) -> str:
     return v.decode()
 

@@ -96,6 +96,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+_EXTEND_SHA = hashlib.sha1(_EXTEND.encode()).hexdigest()
 _SWAP = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
@@ -204,6 +205,7 @@ class RedisStore:
         # (plain redis://); TLS, Sentinel (the primary moves) and Cluster keep redis-py's.
         self._fast: RespConnection | None = None
         self._tail_conn: RespConnection | None = None
+        self._lease_conn: RespConnection | None = None
         # bench/failover.py --append both: the same append over redis-py, in the same run.
         lean = os.environ.get(APPEND_ENV, "resp") != "redis-py"
         if lean and self.target.mode == "redis" and not self.target.tls:
@@ -227,6 +229,17 @@ class RedisStore:
                 username=self.target.username,
                 password=self.target.password,
             )
+            # The leader lease's renewals too (every TTL/4 for each pool led: most of an idle
+            # replica's CPU through redis-py), on their own connection: never behind an
+            # append's WAIT nor a blocked XREAD, and bounded by the call timeout alone.
+            self._lease_conn = RespConnection(
+                host,
+                port,
+                timeout_s=timeout_s,
+                db=self.target.db,
+                username=self.target.username,
+                password=self.target.password,
+            )
 
     @property
     def where(self) -> str:
@@ -243,6 +256,8 @@ class RedisStore:
                 await self._fast.close()
             if self._tail_conn is not None:
                 await self._tail_conn.close()
+            if self._lease_conn is not None:
+                await self._lease_conn.close()
             await self.redis.aclose()
 
     # ------------------------------------------------------------------ leadership
@@ -263,9 +278,19 @@ class RedisStore:
         """Keep the lease; record `now` (our clock) as the last time this leader was known alive."""
         ms = max(1, int(ttl_s * 1000))
         with seam():
-            return bool(
-                await self._extend(keys=[self.k_leader, self.k_alive], args=[self.token, ms, repr(now)])
-            )
+            lease = self._lease_conn
+            if lease is None:
+                return bool(
+                    await self._extend(keys=[self.k_leader, self.k_alive], args=[self.token, ms, repr(now)])
+                )
+            call = (self.k_leader, self.k_alive, self.token, ms, repr(now))
+            (reply,) = await lease.pipeline([("EVALSHA", _EXTEND_SHA, 2, *call)])
+            if isinstance(reply, ResponseError) and str(reply).startswith("NOSCRIPT"):
+                # The server lost the script (a restart, SCRIPT FLUSH): that call did nothing.
+                (reply,) = await lease.pipeline([("EVAL", _EXTEND, 2, *call)])
+            if isinstance(reply, ResponseError):
+                raise reply
+            return bool(reply)
 
     async def alive(self) -> float | None:
         """When the last leader last renewed its lease (its clock), if one ever did."""

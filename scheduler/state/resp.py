@@ -3,8 +3,9 @@ requests and replies (a batch of commands may be pipelined in one write).
 
 Why: the journal append is on every Acquire/Release reply's path (replica.py waits for it), and
 through redis-py it cost ~2.5x a bare round trip on loopback (its command packing, connection
-pool and response machinery). RedisStore uses this for that one hot call only, against plain
-`redis://` (one known primary); everything else stays on redis-py.
+pool and response machinery). RedisStore uses this, against plain `redis://` (one known primary),
+for its three frequent calls, each on a connection of its own: the journal append, a standby's
+tail, and the leader lease's renewal (every TTL/4 for each pool led); the rest stays on redis-py.
 
 Two ways to call: `send(commands, done)` writes at once and calls `done` from the protocol's
 `data_received`, in the loop pass the reply arrives in (the replica's group commit uses it: no
