@@ -24,6 +24,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from scheduler.state.redis_store import RedisStore, ReplicasBehind
 from scheduler.state.resp import Incomplete, RespConnection, pack_command, parse
+from scheduler.state.resp_shared import SharedLines
 from scheduler.state.store import StaleTerm, StoreUnavailable
 from tests.test_state_redis import REDIS_BIN, RedisProc, free_port
 
@@ -148,7 +149,7 @@ def test_the_lease_renews_through_resp_fenced_and_after_a_script_flush() -> None
         async def go() -> None:
             a = RedisStore(r.url, "t", "a")
             b = RedisStore(r.url, "t", "b")
-            assert a._lease_conn is not None  # plain redis:// takes the lean path
+            assert a._lease is not None  # plain redis:// takes the lean path
             try:
                 assert await a.try_lead(5.0)
                 assert await a.extend_lead(60.0, 1.5)
@@ -162,6 +163,52 @@ def test_the_lease_renews_through_resp_fenced_and_after_a_script_flush() -> None
             finally:
                 await a.close()
                 await b.close()
+
+        try:
+            asyncio.run(go())
+        finally:
+            r.kill()
+
+
+def test_the_renewals_of_many_pools_made_in_one_turn_share_one_write() -> None:
+    """Stores of one process (one `SharedLines`, as the backend makes per `--state` URL) send the
+    lease renewals asked for in the same loop turn as ONE write, each answered as if alone: its
+    own term kept or refused, its own NOSCRIPT retried; a dead server fails every one of them."""
+    with tempfile.TemporaryDirectory(prefix="slotsched-resp-") as d:
+        r = RedisProc(d).start()
+
+        async def go() -> None:
+            lines = SharedLines()
+            stores = [RedisStore(r.url, f"pool{i}", "a", 1.0, lines) for i in range(5)]
+            other = RedisStore(r.url, "pool0", "b", 1.0, lines)
+            line = stores[0]._lease
+            assert line is not None and all(s._lease is line for s in [*stores, other])
+            try:
+                for s in stores:
+                    assert await s.try_lead(5.0)
+                # The first: NOSCRIPT for all (a new server), then EVAL for all: two writes.
+                assert await asyncio.gather(*(s.extend_lead(60.0, 0.5) for s in stores)) == [True] * 5
+                assert line.writes == 2
+                got = await asyncio.gather(
+                    *(s.extend_lead(60.0, 1.0) for s in stores), other.extend_lead(60.0, 9.0)
+                )
+                assert got == [True] * 5 + [False]  # b holds no term of pool0: refused alone
+                assert line.writes == 3
+                for s in stores:
+                    assert await s.redis.pttl(s.k_leader) > 5_000
+                assert await stores[0].alive() == 1.0
+                await stores[0].redis.script_flush()
+                assert await asyncio.gather(*(s.extend_lead(30.0, 2.0) for s in stores)) == [True] * 5
+                assert [await s.alive() for s in stores] == [2.0] * 5
+                r.kill()
+                got = await asyncio.gather(
+                    *(s.extend_lead(30.0, 3.0) for s in stores), return_exceptions=True
+                )
+                assert all(isinstance(g, StoreUnavailable) for g in got), got
+            finally:
+                for s in [*stores, other]:
+                    await s.close()
+            assert not line.conn.ready and not lines._lines  # the last store closed it
 
         try:
             asyncio.run(go())

@@ -62,10 +62,12 @@ def _redis() -> Backend:
     from scheduler.state.redis_connect import parse_target
     from scheduler.state.redis_members import RedisMembers
     from scheduler.state.redis_store import RedisStore
+    from scheduler.state.resp_shared import SharedLines
 
+    lines = SharedLines()  # the stores of every pool of this process renew their leases together
     return Backend(
         check=parse_target,
-        store=lambda url, prefix, replica, timeout_s: RedisStore(url, prefix, replica, timeout_s=timeout_s),
+        store=lambda url, prefix, replica, timeout_s: RedisStore(url, prefix, replica, timeout_s, lines),
         members=RedisMembers,
     )
 

@@ -62,6 +62,7 @@ from redis.exceptions import ConnectionError, RedisClusterException, RedisError,
 from scheduler.state.config import StateConfigError
 from scheduler.state.redis_connect import Mode, connect, parse_target
 from scheduler.state.resp import RespConnection
+from scheduler.state.resp_shared import SharedLine, SharedLines
 from scheduler.state.store import (
     START,
     AppendDone,
@@ -182,7 +183,14 @@ class RedisStore:
     """One replica's view of the shared state keys: a `StateStore` (scheduler/state/store.py).
     Every call may raise StoreUnavailable; the fenced writes StaleTerm."""
 
-    def __init__(self, url: str, prefix: str, replica_id: str, timeout_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        prefix: str,
+        replica_id: str,
+        timeout_s: float = 1.0,
+        lines: SharedLines | None = None,
+    ) -> None:
         self.replica_id = replica_id
         self.token = f"{replica_id}:-"  # this replica's term token; a new one per won term
         self.target = parse_target(url)
@@ -205,7 +213,7 @@ class RedisStore:
         # (plain redis://); TLS, Sentinel (the primary moves) and Cluster keep redis-py's.
         self._fast: RespConnection | None = None
         self._tail_conn: RespConnection | None = None
-        self._lease_conn: RespConnection | None = None
+        self._lease: SharedLine | None = None
         # bench/failover.py --append both: the same append over redis-py, in the same run.
         lean = os.environ.get(APPEND_ENV, "resp") != "redis-py"
         if lean and self.target.mode == "redis" and not self.target.tls:
@@ -229,10 +237,10 @@ class RedisStore:
                 username=self.target.username,
                 password=self.target.password,
             )
-            # The leader lease's renewals too (every TTL/4 for each pool led: most of an idle
-            # replica's CPU through redis-py), on their own connection: never behind an
-            # append's WAIT nor a blocked XREAD, and bounded by the call timeout alone.
-            self._lease_conn = RespConnection(
+            # The leader lease's renewals on a line shared by the stores of every pool of this
+            # process (resp_shared.py): the renewals due in one turn go out as one write. Never
+            # behind an append's WAIT nor a blocked XREAD; bounded by the call timeout alone.
+            self._lease = (lines or SharedLines()).line(
                 host,
                 port,
                 timeout_s=timeout_s,
@@ -256,8 +264,9 @@ class RedisStore:
                 await self._fast.close()
             if self._tail_conn is not None:
                 await self._tail_conn.close()
-            if self._lease_conn is not None:
-                await self._lease_conn.close()
+            if self._lease is not None:
+                lease, self._lease = self._lease, None
+                await lease.release()
             await self.redis.aclose()
 
     # ------------------------------------------------------------------ leadership
@@ -278,16 +287,16 @@ class RedisStore:
         """Keep the lease; record `now` (our clock) as the last time this leader was known alive."""
         ms = max(1, int(ttl_s * 1000))
         with seam():
-            lease = self._lease_conn
+            lease = self._lease
             if lease is None:
                 return bool(
                     await self._extend(keys=[self.k_leader, self.k_alive], args=[self.token, ms, repr(now)])
                 )
             call = (self.k_leader, self.k_alive, self.token, ms, repr(now))
-            (reply,) = await lease.pipeline([("EVALSHA", _EXTEND_SHA, 2, *call)])
+            reply = await lease.call(("EVALSHA", _EXTEND_SHA, 2, *call))
             if isinstance(reply, ResponseError) and str(reply).startswith("NOSCRIPT"):
                 # The server lost the script (a restart, SCRIPT FLUSH): that call did nothing.
-                (reply,) = await lease.pipeline([("EVAL", _EXTEND, 2, *call)])
+                reply = await lease.call(("EVAL", _EXTEND, 2, *call))
             if isinstance(reply, ResponseError):
                 raise reply
             return bool(reply)

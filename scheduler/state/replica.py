@@ -52,17 +52,7 @@ at least now + TTL) and every pending yield deadline by the outage, before any t
 fires. A fresh store (no snapshot, empty journal) starts by journaling the policy file and
 registering the static pool.
 
-Election timing. The leader lease lasts `leader_ttl_s` (default 1 s) in the store (by the store's
-clock; Redis: `SET NX PX`) and is renewed every TTL/4; a standby campaigns every `campaign_interval_s`
-(default 100 ms, ±50 % jitter). A dead leader is thus replaced within TTL + one campaign
-interval (+ the take-over, milliseconds for a hot standby). The leader serves only until its
-local deadline, t + TTL − 10 % (t: when it *sent* the last successful renewal, on its monotonic
-clock): the store's expiry is at least TTL after t, so the leader stops answering before a successor
-can win. That assumes the two clocks' *rates* differ by less than 10 % over one TTL (ordinary
-clocks drift by parts per million), not that they agree on the time. A renewal that runs late (a
-busy or paused event loop) finds the deadline passed: the leader gate refuses calls meanwhile,
-and if the lease is gone the replica steps down; every write is fenced anyway (a successor's
-token), so a paused leader can never journal after a successor took over.
+Election timing, and how the leader keeps its lease: lease.py.
 """
 
 from __future__ import annotations
@@ -81,6 +71,7 @@ from scheduler.policy.model import Policy
 from scheduler.ports import NOT_LEADER, Applied, Extras, ReplicaHost, StateUnavailable, WorkerBook
 from scheduler.state import codec
 from scheduler.state.compaction import SNAPSHOT_DUTY, SNAPSHOT_RATIO, Compaction
+from scheduler.state.lease import DEFAULT_LEADER_TTL_S, MARGIN, LeaderLease, next_renewal, unavailable
 from scheduler.state.metrics import StateMetrics
 from scheduler.state.reach import StoreReach
 from scheduler.state.roles import DUTIES, Role, Trigger, move
@@ -92,22 +83,13 @@ __all__ = ["Replica", "Role", "StateError", "StateMetrics", "TakeOver"]
 
 log = logging.getLogger("slotsched.state")
 
-RETRY_AFTER_S = 1.0
-#: Election timing (see the module docstring). A 1 s lease renewed every 250 ms: a dead leader
-#: is replaced within about a second; a standby campaigns every 100 ms (with ±50 % jitter).
-DEFAULT_LEADER_TTL_S = 1.0
+#: A standby campaigns every 100 ms (with ±50 % jitter): lease.py's election timing.
 DEFAULT_CAMPAIGN_INTERVAL_S = 0.1
 #: A standby that may not lead its pool looks again this often without a `nudge`.
 IDLE_CHECK_S = 1.0
-#: The leader stops serving this fraction of the TTL before its lease could lapse in the store.
-MARGIN = 0.1
 
 
-def unavailable(message: str) -> StateUnavailable:
-    return StateUnavailable(message, RETRY_AFTER_S)
-
-
-class Replica(Compaction, Standby):
+class Replica(Compaction, LeaderLease, Standby):
     """Leadership and durability of one replica, over any `StateStore` (store.py); its roles
     and their moves are roles.py's tables. Create on the loop's event loop."""
 
@@ -405,41 +387,6 @@ class Replica(Compaction, Standby):
                 self.fatal_event.set()
                 return
 
-    async def _renew(self) -> None:
-        """Extend the lease. The new local deadline counts from when the extend was *sent*:
-        The store's expiry is later than that by the round trip, never earlier."""
-        t0 = time.monotonic()
-        if t0 >= self._deadline:
-            log.warning(
-                "leader lease renewal %.3f s late (busy loop?): not serving until renewed",
-                t0 - self._deadline,
-            )
-        try:
-            ok = await self.store.extend_lead(self.leader_ttl_s, self.loop.now())
-        except StoreUnavailable as e:
-            if time.monotonic() < self._deadline:  # one failed call is not a lost lease: retry soon
-                log.warning("leader lease renewal failed (%s): retrying", e)
-                await self.reach.failed(e)
-                self._renew_at = time.monotonic() + min(0.05, self.renew_interval_s)
-                return
-            raise
-        if self.reach.ok is not True:
-            await self.reach.answered()
-        if not ok:
-            await self._step_down("lost the leader lease")
-            return
-        self._deadline = t0 + self.leader_ttl_s - self.margin_s
-        self._renew_at = t0 + self.renew_interval_s
-
-    async def _renew_if_due(self) -> None:
-        """During a long take-over (a full recovery), keep the lease it is done under."""
-        if time.monotonic() >= self._renew_at:
-            t0 = time.monotonic()
-            if not await self.store.extend_lead(self.leader_ttl_s, self.loop.now()):
-                raise unavailable("lost the leader lease while recovering")
-            self._deadline = t0 + self.leader_ttl_s - self.margin_s
-            self._renew_at = t0 + self.renew_interval_s
-
     async def _campaign(self) -> None:
         """One try for the lease (only once this standby's core is loaded, or cannot be: then
         the take-over recovers in full); otherwise note where the leader is."""
@@ -455,7 +402,7 @@ class Replica(Compaction, Standby):
                 await self.reach.answered()
             self._become(Trigger.WON)
             self._deadline = t0 + self.leader_ttl_s - self.margin_s
-            self._renew_at = t0 + self.renew_interval_s
+            self._renew_at = next_renewal(t0, self.renew_interval_s)
             try:
                 await self._take_over()
             except BaseException:
