@@ -395,5 +395,7 @@ class PoolRoutes:
     def session_ended(self, key: SessionId) -> None:
         """A session's end (on any unit here, led or followed) closes its permits on every
         unit's desk here: the one counting its budget is its home's, not its pool's."""
-        for unit in self.units.values():
-            unit.loop.permits.session_ended(key)
+        for unit in self.units.values():  # per release: a lookup a unit, a call only where it holds permits
+            desk = unit.loop.permits
+            if key in desk.budgets.by_owner:
+                desk.session_ended(key)
