@@ -32,7 +32,7 @@ from bench.scaleout import cpu_of, run_load  # noqa: E402
 
 async def main(args: argparse.Namespace) -> dict[str, int | float]:
     root = tempfile.mkdtemp(prefix="slotsched-follow-")
-    pools = [f"p{i}" for i in range(6)]
+    pools = [f"p{i}" for i in range(args.pools)]
     policy, keys = os.path.join(root, "policy.yaml"), os.path.join(root, "grant-keys")
     Path(policy).write_text(pools_policy(pools))
     Path(keys).write_text(f"bench:{base64.b64encode(os.urandom(32)).decode()}\n")
@@ -74,6 +74,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--kind", choices=("pairs", "renew"), default="pairs")
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--pools", type=int, default=6, help="pools in the policy (half led by each)")
     ap.add_argument("--profile", choices=("r0", "r1"), default=None)
     ap.add_argument("--profile-out", default="follow.prof")
     fig = asyncio.run(main(ap.parse_args()))

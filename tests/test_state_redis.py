@@ -33,7 +33,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from scheduler.api.gen.slotsched.v1 import admin_pb2, common_pb2, scheduler_pb2
 from scheduler.client import AsyncClient, Phase, QoS
 from scheduler.grants import GRANT_KEYS_ENV
-from scheduler.state.redis_store import RedisStore
+from scheduler.state.redis_store import RedisStore, id_key
 from scheduler.state.store import StaleTerm
 from tests.grpc_fixtures import ADMIN_TOKEN, TOKENS, Client, policy_yaml, write_policy
 from tests.redis_topology import serving, wait_for
@@ -206,14 +206,22 @@ def test_sigkilled_scheduler_successor_keeps_leases_and_queue_order() -> None:
 
                 # The snapshot is encoded and stored in the background once its batch is in: wait
                 # for it, so the successor recovers from a snapshot plus the journal tail.
+                # A snapshot trims what the one before it covered: passers (a waiter that
+                # leaves, behind w2) until the journal is compacted.
                 rc = redis.Redis(port=r.port)
-                for _ in range(100):
+                for i in range(200):
                     if rc.hexists("slotsched:snapshot", "data") and rc.exists("slotsched:trimmed"):
                         break
-                    await asyncio.sleep(0.05)
+                    passer = waiter_client.session(f"passer{i}", QoS.BURSTABLE)
+                    passer.start()
+                    await passer.wait_until(lambda s: s.queue is not None, 5)
+                    await passer.release()
                 a.kill(signal.SIGKILL)
                 assert rc.hexists("slotsched:snapshot", "data") and rc.exists("slotsched:trimmed")
-                assert rc.xlen("slotsched:journal") < 5  # compacted up to the snapshot
+                dropped = rc.hget("slotsched:snapshot", "trimmed_to")
+                assert dropped is not None and dropped != b"0-0"
+                first = rc.xrange("slotsched:journal", count=1)  # compacted: nothing left up to it
+                assert not first or id_key(first[0][0].decode()) > id_key(dropped.decode())
                 # Same port: the SDK re-attaches to the successor as it would behind a Service.
                 b = Sched(policy, r.url, "b", port=a.port)
                 started.append(b)

@@ -247,27 +247,36 @@ def test_the_journal_keeps_append_order_and_reads_on_from_any_position(topology:
     _run(topology, body)
 
 
-def test_a_snapshot_trims_what_it_covers_and_keeps_what_follows(topology: Topology) -> None:
+def test_a_snapshot_trims_what_the_one_before_it_covered(topology: Topology) -> None:
     async def body(a: StateStore, b: StateStore) -> None:
         assert await a.try_lead(5.0)
-        for r in (b"r1", b"r2", b"r3", b"r4"):
+        for r in (b"r1", b"r2", b"r3", b"r4", b"r5"):
             await a.append([r], a.token)
-        (p1, _), (p2, _), (p3, _), (p4, _) = await _journal(b)
+        (p1, _), (p2, _), (p3, _), (p4, _), (p5, _) = await _journal(b)
         assert not await b.trimmed() and not await b.trimmed_past(START)
+        # The first snapshot drops nothing: a standby anywhere behind it reads on.
         await a.save_snapshot(b"state", "fp/3", p2, 1.5, a.token)
         assert await b.load_snapshot() == StoredSnapshot(b"state", "fp/3", p2, 1.5)
-        assert [r for _, r in await _journal(b)] == [b"r3", b"r4"]
-        assert [r for _, r in await _journal(b, p2)] == [b"r3", b"r4"]
+        assert len(await _journal(b)) == 5 and not await b.trimmed()
+        assert not await b.trimmed_past(START) and not (await b.tail(START, 50)).gap
+        assert [r for _, r in await _journal(b, p2)] == [b"r3", b"r4", b"r5"]
+        # The next drops what the first covered (up to p2), and keeps what follows.
+        await a.save_snapshot(b"later", "fp/3", p4, 2.5, a.token)
+        assert await b.load_snapshot() == StoredSnapshot(b"later", "fp/3", p4, 2.5)
+        assert [r for _, r in await _journal(b)] == [b"r3", b"r4", b"r5"]
+        assert [r for _, r in await _journal(b, p4)] == [b"r5"]
         assert await b.trimmed()
         assert await b.trimmed_past(START) and await b.trimmed_past(p1)
         assert not await b.trimmed_past(p2) and not await b.trimmed_past(p3)
-        # the tail of a standby that had read up to p1 has a gap; up to p2 or later, none
+        # the tail of a standby that had read up to p1 has a gap; up to p2 (behind the newest
+        # snapshot, not behind the trim) or later, none
         gap = await b.tail(p1, 50)
         assert gap.gap
         assert not (await b.tail(p2, 50)).gap
-        await a.save_snapshot(b"later", "fp/3", p4, 2.5, a.token)  # a later one replaces it
-        assert await b.load_snapshot() == StoredSnapshot(b"later", "fp/3", p4, 2.5)
-        assert await _journal(b) == []
+        assert [r for _, r in (await b.tail(p3, 50)).entries] == [b"r4", b"r5"]
+        await a.save_snapshot(b"last", "fp/3", p5, 3.0, a.token)  # drops up to p4
+        assert [r for _, r in await _journal(b)] == [b"r5"]
+        assert await b.trimmed_past(p3) and not await b.trimmed_past(p4)
 
     _run(topology, body)
 

@@ -9,9 +9,12 @@ several keys run on one node). Name every key through `RedisStore.key(name)`:
 | --- | --- | --- |
 | `P:leader` | string, PX ttl | the leader's term token `<replica id>:<random>` (see Fencing) |
 | `P:journal` | stream | one entry per applied event, field `e` = a codec record (scheduler/state/codec.py) |
-| `P:snapshot` | hash | `fingerprint` (format), `stream_id` (last entry covered), `at`, `data` (JSON) |
+| `P:snapshot` | hash | `fingerprint`, `stream_id` (last entry covered), `at`, `data` (JSON), `trimmed_to` |
 | `P:alive` | string | the leader's clock at its last lease renewal: a successor's outage starts there |
 | `P:trimmed` | string | present once the journal was compacted (it no longer starts at the beginning) |
+
+`trimmed_to` is the last journal entry dropped: the previous snapshot's `stream_id` (a snapshot
+trims what the one before it covered, `_SNAPSHOT`), 0-0 while none was.
 | `P:leader_addr` | string | `<term token> <host:port>`: the address the leader of that term published |
 
 Election timing (scheduler/state/replica.py): the lease is `SET NX PX ttl` (default 1 s), renewed
@@ -83,11 +86,22 @@ for i = 2, #ARGV do id = redis.call('XADD', KEYS[2], '*', 'e', ARGV[i]) end
 return id
 """
 _APPEND_SHA = hashlib.sha1(_APPEND.encode()).hexdigest()  # what EVALSHA names (Redis hashes the same text)
+# Stores the snapshot, then trims the journal up to the PREVIOUS snapshot's last entry (kept
+# in `trimmed_to`): one snapshot's worth of journal stays behind the newest, so a standby reading
+# a little behind the leader (paced under load, standby.py) reads on through a snapshot instead
+# of reloading it. The first snapshot trims nothing (`trimmed_to` 0-0).
 _SNAPSHOT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('NOTLEADER') end
+local prev = redis.call('HGET', KEYS[2], 'stream_id')
 redis.call('HSET', KEYS[2], 'fingerprint', ARGV[2], 'stream_id', ARGV[3], 'at', ARGV[4], 'data', ARGV[5])
-redis.call('XTRIM', KEYS[3], 'MINID', ARGV[6])
-redis.call('SET', KEYS[4], '1')
+local ms, seq = string.match(prev or '', '^(%d+)-(%d+)$')
+if ms and (ms ~= '0' or seq ~= '0') then
+  redis.call('XTRIM', KEYS[3], 'MINID', ms .. '-' .. (tonumber(seq) + 1))
+  redis.call('HSET', KEYS[2], 'trimmed_to', prev)
+  redis.call('SET', KEYS[4], '1')
+else
+  redis.call('HSET', KEYS[2], 'trimmed_to', '0-0')
+end
 return 1
 """
 _EXTEND = """
@@ -171,12 +185,6 @@ def id_key(stream_id: str) -> tuple[int, int]:
 def _sid(pos: Position) -> str:
     """The seam's position as a stream id (START: before the first entry)."""
     return pos if pos != START else "0-0"
-
-
-def _next_id(stream_id: str) -> str:
-    """The smallest stream id after `stream_id` (XTRIM MINID keeps ids >= it)."""
-    ms, _, seq = stream_id.partition("-")
-    return f"{ms}-{int(seq or 0) + 1}"
 
 
 class RedisStore:
@@ -453,11 +461,11 @@ class RedisStore:
     async def save_snapshot(
         self, data: bytes, fingerprint: str, covers: Position, at: float, token: str
     ) -> None:
-        """Store the snapshot covering the journal up to `covers`, then trim what it covers;
-        fenced by the term `token`."""
+        """Store the snapshot covering the journal up to `covers`, then trim what the one before
+        it covered (`_SNAPSHOT`); fenced by the term `token`."""
         keys = [self.k_leader, self.k_snapshot, self.k_journal, self.k_trimmed]
         sid = _sid(covers)
-        args: list[str | bytes] = [token, fingerprint, sid, repr(at), data, _next_id(sid)]
+        args: list[str | bytes] = [token, fingerprint, sid, repr(at), data]
         with seam():
             try:
                 await self._snapshot(keys=keys, args=args)
@@ -518,7 +526,7 @@ class RedisStore:
                     self.k_journal,
                     _sid(after),
                 )
-                got, snap = await self._tail_conn.pipeline([xread, ("HGET", self.k_snapshot, "stream_id")])
+                got, snap = await self._tail_conn.pipeline([xread, ("HMGET", self.k_snapshot, *_TRIM_FIELDS)])
                 for reply in (got, snap):
                     if isinstance(reply, ResponseError):
                         raise reply
@@ -527,11 +535,11 @@ class RedisStore:
             else:
                 pipe = self.redis.pipeline(transaction=False)
                 pipe.xread({self.k_journal: _sid(after)}, count=count, block=max(1, block_ms))
-                pipe.hget(self.k_snapshot, "stream_id")
+                pipe.hmget(self.k_snapshot, *_TRIM_FIELDS)
                 got, snap = await pipe.execute()
                 for _, entries in got or ():
                     rows.extend((_text(rid), bytes(fields[b"e"])) for rid, fields in entries)
-        covers = None if snap is None else id_key(_text(snap))
+        covers = _trimmed_to(snap)
         # Entries read before the trim (the first at or before the snapshot's) are no gap.
         gap = (
             covers is not None and covers > id_key(_sid(after)) and (not rows or id_key(rows[0][0]) > covers)
@@ -539,10 +547,25 @@ class RedisStore:
         return Tail(rows, gap)
 
     async def trimmed_past(self, after: Position) -> bool:
-        """The stored snapshot covers entries after `after`: those were trimmed with it."""
+        """Entries after `after` were trimmed (`trimmed_to` is past it)."""
         with seam():
-            v = await self.redis.hget(self.k_snapshot, "stream_id")
-        return v is not None and id_key(_text(v)) > id_key(_sid(after))
+            fields = await self.redis.hmget(self.k_snapshot, *_TRIM_FIELDS)
+        dropped = _trimmed_to(fields)
+        return dropped is not None and dropped > id_key(_sid(after))
+
+
+#: The snapshot's fields that say how far the journal was trimmed (`_trimmed_to`).
+_TRIM_FIELDS = ("trimmed_to", "stream_id")
+
+
+def _trimmed_to(fields: list[Any] | None) -> tuple[int, int] | None:
+    """The last journal entry dropped, from the snapshot's `_TRIM_FIELDS`: `trimmed_to`, or
+    (a snapshot an older build stored: it trimmed what it covered) its `stream_id`."""
+    if not fields:
+        return None
+    dropped, covers = fields
+    v = dropped if dropped is not None else covers
+    return None if v is None else id_key(_text(v))
 
 
 def _noscript(replies: list[Any] | BaseException) -> bool:

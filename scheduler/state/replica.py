@@ -31,8 +31,8 @@ The replica knows the server only through scheduler/ports.py: it drives a `Repli
 loop) and a `WorkerBook` (the registry), and is the loop's `Journal`; scheduler/app/ wires them.
 
 Hot standby. A replica that does not lead loads the snapshot once, then follows the journal as the
-leader appends it (`tail`, blocking at most `tail_block_ms`; after a read that brought many records
-it waits `tail_pace_s`, so that under load one read carries several batches), applying every entry
+leader appends it (`tail`, blocking at most `tail_block_ms`; after a read that brought records it
+waits `tail_pace_s`, so that one read carries several batches), applying every entry
 through `loop.replay` (core + bookkeeping, no fan-out, metrics, observers or timers: the loop stays
 `shutting_down`, the leader gate refuses every call) and `registry.replay`, so its core is live. If
 the leader trimmed the journal past the standby's position (a snapshot it had not read up to), the
@@ -137,7 +137,7 @@ class Replica(Compaction, LeaderLease, Standby):
         self.campaign_interval_s = campaign_interval_s
         # A standby's XREAD blocks at most this long, well inside the store's socket timeout.
         self.tail_block_ms = max(10, int(min(200.0, leader_ttl_s * 1000 / 8)))
-        self.tail_pace_s = min(FOLLOW_PACE_S, campaign_interval_s / 5)  # standby.py: under load
+        self.tail_pace_s = min(FOLLOW_PACE_S, campaign_interval_s / 2)  # standby.py
         self.advertise = advertise  # host:port clients are sent to while this replica leads
         self.leader_address: str | None = None  # a standby's view of where the leader is
         self.last_takeover: TakeOver | None = None

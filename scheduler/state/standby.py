@@ -35,13 +35,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("slotsched.state")
 
 
-# A read that brought at least PACE_RECORDS records makes the standby wait `tail_pace_s` (this,
-# or less with a short campaign interval) before the next: under load, where a read per batch
-# costs the standby more than replaying the batch, so each read then carries several. Its core
-# stays that much more behind (a take-over reads the tail anyway). A light load is followed as it
-# comes: a snapshot's trim then rarely finds it behind.
-PACE_RECORDS = 16
-FOLLOW_PACE_S = 0.01
+# A read that brought records makes the standby wait `tail_pace_s` (this, or less with a short
+# campaign interval) before the next: a read costs a follower more than replaying a few records
+# (a round trip, a task's wake-up), and a replica following many pools, each with a trickle, read
+# a record or two at a time (at 30 pools following cost 0.31 of leading; paced, 0.24:
+# bench/follow_cost.py --pools 30). Its core stays that much more behind: a take-over reads the
+# tail anyway, and a snapshot trims only what the one before it covered (the store's contract),
+# so a standby that far behind reads on through it instead of reloading it.
+FOLLOW_PACE_S = 0.05
 # Journal entries read (and applied, between two awaits) at a time: an entry is a whole group
 # commit (codec.pack), up to hundreds of records, so fewer than the store's default of records.
 ENTRIES_PER_READ = 200
@@ -203,8 +204,7 @@ class Standby:
                 if tail.entries:
                     n = self._apply(tail.entries)
                     self.metrics.standby_applied.inc(n)
-                    if n >= PACE_RECORDS:  # under load: let the next read carry several batches
-                        await asyncio.sleep(self.tail_pace_s)
+                    await asyncio.sleep(self.tail_pace_s)  # let the next read carry several batches
             except asyncio.CancelledError:
                 if self._pos is not None and not self._first_load.is_set():
                     self._pos = None  # cancelled inside a load: the core is half-restored

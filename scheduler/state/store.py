@@ -18,7 +18,9 @@ every store and topology):
 * **an ordered journal**: an append's entries, all or none, follow every earlier one's;
   `journal_after(p)` gives every entry after `p` (`START`: all), in order, in chunks;
 * **snapshot and trim**: `save_snapshot(covers=p)` stores the snapshot and drops the entries up
-  to `p`, none after it; from then on `trimmed()`, and `trimmed_past(q)` for every `q` before `p`;
+  to the previous snapshot's `p'` (none after it; the first snapshot drops none), so one
+  snapshot's worth of journal stays for a standby reading a little behind; once any were dropped
+  `trimmed()`, and `trimmed_past(q)` for every `q` before `p'`;
 * **the tail**: `tail(p)` waits up to `block_ms` for entries after `p`; `gap` says entries after
   `p` were trimmed before they were read (the standby then reloads the snapshot);
 * **the leader's address**: `publish_address` is fenced; `leader_address` is the current term's
