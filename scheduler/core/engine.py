@@ -99,6 +99,7 @@ _ACTIVE, _YIELDING, _READY = LeaseState.ACTIVE, LeaseState.YIELDING, WorkerState
 _LIMIT, _PENDING = BlockedReason.TENANT_LIMIT, BlockedReason.YIELD_PENDING
 _QUOTA, _EXHAUSTED = BlockedReason.TENANT_QUOTA, BlockedReason.POOL_EXHAUSTED
 _RELEASED, _BY_RELEASE = LeaseState.RELEASED, EndReason.RELEASED
+_new_tuple = tuple.__new__  # builds a NamedTuple decision of every churn from all its fields (`_grant`)
 
 __all__ = ["Core", "PoolView", "SessionView", "TenantView", "WorkerView"]  # views: old import path
 
@@ -505,7 +506,7 @@ class Core:
             return
         self._observe_hold(now - rec.lease.granted_at)
         self._end_lease(rec, _RELEASED)
-        out.append(Ended(ev.session, _BY_RELEASE, rec.lease))
+        out.append(_new_tuple(Ended, (ev.session, _BY_RELEASE, rec.lease)))  # as a Lease in `_grant`
 
     def _renew(self, ev: Renew, now: float, out: list[Decision]) -> None:
         """The expiry moves in steps: a renewal that finds it already at or past now + TTL leaves
@@ -789,17 +790,22 @@ class Core:
         # No NewType calls here: LeaseId and TenantName are str at run time (a call each per grant).
         lid: LeaseId = f"{slot.worker}/{slot.index}#{epoch}"  # type: ignore[assignment]
         cls = req.cls
-        lease = Lease(
-            lid,
-            req.session,
-            t.name,  # type: ignore[arg-type]
-            CLASSES[cls],
-            slot,
-            epoch,
-            now,
-            now + self._ttl,
-            req.resume_from,
-            self._pool_name,
+        # Every field, in order, built as the tuple it is: a NamedTuple's own __new__ is a Python
+        # frame, about half of what building it costs.
+        lease: Lease = _new_tuple(
+            Lease,
+            (
+                lid,
+                req.session,
+                t.name,
+                CLASSES[cls],
+                slot,
+                epoch,
+                now,
+                now + self._ttl,
+                req.resume_from,
+                self._pool_name,
+            ),
         )
         w = self._workers[slot.worker]
         # A Burstable lease within nominal is unpreemptible, so it is one only if the floor still
@@ -841,7 +847,7 @@ class Core:
             self._timers.push_maturing(now + self._min_runtime, lid, epoch)
         self._timers.push_expiry(lease.expires_at, lid, epoch)
         self._refresh(t)
-        out.append(Granted(lease, now - req.enqueued_at))
+        out.append(_new_tuple(Granted, (lease, now - req.enqueued_at)))
 
     def _end_lease(self, rec: LeaseRec, state: LeaseState) -> None:
         was_yielding = rec.state is _YIELDING
