@@ -29,7 +29,6 @@ from scheduler.core.types import (
     Resumed,
     SessionId,
     SnapshotRef,
-    TenantName,
     Tick,
     WorkerAdded,
     WorkerDraining,
@@ -120,12 +119,13 @@ def _enc_acquire(e: Acquire, doc: Doc, x: Extras) -> None:
 def _dec_acquire(doc: Doc) -> tuple[Acquire, Extras]:
     # A follower decodes every Acquire its leader took: the common case (no selector, fallback
     # or wait timeout) builds nothing it does not need, and a qos is a dict lookup, not an enum call.
-    selector, fallback = doc.get("selector"), doc.get("fallback")
+    # SessionId and TenantName are str at run time: no NewType call per field.
+    selector, fallback, ref = doc.get("selector"), doc.get("fallback"), doc.get("resume_from")
     e = Acquire(
-        SessionId(doc["session"]),
-        TenantName(doc["tenant"]),
+        doc["session"],
+        doc["tenant"],
         _QOS[doc["qos"]],
-        ref_from_doc(doc.get("resume_from")),
+        None if ref is None else ref_from_doc(ref),
         str(doc.get("pool", "")),
         tuple((str(k), str(v)) for k, v in selector) if selector else (),
         tuple(str(p) for p in fallback) if fallback else (),
@@ -140,7 +140,7 @@ def _acquire_before(b: Books, e: Acquire, x: Extras) -> None:
 
 def _acquire_decided(b: Books, e: Acquire, decisions: list[Decision]) -> None:
     for d in decisions:
-        if isinstance(d, Refused) and d.session == e.session:
+        if type(d) is Refused and d.session == e.session:  # exact type: a follower's every Acquire
             b.forget(e.session)  # nothing of a refused request stays
             return
 
@@ -176,8 +176,7 @@ def _renew_journaled(e: Renew, decisions: list[Decision]) -> Renew | None:
 
 
 def _dec_release(doc: Doc) -> tuple[Release, Extras]:
-    lid = doc.get("lease_id")
-    e = Release(SessionId(doc["session"]), None if lid is None else LeaseId(lid), int(doc["epoch"]))
+    e = Release(doc["session"], doc.get("lease_id"), int(doc["epoch"]))  # NewTypes: str at run time
     return e, NO_EXTRAS
 
 

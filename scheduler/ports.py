@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from scheduler.core.pools import Pools
 from scheduler.core.types import (
@@ -62,8 +62,10 @@ class Extras:
 NO_EXTRAS = Extras()
 
 
-@dataclass(frozen=True)
-class EndedSession:
+class EndedSession(NamedTuple):
+    """A session recently ended (GetSession). A NamedTuple, not a frozen dataclass: one is built
+    per session's end, on the leader and on its follower alike, and it builds in a third of the time."""
+
     reason: EndReason
     qos: QoS
     last_snapshot: SnapshotRef | None

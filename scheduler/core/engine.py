@@ -98,6 +98,8 @@ RENEW_STEP_TTLS = 0.5
 _ACTIVE, _YIELDING, _READY = LeaseState.ACTIVE, LeaseState.YIELDING, WorkerState.READY
 _LIMIT, _PENDING = BlockedReason.TENANT_LIMIT, BlockedReason.YIELD_PENDING
 _QUOTA, _EXHAUSTED = BlockedReason.TENANT_QUOTA, BlockedReason.POOL_EXHAUSTED
+_RELEASED, _BY_RELEASE = LeaseState.RELEASED, EndReason.RELEASED
+_new_tuple = tuple.__new__  # builds a NamedTuple decision of every churn from all its fields (`_grant`)
 
 __all__ = ["Core", "PoolView", "SessionView", "TenantView", "WorkerView"]  # views: old import path
 
@@ -196,43 +198,47 @@ class Core:
 
     def handle(self, event: Event, now: float) -> list[Decision]:
         """Apply one event at time `now`; return every decision it caused, in order."""
-        now = max(now, self._now)
-        if type(event) is Renew and event.until is None:
-            quiet = self._quiet_renew(event, now)
+        if now < self._now:
+            now = self._now
+        # Dispatch on the exact type (events are final classes): a chain of isinstance tests,
+        # and a union's, cost more than the step itself on a follower's grant/release churn.
+        kind = type(event)
+        if kind is Renew and event.until is None:  # type: ignore[union-attr]
+            quiet = self._quiet_renew(event, now)  # type: ignore[arg-type]
             if quiet is not None:
                 return quiet
         self._now = now
         out: list[Decision] = []
-        if isinstance(event, Resumed):
-            self._timers.resume(
-                event.since, now, self._ttl
-            )  # before the timers: the outage must not fire them
+        if kind is Resumed:
+            since: float = event.since  # type: ignore[union-attr]
+            self._timers.resume(since, now, self._ttl)  # before the timers: the outage must not fire them
         if self._orphans:
             self._adopt_orphans()  # before the timers: no deadline may revoke them now
         # The state is quiescent after every event (the pass ran to completion), so a pass is
         # needed only when timers fired or the event can open a slot or a right to one: not for
         # a Tick at which nothing fired (a stale timer's, as a cancelled yield's deadline).
         sampled = now >= self._usage_next and self._sample_usage(now)
-        need_pass = self._advance(now, out) or bool(self._cancelled) or sampled
-        if isinstance(event, Acquire):
-            need_pass = self._acquire(event, now, out) or need_pass
-        elif isinstance(event, Release):
-            self._release(event, now, out)
+        fired = self._timers.earliest <= now and self._advance(now, out)  # mostly nothing due
+        need_pass = fired or bool(self._cancelled) or sampled
+        if kind is Acquire:
+            need_pass = self._acquire(event, now, out) or need_pass  # type: ignore[arg-type]
+        elif kind is Release:
+            self._release(event, now, out)  # type: ignore[arg-type]
             need_pass = True
-        elif isinstance(event, Renew):
-            self._renew(event, now, out)
-        elif isinstance(event, Yield):
-            self._yield(event, now, out)
-        elif isinstance(event, Tick):
+        elif kind is Renew:
+            self._renew(event, now, out)  # type: ignore[arg-type]
+        elif kind is Yield:
+            self._yield(event, now, out)  # type: ignore[arg-type]
+        elif kind is Tick:
             need_pass = need_pass or self._pass_owed
             self._pass_owed = False
-        elif isinstance(event, WorkerAdded):
-            self._worker_added(event, out)
-        elif isinstance(event, WorkerDraining):
-            self._worker_draining(event, now, out)
-        elif isinstance(event, WorkerRemoved):
-            self._worker_removed(event, now, out)
-        if need_pass or not isinstance(event, Acquire | Renew | Tick):
+        elif kind is WorkerAdded:
+            self._worker_added(event, out)  # type: ignore[arg-type]
+        elif kind is WorkerDraining:
+            self._worker_draining(event, now, out)  # type: ignore[arg-type]
+        elif kind is WorkerRemoved:
+            self._worker_removed(event, now, out)  # type: ignore[arg-type]
+        if need_pass or not (kind is Acquire or kind is Renew or kind is Tick):
             self._schedule(now, out)
             if self._lent:
                 self._promote_lent()
@@ -438,14 +444,14 @@ class Core:
             out.append(Refused(s, RefuseReason.UNKNOWN_TENANT, f"tenant {ev.tenant!r} is not in the policy"))
             return False
         cls = CLASS_INDEX[ev.qos]
-        if not t.class_allowed(cls):
+        limit = t.quota(cls)
+        if limit is not None and limit <= 0:  # `t.class_allowed(cls)`, without a second quota()
             msg = f"tenant {t.name!r} has no {ev.qos.value} quota in pool {self._pool_name!r}"
             out.append(Refused(s, RefuseReason.NO_QUOTA, msg, pool=self._pool_name))
             return False
         # Granted in this event iff a slot is free and the tenant is below its limit for the
         # class: between events no waiter could take a free slot (the pass ran), so none is
         # ahead of it. Any other request waits, for whatever reason, and meets the caps.
-        limit = t.quota(cls)
         at_once = self._free_ready > 0 and (limit is None or t.held[cls] + t.earmarked[cls] < limit)
         if not at_once:
             refusal = self._cap_refusal(s, t, cls)
@@ -499,8 +505,8 @@ class Core:
         if rec is None:
             return
         self._observe_hold(now - rec.lease.granted_at)
-        self._end_lease(rec, LeaseState.RELEASED)
-        out.append(Ended(ev.session, EndReason.RELEASED, rec.lease))
+        self._end_lease(rec, _RELEASED)
+        out.append(_new_tuple(Ended, (ev.session, _BY_RELEASE, rec.lease)))  # as a Lease in `_grant`
 
     def _renew(self, ev: Renew, now: float, out: list[Decision]) -> None:
         """The expiry moves in steps: a renewal that finds it already at or past now + TTL leaves
@@ -781,52 +787,73 @@ class Core:
             self._dequeue(req, refresh=False)
         epoch = self._epochs.get(slot, 0) + 1
         self._epochs[slot] = epoch
-        lid = LeaseId(f"{slot.worker}/{slot.index}#{epoch}")
-        lease = Lease(
-            lid,
-            req.session,
-            TenantName(t.name),
-            CLASSES[req.cls],
-            slot,
-            epoch,
-            now,
-            now + self._ttl,
-            req.resume_from,
-            self._pool_name,
+        # No NewType calls here: LeaseId and TenantName are str at run time (a call each per grant).
+        lid: LeaseId = f"{slot.worker}/{slot.index}#{epoch}"  # type: ignore[assignment]
+        cls = req.cls
+        # Every field, in order, built as the tuple it is: a NamedTuple's own __new__ is a Python
+        # frame, about half of what building it costs.
+        lease: Lease = _new_tuple(
+            Lease,
+            (
+                lid,
+                req.session,
+                t.name,
+                CLASSES[cls],
+                slot,
+                epoch,
+                now,
+                now + self._ttl,
+                req.resume_from,
+                self._pool_name,
+            ),
         )
         w = self._workers[slot.worker]
         # A Burstable lease within nominal is unpreemptible, so it is one only if the floor still
         # holds with this slot taken (slack >= 0 now); otherwise the slot is lent as borrowing.
-        borrowing = req.cls == BE or (
-            req.cls == B and not (t.b_nominal_held() < t.spec.burstable_nominal and self._slack() >= 0)
+        borrowing = cls == BE or (
+            cls == B and not (t.held[B] - t.b_borrowing < t.spec.burstable_nominal and self._slack() >= 0)
         )
         self._gseq += 1
-        rec = LeaseRec(lease, t, req.cls, _ACTIVE, req.arrival, req.seq, w, None, borrowing, self._gseq)
-        rec.preempted = req.preempted
+        rec = LeaseRec(
+            lease,
+            t,
+            cls,
+            _ACTIVE,
+            req.arrival,
+            req.seq,
+            w,
+            None,
+            borrowing,
+            self._gseq,
+            False,
+            None,
+            req.preempted,
+        )
         w.leases[slot.index] = lid
         self._leases[lid] = rec
         self._holders[req.session] = rec
-        t.held[req.cls] += 1
-        if req.cls == G:
+        t.held[cls] += 1
+        if cls == G:
             self._held_g += 1
-        elif req.cls == B and not borrowing:
+        elif cls == B and not borrowing:
             pass
         else:
-            if req.cls == B:
+            if cls == B:
                 t.b_borrowing += 1
             else:
                 self._held_be += 1
             # The newest grant: last in grant order; its pick entry waits for a read (first_pick).
-            t.candidates[req.cls][lid] = now
+            t.candidates[cls][lid] = now
             self._timers.push_maturing(now + self._min_runtime, lid, epoch)
         self._timers.push_expiry(lease.expires_at, lid, epoch)
         self._refresh(t)
-        out.append(Granted(lease, now - req.enqueued_at))
+        out.append(_new_tuple(Granted, (lease, now - req.enqueued_at)))
 
     def _end_lease(self, rec: LeaseRec, state: LeaseState) -> None:
         was_yielding = rec.state is _YIELDING
         rec.state = check_lease(rec.state, state)
-        t, cls, lid = rec.tenant, rec.cls, rec.lease.lease_id
+        lease = rec.lease
+        t, cls, lid = rec.tenant, rec.cls, lease.lease_id
         t.held[cls] -= 1
         if was_yielding:
             t.yielding[cls] -= 1
@@ -842,13 +869,16 @@ class Core:
         elif cls == BE:
             self._held_be -= 1
         del self._leases[lid]
-        del self._holders[rec.lease.session]
-        self._cancelled.pop(lid, None)  # it ends: its own decision says so
-        self._orphans.pop(lid, None)
+        del self._holders[lease.session]
+        if self._cancelled:
+            self._cancelled.pop(lid, None)  # it ends: its own decision says so
+        if self._orphans:
+            self._orphans.pop(lid, None)
         w = rec.worker
-        del w.leases[rec.lease.slot.index]
+        index = lease.slot.index
+        del w.leases[index]
         if w.state is _READY:
-            self._push_free(w, rec.lease.slot.index)
+            self._push_free(w, index)
         if rec.for_session is not None:
             waiter = self._requests.get(rec.for_session)
             if waiter is not None and waiter.earmark == lid:
@@ -862,7 +892,7 @@ class Core:
                 else:
                     self._unearmark(waiter)  # the slot goes with its worker
                     self._refresh_queue(waiter.tenant)
-        if cls == B and not rec.borrowing:
+        if cls == B and not rec.borrowing and t.candidates[B]:  # `_promote`'s first test, inline
             self._promote(t)
         self._refresh(t)
 
@@ -1150,7 +1180,7 @@ class Core:
         return self._free_ready + self._preemptible - max(0, self._floor - self._held_g)
 
     def _observe_hold(self, seconds: float) -> None:
-        self._mean_hold = 0.9 * self._mean_hold + 0.1 * max(0.0, seconds)
+        self._mean_hold = 0.9 * self._mean_hold + 0.1 * (seconds if seconds > 0.0 else 0.0)  # no max() call
         self._holds_seen = True
 
     def _position(self, req: Request) -> int:

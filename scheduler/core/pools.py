@@ -131,8 +131,12 @@ class Pools:
     def handle(self, event: Event, now: float) -> list[Decision]:
         """Apply one event at time `now`; return every decision it caused, in order."""
         single = self._single
-        if single is not None and not _names_a_pool(event):
-            return single.handle(event, now)
+        if single is not None:
+            # Only an Acquire or a WorkerAdded can name a pool: other events skip the test (a
+            # follower replays one event per journal record through here).
+            kind = type(event)
+            if (kind is not Acquire and kind is not WorkerAdded) or not _names_a_pool(event):
+                return single.handle(event, now)
         if now > self._now:
             self._now = now  # a pool's views are as of the latest event of any
         heap = self._heap

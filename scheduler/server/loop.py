@@ -73,6 +73,7 @@ _ENDED_KEEP = 10_000  # recently ended sessions remembered for GetSession
 # a new reason) are offered to the streams (stream.py decides what is told), coalesced to at most
 # one pass per this interval.
 POSITION_REFRESH_S = 0.2
+_YIELDED = EndReason.YIELDED  # an enum member read off its class is a slow lookup (engine.py)
 
 
 # Where an Acquire asks to go: (pool, selector, fallback), as `Acquire`'s fields.
@@ -400,27 +401,28 @@ class SchedulerLoop:
         (the handler converts it to proto: one conversion per event, as before)."""
         streams = self._streams
         for d in decisions:
-            if isinstance(d, Granted):
+            # On the exact type (decisions are final classes): a follower runs this per record.
+            if type(d) is Granted:
                 key = d.lease.session
                 self._waited[key] = d.waited_s
                 s = streams.get(key)
                 if s is not None:
                     s.put(GRANTED, Notice(d, now, self._addresses.get(d.lease.slot.worker, "")), now)
-            elif isinstance(d, Queued):
+            elif type(d) is Queued:
                 s = streams.get(d.session)
                 if s is not None:
                     s.offer(d, now, now)
-            elif isinstance(d, Ended):
-                if d.lease is not None:
+            elif type(d) is Ended:
+                if d.lease is not None and self._yields:
                     self._yields.pop(d.lease.lease_id, None)
-                final = d.reason is not EndReason.YIELDED
+                final = d.reason is not _YIELDED
                 s = streams.get(d.session)
                 if s is not None:
                     s.put(FINAL if final else OTHER, Notice(d, now), now)
                 if final:
                     snap = d.lease.resume_from if d.lease is not None else None
                     self._finish(d.session, d.reason, snap, now)
-            elif isinstance(d, YieldRequested):
+            elif type(d) is YieldRequested:
                 self._yields[d.lease.lease_id] = d
                 s = streams.get(d.lease.session)
                 if s is not None:
@@ -431,7 +433,7 @@ class SchedulerLoop:
                 s = streams.get(d.lease.session)
                 if s is not None:
                     s.put(OTHER, Notice(d, now), now)
-            elif isinstance(d, Expired):
+            elif type(d) is Expired:
                 lease = d.lease
                 self._yields.pop(lease.lease_id, None)
                 s = streams.get(lease.session)
@@ -446,9 +448,12 @@ class SchedulerLoop:
 
     def _finish(self, key: SessionId, reason: EndReason, snap: SnapshotRef | None, now: float) -> None:
         """The session is over: its stream (if any) ends after the event just queued."""
-        qos = self._qos.get(key)
-        self.forget(key)
-        self._streams.pop(key, None)
+        qos = self._qos.pop(key, None)  # `forget`, inline: once per session's end
+        self._waited.pop(key, None)
+        if self._wait_timeouts:
+            self._wait_timeouts.pop(key, None)
+        if self._streams:
+            self._streams.pop(key, None)
         self.ends_permits(key)  # its permits end with it (docs/design.md, "Token budgets")
         if qos is not None:
             self._ended[key] = EndedSession(reason, qos, snap, now)
