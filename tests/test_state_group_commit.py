@@ -27,6 +27,7 @@ class _Store:
 
     token = "me:1"
     where = "the test's store"
+    idle_tail_ms = 0
 
     def __init__(self) -> None:
         self.sent: list[list[bytes]] = []

@@ -24,6 +24,7 @@ class _Cut:
 
     token = "me:1"
     where = "redis://10.0.0.9:6379"
+    idle_tail_ms = 0
 
     def __init__(self) -> None:
         self.calls = 0

@@ -170,6 +170,38 @@ def test_the_lease_renews_through_resp_fenced_and_after_a_script_flush() -> None
             r.kill()
 
 
+def test_an_idle_standby_waits_a_second_per_read_within_its_connection_timeout() -> None:
+    """On plain redis:// a standby's tail may block `idle_tail_ms` (a second: an idle pool is
+    followed with a read a second, not eight), well past the call timeout, without timing out;
+    an entry appended meanwhile ends the wait at once."""
+    with tempfile.TemporaryDirectory(prefix="slotsched-resp-") as d:
+        r = RedisProc(d).start()
+
+        async def go() -> None:
+            a = RedisStore(r.url, "t", "a", timeout_s=0.2)
+            b = RedisStore(r.url, "t", "b", timeout_s=0.2)
+            try:
+                assert b.idle_tail_ms == 1000
+                assert await a.try_lead(5.0)
+                last = await a.append([b"one"], a.token)
+                t0 = time.monotonic()
+                idle = await b.tail(last, b.idle_tail_ms)
+                assert idle.entries == [] and not idle.gap
+                assert time.monotonic() - t0 >= 0.5  # it waited past the 0.2 s call timeout
+                waiting = asyncio.ensure_future(b.tail(last, b.idle_tail_ms))
+                await a.append([b"two"], a.token)
+                got = await asyncio.wait_for(waiting, 5)
+                assert [e for _, e in got.entries] == [b"two"]
+            finally:
+                await a.close()
+                await b.close()
+
+        try:
+            asyncio.run(go())
+        finally:
+            r.kill()
+
+
 def test_the_renewals_of_many_pools_made_in_one_turn_share_one_write() -> None:
     """Stores of one process (one `SharedLines`, as the backend makes per `--state` URL) send the
     lease renewals asked for in the same loop turn as ONE write, each answered as if alone: its

@@ -249,6 +249,7 @@ def test_when_a_snapshot_is_due(args: tuple[int, int, float, float, float], due:
 class _Store:
     token = "me:1"
     where = "the test's store"
+    idle_tail_ms = 0
     saved = 0
 
     async def save_snapshot(self, *_: Any) -> None:

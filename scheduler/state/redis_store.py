@@ -111,6 +111,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+#: How long a standby's XREAD may block on the lean tail connection.
+IDLE_TAIL_MS = 1000
 _EXTEND_SHA = hashlib.sha1(_EXTEND.encode()).hexdigest()
 _SWAP = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -221,6 +223,7 @@ class RedisStore:
         # (plain redis://); TLS, Sentinel (the primary moves) and Cluster keep redis-py's.
         self._fast: RespConnection | None = None
         self._tail_conn: RespConnection | None = None
+        self.idle_tail_ms = 0  # redis-py: a tail waits only within the call timeout
         self._lease: SharedLine | None = None
         # bench/failover.py --append both: the same append over redis-py, in the same run.
         lean = os.environ.get(APPEND_ENV, "resp") != "redis-py"
@@ -237,10 +240,13 @@ class RedisStore:
             # A standby's tail on a lean connection of its own too: redis-py parses an XREAD
             # reply a line at a time, each an await (most of a follower's CPU, bench/scaleout.py);
             # its own, so a blocked XREAD never holds an append back.
+            # It may wait a second for entries: an idle pool is followed with a read a second, not
+            # eight (its timeout covers the wait; a take-over reads the rest on redis-py).
+            self.idle_tail_ms = IDLE_TAIL_MS
             self._tail_conn = RespConnection(
                 host,
                 port,
-                timeout_s=timeout_s + wait_s,
+                timeout_s=timeout_s + wait_s + IDLE_TAIL_MS / 1000,
                 db=self.target.db,
                 username=self.target.username,
                 password=self.target.password,

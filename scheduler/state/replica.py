@@ -135,8 +135,9 @@ class Replica(Compaction, LeaderLease, Standby):
         self.renew_interval_s = leader_ttl_s / 4  # three more tries before the local deadline
         self.margin_s = leader_ttl_s * MARGIN  # see the module docstring: clock-rate drift
         self.campaign_interval_s = campaign_interval_s
-        # A standby's XREAD blocks at most this long, well inside the store's socket timeout.
-        self.tail_block_ms = max(10, int(min(200.0, leader_ttl_s * 1000 / 8)))
+        # A standby's XREAD blocks at most this long: well inside the store's socket timeout, or
+        # as long as the store's tail connection allows (an idle pool: fewer reads to follow it).
+        self.tail_block_ms = store.idle_tail_ms or max(10, int(min(200.0, leader_ttl_s * 1000 / 8)))
         self.tail_pace_s = min(FOLLOW_PACE_S, campaign_interval_s / 2)  # standby.py
         self.advertise = advertise  # host:port clients are sent to while this replica leads
         self.leader_address: str | None = None  # a standby's view of where the leader is

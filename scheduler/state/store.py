@@ -97,6 +97,9 @@ class StateStore(Protocol):
 
     replica_id: str
     token: str  # this replica's term: the one it last won (new at every win)
+    #: How long a standby's `tail` may wait for entries on this store (its connection's timeout
+    #: covers that wait), or 0: only well within the call timeout (the replica's default).
+    idle_tail_ms: int
 
     @property
     def where(self) -> str:
