@@ -146,6 +146,18 @@ class SentinelSet:
             "replicas in sync",
             lambda: all(r.client().info("replication")["master_link_status"] == "up" for r in self.replicas),
         )
+        # ... and acknowledging writes: the first WAIT after a full sync may take the replicas'
+        # once-a-second acknowledgement, longer than a test's replica timeout (200 ms). Probed
+        # in a database of its own, which no test reads.
+        probe = redis.Redis(port=self.primary.port, db=9, socket_timeout=2)
+
+        def acked() -> bool:
+            probe.set("slotsched-test:probe", "1")
+            return int(probe.wait(len(self.replicas), 100)) >= len(self.replicas)
+
+        wait_for("replicas acknowledging a write", acked)
+        probe.delete("slotsched-test:probe")
+        probe.close()
         for s in self.sentinels:
             s.start()
         self.wait_ready(primary_port=self.primary.port)
