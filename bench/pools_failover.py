@@ -30,8 +30,9 @@ Measured:
   cores scale.
 
 Usage: `python bench/pools_failover.py [--topology single|cluster|both] [--kills K]
-[--sessions N] [--pools P] [--plot PNG]`. Progress goes to stderr; the last line is
-`key=value` pairs (a `_cluster` suffix for the Cluster run).
+[--sessions N] [--pools P] [--plot PNG] [--decide-s S]` (`--decide-s`: how long each
+decision-rate phase runs, 5 s by default; the test's small run makes it short). Progress goes
+to stderr; the last line is `key=value` pairs (a `_cluster` suffix for the Cluster run).
 """
 
 from __future__ import annotations
@@ -269,7 +270,13 @@ async def pairs_per_s(net: Net, pools: list[str], seconds: float, tag: str) -> f
 
 
 async def decisions(
-    net: Net, replicas: list[Replica], pools: list[str], figures: dict[str, float], root: str, state: str
+    net: Net,
+    replicas: list[Replica],
+    pools: list[str],
+    figures: dict[str, float],
+    root: str,
+    state: str,
+    seconds: float,
 ) -> None:
     """decisions_per_s_1 and _3 (module doc), on a fresh state (the bench's sessions fill the
     pools), each replica's and the driver's CPU beside."""
@@ -286,9 +293,10 @@ async def decisions(
         await asyncio.gather(*(r.wait_listening() for r in live))
         await settled(net, live, pools)
         c0, s0 = _cpu_self(), [r.cpu_s() for r in live]
-        figures[f"decisions_per_s_{n}"] = rate = await pairs_per_s(net, pools, 5.0, f"d{n}")
+        figures[f"decisions_per_s_{n}"] = rate = await pairs_per_s(net, pools, seconds, f"d{n}")
         cpu = ", ".join(f"{r.name} {r.cpu_s() - s:.1f}" for r, s in zip(live, s0, strict=True))
-        log(f"{n} replica(s): {rate:.0f} pairs/s; CPU s in 5 s: driver {_cpu_self() - c0:.1f}, {cpu}")
+        driver = _cpu_self() - c0
+        log(f"{n} replica(s): {rate:.0f} pairs/s; CPU s in {seconds:g} s: driver {driver:.1f}, {cpu}")
         for r in live:
             assert r.proc is not None
             r.proc.kill()
@@ -423,7 +431,7 @@ async def run(
         log(f"{topology}: a fourth replica took {figures['pools_moved_on_join']:.0f} pools")
 
         if topology == "single":
-            await decisions(net, replicas, pools, figures, root, state)
+            await decisions(net, replicas, pools, figures, root, state, args.decide_s)
     finally:
         await net.close()
         stop_all([r.proc for r in replicas if r.proc is not None and r.proc.poll() is None], grace_s=5)
@@ -467,6 +475,9 @@ def main() -> None:
     ap.add_argument("--pools", type=int, default=30)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--plot", default=None, metavar="PNG")
+    ap.add_argument(
+        "--decide-s", type=float, default=5.0, help="seconds each decision-rate phase runs (default 5)"
+    )
     args = ap.parse_args()
     out: dict[str, float] = {}
     kills: dict[str, list[list[float]]] = {}

@@ -85,7 +85,11 @@ class Node:
             args = [REDIS_BIN, conf, "--sentinel"]
         else:
             args = [REDIS_BIN, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
-            args += ["--appendonly", "yes", "--appendfsync", "always", "--dir", self.dir, *self.extra]
+            args += ["--appendonly", "yes", "--appendfsync", "always", "--dir", self.dir]
+            # A replica's full sync starts at once: Redis 7's default diskless sync first waits
+            # 5 s for more replicas to share the transfer, so each set started (and each replica
+            # resyncing to a promoted primary after a failover) idled 5 s for nothing.
+            args += ["--repl-diskless-sync-delay", "0", *self.extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         proc = self.proc
 
@@ -142,6 +146,18 @@ class SentinelSet:
             "replicas in sync",
             lambda: all(r.client().info("replication")["master_link_status"] == "up" for r in self.replicas),
         )
+        # ... and acknowledging writes: the first WAIT after a full sync may take the replicas'
+        # once-a-second acknowledgement, longer than a test's replica timeout (200 ms). Probed
+        # in a database of its own, which no test reads.
+        probe = redis.Redis(port=self.primary.port, db=9, socket_timeout=2)
+
+        def acked() -> bool:
+            probe.set("slotsched-test:probe", "1")
+            return int(probe.wait(len(self.replicas), 100)) >= len(self.replicas)
+
+        wait_for("replicas acknowledging a write", acked)
+        probe.delete("slotsched-test:probe")
+        probe.close()
         for s in self.sentinels:
             s.start()
         self.wait_ready(primary_port=self.primary.port)

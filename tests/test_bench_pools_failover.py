@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(
 
 def test_pools_failover_bench_small_run() -> None:
     cmd = [sys.executable, str(ROOT / "bench" / "pools_failover.py"), "--topology", "single"]
-    cmd += ["--pools", "3", "--sessions", "60", "--kills", "1"]
+    cmd += ["--pools", "3", "--sessions", "60", "--kills", "1", "--decide-s", "1"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "kill 1/1" in r.stderr, r.stderr[-3000:]  # progress

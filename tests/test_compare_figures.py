@@ -135,8 +135,12 @@ def test_no_request_beyond_quota_shows_a_dash_and_is_no_verdict() -> None:
 
 
 def test_compare_json_splits_guaranteed_waits_by_quota(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from scheduler.sim.compare import run as compare_run
+
+    # No plots: the jain test above draws this very run's (same workload and arguments).
+    monkeypatch.setattr(compare_run, "draw_plots", lambda results, out: ([], ""))
     pol, plans = small()
     ns = argparse.Namespace(out=str(tmp_path), json=True, checkpoint_seconds=2.0, until=None)
     run_compare(pol, plans, ns)

@@ -91,6 +91,23 @@ def _observe(core: Core) -> Any:
     )
 
 
+# The draws' strategies, built once (not at each draw: building one costs more than drawing).
+_DT = st.sampled_from([0.0, 0.0, 0.5, 1.0, 1.0, 2.0, 3.0, 9.0, 45.0])
+_KIND = st.sampled_from(
+    ["worker", "drain", "acquire", "acquire", "acquire", "acquire", "release", "release"]
+    + ["withdraw", "renew", "yield", "tick", "resumed", "policy"]
+)
+_BOOL = st.booleans()
+_SLOTS = st.integers(1, 3)
+_DRAIN = st.none() | st.sampled_from([0.0, 2.0, 5.0])
+_SESSION = st.sampled_from(SESSIONS)
+_TENANT = st.sampled_from(TENANT_NAMES)
+_QOS = st.sampled_from(list(QoS))
+_SNAP = st.none() | st.just(SNAP)
+_OUTAGE = st.sampled_from([0.0, 3.0, 40.0])
+_POLICY = st.sampled_from([POLICY, POLICY_2])
+
+
 class _Gen:
     """Random events over a small world: workers come, drain, go and come back under the same
     id; sessions of every tenant and class acquire, renew, yield, release; time jumps; outages;
@@ -105,41 +122,35 @@ class _Gen:
 
     def draw(self, data: st.DataObject, core: Core) -> Step:
         # Mostly small steps, so yields stay pending and waiters stay earmarked across events.
-        self.now += data.draw(st.sampled_from([0.0, 0.0, 0.5, 1.0, 1.0, 2.0, 3.0, 9.0, 45.0]), label="dt")
-        kind = data.draw(
-            st.sampled_from(
-                ["worker", "drain", "acquire", "acquire", "acquire", "acquire", "release", "release"]
-                + ["withdraw", "renew", "yield", "tick", "resumed", "policy"]
-            ),
-            label="kind",
-        )
+        self.now += data.draw(_DT, label="dt")
+        kind = data.draw(_KIND, label="kind")
         leases = sorted(lease for lease, _ in core.leases())
         if kind == "worker" and len(self.workers) >= 3:
             kind = "acquire"  # a small pool keeps requests waiting and victims yielding
         if kind == "worker" or not self.workers:
-            if self.removed and data.draw(st.booleans()):
+            if self.removed and data.draw(_BOOL):
                 # Back under the same id, maybe with another slot count: a new worker to the core.
                 wid = self.removed.pop(data.draw(st.integers(0, len(self.removed) - 1)))
             else:
                 wid = WorkerId(f"w{len(self.workers) + len(self.removed)}")
-            self.slots[wid] = data.draw(st.integers(1, 3))
+            self.slots[wid] = data.draw(_SLOTS)
             self.workers.append(wid)
             return ("event", WorkerAdded(wid, self.slots[wid], f"{wid}:1"))
         if kind == "drain":
             wid = data.draw(st.sampled_from(self.workers))
-            if data.draw(st.booleans()):
+            if data.draw(_BOOL):
                 self.workers.remove(wid)
                 self.removed.append(wid)
                 return ("event", WorkerRemoved(wid))
-            return ("event", WorkerDraining(wid, data.draw(st.none() | st.sampled_from([0.0, 2.0, 5.0]))))
+            return ("event", WorkerDraining(wid, data.draw(_DRAIN)))
         if kind == "acquire":
             return (
                 "event",
                 Acquire(
-                    data.draw(st.sampled_from(SESSIONS)),
-                    TenantName(data.draw(st.sampled_from(TENANT_NAMES))),
-                    data.draw(st.sampled_from(list(QoS))),
-                    data.draw(st.none() | st.just(SNAP)),
+                    data.draw(_SESSION),
+                    TenantName(data.draw(_TENANT)),
+                    data.draw(_QOS),
+                    data.draw(_SNAP),
                 ),
             )
         if kind in ("release", "renew", "yield") and leases:
@@ -150,7 +161,7 @@ class _Gen:
                 return ("event", Renew(lease.session, lease.lease_id, lease.epoch))
             return (
                 "event",
-                Yield(lease.session, lease.lease_id, lease.epoch, data.draw(st.none() | st.just(SNAP))),
+                Yield(lease.session, lease.lease_id, lease.epoch, data.draw(_SNAP)),
             )
         queued = [v.session for v in core.queue()]
         waited_for = [v for v in queued if v in self.waited_for]
@@ -161,13 +172,13 @@ class _Gen:
             # A waiter gives up: the victim yielding for it (if any) yields for no one now.
             return ("event", Release(data.draw(st.sampled_from(queued))))
         if kind in ("release", "withdraw"):
-            return ("event", Release(data.draw(st.sampled_from(SESSIONS))))
+            return ("event", Release(data.draw(_SESSION)))
         if kind == "resumed":
             since = self.now
-            self.now += data.draw(st.sampled_from([0.0, 3.0, 40.0]))
+            self.now += data.draw(_OUTAGE)
             return ("event", Resumed(since))
         if kind == "policy":
-            return ("policy", data.draw(st.sampled_from([POLICY, POLICY_2])))
+            return ("policy", data.draw(_POLICY))
         return ("event", Tick())
 
 

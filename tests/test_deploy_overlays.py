@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import functools
 import ipaddress
 import json
 import os
@@ -100,10 +101,21 @@ def validate_crd(obj: dict[str, Any], schema: dict[str, Any]) -> None:
         raise error
 
 
+def _schemas_read_once() -> None:
+    """kubernetes_validate reads and parses its schema files at every `validate()`, its large
+    `_definitions.json` included (most of this test's time): read each once a run (they are the
+    package's data and never change; nothing writes to what is read)."""
+    from kubernetes_validate import utils
+
+    if not hasattr(utils.schema_contents, "cache_info"):
+        utils.schema_contents = functools.cache(utils.schema_contents)
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_object_passes_its_schema(overlay: str) -> None:
     import kubernetes_validate
 
+    _schemas_read_once()
     checked: dict[str, int] = {}
     objs = render(overlay)
     for obj in objs:

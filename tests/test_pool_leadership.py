@@ -50,10 +50,14 @@ WORKER = (("authorization", f"Bearer {WORKER_TOKEN}"),)
 
 
 @contextlib.asynccontextmanager
-async def cluster(n: int = 2) -> AsyncIterator[tuple[str, str, list[RunningServer], GrantKeyring]]:
+async def cluster(
+    n: int = 2, lease_ttl_s: float = 30
+) -> AsyncIterator[tuple[str, str, list[RunningServer], GrantKeyring]]:
+    """`n` replicas of the three-pool policy over one redis-server; `lease_ttl_s` is the
+    sessions' lease TTL (a test waiting for a renewal to move an expiry waits half of it)."""
     with tempfile.TemporaryDirectory(prefix="slotsched-pools-") as d:
         r = RedisProc(d).start()
-        policy = write_policy(d, pools_policy_yaml(workers_per_pool=1, lease_ttl_s=30))
+        policy = write_policy(d, pools_policy_yaml(workers_per_pool=1, lease_ttl_s=lease_ttl_s))
         keys = GrantKeyring.generate()
         servers: list[RunningServer] = []
         try:

@@ -141,16 +141,19 @@ class Cluster:
         return "\n".join(f"===== {n}\n{self.log(n)[-4000:]}" for n in self.logs)
 
     def close(self) -> None:
-        order = [n for n in self.procs if n != "scheduler"] + ["scheduler"]
-        for name in order:
-            p = self.procs[name]
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+        """The workers first, all at once (each drains on its own: one after the other only added
+        their shutdowns up), then the scheduler."""
+        workers = [p for n, p in self.procs.items() if n != "scheduler"]
+        for group in (workers, [self.procs["scheduler"]]):
+            for p in group:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in group:
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(5)
 
 
 @pytest.fixture
