@@ -497,6 +497,9 @@ def main() -> None:
     ap.add_argument("--no-sdk", action="store_true")
     ap.add_argument("--hold-sessions", type=int, default=5000, help="sessions one replica holds")
     ap.add_argument("--hold-seconds", type=float, default=20.0, help="measured while holding them")
+    ap.add_argument(
+        "--hold-settle-seconds", type=float, default=10.0, help="waited before measuring (a renewal period)"
+    )
     ap.add_argument("--hold-modes", default="memory,redis", help="of the holding phase: memory, redis")
     ap.add_argument("--no-hold", action="store_true")
     ap.add_argument("--load", choices=("pairs", "renew", "sdk", "hold"), help=argparse.SUPPRESS)

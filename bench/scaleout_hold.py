@@ -195,7 +195,7 @@ def hold_one(args: argparse.Namespace, root: str, mode: str, script: str) -> dic
         if not line.startswith("held"):
             raise RuntimeError(f"the hold generator answered {line!r}")
         log(f"{mode}: {k} sessions granted in {float(line.split()[2]):.1f} s; settling one renewal period")
-        time.sleep(10.0)  # a renewal period: the renewals of the acquire phase spread out
+        time.sleep(args.hold_settle_seconds)  # a renewal period: the acquire phase's renewals spread out
         pids["generator"] = gen.pid
 
         def mark() -> tuple[int, int]:

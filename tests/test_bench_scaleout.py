@@ -52,7 +52,7 @@ def test_scaleout_bench_small_run() -> None:
     cmd = [sys.executable, str(ROOT / "bench" / "scaleout.py"), "--pools", "3", "--idle", "1"]
     cmd += ["--seconds", "1", "--renew-sessions", "5"]
     cmd += ["--sdk-seconds", "1", "--sdk-rounds", "1", "--sdk-iterations", "20"]
-    cmd += ["--hold-sessions", "300", "--hold-seconds", "2"]
+    cmd += ["--hold-sessions", "300", "--hold-seconds", "2", "--hold-settle-seconds", "1"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     figures = dict(kv.split("=", 1) for kv in r.stdout.strip().splitlines()[-1].split())
