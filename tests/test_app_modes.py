@@ -76,7 +76,9 @@ def test_an_unknown_scheme_lists_every_kind_and_hides_the_password() -> None:
 
 # A store's kind is named (its module imported, its class built) in scheduler/state/config.py
 # and its own modules only: the composition root builds stores from the URL, never by name.
-_STORE_MODULES = {f"scheduler.state.{m}" for m in ("redis_store", "redis_members", "redis_connect", "resp")}
+_STORE_MODULES = {
+    f"scheduler.state.{m}" for m in ("redis_store", "redis_members", "redis_connect", "resp", "resp_shared")
+}
 _MAY_NAME = {"scheduler/state/config.py"} | {
     f"scheduler/state/{m.rsplit('.', 1)[1]}.py" for m in _STORE_MODULES
 }
