@@ -202,6 +202,69 @@ def test_an_idle_standby_waits_a_second_per_read_within_its_connection_timeout()
             r.kill()
 
 
+# The snapshot script of the builds before decision 0023: it trimmed what it covered.
+_OLD_SNAPSHOT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('NOTLEADER') end
+redis.call('HSET', KEYS[2], 'fingerprint', ARGV[2], 'stream_id', ARGV[3], 'at', ARGV[4], 'data', ARGV[5])
+redis.call('XTRIM', KEYS[3], 'MINID', ARGV[6])
+redis.call('SET', KEYS[4], '1')
+return 1
+"""
+
+
+def test_a_snapshot_an_older_build_stored_after_ours_still_shows_its_trim() -> None:
+    """A pool led by this build (snapshots trim one behind) then by an older one (a snapshot
+    trims what it covers, and leaves this build's trimmed_to behind): a standby between the two
+    cuts sees the gap and a take-over's catch-up the trim, not a stale trimmed_to."""
+    with tempfile.TemporaryDirectory(prefix="slotsched-resp-") as d:
+        r = RedisProc(d).start()
+
+        async def go() -> None:
+            a = RedisStore(r.url, "t", "a")
+            b = RedisStore(r.url, "t", "b")
+            try:
+                assert await a.try_lead(5.0)
+                ps = [await a.append([f"r{i}".encode()], a.token) for i in range(6)]
+                await a.save_snapshot(b"s1", "fp", ps[0], 1.0, a.token)
+                await a.save_snapshot(b"s2", "fp", ps[1], 2.0, a.token)  # trims up to ps[0]
+                assert not (await b.tail(ps[0], 10)).gap and not await b.trimmed_past(ps[0])
+                ms, _, seq = ps[4].partition("-")
+                keys = [a.k_leader, a.k_snapshot, a.k_journal, a.k_trimmed]
+                await a.redis.eval(
+                    _OLD_SNAPSHOT, 4, *keys, a.token, "fp", ps[4], "5.0", b"s5", f"{ms}-{int(seq) + 1}"
+                )
+                # A standby at ps[2] (past this build's trimmed_to, behind the old build's cut).
+                assert await b.trimmed_past(ps[2]) and (await b.tail(ps[2], 10)).gap
+                assert not await b.trimmed_past(ps[4]) and not (await b.tail(ps[4], 10)).gap
+            finally:
+                await a.close()
+                await b.close()
+
+        try:
+            asyncio.run(go())
+        finally:
+            r.kill()
+
+
+def test_a_line_its_last_store_let_go_sends_and_opens_nothing_more() -> None:
+    with tempfile.TemporaryDirectory(prefix="slotsched-resp-") as d:
+        r = RedisProc(d).start()
+
+        async def go() -> None:
+            lines = SharedLines()
+            line = lines.line("127.0.0.1", r.port, timeout_s=1.0)
+            assert await line.call(("PING",)) == b"PONG"
+            await line.release()
+            with pytest.raises(ConnectionError):
+                await line.call(("PING",))
+            assert not line.conn.ready
+
+        try:
+            asyncio.run(go())
+        finally:
+            r.kill()
+
+
 def test_the_renewals_of_many_pools_made_in_one_turn_share_one_write() -> None:
     """Stores of one process (one `SharedLines`, as the backend makes per `--state` URL) send the
     lease renewals asked for in the same loop turn as ONE write, each answered as if alone: its

@@ -14,7 +14,9 @@ several keys run on one node). Name every key through `RedisStore.key(name)`:
 | `P:trimmed` | string | present once the journal was compacted (it no longer starts at the beginning) |
 
 `trimmed_to` is the last journal entry dropped: the previous snapshot's `stream_id` (a snapshot
-trims what the one before it covered, `_SNAPSHOT`), 0-0 while none was.
+trims what the one before it covered, `_SNAPSHOT`), 0-0 while none was; `trimmed_for` the
+`stream_id` it was written with (an older build's snapshot, which trimmed what it covered, leaves
+both behind: they count only beside the snapshot they were written with).
 | `P:leader_addr` | string | `<term token> <host:port>`: the address the leader of that term published |
 
 Election timing (scheduler/state/replica.py): the lease is `SET NX PX ttl` (default 1 s), renewed
@@ -97,10 +99,10 @@ redis.call('HSET', KEYS[2], 'fingerprint', ARGV[2], 'stream_id', ARGV[3], 'at', 
 local ms, seq = string.match(prev or '', '^(%d+)-(%d+)$')
 if ms and (ms ~= '0' or seq ~= '0') then
   redis.call('XTRIM', KEYS[3], 'MINID', ms .. '-' .. (tonumber(seq) + 1))
-  redis.call('HSET', KEYS[2], 'trimmed_to', prev)
+  redis.call('HSET', KEYS[2], 'trimmed_to', prev, 'trimmed_for', ARGV[3])
   redis.call('SET', KEYS[4], '1')
 else
-  redis.call('HSET', KEYS[2], 'trimmed_to', '0-0')
+  redis.call('HSET', KEYS[2], 'trimmed_to', '0-0', 'trimmed_for', ARGV[3])
 end
 return 1
 """
@@ -561,16 +563,18 @@ class RedisStore:
 
 
 #: The snapshot's fields that say how far the journal was trimmed (`_trimmed_to`).
-_TRIM_FIELDS = ("trimmed_to", "stream_id")
+_TRIM_FIELDS = ("trimmed_to", "trimmed_for", "stream_id")
 
 
 def _trimmed_to(fields: list[Any] | None) -> tuple[int, int] | None:
-    """The last journal entry dropped, from the snapshot's `_TRIM_FIELDS`: `trimmed_to`, or
-    (a snapshot an older build stored: it trimmed what it covered) its `stream_id`."""
+    """The last journal entry dropped, from the snapshot's `_TRIM_FIELDS`: `trimmed_to` when it
+    was written with the snapshot stored now (`trimmed_for` is its `stream_id`); else the
+    snapshot was stored by an older build, which trimmed what it covered: its `stream_id` (a
+    `trimmed_to` left by an earlier snapshot of this build would hide that trim)."""
     if not fields:
         return None
-    dropped, covers = fields
-    v = dropped if dropped is not None else covers
+    dropped, dropped_for, covers = fields
+    v = dropped if dropped is not None and dropped_for == covers else covers
     return None if v is None else id_key(_text(v))
 
 

@@ -23,6 +23,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from redis.exceptions import ConnectionError
+
 from scheduler.state.resp import Arg, RespConnection
 
 __all__ = ["SharedLine", "SharedLines"]
@@ -36,6 +38,7 @@ class SharedLine:
     def __init__(self, conn: RespConnection, forget: Callable[[SharedLine], None] | None = None) -> None:
         self.conn = conn
         self.users = 0  # stores holding it (SharedLines.line): closed when the last lets go
+        self.closed = False  # the last store let go: nothing more is sent, nor connected
         self._forget = forget
         self.writes = 0  # exchanges sent (each carries one turn's commands): a test's measure
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -60,6 +63,7 @@ class SharedLine:
         """One store lets go; the last one closes the connection."""
         self.users -= 1
         if self.users <= 0:
+            self.closed = True
             if self._forget is not None:
                 self._forget(self)
             await self.conn.close()
@@ -68,6 +72,9 @@ class SharedLine:
         self._armed = False
         batch, self._queue = self._queue, []
         if not batch:
+            return
+        if self.closed:
+            _settle(batch, ConnectionError(f"redis {self.conn.host}:{self.conn.port}: line closed"))
             return
         if self.conn.ready:
             self._send(batch)
@@ -84,6 +91,10 @@ class SharedLine:
             _settle(batch, e)
             if not isinstance(e, Exception):
                 raise
+            return
+        if self.closed:  # the last store let go while this connected: close what it opened
+            self.conn.drop()
+            _settle(batch, ConnectionError(f"redis {self.conn.host}:{self.conn.port}: line closed"))
             return
         self._send(batch)
 
