@@ -380,7 +380,7 @@ def test_auth_with_username_and_password_and_select_db() -> None:
 def test_wait_for_a_replica_on_the_same_connection() -> None:
     with tempfile.TemporaryDirectory(prefix="slotsched-resp-") as d:
         port, rport = free_port(), free_port()
-        primary = _redis(port, d)
+        primary = _redis(port, d, "--repl-diskless-sync-delay", "0")  # sync at once, not after 5 s
         os.makedirs(f"{d}/r")
         replica = _redis(rport, f"{d}/r", "--replicaof", "127.0.0.1", str(port))
         deadline = time.monotonic() + 15
