@@ -9,17 +9,17 @@ several keys run on one node). Name every key through `RedisStore.key(name)`:
 | --- | --- | --- |
 | `P:leader` | string, PX ttl | the leader's term token `<replica id>:<random>` (see Fencing) |
 | `P:journal` | stream | one entry per applied event, field `e` = a codec record (scheduler/state/codec.py) |
-| `P:snapshot` | hash | `fingerprint`, `stream_id` (last entry covered), `at`, `data` (JSON), `trimmed_to` |
+| `P:snapshot` | hash | `fingerprint`, `stream_id` (last covered), `at`, `data`, `trimmed_to`, `trimmed_for` |
 | `P:alive` | string | the leader's clock at its last lease renewal: a successor's outage starts there |
 | `P:trimmed` | string | present once the journal was compacted (it no longer starts at the beginning) |
+| `P:leader_addr` | string | `<term token> <host:port>`: the address the leader of that term published |
 
 `trimmed_to` is the last journal entry dropped: the previous snapshot's `stream_id` (a snapshot
 trims what the one before it covered, `_SNAPSHOT`), 0-0 while none was; `trimmed_for` the
 `stream_id` it was written with (an older build's snapshot, which trimmed what it covered, leaves
 both behind: they count only beside the snapshot they were written with).
-| `P:leader_addr` | string | `<term token> <host:port>`: the address the leader of that term published |
 
-Election timing (scheduler/state/replica.py): the lease is `SET NX PX ttl` (default 1 s), renewed
+Election timing (scheduler/state/lease.py): the lease is `SET NX PX ttl` (default 1 s), renewed
 every ttl/4 by a compare-and-`PEXPIRE`, so its expiry is Redis's clock; the leader stops serving
 at ttl − 10 % after it sent its last successful renewal (its monotonic clock): it never serves
 past the moment a successor could win, assuming clock *rates* differ by less than 10 %.
@@ -96,14 +96,14 @@ _SNAPSHOT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('NOTLEADER') end
 local prev = redis.call('HGET', KEYS[2], 'stream_id')
 redis.call('HSET', KEYS[2], 'fingerprint', ARGV[2], 'stream_id', ARGV[3], 'at', ARGV[4], 'data', ARGV[5])
+local dropped = '0-0'
 local ms, seq = string.match(prev or '', '^(%d+)-(%d+)$')
 if ms and (ms ~= '0' or seq ~= '0') then
   redis.call('XTRIM', KEYS[3], 'MINID', ms .. '-' .. (tonumber(seq) + 1))
-  redis.call('HSET', KEYS[2], 'trimmed_to', prev, 'trimmed_for', ARGV[3])
   redis.call('SET', KEYS[4], '1')
-else
-  redis.call('HSET', KEYS[2], 'trimmed_to', '0-0', 'trimmed_for', ARGV[3])
+  dropped = prev
 end
+redis.call('HSET', KEYS[2], 'trimmed_to', dropped, 'trimmed_for', ARGV[3])
 return 1
 """
 _EXTEND = """
@@ -113,8 +113,6 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-#: How long a standby's XREAD may block on the lean tail connection.
-IDLE_TAIL_MS = 1000
 _EXTEND_SHA = hashlib.sha1(_EXTEND.encode()).hexdigest()
 _SWAP = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -184,6 +182,10 @@ def id_key(stream_id: str) -> tuple[int, int]:
     """A stream id's order: ids compare as (milliseconds, sequence)."""
     ms, _, seq = stream_id.partition("-")
     return int(ms), int(seq or 0)
+
+
+#: How long a standby's XREAD may block on the lean tail connection.
+IDLE_TAIL_MS = 1000
 
 
 def _sid(pos: Position) -> str:

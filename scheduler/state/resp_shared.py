@@ -74,7 +74,7 @@ class SharedLine:
         if not batch:
             return
         if self.closed:
-            _settle(batch, ConnectionError(f"redis {self.conn.host}:{self.conn.port}: line closed"))
+            _settle(batch, self._closed())
             return
         if self.conn.ready:
             self._send(batch)
@@ -94,9 +94,12 @@ class SharedLine:
             return
         if self.closed:  # the last store let go while this connected: close what it opened
             self.conn.drop()
-            _settle(batch, ConnectionError(f"redis {self.conn.host}:{self.conn.port}: line closed"))
+            _settle(batch, self._closed())
             return
         self._send(batch)
+
+    def _closed(self) -> ConnectionError:
+        return ConnectionError(f"redis {self.conn.host}:{self.conn.port}: line closed")
 
     def _send(self, batch: list[tuple[Command, asyncio.Future[Any]]]) -> None:
         self.writes += 1
